@@ -1,0 +1,114 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Sentinel errors of the transactions in this package.
+var (
+	// ErrExists means a record that must be new already exists.
+	ErrExists = errors.New("already exists")
+	// ErrNotFound means a record that must exist does not.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means a record changed between read and write; the caller
+	// re-reads and tries again.
+	ErrConflict = errors.New("changed concurrently")
+)
+
+// NewQueueEntry derives the queue entry of a session spec.
+func NewQueueEntry(s Session, now time.Time) QueueEntry {
+	q := QueueEntry{
+		Session:     s.ID,
+		Owner:       s.Owner,
+		Groups:      s.Groups,
+		Priority:    s.Priority,
+		Preemptible: s.Preemptible,
+		Created:     s.Created,
+		Enqueued:    now,
+		Request:     s.Resources,
+	}
+	if s.Ray != nil {
+		q.Workers = s.Ray.Workers
+		q.WorkerRequest = s.Ray.WorkerResources
+	}
+	return q
+}
+
+// CreateSession writes a new session in one transaction: its spec, its queue
+// entry and a Pending status. It fails with ErrExists, writing nothing, if
+// the id is taken. It returns the revision of the write.
+func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time) (int64, error) {
+	if err := ValidateName("session id", s.ID); err != nil {
+		return 0, fmt.Errorf("create session: %w", err)
+	}
+	spec, err := Encode(s)
+	if err != nil {
+		return 0, fmt.Errorf("create session: %w", err)
+	}
+	entry, err := Encode(NewQueueEntry(s, now))
+	if err != nil {
+		return 0, fmt.Errorf("create session: %w", err)
+	}
+	st, err := Encode(Status{
+		Session: s.ID,
+		Phase:   PhasePending,
+		Reason:  "Queued",
+		Message: "waiting for the placer",
+		Created: s.Created,
+		Updated: now,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("create session: %w", err)
+	}
+	resp, err := kv.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0)).
+		Then(
+			clientv3.OpPut(k.Session(s.ID), spec),
+			clientv3.OpPut(k.Pending(s.ID), entry),
+			clientv3.OpPut(k.Status(s.ID), st),
+		).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("create session %s: %w", s.ID, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("create session %s: %w", s.ID, ErrExists)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Get reads and decodes one key. It returns ErrNotFound if the key is absent,
+// and the value's mod revision for use in a later conditional write.
+func Get[T any](ctx context.Context, kv clientv3.KV, key string) (T, int64, error) {
+	var zero T
+	resp, err := kv.Get(ctx, key)
+	if err != nil {
+		return zero, 0, fmt.Errorf("get %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return zero, 0, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	v, err := Decode[T](resp.Kvs[0].Value)
+	if err != nil {
+		return zero, 0, fmt.Errorf("get %s: %w", key, err)
+	}
+	return v, resp.Kvs[0].ModRevision, nil
+}
+
+// Put encodes v and writes it to key unconditionally: for admin records
+// (cordons, quotas, profiles) whose last writer wins.
+func Put(ctx context.Context, kv clientv3.KV, key string, v any) (int64, error) {
+	s, err := Encode(v)
+	if err != nil {
+		return 0, fmt.Errorf("put %s: %w", key, err)
+	}
+	resp, err := kv.Put(ctx, key, s)
+	if err != nil {
+		return 0, fmt.Errorf("put %s: %w", key, err)
+	}
+	return resp.Header.Revision, nil
+}

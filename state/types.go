@@ -1,0 +1,383 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// SessionKind says what a session runs.
+type SessionKind string
+
+// Session kinds.
+const (
+	// KindNotebook runs a Jupyter server (and a Ray head when Ray is set)
+	// until it is stopped.
+	KindNotebook SessionKind = "notebook"
+	// KindBatch runs a command to completion; its exit code is its result.
+	KindBatch SessionKind = "batch"
+)
+
+// DesiredState is what the session's owner wants: the API writes it, the
+// placer and agents converge to it.
+type DesiredState string
+
+// Desired states.
+const (
+	DesiredRunning DesiredState = "running"
+	DesiredStopped DesiredState = "stopped"
+)
+
+// Phase is where a session is in its life. See docs/state.md for the graph.
+type Phase string
+
+// Session phases.
+const (
+	PhasePending   Phase = "Pending"   // queued; Status.Reason says why it waits
+	PhaseBound     Phase = "Bound"     // GPUs chosen, bindings written; no container yet
+	PhaseStarting  Phase = "Starting"  // the agent is pulling or creating containers
+	PhaseRunning   Phase = "Running"   // serving (notebook) or executing (batch)
+	PhaseSucceeded Phase = "Succeeded" // batch exited 0
+	PhaseFailed    Phase = "Failed"    // batch exited non-zero, or could not start
+	PhaseStopping  Phase = "Stopping"  // stop requested; containers terminating
+	PhaseStopped   Phase = "Stopped"   // stopped on request, or cancelled while pending
+	PhaseLost      Phase = "Lost"      // its node's lease expired
+)
+
+// Terminal reports whether a session in phase p will never run again.
+func (p Phase) Terminal() bool {
+	switch p {
+	case PhaseSucceeded, PhaseFailed, PhaseStopped:
+		return true
+	}
+	return false
+}
+
+// Role is the part a node plays in a session.
+type Role string
+
+// Binding roles.
+const (
+	RoleSingle Role = "single" // a session on one node
+	RoleHead   Role = "head"   // the Ray head (and Jupyter) of a multi-node session
+	RoleWorker Role = "worker" // a Ray worker that joins the head
+)
+
+// Duration is a time.Duration that reads and writes JSON as a Go duration
+// string ("90m", "1h30m0s"), so values stay readable in etcdctl output.
+type Duration time.Duration
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string such as "2h" or "90s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("parse duration: want a string such as \"90m\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("parse duration %q: want a Go duration such as \"90m\" or \"2h\": %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Resources is what one node must provide for one part of a session.
+type Resources struct {
+	// GPUs is the number of whole GPUs (or MIG devices when MIGProfile is
+	// set). Zero is a CPU-only session.
+	GPUs int `json:"gpus"`
+	// GPUModel is a shell pattern (path.Match) over the GPU model name,
+	// for example "*A100*". Empty accepts any model.
+	GPUModel string `json:"gpuModel,omitempty"`
+	// GPUMemoryMiB is the least memory each GPU must have.
+	GPUMemoryMiB int64 `json:"gpuMemoryMiB,omitempty"`
+	// MIGProfile asks for MIG devices of this profile, e.g. "1g.10gb",
+	// instead of whole GPUs.
+	MIGProfile string `json:"migProfile,omitempty"`
+	// CPUMilli is CPU in thousandths of a core.
+	CPUMilli int64 `json:"cpuMilli"`
+	// MemoryMiB is host memory in MiB.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// NodeSelector must all be present, with equal values, in the node's labels.
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+}
+
+// Ray asks for a Ray cluster: a head on the session's node and Workers more
+// nodes that join it. The whole session is bound all-or-nothing.
+type Ray struct {
+	// Workers is the number of additional nodes, one worker each.
+	Workers int `json:"workers"`
+	// WorkerResources is each worker's request; nil means the same as the head.
+	WorkerResources *Resources `json:"workerResources,omitempty"`
+}
+
+// Limits bound a session's life.
+type Limits struct {
+	// MaxRuntime stops the session this long after it started. Zero: no limit.
+	MaxRuntime Duration `json:"maxRuntime,omitempty"`
+	// IdleTimeout stops a notebook idle this long. Zero: the cluster default.
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
+}
+
+// RestartPolicy says what happens when a batch session fails or its node is lost.
+type RestartPolicy struct {
+	// Policy is "Never" (the default) or "OnFailure".
+	Policy string `json:"policy,omitempty"`
+	// MaxRestarts bounds OnFailure restarts.
+	MaxRestarts int `json:"maxRestarts,omitempty"`
+	// Backoff is the delay before the first restart; it doubles each time.
+	Backoff Duration `json:"backoff,omitempty"`
+}
+
+// Restart policies.
+const (
+	RestartNever     = "Never"
+	RestartOnFailure = "OnFailure"
+)
+
+// Session is the spec of one session, stored at sessions/<id>. The API
+// writes it on create and changes only Desired afterwards.
+type Session struct {
+	ID      string      `json:"id"`
+	Owner   string      `json:"owner"`
+	Groups  []string    `json:"groups,omitempty"`
+	Name    string      `json:"name,omitempty"` // a label, e.g. a JupyterHub server name
+	Kind    SessionKind `json:"kind"`
+	Profile string      `json:"profile,omitempty"`
+
+	Resources Resources         `json:"resources"`
+	Ray       *Ray              `json:"ray,omitempty"`
+	Image     string            `json:"image,omitempty"`
+	Command   []string          `json:"command,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+
+	Limits      Limits        `json:"limits"`
+	Priority    int           `json:"priority"`
+	Preemptible bool          `json:"preemptible,omitempty"`
+	Restart     RestartPolicy `json:"restart"`
+
+	Desired DesiredState `json:"desired"`
+	Created time.Time    `json:"created"`
+}
+
+// QueueEntry is a pending session's place in the queue, stored at
+// pending/<id>. It carries everything the placer needs, so the placer never
+// reads the spec.
+type QueueEntry struct {
+	Session       string     `json:"session"`
+	Owner         string     `json:"owner"`
+	Groups        []string   `json:"groups,omitempty"`
+	Priority      int        `json:"priority"`
+	Preemptible   bool       `json:"preemptible,omitempty"`
+	Created       time.Time  `json:"created"`  // first submission: the age that orders the queue
+	Enqueued      time.Time  `json:"enqueued"` // this (re)queueing
+	Attempt       int        `json:"attempt"`  // 0 at first; +1 each re-queue after Lost
+	Request       Resources  `json:"request"`
+	Workers       int        `json:"workers,omitempty"`
+	WorkerRequest *Resources `json:"workerRequest,omitempty"`
+}
+
+// Parts returns the requests of every node the session needs: the head (or
+// single) part first, then one per Ray worker.
+func (q QueueEntry) Parts() []Resources {
+	parts := make([]Resources, 0, 1+q.Workers)
+	parts = append(parts, q.Request)
+	w := q.Request
+	if q.WorkerRequest != nil {
+		w = *q.WorkerRequest
+	}
+	for i := 0; i < q.Workers; i++ {
+		parts = append(parts, w)
+	}
+	return parts
+}
+
+// Status is the observed state of a session, stored at status/<id>. The
+// API creates it, the placer writes Pending reasons and Bound, agents write
+// the rest.
+type Status struct {
+	Session string `json:"session"`
+	Phase   Phase  `json:"phase"`
+	// Reason is a short CamelCase cause ("Capacity", "Quota", "NoSuchModel",
+	// "Cordoned", "NodeLost", "Exited"); Message says it in plain words.
+	Reason        string            `json:"reason,omitempty"`
+	Message       string            `json:"message,omitempty"`
+	QueuePosition int               `json:"queuePosition,omitempty"`
+	Nodes         []string          `json:"nodes,omitempty"`
+	URLs          map[string]string `json:"urls,omitempty"`
+	ExitCode      *int              `json:"exitCode,omitempty"`
+	Attempt       int               `json:"attempt,omitempty"`
+	Created       time.Time         `json:"created"`
+	Updated       time.Time         `json:"updated"`
+	Bound         *time.Time        `json:"bound,omitempty"`
+	Started       *time.Time        `json:"started,omitempty"`
+	Finished      *time.Time        `json:"finished,omitempty"`
+}
+
+// GPU is one physical GPU of a node as NVML reports it.
+type GPU struct {
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid"`
+	Model     string `json:"model"`
+	MemoryMiB int64  `json:"memoryMiB"`
+	NUMANode  int    `json:"numaNode"`
+	Healthy   bool   `json:"healthy"`
+	// NVLinkPeers are the UUIDs of GPUs this one reaches over NVLink.
+	NVLinkPeers []string `json:"nvlinkPeers,omitempty"`
+	// MIGEnabled means the GPU is partitioned: only its MIGDevices are
+	// allocatable, never the whole GPU.
+	MIGEnabled bool        `json:"migEnabled,omitempty"`
+	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+}
+
+// MIGDevice is one MIG instance of a partitioned GPU.
+type MIGDevice struct {
+	UUID      string `json:"uuid"`
+	Profile   string `json:"profile"` // e.g. "1g.10gb"
+	MemoryMiB int64  `json:"memoryMiB"`
+}
+
+// PortRange is an inclusive range of host ports a node hands to sessions.
+type PortRange struct {
+	First int `json:"first"`
+	Last  int `json:"last"`
+}
+
+// Node is a node's inventory, stored at nodes/<name> under the agent's
+// lease: the key vanishes when the agent stops renewing it.
+type Node struct {
+	Name      string            `json:"name"`
+	Address   string            `json:"address"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CPUMilli  int64             `json:"cpuMilli"`
+	MemoryMiB int64             `json:"memoryMiB"`
+	GPUs      []GPU             `json:"gpus"`
+	Ports     PortRange         `json:"ports"`
+	// Simulated marks an inventory made up by configuration (dev,
+	// benchmarks) rather than read from NVML. It is shown wherever nodes are.
+	Simulated  bool      `json:"simulated,omitempty"`
+	Agent      string    `json:"agent,omitempty"` // agent version
+	Registered time.Time `json:"registered"`
+}
+
+// Allocation is what one session holds on one node.
+type Allocation struct {
+	Role      Role     `json:"role"`
+	GPUs      []string `json:"gpus,omitempty"` // GPU or MIG device UUIDs
+	CPUMilli  int64    `json:"cpuMilli"`
+	MemoryMiB int64    `json:"memoryMiB"`
+	Ports     []int    `json:"ports,omitempty"`
+}
+
+// Ledger is what is allocated on a node, stored at ledger/<name>. The
+// placer adds to it in the same transaction as the bindings; the agent
+// removes from it in the same transaction that deletes a binding.
+type Ledger struct {
+	Node        string                `json:"node"`
+	Allocations map[string]Allocation `json:"allocations"` // by session id
+}
+
+// GPUOwners returns which session holds each allocated device UUID.
+func (l Ledger) GPUOwners() map[string]string {
+	m := make(map[string]string)
+	for id, a := range l.Allocations {
+		for _, g := range a.GPUs {
+			m[g] = id
+		}
+	}
+	return m
+}
+
+// Used returns the CPU and memory allocated on the node.
+func (l Ledger) Used() (cpuMilli, memoryMiB int64) {
+	for _, a := range l.Allocations {
+		cpuMilli += a.CPUMilli
+		memoryMiB += a.MemoryMiB
+	}
+	return cpuMilli, memoryMiB
+}
+
+// UsedPorts returns every allocated port, sorted.
+func (l Ledger) UsedPorts() []int {
+	var ps []int
+	for _, a := range l.Allocations {
+		ps = append(ps, a.Ports...)
+	}
+	sort.Ints(ps)
+	return ps
+}
+
+// Binding tells a node's agent to run its part of a session, stored at
+// bindings/<node>/<id>.
+type Binding struct {
+	Session string `json:"session"`
+	Node    string `json:"node"`
+	Role    Role   `json:"role"`
+	// Worker is the worker's index (1-based) for RoleWorker, else 0.
+	Worker    int      `json:"worker,omitempty"`
+	GPUs      []string `json:"gpus,omitempty"` // device UUIDs, exact
+	CPUMilli  int64    `json:"cpuMilli"`
+	MemoryMiB int64    `json:"memoryMiB"`
+	Ports     []int    `json:"ports,omitempty"`
+	// HeadNode is the node of the Ray head, for workers.
+	HeadNode string `json:"headNode,omitempty"`
+	// QueueRevision is the mod revision of the pending/<id> entry this
+	// binding consumed: unique per queueing, so a binding names exactly
+	// which attempt of the session it serves.
+	QueueRevision int64 `json:"queueRevision"`
+	Attempt       int   `json:"attempt"`
+	// Scores are the named scores that chose this node: "why here".
+	Scores map[string]float64 `json:"scores,omitempty"`
+	Placer string             `json:"placer,omitempty"`
+	Bound  time.Time          `json:"bound"`
+}
+
+// Cordon stops new sessions landing on a node, stored at cordons/<name>.
+type Cordon struct {
+	Node   string    `json:"node"`
+	Reason string    `json:"reason,omitempty"`
+	By     string    `json:"by,omitempty"`
+	Since  time.Time `json:"since"`
+	// Drain also asks running notebook sessions to stop by Deadline;
+	// batch sessions run to completion.
+	Drain    bool       `json:"drain,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// QuotaScope is whom a quota caps.
+type QuotaScope string
+
+// Quota scopes, also the key directory names under quotas/.
+const (
+	QuotaUsers  QuotaScope = "users"
+	QuotaGroups QuotaScope = "groups"
+)
+
+// Quota caps what one user or group may hold at once, stored at
+// quotas/users/<name> or quotas/groups/<name>. A nil field is unlimited.
+type Quota struct {
+	GPUs      *int64 `json:"gpus,omitempty"`
+	CPUMilli  *int64 `json:"cpuMilli,omitempty"`
+	MemoryMiB *int64 `json:"memoryMiB,omitempty"`
+}
+
+// Profile is a named, admin-defined session template, stored at
+// profiles/<name>.
+type Profile struct {
+	Name        string            `json:"name"`
+	Description string            `json:"description,omitempty"`
+	Kind        SessionKind       `json:"kind,omitempty"`
+	Image       string            `json:"image,omitempty"`
+	Resources   Resources         `json:"resources"`
+	Env         map[string]string `json:"env,omitempty"`
+	Limits      Limits            `json:"limits"`
+}
