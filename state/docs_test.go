@@ -73,6 +73,7 @@ var docTypes = map[string]any{
 	"Cordon":     state.Cordon{},
 	"Quota":      state.Quota{},
 	"Profile":    state.Profile{},
+	"Placer":     state.Placer{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.
@@ -179,6 +180,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.UserQuota("ada"):                       values["Quota"],
 		k.GroupQuota("vision"):                   values["Quota"],
 		k.Profile("a100-small"):                  values["Profile"],
+		k.Placer("placer-3f2a"):                  values["Placer"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -189,7 +191,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 	dirType := map[string]string{
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
-		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile",
+		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

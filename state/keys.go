@@ -21,6 +21,7 @@ const (
 	dirCordons  = "cordons"
 	dirQuotas   = "quotas"
 	dirProfiles = "profiles"
+	dirPlacers  = "placers"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;
@@ -122,6 +123,12 @@ func (k Keys) Profiles() string { return k.dir(dirProfiles) }
 
 // Profile is the key of profile name.
 func (k Keys) Profile(name string) string { return k.key(dirProfiles, name) }
+
+// Placers is the prefix of live placer records.
+func (k Keys) Placers() string { return k.dir(dirPlacers) }
+
+// Placer is the key of placer id's record; it is attached to its lease.
+func (k Keys) Placer(id string) string { return k.key(dirPlacers, id) }
 
 // SessionID returns the session id of a key under sessions/, pending/ or
 // status/, and false for any other key.

@@ -24,6 +24,7 @@ var (
 func NewQueueEntry(s Session, now time.Time) QueueEntry {
 	q := QueueEntry{
 		Session:     s.ID,
+		Kind:        s.Kind,
 		Owner:       s.Owner,
 		Groups:      s.Groups,
 		Priority:    s.Priority,

@@ -42,13 +42,14 @@ const (
 	PhaseFailed    Phase = "Failed"    // batch exited non-zero, or could not start
 	PhaseStopping  Phase = "Stopping"  // stop requested; containers terminating
 	PhaseStopped   Phase = "Stopped"   // stopped on request, or cancelled while pending
-	PhaseLost      Phase = "Lost"      // its node's lease expired
+	PhaseLost      Phase = "Lost"      // its node's lease expired and it was not re-queued
 )
 
-// Terminal reports whether a session in phase p will never run again.
+// Terminal reports whether a session in phase p will never run again. A
+// session re-queued after its node was lost is Pending again, not Lost.
 func (p Phase) Terminal() bool {
 	switch p {
-	case PhaseSucceeded, PhaseFailed, PhaseStopped:
+	case PhaseSucceeded, PhaseFailed, PhaseStopped, PhaseLost:
 		return true
 	}
 	return false
@@ -173,17 +174,18 @@ type Session struct {
 // pending/<id>. It carries everything the placer needs, so the placer never
 // reads the spec.
 type QueueEntry struct {
-	Session       string     `json:"session"`
-	Owner         string     `json:"owner"`
-	Groups        []string   `json:"groups,omitempty"`
-	Priority      int        `json:"priority"`
-	Preemptible   bool       `json:"preemptible,omitempty"`
-	Created       time.Time  `json:"created"`  // first submission: the age that orders the queue
-	Enqueued      time.Time  `json:"enqueued"` // this (re)queueing
-	Attempt       int        `json:"attempt"`  // 0 at first; +1 each re-queue after Lost
-	Request       Resources  `json:"request"`
-	Workers       int        `json:"workers,omitempty"`
-	WorkerRequest *Resources `json:"workerRequest,omitempty"`
+	Session       string      `json:"session"`
+	Kind          SessionKind `json:"kind"`
+	Owner         string      `json:"owner"`
+	Groups        []string    `json:"groups,omitempty"`
+	Priority      int         `json:"priority"`
+	Preemptible   bool        `json:"preemptible,omitempty"`
+	Created       time.Time   `json:"created"`  // first submission: the age that orders the queue
+	Enqueued      time.Time   `json:"enqueued"` // this (re)queueing
+	Attempt       int         `json:"attempt"`  // 0 at first; +1 each re-queue after Lost
+	Request       Resources   `json:"request"`
+	Workers       int         `json:"workers,omitempty"`
+	WorkerRequest *Resources  `json:"workerRequest,omitempty"`
 }
 
 // Parts returns the requests of every node the session needs: the head (or
@@ -199,6 +201,23 @@ func (q QueueEntry) Parts() []Resources {
 		parts = append(parts, w)
 	}
 	return parts
+}
+
+// Ports returns how many host ports the part of a session with role needs:
+// Jupyter's for a notebook, Ray's GCS, dashboard and client server for a
+// Ray head, the node and object managers' for a Ray worker.
+func (q QueueEntry) Ports(role Role) int {
+	n := 0
+	if q.Kind == KindNotebook && role != RoleWorker {
+		n++ // jupyter
+	}
+	switch role {
+	case RoleHead:
+		n += 3
+	case RoleWorker:
+		n += 2
+	}
+	return n
 }
 
 // Status is the observed state of a session, stored at status/<id>. The
@@ -269,13 +288,19 @@ type Node struct {
 	Registered time.Time `json:"registered"`
 }
 
-// Allocation is what one session holds on one node.
+// Allocation is what one session holds on one node. Owner, groups and
+// priority are copied from the session so that fair share, quotas and
+// preemption are computed from ledgers alone.
 type Allocation struct {
-	Role      Role     `json:"role"`
-	GPUs      []string `json:"gpus,omitempty"` // GPU or MIG device UUIDs
-	CPUMilli  int64    `json:"cpuMilli"`
-	MemoryMiB int64    `json:"memoryMiB"`
-	Ports     []int    `json:"ports,omitempty"`
+	Owner       string   `json:"owner"`
+	Groups      []string `json:"groups,omitempty"`
+	Priority    int      `json:"priority"`
+	Preemptible bool     `json:"preemptible,omitempty"`
+	Role        Role     `json:"role"`
+	GPUs        []string `json:"gpus,omitempty"` // GPU or MIG device UUIDs
+	CPUMilli    int64    `json:"cpuMilli"`
+	MemoryMiB   int64    `json:"memoryMiB"`
+	Ports       []int    `json:"ports,omitempty"`
 }
 
 // Ledger is what is allocated on a node, stored at ledger/<name>. The
@@ -380,4 +405,12 @@ type Profile struct {
 	Resources   Resources         `json:"resources"`
 	Env         map[string]string `json:"env,omitempty"`
 	Limits      Limits            `json:"limits"`
+}
+
+// Placer announces a live placer, stored at placers/<id> under the placer's
+// lease. Live placers split the nodes among themselves by rendezvous hashing.
+type Placer struct {
+	ID      string    `json:"id"`
+	Host    string    `json:"host,omitempty"`
+	Started time.Time `json:"started"`
 }

@@ -1,0 +1,244 @@
+package placer
+
+import (
+	"context"
+	"math/rand"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// settled reports whether the world's queue is stable: a fresh plan of
+// what is in etcd would bind nothing more.
+func (s *sim) settled(ctx context.Context, opt PlanOptions) (bool, world) {
+	w := s.read(ctx)
+	snap := &Snapshot{Now: time.Now()}
+	resp, err := s.cli.Get(ctx, s.k.Nodes(), clientv3.WithPrefix())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		n, _ := state.Decode[state.Node](kv.Value)
+		v := NodeView{Node: n, Ledger: w.ledgers[n.Name]}
+		if v.Ledger.Allocations == nil {
+			v.Ledger.Allocations = map[string]state.Allocation{}
+		}
+		snap.Nodes = append(snap.Nodes, v)
+	}
+	pr, err := s.cli.Get(ctx, s.k.PendingDir(), clientv3.WithPrefix())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, kv := range pr.Kvs {
+		e, _ := state.Decode[state.QueueEntry](kv.Value)
+		snap.Pending = append(snap.Pending, Pending{Entry: e, Revision: kv.ModRevision})
+	}
+	return len(NewPlan(snap, opt).Bound) == 0, w
+}
+
+func TestPlacerBindsAndExplainsWaiting(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx := context.Background()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 3, 8)
+	ids := s.submit(ctx, "ada", []int{8, 8, 4, 2, 1, 1, 8, 8}, nil) // 40 GPUs on 24
+	runPlacer(t, c.Server.Endpoint(), Config{})
+
+	var w world
+	eventually(t, 20*time.Second, "placement to settle with reasons for the waiting", func() bool {
+		ok, ww := s.settled(ctx, PlanOptions{})
+		w = ww
+		if !ok {
+			return false
+		}
+		for id := range w.pending {
+			if w.status[id].Reason != "Capacity" {
+				return false
+			}
+		}
+		return true
+	})
+	if err := w.check(8); err != nil {
+		t.Fatal(err)
+	}
+	gpus := 0
+	for _, l := range w.ledgers {
+		gpus += len(l.GPUOwners())
+	}
+	if gpus != 24 {
+		t.Errorf("%d GPUs allocated of 24, want the cluster full (8+8+4+2+1+1 fit)", gpus)
+	}
+	if len(w.pending) != 2 {
+		t.Errorf("%d pending, want the two 8-GPU sessions that came last", len(w.pending))
+	}
+	positions := map[int]bool{}
+	for id := range w.pending {
+		st := w.status[id]
+		if !strings.HasPrefix(st.Message, "waiting for 8×GPU: the best node has 0 free") || !strings.Contains(st.Message, "ahead of you") && !strings.Contains(st.Message, "next in line") {
+			t.Errorf("pending %s message %q", id, st.Message)
+		}
+		positions[st.QueuePosition] = true
+	}
+	if !positions[1] || !positions[2] {
+		t.Errorf("queue positions %v, want 1 and 2", positions)
+	}
+	for _, id := range ids[:6] {
+		bs := w.bindings[id]
+		if len(bs) != 1 || bs[0].Scores["binpack"] == 0 || bs[0].Placer == "" || bs[0].QueueRevision == 0 {
+			t.Errorf("binding of %s = %+v", id, bs)
+		}
+	}
+}
+
+// releaser plays the agents: it releases every bound session soon after it
+// is bound, and counts how often each session was bound.
+type releaser struct {
+	mu      sync.Mutex
+	boundN  map[string]int
+	doubles []string
+}
+
+func startReleaser(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Keys, workers int) *releaser {
+	r := &releaser{boundN: map[string]int{}}
+	cache := watcher.New(cli, k.AllBindings(), watcher.JSON[state.Binding], watcher.Options{Name: "releaser", Logger: quietLogger()})
+	work := make(chan state.Binding, 100000)
+	cache.AddHandler(func(ev watcher.Event[state.Binding]) {
+		if ev.Type != watcher.Added {
+			return
+		}
+		r.mu.Lock()
+		r.boundN[ev.Value.Session]++
+		if r.boundN[ev.Value.Session] > 1 {
+			r.doubles = append(r.doubles, ev.Value.Session)
+		}
+		r.mu.Unlock()
+		work <- ev.Value
+	})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := cache.Run(ctx); err != nil {
+			t.Error(err)
+		}
+		close(work)
+	}()
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				now := time.Now().UTC()
+				code := 0
+				st := &state.Status{Session: b.Session, Phase: state.PhaseSucceeded, ExitCode: &code, Updated: now, Finished: &now}
+				if err := state.Release(ctx, cli, k, b.Node, b.Session, st); err != nil && ctx.Err() == nil {
+					t.Errorf("release %s: %v", b.Session, err)
+				}
+			}
+		}()
+	}
+	t.Cleanup(wg.Wait)
+	return r
+}
+
+func (r *releaser) bound() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.boundN)
+}
+
+// TestPlacersRace runs four placers on one etcd over thousands of sessions
+// while agents release them, kills one placer mid-run without letting it
+// clean up, and checks: no session bound twice, no GPU held twice at any
+// sampled moment, and every session bound in the end.
+func TestPlacersRace(t *testing.T) {
+	sessions := 2400
+	if testing.Short() {
+		sessions = 600
+	}
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 40, 8)
+	r := startReleaser(t, ctx, cli, s.k, 8)
+
+	var placers []*Placer
+	var stops []func()
+	var clis []*clientv3.Client
+	for i := 0; i < 4; i++ {
+		p, stop, pc := runPlacer(t, c.Server.Endpoint(), Config{LeaseTTL: 2 * time.Second, Parallel: 2})
+		placers, stops, clis = append(placers, p), append(stops, stop), append(clis, pc)
+	}
+	rng := rand.New(rand.NewSource(1))
+	var submitters sync.WaitGroup
+	for u := 0; u < 4; u++ {
+		sizes := mixedSizes(rng, sessions/4)
+		owner := []string{"ada", "bob", "cy", "dee"}[u]
+		submitters.Add(1)
+		go func() {
+			defer submitters.Done()
+			s.submit(ctx, owner, sizes, nil)
+		}()
+	}
+	// Kill one placer once a third is bound: close its connection so it
+	// neither finishes its transactions nor revokes its lease.
+	eventually(t, 60*time.Second, "a third of the sessions bound", func() bool { return r.bound() >= sessions/3 })
+	_ = clis[3].Close()
+	killed := placers[3].ID()
+	// Sample the invariants while the others carry on.
+	for i := 0; i < 5; i++ {
+		if err := s.read(ctx).checkNoDoubleGPU(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submitters.Wait()
+	eventually(t, 120*time.Second, "every session bound", func() bool { return r.bound() == sessions })
+	r.mu.Lock()
+	if len(r.doubles) > 0 {
+		t.Errorf("sessions bound twice: %v", r.doubles)
+	}
+	r.mu.Unlock()
+	stops[3]() // reap the killed placer's goroutines
+	var total Stats
+	for i, p := range placers {
+		st := p.Stats()
+		t.Logf("placer %d %s: %+v", i, p.ID(), st)
+		total.Bound += st.Bound
+		total.Conflicts += st.Conflicts
+	}
+	if total.Bound < int64(sessions) {
+		t.Errorf("placers report %d bindings for %d sessions", total.Bound, sessions)
+	}
+	t.Logf("killed %s; conflicts per binding: %.3f", killed, float64(total.Conflicts)/float64(total.Bound))
+}
+
+// checkNoDoubleGPU is the part of check that holds at any instant, even
+// while agents release and placers bind.
+func (w world) checkNoDoubleGPU() error {
+	seen := map[string]string{}
+	for _, l := range w.ledgers {
+		for id, a := range l.Allocations {
+			for _, g := range a.GPUs {
+				if prev, dup := seen[g]; dup {
+					return &doubleErr{g, prev, id}
+				}
+				seen[g] = id
+			}
+		}
+	}
+	return nil
+}
+
+type doubleErr struct{ gpu, a, b string }
+
+func (e *doubleErr) Error() string { return "GPU " + e.gpu + " held by " + e.a + " and " + e.b }

@@ -1,0 +1,157 @@
+package placer
+
+import (
+	"fmt"
+	"path"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// Shortfall is why one node cannot take one part of a session: a result,
+// not an error. Reasons of all nodes become the session's pending message.
+type Shortfall struct {
+	// Filter names the filter that refused, e.g. "gpus", "cpu", "cordon".
+	Filter string
+	// Requested, Free and Capacity quantify numeric shortfalls (GPUs in
+	// devices, CPU in milli-cores, memory in MiB); zero for others.
+	Requested, Free, Capacity int64
+	// Message says it in plain words.
+	Message string
+}
+
+// part is one node's share of a session being placed.
+type part struct {
+	req   *state.Resources
+	role  state.Role
+	ports int
+	id    string // session id, for reservations
+}
+
+// filter is one feasibility check. It is a pure function of the part and
+// the node: it returns nil when the node is feasible.
+type filter struct {
+	name  string
+	check func(p *part, n *nodeState) *Shortfall
+}
+
+// filters run cheapest and most selective first: a cordon or a label
+// mismatch is decided without looking at devices.
+var filters = []filter{
+	{"cordon", filterCordon},
+	{"reserved", filterReserved},
+	{"labels", filterLabels},
+	{"cpu", filterCPU},
+	{"memory", filterMemory},
+	{"gpus", filterGPUs},
+	{"ports", filterPorts},
+}
+
+// feasible runs every filter and returns the first shortfall, or nil.
+func feasible(p *part, n *nodeState) *Shortfall {
+	for i := range filters {
+		if s := filters[i].check(p, n); s != nil {
+			return s
+		}
+	}
+	return nil
+}
+
+func filterCordon(_ *part, n *nodeState) *Shortfall {
+	if c := n.view.Cordon; c != nil {
+		msg := "node " + n.name + " is cordoned"
+		if c.Reason != "" {
+			msg += " (" + c.Reason + ")"
+		}
+		return &Shortfall{Filter: "cordon", Message: msg}
+	}
+	return nil
+}
+
+func filterReserved(p *part, n *nodeState) *Shortfall {
+	if n.reservedFor != "" && n.reservedFor != p.id {
+		return &Shortfall{Filter: "reserved", Message: "node " + n.name + " is held for a request that has waited longer"}
+	}
+	return nil
+}
+
+func filterLabels(p *part, n *nodeState) *Shortfall {
+	for k, v := range p.req.NodeSelector {
+		if got, ok := n.view.Node.Labels[k]; !ok || got != v {
+			return &Shortfall{Filter: "labels", Message: fmt.Sprintf("node %s lacks label %s=%s", n.name, k, v)}
+		}
+	}
+	return nil
+}
+
+func filterCPU(p *part, n *nodeState) *Shortfall {
+	if p.req.CPUMilli > n.freeCPU {
+		return &Shortfall{Filter: "cpu", Requested: p.req.CPUMilli, Free: n.freeCPU, Capacity: n.view.Node.CPUMilli,
+			Message: fmt.Sprintf("node %s has %s free, needs %s", n.name, milli(n.freeCPU), milli(p.req.CPUMilli))}
+	}
+	return nil
+}
+
+func filterMemory(p *part, n *nodeState) *Shortfall {
+	if p.req.MemoryMiB > n.freeMem {
+		return &Shortfall{Filter: "memory", Requested: p.req.MemoryMiB, Free: n.freeMem, Capacity: n.view.Node.MemoryMiB,
+			Message: fmt.Sprintf("node %s has %d MiB memory free, needs %d MiB", n.name, n.freeMem, p.req.MemoryMiB)}
+	}
+	return nil
+}
+
+func filterGPUs(p *part, n *nodeState) *Shortfall {
+	if p.req.GPUs == 0 {
+		return nil
+	}
+	free := n.freeDevices(p.req)
+	if free >= p.req.GPUs {
+		return nil
+	}
+	return &Shortfall{Filter: "gpus", Requested: int64(p.req.GPUs), Free: int64(free), Capacity: int64(n.capacityDevices(p.req)),
+		Message: fmt.Sprintf("node %s has %d free, needs %d", n.name, free, p.req.GPUs)}
+}
+
+func filterPorts(p *part, n *nodeState) *Shortfall {
+	if p.ports > 0 && n.freePorts(p.ports) == nil {
+		return &Shortfall{Filter: "ports", Requested: int64(p.ports),
+			Message: fmt.Sprintf("node %s has no %d free ports in %d-%d", n.name, p.ports, n.view.Node.Ports.First, n.view.Node.Ports.Last)}
+	}
+	return nil
+}
+
+// deviceMatches says whether device d can serve request r: healthy, of a
+// matching model and memory, and a whole GPU or a MIG device of the asked
+// profile.
+func deviceMatches(d *device, r *state.Resources) bool {
+	if !d.healthy {
+		return false
+	}
+	if d.mig != r.MIGProfile {
+		return false
+	}
+	if r.GPUMemoryMiB > 0 && d.memoryMiB < r.GPUMemoryMiB {
+		return false
+	}
+	if r.GPUModel != "" {
+		if ok, err := path.Match(r.GPUModel, d.model); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateModelPattern checks a GPU model pattern. A request with a bad
+// pattern would match nothing forever; the API refuses it up front.
+func ValidateModelPattern(p string) error {
+	if _, err := path.Match(p, ""); err != nil {
+		return fmt.Errorf("parse GPU model pattern %q: want a shell pattern such as \"*A100*\": %w", p, err)
+	}
+	return nil
+}
+
+func milli(m int64) string {
+	if m%1000 == 0 {
+		return fmt.Sprintf("%d cores", m/1000)
+	}
+	return fmt.Sprintf("%.1f cores", float64(m)/1000)
+}

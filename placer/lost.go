@@ -1,0 +1,235 @@
+package placer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// handleLost finds ledgers whose node has no live inventory key (its
+// agent's lease expired) and clears each of them, returning the revision of
+// its last write (0 if it wrote nothing). Every placer may try: the
+// transaction requires the node key to be absent and the ledger unchanged,
+// so exactly one succeeds.
+func (p *Placer) handleLost(ctx context.Context, snap *Snapshot) int64 {
+	live := make(map[string]bool, len(snap.Nodes))
+	for _, v := range snap.Nodes {
+		live[v.Node.Name] = true
+	}
+	k := p.cfg.Keys
+	var last int64
+	for _, it := range p.ledgers.List() {
+		name, ok := k.NodeName(it.Key)
+		if !ok || live[name] {
+			continue
+		}
+		rev, err := p.clearLostNode(ctx, name)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("clear lost node", "node", name, "err", err)
+			}
+			continue
+		}
+		last = max(last, rev)
+	}
+	return last
+}
+
+// clearLostNode re-queues or ends the sessions on a lost node, in as few
+// transactions as the op limit allows, and returns the revision of its last
+// write, 0 if another placer did it first.
+func (p *Placer) clearLostNode(ctx context.Context, node string) (int64, error) {
+	k := p.cfg.Keys
+	var last int64
+	for attempt := 0; attempt < 8; attempt++ {
+		// Read fresh: the cache may lag, and the txn compares what we read.
+		resp, err := p.cli.Get(ctx, k.Ledger(node))
+		if err != nil {
+			return last, fmt.Errorf("read ledger of %s: %w", node, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return last, nil
+		}
+		ledger, err := state.Decode[state.Ledger](resp.Kvs[0].Value)
+		if err != nil {
+			return last, err
+		}
+		ledgerRev := resp.Kvs[0].ModRevision
+		ids := make([]string, 0, len(ledger.Allocations))
+		for id := range ledger.Allocations {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		rev, n, err := p.evict(ctx, node, ledger, ledgerRev, ids)
+		if err != nil {
+			return last, err
+		}
+		if rev == 0 {
+			p.conflicts.Add(1)
+			continue
+		}
+		last = rev
+		if n == len(ids) {
+			return last, nil
+		}
+	}
+	return last, fmt.Errorf("clear lost node %s: %w", node, state.ErrConflict)
+}
+
+// evict handles as many of ids as fit in one transaction. It returns the
+// transaction's revision (0 if it did not commit) and how many sessions it
+// handled.
+func (p *Placer) evict(ctx context.Context, node string, ledger state.Ledger, ledgerRev int64, ids []string) (int64, int, error) {
+	k := p.cfg.Keys
+	now := p.cfg.Now().UTC()
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(k.Node(node)), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(k.Ledger(node)), "=", ledgerRev),
+	}
+	var ops []clientv3.Op
+	others := map[string]*state.LedgerWrite{} // other nodes of gang sessions
+	others[node] = &state.LedgerWrite{Node: node, ReadRevision: ledgerRev, Ledger: ledger}
+	handled := 0
+	for _, id := range ids {
+		// Room for this session's ops (binding deletes, status, queue
+		// entry, other ledgers) and the ledger writes at the end.
+		if gang := p.otherNodes(node, id); handled > 0 && len(ops)+len(cmps)/2+4+3*gang+len(others) > p.cfg.MaxTxnOps {
+			break
+		}
+		sessOps, sessCmps, err := p.lostSessionOps(ctx, node, id, others, now)
+		if err != nil {
+			return 0, 0, err
+		}
+		ops = append(ops, sessOps...)
+		cmps = append(cmps, sessCmps...)
+		delete(others[node].Ledger.Allocations, id)
+		handled++
+	}
+	for name, lw := range others {
+		key := k.Ledger(name)
+		if name != node {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision))
+		}
+		if len(lw.Ledger.Allocations) == 0 {
+			ops = append(ops, clientv3.OpDelete(key))
+			continue
+		}
+		v, err := state.Encode(lw.Ledger)
+		if err != nil {
+			return 0, 0, err
+		}
+		ops = append(ops, clientv3.OpPut(key, v))
+	}
+	resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return 0, 0, fmt.Errorf("commit lost-node txn for %s: %w", node, err)
+	}
+	if !resp.Succeeded {
+		return 0, 0, nil
+	}
+	p.lost.Add(int64(handled))
+	p.log.Info("node lost: sessions handled", "node", node, "sessions", handled)
+	return resp.Header.Revision, handled, nil
+}
+
+// otherNodes counts the nodes other than node whose ledgers hold id.
+func (p *Placer) otherNodes(node, id string) int {
+	n := 0
+	for _, it := range p.ledgers.List() {
+		if name, ok := p.cfg.Keys.NodeName(it.Key); ok && name != node {
+			if _, held := it.Value.Allocations[id]; held {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// lostSessionOps returns the operations that end or re-queue session id,
+// whose part on node was lost: its bindings everywhere go, its other
+// nodes' allocations are released (recorded in others), and its status says
+// what happened. Whether it is re-queued follows its restart policy.
+func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map[string]*state.LedgerWrite, now time.Time) ([]clientv3.Op, []clientv3.Cmp, error) {
+	k := p.cfg.Keys
+	ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id))}
+	var cmps []clientv3.Cmp
+	// The other parts of a Ray session go too: all or nothing.
+	for _, it := range p.ledgers.List() {
+		name, ok := k.NodeName(it.Key)
+		if !ok || name == node {
+			continue
+		}
+		if _, held := it.Value.Allocations[id]; !held {
+			continue
+		}
+		lw, ok := others[name]
+		if !ok {
+			l, rev, err := state.Get[state.Ledger](ctx, p.cli, k.Ledger(name))
+			if err != nil && !errors.Is(err, state.ErrNotFound) {
+				return nil, nil, err
+			}
+			if l.Allocations == nil {
+				l = state.Ledger{Node: name, Allocations: map[string]state.Allocation{}}
+			}
+			lw = &state.LedgerWrite{Node: name, ReadRevision: rev, Ledger: l}
+			others[name] = lw
+		}
+		delete(lw.Ledger.Allocations, id)
+		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)))
+	}
+	spec, _, err := state.Get[state.Session](ctx, p.cli, k.Session(id))
+	if errors.Is(err, state.ErrNotFound) {
+		return ops, cmps, nil // nothing to tell: just free the GPUs
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	old, _, err := state.Get[state.Status](ctx, p.cli, k.Status(id))
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		return nil, nil, err
+	}
+	st := state.Status{Session: id, Reason: "NodeLost", Attempt: old.Attempt, Created: spec.Created, Updated: now}
+	lostMsg := fmt.Sprintf("node %s stopped answering (its agent's lease expired)", node)
+	switch {
+	case spec.Desired == state.DesiredStopped:
+		st.Phase = state.PhaseStopped
+		st.Message = lostMsg + "; the session was already stopping"
+		st.Finished = &now
+	case spec.Restart.Policy == state.RestartOnFailure && old.Attempt < spec.Restart.MaxRestarts:
+		e := state.NewQueueEntry(spec, now)
+		e.Attempt = old.Attempt + 1
+		v, err := state.Encode(e)
+		if err != nil {
+			return nil, nil, err
+		}
+		ops = append(ops, clientv3.OpPut(k.Pending(id), v))
+		// The pending key must not exist: a session is queued once.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k.Pending(id)), "=", 0))
+		st.Phase = state.PhasePending
+		st.Attempt = e.Attempt
+		st.Message = fmt.Sprintf("%s; re-queued, attempt %d of %d", lostMsg, e.Attempt, spec.Restart.MaxRestarts)
+	default:
+		st.Phase = state.PhaseLost
+		st.Message = lostMsg + "; not re-queued (restart policy " + policyName(spec.Restart.Policy) + ")"
+		st.Finished = &now
+	}
+	v, err := state.Encode(st)
+	if err != nil {
+		return nil, nil, err
+	}
+	ops = append(ops, clientv3.OpPut(k.Status(id), v))
+	return ops, cmps, nil
+}
+
+func policyName(p string) string {
+	if p == "" {
+		return state.RestartNever
+	}
+	return p
+}

@@ -1,0 +1,697 @@
+package placer
+
+import (
+	"container/heap"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// PlanOptions tune a planning pass.
+type PlanOptions struct {
+	// Strategy is Binpack (the default) or Spread.
+	Strategy Strategy
+	// ReserveAfter is how long a request may wait before it is ordered
+	// first within its priority and holds the nodes closest to fitting it,
+	// so a stream of small requests cannot starve a large one. Zero
+	// disables reservations.
+	ReserveAfter time.Duration
+	// Candidates bounds how many feasible nodes are scored for one part;
+	// zero means 16. Like the Kubernetes scheduler's percentageOfNodesToScore
+	// it trades a perfect choice for a pass that stays fast at 1,000 nodes.
+	Candidates int
+}
+
+// PartPlan is one node's share of a planned session.
+type PartPlan struct {
+	Node      string
+	Role      state.Role
+	Worker    int
+	Devices   []string
+	CPUMilli  int64
+	MemoryMiB int64
+	Ports     []int
+	Scores    map[string]float64
+}
+
+// Decision binds one session: every part on its own node.
+type Decision struct {
+	Pending  Pending
+	Parts    []PartPlan
+	Position int // 1-based place in the queue order of this pass
+}
+
+// Waiting is a session left pending by the pass, with why.
+type Waiting struct {
+	Pending Pending
+	// Position is the 1-based place among the sessions still waiting.
+	Position int
+	// Reason is "Capacity", "Quota", "Unsatisfiable" or "Cordoned".
+	Reason string
+	// Message says why in plain words; the caller adds the queue position.
+	Message string
+}
+
+// Plan is the outcome of one pass over a snapshot.
+type Plan struct {
+	Bound   []Decision
+	Waiting []Waiting
+	// Reserved maps nodes held for long-waiting requests to the session
+	// holding them.
+	Reserved map[string]string
+}
+
+// planner is the state of one pass.
+type planner struct {
+	opt     PlanOptions
+	snap    *Snapshot
+	nodes   []*nodeState
+	byName  map[string]*nodeState
+	buckets [][]*nodeState // by free whole GPUs
+	scorers []scorer
+	// failed memoises the shortfall message of part shapes that found no
+	// node in this pass: capacity only shrinks within a pass, so the same
+	// shape fails again.
+	failed map[string]failure
+	usage  usage
+}
+
+type failure struct{ reason, message string }
+
+// NewPlan plans the whole queue of s: the same snapshot and options always
+// give the same plan, so concurrent placers agree on it.
+func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
+	if opt.Candidates <= 0 {
+		opt.Candidates = 16
+	}
+	if opt.Strategy == "" {
+		opt.Strategy = Binpack
+	}
+	p := &planner{opt: opt, snap: s, byName: map[string]*nodeState{}, failed: map[string]failure{}, scorers: scorers(opt.Strategy)}
+	maxFree := 0
+	for i := range s.Nodes {
+		n := newNodeState(&s.Nodes[i])
+		p.nodes = append(p.nodes, n)
+		p.byName[n.name] = n
+		if n.freeGPUs > maxFree {
+			maxFree = n.freeGPUs
+		}
+	}
+	sort.Slice(p.nodes, func(i, j int) bool { return p.nodes[i].name < p.nodes[j].name })
+	p.buckets = make([][]*nodeState, maxFree+1)
+	for _, n := range p.nodes {
+		p.index(n)
+	}
+	p.usage = newUsage(p.nodes)
+
+	plan := &Plan{Reserved: map[string]string{}}
+	order := p.order()
+	position := 0
+	for it := order.next(); it != nil; it = order.next() {
+		position++
+		if d, ok := p.place(it, position, plan); ok {
+			plan.Bound = append(plan.Bound, d)
+			order.placed(it.Entry.Owner)
+		}
+	}
+	// Positions among the still waiting, in processing order.
+	for i := range plan.Waiting {
+		plan.Waiting[i].Position = i + 1
+	}
+	return plan
+}
+
+// index puts n in the bucket of its free whole GPUs.
+func (p *planner) index(n *nodeState) {
+	b := n.freeGPUs
+	n.bucket = b
+	n.pos = len(p.buckets[b])
+	p.buckets[b] = append(p.buckets[b], n)
+}
+
+// reindex moves n after its free GPU count changed.
+func (p *planner) reindex(n *nodeState) {
+	if n.freeGPUs == n.bucket {
+		return
+	}
+	bk := p.buckets[n.bucket]
+	last := bk[len(bk)-1]
+	bk[n.pos] = last
+	last.pos = n.pos
+	p.buckets[n.bucket] = bk[:len(bk)-1]
+	p.index(n)
+}
+
+// place tries to bind it; on failure it records a Waiting entry.
+func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) {
+	e := &it.Entry
+	reqs := e.Parts()
+	if reason, msg, ok := p.usage.quotaAllows(e, reqs, p.snap); !ok {
+		plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: reason, Message: msg})
+		return Decision{}, false
+	}
+	d := Decision{Pending: *it, Position: position}
+	var chosen []*nodeState
+	exclude := map[string]bool{}
+	for i := range reqs {
+		role := state.RoleSingle
+		if e.Workers > 0 {
+			role = state.RoleHead
+			if i > 0 {
+				role = state.RoleWorker
+			}
+		}
+		pt := &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session}
+		n, devs, scores, fail := p.best(pt, exclude)
+		if n == nil {
+			for _, c := range chosen {
+				c.unreserve(e.Session)
+				p.reindex(c)
+			}
+			if p.aged(e) {
+				p.holdFor(e, reqs, plan)
+			}
+			plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: fail.reason, Message: fail.message})
+			return Decision{}, false
+		}
+		alloc := state.Allocation{
+			Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
+			Role: role, CPUMilli: pt.req.CPUMilli, MemoryMiB: pt.req.MemoryMiB, Ports: n.freePorts(pt.ports),
+		}
+		for _, di := range devs {
+			alloc.GPUs = append(alloc.GPUs, n.devices[di].uuid)
+		}
+		n.reserve(e.Session, alloc, devs)
+		p.reindex(n)
+		chosen = append(chosen, n)
+		exclude[n.name] = true
+		worker := 0
+		if role == state.RoleWorker {
+			worker = i
+		}
+		d.Parts = append(d.Parts, PartPlan{Node: n.name, Role: role, Worker: worker, Devices: alloc.GPUs,
+			CPUMilli: alloc.CPUMilli, MemoryMiB: alloc.MemoryMiB, Ports: alloc.Ports, Scores: scores})
+	}
+	for _, c := range chosen {
+		if c.reservedFor == e.Session {
+			c.reservedFor = ""
+			delete(plan.Reserved, c.name)
+		}
+	}
+	p.usage.add(e, reqs)
+	return d, true
+}
+
+// aged reports whether e has waited long enough to reserve capacity.
+func (p *planner) aged(e *state.QueueEntry) bool {
+	return p.opt.ReserveAfter > 0 && p.snap.Now.Sub(e.Created) >= p.opt.ReserveAfter
+}
+
+// best returns the highest scoring feasible node for pt, with the devices
+// to use, or the reason none fits.
+func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, map[string]float64, failure) {
+	shape := shapeKey(pt)
+	if f, ok := p.failed[shape]; ok && len(exclude) == 0 {
+		return nil, nil, nil, f
+	}
+	var (
+		bestN      *nodeState
+		bestDevs   []int
+		bestScores map[string]float64
+		bestTotal  float64
+		bestTie    uint64
+		found      int
+	)
+	consider := func(n *nodeState) bool {
+		if exclude[n.name] || feasible(pt, n) != nil {
+			return false
+		}
+		devs := chooseDevices(n, pt.req)
+		scores := make(map[string]float64, len(p.scorers))
+		total := 0.0
+		for _, s := range p.scorers {
+			v := s.score(pt, n, devs)
+			scores[s.name] = v
+			w := weightStrategy
+			if s.name == "locality" {
+				w = weightLocality
+			}
+			total += w * v
+		}
+		tie := tieBreak(pt.id, n.name)
+		if bestN == nil || total > bestTotal || (total == bestTotal && tie < bestTie) {
+			bestN, bestDevs, bestScores, bestTotal, bestTie = n, devs, scores, total, tie
+		}
+		found++
+		return found >= p.opt.Candidates
+	}
+	if pt.req.MIGProfile != "" || len(p.buckets) == 0 {
+		for _, n := range p.nodes {
+			if consider(n) {
+				break
+			}
+		}
+	} else {
+		for _, b := range p.bucketOrder(pt.req.GPUs) {
+			bk := p.buckets[b]
+			if len(bk) == 0 {
+				continue
+			}
+			start := int(tieBreak(pt.id, "") % uint64(len(bk)))
+			for i := 0; i < len(bk); i++ {
+				if consider(bk[(start+i)%len(bk)]) {
+					break
+				}
+			}
+			if found > 0 {
+				break
+			}
+		}
+	}
+	if bestN != nil {
+		return bestN, bestDevs, bestScores, failure{}
+	}
+	f := p.explain(pt, exclude)
+	if len(exclude) == 0 {
+		p.failed[shape] = f
+	}
+	return nil, nil, nil, f
+}
+
+// bucketOrder lists the free-GPU buckets to search for a request of g GPUs:
+// fullest first for binpack, emptiest first for spread.
+func (p *planner) bucketOrder(g int) []int {
+	var out []int
+	for b := g; b < len(p.buckets); b++ {
+		out = append(out, b)
+	}
+	if p.opt.Strategy == Spread {
+		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+	}
+	return out
+}
+
+// explain turns every node's shortfall for pt into one plain reason.
+func (p *planner) explain(pt *part, exclude map[string]bool) failure {
+	want := describe(pt.req)
+	if len(p.nodes) == 0 {
+		return failure{"Capacity", fmt.Sprintf("waiting for %s: no nodes are registered", want)}
+	}
+	var (
+		cordoned, capable int
+		bestFree          = -1
+		bestMsg           string
+	)
+	for _, n := range p.nodes {
+		if exclude[n.name] {
+			continue
+		}
+		if filterLabels(pt, n) != nil {
+			continue
+		}
+		if pt.req.GPUs > 0 && n.capacityDevices(pt.req) < pt.req.GPUs {
+			continue
+		}
+		if pt.req.CPUMilli > n.view.Node.CPUMilli || pt.req.MemoryMiB > n.view.Node.MemoryMiB {
+			continue
+		}
+		capable++
+		if n.view.Cordon != nil {
+			cordoned++
+			continue
+		}
+		free := n.freeDevices(pt.req)
+		if free > bestFree {
+			bestFree = free
+			if s := feasible(pt, n); s != nil && s.Filter != "gpus" {
+				bestMsg = s.Message
+			} else {
+				bestMsg = ""
+			}
+		}
+	}
+	switch {
+	case capable == 0:
+		return failure{"Unsatisfiable", fmt.Sprintf("no node can ever hold %s: %s", want, p.largest(pt.req))}
+	case cordoned == capable:
+		return failure{"Cordoned", fmt.Sprintf("waiting for %s: every node that could hold it is cordoned", want)}
+	case pt.req.GPUs == 0 || bestMsg != "":
+		if bestMsg == "" {
+			bestMsg = "no node has the CPU and memory free"
+		}
+		return failure{"Capacity", fmt.Sprintf("waiting for %s: %s", want, bestMsg)}
+	}
+	return failure{"Capacity", fmt.Sprintf("waiting for %s: the best node has %d free", want, bestFree)}
+}
+
+// largest describes the biggest node for an Unsatisfiable message.
+func (p *planner) largest(r *state.Resources) string {
+	maxDev, maxCPU, maxMem := 0, int64(0), int64(0)
+	for _, n := range p.nodes {
+		if c := n.capacityDevices(r); c > maxDev {
+			maxDev = c
+		}
+		maxCPU = max(maxCPU, n.view.Node.CPUMilli)
+		maxMem = max(maxMem, n.view.Node.MemoryMiB)
+	}
+	return fmt.Sprintf("the largest node has %d matching GPUs, %s CPU and %d MiB memory", maxDev, milli(maxCPU), maxMem)
+}
+
+// holdFor reserves, for an aged request that does not fit, the nodes
+// closest to fitting each part, so that later requests in the order cannot
+// take their free capacity.
+func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Plan) {
+	used := map[string]bool{}
+	for i := range reqs {
+		pt := &part{req: &reqs[i], id: e.Session}
+		var best *nodeState
+		bestFree := -1
+		for _, n := range p.nodes {
+			if used[n.name] || n.reservedFor != "" || n.view.Cordon != nil || filterLabels(pt, n) != nil {
+				continue
+			}
+			if pt.req.GPUs > 0 && n.capacityDevices(pt.req) < pt.req.GPUs {
+				continue
+			}
+			if f := n.freeDevices(pt.req); f > bestFree {
+				best, bestFree = n, f
+			}
+		}
+		if best == nil {
+			continue
+		}
+		best.reservedFor = e.Session
+		used[best.name] = true
+		plan.Reserved[best.name] = e.Session
+	}
+}
+
+// describe writes a request the way a person would ask for it: "8×A100-80GB".
+func describe(r *state.Resources) string {
+	if r.GPUs == 0 {
+		return fmt.Sprintf("%s CPU and %d MiB memory", milli(r.CPUMilli), r.MemoryMiB)
+	}
+	model := "GPU"
+	if r.GPUModel != "" {
+		model = strings.Trim(r.GPUModel, "*")
+	}
+	if r.MIGProfile != "" {
+		model += " MIG " + r.MIGProfile
+	}
+	s := fmt.Sprintf("%d×%s", r.GPUs, model)
+	if r.GPUMemoryMiB > 0 {
+		s += fmt.Sprintf(" with ≥%d MiB", r.GPUMemoryMiB)
+	}
+	return s
+}
+
+// shapeKey identifies requests that are interchangeable for placement.
+func shapeKey(pt *part) string {
+	r := pt.req
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(r.GPUs))
+	b.WriteByte('|')
+	b.WriteString(r.GPUModel)
+	b.WriteByte('|')
+	b.WriteString(strconv.FormatInt(r.GPUMemoryMiB, 10))
+	b.WriteByte('|')
+	b.WriteString(r.MIGProfile)
+	b.WriteByte('|')
+	b.WriteString(strconv.FormatInt(r.CPUMilli, 10))
+	b.WriteByte('|')
+	b.WriteString(strconv.FormatInt(r.MemoryMiB, 10))
+	b.WriteByte('|')
+	b.WriteString(strconv.Itoa(pt.ports))
+	keys := make([]string, 0, len(r.NodeSelector))
+	for k := range r.NodeSelector {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString("|" + k + "=" + r.NodeSelector[k])
+	}
+	return b.String()
+}
+
+// ---- queue order ----
+
+// queueOrder yields pending sessions in placement order: priority first;
+// within a priority, requests older than ReserveAfter by age; the rest by
+// dominant resource share of their owner (DRF), recomputed as the pass
+// places sessions, then by age.
+type queueOrder struct {
+	levels []*level
+	cur    int
+}
+
+type level struct {
+	aged   []*Pending
+	owners ownerHeap
+	byName map[string]*ownerQueue
+	usage  *usage
+}
+
+type ownerQueue struct {
+	owner string
+	items []*Pending
+	share float64
+	index int
+}
+
+func (p *planner) order() *queueOrder {
+	byPrio := map[int]*level{}
+	var prios []int
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		lv, ok := byPrio[it.Entry.Priority]
+		if !ok {
+			lv = &level{byName: map[string]*ownerQueue{}, usage: &p.usage}
+			byPrio[it.Entry.Priority] = lv
+			prios = append(prios, it.Entry.Priority)
+		}
+		if p.aged(&it.Entry) {
+			lv.aged = append(lv.aged, it)
+			continue
+		}
+		oq, ok := lv.byName[it.Entry.Owner]
+		if !ok {
+			oq = &ownerQueue{owner: it.Entry.Owner}
+			lv.byName[it.Entry.Owner] = oq
+		}
+		oq.items = append(oq.items, it)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(prios)))
+	q := &queueOrder{}
+	for _, pr := range prios {
+		lv := byPrio[pr]
+		sort.SliceStable(lv.aged, func(i, j int) bool { return olderFirst(lv.aged[i], lv.aged[j]) })
+		for _, oq := range lv.byName {
+			sort.SliceStable(oq.items, func(i, j int) bool { return olderFirst(oq.items[i], oq.items[j]) })
+			oq.share = p.usage.share(oq.owner)
+			oq.index = len(lv.owners)
+			lv.owners = append(lv.owners, oq)
+		}
+		heap.Init(&lv.owners)
+		q.levels = append(q.levels, lv)
+	}
+	return q
+}
+
+func olderFirst(a, b *Pending) bool {
+	if !a.Entry.Created.Equal(b.Entry.Created) {
+		return a.Entry.Created.Before(b.Entry.Created)
+	}
+	return a.Entry.Session < b.Entry.Session
+}
+
+// next returns the next session to try, or nil when the queue is done.
+func (q *queueOrder) next() *Pending {
+	for q.cur < len(q.levels) {
+		lv := q.levels[q.cur]
+		if len(lv.aged) > 0 {
+			it := lv.aged[0]
+			lv.aged = lv.aged[1:]
+			return it
+		}
+		if len(lv.owners) > 0 {
+			oq := lv.owners[0]
+			it := oq.items[0]
+			oq.items = oq.items[1:]
+			if len(oq.items) == 0 {
+				heap.Pop(&lv.owners)
+			} else {
+				heap.Fix(&lv.owners, 0) // its oldest request changed
+			}
+			return it
+		}
+		q.cur++
+	}
+	return nil
+}
+
+// placed tells the order that owner's share grew.
+func (q *queueOrder) placed(owner string) {
+	if q.cur >= len(q.levels) {
+		return
+	}
+	lv := q.levels[q.cur]
+	if oq, ok := lv.byName[owner]; ok && oq.index >= 0 {
+		oq.share = lv.usage.share(owner)
+		heap.Fix(&lv.owners, oq.index)
+	}
+}
+
+// ownerHeap orders owners by dominant share, then by their oldest request.
+type ownerHeap []*ownerQueue
+
+func (h ownerHeap) Len() int { return len(h) }
+func (h ownerHeap) Less(i, j int) bool {
+	if h[i].share != h[j].share {
+		return h[i].share < h[j].share
+	}
+	if !h[i].items[0].Entry.Created.Equal(h[j].items[0].Entry.Created) {
+		return h[i].items[0].Entry.Created.Before(h[j].items[0].Entry.Created)
+	}
+	return h[i].owner < h[j].owner
+}
+func (h ownerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *ownerHeap) Push(x any) {
+	oq := x.(*ownerQueue)
+	oq.index = len(*h)
+	*h = append(*h, oq)
+}
+func (h *ownerHeap) Pop() any {
+	old := *h
+	oq := old[len(old)-1]
+	oq.index = -1
+	*h = old[:len(old)-1]
+	return oq
+}
+
+// ---- usage: fair share and quotas ----
+
+type amounts struct{ gpus, cpu, mem int64 }
+
+func (a *amounts) addReq(r *state.Resources) {
+	a.gpus += int64(r.GPUs)
+	a.cpu += r.CPUMilli
+	a.mem += r.MemoryMiB
+}
+
+// usage is what each owner and group holds: ledgers plus this pass's plan.
+type usage struct {
+	total  amounts
+	users  map[string]*amounts
+	groups map[string]*amounts
+}
+
+func newUsage(nodes []*nodeState) usage {
+	u := usage{users: map[string]*amounts{}, groups: map[string]*amounts{}}
+	for _, n := range nodes {
+		u.total.gpus += int64(n.totalGPU)
+		u.total.cpu += n.view.Node.CPUMilli
+		u.total.mem += n.view.Node.MemoryMiB
+		for _, a := range n.view.Ledger.Allocations {
+			add := amounts{int64(len(a.GPUs)), a.CPUMilli, a.MemoryMiB}
+			u.get(u.users, a.Owner).plus(add)
+			for _, g := range a.Groups {
+				u.get(u.groups, g).plus(add)
+			}
+		}
+	}
+	return u
+}
+
+func (a *amounts) plus(b amounts) { a.gpus += b.gpus; a.cpu += b.cpu; a.mem += b.mem }
+
+func (u *usage) get(m map[string]*amounts, k string) *amounts {
+	a, ok := m[k]
+	if !ok {
+		a = &amounts{}
+		m[k] = a
+	}
+	return a
+}
+
+func (u *usage) add(e *state.QueueEntry, reqs []state.Resources) {
+	var sum amounts
+	for i := range reqs {
+		sum.addReq(&reqs[i])
+	}
+	u.get(u.users, e.Owner).plus(sum)
+	for _, g := range e.Groups {
+		u.get(u.groups, g).plus(sum)
+	}
+}
+
+// share is owner's dominant resource share of the cluster.
+func (u *usage) share(owner string) float64 {
+	a, ok := u.users[owner]
+	if !ok {
+		return 0
+	}
+	s := 0.0
+	if u.total.gpus > 0 {
+		s = max(s, float64(a.gpus)/float64(u.total.gpus))
+	}
+	if u.total.cpu > 0 {
+		s = max(s, float64(a.cpu)/float64(u.total.cpu))
+	}
+	if u.total.mem > 0 {
+		s = max(s, float64(a.mem)/float64(u.total.mem))
+	}
+	return s
+}
+
+// quotaAllows checks e against its owner's and groups' quotas.
+func (u *usage) quotaAllows(e *state.QueueEntry, reqs []state.Resources, s *Snapshot) (string, string, bool) {
+	var need amounts
+	for i := range reqs {
+		need.addReq(&reqs[i])
+	}
+	check := func(kind, name string, q state.Quota, held *amounts) (string, bool) {
+		var h amounts
+		if held != nil {
+			h = *held
+		}
+		for _, c := range []struct {
+			what        string
+			limit       *int64
+			held, needs int64
+			unit        string
+		}{
+			{"GPUs", q.GPUs, h.gpus, need.gpus, ""},
+			{"CPU", q.CPUMilli, h.cpu, need.cpu, " milli-cores"},
+			{"memory", q.MemoryMiB, h.mem, need.mem, " MiB"},
+		} {
+			if c.limit != nil && c.needs > 0 && c.held+c.needs > *c.limit {
+				return fmt.Sprintf("over the %s quota of %s %s: %d%s %s held of %d allowed; this needs %d more",
+					c.what, kind, name, c.held, c.unit, c.what, *c.limit, c.needs), false
+			}
+		}
+		return "", true
+	}
+	if q, ok := s.UserQuotas[e.Owner]; ok {
+		if msg, ok := check("user", e.Owner, q, u.users[e.Owner]); !ok {
+			return "Quota", msg, false
+		}
+	}
+	for _, g := range e.Groups {
+		if q, ok := s.GroupQuotas[g]; ok {
+			if msg, ok := check("group", g, q, u.groups[g]); !ok {
+				return "Quota", msg, false
+			}
+		}
+	}
+	return "", "", true
+}

@@ -1,0 +1,147 @@
+package placer
+
+import (
+	"hash/fnv"
+	"sort"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// Strategy is how the placer spreads load across nodes.
+type Strategy string
+
+// Strategies.
+const (
+	// Binpack fills the fullest node that fits first, keeping whole
+	// machines free for 8-GPU requests. The default.
+	Binpack Strategy = "binpack"
+	// Spread places on the emptiest node that fits, for even load.
+	Spread Strategy = "spread"
+)
+
+// Score weights. The strategy score decides; locality breaks near-ties in
+// favour of GPUs that talk over NVLink or share a NUMA node.
+const (
+	weightStrategy = 1.0
+	weightLocality = 0.5
+)
+
+// scorer is one named score in [0, 1] for placing part p on node n with
+// devices devs.
+type scorer struct {
+	name  string
+	score func(p *part, n *nodeState, devs []int) float64
+}
+
+func scorers(s Strategy) []scorer {
+	first := scorer{"binpack", scoreBinpack}
+	if s == Spread {
+		first = scorer{"spread", func(p *part, n *nodeState, devs []int) float64 { return 1 - scoreBinpack(p, n, devs) }}
+	}
+	return []scorer{first, {"locality", scoreLocality}}
+}
+
+// scoreBinpack is how full the node is after the placement: GPUs for GPU
+// requests, CPU for CPU-only ones.
+func scoreBinpack(p *part, n *nodeState, _ []int) float64 {
+	if p.req.GPUs > 0 && n.totalGPU > 0 {
+		return float64(n.usedGPU+p.req.GPUs) / float64(n.totalGPU)
+	}
+	if n.view.Node.CPUMilli == 0 {
+		return 0
+	}
+	used := n.view.Node.CPUMilli - n.freeCPU + p.req.CPUMilli
+	return float64(used) / float64(n.view.Node.CPUMilli)
+}
+
+// scoreLocality is 1 when every chosen GPU reaches every other over NVLink,
+// 0.5 when they share a NUMA node, 0 otherwise (and 1 for fewer than two).
+func scoreLocality(_ *part, n *nodeState, devs []int) float64 {
+	if len(devs) < 2 {
+		return 1
+	}
+	nvlink, numa := true, true
+	for i, a := range devs {
+		for _, b := range devs[i+1:] {
+			da, db := &n.devices[a], &n.devices[b]
+			if da.numa != db.numa {
+				numa = false
+			}
+			if da.parent != db.parent && !n.peers[da.parent][db.parent] {
+				nvlink = false
+			}
+		}
+	}
+	switch {
+	case nvlink:
+		return 1
+	case numa:
+		return 0.5
+	}
+	return 0
+}
+
+// chooseDevices picks count free devices matching r, preferring a set that
+// stays within one NUMA node (the fullest such node, to keep others whole)
+// and, inside it, GPUs joined by NVLink to the first pick.
+func chooseDevices(n *nodeState, r *state.Resources) []int {
+	if r.GPUs == 0 {
+		return nil
+	}
+	byNUMA := map[int][]int{}
+	var numas []int
+	for i := range n.devices {
+		if n.taken[i] || !deviceMatches(&n.devices[i], r) {
+			continue
+		}
+		d := n.devices[i].numa
+		if _, ok := byNUMA[d]; !ok {
+			numas = append(numas, d)
+		}
+		byNUMA[d] = append(byNUMA[d], i)
+	}
+	sort.Ints(numas)
+	best := -1
+	for _, d := range numas {
+		if len(byNUMA[d]) >= r.GPUs && (best < 0 || len(byNUMA[d]) < len(byNUMA[best])) {
+			best = d
+		}
+	}
+	var pool []int
+	if best >= 0 {
+		pool = byNUMA[best]
+	} else {
+		for _, d := range numas {
+			pool = append(pool, byNUMA[d]...)
+		}
+	}
+	if len(pool) < r.GPUs {
+		return nil
+	}
+	// Greedy NVLink clique: start at the first device, prefer its peers.
+	first := pool[0]
+	chosen := []int{first}
+	var rest []int
+	for _, i := range pool[1:] {
+		if n.peers[n.devices[first].parent][n.devices[i].parent] {
+			chosen = append(chosen, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	chosen = append(chosen, rest...)
+	chosen = chosen[:r.GPUs]
+	sort.Ints(chosen)
+	return chosen
+}
+
+// tieBreak orders equally scored nodes per session: deterministic, so every
+// placer computes the same plan, yet different for each session, so equal
+// nodes share the load (Nomad seeds its node shuffle the same way).
+func tieBreak(session, node string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(session))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(node))
+	return h.Sum64()
+}

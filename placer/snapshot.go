@@ -1,0 +1,214 @@
+package placer
+
+import (
+	"sort"
+	"time"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// Pending is one queue entry as read, with the mod revision that the bind
+// transaction compares against.
+type Pending struct {
+	Entry    state.QueueEntry
+	Revision int64
+}
+
+// NodeView is one live node as read: its inventory, its ledger (with the
+// ledger's mod revision, 0 if it has none yet) and its cordon, if any.
+type NodeView struct {
+	Node           state.Node
+	Ledger         state.Ledger
+	LedgerRevision int64
+	Cordon         *state.Cordon
+}
+
+// Snapshot is everything one planning pass reads. Plan treats it as
+// immutable.
+type Snapshot struct {
+	Nodes       []NodeView
+	Pending     []Pending
+	UserQuotas  map[string]state.Quota
+	GroupQuotas map[string]state.Quota
+	// Now is the pass's clock: the age of requests is measured against it.
+	Now time.Time
+}
+
+// device is one allocatable unit of a node: a whole GPU, or a MIG device of
+// a partitioned GPU.
+type device struct {
+	uuid      string
+	model     string
+	memoryMiB int64
+	mig       string // MIG profile, "" for a whole GPU
+	numa      int
+	index     int    // parent GPU index
+	parent    string // parent GPU uuid (itself for whole GPUs)
+	healthy   bool
+}
+
+// nodeState is a node during one pass: what the snapshot says plus what this
+// pass has proposed on it. Reserve changes it; nothing is written to etcd
+// until the engine commits the plan.
+type nodeState struct {
+	view     *NodeView
+	name     string
+	devices  []device
+	taken    []bool // parallel to devices
+	peers    map[string]map[string]bool
+	freeCPU  int64
+	freeMem  int64
+	ports    map[int]bool // used
+	freeGPUs int          // free healthy whole GPUs
+	totalGPU int          // healthy whole GPUs + MIG devices: the node's GPU capacity
+	usedGPU  int          // allocated devices
+	// reservedFor names the session holding this node's free capacity
+	// until it fits (anti-starvation); "" when free for all.
+	reservedFor string
+	bucket      int // freeGPUs when last indexed
+	pos         int // position in its bucket
+	proposed    map[string]state.Allocation
+	proposedIDs []string // in proposal order, for deterministic output
+}
+
+func newNodeState(v *NodeView) *nodeState {
+	n := &nodeState{
+		view:    v,
+		name:    v.Node.Name,
+		peers:   map[string]map[string]bool{},
+		freeCPU: v.Node.CPUMilli,
+		freeMem: v.Node.MemoryMiB,
+		ports:   map[int]bool{},
+	}
+	gpus := append([]state.GPU(nil), v.Node.GPUs...)
+	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
+	for _, g := range gpus {
+		peers := map[string]bool{}
+		for _, p := range g.NVLinkPeers {
+			peers[p] = true
+		}
+		n.peers[g.UUID] = peers
+		if g.MIGEnabled {
+			for _, m := range g.MIGDevices {
+				n.devices = append(n.devices, device{uuid: m.UUID, model: g.Model, memoryMiB: m.MemoryMiB, mig: m.Profile, numa: g.NUMANode, index: g.Index, parent: g.UUID, healthy: g.Healthy})
+			}
+			continue
+		}
+		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, parent: g.UUID, healthy: g.Healthy})
+	}
+	n.taken = make([]bool, len(n.devices))
+	owners := v.Ledger.GPUOwners()
+	for i, d := range n.devices {
+		if d.healthy {
+			n.totalGPU++
+		}
+		if _, held := owners[d.uuid]; held {
+			n.taken[i] = true
+			n.usedGPU++
+		} else if d.healthy && d.mig == "" {
+			n.freeGPUs++
+		}
+	}
+	cpu, mem := v.Ledger.Used()
+	n.freeCPU -= cpu
+	n.freeMem -= mem
+	for _, p := range v.Ledger.UsedPorts() {
+		n.ports[p] = true
+	}
+	return n
+}
+
+// freeDevices counts the free devices that match r.
+func (n *nodeState) freeDevices(r *state.Resources) int {
+	c := 0
+	for i := range n.devices {
+		if !n.taken[i] && deviceMatches(&n.devices[i], r) {
+			c++
+		}
+	}
+	return c
+}
+
+// capacityDevices counts all devices of the node that match r, free or not.
+func (n *nodeState) capacityDevices(r *state.Resources) int {
+	c := 0
+	for i := range n.devices {
+		if deviceMatches(&n.devices[i], r) {
+			c++
+		}
+	}
+	return c
+}
+
+// freePorts returns the lowest count free ports of the node's range, or
+// nil if there are not enough.
+func (n *nodeState) freePorts(count int) []int {
+	if count == 0 {
+		return nil
+	}
+	r := n.view.Node.Ports
+	out := make([]int, 0, count)
+	for p := r.First; p <= r.Last && len(out) < count; p++ {
+		if !n.ports[p] {
+			out = append(out, p)
+		}
+	}
+	if len(out) < count {
+		return nil
+	}
+	return out
+}
+
+// reserve records a proposed allocation on the node. The caller has checked
+// that it fits.
+func (n *nodeState) reserve(id string, a state.Allocation, devs []int) {
+	for _, i := range devs {
+		n.taken[i] = true
+		n.usedGPU++
+		if n.devices[i].mig == "" {
+			n.freeGPUs--
+		}
+	}
+	n.freeCPU -= a.CPUMilli
+	n.freeMem -= a.MemoryMiB
+	for _, p := range a.Ports {
+		n.ports[p] = true
+	}
+	if n.proposed == nil {
+		n.proposed = map[string]state.Allocation{}
+	}
+	n.proposed[id] = a
+	n.proposedIDs = append(n.proposedIDs, id)
+}
+
+// unreserve undoes reserve. Like the Kubernetes framework's Unreserve it is
+// idempotent: undoing an allocation that is not proposed does nothing.
+func (n *nodeState) unreserve(id string) {
+	a, ok := n.proposed[id]
+	if !ok {
+		return
+	}
+	delete(n.proposed, id)
+	for i, pid := range n.proposedIDs {
+		if pid == id {
+			n.proposedIDs = append(n.proposedIDs[:i], n.proposedIDs[i+1:]...)
+			break
+		}
+	}
+	for _, u := range a.GPUs {
+		for i := range n.devices {
+			if n.devices[i].uuid == u && n.taken[i] {
+				n.taken[i] = false
+				n.usedGPU--
+				if n.devices[i].mig == "" {
+					n.freeGPUs++
+				}
+			}
+		}
+	}
+	n.freeCPU += a.CPUMilli
+	n.freeMem += a.MemoryMiB
+	for _, p := range a.Ports {
+		delete(n.ports, p)
+	}
+}

@@ -1,0 +1,115 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// LedgerWrite is the new value of one node's ledger, to be written only if
+// the ledger is still at ReadRevision (0: it must not exist yet).
+type LedgerWrite struct {
+	Node         string
+	ReadRevision int64
+	Ledger       Ledger
+}
+
+// Placement binds one queued session: its queue entry, read at
+// PendingRevision, is consumed; Bindings are written (one per node); Status
+// becomes its new status.
+type Placement struct {
+	Session         string
+	PendingRevision int64
+	Bindings        []Binding
+	Status          Status
+}
+
+// OpsPerPlacement counts the etcd operations one placement adds to a bind
+// transaction (delete pending, put status, put each binding), not counting
+// ledger writes, which are shared by every placement on a node.
+func OpsPerPlacement(p Placement) int { return 2 + len(p.Bindings) }
+
+// BindOps builds the bind transaction for a batch: compares that every
+// pending entry and every touched ledger are unchanged since read, and the
+// operations that consume the entries, write the ledgers, bindings and
+// statuses. Either all of the batch commits or none of it: a gang session's
+// parts are always in one batch.
+func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []clientv3.Op, error) {
+	cmps := make([]clientv3.Cmp, 0, len(ledgers)+len(ps))
+	ops := make([]clientv3.Op, 0, len(ledgers)+3*len(ps))
+	for _, lw := range ledgers {
+		key := k.Ledger(lw.Node)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision))
+		v, err := Encode(lw.Ledger)
+		if err != nil {
+			return nil, nil, fmt.Errorf("build bind txn: %w", err)
+		}
+		ops = append(ops, clientv3.OpPut(key, v))
+	}
+	for _, p := range ps {
+		pk := k.Pending(p.Session)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pk), "=", p.PendingRevision))
+		ops = append(ops, clientv3.OpDelete(pk))
+		st, err := Encode(p.Status)
+		if err != nil {
+			return nil, nil, fmt.Errorf("build bind txn: %w", err)
+		}
+		ops = append(ops, clientv3.OpPut(k.Status(p.Session), st))
+		for _, b := range p.Bindings {
+			v, err := Encode(b)
+			if err != nil {
+				return nil, nil, fmt.Errorf("build bind txn: %w", err)
+			}
+			ops = append(ops, clientv3.OpPut(k.Binding(b.Node, b.Session), v))
+		}
+	}
+	return cmps, ops, nil
+}
+
+// maxReleaseAttempts bounds Release's read-modify-write retries.
+const maxReleaseAttempts = 16
+
+// Release gives back what session id holds on node: in one transaction it
+// removes the allocation from the ledger, deletes the binding and, when st
+// is not nil, writes st as the session's status. It is idempotent: releasing
+// an allocation that is already gone only deletes the binding and writes st.
+// The agent calls it after the containers stopped.
+func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, st *Status) error {
+	lk := k.Ledger(node)
+	for attempt := 0; attempt < maxReleaseAttempts; attempt++ {
+		l, rev, err := Get[Ledger](ctx, kv, lk)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("release %s on %s: %w", id, node, err)
+		}
+		ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id))}
+		if _, held := l.Allocations[id]; held {
+			delete(l.Allocations, id)
+			if len(l.Allocations) == 0 {
+				ops = append(ops, clientv3.OpDelete(lk))
+			} else {
+				v, err := Encode(l)
+				if err != nil {
+					return fmt.Errorf("release %s on %s: %w", id, node, err)
+				}
+				ops = append(ops, clientv3.OpPut(lk, v))
+			}
+		}
+		if st != nil {
+			v, err := Encode(st)
+			if err != nil {
+				return fmt.Errorf("release %s on %s: %w", id, node, err)
+			}
+			ops = append(ops, clientv3.OpPut(k.Status(id), v))
+		}
+		resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("release %s on %s: %w", id, node, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("release %s on %s: %w after %d attempts", id, node, ErrConflict, maxReleaseAttempts)
+}
