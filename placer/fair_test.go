@@ -1,0 +1,182 @@
+package placer
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// agents plays the node agents: each bound session runs for hold, then is
+// released; after limit releases (0: no limit) sessions run forever.
+func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Keys, hold time.Duration, limit int) {
+	cache := watcher.New(cli, k.AllBindings(), watcher.JSON[state.Binding], watcher.Options{Name: "agents", Logger: quietLogger()})
+	work := make(chan state.Binding, 100000)
+	cache.AddHandler(func(ev watcher.Event[state.Binding]) {
+		if ev.Type == watcher.Added {
+			work <- ev.Value
+		}
+	})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = cache.Run(ctx)
+		close(work)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		released := 0
+		for b := range work {
+			if limit > 0 && released >= limit {
+				continue
+			}
+			released++
+			wg.Add(1)
+			go func(b state.Binding) {
+				defer wg.Done()
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(hold): // the session's run time
+				}
+				now := time.Now().UTC()
+				st := &state.Status{Session: b.Session, Phase: state.PhaseSucceeded, Updated: now, Finished: &now}
+				if err := state.Release(ctx, cli, k, b.Node, b.Session, st); err != nil && ctx.Err() == nil {
+					t.Errorf("release %s: %v", b.Session, err)
+				}
+			}(b)
+		}
+	}()
+	t.Cleanup(wg.Wait)
+}
+
+// TestFairShare: one user floods the queue and fills the cluster, a second
+// floods it later; as sessions finish, freed GPUs go to the user with the
+// smaller dominant share, and both end within 10% of each other.
+func TestFairShare(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 10, 8) // 80 GPUs
+	runPlacer(t, c.Server.Endpoint(), Config{})
+	runPlacer(t, c.Server.Endpoint(), Config{})
+
+	ones := func(n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = 1 + i%2
+		}
+		return out
+	}
+	s.submit(ctx, "ada", ones(300), nil)
+	eventually(t, 30*time.Second, "ada to fill the cluster", func() bool {
+		ok, w := s.settled(ctx, PlanOptions{})
+		return ok && gpusOf(w)["ada"] >= 79
+	})
+	s.submit(ctx, "bob", ones(300), nil)
+	// 240 sessions finish (three times the cluster, in 1- and 2-GPU pieces).
+	agents(t, ctx, cli, s.k, 10*time.Millisecond, 240)
+	var shares map[string]int
+	eventually(t, 60*time.Second, "240 sessions to finish and the queue to settle", func() bool {
+		ok, w := s.settled(ctx, PlanOptions{})
+		shares = gpusOf(w)
+		return ok && finished(w) >= 240
+	})
+	a, b := float64(shares["ada"]), float64(shares["bob"])
+	t.Logf("GPUs held at the end: ada %v, bob %v", a, b)
+	if a+b < 78 {
+		t.Errorf("cluster not full at the end: %v + %v of 80", a, b)
+	}
+	if math.Abs(a-b) > 0.1*math.Max(a, b) {
+		t.Errorf("shares ada %v bob %v differ by more than 10%%", a, b)
+	}
+}
+
+func gpusOf(w world) map[string]int {
+	out := map[string]int{}
+	for _, l := range w.ledgers {
+		for _, a := range l.Allocations {
+			out[a.Owner] += len(a.GPUs)
+		}
+	}
+	return out
+}
+
+func finished(w world) int {
+	n := 0
+	for _, st := range w.status {
+		if st.Phase == state.PhaseSucceeded {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLargeRequestNotStarved: a steady stream of 1-GPU sessions keeps both
+// nodes partly busy; an 8-GPU request that has waited past ReserveAfter
+// holds a node, the small ones drain from it, and it binds while the
+// stream goes on.
+func TestLargeRequestNotStarved(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 2, 8)
+	runPlacer(t, c.Server.Endpoint(), Config{Plan: PlanOptions{ReserveAfter: 500 * time.Millisecond}, Tick: 100 * time.Millisecond})
+	agents(t, ctx, cli, s.k, 400*time.Millisecond, 0)
+
+	// The stream: 1-GPU sessions from bob, faster than they finish.
+	streamCtx, stopStream := context.WithCancel(ctx)
+	var submitted sync.WaitGroup
+	submitted.Add(1)
+	var streamed int
+	var mu sync.Mutex
+	go func() {
+		defer submitted.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-streamCtx.Done():
+				return
+			case <-tick.C:
+				s.submit(ctx, "bob", []int{1}, nil)
+				mu.Lock()
+				streamed++
+				mu.Unlock()
+			}
+		}
+	}()
+	eventually(t, 20*time.Second, "the stream to occupy both nodes", func() bool {
+		w := s.read(ctx)
+		return len(w.ledgers) == 2
+	})
+	mu.Lock()
+	before := streamed
+	mu.Unlock()
+	big := s.submit(ctx, "ada", []int{8}, nil)[0]
+	eventually(t, 30*time.Second, "the 8-GPU request to bind", func() bool {
+		return s.read(ctx).status[big].Phase != state.PhasePending
+	})
+	mu.Lock()
+	during := streamed - before
+	mu.Unlock()
+	stopStream()
+	submitted.Wait()
+	if during < 10 {
+		t.Errorf("only %d small sessions arrived while the large one waited; the test did not exercise starvation", during)
+	}
+	t.Logf("8-GPU request bound while %d small sessions streamed in", during)
+}

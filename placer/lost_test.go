@@ -1,0 +1,102 @@
+package placer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// TestNodeLoss kills nodes under bound sessions with two placers running:
+// each lost session is handled exactly once, by its restart policy, and a
+// Ray session loses all its parts together.
+func TestNodeLoss(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx := context.Background()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 4, 8)
+	gang := s.submit(ctx, "ada", []int{8}, func(x *state.Session) {
+		x.Kind = state.KindNotebook
+		x.Ray = &state.Ray{Workers: 1}
+	})[0]
+	retry := s.submit(ctx, "bob", []int{2, 2}, func(x *state.Session) {
+		x.Restart = state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 2}
+	})
+	never := s.submit(ctx, "cy", []int{2, 2}, nil)
+	p1, _, _ := runPlacer(t, c.Server.Endpoint(), Config{})
+	p2, _, _ := runPlacer(t, c.Server.Endpoint(), Config{})
+
+	var w world
+	eventually(t, 20*time.Second, "all sessions bound", func() bool {
+		w = s.read(ctx)
+		return len(w.pending) == 0 && len(w.bindings) == 5
+	})
+	if err := w.check(8); err != nil {
+		t.Fatal(err)
+	}
+	smallNode := w.bindings[retry[0]][0].Node
+	for _, id := range append(retry[1:], never...) {
+		if n := w.bindings[id][0].Node; n != smallNode {
+			t.Fatalf("binpack put the 2-GPU sessions on %s and %s", smallNode, n)
+		}
+	}
+	var head, worker string
+	for _, b := range w.bindings[gang] {
+		if b.Role == state.RoleHead {
+			head = b.Node
+		} else {
+			worker = b.Node
+		}
+	}
+	s.killNode(ctx, smallNode)
+	s.killNode(ctx, worker)
+
+	eventually(t, 20*time.Second, "lost sessions handled and re-queued ones bound again", func() bool {
+		w = s.read(ctx)
+		for _, id := range never {
+			if w.status[id].Phase != state.PhaseLost {
+				return false
+			}
+		}
+		for _, id := range retry {
+			if w.status[id].Phase != state.PhaseBound {
+				return false
+			}
+		}
+		return w.status[gang].Phase == state.PhaseLost
+	})
+	if err := w.check(8); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range retry {
+		st := w.status[id]
+		if st.Attempt != 1 {
+			t.Errorf("re-queued %s has attempt %d, want exactly 1", id, st.Attempt)
+		}
+		if b := w.bindings[id]; len(b) != 1 || b[0].Node == smallNode || b[0].Node == worker || b[0].Attempt != 1 {
+			t.Errorf("re-queued %s bound as %+v", id, b)
+		}
+	}
+	for _, id := range never {
+		if st := w.status[id]; st.Reason != "NodeLost" || st.Finished == nil || len(w.bindings[id]) != 0 {
+			t.Errorf("lost %s: %+v, bindings %v", id, st, w.bindings[id])
+		}
+	}
+	if len(w.bindings[gang]) != 0 {
+		t.Errorf("the Ray session kept bindings after its worker's node died: %+v", w.bindings[gang])
+	}
+	if l, ok := w.ledgers[head]; ok && len(l.Allocations) != 0 {
+		t.Errorf("the Ray head's node still holds %v", l.Allocations)
+	}
+	for _, n := range []string{smallNode, worker} {
+		if _, ok := w.ledgers[n]; ok {
+			t.Errorf("ledger of lost node %s still exists", n)
+		}
+	}
+	if got := p1.Stats().Lost + p2.Stats().Lost; got != 5 {
+		t.Errorf("placers handled %d lost sessions, want exactly 5", got)
+	}
+}
