@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,6 +40,7 @@ type Config struct {
 type Server struct {
 	etcd      *embed.Etcd
 	clientURL string
+	closeOnce sync.Once
 }
 
 // Start starts an embedded etcd and waits until it serves requests.
@@ -154,8 +156,9 @@ func (s *Server) Client() (*clientv3.Client, error) {
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
 // Close stops the server and waits for it to release its data directory.
+// It is safe to call more than once (etcd's own Close is not).
 func (s *Server) Close() {
-	s.etcd.Close()
+	s.closeOnce.Do(s.etcd.Close)
 }
 
 func freeLoopbackAddr() (string, error) {

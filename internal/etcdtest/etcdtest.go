@@ -41,6 +41,9 @@ func Start(tb testing.TB, opts Options) *Cluster {
 		Dir:        dir,
 		ClientAddr: opts.ClientAddr,
 		NoFsync:    !opts.Fsync,
+		// etcd logs expected shutdown noise ("use of closed network
+		// connection") at error level; a real failure fails the test.
+		LogLevel: "fatal",
 	})
 	if err != nil {
 		tb.Fatalf("start etcd: %v", err)

@@ -1,0 +1,335 @@
+package watcher
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var (
+	errWatchClosed = errors.New("watch channel closed")
+	errOutOfStep   = errors.New("cache out of step with etcd")
+)
+
+// loop alternates full lists and watches until ctx ends.
+func (c *Cache[T]) loop(ctx context.Context) {
+	b := backoff{min: c.opts.BackoffMin, max: c.opts.BackoffMax}
+	relist := true
+	for ctx.Err() == nil {
+		if relist {
+			if err := c.relist(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				d := b.next()
+				c.log.Warn("list failed; retrying", "err", err, "retry_in", d)
+				if !sleep(ctx, d) {
+					return
+				}
+				continue
+			}
+			relist = false
+			b.reset()
+		}
+		var err error
+		relist, err = c.watch(ctx, &b)
+		if ctx.Err() != nil {
+			return
+		}
+		if relist {
+			c.log.Info("relisting", "reason", err, "revision", c.Revision())
+			continue
+		}
+		d := b.next()
+		c.log.Warn("watch stream broken; resuming", "err", err, "from_revision", c.Revision()+1, "retry_in", d)
+		if !sleep(ctx, d) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// watch follows the prefix from the cache's revision + 1 until the stream
+// ends. It reports whether the cache must relist (the revision was compacted,
+// or the cache found itself out of step) and why the stream ended.
+func (c *Cache[T]) watch(ctx context.Context, b *backoff) (relist bool, err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel() // releases the watch in the client
+	from := c.Revision() + 1
+	wch := c.cli.Watch(wctx, c.start,
+		clientv3.WithRange(c.end),
+		clientv3.WithRev(from),
+		clientv3.WithPrevKV(),
+		clientv3.WithProgressNotify(),
+	)
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-wch:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		switch {
+		case !ok:
+			return false, errWatchClosed
+		case resp.CompactRevision != 0:
+			return true, fmt.Errorf("watch from revision %d: %w (compacted at %d)", from, rpctypes.ErrCompacted, resp.CompactRevision)
+		case resp.Err() != nil:
+			err := fmt.Errorf("watch from revision %d: %w", from, resp.Err())
+			return errors.Is(err, rpctypes.ErrCompacted), err
+		case len(resp.Events) > 0:
+			if !c.applyWatch(ctx, resp.Events) {
+				return true, errOutOfStep
+			}
+			b.reset()
+		case resp.IsProgressNotify():
+			c.progress(resp.Header.GetRevision())
+			b.reset()
+		}
+	}
+}
+
+// progress records that the prefix has no change up to rev.
+func (c *Cache[T]) progress(rev int64) {
+	s := c.snap.Load()
+	if rev <= s.rev {
+		return
+	}
+	next := *s
+	next.rev = rev // shards are immutable: share them
+	c.snap.Store(&next)
+}
+
+// applyWatch applies one watch response's events as one batch, publishes the
+// new snapshot, then delivers the events. It returns false when etcd's
+// previous values disagree with the cache (a missed change), which calls for
+// a relist.
+func (c *Cache[T]) applyWatch(ctx context.Context, evs []*clientv3.Event) (inStep bool) {
+	base := c.snap.Load()
+	b := newBuilder(base)
+	out := make([]Event[T], 0, len(evs))
+	rev := base.rev
+	inStep = true
+	for _, ev := range evs {
+		kv := ev.Kv
+		if kv.ModRevision <= base.rev {
+			// Already applied (a resumed stream can only repeat what the
+			// cache has, never skip): never deliver twice.
+			continue
+		}
+		rev = kv.ModRevision
+		key := string(kv.Key)
+		old, had := b.get(key)
+		if !c.agrees(key, ev, old, had) {
+			inStep = false
+		}
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(c.bad, key)
+			if had {
+				b.del(key)
+				out = append(out, deleted(old, kv.ModRevision, false))
+			}
+			continue
+		}
+		v, err := c.decodeKV(key, kv)
+		if err != nil {
+			if had {
+				b.del(key)
+				out = append(out, deleted(old, kv.ModRevision, false))
+			}
+			continue
+		}
+		it := Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+		b.set(it)
+		out = append(out, changed(it, old, had, false))
+	}
+	if !inStep {
+		c.log.Error("previous values from etcd disagree with the cache; relisting", "revision", rev)
+	}
+	c.snap.Store(b.build(rev))
+	c.deliver(ctx, out)
+	return inStep
+}
+
+// agrees checks an event against what the cache knew of its key: the
+// revision of the previous value must match, and a create must find the key
+// absent.
+func (c *Cache[T]) agrees(key string, ev *clientv3.Event, old Item[T], had bool) bool {
+	var known int64
+	if had {
+		known = old.ModRevision
+	} else if r, ok := c.bad[key]; ok {
+		known = r
+	}
+	switch {
+	case ev.PrevKv != nil:
+		return known == ev.PrevKv.ModRevision
+	case ev.IsCreate():
+		return known == 0
+	}
+	return true // etcd could not say (for example the previous value was compacted)
+}
+
+// decodeKV decodes kv's value, recording a failure.
+func (c *Cache[T]) decodeKV(key string, kv *mvccpb.KeyValue) (T, error) {
+	v, err := c.decode(key, kv.Value)
+	if err != nil {
+		c.decodeErrors.Add(1)
+		c.bad[key] = kv.ModRevision
+		c.log.Warn("skipping value that does not decode", "key", key, "mod_revision", kv.ModRevision, "err", err)
+		return v, err
+	}
+	delete(c.bad, key)
+	return v, nil
+}
+
+func changed[T any](it, old Item[T], had, synthetic bool) Event[T] {
+	ev := Event[T]{Type: Added, Key: it.Key, Value: it.Value, Revision: it.ModRevision, Synthetic: synthetic}
+	if had {
+		prev := old.Value
+		ev.Type, ev.Prev = Modified, &prev
+	}
+	return ev
+}
+
+func deleted[T any](old Item[T], rev int64, synthetic bool) Event[T] {
+	prev := old.Value
+	return Event[T]{Type: Deleted, Key: old.Key, Value: old.Value, Prev: &prev, Revision: rev, Synthetic: synthetic}
+}
+
+func (c *Cache[T]) deliver(ctx context.Context, evs []Event[T]) {
+	for _, ev := range evs {
+		for _, sink := range c.sinks {
+			sink(ctx, ev)
+		}
+	}
+}
+
+// relist reads the whole prefix at one revision, replaces the cache with it
+// and delivers the difference as synthetic events.
+func (c *Cache[T]) relist(ctx context.Context) error {
+	rev, kvs, err := c.list(ctx)
+	if err != nil {
+		return err
+	}
+	c.applyList(ctx, rev, kvs)
+	return nil
+}
+
+// list reads the prefix page by page, every page at the first page's
+// revision.
+func (c *Cache[T]) list(ctx context.Context) (int64, []*mvccpb.KeyValue, error) {
+	var (
+		rev int64
+		kvs []*mvccpb.KeyValue
+	)
+	key := c.start
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(c.end), clientv3.WithLimit(c.opts.PageSize)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := c.cli.Get(ctx, key, opts...)
+		if err != nil {
+			return 0, nil, fmt.Errorf("list prefix %q at revision %d: %w", c.prefix, rev, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.GetRevision()
+		}
+		kvs = append(kvs, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, kvs, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// applyList makes the cache equal to kvs, the prefix at rev, and delivers
+// the difference from the previous content as synthetic events sorted by
+// revision. A value unchanged since the previous content (same ModRevision)
+// is not decoded again.
+func (c *Cache[T]) applyList(ctx context.Context, rev int64, kvs []*mvccpb.KeyValue) {
+	old := c.snap.Load()
+	b := newBuilder(emptySnapshot[T](old.seed))
+	bad := make(map[string]int64)
+	var out []Event[T]
+	info := SyncInfo{Revision: rev, Initial: !c.listed}
+	for _, kv := range kvs {
+		key := string(kv.Key)
+		prev, had := old.Item(key)
+		if had && prev.ModRevision == kv.ModRevision {
+			b.set(prev)
+			continue
+		}
+		if r, ok := c.bad[key]; ok && r == kv.ModRevision {
+			bad[key] = r // still the same undecodable value: counted already
+			continue
+		}
+		v, err := c.decodeKV(key, kv)
+		if err != nil {
+			bad[key] = kv.ModRevision
+			if had {
+				out = append(out, deleted(prev, kv.ModRevision, true))
+				info.Deleted++
+			}
+			continue
+		}
+		it := Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+		b.set(it)
+		out = append(out, changed(it, prev, had, true))
+		if had {
+			info.Modified++
+		} else {
+			info.Added++
+		}
+	}
+	for _, m := range old.shards {
+		for key, it := range m {
+			if _, ok := b.get(key); ok {
+				continue
+			}
+			if _, ok := bad[key]; ok {
+				continue // its Deleted is already out
+			}
+			out = append(out, deleted(it, rev, true))
+			info.Deleted++
+		}
+	}
+	slices.SortFunc(out, func(a, b Event[T]) int {
+		return cmp.Or(cmp.Compare(a.Revision, b.Revision), strings.Compare(a.Key, b.Key))
+	})
+	c.bad = bad
+	c.snap.Store(b.build(rev))
+	c.deliver(ctx, out)
+	c.log.Info("listed", "revision", rev, "keys", len(kvs), "initial", info.Initial,
+		"added", info.Added, "modified", info.Modified, "deleted", info.Deleted)
+	for _, fn := range c.syncHooks {
+		fn(info)
+	}
+	if c.listed {
+		c.relists.Add(1)
+	}
+	if !c.listed {
+		c.listed = true
+		close(c.synced)
+	}
+}
