@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -195,7 +196,7 @@ func (w world) check(gpusPerNode int) error {
 // closing the client) and returns a stop func.
 func runPlacer(t testing.TB, endpoint string, cfg Config) (*Placer, func(), *clientv3.Client) {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,12 +224,19 @@ func runPlacer(t testing.TB, endpoint string, cfg Config) (*Placer, func(), *cli
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	eventuallyEvery(t, timeout, 20*time.Millisecond, what, cond)
+}
+
+// eventuallyEvery is eventually with a chosen poll interval, for costly
+// conditions that should not steal CPU from what they measure.
+func eventuallyEvery(t testing.TB, timeout, every time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

@@ -34,7 +34,8 @@ type Config struct {
 	MaxTxnOps int
 	// Parallel is how many bind transactions one placer keeps in flight.
 	// Batches never share a ledger, so they cannot conflict with each
-	// other. Default 4.
+	// other, and etcd commits concurrent transactions with one fsync.
+	// Default 16.
 	Parallel int
 	// LeaseTTL is the TTL of the placer's membership lease. Default 10s.
 	LeaseTTL time.Duration
@@ -68,7 +69,7 @@ func (c *Config) defaults() {
 		c.MaxTxnOps = 128
 	}
 	if c.Parallel <= 0 {
-		c.Parallel = 4
+		c.Parallel = 16
 	}
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 10 * time.Second
@@ -114,7 +115,8 @@ type Placer struct {
 	quotas  *watcher.Cache[state.Quota]
 	placers *watcher.Cache[state.Placer]
 
-	kick chan struct{}
+	kick  chan struct{}
+	ready chan struct{} // closed when the caches first synced
 
 	passes, bound, txns, conflicts, lost, statuses atomic.Int64
 
@@ -146,6 +148,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		quotas:  watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
 		placers: watcher.New(cli, k.Placers(), watcher.JSON[state.Placer], wopt("placers")),
 		kick:    make(chan struct{}, 1),
+		ready:   make(chan struct{}),
 		written: map[string]writtenStatus{},
 	}
 	kick := func() {
@@ -162,6 +165,10 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	p.placers.AddHandler(func(watcher.Event[state.Placer]) { kick() })
 	return p
 }
+
+// Ready is closed once the placer's caches have synced and it starts
+// planning.
+func (p *Placer) Ready() <-chan struct{} { return p.ready }
 
 // ID returns the placer's id.
 func (p *Placer) ID() string { return p.cfg.ID }
@@ -231,11 +238,21 @@ func (p *Placer) membership(ctx context.Context) {
 }
 
 func (p *Placer) register(ctx context.Context) error {
-	s, err := concurrency.NewSession(p.cli, concurrency.WithTTL(int(p.cfg.LeaseTTL/time.Second)), concurrency.WithContext(ctx))
+	// The session outlives ctx so that, on shutdown, its lease can still be
+	// revoked: our key then goes at once and the other placers adopt our
+	// nodes now rather than after the TTL.
+	s, err := concurrency.NewSession(p.cli, concurrency.WithTTL(max(1, int(p.cfg.LeaseTTL/time.Second))), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return fmt.Errorf("create placer lease: %w", err)
 	}
-	defer s.Close()
+	defer func() {
+		s.Orphan()
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := p.cli.Revoke(rctx, s.Lease()); err != nil {
+			p.log.Debug("revoke placer lease", "err", err)
+		}
+	}()
 	host, _ := os.Hostname()
 	v, err := state.Encode(state.Placer{ID: p.cfg.ID, Host: host, Started: p.cfg.Now().UTC()})
 	if err != nil {
@@ -247,8 +264,6 @@ func (p *Placer) register(ctx context.Context) error {
 	p.log.Info("placer registered", "lease_ttl", p.cfg.LeaseTTL)
 	select {
 	case <-ctx.Done():
-		// Delete our key at once so the others adopt our nodes now, not
-		// after the TTL. s.Close revokes the lease, which does that.
 		return nil
 	case <-s.Done():
 		return errors.New("lease expired")
@@ -266,6 +281,7 @@ func (p *Placer) loop(ctx context.Context) error {
 		}
 	}
 	p.log.Info("placer caches synced", "pending", p.pending.Len(), "nodes", p.nodes.Len())
+	close(p.ready)
 	tick := time.NewTicker(p.cfg.Tick)
 	defer tick.Stop()
 	var (
@@ -357,15 +373,18 @@ func (p *Placer) snapshot() *Snapshot {
 		}
 		s.Nodes = append(s.Nodes, v)
 	}
-	for _, it := range p.pending.List() {
-		id, ok := k.SessionID(it.Key)
-		if !ok {
-			continue
+	// Plan orders the queue itself (priority, share, age, id), so the
+	// entries need no sorting here.
+	pending := p.pending.Snapshot()
+	s.Pending = make([]Pending, 0, pending.Len())
+	pending.Range(func(it watcher.Item[state.QueueEntry]) bool {
+		if id, ok := k.SessionID(it.Key); ok {
+			e := it.Value
+			e.Session = id
+			s.Pending = append(s.Pending, Pending{Entry: e, Revision: it.ModRevision})
 		}
-		e := it.Value
-		e.Session = id
-		s.Pending = append(s.Pending, Pending{Entry: e, Revision: it.ModRevision})
-	}
+		return true
+	})
 	for _, it := range p.quotas.List() {
 		if scope, name, ok := k.QuotaKey(it.Key); ok {
 			if scope == state.QuotaUsers {
@@ -440,7 +459,9 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	if len(snap.Pending) == 0 {
 		return res
 	}
+	planStart := time.Now()
 	plan := NewPlan(snap, p.cfg.Plan)
+	planTook := time.Since(planStart)
 	ids := p.owners()
 	var mine []Decision
 	for _, d := range plan.Bound {
@@ -454,8 +475,17 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	}
 	batches, deferred := p.batch(mine, nodes)
 	res.deferred = deferred
+	commitStart := time.Now()
 	p.commit(ctx, batches, &res)
-	p.writeWaiting(ctx, plan, ids, &res)
+	commitTook := time.Since(commitStart)
+	if !deferred {
+		// Binding comes before explaining: while this pass left sessions
+		// for the next one, their neighbours' reasons can wait a pass.
+		p.writeWaiting(ctx, plan, ids, &res)
+	}
+	p.log.Debug("pass", "pending", len(snap.Pending), "planned", len(plan.Bound), "mine", len(mine),
+		"batches", len(batches), "bound", res.bound, "conflicts", res.conflicts, "deferred", deferred,
+		"plan", planTook, "commit", commitTook)
 	return res
 }
 

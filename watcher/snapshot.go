@@ -57,6 +57,22 @@ func (s *Snapshot[T]) Item(key string) (Item[T], bool) {
 	return it, ok
 }
 
+// Range calls fn for every item, in no particular order, until fn returns
+// false. It is List without the copy and the sort, for readers that order
+// items themselves.
+func (s *Snapshot[T]) Range(fn func(Item[T]) bool) {
+	if s.shards == nil {
+		return
+	}
+	for _, m := range s.shards {
+		for _, it := range m {
+			if !fn(it) {
+				return
+			}
+		}
+	}
+}
+
 // List returns every item, sorted by key. The slice is new and the
 // caller's to keep.
 func (s *Snapshot[T]) List() []Item[T] {

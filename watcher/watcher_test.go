@@ -132,6 +132,22 @@ func TestListPagesAtOneRevision(t *testing.T) {
 	if _, ok := atSync.Get("/p/zzz"); ok {
 		t.Errorf("first list has /p/zzz, written after the first page")
 	}
+	// Range visits exactly what List holds, and stops when told.
+	ranged := map[string]bool{}
+	atSync.Range(func(it watcher.Item[val]) bool { ranged[it.Key] = true; return true })
+	for _, it := range atSync.List() {
+		if !ranged[it.Key] {
+			t.Errorf("Range missed %s", it.Key)
+		}
+	}
+	if len(ranged) != n {
+		t.Errorf("Range visited %d items, want %d", len(ranged), n)
+	}
+	visits := 0
+	atSync.Range(func(watcher.Item[val]) bool { visits++; return visits < 3 })
+	if visits != 3 {
+		t.Errorf("Range went on after fn returned false: %d visits", visits)
+	}
 	// The watch then brings both changes.
 	caughtUp(t, cli, c)
 	checkEqualsEtcd(t, cli, "/p/", c.Snapshot())

@@ -1,0 +1,367 @@
+package placer
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// benchSizes draws session sizes: 40% 1 GPU, 30% 2, 20% 4, 10% 8.
+func benchSizes(rng *rand.Rand, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		switch x := rng.Intn(10); {
+		case x < 4:
+			out[i] = 1
+		case x < 7:
+			out[i] = 2
+		case x < 9:
+			out[i] = 4
+		default:
+			out[i] = 8
+		}
+	}
+	return out
+}
+
+// benchCluster is a fresh etcd with fsync on and 1,000 simulated 8-GPU nodes.
+func benchCluster(b *testing.B, nodes int) (*etcdtest.Cluster, *clientv3.Client, *sim) {
+	c := etcdtest.Start(b, etcdtest.Options{Fsync: true})
+	cli := c.Client(b)
+	s := newSim(b, cli)
+	ctx := context.Background()
+	lease, err := cli.Grant(ctx, 3600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ops []clientv3.Op
+	for i := 0; i < nodes; i++ {
+		n := gpuNode(fmt.Sprintf("sim%04d", i), 8, "NVIDIA A100-SXM4-80GB (simulated)")
+		n.Simulated = true
+		v, _ := state.Encode(n)
+		ops = append(ops, clientv3.OpPut(s.k.Node(n.Name), v, clientv3.WithLease(lease.ID)))
+		if len(ops) == 100 || i == nodes-1 {
+			if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+				b.Fatal(err)
+			}
+			ops = ops[:0]
+		}
+	}
+	return c, cli, s
+}
+
+// submitAll creates sessions with workers in parallel, as many API
+// replicas would; it records each session's commit time in at.
+func submitAll(b *testing.B, ctx context.Context, s *sim, sizes []int, workers int, at *sync.Map) {
+	var wg sync.WaitGroup
+	ch := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range ch {
+				ids := s.submit(ctx, fmt.Sprintf("user%d", i%7), []int{sizes[i]}, nil)
+				if at != nil {
+					at.Store(ids[0], time.Now())
+				}
+			}
+		}()
+	}
+	for i := range sizes {
+		ch <- i
+	}
+	close(ch)
+	wg.Wait()
+}
+
+// rawTxnRate measures one binding-shaped transaction at a time (two
+// compares; delete the queue entry, put status, binding and ledger) against
+// the same etcd, for d.
+func rawTxnRate(b *testing.B, cli *clientv3.Client, d time.Duration) float64 {
+	ctx := context.Background()
+	start := time.Now()
+	n := 0
+	ledgerRev := map[string]int64{}
+	for time.Since(start) < d {
+		id := fmt.Sprintf("raw%06d", n)
+		node := fmt.Sprintf("rawnode%03d", n%100)
+		resp, err := cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision("/rawbench/pending/"+id), "=", 0),
+			clientv3.Compare(clientv3.ModRevision("/rawbench/ledger/"+node), "=", ledgerRev[node]),
+		).Then(
+			clientv3.OpDelete("/rawbench/pending/"+id),
+			clientv3.OpPut("/rawbench/status/"+id, `{"session":"`+id+`","phase":"Bound"}`),
+			clientv3.OpPut("/rawbench/bindings/"+node+"/"+id, `{"session":"`+id+`","gpus":["GPU-0"]}`),
+			clientv3.OpPut("/rawbench/ledger/"+node, `{"node":"`+node+`","allocations":{}}`),
+		).Commit()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !resp.Succeeded {
+			b.Fatal("raw txn refused")
+		}
+		ledgerRev[node] = resp.Header.Revision
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// boundWatch records when each session's first binding appears.
+func boundWatch(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.Keys, onBound func(state.Binding)) *watcher.Cache[state.Binding] {
+	cache := watcher.New(cli, k.AllBindings(), watcher.JSON[state.Binding], watcher.Options{Name: "bench", Logger: quietLogger(), PageSize: 5000})
+	cache.AddHandler(func(ev watcher.Event[state.Binding]) {
+		if ev.Type == watcher.Added && ev.Value.Role != state.RoleWorker {
+			onBound(ev.Value)
+		}
+	})
+	go func() { _ = cache.Run(ctx) }()
+	if err := cache.WaitSynced(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return cache
+}
+
+func startPlacers(b *testing.B, endpoint string, n int, cfg Config) []*Placer {
+	var ps []*Placer
+	for i := 0; i < n; i++ {
+		p, _, _ := runPlacer(b, endpoint, cfg)
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func sumStats(ps []*Placer) Stats {
+	var s Stats
+	for _, p := range ps {
+		st := p.Stats()
+		s.Bound += st.Bound
+		s.Conflicts += st.Conflicts
+		s.Txns += st.Txns
+		s.Passes += st.Passes
+		s.Statuses += st.Statuses
+	}
+	return s
+}
+
+// fragmentation reports nodes with some but not all GPUs free, and how
+// many more 8-GPU sessions would fit (nodes with all 8 free).
+func fragmentation(w world, nodes int) (partial, whole int) {
+	used := map[string]int{}
+	for name, l := range w.ledgers {
+		used[name] = len(l.GPUOwners())
+	}
+	for i := 0; i < nodes; i++ {
+		u := used[fmt.Sprintf("sim%04d", i)]
+		switch {
+		case u == 0:
+			whole++
+		case u < 8:
+			partial++
+		}
+	}
+	return partial, whole
+}
+
+// BenchmarkPlacementBurst: 20,000 sessions are queued, then placers start
+// on 1,000 × 8 GPUs and bind until nothing more fits. It reports the
+// binding rate, conflicts per binding, and the raw rate of one
+// binding-shaped transaction at a time on the same etcd.
+func BenchmarkPlacementBurst(b *testing.B) {
+	for _, tc := range []struct {
+		placers  int
+		strategy Strategy
+	}{{1, Binpack}, {3, Binpack}, {1, Spread}} {
+		b.Run(fmt.Sprintf("placers=%d/%s", tc.placers, tc.strategy), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				benchBurst(b, tc.placers, tc.strategy)
+			}
+		})
+	}
+}
+
+func benchBurst(b *testing.B, placers int, strategy Strategy) {
+	const nodes, sessions = 1000, 20000
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, cli, s := benchCluster(b, nodes)
+	raw := rawTxnRate(b, cli, 2*time.Second)
+	rng := rand.New(rand.NewSource(42))
+	submitAll(b, ctx, s, benchSizes(rng, sessions), 64, nil)
+
+	var mu sync.Mutex
+	var last time.Time
+	bound := 0
+	boundWatch(b, ctx, cli, s.k, func(state.Binding) {
+		mu.Lock()
+		bound++
+		last = time.Now()
+		mu.Unlock()
+	})
+	ps := startPlacers(b, c.Server.Endpoint(), placers, Config{Plan: PlanOptions{Strategy: strategy}})
+	for _, p := range ps {
+		<-p.Ready()
+	}
+	// Measured from the moment every placer has its cache: the list of
+	// 20,000 queue entries is start-up, not placement.
+	start := time.Now()
+	var w world
+	// The full check reads all of etcd and plans again: run it only once
+	// bindings have stopped arriving for a second, so it does not steal
+	// CPU from the placers it measures.
+	eventuallyEvery(b, 5*time.Minute, 200*time.Millisecond, "the cluster to fill", func() bool {
+		mu.Lock()
+		quiet := bound > 0 && time.Since(last) > time.Second
+		mu.Unlock()
+		if !quiet {
+			return false
+		}
+		ok, ww := s.settled(ctx, PlanOptions{Strategy: strategy})
+		w = ww
+		return ok
+	})
+	mu.Lock()
+	elapsed := last.Sub(start)
+	n := bound
+	mu.Unlock()
+	st := sumStats(ps)
+	rate := float64(n) / elapsed.Seconds()
+	b.ReportMetric(rate, "bindings/s")
+	b.ReportMetric(raw, "raw-txn/s")
+	b.ReportMetric(rate/raw, "x-raw")
+	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
+	gpus := 0
+	for _, l := range w.ledgers {
+		gpus += len(l.GPUOwners())
+	}
+	b.Logf("%s, %d placers: %d sessions (%d GPUs) bound in %s = %.0f/s; raw single txn %.0f/s (%.1fx); %d txns, %d conflicts",
+		strategy, placers, n, gpus, elapsed.Round(time.Millisecond), rate, raw, rate/raw, st.Txns, st.Conflicts)
+}
+
+// BenchmarkPlacementLatency offers sessions at 500/s for 20 s (10,000
+// sessions) to 1,000 × 8 GPUs; agents finish each after 3 s, so the cluster
+// stays below full. It reports pending→bound latency p50 and p99.
+func BenchmarkPlacementLatency(b *testing.B) {
+	for _, placers := range []int{1, 3} {
+		b.Run(fmt.Sprintf("placers=%d", placers), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				benchLatency(b, placers)
+			}
+		})
+	}
+}
+
+func benchLatency(b *testing.B, placers int) {
+	const nodes, rate, seconds = 1000, 500, 20
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, cli, s := benchCluster(b, nodes)
+	raw := rawTxnRate(b, cli, 2*time.Second)
+	var at sync.Map
+	var mu sync.Mutex
+	var lat []time.Duration
+	agentsCtx, stopAgents := context.WithCancel(ctx)
+	defer stopAgents()
+	var release sync.WaitGroup
+	boundWatch(b, ctx, cli, s.k, func(bd state.Binding) {
+		now := time.Now()
+		if t0, ok := at.Load(bd.Session); ok {
+			mu.Lock()
+			lat = append(lat, now.Sub(t0.(time.Time)))
+			mu.Unlock()
+		}
+		release.Add(1)
+		go func() {
+			defer release.Done()
+			select {
+			case <-agentsCtx.Done():
+				return
+			case <-time.After(3 * time.Second):
+			}
+			_ = state.Release(agentsCtx, cli, s.k, bd.Node, bd.Session, nil)
+		}()
+	})
+	ps := startPlacers(b, c.Server.Endpoint(), placers, Config{})
+	rng := rand.New(rand.NewSource(7))
+	sizes := benchSizes(rng, rate*seconds)
+	// Open loop: every 10 ms, submit rate/100 sessions, whatever happened
+	// to the previous ones.
+	tick := time.NewTicker(10 * time.Millisecond)
+	var subs sync.WaitGroup
+	for i := 0; i < len(sizes); i += rate / 100 {
+		<-tick.C
+		batch := sizes[i:min(i+rate/100, len(sizes))]
+		subs.Add(1)
+		go func() {
+			defer subs.Done()
+			for _, g := range batch {
+				t0 := time.Now()
+				ids := s.submit(ctx, fmt.Sprintf("user%d", g), []int{g}, nil)
+				at.Store(ids[0], t0)
+			}
+		}()
+	}
+	tick.Stop()
+	subs.Wait()
+	eventually(b, 2*time.Minute, "every offered session bound", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lat) >= len(sizes)
+	})
+	stopAgents()
+	release.Wait()
+	mu.Lock()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	mu.Unlock()
+	st := sumStats(ps)
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+	b.ReportMetric(raw, "raw-txn/s")
+	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
+	b.Logf("%d placers, %d sessions offered at %d/s: pending→bound p50 %s p99 %s; %d txns, %d conflicts; raw single txn %.0f/s",
+		placers, len(sizes), rate, p50.Round(time.Millisecond), p99.Round(time.Millisecond), st.Txns, st.Conflicts, raw)
+}
+
+// BenchmarkFragmentation fills half of 1,000 × 8 GPUs with 1-, 2- and
+// 4-GPU sessions and reports what each strategy leaves for 8-GPU requests:
+// nodes partly used, and whole nodes still free.
+func BenchmarkFragmentation(b *testing.B) {
+	for _, strategy := range []Strategy{Binpack, Spread} {
+		b.Run(string(strategy), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				const nodes = 1000
+				ctx, cancel := context.WithCancel(context.Background())
+				c, _, s := benchCluster(b, nodes)
+				rng := rand.New(rand.NewSource(3))
+				var sizes []int
+				for total := 0; total < nodes*8/2; {
+					g := []int{1, 2, 4}[rng.Intn(3)]
+					sizes = append(sizes, g)
+					total += g
+				}
+				submitAll(b, ctx, s, sizes, 64, nil)
+				startPlacers(b, c.Server.Endpoint(), 1, Config{Plan: PlanOptions{Strategy: strategy}})
+				var w world
+				eventuallyEvery(b, 5*time.Minute, 200*time.Millisecond, "every session bound", func() bool {
+					w = s.read(ctx)
+					return len(w.pending) == 0
+				})
+				partial, whole := fragmentation(w, nodes)
+				b.ReportMetric(float64(partial), "partial-nodes")
+				b.ReportMetric(float64(whole), "free-8gpu-slots")
+				b.Logf("%s: %d sessions on half the GPUs leave %d nodes partly used and room for %d 8-GPU sessions", strategy, len(sizes), partial, whole)
+				cancel()
+			}
+		})
+	}
+}
