@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -246,13 +245,4 @@ func mixedSizes(rng *rand.Rand, n int) []int {
 		sizes[i] = []int{1, 1, 1, 2, 2, 4, 8}[rng.Intn(7)]
 	}
 	return sizes
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -88,8 +88,8 @@ func TestNodeLoss(t *testing.T) {
 	if len(w.bindings[gang]) != 0 {
 		t.Errorf("the Ray session kept bindings after its worker's node died: %+v", w.bindings[gang])
 	}
-	if l, ok := w.ledgers[head]; ok && len(l.Allocations) != 0 {
-		t.Errorf("the Ray head's node still holds %v", l.Allocations)
+	if _, held := w.ledgers[head].Allocations[gang]; held {
+		t.Errorf("the Ray head's node still holds the lost session: %v", w.ledgers[head].Allocations)
 	}
 	for _, n := range []string{smallNode, worker} {
 		if _, ok := w.ledgers[n]; ok {

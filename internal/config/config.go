@@ -1,0 +1,363 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Names of the environment variables. Other packages use these to tell the
+// user which variable changes a behaviour.
+const (
+	EnvEtcdEndpoints   = "VOYAGER_ETCD_ENDPOINTS"
+	EnvEtcdPrefix      = "VOYAGER_ETCD_PREFIX"
+	EnvEtcdDialTimeout = "VOYAGER_ETCD_DIAL_TIMEOUT"
+	EnvDataDir         = "VOYAGER_DATA_DIR"
+	EnvEtcdClientAddr  = "VOYAGER_ETCD_CLIENT_ADDR"
+	EnvEtcdPeerAddr    = "VOYAGER_ETCD_PEER_ADDR"
+	EnvHTTPAddr        = "VOYAGER_HTTP_ADDR"
+	EnvLogLevel        = "VOYAGER_LOG_LEVEL"
+	EnvLogFormat       = "VOYAGER_LOG_FORMAT"
+)
+
+// Config holds the settings of one voyager process. Load fills it from the
+// environment and flags and validates it; the zero value is not useful.
+//
+// Tags: env names the variable, envDefault its default, docDefault the
+// documented default where Load computes it, doc its meaning. README.md's
+// configuration table is checked against these tags by a test.
+type Config struct {
+	// EtcdEndpoints are the client URLs of an external etcd cluster. Empty
+	// means `voyager dev` runs an embedded etcd; every other subcommand
+	// needs them (see RequireEndpoints).
+	EtcdEndpoints []string `env:"VOYAGER_ETCD_ENDPOINTS" envSeparator:"," docDefault:"empty" doc:"comma-separated etcd client URLs (http://host:2379,…); empty: voyager dev runs an embedded etcd, other subcommands require it"`
+	// EtcdPrefix is the key prefix under which all of Voyager's keys live.
+	EtcdPrefix string `env:"VOYAGER_ETCD_PREFIX" envDefault:"/voyager" doc:"etcd key prefix of all Voyager keys; starts with /, no trailing /, no spaces"`
+	// EtcdDialTimeout bounds connecting to etcd.
+	EtcdDialTimeout time.Duration `env:"VOYAGER_ETCD_DIAL_TIMEOUT" envDefault:"5s" doc:"how long to wait for etcd to answer when connecting"`
+	// DataDir holds local state; the embedded etcd lives in DataDir/etcd.
+	// Load sets it to $XDG_DATA_HOME/voyager, else ~/.local/share/voyager,
+	// and leaves it empty only if neither XDG_DATA_HOME nor HOME is set.
+	DataDir string `env:"VOYAGER_DATA_DIR" docDefault:"$XDG_DATA_HOME/voyager, else ~/.local/share/voyager" doc:"local state; the embedded etcd keeps its data in <data dir>/etcd across runs"`
+	// EtcdClientAddr is where the embedded etcd serves clients.
+	EtcdClientAddr string `env:"VOYAGER_ETCD_CLIENT_ADDR" envDefault:"127.0.0.1:23790" doc:"client listener of the embedded etcd (voyager dev only)"`
+	// EtcdPeerAddr is the embedded etcd's raft peer listener.
+	EtcdPeerAddr string `env:"VOYAGER_ETCD_PEER_ADDR" envDefault:"127.0.0.1:23800" doc:"peer listener of the embedded etcd (voyager dev only)"`
+	// HTTPAddr is where the HTTP server (health, readiness, metrics, API)
+	// listens.
+	HTTPAddr string `env:"VOYAGER_HTTP_ADDR" envDefault:"127.0.0.1:7070" doc:"HTTP listener: /healthz, /readyz, /metrics and the API"`
+	// LogLevel is one of debug, info, warn, error.
+	LogLevel string `env:"VOYAGER_LOG_LEVEL" envDefault:"info" doc:"log level: debug, info, warn or error"`
+	// LogFormat is text or json.
+	LogFormat string `env:"VOYAGER_LOG_FORMAT" envDefault:"text" doc:"log format: text or json"`
+}
+
+// Setting describes one configuration variable, as declared by Config's
+// struct tags.
+type Setting struct {
+	// Env is the environment variable, for example VOYAGER_HTTP_ADDR.
+	Env string
+	// Flag is the flag name (without dashes), for example http-addr.
+	Flag string
+	// Default is the documented default: envDefault, else docDefault.
+	Default string
+	// Doc is the one-line meaning.
+	Doc string
+
+	field string
+}
+
+// settings is computed once from Config's tags.
+var settings = func() []Setting {
+	t := reflect.TypeFor[Config]()
+	out := make([]Setting, 0, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name := f.Tag.Get("env")
+		if name == "" {
+			continue
+		}
+		def, ok := f.Tag.Lookup("envDefault")
+		if !ok {
+			def = f.Tag.Get("docDefault")
+		}
+		out = append(out, Setting{
+			Env:     name,
+			Flag:    flagName(name),
+			Default: def,
+			Doc:     f.Tag.Get("doc"),
+			field:   f.Name,
+		})
+	}
+	return out
+}()
+
+// flagName derives a flag from a variable: VOYAGER_ETCD_PREFIX → etcd-prefix.
+func flagName(env string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "VOYAGER_")), "_", "-")
+}
+
+// Settings returns every setting in declaration order.
+func Settings() []Setting {
+	return append([]Setting(nil), settings...)
+}
+
+// pick returns the settings named by envs, or all when envs is empty.
+func pick(envs []string) []Setting {
+	if len(envs) == 0 {
+		return Settings()
+	}
+	var out []Setting
+	for _, e := range envs {
+		for _, s := range settings {
+			if s.Env == e {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// AddFlags registers on fs one string flag per setting named in envs (all
+// settings when envs is empty). A flag only counts when given explicitly:
+// then it wins over the environment (see Load).
+func AddFlags(fs *flag.FlagSet, envs ...string) {
+	for _, s := range pick(envs) {
+		fs.String(s.Flag, "", fmt.Sprintf("%s (overrides %s; default %s)", s.Doc, s.Env, s.Default))
+	}
+}
+
+// WriteEnvHelp writes the settings named in envs (all when empty) as an
+// aligned list of variable, default and meaning, for --help output.
+func WriteEnvHelp(w io.Writer, envs ...string) {
+	list := pick(envs)
+	width := 0
+	for _, s := range list {
+		width = max(width, len(s.Env))
+	}
+	for _, s := range list {
+		fmt.Fprintf(w, "  %-*s  %s\n  %-*s  default: %s\n", width, s.Env, s.Doc, width, "", s.Default)
+	}
+}
+
+// InvalidError reports a setting whose value is not valid.
+type InvalidError struct {
+	// Env is the variable of the setting.
+	Env string
+	// Flag is the flag that carried the value, or empty when it came from
+	// the environment.
+	Flag string
+	// Value is the rejected value.
+	Value string
+	// Want says what would be valid.
+	Want string
+}
+
+// Error names the variable (and flag), the value and what is valid.
+func (e *InvalidError) Error() string {
+	if e.Flag != "" {
+		return fmt.Sprintf("invalid -%s=%q (flag for %s): want %s", e.Flag, e.Value, e.Env, e.Want)
+	}
+	return fmt.Sprintf("invalid %s=%q: want %s", e.Env, e.Value, e.Want)
+}
+
+// Load reads the settings from environ (os.Environ's form, KEY=value) and
+// from the flags of fs that were set explicitly (fs may be nil; it must
+// already be parsed). A flag wins over its variable. Every invalid value is
+// reported; the error joins one *InvalidError per bad setting.
+func Load(environ []string, fs *flag.FlagSet) (Config, error) {
+	vars := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	fromFlag := map[string]string{} // env name → flag name
+	if fs != nil {
+		byFlag := map[string]Setting{}
+		for _, s := range settings {
+			byFlag[s.Flag] = s
+		}
+		fs.Visit(func(f *flag.Flag) {
+			if s, ok := byFlag[f.Name]; ok {
+				vars[s.Env] = f.Value.String()
+				fromFlag[s.Env] = f.Name
+			}
+		})
+	}
+	invalid := func(envName, want string) *InvalidError {
+		return &InvalidError{Env: envName, Flag: fromFlag[envName], Value: vars[envName], Want: want}
+	}
+
+	var cfg Config
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: vars}); err != nil {
+		var agg env.AggregateError
+		if !errors.As(err, &agg) {
+			return Config{}, fmt.Errorf("parse environment: %w", err)
+		}
+		var errs []error
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			if errors.As(e, &pe) {
+				if s, ok := settingOfField(pe.Name); ok {
+					errs = append(errs, invalid(s.Env, wantFor(s.Env)))
+					continue
+				}
+			}
+			errs = append(errs, fmt.Errorf("parse environment: %w", e))
+		}
+		return Config{}, errors.Join(errs...)
+	}
+
+	cfg.EtcdEndpoints = cleanList(cfg.EtcdEndpoints)
+	cfg.LogLevel = strings.ToLower(cfg.LogLevel)
+	cfg.LogFormat = strings.ToLower(cfg.LogFormat)
+	if cfg.DataDir == "" {
+		cfg.DataDir = defaultDataDir(vars)
+	} else if abs, err := filepath.Abs(cfg.DataDir); err == nil {
+		cfg.DataDir = abs
+	}
+
+	var errs []error
+	for _, ep := range cfg.EtcdEndpoints {
+		if !validEndpoint(ep) {
+			errs = append(errs, invalid(EnvEtcdEndpoints, wantFor(EnvEtcdEndpoints)))
+			break
+		}
+	}
+	if !validPrefix(cfg.EtcdPrefix) {
+		errs = append(errs, invalid(EnvEtcdPrefix, wantFor(EnvEtcdPrefix)))
+	}
+	if cfg.EtcdDialTimeout <= 0 {
+		errs = append(errs, invalid(EnvEtcdDialTimeout, wantFor(EnvEtcdDialTimeout)))
+	}
+	for _, a := range []struct{ env, val string }{
+		{EnvEtcdClientAddr, cfg.EtcdClientAddr},
+		{EnvEtcdPeerAddr, cfg.EtcdPeerAddr},
+		{EnvHTTPAddr, cfg.HTTPAddr},
+	} {
+		if !validHostPort(a.val) {
+			errs = append(errs, invalid(a.env, wantFor(a.env)))
+		}
+	}
+	if _, ok := levels[cfg.LogLevel]; !ok {
+		errs = append(errs, invalid(EnvLogLevel, wantFor(EnvLogLevel)))
+	}
+	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
+		errs = append(errs, invalid(EnvLogFormat, wantFor(EnvLogFormat)))
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// wantFor says what a valid value of a setting looks like.
+func wantFor(envName string) string {
+	switch envName {
+	case EnvEtcdEndpoints:
+		return "comma-separated etcd client URLs such as http://10.0.0.1:2379,http://10.0.0.2:2379 (scheme http or https, or host:port)"
+	case EnvEtcdPrefix:
+		return `a key prefix that starts with "/", has no trailing "/" and no spaces, such as /voyager`
+	case EnvEtcdDialTimeout:
+		return "a positive duration such as 5s, 500ms or 1m30s"
+	case EnvEtcdClientAddr, EnvEtcdPeerAddr, EnvHTTPAddr:
+		return "host:port with a port from 1 to 65535, such as 127.0.0.1:7070"
+	case EnvLogLevel:
+		return "one of debug, info, warn, error"
+	case EnvLogFormat:
+		return "one of text, json"
+	}
+	return "a valid value"
+}
+
+func settingOfField(field string) (Setting, bool) {
+	for _, s := range settings {
+		if s.field == field {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
+// defaultDataDir follows the XDG base directory spec: $XDG_DATA_HOME if it
+// is absolute, else $HOME/.local/share. Empty if neither is known.
+func defaultDataDir(vars map[string]string) string {
+	if x := vars["XDG_DATA_HOME"]; filepath.IsAbs(x) {
+		return filepath.Join(x, "voyager")
+	}
+	if h := vars["HOME"]; h != "" {
+		return filepath.Join(h, ".local", "share", "voyager")
+	}
+	return ""
+}
+
+func cleanList(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func validEndpoint(ep string) bool {
+	if strings.Contains(ep, "://") {
+		u, err := url.Parse(ep)
+		return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+	}
+	return validHostPort(ep)
+}
+
+func validPrefix(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.HasSuffix(p, "/") &&
+		!strings.ContainsFunc(p, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' })
+}
+
+func validHostPort(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || strings.ContainsAny(host, " \t") {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+var levels = map[string]slog.Level{
+	"debug": slog.LevelDebug,
+	"info":  slog.LevelInfo,
+	"warn":  slog.LevelWarn,
+	"error": slog.LevelError,
+}
+
+// RequireEndpoints returns an error that says how to set
+// VOYAGER_ETCD_ENDPOINTS when it is empty. Every subcommand except
+// `voyager dev` calls it: only dev can run an embedded etcd.
+func (c Config) RequireEndpoints() error {
+	if len(c.EtcdEndpoints) == 0 {
+		return fmt.Errorf("%s is empty: set it (or -%s) to the etcd client URLs, for example http://10.0.0.1:2379; only `voyager dev` runs an embedded etcd",
+			EnvEtcdEndpoints, flagName(EnvEtcdEndpoints))
+	}
+	return nil
+}
+
+// NewLogger returns a slog logger writing to w at LogLevel in LogFormat.
+func (c Config) NewLogger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: levels[c.LogLevel]}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

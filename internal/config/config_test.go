@@ -1,0 +1,270 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// defaults is the Config that an environment with only HOME yields.
+func defaults() Config {
+	return Config{
+		EtcdPrefix:      "/voyager",
+		EtcdDialTimeout: 5 * time.Second,
+		DataDir:         "/home/u/.local/share/voyager",
+		EtcdClientAddr:  "127.0.0.1:23790",
+		EtcdPeerAddr:    "127.0.0.1:23800",
+		HTTPAddr:        "127.0.0.1:7070",
+		LogLevel:        "info",
+		LogFormat:       "text",
+	}
+}
+
+func TestLoad(t *testing.T) {
+	home := "HOME=/home/u"
+	tests := []struct {
+		name    string
+		environ []string
+		args    []string
+		edit    func(*Config) // applied to defaults() to get the wanted Config
+	}{
+		{name: "defaults", environ: []string{home}},
+		{
+			name:    "xdg data home",
+			environ: []string{home, "XDG_DATA_HOME=/xdg"},
+			edit:    func(c *Config) { c.DataDir = "/xdg/voyager" },
+		},
+		{
+			name:    "relative xdg data home is ignored",
+			environ: []string{home, "XDG_DATA_HOME=rel"},
+		},
+		{
+			name:    "no home and no xdg leaves data dir empty",
+			environ: nil,
+			edit:    func(c *Config) { c.DataDir = "" },
+		},
+		{
+			name: "env overrides every default",
+			environ: []string{
+				home,
+				"VOYAGER_ETCD_ENDPOINTS=http://a:2379, b:2379,,",
+				"VOYAGER_ETCD_PREFIX=/v2/x",
+				"VOYAGER_ETCD_DIAL_TIMEOUT=1m30s",
+				"VOYAGER_DATA_DIR=/data/v",
+				"VOYAGER_ETCD_CLIENT_ADDR=0.0.0.0:1",
+				"VOYAGER_ETCD_PEER_ADDR=[::1]:2",
+				"VOYAGER_HTTP_ADDR=:8080",
+				"VOYAGER_LOG_LEVEL=DEBUG",
+				"VOYAGER_LOG_FORMAT=json",
+			},
+			edit: func(c *Config) {
+				*c = Config{
+					EtcdEndpoints:   []string{"http://a:2379", "b:2379"},
+					EtcdPrefix:      "/v2/x",
+					EtcdDialTimeout: 90 * time.Second,
+					DataDir:         "/data/v",
+					EtcdClientAddr:  "0.0.0.0:1",
+					EtcdPeerAddr:    "[::1]:2",
+					HTTPAddr:        ":8080",
+					LogLevel:        "debug",
+					LogFormat:       "json",
+				}
+			},
+		},
+		{
+			name:    "flag over env",
+			environ: []string{home, "VOYAGER_HTTP_ADDR=127.0.0.1:1", "VOYAGER_LOG_LEVEL=warn"},
+			args:    []string{"--http-addr", "127.0.0.1:2", "-etcd-endpoints=http://e:2379"},
+			edit: func(c *Config) {
+				c.HTTPAddr = "127.0.0.1:2"
+				c.LogLevel = "warn"
+				c.EtcdEndpoints = []string{"http://e:2379"}
+			},
+		},
+		{
+			name:    "explicit empty flag clears env",
+			environ: []string{home, "VOYAGER_ETCD_ENDPOINTS=http://e:2379"},
+			args:    []string{"-etcd-endpoints="},
+		},
+		{
+			name:    "flag over invalid env",
+			environ: []string{home, "VOYAGER_LOG_LEVEL=loud"},
+			args:    []string{"-log-level=error"},
+			edit:    func(c *Config) { c.LogLevel = "error" },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			AddFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatalf("parse flags: %v", err)
+			}
+			got, err := Load(tt.environ, fs)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			want := defaults()
+			if tt.edit != nil {
+				tt.edit(&want)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("Load:\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestLoadInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		env  string // KEY=value
+		args []string
+		want string // the whole message
+	}{
+		{
+			name: "endpoints",
+			env:  "VOYAGER_ETCD_ENDPOINTS=http://ok:2379,ftp://x",
+			want: `invalid VOYAGER_ETCD_ENDPOINTS="http://ok:2379,ftp://x": want comma-separated etcd client URLs such as http://10.0.0.1:2379,http://10.0.0.2:2379 (scheme http or https, or host:port)`,
+		},
+		{
+			name: "prefix without leading slash",
+			env:  "VOYAGER_ETCD_PREFIX=voyager",
+			want: `invalid VOYAGER_ETCD_PREFIX="voyager": want a key prefix that starts with "/", has no trailing "/" and no spaces, such as /voyager`,
+		},
+		{
+			name: "prefix with trailing slash",
+			env:  "VOYAGER_ETCD_PREFIX=/voyager/",
+			want: `invalid VOYAGER_ETCD_PREFIX="/voyager/": want a key prefix that starts with "/", has no trailing "/" and no spaces, such as /voyager`,
+		},
+		{
+			name: "prefix with space",
+			env:  "VOYAGER_ETCD_PREFIX=/my voyager",
+			want: `invalid VOYAGER_ETCD_PREFIX="/my voyager": want a key prefix that starts with "/", has no trailing "/" and no spaces, such as /voyager`,
+		},
+		{
+			name: "dial timeout unparsable",
+			env:  "VOYAGER_ETCD_DIAL_TIMEOUT=5",
+			want: `invalid VOYAGER_ETCD_DIAL_TIMEOUT="5": want a positive duration such as 5s, 500ms or 1m30s`,
+		},
+		{
+			name: "dial timeout negative",
+			env:  "VOYAGER_ETCD_DIAL_TIMEOUT=-1s",
+			want: `invalid VOYAGER_ETCD_DIAL_TIMEOUT="-1s": want a positive duration such as 5s, 500ms or 1m30s`,
+		},
+		{
+			name: "client addr",
+			env:  "VOYAGER_ETCD_CLIENT_ADDR=localhost",
+			want: `invalid VOYAGER_ETCD_CLIENT_ADDR="localhost": want host:port with a port from 1 to 65535, such as 127.0.0.1:7070`,
+		},
+		{
+			name: "peer addr",
+			env:  "VOYAGER_ETCD_PEER_ADDR=127.0.0.1:0",
+			want: `invalid VOYAGER_ETCD_PEER_ADDR="127.0.0.1:0": want host:port with a port from 1 to 65535, such as 127.0.0.1:7070`,
+		},
+		{
+			name: "http addr",
+			env:  "VOYAGER_HTTP_ADDR=127.0.0.1:http",
+			want: `invalid VOYAGER_HTTP_ADDR="127.0.0.1:http": want host:port with a port from 1 to 65535, such as 127.0.0.1:7070`,
+		},
+		{
+			name: "log level",
+			env:  "VOYAGER_LOG_LEVEL=trace",
+			want: `invalid VOYAGER_LOG_LEVEL="trace": want one of debug, info, warn, error`,
+		},
+		{
+			name: "log format",
+			env:  "VOYAGER_LOG_FORMAT=logfmt",
+			want: `invalid VOYAGER_LOG_FORMAT="logfmt": want one of text, json`,
+		},
+		{
+			name: "bad flag names the flag and the variable",
+			args: []string{"-etcd-dial-timeout=soon"},
+			want: `invalid -etcd-dial-timeout="soon" (flag for VOYAGER_ETCD_DIAL_TIMEOUT): want a positive duration such as 5s, 500ms or 1m30s`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			AddFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatalf("parse flags: %v", err)
+			}
+			environ := []string{"HOME=/home/u"}
+			if tt.env != "" {
+				environ = append(environ, tt.env)
+			}
+			_, err := Load(environ, fs)
+			if err == nil {
+				t.Fatal("Load: no error")
+			}
+			if err.Error() != tt.want {
+				t.Errorf("Load error:\n got %s\nwant %s", err, tt.want)
+			}
+			var ie *InvalidError
+			if !errors.As(err, &ie) {
+				t.Errorf("Load error %T is not an *InvalidError", err)
+			}
+		})
+	}
+}
+
+func TestLoadReportsEveryInvalidValue(t *testing.T) {
+	_, err := Load([]string{"VOYAGER_LOG_LEVEL=x", "VOYAGER_LOG_FORMAT=y", "VOYAGER_ETCD_PREFIX=z"}, nil)
+	if err == nil {
+		t.Fatal("Load: no error")
+	}
+	for _, v := range []string{EnvLogLevel, EnvLogFormat, EnvEtcdPrefix} {
+		if !strings.Contains(err.Error(), v) {
+			t.Errorf("error %q does not name %s", err, v)
+		}
+	}
+}
+
+func TestRequireEndpoints(t *testing.T) {
+	cfg, err := Load([]string{"HOME=/h"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cfg.RequireEndpoints()
+	if err == nil || !strings.Contains(err.Error(), EnvEtcdEndpoints) {
+		t.Fatalf("RequireEndpoints = %v, want an error naming %s", err, EnvEtcdEndpoints)
+	}
+	cfg.EtcdEndpoints = []string{"http://e:2379"}
+	if err := cfg.RequireEndpoints(); err != nil {
+		t.Fatalf("RequireEndpoints with endpoints = %v", err)
+	}
+}
+
+func TestFlagsAndHelpCoverEverySetting(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	AddFlags(fs)
+	var help strings.Builder
+	WriteEnvHelp(&help)
+	for _, s := range Settings() {
+		if fs.Lookup(s.Flag) == nil {
+			t.Errorf("no flag -%s for %s", s.Flag, s.Env)
+		}
+		if !strings.Contains(help.String(), s.Env) || !strings.Contains(help.String(), "default: "+s.Default) {
+			t.Errorf("env help lacks %s with default %q:\n%s", s.Env, s.Default, help.String())
+		}
+		if s.Doc == "" {
+			t.Errorf("%s has no doc tag", s.Env)
+		}
+	}
+}
+
+func TestAddFlagsSubset(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	AddFlags(fs, EnvHTTPAddr, EnvLogLevel)
+	var n int
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n != 2 || fs.Lookup("http-addr") == nil || fs.Lookup("log-level") == nil {
+		t.Errorf("AddFlags subset registered %d flags, want http-addr and log-level", n)
+	}
+}
