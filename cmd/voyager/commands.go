@@ -31,12 +31,13 @@ type command struct {
 //
 // Later issues add their rows here, one file each:
 //
-//	processes: api (api.go), placer (placer.go), agent (agent.go)
+//	processes: api (api.go), agent (agent.go)
 //	CLI over the HTTP API: session (session.go), run (run.go),
 //	node (node.go), token (token.go)
 func commands() []command {
 	return []command{
 		{name: "dev", summary: "run an all-in-one Voyager on this machine (embedded etcd, HTTP server)", run: runDev},
+		{name: "placer", summary: "run a placer: bind pending sessions to GPUs (any number may run)", run: runPlacer},
 		{name: "version", summary: "print the version, commit and Go version", run: runVersion},
 		{name: "help", summary: "show help for voyager or one command", run: runHelp},
 	}

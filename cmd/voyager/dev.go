@@ -29,8 +29,8 @@ const httpShutdownTimeout = 10 * time.Second
 var devCmd = subcommand{
 	name: "dev",
 	description: `Runs an all-in-one Voyager on this machine until SIGINT or SIGTERM: an
-embedded etcd (kept in <data dir>/etcd across runs) and the HTTP server
-(/healthz, /readyz, /metrics). With VOYAGER_ETCD_ENDPOINTS set it uses that
+embedded etcd (kept in <data dir>/etcd across runs), a placer, and the HTTP
+server (/healthz, /readyz, /metrics). With VOYAGER_ETCD_ENDPOINTS set it uses that
 etcd instead of the embedded one.`,
 	allEnvs: true,
 }
@@ -70,6 +70,8 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}()
 
 	registry := httpserver.NewRegistry()
+	pl := newPlacer(store.client, cfg, log)
+	registry.MustRegister(pl.Collectors()...)
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, httpserver.Probes{
 		Ready:    etcdReady(store.client, cfg.EtcdPrefix),
@@ -84,7 +86,8 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	comps := []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
-		// placer, agent and api join here as components sharing store.client.
+		placerComponent(pl),
+		// agent and api join here as components sharing store.client.
 	}
 	if store.server != nil {
 		comps = append(comps, component{name: "etcd", run: func(ctx context.Context) error {

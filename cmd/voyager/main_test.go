@@ -267,9 +267,12 @@ func TestDevE2E(t *testing.T) {
 			t.Errorf("GET %s = %d %q, want 200", path, code, body)
 		}
 	}
-	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
-		t.Errorf("GET /metrics = %d, has go_goroutines: %v", code, strings.Contains(body, "go_goroutines"))
+	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "voyager_placer_passes_total") {
+		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v", code,
+			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"))
 	}
+	// The placer runs inside dev: a queued session gets its reason.
+	sessionWaitsForNodes(t, ctx, cli)
 	if code := p.stop(); code != 0 {
 		t.Fatalf("first run exit code = %d, want 0", code)
 	}

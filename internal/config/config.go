@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // Names of the environment variables. Other packages use these to tell the
@@ -29,6 +31,11 @@ const (
 	EnvHTTPAddr        = "VOYAGER_HTTP_ADDR"
 	EnvLogLevel        = "VOYAGER_LOG_LEVEL"
 	EnvLogFormat       = "VOYAGER_LOG_FORMAT"
+
+	EnvPlacerStrategy     = "VOYAGER_PLACER_STRATEGY"
+	EnvPlacerReserveAfter = "VOYAGER_PLACER_RESERVE_AFTER"
+	EnvPlacerMaxTxnOps    = "VOYAGER_PLACER_MAX_TXN_OPS"
+	EnvPlacerLeaseTTL     = "VOYAGER_PLACER_LEASE_TTL"
 )
 
 // Config holds the settings of one voyager process. Load fills it from the
@@ -43,7 +50,7 @@ type Config struct {
 	// needs them (see RequireEndpoints).
 	EtcdEndpoints []string `env:"VOYAGER_ETCD_ENDPOINTS" envSeparator:"," docDefault:"empty" doc:"comma-separated etcd client URLs (http://host:2379,…); empty: voyager dev runs an embedded etcd, other subcommands require it"`
 	// EtcdPrefix is the key prefix under which all of Voyager's keys live.
-	EtcdPrefix string `env:"VOYAGER_ETCD_PREFIX" envDefault:"/voyager" doc:"etcd key prefix of all Voyager keys; starts with /, no trailing /, no spaces"`
+	EtcdPrefix string `env:"VOYAGER_ETCD_PREFIX" envDefault:"/voyager" doc:"etcd key prefix of all Voyager keys: /segments of letters, digits, '.', '_' or '-', no trailing /"`
 	// EtcdDialTimeout bounds connecting to etcd.
 	EtcdDialTimeout time.Duration `env:"VOYAGER_ETCD_DIAL_TIMEOUT" envDefault:"5s" doc:"how long to wait for etcd to answer when connecting"`
 	// DataDir holds local state; the embedded etcd lives in DataDir/etcd.
@@ -61,6 +68,15 @@ type Config struct {
 	LogLevel string `env:"VOYAGER_LOG_LEVEL" envDefault:"info" doc:"log level: debug, info, warn or error"`
 	// LogFormat is text or json.
 	LogFormat string `env:"VOYAGER_LOG_FORMAT" envDefault:"text" doc:"log format: text or json"`
+
+	// PlacerStrategy is binpack or spread.
+	PlacerStrategy string `env:"VOYAGER_PLACER_STRATEGY" envDefault:"binpack" doc:"placement strategy: binpack (keep whole machines free) or spread"`
+	// PlacerReserveAfter is how long a request waits before it holds capacity.
+	PlacerReserveAfter time.Duration `env:"VOYAGER_PLACER_RESERVE_AFTER" envDefault:"10m" doc:"a request pending this long is ordered first in its priority and holds the nodes closest to fitting it; 0 turns reservations off"`
+	// PlacerMaxTxnOps caps operations per bind transaction.
+	PlacerMaxTxnOps int `env:"VOYAGER_PLACER_MAX_TXN_OPS" envDefault:"128" doc:"operations per bind transaction; at most etcd's --max-txn-ops"`
+	// PlacerLeaseTTL is the TTL of a placer's membership lease.
+	PlacerLeaseTTL time.Duration `env:"VOYAGER_PLACER_LEASE_TTL" envDefault:"10s" doc:"TTL of a placer's membership lease; a dead placer's nodes pass to the others after it"`
 }
 
 // Setting describes one configuration variable, as declared by Config's
@@ -257,6 +273,19 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		errs = append(errs, invalid(EnvLogFormat, wantFor(EnvLogFormat)))
 	}
+	cfg.PlacerStrategy = strings.ToLower(cfg.PlacerStrategy)
+	if cfg.PlacerStrategy != "binpack" && cfg.PlacerStrategy != "spread" {
+		errs = append(errs, invalid(EnvPlacerStrategy, wantFor(EnvPlacerStrategy)))
+	}
+	if cfg.PlacerReserveAfter < 0 {
+		errs = append(errs, invalid(EnvPlacerReserveAfter, wantFor(EnvPlacerReserveAfter)))
+	}
+	if cfg.PlacerMaxTxnOps < 8 {
+		errs = append(errs, invalid(EnvPlacerMaxTxnOps, wantFor(EnvPlacerMaxTxnOps)))
+	}
+	if cfg.PlacerLeaseTTL < time.Second {
+		errs = append(errs, invalid(EnvPlacerLeaseTTL, wantFor(EnvPlacerLeaseTTL)))
+	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
@@ -269,7 +298,7 @@ func wantFor(envName string) string {
 	case EnvEtcdEndpoints:
 		return "comma-separated etcd client URLs such as http://10.0.0.1:2379,http://10.0.0.2:2379 (scheme http or https, or host:port)"
 	case EnvEtcdPrefix:
-		return `a key prefix that starts with "/", has no trailing "/" and no spaces, such as /voyager`
+		return `a key prefix of one or more /segments of letters, digits, ".", "_" or "-", with no trailing "/", such as /voyager`
 	case EnvEtcdDialTimeout:
 		return "a positive duration such as 5s, 500ms or 1m30s"
 	case EnvEtcdClientAddr, EnvEtcdPeerAddr, EnvHTTPAddr:
@@ -278,6 +307,14 @@ func wantFor(envName string) string {
 		return "one of debug, info, warn, error"
 	case EnvLogFormat:
 		return "one of text, json"
+	case EnvPlacerStrategy:
+		return "one of binpack, spread"
+	case EnvPlacerReserveAfter:
+		return "a duration of 0 or more, such as 10m (0 turns reservations off)"
+	case EnvPlacerMaxTxnOps:
+		return "a whole number from 8 up to etcd's --max-txn-ops (default 128)"
+	case EnvPlacerLeaseTTL:
+		return "a duration of at least 1s, such as 10s"
 	}
 	return "a valid value"
 }
@@ -321,9 +358,10 @@ func validEndpoint(ep string) bool {
 	return validHostPort(ep)
 }
 
+// validPrefix defers to the state package, the one place that knows keys.
 func validPrefix(p string) bool {
-	return strings.HasPrefix(p, "/") && !strings.HasSuffix(p, "/") &&
-		!strings.ContainsFunc(p, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' })
+	_, err := state.NewKeys(p)
+	return err == nil
 }
 
 func validHostPort(a string) bool {

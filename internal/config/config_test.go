@@ -21,6 +21,11 @@ func defaults() Config {
 		HTTPAddr:        "127.0.0.1:7070",
 		LogLevel:        "info",
 		LogFormat:       "text",
+
+		PlacerStrategy:     "binpack",
+		PlacerReserveAfter: 10 * time.Minute,
+		PlacerMaxTxnOps:    128,
+		PlacerLeaseTTL:     10 * time.Second,
 	}
 }
 
@@ -60,18 +65,26 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_HTTP_ADDR=:8080",
 				"VOYAGER_LOG_LEVEL=DEBUG",
 				"VOYAGER_LOG_FORMAT=json",
+				"VOYAGER_PLACER_STRATEGY=Spread",
+				"VOYAGER_PLACER_RESERVE_AFTER=0",
+				"VOYAGER_PLACER_MAX_TXN_OPS=1024",
+				"VOYAGER_PLACER_LEASE_TTL=3s",
 			},
 			edit: func(c *Config) {
 				*c = Config{
-					EtcdEndpoints:   []string{"http://a:2379", "b:2379"},
-					EtcdPrefix:      "/v2/x",
-					EtcdDialTimeout: 90 * time.Second,
-					DataDir:         "/data/v",
-					EtcdClientAddr:  "0.0.0.0:1",
-					EtcdPeerAddr:    "[::1]:2",
-					HTTPAddr:        ":8080",
-					LogLevel:        "debug",
-					LogFormat:       "json",
+					PlacerStrategy:     "spread",
+					PlacerReserveAfter: 0,
+					PlacerMaxTxnOps:    1024,
+					PlacerLeaseTTL:     3 * time.Second,
+					EtcdEndpoints:      []string{"http://a:2379", "b:2379"},
+					EtcdPrefix:         "/v2/x",
+					EtcdDialTimeout:    90 * time.Second,
+					DataDir:            "/data/v",
+					EtcdClientAddr:     "0.0.0.0:1",
+					EtcdPeerAddr:       "[::1]:2",
+					HTTPAddr:           ":8080",
+					LogLevel:           "debug",
+					LogFormat:          "json",
 				}
 			},
 		},
@@ -134,17 +147,17 @@ func TestLoadInvalid(t *testing.T) {
 		{
 			name: "prefix without leading slash",
 			env:  "VOYAGER_ETCD_PREFIX=voyager",
-			want: `invalid VOYAGER_ETCD_PREFIX="voyager": want a key prefix that starts with "/", has no trailing "/" and no spaces, such as /voyager`,
+			want: `invalid VOYAGER_ETCD_PREFIX="voyager": want a key prefix of one or more /segments of letters, digits, ".", "_" or "-", with no trailing "/", such as /voyager`,
 		},
 		{
 			name: "prefix with trailing slash",
 			env:  "VOYAGER_ETCD_PREFIX=/voyager/",
-			want: `invalid VOYAGER_ETCD_PREFIX="/voyager/": want a key prefix that starts with "/", has no trailing "/" and no spaces, such as /voyager`,
+			want: `invalid VOYAGER_ETCD_PREFIX="/voyager/": want a key prefix of one or more /segments of letters, digits, ".", "_" or "-", with no trailing "/", such as /voyager`,
 		},
 		{
 			name: "prefix with space",
 			env:  "VOYAGER_ETCD_PREFIX=/my voyager",
-			want: `invalid VOYAGER_ETCD_PREFIX="/my voyager": want a key prefix that starts with "/", has no trailing "/" and no spaces, such as /voyager`,
+			want: `invalid VOYAGER_ETCD_PREFIX="/my voyager": want a key prefix of one or more /segments of letters, digits, ".", "_" or "-", with no trailing "/", such as /voyager`,
 		},
 		{
 			name: "dial timeout unparsable",
@@ -180,6 +193,26 @@ func TestLoadInvalid(t *testing.T) {
 			name: "log format",
 			env:  "VOYAGER_LOG_FORMAT=logfmt",
 			want: `invalid VOYAGER_LOG_FORMAT="logfmt": want one of text, json`,
+		},
+		{
+			name: "placer strategy",
+			env:  "VOYAGER_PLACER_STRATEGY=random",
+			want: `invalid VOYAGER_PLACER_STRATEGY="random": want one of binpack, spread`,
+		},
+		{
+			name: "negative reserve after",
+			env:  "VOYAGER_PLACER_RESERVE_AFTER=-1m",
+			want: `invalid VOYAGER_PLACER_RESERVE_AFTER="-1m": want a duration of 0 or more, such as 10m (0 turns reservations off)`,
+		},
+		{
+			name: "tiny txn",
+			env:  "VOYAGER_PLACER_MAX_TXN_OPS=4",
+			want: `invalid VOYAGER_PLACER_MAX_TXN_OPS="4": want a whole number from 8 up to etcd's --max-txn-ops (default 128)`,
+		},
+		{
+			name: "sub-second placer lease",
+			env:  "VOYAGER_PLACER_LEASE_TTL=500ms",
+			want: `invalid VOYAGER_PLACER_LEASE_TTL="500ms": want a duration of at least 1s, such as 10s`,
 		},
 		{
 			name: "bad flag names the flag and the variable",

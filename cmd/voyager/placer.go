@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/config"
+	"github.com/voyager-gpu/voyager/internal/httpserver"
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+var placerCmd = subcommand{
+	name: "placer",
+	description: `Runs a placer until SIGINT or SIGTERM: it watches the queue in etcd and
+binds pending sessions to GPUs. Run as many as you like, on any machines:
+they share the work and never hand out a GPU twice (placer/README.md). It
+serves /healthz, /readyz and /metrics on VOYAGER_HTTP_ADDR.`,
+	envs: []string{
+		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
+		config.EnvLogLevel, config.EnvLogFormat,
+		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
+	},
+}
+
+func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := placerCmd.flagSet()
+	if code := placerCmd.parse(fs, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	cfg, err := config.Load(os.Environ(), fs)
+	if err == nil {
+		err = cfg.RequireEndpoints()
+	}
+	if err != nil {
+		writeConfigError(stderr, "placer", err)
+		return exitUsage
+	}
+	log := cfg.NewLogger(stderr)
+	store, err := connectExternal(ctx, cfg, log)
+	if err != nil {
+		log.Error("voyager placer failed", "err", err)
+		return exitError
+	}
+	defer store.close()
+	registry := httpserver.NewRegistry()
+	p := newPlacer(store.client, cfg, log)
+	registry.MustRegister(p.Collectors()...)
+	mux := http.NewServeMux()
+	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	if err != nil {
+		log.Error("voyager placer failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
+		return exitError
+	}
+	log.Info("http listening", "addr", hs.Addr())
+	err = supervise(ctx, log, []component{
+		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
+		placerComponent(p),
+	})
+	if err != nil {
+		log.Error("voyager placer failed", "err", err)
+		return exitError
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+// newPlacer builds a placer from the process configuration.
+func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *placer.Placer {
+	return placer.New(cli, placer.Config{
+		Keys:      state.MustKeys(cfg.EtcdPrefix), // Load validated the prefix
+		Plan:      placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		MaxTxnOps: cfg.PlacerMaxTxnOps,
+		LeaseTTL:  cfg.PlacerLeaseTTL,
+		Logger:    log,
+	})
+}
+
+func placerComponent(p *placer.Placer) component {
+	return component{name: "placer", run: p.Run}
+}
