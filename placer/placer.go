@@ -498,54 +498,78 @@ type bindBatch struct {
 }
 
 // batch packs decisions into transactions of at most MaxTxnOps operations,
-// each node's decisions in one batch. Decisions that would join two
-// batches, or overflow one, are deferred to the next pass.
-func (p *Placer) batch(ds []Decision, nodes map[string]*NodeView) ([]*bindBatch, bool) {
+// each node's decisions in one batch (so batches never share a ledger). It
+// fills batches node by node, so a batch closes at a node boundary rather
+// than leaving a node's later decisions stranded. Decisions that would join
+// two batches, or a node whose decisions exceed one transaction, are
+// deferred to the next pass, which plans them again on fresh state.
+func (p *Placer) batch(ds []Decision, _ map[string]*NodeView) ([]*bindBatch, bool) {
+	// Group by head node, keeping the plan's order of first appearance.
+	groups := map[string][]Decision{}
+	var order []string
+	for _, d := range ds {
+		h := d.Parts[0].Node
+		if _, ok := groups[h]; !ok {
+			order = append(order, h)
+		}
+		groups[h] = append(groups[h], d)
+	}
 	var (
 		batches  []*bindBatch
 		owner    = map[string]*bindBatch{}
 		open     *bindBatch
 		deferred bool
 	)
-	for _, d := range ds {
+	for _, h := range order {
+		group := groups[h]
+		// Ops the group needs on top of what an existing batch holds.
+		need, nodes := 0, map[string]bool{}
 		var target *bindBatch
-		newNodes := 0
-		conflict := false
-		for _, pp := range d.Parts {
-			b, ok := owner[pp.Node]
-			switch {
-			case !ok:
-				newNodes++
-			case target == nil:
-				target = b
-			case target != b:
-				conflict = true
+		split := false
+		for _, d := range group {
+			need += 2 + len(d.Parts)
+			for _, pp := range d.Parts {
+				if b, ok := owner[pp.Node]; ok {
+					if target != nil && target != b {
+						split = true
+					}
+					target = b
+				} else if !nodes[pp.Node] {
+					nodes[pp.Node] = true
+					need++ // the ledger write
+				}
 			}
 		}
-		if conflict {
+		if split {
 			deferred = true
 			continue
 		}
-		ops := newNodes + 2 + len(d.Parts)
 		if target == nil {
-			if open == nil || open.ops+ops > p.cfg.MaxTxnOps {
+			if open == nil || open.ops+need > p.cfg.MaxTxnOps {
 				open = &bindBatch{nodes: map[string]bool{}}
 				batches = append(batches, open)
 			}
 			target = open
 		}
-		if target.ops+ops > p.cfg.MaxTxnOps {
-			deferred = true
-			continue
-		}
-		target.decisions = append(target.decisions, d)
-		target.ops += ops
-		for _, pp := range d.Parts {
-			target.nodes[pp.Node] = true
-			owner[pp.Node] = target
+		for _, d := range group {
+			ops := 2 + len(d.Parts)
+			for _, pp := range d.Parts {
+				if !target.nodes[pp.Node] {
+					ops++
+				}
+			}
+			if target.ops+ops > p.cfg.MaxTxnOps {
+				deferred = true
+				continue
+			}
+			target.decisions = append(target.decisions, d)
+			target.ops += ops
+			for _, pp := range d.Parts {
+				target.nodes[pp.Node] = true
+				owner[pp.Node] = target
+			}
 		}
 	}
-	_ = nodes
 	return batches, deferred
 }
 

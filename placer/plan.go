@@ -108,7 +108,7 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	}
 	p.usage = newUsage(p.nodes)
 
-	plan := &Plan{Reserved: map[string]string{}}
+	plan := &Plan{Reserved: map[string]string{}, Waiting: make([]Waiting, 0, len(s.Pending))}
 	order := p.order()
 	position := 0
 	for it := order.next(); it != nil; it = order.next() {
@@ -219,32 +219,27 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		return nil, nil, nil, f
 	}
 	var (
-		bestN      *nodeState
-		bestDevs   []int
-		bestScores map[string]float64
-		bestTotal  float64
-		bestTie    uint64
-		found      int
+		bestN     *nodeState
+		bestDevs  []int
+		bestVals  [2]float64 // per scorer, for the winner only
+		bestTotal float64
+		bestTie   uint64
+		found     int
 	)
 	consider := func(n *nodeState) bool {
 		if exclude[n.name] || feasible(pt, n) != nil {
 			return false
 		}
 		devs := chooseDevices(n, pt.req)
-		scores := make(map[string]float64, len(p.scorers))
+		var vals [2]float64
 		total := 0.0
-		for _, s := range p.scorers {
-			v := s.score(pt, n, devs)
-			scores[s.name] = v
-			w := weightStrategy
-			if s.name == "locality" {
-				w = weightLocality
-			}
-			total += w * v
+		for i, s := range p.scorers {
+			vals[i] = s.score(pt, n, devs)
+			total += s.weight * vals[i]
 		}
 		tie := tieBreak(pt.id, n.name)
 		if bestN == nil || total > bestTotal || (total == bestTotal && tie < bestTie) {
-			bestN, bestDevs, bestScores, bestTotal, bestTie = n, devs, scores, total, tie
+			bestN, bestDevs, bestVals, bestTotal, bestTie = n, devs, vals, total, tie
 		}
 		found++
 		return found >= p.opt.Candidates
@@ -273,7 +268,11 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		}
 	}
 	if bestN != nil {
-		return bestN, bestDevs, bestScores, failure{}
+		scores := make(map[string]float64, len(p.scorers))
+		for i, s := range p.scorers {
+			scores[s.name] = bestVals[i]
+		}
+		return bestN, bestDevs, scores, failure{}
 	}
 	f := p.explain(pt, exclude)
 	if len(exclude) == 0 {

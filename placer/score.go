@@ -26,19 +26,22 @@ const (
 	weightLocality = 0.5
 )
 
-// scorer is one named score in [0, 1] for placing part p on node n with
-// devices devs.
+// scorer is one named, weighted score in [0, 1] for placing part p on
+// node n with devices devs.
 type scorer struct {
-	name  string
-	score func(p *part, n *nodeState, devs []int) float64
+	name   string
+	weight float64
+	score  func(p *part, n *nodeState, devs []int) float64
 }
 
+// scorers builds the chain: the strategy's score, then locality. Exactly
+// two, which the planner relies on to keep per-candidate scores off the heap.
 func scorers(s Strategy) []scorer {
-	first := scorer{"binpack", scoreBinpack}
+	first := scorer{"binpack", weightStrategy, scoreBinpack}
 	if s == Spread {
-		first = scorer{"spread", func(p *part, n *nodeState, devs []int) float64 { return 1 - scoreBinpack(p, n, devs) }}
+		first = scorer{"spread", weightStrategy, func(p *part, n *nodeState, devs []int) float64 { return 1 - scoreBinpack(p, n, devs) }}
 	}
-	return []scorer{first, {"locality", scoreLocality}}
+	return []scorer{first, {"locality", weightLocality, scoreLocality}}
 }
 
 // scoreBinpack is how full the node is after the placement: GPUs for GPU
@@ -88,31 +91,29 @@ func chooseDevices(n *nodeState, r *state.Resources) []int {
 	if r.GPUs == 0 {
 		return nil
 	}
-	byNUMA := map[int][]int{}
-	var numas []int
+	// Free matching devices, in index order; count them per NUMA node.
+	free := make([]int, 0, len(n.devices))
+	var perNUMA [8]int // NUMA ids beyond 7 share the last slot: still correct, less precise
 	for i := range n.devices {
 		if n.taken[i] || !deviceMatches(&n.devices[i], r) {
 			continue
 		}
-		d := n.devices[i].numa
-		if _, ok := byNUMA[d]; !ok {
-			numas = append(numas, d)
-		}
-		byNUMA[d] = append(byNUMA[d], i)
+		free = append(free, i)
+		perNUMA[numaSlot(n.devices[i].numa)]++
 	}
-	sort.Ints(numas)
 	best := -1
-	for _, d := range numas {
-		if len(byNUMA[d]) >= r.GPUs && (best < 0 || len(byNUMA[d]) < len(byNUMA[best])) {
+	for d, c := range perNUMA {
+		if c >= r.GPUs && (best < 0 || c < perNUMA[best]) {
 			best = d
 		}
 	}
-	var pool []int
+	pool := free
 	if best >= 0 {
-		pool = byNUMA[best]
-	} else {
-		for _, d := range numas {
-			pool = append(pool, byNUMA[d]...)
+		pool = make([]int, 0, perNUMA[best])
+		for _, i := range free {
+			if numaSlot(n.devices[i].numa) == best {
+				pool = append(pool, i)
+			}
 		}
 	}
 	if len(pool) < r.GPUs {
@@ -133,6 +134,13 @@ func chooseDevices(n *nodeState, r *state.Resources) []int {
 	chosen = chosen[:r.GPUs]
 	sort.Ints(chosen)
 	return chosen
+}
+
+func numaSlot(numa int) int {
+	if numa < 0 {
+		return 0
+	}
+	return min(numa, 7)
 }
 
 // tieBreak orders equally scored nodes per session: deterministic, so every
