@@ -12,7 +12,6 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
-	"github.com/voyager-gpu/voyager/watcher"
 )
 
 // settled reports whether the world's queue is stable: a fresh plan of
@@ -98,63 +97,6 @@ func TestPlacerBindsAndExplainsWaiting(t *testing.T) {
 	}
 }
 
-// releaser plays the agents: it releases every bound session soon after it
-// is bound, and counts how often each session was bound.
-type releaser struct {
-	mu      sync.Mutex
-	boundN  map[string]int
-	doubles []string
-}
-
-func startReleaser(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Keys, workers int) *releaser {
-	r := &releaser{boundN: map[string]int{}}
-	cache := watcher.New(cli, k.AllBindings(), watcher.JSON[state.Binding], watcher.Options{Name: "releaser", Logger: quietLogger()})
-	work := make(chan state.Binding, 100000)
-	cache.AddHandler(func(ev watcher.Event[state.Binding]) {
-		if ev.Type != watcher.Added {
-			return
-		}
-		r.mu.Lock()
-		r.boundN[ev.Value.Session]++
-		if r.boundN[ev.Value.Session] > 1 {
-			r.doubles = append(r.doubles, ev.Value.Session)
-		}
-		r.mu.Unlock()
-		work <- ev.Value
-	})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := cache.Run(ctx); err != nil {
-			t.Error(err)
-		}
-		close(work)
-	}()
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := range work {
-				now := time.Now().UTC()
-				code := 0
-				st := &state.Status{Session: b.Session, Phase: state.PhaseSucceeded, ExitCode: &code, Updated: now, Finished: &now}
-				if err := state.Release(ctx, cli, k, b.Node, b.Session, st); err != nil && ctx.Err() == nil {
-					t.Errorf("release %s: %v", b.Session, err)
-				}
-			}
-		}()
-	}
-	t.Cleanup(wg.Wait)
-	return r
-}
-
-func (r *releaser) bound() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.boundN)
-}
-
 // TestPlacersRace runs four placers on one etcd over thousands of sessions
 // while agents release them, kills one placer mid-run without letting it
 // clean up, and checks: no session bound twice, no GPU held twice at any
@@ -170,7 +112,7 @@ func TestPlacersRace(t *testing.T) {
 	defer cancel()
 	s := newSim(t, cli)
 	s.addNodes(ctx, "gpu", 40, 8)
-	r := startReleaser(t, ctx, cli, s.k, 8)
+	r := agents(t, ctx, cli, s.k, 0, 0)
 
 	var placers []*Placer
 	var stops []func()

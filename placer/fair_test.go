@@ -14,21 +14,47 @@ import (
 	"github.com/voyager-gpu/voyager/watcher"
 )
 
-// agents plays the node agents: each bound session runs for hold, then is
-// released; after limit releases (0: no limit) sessions run forever.
-func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Keys, hold time.Duration, limit int) {
+// releaser plays the node agents: each bound session runs for hold, then
+// is released; after limit releases (0: no limit) sessions run forever. It
+// counts how often each session was bound.
+type releaser struct {
+	mu      sync.Mutex
+	boundN  map[string]int
+	doubles []string
+}
+
+func (r *releaser) bound() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.boundN)
+}
+
+func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Keys, hold time.Duration, limit int) *releaser {
+	r := &releaser{boundN: map[string]int{}}
 	cache := watcher.New(cli, k.AllBindings(), watcher.JSON[state.Binding], watcher.Options{Name: "agents", Logger: quietLogger()})
 	work := make(chan state.Binding, 100000)
 	cache.AddHandler(func(ev watcher.Event[state.Binding]) {
-		if ev.Type == watcher.Added {
-			work <- ev.Value
+		if ev.Type != watcher.Added {
+			return
 		}
+		r.mu.Lock()
+		r.boundN[ev.Value.Session]++
+		if r.boundN[ev.Value.Session] > 1 {
+			r.doubles = append(r.doubles, ev.Value.Session)
+		}
+		r.mu.Unlock()
+		work <- ev.Value
 	})
+	// One agent per node releases one session at a time, as a real one
+	// reconciling its node would.
+	var nodeMu sync.Map
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = cache.Run(ctx)
+		if err := cache.Run(ctx); err != nil {
+			t.Error(err)
+		}
 		close(work)
 	}()
 	wg.Add(1)
@@ -43,13 +69,19 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 			wg.Add(1)
 			go func(b state.Binding) {
 				defer wg.Done()
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(hold): // the session's run time
+				if hold > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(hold): // the session's run time
+					}
 				}
+				mu, _ := nodeMu.LoadOrStore(b.Node, &sync.Mutex{})
+				mu.(*sync.Mutex).Lock()
+				defer mu.(*sync.Mutex).Unlock()
 				now := time.Now().UTC()
-				st := &state.Status{Session: b.Session, Phase: state.PhaseSucceeded, Updated: now, Finished: &now}
+				code := 0
+				st := &state.Status{Session: b.Session, Phase: state.PhaseSucceeded, ExitCode: &code, Updated: now, Finished: &now}
 				if err := state.Release(ctx, cli, k, b.Node, b.Session, st); err != nil && ctx.Err() == nil {
 					t.Errorf("release %s: %v", b.Session, err)
 				}
@@ -57,6 +89,7 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 		}
 	}()
 	t.Cleanup(wg.Wait)
+	return r
 }
 
 // TestFairShare: one user floods the queue and fills the cluster, a second

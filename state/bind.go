@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -68,8 +70,10 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 	return cmps, ops, nil
 }
 
-// maxReleaseAttempts bounds Release's read-modify-write retries.
-const maxReleaseAttempts = 16
+// maxReleaseAttempts bounds Release's read-modify-write retries; between
+// attempts it waits a jittered, doubling pause (from 1 ms up to 64 ms), so
+// that a release racing placers' binds on a busy node gets through.
+const maxReleaseAttempts = 24
 
 // Release gives back what session id holds on node: in one transaction it
 // removes the allocation from the ledger, deletes the binding and, when st
@@ -78,7 +82,18 @@ const maxReleaseAttempts = 16
 // The agent calls it after the containers stopped.
 func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, st *Status) error {
 	lk := k.Ledger(node)
+	pause := time.Millisecond
 	for attempt := 0; attempt < maxReleaseAttempts; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(pause/2 + rand.N(pause))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("release %s on %s: %w", id, node, ctx.Err())
+			case <-t.C:
+			}
+			pause = min(2*pause, 64*time.Millisecond)
+		}
 		l, rev, err := Get[Ledger](ctx, kv, lk)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("release %s on %s: %w", id, node, err)

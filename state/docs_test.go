@@ -74,6 +74,8 @@ var docTypes = map[string]any{
 	"Quota":      state.Quota{},
 	"Profile":    state.Profile{},
 	"Placer":     state.Placer{},
+
+	"IdempotencyRecord": state.IdempotencyRecord{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.
@@ -181,6 +183,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.GroupQuota("vision"):                   values["Quota"],
 		k.Profile("a100-small"):                  values["Profile"],
 		k.Placer("placer-3f2a"):                  values["Placer"],
+		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -192,6 +195,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
+		"idempotency": "IdempotencyRecord",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

@@ -22,6 +22,7 @@ const (
 	dirQuotas   = "quotas"
 	dirProfiles = "profiles"
 	dirPlacers  = "placers"
+	dirIdem     = "idempotency"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;
@@ -129,6 +130,13 @@ func (k Keys) Placers() string { return k.dir(dirPlacers) }
 
 // Placer is the key of placer id's record; it is attached to its lease.
 func (k Keys) Placer(id string) string { return k.key(dirPlacers, id) }
+
+// IdempotencyDir is the prefix of idempotency records.
+func (k Keys) IdempotencyDir() string { return k.dir(dirIdem) }
+
+// Idempotency is the key of the record of one Idempotency-Key of owner;
+// digest is a hex digest of the client's key, so any header value is safe.
+func (k Keys) Idempotency(owner, digest string) string { return k.key2(dirIdem, owner, digest) }
 
 // SessionID returns the session id of a key under sessions/, pending/ or
 // status/, and false for any other key.

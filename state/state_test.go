@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
@@ -194,5 +198,66 @@ func TestCreateSessionIsAtomicAndUnique(t *testing.T) {
 	bad.ID = "Bad/ID"
 	if _, err := state.CreateSession(ctx, cli, k, bad, now); err == nil || !strings.Contains(err.Error(), "session id") {
 		t.Errorf("invalid id error = %v", err)
+	}
+}
+
+// TestReleaseIsAtomicIdempotentAndSurvivesContention releases 40 sessions
+// of one node at once: every allocation and binding goes, nothing else
+// does, and releasing again changes nothing.
+func TestReleaseIsAtomicIdempotentAndSurvivesContention(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys(state.DefaultPrefix)
+	l := state.Ledger{Node: "n1", Allocations: map[string]state.Allocation{}}
+	for i := 0; i < 41; i++ {
+		id := fmt.Sprintf("s%02d", i)
+		l.Allocations[id] = state.Allocation{Owner: "ada", Role: state.RoleSingle, GPUs: []string{"GPU-" + id}, CPUMilli: 1000}
+		if _, err := state.Put(ctx, cli, k.Binding("n1", id), state.Binding{Session: id, Node: "n1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := state.Put(ctx, cli, k.Ledger("n1"), l); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 80)
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			code := 0
+			errs <- state.Release(ctx, cli, k, "n1", id, &state.Status{Session: id, Phase: state.PhaseSucceeded, ExitCode: &code})
+		}(fmt.Sprintf("s%02d", i))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _, err := state.Get[state.Ledger](ctx, cli, k.Ledger("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Allocations) != 1 || got.Allocations["s40"].CPUMilli != 1000 {
+		t.Fatalf("ledger after 40 releases = %+v, want only s40", got.Allocations)
+	}
+	resp, err := cli.Get(ctx, k.Bindings("n1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 1 {
+		t.Fatalf("%d bindings left (err %v), want 1", resp.Count, err)
+	}
+	st, _, err := state.Get[state.Status](ctx, cli, k.Status("s07"))
+	if err != nil || st.Phase != state.PhaseSucceeded {
+		t.Errorf("status of a released session = %+v, %v", st, err)
+	}
+	// Idempotent; the last release deletes the emptied ledger.
+	for _, id := range []string{"s07", "s40", "s40"} {
+		if err := state.Release(ctx, cli, k, "n1", id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := state.Get[state.Ledger](ctx, cli, k.Ledger("n1")); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("empty ledger not deleted: %v", err)
 	}
 }

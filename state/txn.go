@@ -47,32 +47,13 @@ func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now t
 	if err := ValidateName("session id", s.ID); err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
-	spec, err := Encode(s)
-	if err != nil {
-		return 0, fmt.Errorf("create session: %w", err)
-	}
-	entry, err := Encode(NewQueueEntry(s, now))
-	if err != nil {
-		return 0, fmt.Errorf("create session: %w", err)
-	}
-	st, err := Encode(Status{
-		Session: s.ID,
-		Phase:   PhasePending,
-		Reason:  "Queued",
-		Message: "waiting for the placer",
-		Created: s.Created,
-		Updated: now,
-	})
+	spec, entry, st, err := encodeNew(s, now)
 	if err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
 	resp, err := kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0)).
-		Then(
-			clientv3.OpPut(k.Session(s.ID), spec),
-			clientv3.OpPut(k.Pending(s.ID), entry),
-			clientv3.OpPut(k.Status(s.ID), st),
-		).Commit()
+		Then(createOps(k, s.ID, spec, entry, st)...).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("create session %s: %w", s.ID, err)
 	}
@@ -112,4 +93,38 @@ func Put(ctx context.Context, kv clientv3.KV, key string, v any) (int64, error) 
 		return 0, fmt.Errorf("put %s: %w", key, err)
 	}
 	return resp.Header.Revision, nil
+}
+
+// NewStatus is the status a session starts with: Pending, waiting for the
+// placer.
+func NewStatus(s Session, now time.Time) Status {
+	return Status{
+		Session: s.ID,
+		Phase:   PhasePending,
+		Reason:  "Queued",
+		Message: "waiting for the placer",
+		Created: s.Created,
+		Updated: now,
+	}
+}
+
+func encodeNew(s Session, now time.Time) (spec, entry, st string, err error) {
+	if spec, err = Encode(s); err != nil {
+		return "", "", "", err
+	}
+	if entry, err = Encode(NewQueueEntry(s, now)); err != nil {
+		return "", "", "", err
+	}
+	if st, err = Encode(NewStatus(s, now)); err != nil {
+		return "", "", "", err
+	}
+	return spec, entry, st, nil
+}
+
+func createOps(k Keys, id, spec, entry, st string) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpPut(k.Session(id), spec),
+		clientv3.OpPut(k.Pending(id), entry),
+		clientv3.OpPut(k.Status(id), st),
+	}
 }

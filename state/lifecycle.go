@@ -1,0 +1,165 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// IdempotencyRecord remembers which session a create request with an
+// Idempotency-Key made, stored at idempotency/<owner>/<digest> under a
+// lease, so the record expires by itself.
+type IdempotencyRecord struct {
+	// Session is the id of the session the first request created.
+	Session string `json:"session"`
+	// RequestHash is a digest of the first request's body: a repeat with a
+	// different body is refused rather than answered with the old session.
+	RequestHash string    `json:"requestHash"`
+	Created     time.Time `json:"created"`
+}
+
+// CreateSessionIdempotent is CreateSession that also writes rec at idemKey
+// under lease, in the same transaction and only if idemKey does not exist
+// yet. When it exists, nothing is written and the stored record is
+// returned with created false: the caller answers the repeat with it.
+func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time, idemKey string, rec IdempotencyRecord, lease clientv3.LeaseID) (stored IdempotencyRecord, created bool, err error) {
+	if err := ValidateName("session id", s.ID); err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
+	}
+	spec, entry, st, err := encodeNew(s, now)
+	if err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
+	}
+	r, err := Encode(rec)
+	if err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
+	}
+	ops := append(createOps(k, s.ID, spec, entry, st), clientv3.OpPut(idemKey, r, clientv3.WithLease(lease)))
+	resp, err := kv.Txn(ctx).
+		If(
+			clientv3.Compare(clientv3.CreateRevision(idemKey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0),
+		).
+		Then(ops...).
+		Else(clientv3.OpGet(idemKey)).Commit()
+	if err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, err)
+	}
+	if resp.Succeeded {
+		return rec, true, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 { // the session id was taken, not the key
+		return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, ErrExists)
+	}
+	old, err := Decode[IdempotencyRecord](kvs[0].Value)
+	if err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, err)
+	}
+	return old, false, nil
+}
+
+// StopOutcome says what StopSession did.
+type StopOutcome string
+
+// Stop outcomes.
+const (
+	// StopCancelled: the session was pending; its queue entry is gone and
+	// its status is Stopped.
+	StopCancelled StopOutcome = "cancelled"
+	// StopRequested: the session was bound or running; its desired state is
+	// now stopped and its agent will stop it.
+	StopRequested StopOutcome = "stopping"
+	// StopAlready: the session had already ended or was already asked to
+	// stop; nothing was written.
+	StopAlready StopOutcome = "unchanged"
+)
+
+// maxStopAttempts bounds StopSession's read-modify-write retries.
+const maxStopAttempts = 16
+
+// StopSession asks session id to stop. A pending session is cancelled in
+// one transaction: its queue entry is deleted, its desired state set to
+// stopped and its status set to Stopped, on condition that neither the spec
+// nor the queue entry changed since read, so a placer binding it at the
+// same moment either wins (and the stop becomes a desired-state change) or
+// loses (its bind transaction finds the entry gone). A bound or running
+// session gets desired=stopped; its agent stops the containers. by names
+// who asked, for the status message. It returns ErrNotFound for an
+// unknown id.
+func StopSession(ctx context.Context, kv clientv3.KV, k Keys, id, by string, now time.Time) (StopOutcome, error) {
+	for attempt := 0; attempt < maxStopAttempts; attempt++ {
+		resp, err := kv.Txn(ctx).Then(
+			clientv3.OpGet(k.Session(id)),
+			clientv3.OpGet(k.Pending(id)),
+			clientv3.OpGet(k.Status(id)),
+		).Commit()
+		if err != nil {
+			return "", fmt.Errorf("stop session %s: %w", id, err)
+		}
+		specKVs := resp.Responses[0].GetResponseRange().Kvs
+		pendKVs := resp.Responses[1].GetResponseRange().Kvs
+		statKVs := resp.Responses[2].GetResponseRange().Kvs
+		if len(specKVs) == 0 {
+			return "", fmt.Errorf("stop session %s: %w", id, ErrNotFound)
+		}
+		s, err := Decode[Session](specKVs[0].Value)
+		if err != nil {
+			return "", fmt.Errorf("stop session %s: %w", id, err)
+		}
+		var st Status
+		if len(statKVs) > 0 {
+			if st, err = Decode[Status](statKVs[0].Value); err != nil {
+				return "", fmt.Errorf("stop session %s: %w", id, err)
+			}
+		}
+		if st.Phase.Terminal() || (s.Desired == DesiredStopped && len(pendKVs) == 0) {
+			return StopAlready, nil
+		}
+		s.Desired = DesiredStopped
+		spec, err := Encode(s)
+		if err != nil {
+			return "", fmt.Errorf("stop session %s: %w", id, err)
+		}
+		specCmp := clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specKVs[0].ModRevision)
+		if len(pendKVs) > 0 {
+			fin := now.UTC()
+			st.Session, st.Phase, st.Reason = id, PhaseStopped, "Cancelled"
+			st.Message = "cancelled while pending by " + by
+			st.QueuePosition, st.Updated, st.Finished = 0, fin, &fin
+			if st.Created.IsZero() {
+				st.Created = s.Created
+			}
+			sv, err := Encode(st)
+			if err != nil {
+				return "", fmt.Errorf("stop session %s: %w", id, err)
+			}
+			r, err := kv.Txn(ctx).If(specCmp,
+				clientv3.Compare(clientv3.ModRevision(k.Pending(id)), "=", pendKVs[0].ModRevision),
+			).Then(
+				clientv3.OpPut(k.Session(id), spec),
+				clientv3.OpDelete(k.Pending(id)),
+				clientv3.OpPut(k.Status(id), sv),
+			).Commit()
+			if err != nil {
+				return "", fmt.Errorf("stop session %s: %w", id, err)
+			}
+			if r.Succeeded {
+				return StopCancelled, nil
+			}
+			continue
+		}
+		r, err := kv.Txn(ctx).If(specCmp,
+			clientv3.Compare(clientv3.CreateRevision(k.Pending(id)), "=", 0),
+		).Then(clientv3.OpPut(k.Session(id), spec)).Commit()
+		if err != nil {
+			return "", fmt.Errorf("stop session %s: %w", id, err)
+		}
+		if r.Succeeded {
+			return StopRequested, nil
+		}
+	}
+	return "", fmt.Errorf("stop session %s: %w after %d attempts", id, ErrConflict, maxStopAttempts)
+}
