@@ -292,10 +292,12 @@ func (p *Placer) loop(ctx context.Context) error {
 		if err := p.catchUp(ctx, bindRev, ledgerRev); err != nil {
 			return nil
 		}
+		started := time.Now()
 		res := p.pass(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
+		took := time.Since(started)
 		bindRev, ledgerRev = max(bindRev, res.bindRev), max(ledgerRev, res.ledgerRev)
 		switch {
 		case res.conflicts > 0 && res.bound == 0:
@@ -303,10 +305,8 @@ func (p *Placer) loop(ctx context.Context) error {
 			// back off: another placer is moving the same state.
 			failures++
 			if failures > 8 {
-				select {
-				case <-ctx.Done():
+				if !pause(ctx, min(time.Duration(failures)*10*time.Millisecond, time.Second)) {
 					return nil
-				case <-time.After(time.Duration(failures) * 10 * time.Millisecond):
 				}
 			}
 			continue
@@ -321,6 +321,26 @@ func (p *Placer) loop(ctx context.Context) error {
 		case <-p.kick:
 		case <-tick.C:
 		}
+		// A pass that bound nothing is followed by at least as much rest
+		// as it took: while other placers commit, every event would kick
+		// another full plan, and planning would crowd out the commits.
+		if rest := took - time.Since(started.Add(took)); rest > 0 {
+			if !pause(ctx, rest) {
+				return nil
+			}
+		}
+	}
+}
+
+// pause waits for d or until ctx ends, reporting whether ctx is still live.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
