@@ -158,8 +158,11 @@ func TestPlacersRace(t *testing.T) {
 		total.Bound += st.Bound
 		total.Conflicts += st.Conflicts
 	}
-	if total.Bound < int64(sessions) {
-		t.Errorf("placers report %d bindings for %d sessions", total.Bound, sessions)
+	// The killed placer may have had transactions commit on the server
+	// after its connection closed, unseen by its counters: so at most, not
+	// exactly, one count per session.
+	if total.Bound > int64(sessions) {
+		t.Errorf("placers report %d bindings for %d sessions: some session counted twice", total.Bound, sessions)
 	}
 	t.Logf("killed %s; conflicts per binding: %.3f", killed, float64(total.Conflicts)/float64(total.Bound))
 }
