@@ -1,0 +1,103 @@
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// External is an etcd server in its own process: Debian's etcd-server
+// (/usr/bin/etcd, 3.4). Heavy tests use it so that, under the race
+// detector, only the code under test is instrumented and not etcd itself;
+// it also keeps Voyager honest against an older server than the one it
+// embeds.
+type External struct {
+	Endpoint string
+	cmd      *exec.Cmd
+}
+
+// StartExternal starts Debian's etcd on free loopback ports with a fresh
+// data directory, waits until it answers, and stops it at cleanup. It fails
+// the test (with how to install it) if the binary is missing.
+func StartExternal(tb testing.TB) *External {
+	tb.Helper()
+	bin := os.Getenv("VOYAGER_TEST_ETCD")
+	if bin == "" {
+		bin = "etcd"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		tb.Fatalf("etcd server not found (%v): install Debian's etcd-server (.ci/run does) or set VOYAGER_TEST_ETCD", err)
+	}
+	client, peer := freePort(tb), freePort(tb)
+	dir := tb.TempDir()
+	cmd := exec.Command(path,
+		"--name", "test",
+		"--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", "http://"+client,
+		"--advertise-client-urls", "http://"+client,
+		"--listen-peer-urls", "http://"+peer,
+		"--initial-advertise-peer-urls", "http://"+peer,
+		"--initial-cluster", "test=http://"+peer,
+		"--unsafe-no-fsync",
+		"--log-level", "error",
+	)
+	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start etcd: %v", err)
+	}
+	e := &External{Endpoint: "http://" + client, cmd: cmd}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logf.Close()
+	})
+	cli := e.Client(tb)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Get(ctx, "health")
+		cancel()
+		if err == nil {
+			return e
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
+			tb.Fatalf("etcd did not answer within 30s: %v\n%s", err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Client returns a client of e, closed at cleanup.
+func (e *External) Client(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		tb.Fatalf("etcd client: %v", err)
+	}
+	tb.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func freePort(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(fmt.Errorf("find free port: %w", err))
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

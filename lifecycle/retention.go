@@ -1,0 +1,286 @@
+package lifecycle
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// RetentionConfig configures Retention. Zero fields take the defaults.
+type RetentionConfig struct {
+	// Keys is the key schema. Default: state.DefaultPrefix.
+	Keys state.Keys
+	// After is how long a finished session stays in etcd. Default 7 days.
+	After time.Duration
+	// HistoryPath is the append-only history file (JSON lines). Required.
+	HistoryPath string
+	// Every is the time between sweeps. Default 1 minute.
+	Every time.Duration
+	// Batch is how many sessions one delete transaction removes (two keys
+	// each, so at most half of etcd's --max-txn-ops). Default 64.
+	Batch int
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// maxChunk bounds how many records one sweep holds in memory and appends
+// with one fsync.
+const maxChunk = 10000
+
+// HistoryRecord is one line of the history file: a session's final spec
+// and status, and when it left etcd.
+type HistoryRecord struct {
+	Session state.Session `json:"session"`
+	Status  state.Status  `json:"status"`
+	Retired time.Time     `json:"retired"`
+}
+
+// Retention moves finished sessions from etcd to the history file.
+type Retention struct {
+	cfg RetentionConfig
+	cli *clientv3.Client
+	log *slog.Logger
+
+	mu      sync.Mutex // serialises sweeps and history writes
+	retired int64
+}
+
+// NewRetention returns a retention sweeper over cli.
+func NewRetention(cli *clientv3.Client, cfg RetentionConfig) (*Retention, error) {
+	if cfg.HistoryPath == "" {
+		return nil, errors.New("configure retention: no history file; set a path for the finished sessions' records")
+	}
+	if cfg.Keys == (state.Keys{}) {
+		cfg.Keys = state.MustKeys(state.DefaultPrefix)
+	}
+	if cfg.After <= 0 {
+		cfg.After = 7 * 24 * time.Hour
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = time.Minute
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Retention{cfg: cfg, cli: cli, log: cfg.Logger.With("component", "retention")}, nil
+}
+
+// Retired returns how many sessions this sweeper moved to history.
+func (r *Retention) Retired() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.retired
+}
+
+// Run sweeps every Every while this process holds the retention election,
+// until ctx ends. It returns nil when ctx is cancelled.
+func (r *Retention) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := r.lead(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("retention leadership lost; campaigning again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Retention) lead(ctx context.Context) error {
+	s, err := concurrency.NewSession(r.cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("create retention lease: %w", err)
+	}
+	defer s.Close()
+	e := concurrency.NewElection(s, r.cfg.Keys.Prefix()+"/elections/retention")
+	host, _ := os.Hostname()
+	if err := e.Campaign(ctx, host); err != nil {
+		return fmt.Errorf("campaign for retention: %w", err)
+	}
+	r.log.Info("retention sweeper elected", "after", r.cfg.After, "history", r.cfg.HistoryPath)
+	tick := time.NewTicker(r.cfg.Every)
+	defer tick.Stop()
+	for {
+		if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("retention sweep failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.Done():
+			return errors.New("lease expired")
+		case <-tick.C:
+		}
+	}
+}
+
+// Sweep moves every session finished more than After ago to the history
+// file and deletes its keys, and returns how many it moved. For each batch
+// it appends and fsyncs the records first, then deletes the keys in one
+// transaction that applies only if each status is unchanged since read. A
+// crash between the two leaves the session in etcd and its record in the
+// file: the next sweep appends it again, so the history may hold a record
+// twice (identical; readers keep the last per session) but never loses one.
+func (r *Retention) Sweep(ctx context.Context) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := r.cfg.Keys
+	cutoff := r.cfg.Now().Add(-r.cfg.After)
+	type due struct {
+		id  string
+		st  state.Status
+		rev int64
+	}
+	var todo []due
+	// Page through statuses at one revision; only terminal, old ones count.
+	key, end := k.StatusDir(), clientv3.GetPrefixRangeEnd(k.StatusDir())
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := r.cli.Get(ctx, key, opts...)
+		if err != nil {
+			return 0, fmt.Errorf("list statuses: %w", err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			st, err := state.Decode[state.Status](kv.Value)
+			if err != nil || !st.Phase.Terminal() {
+				continue
+			}
+			finished := st.Updated
+			if st.Finished != nil {
+				finished = *st.Finished
+			}
+			if finished.Before(cutoff) {
+				id, ok := k.SessionID(string(kv.Key))
+				if ok {
+					todo = append(todo, due{id: id, st: st, rev: kv.ModRevision})
+				}
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	sort.Slice(todo, func(i, j int) bool { return todo[i].id < todo[j].id })
+	moved := 0
+	// A chunk's records are appended and fsynced once, then its keys are
+	// deleted a transaction (Batch sessions) at a time.
+	for start := 0; start < len(todo); start += maxChunk {
+		chunk := todo[start:min(start+maxChunk, len(todo))]
+		now := r.cfg.Now().UTC()
+		records := make([]HistoryRecord, 0, len(chunk))
+		for b := 0; b < len(chunk); b += r.cfg.Batch {
+			batch := chunk[b:min(b+r.cfg.Batch, len(chunk))]
+			// One round trip reads the batch's specs.
+			gets := make([]clientv3.Op, len(batch))
+			for i, d := range batch {
+				gets[i] = clientv3.OpGet(k.Session(d.id))
+			}
+			specs, err := r.cli.Txn(ctx).Then(gets...).Commit()
+			if err != nil {
+				return moved, fmt.Errorf("read retired specs: %w", err)
+			}
+			for i, d := range batch {
+				spec := state.Session{ID: d.id}
+				if kvs := specs.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+					if v, err := state.Decode[state.Session](kvs[0].Value); err == nil {
+						spec = v
+					}
+				}
+				records = append(records, HistoryRecord{Session: spec, Status: d.st, Retired: now})
+			}
+		}
+		if err := r.appendHistory(records); err != nil {
+			return moved, err
+		}
+		for b := 0; b < len(chunk); b += r.cfg.Batch {
+			batch := chunk[b:min(b+r.cfg.Batch, len(chunk))]
+			cmps := make([]clientv3.Cmp, 0, len(batch))
+			ops := make([]clientv3.Op, 0, 2*len(batch))
+			for _, d := range batch {
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(d.id)), "=", d.rev))
+				ops = append(ops, clientv3.OpDelete(k.Session(d.id)), clientv3.OpDelete(k.Status(d.id)))
+			}
+			resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+			if err != nil {
+				return moved, fmt.Errorf("delete retired sessions: %w", err)
+			}
+			if !resp.Succeeded {
+				// A status changed under us (rare: a finished session does
+				// not change). Its record is in the file; the next sweep
+				// re-reads and retires it.
+				r.log.Info("retired batch changed concurrently; retrying next sweep", "sessions", len(batch))
+				continue
+			}
+			moved += len(batch)
+			r.retired += int64(len(batch))
+		}
+	}
+	if moved > 0 {
+		r.log.Info("retired finished sessions", "sessions", moved, "older_than", r.cfg.After)
+	}
+	return moved, nil
+}
+
+// appendHistory appends records as JSON lines and fsyncs the file.
+func (r *Retention) appendHistory(records []HistoryRecord) error {
+	if err := os.MkdirAll(filepath.Dir(r.cfg.HistoryPath), 0o700); err != nil {
+		return fmt.Errorf("create history directory: %w", err)
+	}
+	f, err := os.OpenFile(r.cfg.HistoryPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open history file: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	for _, rec := range records {
+		line, err := state.Encode(rec)
+		if err != nil {
+			_ = f.Close()
+			return err
+		}
+		if _, err := w.WriteString(line + "\n"); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("write history: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write history: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("sync history: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close history: %w", err)
+	}
+	return nil
+}
