@@ -90,7 +90,7 @@ def make_app(fake):
                 if phase == "Running":
                     st["urls"] = {"jupyter": "http://gpu-7:40001/lab?token=x"}
                 v["status"] = st
-                ev = {"session": sid, "phase": phase, "reason": reason, "message": msg,
+                ev = {"session": sid, "phase": phase, "reason": reason, "message": f"{phase}: {msg}",
                       "terminal": phase in ("Stopped", "Failed", "Succeeded", "Lost"), "status": st}
                 self.write(f"id: {i}\nevent: status\ndata: {json.dumps(ev)}\n\n")
                 await self.flush()
@@ -99,7 +99,7 @@ def make_app(fake):
 
     class Profiles(Base):
         def get(self):
-            self.finish(json.dumps([{"name": "a100-small", "description": "1×A100 <b>notebook</b>"}]))
+            self.finish(json.dumps({"items": [{"name": "a100-small", "description": "1×A100 <b>notebook</b>"}]}))
 
     return web.Application([
         (r"/api/v1/sessions", Sessions),

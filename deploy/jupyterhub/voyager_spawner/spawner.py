@@ -101,7 +101,8 @@ class VoyagerSpawner(Spawner):
     async def _options_form(self, spawner):
         """Profiles from Voyager and a GPU count."""
         try:
-            profiles = await self.client().profiles() or []
+            answer = await self.client().profiles() or {}
+            profiles = answer.get("items", []) if isinstance(answer, dict) else answer
         except VoyagerError as e:
             self.log.warning("read Voyager profiles: %s", e)
             profiles = []
@@ -272,7 +273,10 @@ def server_url(status):
 def progress_event(ev):
     """One Voyager event as a JupyterHub progress event."""
     phase = ev.get("phase", "")
-    message = ev.get("message") or phase
+    # The event's message already starts with the phase ("Pending: …");
+    # the status's own message is the plain reason, which reads better
+    # after our prefix.
+    message = (ev.get("status") or {}).get("message") or ev.get("message") or phase
     pct = {"Pending": 10, "Bound": 30, "Starting": 50, "Running": 100}.get(phase, 100)
     if isinstance(ev.get("progress"), int):
         pct = ev["progress"]
