@@ -17,8 +17,10 @@ BUILD_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -extldflags
 build:
 	go build -ldflags '$(BUILD_LDFLAGS)' -o bin/voyager ./cmd/voyager
 
-## dev: build, then run an all-in-one Voyager (embedded etcd + HTTP) until Ctrl-C
+## dev: build, install containerd/runc/busybox-static if missing (deploy/dev-setup.sh),
+## then run an all-in-one Voyager (embedded etcd, placer, agent, HTTP) until Ctrl-C
 dev: build
+	deploy/dev-setup.sh
 	bin/voyager dev
 
 ## test: the whole suite with the race detector (what CI runs)

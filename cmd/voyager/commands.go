@@ -38,6 +38,13 @@ func commands() []command {
 	return []command{
 		{name: "dev", summary: "run an all-in-one Voyager on this machine (embedded etcd, HTTP server)", run: runDev},
 		{name: "placer", summary: "run a placer: bind pending sessions to GPUs (any number may run)", run: runPlacer},
+		{name: "agent", summary: "run the node agent of this GPU machine: its GPUs, its containers", run: runAgent},
+		{name: "api", summary: "run the HTTP API (JWT-protected; any number may run)", run: runAPI},
+		{name: "session", summary: "create, list, get, stop, wait for sessions and read their logs", run: runSession},
+		{name: "run", summary: "run a batch command on GPUs and exit with its exit code", run: runRun},
+		{name: "node", summary: "list nodes; cordon, uncordon and drain them (admin)", run: runNode},
+		{name: "queue", summary: "show the queue: what is ahead of you and why", run: runQueue},
+		{name: "token", summary: "print a development token signed with the configured secret", run: runToken},
 		{name: "version", summary: "print the version, commit and Go version", run: runVersion},
 		{name: "help", summary: "show help for voyager or one command", run: runHelp},
 	}

@@ -29,8 +29,12 @@ const httpShutdownTimeout = 10 * time.Second
 var devCmd = subcommand{
 	name: "dev",
 	description: `Runs an all-in-one Voyager on this machine until SIGINT or SIGTERM: an
-embedded etcd (kept in <data dir>/etcd across runs), a placer, and the HTTP
-server (/healthz, /readyz, /metrics). With VOYAGER_ETCD_ENDPOINTS set it uses that
+embedded etcd (kept in <data dir>/etcd across runs), a placer, a node agent
+(containerd, started privately under <data dir>/containerd if none answers;
+GPUs simulated, and marked so, where NVML is absent), and the HTTP
+server (/healthz, /readyz, /metrics, and the API under /api/v1/). With
+VOYAGER_JWT_SECRET empty it keeps a random token secret in <data dir>/jwt-secret,
+which voyager token reads. With VOYAGER_ETCD_ENDPOINTS set it uses that
 etcd instead of the embedded one.`,
 	allEnvs: true,
 }
@@ -77,7 +81,16 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Ready:    etcdReady(store.client, cfg.EtcdPrefix),
 		Gatherer: registry,
 	})
-	// The API issue mounts its routes on mux here.
+	secret, err := devAPISecret(cfg, store.server != nil, log)
+	if err != nil {
+		return err
+	}
+	apiSrv, err := newAPI(store.client, cfg, secret, log)
+	if err != nil {
+		return err
+	}
+	registry.MustRegister(apiSrv.Collectors()...)
+	apiSrv.Mount(mux)
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
 		return explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr)
@@ -87,7 +100,17 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	comps := []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
 		placerComponent(pl),
-		// agent and api join here as components sharing store.client.
+		apiComponent(apiSrv),
+	}
+	// The agent: where it cannot run (no containerd and not root), dev
+	// says why and goes on without it; sessions then wait in the queue.
+	if parts, err := newAgent(ctx, store.client, cfg, log, true); err != nil {
+		log.Warn("voyager dev runs WITHOUT a node agent: no session can start", "err", err,
+			"fix", "run as root with containerd and runc installed (deploy/dev-setup.sh), or point "+config.EnvAgentContainerd+" at a containerd socket")
+	} else {
+		defer parts.close()
+		registry.MustRegister(parts.agent.Collectors()...)
+		comps = append(comps, parts.component())
 	}
 	if store.server != nil {
 		comps = append(comps, component{name: "etcd", run: func(ctx context.Context) error {

@@ -36,6 +36,38 @@ const (
 	EnvPlacerReserveAfter = "VOYAGER_PLACER_RESERVE_AFTER"
 	EnvPlacerMaxTxnOps    = "VOYAGER_PLACER_MAX_TXN_OPS"
 	EnvPlacerLeaseTTL     = "VOYAGER_PLACER_LEASE_TTL"
+
+	EnvJWTSecret         = "VOYAGER_JWT_SECRET"
+	EnvJWTPublicKeys     = "VOYAGER_JWT_PUBLIC_KEYS"
+	EnvJWTAudience       = "VOYAGER_JWT_AUDIENCE"
+	EnvJWTIssuer         = "VOYAGER_JWT_ISSUER"
+	EnvJWTRolesClaim     = "VOYAGER_JWT_ROLES_CLAIM"
+	EnvJWTGroupsClaim    = "VOYAGER_JWT_GROUPS_CLAIM"
+	EnvJWTAdminRole      = "VOYAGER_JWT_ADMIN_ROLE"
+	EnvJWTServiceRole    = "VOYAGER_JWT_SERVICE_ROLE"
+	EnvAPIMaxBodyBytes   = "VOYAGER_API_MAX_BODY_BYTES"
+	EnvAPIRate           = "VOYAGER_API_RATE"
+	EnvAPIBurst          = "VOYAGER_API_BURST"
+	EnvAPIIdempotencyTTL = "VOYAGER_API_IDEMPOTENCY_TTL"
+)
+
+// Names of the node agent's variables.
+const (
+	EnvAgentNode         = "VOYAGER_AGENT_NODE"
+	EnvAgentAddress      = "VOYAGER_AGENT_ADDRESS"
+	EnvAgentContainerd   = "VOYAGER_AGENT_CONTAINERD"
+	EnvAgentNamespace    = "VOYAGER_AGENT_NAMESPACE"
+	EnvAgentLeaseTTL     = "VOYAGER_AGENT_LEASE_TTL"
+	EnvAgentSimulateGPUs = "VOYAGER_AGENT_SIMULATE_GPUS"
+	EnvAgentGPUMode      = "VOYAGER_AGENT_GPU_MODE"
+	EnvAgentCDISpecDirs  = "VOYAGER_AGENT_CDI_SPEC_DIRS"
+	EnvAgentImage        = "VOYAGER_AGENT_IMAGE"
+	EnvAgentPorts        = "VOYAGER_AGENT_PORTS"
+	EnvAgentStopGrace    = "VOYAGER_AGENT_STOP_GRACE"
+	EnvAgentHomeDir      = "VOYAGER_AGENT_HOME_DIR"
+	EnvAgentUID          = "VOYAGER_AGENT_UID"
+	EnvAgentGID          = "VOYAGER_AGENT_GID"
+	EnvAgentLogMaxMiB    = "VOYAGER_AGENT_LOG_MAX_MIB"
 )
 
 // Config holds the settings of one voyager process. Load fills it from the
@@ -77,6 +109,69 @@ type Config struct {
 	PlacerMaxTxnOps int `env:"VOYAGER_PLACER_MAX_TXN_OPS" envDefault:"128" doc:"operations per bind transaction; at most etcd's --max-txn-ops"`
 	// PlacerLeaseTTL is the TTL of a placer's membership lease.
 	PlacerLeaseTTL time.Duration `env:"VOYAGER_PLACER_LEASE_TTL" envDefault:"10s" doc:"TTL of a placer's membership lease; a dead placer's nodes pass to the others after it"`
+
+	// The HTTP API (voyager api, voyager dev) and its JWT verification.
+
+	// JWTSecret is the HS256 secret; it also lets `voyager token` mint
+	// tokens. Empty in `voyager dev` means a secret kept in DataDir.
+	JWTSecret string `env:"VOYAGER_JWT_SECRET" docDefault:"empty" doc:"HS256 secret that signs API tokens (at least 32 bytes); empty: voyager dev keeps a random one in <data dir>/jwt-secret"`
+	// JWTPublicKeys is a PEM file of RSA or P-256 ECDSA public keys, or a
+	// JWKS file, that verify RS256 and ES256 tokens.
+	JWTPublicKeys string `env:"VOYAGER_JWT_PUBLIC_KEYS" docDefault:"empty" doc:"path of a PEM file (RSA or EC P-256 public keys) or a JWKS file (JSON) that verifies RS256/ES256 tokens"`
+	// JWTAudience, when set, must be in a token's aud claim.
+	JWTAudience string `env:"VOYAGER_JWT_AUDIENCE" docDefault:"empty" doc:"required aud claim of tokens; empty: not checked"`
+	// JWTIssuer, when set, must equal a token's iss claim.
+	JWTIssuer string `env:"VOYAGER_JWT_ISSUER" docDefault:"empty" doc:"required iss claim of tokens; empty: not checked"`
+	// JWTRolesClaim names the claim holding roles; dots walk into objects.
+	JWTRolesClaim string `env:"VOYAGER_JWT_ROLES_CLAIM" envDefault:"roles" doc:"claim with the token's roles (a list or a space-separated string); dots walk into objects, e.g. realm_access.roles"`
+	// JWTGroupsClaim names the claim holding groups.
+	JWTGroupsClaim string `env:"VOYAGER_JWT_GROUPS_CLAIM" envDefault:"groups" doc:"claim with the token's groups (for group quotas); dots walk into objects"`
+	// JWTAdminRole is the role that may see everything and administer.
+	JWTAdminRole string `env:"VOYAGER_JWT_ADMIN_ROLE" envDefault:"admin" doc:"role that sees every session and may cordon, drain and edit profiles and quotas"`
+	// JWTServiceRole is the role (JupyterHub's) that acts on behalf of users.
+	JWTServiceRole string `env:"VOYAGER_JWT_SERVICE_ROLE" envDefault:"service" doc:"role that may act on behalf of a user named in X-Voyager-On-Behalf-Of, and do nothing else"`
+	// APIMaxBodyBytes caps request bodies.
+	APIMaxBodyBytes int64 `env:"VOYAGER_API_MAX_BODY_BYTES" envDefault:"1048576" doc:"largest request body the API reads, in bytes"`
+	// APIRate is the sustained requests per second allowed per subject.
+	APIRate float64 `env:"VOYAGER_API_RATE" envDefault:"50" doc:"requests per second allowed per token subject (sustained)"`
+	// APIBurst is the burst allowed per subject above APIRate.
+	APIBurst int `env:"VOYAGER_API_BURST" envDefault:"100" doc:"requests per token subject allowed in a burst"`
+	// APIIdempotencyTTL is how long an Idempotency-Key is remembered.
+	APIIdempotencyTTL time.Duration `env:"VOYAGER_API_IDEMPOTENCY_TTL" envDefault:"24h" doc:"how long a create's Idempotency-Key is remembered"`
+
+	// The node agent (voyager agent, and the agent inside voyager dev).
+
+	// AgentNode is this machine's node name; empty means the host name.
+	AgentNode string `env:"VOYAGER_AGENT_NODE" docDefault:"the host name" doc:"this machine's node name (1-63 lower-case letters, digits, '.', '_' or '-')"`
+	// AgentAddress is how users and other nodes reach this machine.
+	AgentAddress string `env:"VOYAGER_AGENT_ADDRESS" docDefault:"the node name" doc:"host name or IP at which users and other nodes reach this machine (in session URLs, for Ray workers)"`
+	// AgentContainerd is containerd's socket.
+	AgentContainerd string `env:"VOYAGER_AGENT_CONTAINERD" envDefault:"/run/containerd/containerd.sock" doc:"containerd's socket; voyager dev starts a private containerd under <data dir>/containerd when none answers there and it runs as root"`
+	// AgentNamespace is the containerd namespace of session containers.
+	AgentNamespace string `env:"VOYAGER_AGENT_NAMESPACE" envDefault:"voyager" doc:"containerd namespace of session containers"`
+	// AgentLeaseTTL is the TTL of the node's lease.
+	AgentLeaseTTL time.Duration `env:"VOYAGER_AGENT_LEASE_TTL" envDefault:"10s" doc:"TTL of the node's lease: a node whose agent is silent this long is lost"`
+	// AgentSimulateGPUs, when set, replaces NVML with a made-up inventory.
+	AgentSimulateGPUs string `env:"VOYAGER_AGENT_SIMULATE_GPUS" docDefault:"empty" doc:"made-up GPUs such as 8xA100-80GB or 4xA100-80GB,2xH100-80GB, marked simulated (dev, benchmarks); empty: read NVML (voyager dev simulates 8xA100-80GB where NVML is absent)"`
+	// AgentGPUMode is cdi or env.
+	AgentGPUMode string `env:"VOYAGER_AGENT_GPU_MODE" envDefault:"cdi" doc:"how containers get their GPUs: cdi (CDI device names nvidia.com/gpu=<uuid>) or env (NVIDIA_VISIBLE_DEVICES, with nvidia-container-runtime as the OCI runtime)"`
+	// AgentCDISpecDirs are where CDI specs are read.
+	AgentCDISpecDirs []string `env:"VOYAGER_AGENT_CDI_SPEC_DIRS" envSeparator:"," envDefault:"/etc/cdi,/var/run/cdi" doc:"comma-separated directories of CDI specs (nvidia-ctk cdi generate writes /etc/cdi/nvidia.yaml)"`
+	// AgentImage runs sessions that name no image.
+	AgentImage string `env:"VOYAGER_AGENT_IMAGE" envDefault:"voyager.local/busybox:latest" doc:"image of sessions that name none (deploy/dev-setup.sh imports a busybox one under this name)"`
+	// AgentPorts is the range of host ports handed to sessions.
+	AgentPorts string `env:"VOYAGER_AGENT_PORTS" envDefault:"40000-40999" doc:"host ports handed to sessions (Jupyter, Ray), as first-last"`
+	// AgentStopGrace is the time between SIGTERM and SIGKILL.
+	AgentStopGrace time.Duration `env:"VOYAGER_AGENT_STOP_GRACE" envDefault:"10s" doc:"time between SIGTERM and SIGKILL when a session stops"`
+	// AgentHomeDir holds one home directory per user; empty means
+	// DataDir/homes (the agent command fills it in).
+	AgentHomeDir string `env:"VOYAGER_AGENT_HOME_DIR" docDefault:"<data dir>/homes" doc:"host directory of per-user homes, mounted at /home/jovyan in the user's sessions"`
+	// AgentUID is the user id that runs session containers.
+	AgentUID int `env:"VOYAGER_AGENT_UID" envDefault:"1000" doc:"user id that runs session containers (never 0 unless set so)"`
+	// AgentGID is the group id that runs session containers.
+	AgentGID int `env:"VOYAGER_AGENT_GID" envDefault:"100" doc:"group id that runs session containers"`
+	// AgentLogMaxMiB caps each container's log file.
+	AgentLogMaxMiB int `env:"VOYAGER_AGENT_LOG_MAX_MIB" envDefault:"10" doc:"size cap of each session's log file (<data dir>/logs), in MiB; older output is trimmed"`
 }
 
 // Setting describes one configuration variable, as declared by Config's
@@ -286,6 +381,64 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	if cfg.PlacerLeaseTTL < time.Second {
 		errs = append(errs, invalid(EnvPlacerLeaseTTL, wantFor(EnvPlacerLeaseTTL)))
 	}
+	if cfg.JWTSecret != "" && len(cfg.JWTSecret) < 32 {
+		errs = append(errs, &InvalidError{Env: EnvJWTSecret, Flag: fromFlag[EnvJWTSecret], Value: "(hidden)", Want: wantFor(EnvJWTSecret)})
+	}
+	for _, c := range []struct{ env, val string }{
+		{EnvJWTRolesClaim, cfg.JWTRolesClaim}, {EnvJWTGroupsClaim, cfg.JWTGroupsClaim},
+		{EnvJWTAdminRole, cfg.JWTAdminRole}, {EnvJWTServiceRole, cfg.JWTServiceRole},
+	} {
+		if strings.TrimSpace(c.val) == "" {
+			errs = append(errs, invalid(c.env, wantFor(c.env)))
+		}
+	}
+	if cfg.JWTAdminRole == cfg.JWTServiceRole && cfg.JWTAdminRole != "" {
+		errs = append(errs, invalid(EnvJWTServiceRole, wantFor(EnvJWTServiceRole)))
+	}
+	if cfg.APIMaxBodyBytes < 1024 {
+		errs = append(errs, invalid(EnvAPIMaxBodyBytes, wantFor(EnvAPIMaxBodyBytes)))
+	}
+	if cfg.APIRate <= 0 {
+		errs = append(errs, invalid(EnvAPIRate, wantFor(EnvAPIRate)))
+	}
+	if cfg.APIBurst < 1 {
+		errs = append(errs, invalid(EnvAPIBurst, wantFor(EnvAPIBurst)))
+	}
+	if cfg.APIIdempotencyTTL < time.Minute {
+		errs = append(errs, invalid(EnvAPIIdempotencyTTL, wantFor(EnvAPIIdempotencyTTL)))
+	}
+	if cfg.AgentNode != "" && state.ValidateName("node name", cfg.AgentNode) != nil {
+		errs = append(errs, invalid(EnvAgentNode, wantFor(EnvAgentNode)))
+	}
+	if cfg.AgentContainerd == "" {
+		errs = append(errs, invalid(EnvAgentContainerd, wantFor(EnvAgentContainerd)))
+	}
+	if cfg.AgentNamespace == "" || state.ValidateName("namespace", cfg.AgentNamespace) != nil {
+		errs = append(errs, invalid(EnvAgentNamespace, wantFor(EnvAgentNamespace)))
+	}
+	if cfg.AgentLeaseTTL < 2*time.Second {
+		errs = append(errs, invalid(EnvAgentLeaseTTL, wantFor(EnvAgentLeaseTTL)))
+	}
+	cfg.AgentGPUMode = strings.ToLower(cfg.AgentGPUMode)
+	if cfg.AgentGPUMode != "cdi" && cfg.AgentGPUMode != "env" {
+		errs = append(errs, invalid(EnvAgentGPUMode, wantFor(EnvAgentGPUMode)))
+	}
+	cfg.AgentCDISpecDirs = cleanList(cfg.AgentCDISpecDirs)
+	if _, _, err := ParsePortRange(cfg.AgentPorts); err != nil {
+		errs = append(errs, invalid(EnvAgentPorts, wantFor(EnvAgentPorts)))
+	}
+	if cfg.AgentStopGrace < 0 {
+		errs = append(errs, invalid(EnvAgentStopGrace, wantFor(EnvAgentStopGrace)))
+	}
+	if cfg.AgentUID < 0 {
+		errs = append(errs, invalid(EnvAgentUID, wantFor(EnvAgentUID)))
+	}
+	if cfg.AgentGID < 0 {
+		errs = append(errs, invalid(EnvAgentGID, wantFor(EnvAgentGID)))
+	}
+	if cfg.AgentLogMaxMiB < 1 {
+		errs = append(errs, invalid(EnvAgentLogMaxMiB, wantFor(EnvAgentLogMaxMiB)))
+	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
@@ -315,6 +468,40 @@ func wantFor(envName string) string {
 		return "a whole number from 8 up to etcd's --max-txn-ops (default 128)"
 	case EnvPlacerLeaseTTL:
 		return "a duration of at least 1s, such as 10s"
+	case EnvJWTSecret:
+		return "a secret of at least 32 bytes (for example: head -c 32 /dev/urandom | base64), or empty"
+	case EnvJWTRolesClaim, EnvJWTGroupsClaim:
+		return "a claim name such as roles, or a dotted path such as realm_access.roles"
+	case EnvJWTAdminRole:
+		return "a non-empty role name such as admin"
+	case EnvJWTServiceRole:
+		return "a non-empty role name such as service, different from the admin role"
+	case EnvAPIMaxBodyBytes:
+		return "a whole number of bytes of at least 1024, such as 1048576"
+	case EnvAPIRate:
+		return "a number of requests per second above 0, such as 50"
+	case EnvAPIBurst:
+		return "a whole number of at least 1, such as 100"
+	case EnvAPIIdempotencyTTL:
+		return "a duration of at least 1m, such as 24h"
+	case EnvAgentNode:
+		return "1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit, such as gpu-07"
+	case EnvAgentContainerd:
+		return "the path of containerd's socket, such as /run/containerd/containerd.sock"
+	case EnvAgentNamespace:
+		return "a containerd namespace of lower-case letters, digits, '.', '_' or '-', such as voyager"
+	case EnvAgentLeaseTTL:
+		return "a duration of at least 2s, such as 10s"
+	case EnvAgentGPUMode:
+		return "one of cdi, env"
+	case EnvAgentPorts:
+		return "a port range first-last within 1024-65535, such as 40000-40999"
+	case EnvAgentStopGrace:
+		return "a duration of 0 or more, such as 10s"
+	case EnvAgentUID, EnvAgentGID:
+		return "a whole number of 0 or more, such as 1000"
+	case EnvAgentLogMaxMiB:
+		return "a whole number of MiB of at least 1, such as 10"
 	}
 	return "a valid value"
 }
@@ -378,6 +565,21 @@ var levels = map[string]slog.Level{
 	"info":  slog.LevelInfo,
 	"warn":  slog.LevelWarn,
 	"error": slog.LevelError,
+}
+
+// ParsePortRange reads a port range such as "40000-40999".
+func ParsePortRange(s string) (first, last int, err error) {
+	a, b, ok := strings.Cut(strings.TrimSpace(s), "-")
+	if ok {
+		first, err = strconv.Atoi(a)
+		if err == nil {
+			last, err = strconv.Atoi(b)
+		}
+	}
+	if !ok || err != nil || first < 1024 || last > 65535 || first > last {
+		return 0, 0, fmt.Errorf("parse port range %q: want first-last within 1024-65535, such as 40000-40999", s)
+	}
+	return first, last, nil
 }
 
 // RequireEndpoints returns an error that says how to set

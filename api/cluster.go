@@ -1,0 +1,562 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// NodeSummary is a node as GET /api/v1/nodes shows it.
+type NodeSummary struct {
+	Name    string            `json:"name"`
+	Address string            `json:"address"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	// Simulated marks an inventory made up by configuration, not NVML.
+	Simulated bool          `json:"simulated"`
+	Cordon    *state.Cordon `json:"cordon,omitempty"`
+	GPUs      GPUCounts     `json:"gpus"`
+	// Models counts the node's GPUs by model.
+	Models        map[string]int `json:"models,omitempty"`
+	CPUMilli      int64          `json:"cpuMilli"`
+	CPUUsedMilli  int64          `json:"cpuUsedMilli"`
+	MemoryMiB     int64          `json:"memoryMiB"`
+	MemoryUsedMiB int64          `json:"memoryUsedMiB"`
+	Sessions      int            `json:"sessions"`
+	Agent         string         `json:"agent,omitempty"`
+	Registered    time.Time      `json:"registered"`
+}
+
+// GPUCounts counts a node's allocatable GPU devices (healthy whole GPUs
+// and MIG devices).
+type GPUCounts struct {
+	Total int `json:"total"`
+	Used  int `json:"used"`
+	Free  int `json:"free"`
+}
+
+// liveNodes returns the inventories of the registered nodes.
+func (a *API) liveNodes() []state.Node {
+	items := a.nodes.List()
+	out := make([]state.Node, 0, len(items))
+	for _, it := range items {
+		if name, ok := a.keys.NodeName(it.Key); ok {
+			n := it.Value
+			n.Name = name
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (a *API) nodeSummaries() []NodeSummary {
+	ledgers := a.ledgers.Snapshot()
+	cordons := a.cordons.Snapshot()
+	var out []NodeSummary
+	for _, n := range a.liveNodes() {
+		s := NodeSummary{Name: n.Name, Address: n.Address, Labels: n.Labels, Simulated: n.Simulated,
+			CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, Agent: n.Agent, Registered: n.Registered, Models: map[string]int{}}
+		if c, ok := cordons.Get(a.keys.Cordon(n.Name)); ok {
+			s.Cordon = &c
+		}
+		l, _ := ledgers.Get(a.keys.Ledger(n.Name))
+		owners := l.GPUOwners()
+		for _, g := range n.GPUs {
+			s.Models[g.Model]++
+			devs := []string{g.UUID}
+			if g.MIGEnabled {
+				devs = devs[:0]
+				for _, m := range g.MIGDevices {
+					devs = append(devs, m.UUID)
+				}
+			}
+			for _, d := range devs {
+				_, held := owners[d]
+				if held {
+					s.GPUs.Used++
+				}
+				if g.Healthy {
+					s.GPUs.Total++
+					if !held {
+						s.GPUs.Free++
+					}
+				}
+			}
+		}
+		s.CPUUsedMilli, s.MemoryUsedMiB = l.Used()
+		s.Sessions = len(l.Allocations)
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// NodeList is GET /api/v1/nodes.
+type NodeList struct {
+	Items []NodeSummary `json:"items"`
+}
+
+func (a *API) listNodes(c *gin.Context) {
+	out := a.nodeSummaries()
+	if out == nil {
+		out = []NodeSummary{}
+	}
+	c.JSON(http.StatusOK, NodeList{Items: out})
+}
+
+// CordonResult answers cordon and drain: the cordon written and the
+// sessions a drain asked to stop.
+type CordonResult struct {
+	Cordon  state.Cordon `json:"cordon"`
+	Stopped []string     `json:"stopped"`
+}
+
+// UncordonResult answers uncordon.
+type UncordonResult struct {
+	Node        string `json:"node"`
+	WasCordoned bool   `json:"wasCordoned"`
+}
+
+// CordonRequest is the optional body of cordon and drain.
+type CordonRequest struct {
+	Reason string `json:"reason,omitempty"`
+	// Deadline (drain only) is how long notebook sessions may keep
+	// running, as a Go duration such as "2h"; "0s" or absent: stop now.
+	Deadline state.Duration `json:"deadline,omitempty"`
+}
+
+func (a *API) nodeName(c *gin.Context) (string, bool) {
+	name := c.Param("name")
+	if err := state.ValidateName("node name", name); err != nil {
+		a.invalid(c, "Invalid request", []FieldError{{Field: "path name", Message: err.Error()}})
+		return "", false
+	}
+	return name, true
+}
+
+func (a *API) readOptionalBody(c *gin.Context, v any) bool {
+	if c.Request.ContentLength == 0 {
+		return true
+	}
+	return a.decodeBody(c, v)
+}
+
+func (a *API) cordonNode(c *gin.Context) { a.writeCordon(c, false) }
+func (a *API) drainNode(c *gin.Context)  { a.writeCordon(c, true) }
+
+// writeCordon cordons (and for drain, drains) a node. Draining with no
+// deadline stops the node's notebook sessions at once; batch sessions run
+// to completion. A drain deadline in the future is recorded in the cordon
+// for the node agent to act on.
+func (a *API) writeCordon(c *gin.Context, drain bool) {
+	name, ok := a.nodeName(c)
+	if !ok {
+		return
+	}
+	var req CordonRequest
+	if !a.readOptionalBody(c, &req) {
+		return
+	}
+	if len(req.Reason) > 256 {
+		a.invalid(c, "Invalid request", []FieldError{{Field: "reason", Message: "want at most 256 characters"}})
+		return
+	}
+	if req.Deadline < 0 || (!drain && req.Deadline != 0) {
+		a.invalid(c, "Invalid request", []FieldError{{Field: "deadline", Message: "want a duration of 0 or more, and only when draining"}})
+		return
+	}
+	p := principalOf(c)
+	now := a.cfg.Now().UTC()
+	cd := state.Cordon{Node: name, Reason: req.Reason, By: p.Subject, Since: now, Drain: drain}
+	if drain {
+		d := now.Add(req.Deadline.Std())
+		cd.Deadline = &d
+	}
+	ctx := c.Request.Context()
+	if _, err := state.Put(ctx, a.cli, a.keys.Cordon(name), cd); err != nil {
+		a.internal(c, "write cordon", err)
+		return
+	}
+	stopped := []string{}
+	if drain && req.Deadline == 0 {
+		l, _, err := state.Get[state.Ledger](ctx, a.cli, a.keys.Ledger(name))
+		if err != nil && !errors.Is(err, state.ErrNotFound) {
+			a.internal(c, "read ledger", err)
+			return
+		}
+		for _, id := range sortedKeys(l.Allocations) {
+			s, _, err := state.Get[state.Session](ctx, a.cli, a.keys.Session(id))
+			if err != nil || s.Kind != state.KindNotebook {
+				continue
+			}
+			if _, err := state.StopSession(ctx, a.cli, a.keys, id, p.Subject+" (drain "+name+")", now); err != nil {
+				a.internal(c, "stop session", err)
+				return
+			}
+			stopped = append(stopped, id)
+		}
+	}
+	a.log.Info("node cordoned", "node", name, "drain", drain, "by", p.Subject, "stopped", len(stopped))
+	c.JSON(http.StatusOK, CordonResult{Cordon: cd, Stopped: stopped})
+}
+
+func (a *API) uncordonNode(c *gin.Context) {
+	name, ok := a.nodeName(c)
+	if !ok {
+		return
+	}
+	resp, err := a.cli.Delete(c.Request.Context(), a.keys.Cordon(name))
+	if err != nil {
+		a.internal(c, "delete cordon", err)
+		return
+	}
+	a.log.Info("node uncordoned", "node", name, "by", principalOf(c).Subject)
+	c.JSON(http.StatusOK, UncordonResult{Node: name, WasCordoned: resp.Deleted > 0})
+}
+
+// QueueEntry is one line of GET /api/v1/queue.
+type QueueEntry struct {
+	// Position is the 1-based place among waiting sessions; 0 for a
+	// session the placer can bind on its next pass.
+	Position int `json:"position"`
+	// Session and Owner are shown for the caller's own entries (all, for
+	// admins); others' are "(another user)".
+	Session  string    `json:"session"`
+	Owner    string    `json:"owner"`
+	Mine     bool      `json:"mine"`
+	Priority int       `json:"priority"`
+	Request  string    `json:"request"`
+	Reason   string    `json:"reason"`
+	Message  string    `json:"message"`
+	Waiting  string    `json:"waiting"`
+	Created  time.Time `json:"created"`
+}
+
+// QueueView is GET /api/v1/queue.
+type QueueView struct {
+	Items []QueueEntry `json:"items"`
+	// Mine counts the caller's entries; Total all of them.
+	Mine  int `json:"mine"`
+	Total int `json:"total"`
+}
+
+// queuePlan is the placer's plan over the caches, memoised.
+type queuePlan struct {
+	plan    *placer.Plan
+	waiting map[string]placer.Waiting
+}
+
+// queuePlan plans the queue as the placer would, at most once per second
+// and only again when something it reads changed.
+func (a *API) queuePlan() *queuePlan {
+	revs := [5]int64{a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision()}
+	a.planMu.Lock()
+	defer a.planMu.Unlock()
+	now := a.cfg.Now()
+	if a.plan != nil && revs == a.planRevs && now.Sub(a.planAt) < time.Second {
+		return a.plan
+	}
+	p := placer.NewPlan(a.snapshot(now), a.cfg.Plan)
+	qp := &queuePlan{plan: p, waiting: make(map[string]placer.Waiting, len(p.Waiting))}
+	for _, w := range p.Waiting {
+		qp.waiting[w.Pending.Entry.Session] = w
+	}
+	a.plan, a.planRevs, a.planAt = qp, revs, now
+	return qp
+}
+
+// snapshot builds a planning snapshot from the caches, as the placer does.
+func (a *API) snapshot(now time.Time) *placer.Snapshot {
+	k := a.keys
+	s := &placer.Snapshot{Now: now, UserQuotas: map[string]state.Quota{}, GroupQuotas: map[string]state.Quota{}}
+	ledgers := a.ledgers.Snapshot()
+	cordons := a.cordons.Snapshot()
+	for _, n := range a.liveNodes() {
+		v := placer.NodeView{Node: n}
+		if c, ok := cordons.Get(k.Cordon(n.Name)); ok {
+			v.Cordon = &c
+		}
+		if l, ok := ledgers.Item(k.Ledger(n.Name)); ok {
+			v.Ledger, v.LedgerRevision = l.Value, l.ModRevision
+		}
+		if v.Ledger.Allocations == nil {
+			v.Ledger = state.Ledger{Node: n.Name, Allocations: map[string]state.Allocation{}}
+		}
+		s.Nodes = append(s.Nodes, v)
+	}
+	a.pending.Snapshot().Range(func(it watcher.Item[state.QueueEntry]) bool {
+		if id, ok := k.SessionID(it.Key); ok {
+			e := it.Value
+			e.Session = id
+			s.Pending = append(s.Pending, placer.Pending{Entry: e, Revision: it.ModRevision})
+		}
+		return true
+	})
+	for _, it := range a.quotas.List() {
+		if scope, name, ok := k.QuotaKey(it.Key); ok {
+			if scope == state.QuotaUsers {
+				s.UserQuotas[name] = it.Value
+			} else {
+				s.GroupQuotas[name] = it.Value
+			}
+		}
+	}
+	return s
+}
+
+func (a *API) queue(c *gin.Context) {
+	p := principalOf(c)
+	qp := a.queuePlan()
+	now := a.cfg.Now()
+	out := []QueueEntry{}
+	entry := func(e state.QueueEntry, pos int, reason, msg string) QueueEntry {
+		q := QueueEntry{Position: pos, Session: e.Session, Owner: e.Owner, Mine: e.Owner == p.Subject, Priority: e.Priority,
+			Request: describeRequest(e), Reason: reason, Message: msg, Waiting: now.Sub(e.Created).Round(time.Second).String(), Created: e.Created}
+		if !q.Mine && !p.Admin {
+			q.Session, q.Owner = "", "(another user)"
+		}
+		return q
+	}
+	for _, d := range qp.plan.Bound {
+		out = append(out, entry(d.Pending.Entry, 0, "Placing", "fits now: the placer binds it on its next pass"))
+	}
+	for _, w := range qp.plan.Waiting {
+		out = append(out, entry(w.Pending.Entry, w.Position, w.Reason, w.Message))
+	}
+	mine := 0
+	for _, q := range out {
+		if q.Mine {
+			mine++
+		}
+	}
+	c.JSON(http.StatusOK, QueueView{Items: out, Mine: mine, Total: len(out)})
+}
+
+func describeRequest(e state.QueueEntry) string {
+	var parts []string
+	for i, r := range e.Parts() {
+		s := fmt.Sprintf("%d GPU", r.GPUs)
+		if r.GPUModel != "" {
+			s += " " + r.GPUModel
+		}
+		if r.MIGProfile != "" {
+			s += " MIG " + r.MIGProfile
+		}
+		s += fmt.Sprintf(", %g CPU, %d MiB", float64(r.CPUMilli)/1000, r.MemoryMiB)
+		if i == 0 && len(e.Parts()) > 1 {
+			s = "head " + s
+		} else if i > 0 {
+			s = "worker " + s
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Profiles and quotas.
+
+func (a *API) listProfiles(c *gin.Context) {
+	resp, err := a.cli.Get(c.Request.Context(), a.keys.Profiles(), clientv3.WithPrefix())
+	if err != nil {
+		a.internal(c, "list profiles", err)
+		return
+	}
+	out := []state.Profile{}
+	for _, kv := range resp.Kvs {
+		if p, err := state.Decode[state.Profile](kv.Value); err == nil {
+			out = append(out, p)
+		}
+	}
+	c.JSON(http.StatusOK, ProfileList{Items: out})
+}
+
+// ProfileList is GET /api/v1/profiles.
+type ProfileList struct {
+	Items []state.Profile `json:"items"`
+}
+
+func (a *API) getProfile(c *gin.Context) {
+	name := c.Param("name")
+	if state.ValidateName("profile", name) != nil {
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no profile %q", truncate(name, 64)))
+		return
+	}
+	p, _, err := state.Get[state.Profile](c.Request.Context(), a.cli, a.keys.Profile(name))
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no profile %q", name))
+	case err != nil:
+		a.internal(c, "read profile", err)
+	default:
+		c.JSON(http.StatusOK, p)
+	}
+}
+
+func (a *API) putProfile(c *gin.Context) {
+	name := c.Param("name")
+	if err := state.ValidateName("profile", name); err != nil {
+		a.invalid(c, "Invalid request", []FieldError{{Field: "path name", Message: err.Error()}})
+		return
+	}
+	var p state.Profile
+	if !a.decodeBody(c, &p) {
+		return
+	}
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if p.Name != "" && p.Name != name {
+		add("name", "got %q, want %q (the name in the path) or empty", p.Name, name)
+	}
+	p.Name = name
+	switch p.Kind {
+	case "", state.KindNotebook, state.KindBatch:
+	default:
+		add("kind", `got %q, want "notebook", "batch" or empty`, p.Kind)
+	}
+	if len(p.Description) > 256 {
+		add("description", "want at most 256 characters")
+	}
+	if p.Image != "" && !imageRE.MatchString(p.Image) {
+		add("image", "got %q, want an image reference such as docker.io/library/python:3.12", truncate(p.Image, 80))
+	}
+	validateResources("resources", p.Resources, add)
+	for _, k := range sortedKeys(p.Env) {
+		if !envNameRE.MatchString(k) {
+			add("env."+k, "want a variable name of letters, digits and '_', not starting with a digit")
+		}
+	}
+	if p.Limits.MaxRuntime < 0 || p.Limits.IdleTimeout < 0 {
+		add("limits", "want durations of 0 or more")
+	}
+	if len(errs) > 0 {
+		a.invalid(c, "Invalid request", errs)
+		return
+	}
+	if _, err := state.Put(c.Request.Context(), a.cli, a.keys.Profile(name), p); err != nil {
+		a.internal(c, "write profile", err)
+		return
+	}
+	c.JSON(http.StatusOK, p)
+}
+
+func (a *API) deleteProfile(c *gin.Context) {
+	name := c.Param("name")
+	if state.ValidateName("profile", name) != nil {
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no profile %q", truncate(name, 64)))
+		return
+	}
+	resp, err := a.cli.Delete(c.Request.Context(), a.keys.Profile(name))
+	if err != nil {
+		a.internal(c, "delete profile", err)
+		return
+	}
+	if resp.Deleted == 0 {
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no profile %q", name))
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// QuotaList is GET /api/v1/quotas: quotas by user and by group.
+type QuotaList struct {
+	Users  map[string]state.Quota `json:"users"`
+	Groups map[string]state.Quota `json:"groups"`
+}
+
+func (a *API) listQuotas(c *gin.Context) {
+	resp, err := a.cli.Get(c.Request.Context(), a.keys.Quotas(), clientv3.WithPrefix())
+	if err != nil {
+		a.internal(c, "list quotas", err)
+		return
+	}
+	out := QuotaList{Users: map[string]state.Quota{}, Groups: map[string]state.Quota{}}
+	for _, kv := range resp.Kvs {
+		scope, name, ok := a.keys.QuotaKey(string(kv.Key))
+		q, err := state.Decode[state.Quota](kv.Value)
+		if !ok || err != nil {
+			continue
+		}
+		if scope == state.QuotaUsers {
+			out.Users[name] = q
+		} else {
+			out.Groups[name] = q
+		}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (a *API) quotaKey(c *gin.Context) (string, bool) {
+	scope, name := state.QuotaScope(c.Param("scope")), c.Param("name")
+	var errs []FieldError
+	if scope != state.QuotaUsers && scope != state.QuotaGroups {
+		errs = append(errs, FieldError{Field: "path scope", Message: fmt.Sprintf("got %q, want users or groups", scope)})
+	}
+	if err := state.ValidateSubject("name", name); err != nil {
+		errs = append(errs, FieldError{Field: "path name", Message: err.Error()})
+	}
+	if len(errs) > 0 {
+		a.invalid(c, "Invalid request", errs)
+		return "", false
+	}
+	if scope == state.QuotaUsers {
+		return a.keys.UserQuota(name), true
+	}
+	return a.keys.GroupQuota(name), true
+}
+
+func (a *API) putQuota(c *gin.Context) {
+	key, ok := a.quotaKey(c)
+	if !ok {
+		return
+	}
+	var q state.Quota
+	if !a.decodeBody(c, &q) {
+		return
+	}
+	var errs []FieldError
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"gpus", q.GPUs}, {"cpuMilli", q.CPUMilli}, {"memoryMiB", q.MemoryMiB}} {
+		if f.v != nil && *f.v < 0 {
+			errs = append(errs, FieldError{Field: f.name, Message: fmt.Sprintf("got %d, want 0 or more (leave it out for no limit)", *f.v)})
+		}
+	}
+	if len(errs) > 0 {
+		a.invalid(c, "Invalid request", errs)
+		return
+	}
+	if _, err := state.Put(c.Request.Context(), a.cli, key, q); err != nil {
+		a.internal(c, "write quota", err)
+		return
+	}
+	c.JSON(http.StatusOK, q)
+}
+
+func (a *API) deleteQuota(c *gin.Context) {
+	key, ok := a.quotaKey(c)
+	if !ok {
+		return
+	}
+	resp, err := a.cli.Delete(c.Request.Context(), key)
+	if err != nil {
+		a.internal(c, "delete quota", err)
+		return
+	}
+	if resp.Deleted == 0 {
+		a.problem(c, http.StatusNotFound, "Not found", "no such quota")
+		return
+	}
+	c.Status(http.StatusNoContent)
+}

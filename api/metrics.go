@@ -1,0 +1,91 @@
+package api
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// metrics are the API's Prometheus collectors: request counts and latency
+// by route, and gauges computed from the caches at scrape time.
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	cluster  *API
+
+	sessionsDesc, pendingDesc, gpusDesc *prometheus.Desc
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "voyager_api_requests_total",
+			Help: "API requests by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "voyager_api_request_duration_seconds",
+			Help:    "API request latency by route pattern and method (streams count until they end).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"route", "method"}),
+		sessionsDesc: prometheus.NewDesc("voyager_sessions", "Sessions by phase, from status/ in etcd.", []string{"phase"}, nil),
+		pendingDesc:  prometheus.NewDesc("voyager_pending_sessions", "Pending sessions by reason (Queued, Capacity, Quota, Unsatisfiable, Cordoned…).", []string{"reason"}, nil),
+		gpusDesc:     prometheus.NewDesc("voyager_gpus", "GPU devices of live nodes: allocated and total (healthy whole GPUs and MIG devices).", []string{"state"}, nil),
+	}
+}
+
+// Collectors returns the API's collectors, to register on the process's
+// Prometheus registry.
+func (a *API) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics}
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.sessionsDesc
+	ch <- m.pendingDesc
+	ch <- m.gpusDesc
+}
+
+// Collect implements prometheus.Collector: it counts from the caches.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	a := m.cluster
+	phases := map[state.Phase]int{}
+	reasons := map[string]int{}
+	for _, it := range a.status.List() {
+		phases[it.Value.Phase]++
+		if it.Value.Phase == state.PhasePending {
+			reasons[it.Value.Reason]++
+		}
+	}
+	for _, p := range []state.Phase{state.PhasePending, state.PhaseBound, state.PhaseStarting, state.PhaseRunning,
+		state.PhaseSucceeded, state.PhaseFailed, state.PhaseStopping, state.PhaseStopped, state.PhaseLost} {
+		ch <- prometheus.MustNewConstMetric(m.sessionsDesc, prometheus.GaugeValue, float64(phases[p]), string(p))
+	}
+	for r, n := range reasons {
+		ch <- prometheus.MustNewConstMetric(m.pendingDesc, prometheus.GaugeValue, float64(n), r)
+	}
+	var used, total int
+	for _, n := range a.nodeSummaries() {
+		used += n.GPUs.Used
+		total += n.GPUs.Total
+	}
+	ch <- prometheus.MustNewConstMetric(m.gpusDesc, prometheus.GaugeValue, float64(used), "allocated")
+	ch <- prometheus.MustNewConstMetric(m.gpusDesc, prometheus.GaugeValue, float64(total), "total")
+}
+
+// observe counts every request by its route pattern, never its raw path,
+// so label cardinality stays bounded.
+func (a *API) observe(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	a.metrics.requests.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).Inc()
+	a.metrics.latency.WithLabelValues(route, c.Request.Method).Observe(time.Since(start).Seconds())
+}

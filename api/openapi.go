@@ -1,0 +1,195 @@
+package api
+
+import (
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// operation documents one route for the OpenAPI document.
+type operation struct {
+	method, path, summary string
+	access                string // "user", "user or service", "admin", "none"
+	request               any    // body type, nil for none
+	response              any    // 2xx body type, nil for none
+	status                int    // success status
+	params                []param
+	produces              string // success media type; default application/json
+}
+
+type param struct {
+	in, name, desc string
+}
+
+var idParam = param{"path", "id", "session id"}
+
+// operations lists every route; TestOpenAPICoversEveryRoute keeps it equal
+// to the router.
+var operations = []operation{
+	{method: "GET", path: "/openapi.json", summary: "This document.", access: "none", status: 200},
+	{method: "GET", path: "/api/v1/openapi.json", summary: "This document.", access: "user", status: 200},
+	{method: "GET", path: "/api/v1/whoami", summary: "Who the token says you are.", access: "user or service", response: Whoami{}, status: 200},
+	{method: "POST", path: "/api/v1/sessions", summary: "Create a session. Repeats with the same Idempotency-Key header (per user, for VOYAGER_API_IDEMPOTENCY_TTL) return the first session with Idempotent-Replayed: true. A request for a GPU model no node has, or larger than any node could ever hold, is refused with 422; with no nodes registered at all it is accepted and queues.", access: "user or service", request: SessionRequest{}, response: SessionView{}, status: 201,
+		params: []param{{"header", "Idempotency-Key", "makes the create safe to retry (at most 255 characters)"}}},
+	{method: "GET", path: "/api/v1/sessions", summary: "List sessions, newest last: yours, or anyone's for admins.", access: "user or service", response: SessionList{}, status: 200,
+		params: []param{{"query", "phase", "only sessions in this phase"}, {"query", "owner", "only this owner's (admins)"}, {"query", "limit", "page size, 1-500 (default 50)"}, {"query", "continue", "the continue token of the previous page"}}},
+	{method: "GET", path: "/api/v1/sessions/{id}", summary: "A session's spec and status, with its live queue position and reason while pending. The Jupyter URL carries its token for the owner only.", access: "user or service", response: SessionView{}, status: 200, params: []param{idParam}},
+	{method: "POST", path: "/api/v1/sessions/{id}/stop", summary: "Stop a session: a pending one is cancelled at once (Stopped), a bound or running one is stopped by its agent.", access: "user or service", response: StopResult{}, status: 202, params: []param{idParam}},
+	{method: "DELETE", path: "/api/v1/sessions/{id}", summary: "Same as stop; the record is kept for history.", access: "user or service", response: StopResult{}, status: 202, params: []param{idParam}},
+	{method: "GET", path: "/api/v1/sessions/{id}/events", summary: "Server-Sent Events (event: status, data: Event) for every change of phase, reason or message, starting with the current status and ending after a terminal phase. Resumes after Last-Event-ID.", access: "user or service", response: Event{}, status: 200, produces: "text/event-stream",
+		params: []param{idParam, {"header", "Last-Event-ID", "resume after this event id"}}},
+	{method: "GET", path: "/api/v1/sessions/{id}/logs", summary: "The container's output, proxied from the node agent that runs it (text/plain). 503 until an agent publishes the session's log endpoint.", access: "user or service", status: 200, produces: "text/plain",
+		params: []param{idParam, {"query", "tail", "only the last N lines (0: all)"}, {"query", "follow", "true: stream until the container exits"}}},
+	{method: "GET", path: "/api/v1/profiles", summary: "Session profiles.", access: "user or service", response: ProfileList{}, status: 200},
+	{method: "GET", path: "/api/v1/profiles/{name}", summary: "One profile.", access: "user or service", response: state.Profile{}, status: 200, params: []param{{"path", "name", "profile name"}}},
+	{method: "PUT", path: "/api/v1/profiles/{name}", summary: "Create or replace a profile.", access: "admin", request: state.Profile{}, response: state.Profile{}, status: 200, params: []param{{"path", "name", "profile name"}}},
+	{method: "DELETE", path: "/api/v1/profiles/{name}", summary: "Delete a profile.", access: "admin", status: 204, params: []param{{"path", "name", "profile name"}}},
+	{method: "GET", path: "/api/v1/nodes", summary: "Live nodes with GPUs total, used and free, and whether each is simulated or cordoned.", access: "user", response: NodeList{}, status: 200},
+	{method: "POST", path: "/api/v1/nodes/{name}/cordon", summary: "Cordon a node: no new sessions land on it.", access: "admin", request: CordonRequest{}, response: CordonResult{}, status: 200, params: []param{{"path", "name", "node name"}}},
+	{method: "POST", path: "/api/v1/nodes/{name}/uncordon", summary: "Remove a node's cordon.", access: "admin", response: UncordonResult{}, status: 200, params: []param{{"path", "name", "node name"}}},
+	{method: "POST", path: "/api/v1/nodes/{name}/drain", summary: "Cordon a node and stop its notebook sessions (at once, or by the deadline); batch sessions run to completion.", access: "admin", request: CordonRequest{}, response: CordonResult{}, status: 200, params: []param{{"path", "name", "node name"}}},
+	{method: "GET", path: "/api/v1/queue", summary: "The queue in the placer's order, with why each session waits. Others' sessions are anonymous except for admins.", access: "user", response: QueueView{}, status: 200},
+	{method: "GET", path: "/api/v1/quotas", summary: "Every quota.", access: "admin", response: QuotaList{}, status: 200},
+	{method: "PUT", path: "/api/v1/quotas/{scope}/{name}", summary: "Set a user's or group's quota (absent fields: unlimited).", access: "admin", request: state.Quota{}, response: state.Quota{}, status: 200,
+		params: []param{{"path", "scope", "users or groups"}, {"path", "name", "user or group"}}},
+	{method: "DELETE", path: "/api/v1/quotas/{scope}/{name}", summary: "Remove a quota.", access: "admin", status: 204,
+		params: []param{{"path", "scope", "users or groups"}, {"path", "name", "user or group"}}},
+}
+
+var (
+	openAPIOnce sync.Once
+	openAPIDoc  map[string]any
+)
+
+func (a *API) openAPI(c *gin.Context) {
+	openAPIOnce.Do(func() { openAPIDoc = buildOpenAPI() })
+	c.JSON(http.StatusOK, openAPIDoc)
+}
+
+// buildOpenAPI writes the OpenAPI 3 document from operations, with
+// schemas derived from the Go types by their JSON tags.
+func buildOpenAPI() map[string]any {
+	schemas := map[string]any{}
+	paths := map[string]any{}
+	problem := map[string]any{"description": "a problem document", "content": map[string]any{ProblemContentType: map[string]any{"schema": schemaRef(reflect.TypeOf(Problem{}), schemas)}}}
+	for _, op := range operations {
+		item, _ := paths[op.path].(map[string]any)
+		if item == nil {
+			item = map[string]any{}
+			paths[op.path] = item
+		}
+		o := map[string]any{"summary": op.summary, "description": "Access: " + op.access + "."}
+		if op.access == "none" {
+			o["security"] = []any{}
+		}
+		var ps []any
+		for _, p := range op.params {
+			ps = append(ps, map[string]any{"in": p.in, "name": p.name, "description": p.desc, "required": p.in == "path", "schema": map[string]any{"type": "string"}})
+		}
+		if op.access == "user or service" {
+			ps = append(ps, map[string]any{"in": "header", "name": OnBehalfOfHeader, "description": "the user a service token acts for", "required": false, "schema": map[string]any{"type": "string"}})
+		}
+		if len(ps) > 0 {
+			o["parameters"] = ps
+		}
+		if op.request != nil {
+			o["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": schemaRef(reflect.TypeOf(op.request), schemas)}}}
+		}
+		ok := map[string]any{"description": http.StatusText(op.status)}
+		if op.response != nil || op.produces != "" {
+			media := op.produces
+			if media == "" {
+				media = "application/json"
+			}
+			s := map[string]any{"type": "string"}
+			if op.response != nil {
+				s = schemaRef(reflect.TypeOf(op.response), schemas)
+			}
+			ok["content"] = map[string]any{media: map[string]any{"schema": s}}
+		}
+		responses := map[string]any{itoa(op.status): ok, "default": problem}
+		o["responses"] = responses
+		item[strings.ToLower(op.method)] = o
+	}
+	return map[string]any{
+		"openapi": "3.0.3",
+		"info": map[string]any{"title": "Voyager API", "version": "v1",
+			"description": "GPU sessions for researchers. Every error is application/problem+json naming the field and what would be valid. Authenticate with a JWT bearer token."},
+		"paths":      paths,
+		"components": map[string]any{"schemas": schemas, "securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}}},
+		"security":   []any{map[string]any{"bearer": []any{}}},
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+var (
+	timeType     = reflect.TypeOf(time.Time{})
+	durationType = reflect.TypeOf(state.Duration(0))
+)
+
+// schemaRef returns a schema for t, adding named structs to schemas.
+func schemaRef(t reflect.Type, schemas map[string]any) map[string]any {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == timeType:
+		return map[string]any{"type": "string", "format": "date-time"}
+	case t == durationType:
+		return map[string]any{"type": "string", "description": "a Go duration such as 90m or 2h"}
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return map[string]any{"type": "integer"}
+	case reflect.Float64, reflect.Float32:
+		return map[string]any{"type": "number"}
+	case reflect.Slice:
+		return map[string]any{"type": "array", "items": schemaRef(t.Elem(), schemas)}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": schemaRef(t.Elem(), schemas)}
+	case reflect.Struct:
+		name := t.Name()
+		if _, done := schemas[name]; !done {
+			schemas[name] = map[string]any{} // placeholder against recursion
+			props := map[string]any{}
+			addFields(t, props, schemas)
+			schemas[name] = map[string]any{"type": "object", "properties": props}
+		}
+		return map[string]any{"$ref": "#/components/schemas/" + name}
+	}
+	return map[string]any{}
+}
+
+func addFields(t reflect.Type, props map[string]any, schemas map[string]any) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			addFields(f.Type, props, schemas)
+			continue
+		}
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		props[name] = schemaRef(f.Type, schemas)
+	}
+}

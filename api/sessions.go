@@ -1,0 +1,422 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// SessionView is a session as the API shows it: the spec and its status.
+type SessionView struct {
+	state.Session
+	Status state.Status `json:"status"`
+}
+
+// SessionList is one page of GET /api/v1/sessions.
+type SessionList struct {
+	Items []SessionView `json:"items"`
+	// Continue, when not empty, fetches the next page (?continue=…).
+	Continue string `json:"continue,omitempty"`
+}
+
+// StopResult is the answer to a stop or delete.
+type StopResult struct {
+	// Outcome is "cancelled" (it was pending: now Stopped), "stopping"
+	// (its agent will stop it) or "unchanged" (it had already ended or
+	// been asked to stop).
+	Outcome state.StopOutcome `json:"outcome"`
+	Session SessionView       `json:"session"`
+}
+
+// IdempotencyKeyHeader makes a create safe to retry.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+func (a *API) createSession(c *gin.Context) {
+	p := principalOf(c)
+	body, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			a.problem(c, http.StatusRequestEntityTooLarge, "Request too large", fmt.Sprintf("the body is larger than %d bytes", mbe.Limit))
+			return
+		}
+		a.problem(c, http.StatusBadRequest, "Malformed body", "read body: "+err.Error())
+		return
+	}
+	c.Request.Body = io.NopCloser(bytes.NewReader(body))
+	var req SessionRequest
+	if !a.decodeBody(c, &req) {
+		return
+	}
+	idemKey := c.GetHeader(IdempotencyKeyHeader)
+	if len(idemKey) > 255 {
+		a.invalid(c, "Invalid request", []FieldError{{Field: "header " + IdempotencyKeyHeader, Message: "want at most 255 characters, e.g. a UUID"}})
+		return
+	}
+	ctx := c.Request.Context()
+	var prof *state.Profile
+	if req.Profile != "" {
+		if err := state.ValidateName("profile", req.Profile); err != nil {
+			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: err.Error()}})
+			return
+		}
+		pv, _, err := state.Get[state.Profile](ctx, a.cli, a.keys.Profile(req.Profile))
+		switch {
+		case errors.Is(err, state.ErrNotFound):
+			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: fmt.Sprintf("no profile %q; GET /api/v1/profiles lists them (%s)", req.Profile, a.profileNames(c))}})
+			return
+		case err != nil:
+			a.internal(c, "read profile", err)
+			return
+		}
+		prof = &pv
+	}
+	s, errs := buildSession(req, prof)
+	if len(errs) > 0 {
+		a.invalid(c, "Invalid request", errs)
+		return
+	}
+	now := a.cfg.Now().UTC()
+	if errs := feasibility(s, a.liveNodes(), a.cfg.Plan, now); len(errs) > 0 {
+		a.invalid(c, "Unsatisfiable request", errs)
+		return
+	}
+	id, err := state.NewSessionID(now)
+	if err != nil {
+		a.internal(c, "make session id", err)
+		return
+	}
+	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
+
+	if idemKey == "" {
+		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now); err != nil {
+			a.internal(c, "create session", err)
+			return
+		}
+		a.log.Info("session created", "session", id, "owner", s.Owner, "kind", s.Kind, "gpus", s.Resources.GPUs, "service", p.Service)
+		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
+		return
+	}
+	digest := sha256.Sum256([]byte(idemKey))
+	bodyHash := sha256.Sum256(body)
+	rec := state.IdempotencyRecord{Session: id, RequestHash: hex.EncodeToString(bodyHash[:16]), Created: now}
+	lease, err := a.idempotencyLease(ctx)
+	if err != nil {
+		a.internal(c, "create session", err)
+		return
+	}
+	stored, created, err := state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease)
+	if err != nil {
+		a.internal(c, "create session", err)
+		return
+	}
+	if created {
+		a.log.Info("session created", "session", id, "owner", s.Owner, "kind", s.Kind, "gpus", s.Resources.GPUs, "service", p.Service)
+		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
+		return
+	}
+	if stored.RequestHash != rec.RequestHash {
+		a.problem(c, http.StatusUnprocessableEntity, "Idempotency key reused",
+			fmt.Sprintf("%s %q already created session %s with a different request body; send a new key for a new request", IdempotencyKeyHeader, idemKey, stored.Session),
+			FieldError{Field: "header " + IdempotencyKeyHeader, Message: "already used for a different request"})
+		return
+	}
+	v, found, err := a.readSession(c, stored.Session)
+	if err != nil {
+		a.internal(c, "read session", err)
+		return
+	}
+	if !found {
+		a.problem(c, http.StatusConflict, "Conflict", fmt.Sprintf("%s %q created session %s, which no longer exists", IdempotencyKeyHeader, idemKey, stored.Session))
+		return
+	}
+	a.respondCreated(c, v, true)
+}
+
+func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {
+	if replay {
+		c.Header("Idempotent-Replayed", "true")
+	}
+	c.Header("Location", "/api/v1/sessions/"+v.ID)
+	c.JSON(http.StatusCreated, a.present(c, v))
+}
+
+// readSession reads a session's spec and status in one round trip.
+func (a *API) readSession(c *gin.Context, id string) (SessionView, bool, error) {
+	resp, err := a.cli.Txn(c.Request.Context()).Then(clientv3.OpGet(a.keys.Session(id)), clientv3.OpGet(a.keys.Status(id))).Commit()
+	if err != nil {
+		return SessionView{}, false, fmt.Errorf("read session %s: %w", id, err)
+	}
+	specs := resp.Responses[0].GetResponseRange().Kvs
+	if len(specs) == 0 {
+		return SessionView{}, false, nil
+	}
+	var v SessionView
+	if v.Session, err = state.Decode[state.Session](specs[0].Value); err != nil {
+		return SessionView{}, false, fmt.Errorf("read session %s: %w", id, err)
+	}
+	if sts := resp.Responses[1].GetResponseRange().Kvs; len(sts) > 0 {
+		if v.Status, err = state.Decode[state.Status](sts[0].Value); err != nil {
+			return SessionView{}, false, fmt.Errorf("read session %s: %w", id, err)
+		}
+	}
+	return v, true, nil
+}
+
+// visible reports whether p may see a session of owner: its owner, or an
+// admin. Others get 404, never 403, so ids of others' sessions leak nothing.
+func visible(p Principal, owner string) bool { return p.Admin || p.Subject == owner }
+
+// loadVisible reads session :id and answers 404 when it does not exist or
+// is not the caller's.
+func (a *API) loadVisible(c *gin.Context) (SessionView, bool) {
+	id := c.Param("id")
+	if state.ValidateName("session id", id) != nil {
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no session %q", truncate(id, 64)))
+		return SessionView{}, false
+	}
+	v, found, err := a.readSession(c, id)
+	if err != nil {
+		a.internal(c, "read session", err)
+		return SessionView{}, false
+	}
+	if !found || !visible(principalOf(c), v.Owner) {
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no session %q", id))
+		return SessionView{}, false
+	}
+	return v, true
+}
+
+// present prepares a view for its reader: a live queue position and
+// reason for a pending session, the agent's internal URLs removed, and
+// the Jupyter token only for the owner.
+func (a *API) present(c *gin.Context, v SessionView) SessionView {
+	return a.presentAs(principalOf(c), v, true)
+}
+
+// presentAs is present for principal p; live adds the live queue view.
+func (a *API) presentAs(p Principal, v SessionView, live bool) SessionView {
+	if live && v.Status.Phase == state.PhasePending {
+		if w, ok := a.queuePlan().waiting[v.ID]; ok {
+			v.Status.QueuePosition, v.Status.Reason, v.Status.Message = w.Position, w.Reason, w.Message
+		}
+	}
+	if len(v.Status.URLs) > 0 {
+		urls := make(map[string]string, len(v.Status.URLs))
+		for k, u := range v.Status.URLs {
+			if k == logsURLKey {
+				continue
+			}
+			if p.Subject != v.Owner {
+				u = stripToken(u)
+			}
+			urls[k] = u
+		}
+		v.Status.URLs = urls
+	}
+	if p.Subject != v.Owner {
+		v.Env = nil // may hold the owner's secrets
+	}
+	return v
+}
+
+// stripToken removes a token query parameter from a URL.
+func stripToken(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	q := pu.Query()
+	if !q.Has("token") {
+		return u
+	}
+	q.Del("token")
+	pu.RawQuery = q.Encode()
+	return pu.String()
+}
+
+func (a *API) getSession(c *gin.Context) {
+	v, ok := a.loadVisible(c)
+	if !ok {
+		return
+	}
+	c.JSON(http.StatusOK, a.present(c, v))
+}
+
+// Listing bounds.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 500
+	maxScan         = 5000 // keys read per list request at most
+)
+
+func (a *API) listSessions(c *gin.Context) {
+	p := principalOf(c)
+	owner := c.Query("owner")
+	if owner != "" && owner != p.Subject && !p.Admin {
+		a.problem(c, http.StatusForbidden, "Forbidden", fmt.Sprintf("only admins may list other users' sessions; leave owner out to list yours (%s)", p.Subject))
+		return
+	}
+	if !p.Admin {
+		owner = p.Subject
+	}
+	phase := state.Phase(c.Query("phase"))
+	if phase != "" && !knownPhase(phase) {
+		a.invalid(c, "Invalid request", []FieldError{{Field: "query phase", Message: fmt.Sprintf("got %q, want one of Pending, Bound, Starting, Running, Succeeded, Failed, Stopping, Stopped, Lost", phase)}})
+		return
+	}
+	limit := defaultPageSize
+	if l := c.Query("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxPageSize {
+			a.invalid(c, "Invalid request", []FieldError{{Field: "query limit", Message: fmt.Sprintf("got %q, want a whole number from 1 to %d", l, maxPageSize)}})
+			return
+		}
+		limit = n
+	}
+	from := a.keys.Sessions()
+	if tok := c.Query("continue"); tok != "" {
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || state.ValidateName("session id", string(b)) != nil {
+			a.invalid(c, "Invalid request", []FieldError{{Field: "query continue", Message: "not a token from a previous page; leave it out to start from the first page"}})
+			return
+		}
+		from = a.keys.Session(string(b)) + "\x00"
+	}
+	end := clientv3.GetPrefixRangeEnd(a.keys.Sessions())
+	ctx := c.Request.Context()
+	out := SessionList{Items: []SessionView{}}
+	scanned := 0
+	var rev int64
+	for scanned < maxScan {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(min(limit*2, 500)))}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := a.cli.Get(ctx, from, opts...)
+		if err != nil {
+			a.internal(c, "list sessions", err)
+			return
+		}
+		rev = resp.Header.Revision
+		if len(resp.Kvs) == 0 {
+			c.JSON(http.StatusOK, out)
+			return
+		}
+		ids := make([]string, 0, len(resp.Kvs))
+		specs := make([]state.Session, 0, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			s, err := state.Decode[state.Session](kv.Value)
+			id, ok := a.keys.SessionID(string(kv.Key))
+			if err != nil || !ok {
+				continue
+			}
+			s.ID = id
+			ids = append(ids, id)
+			specs = append(specs, s)
+		}
+		statuses := map[string]state.Status{}
+		if len(ids) > 0 {
+			sresp, err := a.cli.Get(ctx, a.keys.Status(ids[0]), clientv3.WithRange(a.keys.Status(ids[len(ids)-1])+"\x00"), clientv3.WithRev(rev))
+			if err != nil {
+				a.internal(c, "list sessions", err)
+				return
+			}
+			for _, kv := range sresp.Kvs {
+				if st, err := state.Decode[state.Status](kv.Value); err == nil {
+					if id, ok := a.keys.SessionID(string(kv.Key)); ok {
+						statuses[id] = st
+					}
+				}
+			}
+		}
+		for i, s := range specs {
+			scanned++
+			if (owner == "" || s.Owner == owner) && (phase == "" || statuses[s.ID].Phase == phase) {
+				out.Items = append(out.Items, a.present(c, SessionView{Session: s, Status: statuses[s.ID]}))
+				if len(out.Items) == limit {
+					if i < len(specs)-1 || resp.More {
+						out.Continue = base64.RawURLEncoding.EncodeToString([]byte(s.ID))
+					}
+					c.JSON(http.StatusOK, out)
+					return
+				}
+			}
+		}
+		if !resp.More {
+			c.JSON(http.StatusOK, out)
+			return
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	// Scanned enough for one request: hand back what was found, and a
+	// token to go on from the last key read.
+	if last, ok := a.keys.SessionID(strings.TrimSuffix(from, "\x00")); ok {
+		out.Continue = base64.RawURLEncoding.EncodeToString([]byte(last))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func knownPhase(p state.Phase) bool {
+	switch p {
+	case state.PhasePending, state.PhaseBound, state.PhaseStarting, state.PhaseRunning, state.PhaseSucceeded,
+		state.PhaseFailed, state.PhaseStopping, state.PhaseStopped, state.PhaseLost:
+		return true
+	}
+	return false
+}
+
+func (a *API) stopSession(c *gin.Context) {
+	v, ok := a.loadVisible(c)
+	if !ok {
+		return
+	}
+	p := principalOf(c)
+	by := p.Subject
+	if p.Service != "" {
+		by += " via " + p.Service
+	}
+	out, err := state.StopSession(c.Request.Context(), a.cli, a.keys, v.ID, by, a.cfg.Now())
+	if err != nil {
+		if errors.Is(err, state.ErrNotFound) {
+			a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no session %q", v.ID))
+			return
+		}
+		a.internal(c, "stop session", err)
+		return
+	}
+	a.log.Info("session stop", "session", v.ID, "by", by, "outcome", out)
+	nv, found, err := a.readSession(c, v.ID)
+	if err != nil || !found {
+		nv = v
+	}
+	c.JSON(http.StatusAccepted, StopResult{Outcome: out, Session: a.present(c, nv)})
+}
+
+// profileNames lists the profiles for an error message.
+func (a *API) profileNames(c *gin.Context) string {
+	resp, err := a.cli.Get(c.Request.Context(), a.keys.Profiles(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(50))
+	if err != nil || len(resp.Kvs) == 0 {
+		return "there are none"
+	}
+	var names []string
+	for _, kv := range resp.Kvs {
+		if n, ok := a.keys.ProfileName(string(kv.Key)); ok {
+			names = append(names, n)
+		}
+	}
+	return "there are: " + strings.Join(names, ", ")
+}

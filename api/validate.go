@@ -1,0 +1,341 @@
+package api
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// SessionRequest is the body of POST /api/v1/sessions. Fields left out
+// come from Profile when one is named, else from the defaults below.
+type SessionRequest struct {
+	// Kind is "notebook" or "batch".
+	Kind state.SessionKind `json:"kind,omitempty"`
+	// Name is an optional label (1-63 lower-case letters, digits, . _ -).
+	Name string `json:"name,omitempty"`
+	// Profile names an admin-defined template (GET /api/v1/profiles).
+	Profile string `json:"profile,omitempty"`
+	// Image is the container image; empty: the profile's, else the node
+	// agent's default image.
+	Image string `json:"image,omitempty"`
+	// Command runs in the container; required for batch sessions.
+	Command []string `json:"command,omitempty"`
+	// Env is added to the container's environment (over the profile's).
+	Env map[string]string `json:"env,omitempty"`
+	// Resources is what the session's (head) node provides. With a
+	// profile, each field that is set (non-zero) overrides the profile's.
+	// cpuMilli defaults to 1000 and memoryMiB to 4096.
+	Resources *state.Resources `json:"resources,omitempty"`
+	// Ray asks for Ray workers on more nodes.
+	Ray *state.Ray `json:"ray,omitempty"`
+	// Limits bound the session's life.
+	Limits *state.Limits `json:"limits,omitempty"`
+	// Priority orders the queue: -100 to 100, higher first. Default 0.
+	Priority int `json:"priority,omitempty"`
+	// Preemptible sessions may be stopped for higher-priority ones.
+	Preemptible bool `json:"preemptible,omitempty"`
+	// Restart is the restart policy of batch sessions.
+	Restart *state.RestartPolicy `json:"restart,omitempty"`
+}
+
+// Limits of a request, so that one request cannot exhaust etcd or a node.
+const (
+	maxGPUs        = 64
+	maxWorkers     = 64
+	maxCommandArgs = 256
+	maxEnv         = 128
+	maxEnvValue    = 32 << 10
+	maxImage       = 512
+	maxPriority    = 100
+	maxRestarts    = 100
+	defaultCPU     = 1000
+	defaultMemory  = 4096
+)
+
+var (
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	migRE     = regexp.MustCompile(`^[1-9][0-9]*g\.[1-9][0-9]*gb$`)
+	labelRE   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$`)
+	imageRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$`)
+)
+
+// buildSession merges the request over its profile (which may be nil) and
+// validates the result. It returns every invalid field, or the spec less
+// its id, owner and times.
+func buildSession(req SessionRequest, prof *state.Profile) (state.Session, []FieldError) {
+	var errs []FieldError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	s := state.Session{Name: req.Name, Profile: req.Profile, Desired: state.DesiredRunning}
+	if prof != nil {
+		s.Kind, s.Image, s.Resources, s.Limits = prof.Kind, prof.Image, prof.Resources, prof.Limits
+		if len(prof.Env) > 0 {
+			s.Env = map[string]string{}
+			for k, v := range prof.Env {
+				s.Env[k] = v
+			}
+		}
+	}
+	if req.Kind != "" {
+		s.Kind = req.Kind
+	}
+	if req.Image != "" {
+		s.Image = req.Image
+	}
+	if r := req.Resources; r != nil {
+		// Set (non-zero) fields override the profile's, one by one, so
+		// {"gpus": 2} on an A100 profile keeps its GPU model.
+		if prof == nil {
+			s.Resources = *r
+		} else {
+			over := &s.Resources
+			if r.GPUs != 0 {
+				over.GPUs = r.GPUs
+			}
+			if r.GPUModel != "" {
+				over.GPUModel = r.GPUModel
+			}
+			if r.GPUMemoryMiB != 0 {
+				over.GPUMemoryMiB = r.GPUMemoryMiB
+			}
+			if r.MIGProfile != "" {
+				over.MIGProfile = r.MIGProfile
+			}
+			if r.CPUMilli != 0 {
+				over.CPUMilli = r.CPUMilli
+			}
+			if r.MemoryMiB != 0 {
+				over.MemoryMiB = r.MemoryMiB
+			}
+			if r.NodeSelector != nil {
+				over.NodeSelector = r.NodeSelector
+			}
+		}
+	}
+	if req.Limits != nil {
+		s.Limits = *req.Limits
+	}
+	for k, v := range req.Env {
+		if s.Env == nil {
+			s.Env = map[string]string{}
+		}
+		s.Env[k] = v
+	}
+	s.Command, s.Ray, s.Priority, s.Preemptible = req.Command, req.Ray, req.Priority, req.Preemptible
+	if req.Restart != nil {
+		s.Restart = *req.Restart
+	}
+	if s.Resources.CPUMilli == 0 {
+		s.Resources.CPUMilli = defaultCPU
+	}
+	if s.Resources.MemoryMiB == 0 {
+		s.Resources.MemoryMiB = defaultMemory
+	}
+
+	switch s.Kind {
+	case state.KindNotebook, state.KindBatch:
+	case "":
+		add("kind", `required: "notebook" or "batch" (or a profile that sets it)`)
+	default:
+		add("kind", `got %q, want "notebook" or "batch"`, s.Kind)
+	}
+	if s.Name != "" {
+		if err := state.ValidateName("name", s.Name); err != nil {
+			add("name", "want 1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit")
+		}
+	}
+	// An empty image is the node agent's default (VOYAGER_AGENT_IMAGE).
+	switch {
+	case s.Image == "":
+	case len(s.Image) > maxImage || !imageRE.MatchString(s.Image):
+		add("image", "got %q, want an image reference such as docker.io/library/python:3.12 (at most %d characters)", truncate(s.Image, 80), maxImage)
+	}
+	switch {
+	case s.Kind == state.KindBatch && len(s.Command) == 0:
+		add("command", `required for a batch session: the program and its arguments, e.g. ["python", "train.py"]`)
+	case len(s.Command) > maxCommandArgs:
+		add("command", "has %d arguments, want at most %d", len(s.Command), maxCommandArgs)
+	case len(s.Command) > 0 && s.Command[0] == "":
+		add("command[0]", "want the program to run, not an empty string")
+	}
+	if len(s.Env) > maxEnv {
+		add("env", "has %d variables, want at most %d", len(s.Env), maxEnv)
+	}
+	for _, k := range sortedKeys(s.Env) {
+		switch {
+		case !envNameRE.MatchString(k):
+			add("env."+k, "want a variable name of letters, digits and '_', not starting with a digit")
+		case strings.HasPrefix(k, "VOYAGER_") || k == "JUPYTER_TOKEN":
+			add("env."+k, "is set by Voyager itself; choose another name")
+		case len(s.Env[k]) > maxEnvValue:
+			add("env."+k, "value has %d bytes, want at most %d", len(s.Env[k]), maxEnvValue)
+		}
+	}
+	validateResources("resources", s.Resources, add)
+	if s.Ray != nil {
+		if s.Ray.Workers < 0 || s.Ray.Workers > maxWorkers {
+			add("ray.workers", "got %d, want 0 to %d", s.Ray.Workers, maxWorkers)
+		}
+		if s.Ray.WorkerResources != nil {
+			validateResources("ray.workerResources", *s.Ray.WorkerResources, add)
+		}
+		if s.Ray.Workers == 0 && s.Ray.WorkerResources == nil {
+			s.Ray = nil
+		}
+	}
+	if s.Limits.MaxRuntime < 0 {
+		add("limits.maxRuntime", "got %s, want 0 (no limit) or a positive duration such as \"8h\"", s.Limits.MaxRuntime.Std())
+	}
+	if s.Limits.IdleTimeout < 0 {
+		add("limits.idleTimeout", "got %s, want 0 (the cluster default) or a positive duration such as \"2h\"", s.Limits.IdleTimeout.Std())
+	}
+	if s.Limits.IdleTimeout > 0 && s.Kind == state.KindBatch {
+		add("limits.idleTimeout", "applies to notebook sessions only; a batch session ends when its command does")
+	}
+	if s.Priority < -maxPriority || s.Priority > maxPriority {
+		add("priority", "got %d, want %d to %d", s.Priority, -maxPriority, maxPriority)
+	}
+	switch s.Restart.Policy {
+	case "", state.RestartNever:
+		if s.Restart.MaxRestarts != 0 {
+			add("restart.maxRestarts", `applies only with policy "OnFailure"`)
+		}
+	case state.RestartOnFailure:
+		if s.Kind != state.KindBatch {
+			add("restart.policy", `"OnFailure" applies to batch sessions only; want "Never" for a notebook`)
+		}
+	default:
+		add("restart.policy", `got %q, want "Never" or "OnFailure"`, s.Restart.Policy)
+	}
+	if s.Restart.MaxRestarts < 0 || s.Restart.MaxRestarts > maxRestarts {
+		add("restart.maxRestarts", "got %d, want 0 to %d", s.Restart.MaxRestarts, maxRestarts)
+	}
+	if s.Restart.Backoff < 0 || s.Restart.Backoff.Std() > 24*time.Hour {
+		add("restart.backoff", "got %s, want a duration from 0 to 24h", s.Restart.Backoff.Std())
+	}
+	if s.Restart.Policy == "" {
+		s.Restart.Policy = state.RestartNever
+	}
+	return s, errs
+}
+
+func validateResources(prefix string, r state.Resources, add func(field, format string, args ...any)) {
+	if r.GPUs < 0 || r.GPUs > maxGPUs {
+		add(prefix+".gpus", "got %d, want 0 to %d", r.GPUs, maxGPUs)
+	}
+	if r.GPUModel != "" {
+		if err := placer.ValidateModelPattern(r.GPUModel); err != nil {
+			add(prefix+".gpuModel", "got %q, want a shell pattern over the model name such as \"*A100*\"", r.GPUModel)
+		}
+	}
+	if r.GPUMemoryMiB < 0 {
+		add(prefix+".gpuMemoryMiB", "got %d, want 0 or more MiB", r.GPUMemoryMiB)
+	}
+	if r.MIGProfile != "" && !migRE.MatchString(r.MIGProfile) {
+		add(prefix+".migProfile", "got %q, want a MIG profile such as \"1g.10gb\" or \"3g.40gb\"", r.MIGProfile)
+	}
+	if r.GPUs == 0 && (r.GPUModel != "" || r.GPUMemoryMiB != 0 || r.MIGProfile != "") {
+		add(prefix+".gpus", "is 0 but a GPU model, memory or MIG profile is set; want 1 or more GPUs")
+	}
+	if r.CPUMilli < 0 {
+		add(prefix+".cpuMilli", "got %d, want thousandths of a core above 0, e.g. 4000 for 4 cores", r.CPUMilli)
+	}
+	if r.MemoryMiB < 0 {
+		add(prefix+".memoryMiB", "got %d, want MiB above 0, e.g. 16384", r.MemoryMiB)
+	}
+	for _, k := range sortedKeys(r.NodeSelector) {
+		if !labelRE.MatchString(k) || len(r.NodeSelector[k]) > 63 {
+			add(prefix+".nodeSelector."+k, "want a label key of letters, digits, '.', '_', '/' or '-' and a value of at most 63 characters")
+		}
+	}
+}
+
+// feasibility checks a valid spec against the live nodes: a GPU model no
+// node has, or a request larger than any node could ever hold, is refused
+// with why. With no nodes registered at all, every request is accepted and
+// waits: the cluster may be starting.
+func feasibility(s state.Session, nodes []state.Node, plan placer.PlanOptions, now time.Time) []FieldError {
+	if len(nodes) == 0 {
+		return nil
+	}
+	var errs []FieldError
+	check := func(prefix string, r state.Resources) {
+		if r.GPUs == 0 || r.GPUModel == "" {
+			return
+		}
+		models := map[string]int{}
+		found := false
+		for _, n := range nodes {
+			for _, g := range n.GPUs {
+				models[g.Model]++
+				if ok, _ := path.Match(r.GPUModel, g.Model); ok {
+					found = true
+				}
+			}
+		}
+		if !found {
+			var have []string
+			for _, m := range sortedKeys(models) {
+				have = append(have, fmt.Sprintf("%s (%d)", m, models[m]))
+			}
+			msg := fmt.Sprintf("no node has a GPU matching %q", r.GPUModel)
+			if len(have) > 0 {
+				msg += "; the GPU models present are " + strings.Join(have, ", ")
+			} else {
+				msg += "; no node has GPUs"
+			}
+			errs = append(errs, FieldError{Field: prefix + ".gpuModel", Message: msg})
+		}
+	}
+	check("resources", s.Resources)
+	if s.Ray != nil && s.Ray.WorkerResources != nil {
+		check("ray.workerResources", *s.Ray.WorkerResources)
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	// Plan the request alone on empty nodes with no cordons: if the
+	// placer's own filters find no home for it, none will ever appear
+	// while these nodes are all there is.
+	snap := &placer.Snapshot{Now: now}
+	for _, n := range nodes {
+		snap.Nodes = append(snap.Nodes, placer.NodeView{Node: n, Ledger: state.Ledger{Node: n.Name, Allocations: map[string]state.Allocation{}}})
+	}
+	q := state.NewQueueEntry(s, now)
+	q.Session = "feasibility-check"
+	snap.Pending = []placer.Pending{{Entry: q, Revision: 1}}
+	p := placer.NewPlan(snap, plan)
+	for _, w := range p.Waiting {
+		if w.Reason == "Unsatisfiable" {
+			field := "resources"
+			if s.Ray != nil && s.Ray.Workers > 0 {
+				field = "ray"
+			}
+			errs = append(errs, FieldError{Field: field, Message: w.Message + "; the request asks for " + describeRequest(q)})
+		}
+	}
+	return errs
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/config"
+	"github.com/voyager-gpu/voyager/internal/httpserver"
+	"github.com/voyager-gpu/voyager/nodeagent"
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// agentEnvs are the settings the node agent reads.
+var agentEnvs = []string{
+	config.EnvAgentNode, config.EnvAgentAddress, config.EnvAgentContainerd, config.EnvAgentNamespace,
+	config.EnvAgentLeaseTTL, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
+	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
+	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
+}
+
+var agentCmd = subcommand{
+	name: "agent",
+	description: `Runs the node agent of this machine until SIGINT or SIGTERM: it registers
+the machine's GPUs (from NVML, or made up by VOYAGER_AGENT_SIMULATE_GPUS) under
+a lease, and runs in containerd exactly the sessions bound to this node. Run one
+per GPU machine, as root. Stopping it leaves the containers running; started
+again, it adopts them. It serves /healthz, /readyz and /metrics on
+VOYAGER_HTTP_ADDR.`,
+	envs: append([]string{
+		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvDataDir,
+		config.EnvHTTPAddr, config.EnvLogLevel, config.EnvLogFormat,
+	}, agentEnvs...),
+}
+
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := agentCmd.flagSet()
+	if code := agentCmd.parse(fs, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	cfg, err := config.Load(os.Environ(), fs)
+	if err == nil {
+		err = cfg.RequireEndpoints()
+	}
+	if err != nil {
+		writeConfigError(stderr, "agent", err)
+		return exitUsage
+	}
+	log := cfg.NewLogger(stderr)
+	store, err := connectExternal(ctx, cfg, log)
+	if err != nil {
+		log.Error("voyager agent failed", "err", err)
+		return exitError
+	}
+	defer store.close()
+	parts, err := newAgent(ctx, store.client, cfg, log, false)
+	if err != nil {
+		log.Error("voyager agent failed", "err", err)
+		return exitError
+	}
+	defer parts.close()
+	mux := http.NewServeMux()
+	registry := httpserver.NewRegistry()
+	registry.MustRegister(parts.agent.Collectors()...)
+	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	if err != nil {
+		log.Error("voyager agent failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
+		return exitError
+	}
+	log.Info("http listening", "addr", hs.Addr())
+	err = supervise(ctx, log, []component{
+		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
+		parts.component(),
+	})
+	if err != nil {
+		log.Error("voyager agent failed", "err", err)
+		return exitError
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+// agentParts is an agent with what it owns: the runtime connection and,
+// in dev, a private containerd.
+type agentParts struct {
+	agent  *nodeagent.Agent
+	rt     *runtime.Containerd
+	daemon *runtime.Daemon
+}
+
+func (p *agentParts) component() component {
+	return component{name: "agent", run: p.agent.Run}
+}
+
+func (p *agentParts) close() {
+	if p.rt != nil {
+		_ = p.rt.Close()
+	}
+	if p.daemon != nil {
+		_ = p.daemon.Stop(10 * time.Second) // containers live on in their shims
+	}
+}
+
+// devSimulatedGPUs is the inventory `voyager dev` makes up where NVML is absent.
+const devSimulatedGPUs = "8xA100-80GB"
+
+// newAgent builds the node agent from the configuration. dev is forgiving:
+// no NVML means a simulated inventory, no containerd means a private one.
+func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log *slog.Logger, dev bool) (*agentParts, error) {
+	node := cfg.AgentNode
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("find node name: %w; set %s", err, config.EnvAgentNode)
+		}
+		node = strings.ToLower(h)
+		if i := strings.IndexByte(node, '.'); i > 0 {
+			node = node[:i]
+		}
+		if err := state.ValidateName("node name", node); err != nil {
+			return nil, fmt.Errorf("the host name cannot be a node name (%w); set %s", err, config.EnvAgentNode)
+		}
+	}
+	address := cfg.AgentAddress
+	if address == "" {
+		address = node
+		if dev {
+			address = "127.0.0.1" // dev's URLs are for a browser on this machine
+		}
+	}
+	gpus, simulated, err := inventory(node, cfg, log, dev)
+	if err != nil {
+		return nil, err
+	}
+	first, last, _ := config.ParsePortRange(cfg.AgentPorts) // Load validated it
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("find data directory: neither XDG_DATA_HOME nor HOME is set; set %s", config.EnvDataDir)
+	}
+	home := cfg.AgentHomeDir
+	if home == "" {
+		home = filepath.Join(cfg.DataDir, "homes")
+	}
+	cdiDirs := cfg.AgentCDISpecDirs
+	if simulated && cfg.AgentGPUMode == nodeagent.GPUModeCDI {
+		dir, err := writeSimulatedCDISpec(node, gpus)
+		if err != nil {
+			return nil, err
+		}
+		cdiDirs = append(append([]string(nil), cdiDirs...), dir)
+	}
+	parts := &agentParts{}
+	ropts := runtime.ContainerdOptions{
+		Address: cfg.AgentContainerd, Namespace: cfg.AgentNamespace, CDISpecDirs: cdiDirs, Logger: log,
+	}
+	if cfg.AgentGPUMode == nodeagent.GPUModeEnv {
+		ropts.RuntimeBinary = "nvidia-container-runtime"
+	}
+	rt, err := runtime.NewContainerd(ctx, ropts)
+	if err != nil && dev {
+		dir := filepath.Join(cfg.DataDir, "containerd")
+		log.Info("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
+		d, derr := runtime.StartContainerd(ctx, dir)
+		if derr != nil {
+			return nil, fmt.Errorf("no containerd at %s (%s) and none could be started: %w", cfg.AgentContainerd, config.EnvAgentContainerd, derr)
+		}
+		parts.daemon = d
+		ropts.Address = d.Address
+		rt, err = runtime.NewContainerd(ctx, ropts)
+	}
+	if err != nil {
+		parts.close()
+		return nil, fmt.Errorf("%w (set %s)", err, config.EnvAgentContainerd)
+	}
+	parts.rt = rt
+	if dev {
+		if err := ensureDevImage(ctx, rt, cfg.AgentImage, log); err != nil {
+			log.Warn("no default session image: sessions that name none will fail", "image", cfg.AgentImage, "err", err)
+		}
+	}
+	var usage func() ([]nodeagent.GPUUsage, error)
+	if !simulated && len(gpus) > 0 {
+		usage = func() ([]nodeagent.GPUUsage, error) { return nodeagent.ReadNVMLUsage(nvml.New()) }
+	}
+	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
+	parts.agent = nodeagent.New(nodeagent.Config{
+		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
+		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
+		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
+		HomeDir: home, LogDir: filepath.Join(cfg.DataDir, "logs"), LogMaxBytes: int64(cfg.AgentLogMaxMiB) << 20,
+		StopGrace: cfg.AgentStopGrace, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
+		Version: version, Logger: log, Usage: usage,
+	})
+	return parts, nil
+}
+
+// inventory reads the GPUs: made up when configured, else from NVML. Where
+// NVML is absent the agent says so; dev then simulates, clearly marked.
+func inventory(node string, cfg config.Config, log *slog.Logger, dev bool) ([]state.GPU, bool, error) {
+	if cfg.AgentSimulateGPUs != "" {
+		gpus, err := nodeagent.SimulatedGPUs(node, cfg.AgentSimulateGPUs)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", config.EnvAgentSimulateGPUs, err)
+		}
+		log.Warn("GPU inventory is SIMULATED by configuration: these GPUs do not exist", "gpus", cfg.AgentSimulateGPUs, "env", config.EnvAgentSimulateGPUs)
+		return gpus, true, nil
+	}
+	gpus, err := nodeagent.ReadNVML(nvml.New())
+	switch {
+	case errors.Is(err, nodeagent.ErrNoNVML) && dev:
+		gpus, err := nodeagent.SimulatedGPUs(node, devSimulatedGPUs)
+		log.Warn("NVML not found (no NVIDIA driver): voyager dev SIMULATES GPUs; the node is marked simulated", "gpus", devSimulatedGPUs)
+		return gpus, true, err
+	case errors.Is(err, nodeagent.ErrNoNVML):
+		log.Warn("NVML not found (no NVIDIA driver on this machine): this node offers no GPUs; set " + config.EnvAgentSimulateGPUs + " to simulate some")
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	log.Info("GPUs found", "count", len(gpus))
+	return gpus, false, nil
+}
+
+// ensureDevImage makes the default image present, building it from
+// Debian's busybox-static when it is the dev default and absent.
+func ensureDevImage(ctx context.Context, rt *runtime.Containerd, image string, log *slog.Logger) error {
+	ictx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err := rt.EnsureImage(ictx, image)
+	if err == nil || !strings.HasPrefix(image, "voyager.local/busybox:") {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := runtime.WriteBusyboxImage(&buf, "/bin/busybox", image); err != nil {
+		return err
+	}
+	if _, err := rt.Import(ctx, &buf); err != nil {
+		return err
+	}
+	log.Info("imported a busybox image as the default session image", "image", image)
+	return nil
+}
+
+// writeSimulatedCDISpec writes a CDI spec for simulated GPUs, each
+// /dev/null seen as /dev/nvidia<index> in the container, so that a session on
+// a simulated GPU starts, with a device node that does nothing. It is
+// runtime state, made again at every start: it goes to /run/voyager/cdi
+// (root), else to the temporary directory, and returns the directory.
+func writeSimulatedCDISpec(node string, gpus []state.GPU) (string, error) {
+	dir := "/run/voyager/cdi"
+	if os.MkdirAll(dir, 0o755) != nil {
+		dir = filepath.Join(os.TempDir(), "voyager-cdi-"+node)
+	}
+	var b strings.Builder
+	b.WriteString("# Written by voyager for SIMULATED GPUs: the device nodes are /dev/null.\n")
+	b.WriteString("cdiVersion: \"0.6.0\"\nkind: nvidia.com/gpu\ndevices:\n")
+	for _, g := range gpus {
+		fmt.Fprintf(&b, "- name: %s\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia%d\n      hostPath: /dev/null\n", g.UUID, g.Index)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("write simulated CDI spec: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "voyager-simulated.yaml"), []byte(b.String()), 0o644); err != nil {
+		return "", fmt.Errorf("write simulated CDI spec: %w", err)
+	}
+	return dir, nil
+}
+
+// memTotalMiB reads the machine's memory from /proc/meminfo.
+func memTotalMiB() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}

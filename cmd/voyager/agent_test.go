@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+const agentTestImage = "voyager.local/busybox:e2e"
+
+// privateContainerd starts a containerd for one test, or skips the test
+// where that cannot be (not root, containerd or busybox-static missing).
+func privateContainerd(t *testing.T, namespace string) *runtime.Containerd {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run containerd")
+	}
+	if _, err := exec.LookPath("containerd"); err != nil {
+		t.Skip("containerd is not installed (apt-get install containerd runc)")
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("busybox-static is not installed (apt-get install busybox-static)")
+	}
+	dir, err := os.MkdirTemp("", "vctrd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d, err := runtime.StartContainerd(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.NewContainerd(ctx, runtime.ContainerdOptions{Address: d.Address, Namespace: namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		infos, _ := rt.List(ctx, nil)
+		for _, in := range infos {
+			_ = rt.Remove(ctx, in.ID)
+		}
+		_ = rt.Close()
+		_ = d.Stop(10 * time.Second)
+		_ = os.RemoveAll(dir)
+		// runc leaves the namespace's (empty) parent cgroup behind.
+		cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", namespace))
+		for _, cg := range cgroups {
+			_ = syscall.Rmdir(cg)
+		}
+	})
+	var buf bytes.Buffer
+	if err := runtime.WriteBusyboxImage(&buf, "/bin/busybox", agentTestImage); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Import(ctx, &buf); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// containers lists the ids and pids of the namespace's containers.
+func containers(t *testing.T, rt *runtime.Containerd) []string {
+	t.Helper()
+	infos, err := rt.List(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, in := range infos {
+		out = append(out, fmt.Sprintf("%s pid=%d %s", in.ID, in.Pid, in.State))
+	}
+	return out
+}
+
+// TestAgentKillE2E: SIGKILL the agent while sessions run and start it
+// again: the same containers, no duplicates. Keep it down longer than its
+// lease: the node disappears, the placer marks its sessions Lost, and the
+// agent, back, removes their containers.
+func TestAgentKillE2E(t *testing.T) {
+	needBinary(t)
+	rt := privateContainerd(t, "voyager-e2e")
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	home := t.TempDir()
+	base := []string{"HOME=" + home, "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s"}
+	agentEnv := append(slices.Clone(base),
+		"VOYAGER_DATA_DIR="+home+"/data",
+		"VOYAGER_AGENT_NODE=e2e-node", "VOYAGER_AGENT_ADDRESS=127.0.0.1",
+		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
+		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
+	startAgent := func() *proc {
+		p := start(t, append(slices.Clone(agentEnv), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "agent")
+		p.waitFor(`msg="node registered"`, 30*time.Second)
+		return p
+	}
+	pl := start(t, append(slices.Clone(base), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "placer")
+	pl.waitFor(`msg="placer caches synced"`, 30*time.Second)
+	agent := startAgent()
+	if !strings.Contains(agent.stderr(), "GPU inventory is SIMULATED") {
+		t.Fatal("no simulated-inventory warning")
+	}
+
+	ids := []string{"s-kill-a", "s-kill-b"}
+	now := time.Now().UTC()
+	for _, id := range ids {
+		s := state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Image: agentTestImage, Command: []string{"sleep", "3600"},
+			Resources: state.Resources{GPUs: 1, CPUMilli: 100, MemoryMiB: 64}, Desired: state.DesiredRunning, Created: now}
+		if _, err := state.CreateSession(ctx, cli, keys, s, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		waitStatus(t, ctx, cli, id, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
+	}
+	before := containers(t, rt)
+	if len(before) != 2 {
+		t.Fatalf("containers %v; want 2", before)
+	}
+
+	// kill -9 and start again: adopted, not duplicated.
+	if err := agent.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	agent.waitExit(10 * time.Second)
+	agent = startAgent()
+	agent.waitFor("adopted running container", 30*time.Second)
+	agent.waitFor("adopted running container", 30*time.Second)
+	if after := containers(t, rt); !slices.Equal(after, before) {
+		t.Fatalf("after restart: %v; want the same %v", after, before)
+	}
+	for _, id := range ids {
+		waitStatus(t, ctx, cli, id, "still Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", agent.cmd.Process.Pid)); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				t.Logf("agent process at rest with %d sessions (race build: %v): %s", len(ids), raceEnabled, strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+
+	// kill -9 and stay down past the TTL: the node goes, the sessions Lost.
+	if err := agent.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	agent.waitExit(10 * time.Second)
+	for _, id := range ids {
+		waitStatus(t, ctx, cli, id, "Lost", func(st state.Status) bool { return st.Phase == state.PhaseLost })
+	}
+	if resp, _ := cli.Get(ctx, keys.Node("e2e-node")); len(resp.Kvs) != 0 {
+		t.Fatal("the node record outlived its lease")
+	}
+	if got := containers(t, rt); len(got) != 2 {
+		t.Fatalf("containers while the agent is down: %v; want both still running", got)
+	}
+	// Back, the agent finds no bindings for them: no orphan survives.
+	agent = startAgent()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(containers(t, rt)) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("orphans left: %v", containers(t, rt))
+		}
+		time.Sleep(100 * time.Millisecond) // polling, bounded by deadline
+	}
+	if code := agent.stop(); code != 0 {
+		t.Errorf("agent exit code %d after SIGTERM", code)
+	}
+	pl.stop()
+}

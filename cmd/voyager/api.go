@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/config"
+	"github.com/voyager-gpu/voyager/internal/httpserver"
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// apiEnvs are the settings the API reads.
+var apiEnvs = []string{
+	config.EnvJWTSecret, config.EnvJWTPublicKeys, config.EnvJWTAudience, config.EnvJWTIssuer,
+	config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole, config.EnvJWTServiceRole,
+	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
+}
+
+var apiCmd = subcommand{
+	name: "api",
+	description: `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
+the queue, profiles, quotas), /openapi.json, /healthz, /readyz and /metrics
+on VOYAGER_HTTP_ADDR. Tokens are JWTs verified with VOYAGER_JWT_SECRET (HS256)
+or VOYAGER_JWT_PUBLIC_KEYS (RS256/ES256); one of them is required. Run as many
+as you like behind a load balancer: they share nothing but etcd.`,
+	envs: append([]string{
+		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
+		config.EnvLogLevel, config.EnvLogFormat, config.EnvPlacerStrategy, config.EnvPlacerReserveAfter,
+	}, apiEnvs...),
+}
+
+func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := apiCmd.flagSet()
+	if code := apiCmd.parse(fs, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	cfg, err := config.Load(os.Environ(), fs)
+	if err == nil {
+		err = cfg.RequireEndpoints()
+	}
+	if err == nil && cfg.JWTSecret == "" && cfg.JWTPublicKeys == "" {
+		err = fmt.Errorf("no token verification configured: set %s (HS256) or %s (RS256/ES256 keys, PEM or JWKS)", config.EnvJWTSecret, config.EnvJWTPublicKeys)
+	}
+	if err != nil {
+		writeConfigError(stderr, "api", err)
+		return exitUsage
+	}
+	log := cfg.NewLogger(stderr)
+	store, err := connectExternal(ctx, cfg, log)
+	if err != nil {
+		log.Error("voyager api failed", "err", err)
+		return exitError
+	}
+	defer store.close()
+	a, err := newAPI(store.client, cfg, []byte(cfg.JWTSecret), log)
+	if err != nil {
+		log.Error("voyager api failed", "err", err)
+		return exitError
+	}
+	registry := httpserver.NewRegistry()
+	registry.MustRegister(a.Collectors()...)
+	mux := http.NewServeMux()
+	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	a.Mount(mux)
+	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	if err != nil {
+		log.Error("voyager api failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
+		return exitError
+	}
+	log.Info("api listening", "url", "http://"+hs.Addr()+"/api/v1/")
+	err = supervise(ctx, log, []component{
+		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
+		apiComponent(a),
+	})
+	if err != nil {
+		log.Error("voyager api failed", "err", err)
+		return exitError
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+// newAPI builds the API from the process configuration; secret is the
+// HS256 secret (from the environment, or dev's generated one).
+func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Logger) (*api.API, error) {
+	auth := api.AuthConfig{
+		HS256Secret: secret,
+		Audience:    cfg.JWTAudience,
+		Issuer:      cfg.JWTIssuer,
+		RolesClaim:  cfg.JWTRolesClaim,
+		GroupsClaim: cfg.JWTGroupsClaim,
+		AdminRole:   cfg.JWTAdminRole,
+		ServiceRole: cfg.JWTServiceRole,
+	}
+	if cfg.JWTPublicKeys != "" {
+		keys, err := api.LoadPublicKeys(cfg.JWTPublicKeys)
+		if err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, config.EnvJWTPublicKeys)
+		}
+		auth.PublicKeys = keys
+	}
+	return api.New(cli, state.MustKeys(cfg.EtcdPrefix), api.Config{
+		Auth:           auth,
+		MaxBodyBytes:   cfg.APIMaxBodyBytes,
+		Rate:           cfg.APIRate,
+		Burst:          cfg.APIBurst,
+		IdempotencyTTL: cfg.APIIdempotencyTTL,
+		Plan:           placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Logger:         log,
+	})
+}
+
+func apiComponent(a *api.API) component {
+	return component{name: "api", run: a.Run}
+}
+
+// devAPISecret is the HS256 secret of `voyager dev`: the configured one;
+// else, with the embedded etcd, one kept in the data directory; else (an
+// external etcd, where dev keeps no local state) a random one for this run
+// only, which `voyager token` cannot know.
+func devAPISecret(cfg config.Config, embedded bool, log *slog.Logger) ([]byte, error) {
+	if cfg.JWTSecret != "" || embedded {
+		return devSecret(cfg, true)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("make token secret: %w", err)
+	}
+	log.Warn("no token secret configured: the API accepts no token minted elsewhere; set it to use voyager token", "env", config.EnvJWTSecret)
+	return raw, nil
+}
+
+// devSecretFile holds the HS256 secret `voyager dev` generates when
+// VOYAGER_JWT_SECRET is empty, so that `voyager token` can mint tokens
+// for it without configuration.
+const devSecretFile = "jwt-secret"
+
+// devSecret returns the configured secret, else the one kept in the data
+// directory, creating it (mode 0600) on first use when create is true.
+func devSecret(cfg config.Config, create bool) ([]byte, error) {
+	if cfg.JWTSecret != "" {
+		return []byte(cfg.JWTSecret), nil
+	}
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("find token secret: %s is empty and there is no data directory (set %s)", config.EnvJWTSecret, config.EnvDataDir)
+	}
+	path := filepath.Join(cfg.DataDir, devSecretFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return []byte(strings.TrimSpace(string(b))), nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) || !create {
+		return nil, fmt.Errorf("read token secret %s (or set %s): %w", path, config.EnvJWTSecret, err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("make token secret: %w", err)
+	}
+	secret := base64.RawURLEncoding.EncodeToString(raw)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory (%s): %w", config.EnvDataDir, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) { // another process made it first
+			return devSecret(cfg, false)
+		}
+		return nil, fmt.Errorf("write token secret: %w", err)
+	}
+	if _, err := f.WriteString(secret + "\n"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write token secret: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("write token secret: %w", err)
+	}
+	return []byte(secret), nil
+}

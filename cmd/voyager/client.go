@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/voyager-gpu/voyager/api"
+)
+
+// Environment of the CLI commands (not config settings: they belong to the
+// person running the CLI, not to a Voyager process).
+const (
+	envURL   = "VOYAGER_URL"
+	envToken = "VOYAGER_TOKEN"
+)
+
+const defaultURL = "http://127.0.0.1:7070"
+
+// cliEnvHelp documents the CLI's environment in --help.
+const cliEnvHelp = `
+Environment:
+  VOYAGER_URL    the API's base URL (default http://127.0.0.1:7070)
+  VOYAGER_TOKEN  a JWT for the API (voyager token mints one for voyager dev)`
+
+// clientFlags are the flags every CLI command shares.
+type clientFlags struct {
+	url, token, output string
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet, reads bool) {
+	fs.StringVar(&f.url, "url", "", "API base URL (overrides "+envURL+")")
+	fs.StringVar(&f.token, "token", "", "API token (overrides "+envToken+")")
+	if reads {
+		fs.StringVar(&f.output, "o", "table", "output: table or json")
+	}
+}
+
+func (f *clientFlags) client() (*client, error) {
+	base := f.url
+	if base == "" {
+		base = os.Getenv(envURL)
+	}
+	if base == "" {
+		base = defaultURL
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("parse API URL %q (%s): want http://host:port", base, envURL)
+	}
+	tok := f.token
+	if tok == "" {
+		tok = os.Getenv(envToken)
+	}
+	if tok == "" {
+		return nil, fmt.Errorf("no API token: set %s (for voyager dev: export %s=$(voyager token))", envToken, envToken)
+	}
+	if f.output != "" && f.output != "table" && f.output != "json" {
+		return nil, fmt.Errorf("invalid -o %q: want table or json", f.output)
+	}
+	return &client{base: strings.TrimRight(base, "/"), token: tok, hc: &http.Client{}}, nil
+}
+
+// client calls the HTTP API.
+type client struct {
+	base, token string
+	hc          *http.Client
+}
+
+// apiError is a problem document answered by the API.
+type apiError struct {
+	status int
+	p      api.Problem
+}
+
+func (e *apiError) Error() string {
+	if e.p.Detail != "" {
+		return e.p.Detail
+	}
+	return fmt.Sprintf("%d %s", e.status, http.StatusText(e.status))
+}
+
+func (c *client) request(ctx context.Context, method, path string, body any, headers map[string]string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("call %s (%s): %w", c.base, envURL, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		e := &apiError{status: resp.StatusCode}
+		if json.Unmarshal(b, &e.p) != nil || e.p.Detail == "" {
+			e.p.Detail = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+		}
+		return nil, e
+	}
+	return resp, nil
+}
+
+// do calls the API and decodes a JSON answer into out (when not nil).
+func (c *client) do(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.request(ctx, method, path, body, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode answer of %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// events reads a session's event stream until it ends, calling fn for
+// each event; it returns the id of the last event seen.
+func (c *client) events(ctx context.Context, id, lastID string, fn func(api.Event) bool) (string, error) {
+	h := map[string]string{"Accept": "text/event-stream"}
+	if lastID != "" {
+		h["Last-Event-ID"] = lastID
+	}
+	resp, err := c.request(ctx, "GET", "/api/v1/sessions/"+url.PathEscape(id)+"/events", nil, h)
+	if err != nil {
+		return lastID, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var evID string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			evID = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "data: "):
+			var ev api.Event
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+				continue
+			}
+			lastID = evID
+			if !fn(ev) {
+				return lastID, nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return lastID, fmt.Errorf("read events: %w", err)
+	}
+	return lastID, nil
+}
+
+// logs copies a session's logs to w.
+func (c *client) logs(ctx context.Context, id string, tail int, follow bool, w io.Writer) error {
+	resp, err := c.request(ctx, "GET", fmt.Sprintf("/api/v1/sessions/%s/logs?tail=%d&follow=%t", url.PathEscape(id), tail, follow), nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("read logs: %w", err)
+	}
+	return nil
+}
+
+// writeJSON prints v indented, for -o json.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// cliFail reports err for command name and returns the exit code.
+func cliFail(stderr io.Writer, name string, err error) int {
+	fmt.Fprintf(stderr, "voyager %s: %v\n", name, err)
+	var ae *apiError
+	if errors.As(err, &ae) {
+		for _, f := range ae.p.Errors {
+			if !strings.Contains(ae.p.Detail, f.Field+": ") {
+				fmt.Fprintf(stderr, "  %s: %s\n", f.Field, f.Message)
+			}
+		}
+	}
+	return exitError
+}
+
+// cliParse parses a CLI subcommand's flags; like subcommand.parse it
+// returns -1 when the caller should go on.
+func cliParse(fs *flag.FlagSet, name, usage, desc string, args []string, stdout, stderr io.Writer) int {
+	fs.SetOutput(stderr)
+	help := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: voyager %s %s\n\n%s\n\nFlags:\n", name, usage, strings.TrimSpace(desc))
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fmt.Fprintln(w, cliEnvHelp)
+	}
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		help(stdout)
+		return exitOK
+	case err != nil:
+		fmt.Fprintln(stderr)
+		help(stderr)
+		return exitUsage
+	}
+	return -1
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

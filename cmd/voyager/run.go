@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+const runDesc = `Submits a batch session that runs COMMAND, shows its progress on stderr and
+its output on stdout, and exits with the command's exit code. Interrupting
+it (Ctrl-C) stops the session.`
+
+// Exit codes of voyager run besides the job's own.
+const (
+	exitRunInterrupted = 130 // like a shell after SIGINT
+)
+
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("voyager run", flag.ContinueOnError)
+	var cf clientFlags
+	var spec specFlags
+	cf.register(fs, false)
+	spec.register(fs, false)
+	quiet := fs.Bool("q", false, "no progress messages, only the command's output")
+	if code := cliParse(fs, "run", "[flags] -- COMMAND [ARGS…]", runDesc, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "voyager run: want a command after --, e.g. voyager run -image busybox -- sh -c 'echo hi'")
+		return exitUsage
+	}
+	spec.kind = string(state.KindBatch)
+	c, err := cf.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "voyager run: %v\n", err)
+		return exitUsage
+	}
+	req, err := spec.request(fs.Args())
+	if err != nil {
+		fmt.Fprintf(stderr, "voyager run: %v\n", err)
+		return exitUsage
+	}
+	progress := func(format string, a ...any) {
+		if !*quiet {
+			fmt.Fprintf(stderr, "voyager run: "+format+"\n", a...)
+		}
+	}
+	v, err := create(ctx, c, req, spec.idempotencyKey)
+	if err != nil {
+		return cliFail(stderr, "run", err)
+	}
+	progress("session %s submitted", v.ID)
+	r := &runner{c: c, id: v.ID, stdout: stdout, progress: progress}
+	code := r.follow(ctx)
+	if ctx.Err() != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		var sr api.StopResult
+		if err := c.do(sctx, "POST", "/api/v1/sessions/"+v.ID+"/stop", nil, &sr); err != nil {
+			fmt.Fprintf(stderr, "voyager run: interrupted; stopping session %s failed: %v\n", v.ID, err)
+		} else {
+			fmt.Fprintf(stderr, "voyager run: interrupted; session %s %s\n", v.ID, sr.Outcome)
+		}
+		return exitRunInterrupted
+	}
+	return code
+}
+
+// runner follows one batch session to its end.
+type runner struct {
+	c        *client
+	id       string
+	stdout   io.Writer
+	progress func(string, ...any)
+
+	logsOnce sync.Once
+	logsDone chan struct{}
+	ended    atomic.Bool // the session reached a terminal phase
+}
+
+// logsWait bounds how long run waits for the rest of the output after the
+// session ended.
+const logsWait = 10 * time.Second
+
+// follow relays events until a terminal phase and returns the exit code.
+func (r *runner) follow(ctx context.Context) int {
+	r.logsDone = make(chan struct{})
+	lctx, stopLogs := context.WithCancel(ctx)
+	defer stopLogs()
+	var last api.Event
+	lastID := ""
+	for !last.Terminal {
+		var err error
+		lastID, err = r.c.events(ctx, r.id, lastID, func(ev api.Event) bool {
+			last = ev
+			r.progress("%s", ev.Message)
+			switch ev.Phase {
+			case state.PhaseRunning:
+				r.startLogs(lctx, true)
+			}
+			return !ev.Terminal
+		})
+		if ctx.Err() != nil {
+			return exitError
+		}
+		if err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) && ae.status != http.StatusServiceUnavailable && ae.status != http.StatusTooManyRequests {
+				r.progress("%v", err)
+				return exitError
+			}
+			select { // a broken stream: resume after the last event
+			case <-ctx.Done():
+				return exitError
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	r.ended.Store(true)
+	// The job ended. If its output was never streamed (it finished before
+	// we saw it running), fetch it whole; else let the stream drain.
+	r.startLogs(lctx, false)
+	select {
+	case <-r.logsDone:
+	case <-time.After(logsWait):
+		stopLogs()
+		<-r.logsDone
+	}
+	st := last.Status
+	switch {
+	case st.ExitCode != nil:
+		return *st.ExitCode & 0xff
+	case last.Phase == state.PhaseSucceeded:
+		return exitOK
+	}
+	r.progress("session %s ended %s without an exit code", r.id, last.Phase)
+	return exitError
+}
+
+// startLogs starts copying the session's output once. follow streams
+// until the container exits; a 503 (no agent serves it yet) is retried
+// while ctx lasts.
+func (r *runner) startLogs(ctx context.Context, follow bool) {
+	r.logsOnce.Do(func() {
+		go func() {
+			defer close(r.logsDone)
+			for attempt := 0; ; attempt++ {
+				if r.ended.Load() {
+					follow = false // nothing more will be written: read it whole
+				}
+				err := r.c.logs(ctx, r.id, 0, follow, r.stdout)
+				if err == nil {
+					return
+				}
+				var ae *apiError
+				retry := errors.As(err, &ae) && ae.status == http.StatusServiceUnavailable && follow
+				if !retry || ctx.Err() != nil {
+					if ctx.Err() == nil {
+						r.progress("no output: %v", err)
+					}
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	})
+}

@@ -1,0 +1,205 @@
+package nodeagent_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/nodeagent"
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+func newFake() *runtime.Fake { return runtime.NewFake(nil, "busybox", "custom:1") }
+
+func TestAgentRegistersSimulatedNodeUnderLease(t *testing.T) {
+	cli := etcdtest.New(t)
+	cfg := testConfig(t, cli, newFake())
+	_, stop := runAgent(t, cfg)
+	var n state.Node
+	waitFor(t, "the node record", 10*time.Second, func() (bool, string) {
+		var err error
+		n, _, err = state.Get[state.Node](context.Background(), cli, keys.Node(node))
+		return err == nil, ""
+	})
+	if !n.Simulated || len(n.GPUs) != 2 || n.Address != "127.0.0.1" || n.Ports.First != 40000 {
+		t.Fatalf("node record %+v", n)
+	}
+	resp, _ := cli.Get(context.Background(), keys.Node(node))
+	if resp.Kvs[0].Lease == 0 {
+		t.Fatal("the node record is not attached to a lease")
+	}
+	// An agent that stops renewing loses its node within the TTL.
+	stop()
+	waitFor(t, "the node record to expire", 10*time.Second, func() (bool, string) { return gone(t, cli, keys.Node(node)), "" })
+}
+
+func TestAgentRunsNotebookUntilStopped(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := newFake()
+	cfg := testConfig(t, cli, rt)
+	runAgent(t, cfg)
+	jport := listen(t) // stands in for Jupyter answering on its port
+	gpus := []string{cfg.GPUs[1].UUID}
+	b := bind(t, cli, state.Session{ID: "nb1", Owner: "ada", Kind: state.KindNotebook, Env: map[string]string{"WANDB_MODE": "offline"}},
+		state.Binding{GPUs: gpus, CPUMilli: 1000, MemoryMiB: 512, Ports: []int{jport}})
+	st := waitPhase(t, cli, "nb1", state.PhaseRunning, 10*time.Second)
+	id := nodeagent.ContainerID(b)
+	spec, ok := rt.Spec(id)
+	if !ok {
+		t.Fatalf("no container %s", id)
+	}
+	token := spec.Env["JUPYTER_TOKEN"]
+	if len(token) < 32 || slices.ContainsFunc(spec.Args, func(a string) bool { return strings.Contains(a, token) }) {
+		t.Fatalf("token %q: want a random token in the environment and not in %v", token, spec.Args)
+	}
+	if want := nodeagent.JupyterArgs(jport); !slices.Equal(spec.Args, want) {
+		t.Errorf("args %v; want %v", spec.Args, want)
+	}
+	if st.URLs["jupyter"] != "http://127.0.0.1:"+itoa(jport)+"/lab?token="+token || st.Started == nil || st.Bound == nil {
+		t.Errorf("Running status %+v", st)
+	}
+	if spec.Env["WANDB_MODE"] != "offline" || spec.Labels[nodeagent.LabelOwner] != "ada" || spec.Labels[nodeagent.LabelSession] != "nb1" ||
+		!slices.Equal(spec.CDIDevices, []string{"nvidia.com/gpu=" + gpus[0]}) || spec.MemoryBytes != 512<<20 || spec.CPUMilli != 1000 ||
+		len(spec.Mounts) != 1 || spec.Mounts[0].Target != nodeagent.HomePath || !strings.HasSuffix(spec.Mounts[0].Source, "/home/ada") {
+		t.Errorf("container spec %+v", spec)
+	}
+
+	// Stop: the owner flips desired; the agent stops, releases, removes.
+	s, _, _ := state.Get[state.Session](context.Background(), cli, keys.Session("nb1"))
+	s.Desired = state.DesiredStopped
+	state.Put(context.Background(), cli, keys.Session("nb1"), s)
+	st = waitPhase(t, cli, "nb1", state.PhaseStopped, 10*time.Second)
+	if st.ExitCode == nil || *st.ExitCode != 143 || st.Finished == nil {
+		t.Errorf("Stopped status %+v", st)
+	}
+	if !gone(t, cli, keys.Binding(node, "nb1")) || !gone(t, cli, keys.Ledger(node)) {
+		t.Error("binding or ledger allocation left after stop")
+	}
+	waitFor(t, "the container to be removed", 5*time.Second, func() (bool, string) {
+		_, ok := rt.Spec(id)
+		return !ok, ""
+	})
+}
+
+func TestAgentReportsBatchExit(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := newFake()
+	runAgent(t, testConfig(t, cli, rt))
+	for _, tc := range []struct {
+		id    string
+		code  int
+		phase state.Phase
+	}{{"ok1", 0, state.PhaseSucceeded}, {"bad1", 3, state.PhaseFailed}} {
+		b := bind(t, cli, state.Session{ID: tc.id, Owner: "ada", Kind: state.KindBatch, Image: "custom:1", Command: []string{"python", "train.py"}},
+			state.Binding{CPUMilli: 500, MemoryMiB: 256})
+		waitPhase(t, cli, tc.id, state.PhaseRunning, 10*time.Second)
+		id := nodeagent.ContainerID(b)
+		if spec, _ := rt.Spec(id); !slices.Equal(spec.Args, []string{"python", "train.py"}) || spec.Image != "custom:1" {
+			t.Fatalf("batch spec %+v", spec)
+		}
+		if err := rt.Finish(id, tc.code, "epoch 1\nepoch 2: loss 0.1\n"); err != nil {
+			t.Fatal(err)
+		}
+		st := waitPhase(t, cli, tc.id, tc.phase, 10*time.Second)
+		if st.ExitCode == nil || *st.ExitCode != tc.code || !strings.Contains(st.Message, "epoch 2: loss 0.1") {
+			t.Errorf("%s: final status %+v", tc.id, st)
+		}
+		if !gone(t, cli, keys.Binding(node, tc.id)) {
+			t.Errorf("%s: binding left", tc.id)
+		}
+	}
+}
+
+func TestAgentStopsContainerWhoseBindingIsDeleted(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := newFake()
+	runAgent(t, testConfig(t, cli, rt))
+	b := bind(t, cli, state.Session{ID: "lost1", Owner: "ada", Kind: state.KindBatch, Command: []string{"sleep", "1d"}}, state.Binding{})
+	waitPhase(t, cli, "lost1", state.PhaseRunning, 10*time.Second)
+	// As the placer does for a lost node: the binding goes, the status is
+	// the placer's to write.
+	cli.Delete(context.Background(), keys.Binding(node, "lost1"))
+	st, _, _ := state.Get[state.Status](context.Background(), cli, keys.Status("lost1"))
+	st.Phase = state.PhaseLost
+	state.Put(context.Background(), cli, keys.Status("lost1"), st)
+	waitFor(t, "the container to be removed", 10*time.Second, func() (bool, string) {
+		_, ok := rt.Spec(nodeagent.ContainerID(b))
+		return !ok, ""
+	})
+	if st, _, _ := state.Get[state.Status](context.Background(), cli, keys.Status("lost1")); st.Phase != state.PhaseLost {
+		t.Errorf("the agent overwrote the placer's status: %+v", st)
+	}
+}
+
+func TestAgentAdoptsAfterRestartAndRemovesOrphans(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := newFake()
+	cfg := testConfig(t, cli, rt)
+	_, stop := runAgent(t, cfg)
+	for _, id := range []string{"a1", "a2", "a3"} {
+		bind(t, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Command: []string{"sleep", "1d"}}, state.Binding{})
+		waitPhase(t, cli, id, state.PhaseRunning, 10*time.Second)
+	}
+	stop() // the agent dies; its containers live on
+	if n := rt.Starts(); n != 3 {
+		t.Fatalf("%d starts; want 3", n)
+	}
+	// While it was down, a3's binding went away, and a container of this
+	// node appeared that no binding names.
+	cli.Delete(context.Background(), keys.Binding(node, "a3"))
+	rt.Start(context.Background(), runtime.Spec{ID: "stray", Image: "busybox", Labels: map[string]string{nodeagent.LabelNode: node}})
+
+	runAgent(t, cfg)
+	waitFor(t, "a3 and the stray container removed", 10*time.Second, func() (bool, string) {
+		infos, _ := rt.List(context.Background(), nil)
+		var ids []string
+		for _, in := range infos {
+			ids = append(ids, in.Labels[nodeagent.LabelSession])
+		}
+		return slices.Equal(ids, []string{"a1", "a2"}), strings.Join(ids, ",")
+	})
+	if n := rt.Starts(); n != 4 { // 3 sessions + the stray one; none again
+		t.Fatalf("%d starts after restart; want 4 (no duplicates)", n)
+	}
+	for _, id := range []string{"a1", "a2"} {
+		if st := waitPhase(t, cli, id, state.PhaseRunning, time.Second); st.Phase != state.PhaseRunning {
+			t.Errorf("%s: %s", id, st.Phase)
+		}
+	}
+}
+
+func TestAgentReregistersAfterLosingItsLease(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := newFake()
+	a, _ := runAgent(t, testConfig(t, cli, rt))
+	bind(t, cli, state.Session{ID: "keep", Owner: "ada", Kind: state.KindBatch, Command: []string{"sleep", "1d"}}, state.Binding{})
+	waitPhase(t, cli, "keep", state.PhaseRunning, 10*time.Second)
+	resp, _ := cli.Get(context.Background(), keys.Node(node))
+	if _, err := cli.Revoke(context.Background(), clientv3LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a second registration", 15*time.Second, func() (bool, string) {
+		return a.Registrations() >= 2 && !gone(t, cli, keys.Node(node)), ""
+	})
+	in, err := rt.Status(context.Background(), "keep-q"+itoa64(bindingOf(t, cli, "keep").QueueRevision))
+	if err != nil || in.State != runtime.StateRunning || rt.Starts() != 1 {
+		t.Fatalf("after re-registering: %+v, %v, %d starts; want the one container still running", in, err, rt.Starts())
+	}
+}
+
+func TestAgentFailsSessionWhoseImageIsMissing(t *testing.T) {
+	cli := etcdtest.New(t)
+	runAgent(t, testConfig(t, cli, newFake()))
+	bind(t, cli, state.Session{ID: "noimg", Owner: "ada", Kind: state.KindBatch, Image: "nowhere:1", Command: []string{"true"}}, state.Binding{})
+	st := waitPhase(t, cli, "noimg", state.PhaseFailed, 10*time.Second)
+	if st.Reason != "StartFailed" || !strings.Contains(st.Message, "nowhere:1") {
+		t.Errorf("status %+v", st)
+	}
+	if !gone(t, cli, keys.Binding(node, "noimg")) {
+		t.Error("binding left")
+	}
+}

@@ -1,0 +1,220 @@
+package nodeagent
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// ErrNoNVML means NVML is not installed on this machine (no NVIDIA
+// driver): the machine has no GPUs Voyager can see.
+var ErrNoNVML = errors.New("NVML not found (no NVIDIA driver on this machine)")
+
+// ReadNVML lists the GPUs of this machine through lib (nvml.New() in
+// production, a mock in tests). It initialises and shuts NVML down itself.
+// Without a driver it returns ErrNoNVML.
+func ReadNVML(lib nvml.Interface) ([]state.GPU, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, ErrNoNVML
+		}
+		return nil, fmt.Errorf("init NVML: %s", lib.ErrorString(ret))
+	}
+	defer lib.Shutdown()
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("count GPUs: %s", lib.ErrorString(ret))
+	}
+	type dev struct {
+		d     nvml.Device
+		busID string
+	}
+	devs := make([]dev, 0, n)
+	gpus := make([]state.GPU, 0, n)
+	byBus := map[string]int{} // PCI bus id → index in gpus
+	for i := 0; i < n; i++ {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("open GPU %d: %s", i, lib.ErrorString(ret))
+		}
+		g, err := readGPU(lib, i, d)
+		if err != nil {
+			return nil, err
+		}
+		bus := ""
+		if pci, ret := d.GetPciInfo(); ret == nvml.SUCCESS {
+			bus = normBusID(cString(pci.BusId[:]))
+			if bus != "" {
+				byBus[bus] = len(gpus)
+			}
+		}
+		devs = append(devs, dev{d, bus})
+		gpus = append(gpus, g)
+	}
+	// NVLink peers are the GPUs at the far end of each active link; links
+	// to an NVSwitch name no GPU and add nothing.
+	for i, d := range devs {
+		seen := map[string]bool{}
+		for link := 0; link < nvml.NVLINK_MAX_LINKS; link++ {
+			st, ret := d.d.GetNvLinkState(link)
+			if ret != nvml.SUCCESS || st != nvml.FEATURE_ENABLED {
+				continue
+			}
+			pci, ret := d.d.GetNvLinkRemotePciInfo(link)
+			if ret != nvml.SUCCESS {
+				continue
+			}
+			if j, ok := byBus[normBusID(cString(pci.BusId[:]))]; ok && j != i && !seen[gpus[j].UUID] {
+				seen[gpus[j].UUID] = true
+				gpus[i].NVLinkPeers = append(gpus[i].NVLinkPeers, gpus[j].UUID)
+			}
+		}
+	}
+	return gpus, nil
+}
+
+func readGPU(lib nvml.Interface, i int, d nvml.Device) (state.GPU, error) {
+	g := state.GPU{Index: i, Healthy: true}
+	var ret nvml.Return
+	if idx, ret := d.GetIndex(); ret == nvml.SUCCESS {
+		g.Index = idx
+	}
+	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return g, fmt.Errorf("read UUID of GPU %d: %s", i, lib.ErrorString(ret))
+	}
+	if g.Model, ret = d.GetName(); ret != nvml.SUCCESS {
+		return g, fmt.Errorf("read name of GPU %d: %s", i, lib.ErrorString(ret))
+	}
+	mem, ret := d.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return g, fmt.Errorf("read memory of GPU %d: %s", i, lib.ErrorString(ret))
+	}
+	g.MemoryMiB = int64(mem.Total >> 20)
+	if numa, ret := d.GetNumaNodeId(); ret == nvml.SUCCESS {
+		g.NUMANode = numa
+	}
+	// Pages waiting to be retired mean uncorrectable memory errors: the GPU
+	// needs a reset before it can be trusted with a session.
+	if pending, ret := d.GetRetiredPagesPendingStatus(); ret == nvml.SUCCESS && pending == nvml.FEATURE_ENABLED {
+		g.Healthy = false
+	}
+	current, _, ret := d.GetMigMode()
+	if ret == nvml.SUCCESS && current == nvml.DEVICE_MIG_ENABLE {
+		g.MIGEnabled = true
+		migs, err := readMIG(lib, d)
+		if err != nil {
+			return g, fmt.Errorf("read MIG devices of GPU %d: %w", i, err)
+		}
+		g.MIGDevices = migs
+	}
+	return g, nil
+}
+
+func readMIG(lib nvml.Interface, d nvml.Device) ([]state.MIGDevice, error) {
+	n, ret := d.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("count MIG devices: %s", lib.ErrorString(ret))
+	}
+	var out []state.MIGDevice
+	for j := 0; j < n; j++ {
+		m, ret := d.GetMigDeviceHandleByIndex(j)
+		if ret == nvml.ERROR_NOT_FOUND {
+			continue // an empty slot
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("open MIG device %d: %s", j, lib.ErrorString(ret))
+		}
+		uuid, ret := m.GetUUID()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("read UUID of MIG device %d: %s", j, lib.ErrorString(ret))
+		}
+		attr, ret := m.GetAttributes()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("read attributes of MIG device %d: %s", j, lib.ErrorString(ret))
+		}
+		mib := int64(attr.MemorySizeMB)
+		if mem, ret := m.GetMemoryInfo(); ret == nvml.SUCCESS {
+			mib = int64(mem.Total >> 20)
+		}
+		out = append(out, state.MIGDevice{UUID: uuid, Profile: migProfile(attr), MemoryMiB: mib})
+	}
+	return out, nil
+}
+
+// migProfile names a MIG device's profile as nvidia-smi does: compute
+// slices, then memory in GB rounded up ("1g.10gb").
+func migProfile(a nvml.DeviceAttributes) string {
+	return fmt.Sprintf("%dg.%dgb", a.GpuInstanceSliceCount, (a.MemorySizeMB+1023)/1024)
+}
+
+func cString(b []uint8) string {
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// normBusID makes "00000000:07:00.0" and "0000:07:00.0" equal.
+func normBusID(s string) string {
+	s = strings.ToLower(s)
+	if dom, rest, ok := strings.Cut(s, ":"); ok {
+		n, err := strconv.ParseUint(dom, 16, 32)
+		if err == nil {
+			return fmt.Sprintf("%04x:%s", n, rest)
+		}
+	}
+	return s
+}
+
+var simRE = regexp.MustCompile(`^(\d+)x([A-Za-z0-9]+)-(\d+)GB$`)
+
+// SimulatedGPUs makes up an inventory from a description such as
+// "8xA100-80GB" or "4xA100-80GB,2xH100-80GB": for dev and benchmarks on
+// machines without GPUs. UUIDs are stable per node name, GPUs split evenly
+// over two NUMA nodes and all NVLink to each other (as on an NVSwitch
+// machine). The node record must be marked Simulated.
+func SimulatedGPUs(node, desc string) ([]state.GPU, error) {
+	var gpus []state.GPU
+	for part := range strings.SplitSeq(desc, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		m := simRE.FindStringSubmatch(part)
+		if m == nil {
+			return nil, fmt.Errorf("parse simulated GPUs %q: want <count>x<model>-<memory>GB, such as 8xA100-80GB", part)
+		}
+		n, _ := strconv.Atoi(m[1])
+		gb, _ := strconv.Atoi(m[3])
+		if n < 1 || n > 64 || gb < 1 {
+			return nil, fmt.Errorf("parse simulated GPUs %q: want 1 to 64 GPUs of at least 1GB", part)
+		}
+		for range n {
+			i := len(gpus)
+			sum := sha256.Sum256([]byte(node + "/" + strconv.Itoa(i)))
+			gpus = append(gpus, state.GPU{
+				Index:     i,
+				UUID:      fmt.Sprintf("GPU-%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16]),
+				Model:     fmt.Sprintf("NVIDIA %s-%dGB (simulated)", m[2], gb),
+				MemoryMiB: int64(gb) * 1024,
+				Healthy:   true,
+			})
+		}
+	}
+	for i := range gpus {
+		gpus[i].NUMANode = i * 2 / max(len(gpus), 1)
+		for j := range gpus {
+			if j != i {
+				gpus[i].NVLinkPeers = append(gpus[i].NVLinkPeers, gpus[j].UUID)
+			}
+		}
+	}
+	return gpus, nil
+}

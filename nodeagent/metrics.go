@@ -1,0 +1,123 @@
+package nodeagent
+
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// GPUUsage is one GPU's load at one moment.
+type GPUUsage struct {
+	UUID string
+	// Utilization is the fraction of the last sample period the GPU was busy.
+	Utilization float64
+	// MemoryUsedMiB is device memory in use.
+	MemoryUsedMiB int64
+}
+
+// ReadNVMLUsage samples the utilisation and memory in use of every GPU. It
+// returns ErrNoNVML without a driver.
+func ReadNVMLUsage(lib nvml.Interface) ([]GPUUsage, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, ErrNoNVML
+		}
+		return nil, fmt.Errorf("init NVML: %s", lib.ErrorString(ret))
+	}
+	defer lib.Shutdown()
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("count GPUs: %s", lib.ErrorString(ret))
+	}
+	out := make([]GPUUsage, 0, n)
+	for i := 0; i < n; i++ {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("open GPU %d: %s", i, lib.ErrorString(ret))
+		}
+		uuid, ret := d.GetUUID()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("read UUID of GPU %d: %s", i, lib.ErrorString(ret))
+		}
+		u := GPUUsage{UUID: uuid}
+		if r, ret := d.GetUtilizationRates(); ret == nvml.SUCCESS {
+			u.Utilization = float64(r.Gpu) / 100
+		}
+		if m, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
+			u.MemoryUsedMiB = int64(m.Used >> 20)
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// Collectors returns the agent's Prometheus collectors, labelled with the
+// node. GPU utilisation and memory in use are sampled at each scrape
+// (Config.Usage; none when it is nil). Register them once.
+func (a *Agent) Collectors() []prometheus.Collector {
+	labels := prometheus.Labels{"node": a.cfg.Node}
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "voyager", Subsystem: "agent", Name: name, Help: help, ConstLabels: labels,
+		}, f)
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "voyager", Subsystem: "agent", Name: name, Help: help, ConstLabels: labels,
+		}, f)
+	}
+	return []prometheus.Collector{
+		counter("registrations_total", "Leases the node was registered under; more than one means a lease was lost.",
+			func() float64 { return float64(a.Registrations()) }),
+		gauge("registered", "1 while the node holds a live lease.", func() float64 {
+			if a.Registered() {
+				return 1
+			}
+			return 0
+		}),
+		gauge("sessions", "Bindings the agent is driving now.", func() float64 {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return float64(len(a.workers))
+		}),
+		counter("container_starts_total", "Containers the agent created.", func() float64 { return float64(a.starts.Load()) }),
+		counter("containers_adopted_total", "Running containers found and adopted after a restart or a lost lease.",
+			func() float64 { return float64(a.adopted.Load()) }),
+		counter("start_failures_total", "Sessions that failed to start.", func() float64 { return float64(a.startFailures.Load()) }),
+		&usageCollector{a: a, labels: labels},
+	}
+}
+
+var (
+	gpuUtilDesc = prometheus.NewDesc("voyager_agent_gpu_utilization_ratio",
+		"Fraction of the last sample period each GPU was busy (NVML).", []string{"uuid"}, nil)
+	gpuMemDesc = prometheus.NewDesc("voyager_agent_gpu_memory_used_bytes",
+		"Device memory in use on each GPU (NVML).", []string{"uuid"}, nil)
+)
+
+// usageCollector samples GPU usage at scrape time.
+type usageCollector struct {
+	a      *Agent
+	labels prometheus.Labels
+}
+
+func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- gpuUtilDesc
+	ch <- gpuMemDesc
+}
+
+func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.a.cfg.Usage == nil {
+		return
+	}
+	us, err := c.a.cfg.Usage()
+	if err != nil {
+		c.a.log.Warn("sample GPU usage", "err", err)
+		return
+	}
+	for _, u := range us {
+		ch <- prometheus.MustNewConstMetric(gpuUtilDesc, prometheus.GaugeValue, u.Utilization, u.UUID)
+		ch <- prometheus.MustNewConstMetric(gpuMemDesc, prometheus.GaugeValue, float64(u.MemoryUsedMiB<<20), u.UUID)
+	}
+}

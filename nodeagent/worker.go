@@ -1,0 +1,491 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// tailLines is how many last lines of output a final status carries.
+const tailLines = 20
+
+// worker drives one binding's container from start to release. Its context
+// derives from the lease: cancelled with errUnbound it removes the
+// container; cancelled for any other cause it leaves the container running
+// for the next lease's worker to adopt.
+type worker struct {
+	a      *Agent
+	id     string // container id
+	item   watcher.Item[state.Binding]
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	log    *slog.Logger
+}
+
+func (a *Agent) newWorker(parent context.Context, id string, it watcher.Item[state.Binding]) *worker {
+	ctx, cancel := context.WithCancelCause(parent)
+	return &worker{
+		a: a, id: id, item: it, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		log: a.log.With("session", it.Value.Session, "container", id, "role", it.Value.Role),
+	}
+}
+
+type exitResult struct {
+	code int
+	err  error
+}
+
+func (w *worker) run() {
+	defer close(w.done)
+	defer w.cancel(nil)
+	ctx := w.ctx
+	b := w.item.Value
+	cfg := w.a.cfg
+	rt := cfg.Runtime
+
+	sess, rev, err := state.Get[state.Session](ctx, cfg.Client, cfg.Keys.Session(b.Session))
+	gone := errors.Is(err, state.ErrNotFound)
+	if err != nil && !gone {
+		w.retryLater("read session", err)
+		return
+	}
+	if gone {
+		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
+	}
+	stopReq := make(chan struct{})
+	if sess.Desired == state.DesiredStopped {
+		close(stopReq)
+	} else {
+		go w.watchSession(ctx, rev, stopReq)
+	}
+
+	info, err := rt.Status(ctx, w.id)
+	if err == nil && info.State == runtime.StateCreated {
+		// Created but never started: an agent died inside Start. Nothing
+		// ran, so start it afresh rather than wait on a process that never
+		// will.
+		w.log.Info("removing a container that was created but never started")
+		if err := rt.Remove(ctx, w.id); err != nil {
+			w.retryLater("remove half-made container", err)
+			return
+		}
+		info, err = rt.Status(ctx, w.id)
+	}
+	adopted := err == nil
+	switch {
+	case errors.Is(err, runtime.ErrNotFound):
+		select {
+		case <-stopReq:
+			w.stop(ctx, sess) // nothing runs: release only
+			return
+		default:
+		}
+		token, err := w.start(ctx, sess)
+		if err != nil {
+			if ctx.Err() != nil {
+				w.ended()
+				return
+			}
+			w.a.startFailures.Add(1)
+			w.log.Warn("session failed to start", "err", err)
+			w.finish(ctx, state.PhaseFailed, "StartFailed", err.Error(), nil)
+			w.a.removeContainer(context.WithoutCancel(ctx), w.id)
+			return
+		}
+		info = runtime.Info{ID: w.id, State: runtime.StateRunning, Labels: map[string]string{LabelToken: token}}
+	case err != nil:
+		w.retryLater("read container", err)
+		return
+	default:
+		w.a.adopted.Add(1)
+		w.log.Info("adopted running container", "state", info.State)
+	}
+
+	exitCh := make(chan exitResult, 1)
+	go func() {
+		code, err := rt.Wait(ctx, w.id)
+		exitCh <- exitResult{code, err}
+	}()
+
+	if info.State != runtime.StateStopped {
+		if r, stop, ok := w.awaitReady(ctx, sess, info, adopted, exitCh, stopReq); !ok {
+			switch {
+			case r != nil:
+				w.exited(ctx, sess, *r)
+			case stop:
+				w.stop(ctx, sess)
+			default:
+				w.ended()
+			}
+			return
+		}
+	}
+
+	trim := time.NewTicker(10 * time.Second)
+	defer trim.Stop()
+	for {
+		select {
+		case r := <-exitCh:
+			if r.err != nil {
+				if ctx.Err() != nil {
+					w.ended()
+					return
+				}
+				w.retryLater("wait for container", r.err)
+				return
+			}
+			w.exited(ctx, sess, r)
+			return
+		case <-stopReq:
+			w.stop(ctx, sess)
+			return
+		case <-ctx.Done():
+			w.ended()
+			return
+		case <-trim.C:
+			if cfg.LogDir != "" {
+				if _, err := runtime.TrimLog(w.logPath(), cfg.LogMaxBytes); err != nil {
+					w.log.Warn("trim log", "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (w *worker) logPath() string {
+	if w.a.cfg.LogDir == "" {
+		return ""
+	}
+	return filepath.Join(w.a.cfg.LogDir, w.id+".log")
+}
+
+// retryLater logs a failure to read and waits a little before the worker
+// returns, so that the next reconcile's new worker does not spin while etcd
+// or containerd is down.
+func (w *worker) retryLater(what string, err error) {
+	if w.ctx.Err() == nil {
+		w.log.Warn(what+"; retrying", "err", err)
+		sleepCtx(w.ctx, time.Second)
+	}
+	if errors.Is(context.Cause(w.ctx), errUnbound) {
+		w.a.removeContainer(context.WithoutCancel(w.ctx), w.id)
+	}
+}
+
+// ended handles the end of the worker's context: a binding that is gone
+// takes its container with it; a lost lease or a shutdown leaves it.
+func (w *worker) ended() {
+	if errors.Is(context.Cause(w.ctx), errUnbound) {
+		w.log.Info("binding removed; stopping container")
+		w.a.removeContainer(context.WithoutCancel(w.ctx), w.id)
+	}
+}
+
+// watchSession closes stopReq when the session's desired state becomes
+// stopped or the session is deleted.
+func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struct{}) {
+	key := w.a.cfg.Keys.Session(w.item.Value.Session)
+	for ctx.Err() == nil {
+		wch := w.a.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(rev+1))
+		for resp := range wch {
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				rev = ev.Kv.ModRevision
+				if ev.Type == clientv3.EventTypeDelete {
+					close(stopReq)
+					return
+				}
+				if s, err := state.Decode[state.Session](ev.Kv.Value); err == nil && s.Desired == state.DesiredStopped {
+					close(stopReq)
+					return
+				}
+			}
+		}
+		// The watch broke (no leader, compaction): read again and resume.
+		s, r, err := state.Get[state.Session](ctx, w.a.cfg.Client, key)
+		switch {
+		case errors.Is(err, state.ErrNotFound), err == nil && s.Desired == state.DesiredStopped:
+			close(stopReq)
+			return
+		case err == nil:
+			rev = r
+		default:
+			sleepCtx(ctx, time.Second)
+		}
+	}
+}
+
+// start pulls the image and creates the container. It returns the token.
+func (w *worker) start(ctx context.Context, sess state.Session) (string, error) {
+	cfg := w.a.cfg
+	b := w.item.Value
+	image := sess.Image
+	if image == "" {
+		image = cfg.Image
+	}
+	w.setStatus(ctx, func(st *state.Status) {
+		st.Phase, st.Reason, st.Message = state.PhaseStarting, "Pulling", "pulling image "+image
+	})
+	if err := cfg.Runtime.EnsureImage(ctx, image); err != nil {
+		return "", fmt.Errorf("pull image %s: %w", image, err)
+	}
+	var head Head
+	if b.Role == state.RoleWorker {
+		var err error
+		if head, err = w.findHead(ctx, sess); err != nil {
+			return "", err
+		}
+	}
+	args, err := Command(sess, b, head)
+	if err != nil {
+		return "", err
+	}
+	token := ""
+	if sess.Kind == state.KindNotebook && b.Role != state.RoleWorker {
+		if token = sess.Env["JUPYTER_TOKEN"]; token == "" {
+			if token, err = newToken(); err != nil {
+				return "", err
+			}
+		}
+	}
+	spec, err := w.a.ContainerSpec(sess, b, args, token)
+	if err != nil {
+		return "", err
+	}
+	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
+		return "", err
+	}
+	w.a.starts.Add(1)
+	w.log.Info("container started", "image", spec.Image)
+	w.setStatus(ctx, func(st *state.Status) {
+		st.Phase, st.Reason, st.Message = state.PhaseStarting, "Created", "container started"
+	})
+	return token, nil
+}
+
+// findHead reads where the session's Ray head runs.
+func (w *worker) findHead(ctx context.Context, sess state.Session) (Head, error) {
+	cfg := w.a.cfg
+	b := w.item.Value
+	hb, _, err := state.Get[state.Binding](ctx, cfg.Client, cfg.Keys.Binding(b.HeadNode, b.Session))
+	if err != nil {
+		return Head{}, fmt.Errorf("find Ray head of %s: %w", b.Session, err)
+	}
+	hn, _, err := state.Get[state.Node](ctx, cfg.Client, cfg.Keys.Node(b.HeadNode))
+	if err != nil {
+		return Head{}, fmt.Errorf("find Ray head of %s: %w", b.Session, err)
+	}
+	p, err := SplitPorts(sess.Kind, state.RoleHead, hb.Ports)
+	if err != nil {
+		return Head{}, fmt.Errorf("find Ray head of %s: %w", b.Session, err)
+	}
+	return Head{Address: hn.Address, GCSPort: p.RayGCS}, nil
+}
+
+// awaitReady waits until the session serves: a notebook once Jupyter's
+// port answers HTTP, anything else at once; then it writes Running. It
+// returns ok, or why not: the exit of the container, a stop request, or
+// the end of ctx.
+func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtime.Info, adopted bool, exitCh chan exitResult, stopReq chan struct{}) (*exitResult, bool, bool) {
+	b := w.item.Value
+	url, port := "", 0
+	if sess.Kind == state.KindNotebook && b.Role != state.RoleWorker {
+		p, err := SplitPorts(sess.Kind, b.Role, b.Ports)
+		if err == nil && p.Jupyter > 0 {
+			probe := fmt.Sprintf("http://127.0.0.1:%d/", p.Jupyter)
+			client := &http.Client{Timeout: time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+		probing:
+			for {
+				if resp, err := client.Get(probe); err == nil {
+					resp.Body.Close()
+					break probing
+				}
+				select {
+				case r := <-exitCh:
+					if r.err != nil {
+						return nil, false, false
+					}
+					return &r, false, false
+				case <-stopReq:
+					return nil, true, false
+				case <-ctx.Done():
+					return nil, false, false
+				case <-tick.C:
+				}
+			}
+			port = p.Jupyter
+			path := "/"
+			if len(sess.Command) == 0 {
+				path = "/lab"
+			}
+			url = fmt.Sprintf("http://%s:%d%s", w.a.cfg.Address, p.Jupyter, path)
+			if tok := info.Labels[LabelToken]; tok != "" {
+				url += "?token=" + tok
+			}
+		}
+	}
+	w.setStatus(ctx, func(st *state.Status) {
+		if adopted && st.Phase == state.PhaseRunning {
+			return
+		}
+		now := time.Now().UTC()
+		st.Phase, st.Reason, st.Started = state.PhaseRunning, "Started", &now
+		st.Message = "running"
+		if url != "" {
+			st.Message = "Jupyter answers on port " + strconv.Itoa(port)
+			if st.URLs == nil {
+				st.URLs = map[string]string{}
+			}
+			st.URLs["jupyter"] = url
+		}
+	})
+	return nil, false, true
+}
+
+// exited records the end of a container that stopped by itself, releases
+// the binding and removes the container.
+func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult) {
+	phase, reason := state.PhaseFailed, "Exited"
+	switch {
+	case r.code == 0 && sess.Kind == state.KindBatch:
+		phase = state.PhaseSucceeded
+	case r.code == 0:
+		phase = state.PhaseStopped
+	}
+	msg := "exited with code " + strconv.Itoa(r.code)
+	if r.code < 0 {
+		msg = "the container is gone and its exit code unknown (containerd restarted?)"
+	}
+	if lines, _ := runtime.Tail(w.logPath(), tailLines); len(lines) > 0 {
+		out := strings.Join(lines, "\n")
+		if len(out) > 4096 {
+			out = out[len(out)-4096:]
+		}
+		msg += "; last output:\n" + out
+	}
+	code := r.code
+	w.log.Info("container exited", "code", code, "phase", phase)
+	w.finish(ctx, phase, reason, msg, &code)
+	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
+}
+
+// stop ends a session whose owner stopped it: SIGTERM, grace, SIGKILL,
+// then the release, then removal.
+func (w *worker) stop(ctx context.Context, sess state.Session) {
+	cfg := w.a.cfg
+	w.setStatus(ctx, func(st *state.Status) {
+		st.Phase, st.Reason, st.Message = state.PhaseStopping, "StopRequested", "stopping"
+	})
+	var code *int
+	if err := cfg.Runtime.Stop(ctx, w.id, cfg.StopGrace); err == nil {
+		if in, err := cfg.Runtime.Status(ctx, w.id); err == nil && in.ExitCode >= 0 {
+			code = &in.ExitCode
+		}
+	} else if !errors.Is(err, runtime.ErrNotFound) {
+		w.log.Warn("stop container", "err", err)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	w.log.Info("session stopped")
+	if !w.finish(ctx, state.PhaseStopped, "StopRequested", "stopped on request", code) {
+		return
+	}
+	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
+}
+
+// finish writes the final status and releases the binding and the ledger
+// allocation in one transaction (state.Release), retrying until it
+// succeeds or ctx ends. Ray workers release without writing a status: the
+// head owns the session's status.
+func (w *worker) finish(ctx context.Context, phase state.Phase, reason, msg string, code *int) bool {
+	cfg := w.a.cfg
+	b := w.item.Value
+	for attempt := 0; ; attempt++ {
+		var st *state.Status
+		var err error
+		if b.Role != state.RoleWorker {
+			var cur state.Status
+			if cur, err = w.currentStatus(ctx); err == nil {
+				now := time.Now().UTC()
+				cur.Phase, cur.Reason, cur.Message, cur.ExitCode, cur.Finished, cur.Updated = phase, reason, msg, code, &now, now
+				st = &cur
+			}
+		}
+		if err == nil {
+			if err = state.Release(ctx, cfg.Client, cfg.Keys, cfg.Node, b.Session, st); err == nil {
+				return true
+			}
+		}
+		if ctx.Err() != nil {
+			w.log.Warn("release interrupted; the next lease retries it", "err", err)
+			return false
+		}
+		w.log.Warn("release session; retrying", "err", err)
+		sleepCtx(ctx, min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
+	}
+}
+
+func (w *worker) currentStatus(ctx context.Context) (state.Status, error) {
+	cfg := w.a.cfg
+	id := w.item.Value.Session
+	st, _, err := state.Get[state.Status](ctx, cfg.Client, cfg.Keys.Status(id))
+	if errors.Is(err, state.ErrNotFound) {
+		return state.Status{Session: id, Created: time.Now().UTC(), Nodes: []string{cfg.Node}}, nil
+	}
+	return st, err
+}
+
+// setStatus applies mutate to the session's status, if this binding still
+// exists (a binding deleted and bound again elsewhere is another worker's).
+// Ray workers write nothing. Failures are logged: status is advisory, the
+// next transition or the final release writes it again.
+func (w *worker) setStatus(ctx context.Context, mutate func(*state.Status)) {
+	cfg := w.a.cfg
+	b := w.item.Value
+	if b.Role == state.RoleWorker {
+		return
+	}
+	st, err := w.currentStatus(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("read status", "err", err)
+		}
+		return
+	}
+	before, _ := state.Encode(st)
+	mutate(&st)
+	if after, _ := state.Encode(st); after == before {
+		return
+	}
+	st.Updated = time.Now().UTC()
+	v, err := state.Encode(st)
+	if err != nil {
+		w.log.Warn("write status", "err", err)
+		return
+	}
+	bk := cfg.Keys.Binding(cfg.Node, b.Session)
+	_, err = cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision)).
+		Then(clientv3.OpPut(cfg.Keys.Status(b.Session), v)).Commit()
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("write status", "err", err)
+	}
+}

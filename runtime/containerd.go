@@ -1,0 +1,560 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/contrib/seccomp"
+	"github.com/containerd/containerd/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+// Defaults of ContainerdOptions.
+const (
+	DefaultAddress     = "/run/containerd/containerd.sock"
+	DefaultNamespace   = "voyager"
+	DefaultSnapshotter = "overlayfs"
+)
+
+// labelLogPath records a container's log file, so that Status can report
+// it after the agent that started the container has restarted.
+const labelLogPath = "voyager.runtime/log"
+
+// ContainerdOptions configure a Containerd. The zero value is usable.
+type ContainerdOptions struct {
+	// Address is containerd's socket. Default DefaultAddress.
+	Address string
+	// Namespace isolates Voyager's containers. Default DefaultNamespace.
+	Namespace string
+	// Snapshotter unpacks images. Default DefaultSnapshotter.
+	Snapshotter string
+	// CDISpecDirs are where CDI specs are read from for Spec.CDIDevices.
+	// Default cdi.DefaultSpecDirs (/etc/cdi, /var/run/cdi).
+	CDISpecDirs []string
+	// RuntimeBinary replaces runc as the OCI runtime, for example
+	// "nvidia-container-runtime" when GPUs are given by
+	// NVIDIA_VISIBLE_DEVICES. Empty: runc.
+	RuntimeBinary string
+	// Logger receives the runtime's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Containerd is a Runtime over containerd's Go client.
+type Containerd struct {
+	client *containerd.Client
+	opts   ContainerdOptions
+	log    *slog.Logger
+
+	// starting serialises Starts of one id: containerd creates the
+	// snapshot before the container, so two concurrent creates of one id
+	// would otherwise see each other's half-made container.
+	mu       sync.Mutex
+	starting map[string]*idLock
+}
+
+var _ Runtime = (*Containerd)(nil)
+
+// NewContainerd connects to containerd and checks that it answers.
+func NewContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, error) {
+	if opts.Address == "" {
+		opts.Address = DefaultAddress
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	if opts.Snapshotter == "" {
+		opts.Snapshotter = DefaultSnapshotter
+	}
+	if len(opts.CDISpecDirs) == 0 {
+		opts.CDISpecDirs = cdi.DefaultSpecDirs
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if _, err := os.Stat(opts.Address); err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", opts.Address, err)
+	}
+	cli, err := containerd.New(opts.Address,
+		containerd.WithDefaultNamespace(opts.Namespace),
+		containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to containerd at %s: %w", opts.Address, err)
+	}
+	if _, err := cli.Version(ctx); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("connect to containerd at %s: %w", opts.Address, err)
+	}
+	return &Containerd{
+		client:   cli,
+		opts:     opts,
+		log:      opts.Logger.With("runtime", "containerd", "namespace", opts.Namespace),
+		starting: map[string]*idLock{},
+	}, nil
+}
+
+// Close closes the connection. Containers keep running.
+func (c *Containerd) Close() error { return c.client.Close() }
+
+// Import reads an image archive (docker-archive or OCI layout tar), stores
+// and unpacks its images, and returns their names.
+func (c *Containerd) Import(ctx context.Context, r io.Reader) ([]string, error) {
+	imgs, err := c.client.Import(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("import image archive: %w", err)
+	}
+	var names []string
+	for _, i := range imgs {
+		img := containerd.NewImage(c.client, i)
+		if err := img.Unpack(ctx, c.opts.Snapshotter); err != nil {
+			return nil, fmt.Errorf("unpack image %s: %w", i.Name, err)
+		}
+		names = append(names, i.Name)
+	}
+	return names, nil
+}
+
+// EnsureImage makes ref present and unpacked, pulling it if absent.
+func (c *Containerd) EnsureImage(ctx context.Context, ref string) error {
+	img, err := c.client.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		c.log.Info("pulling image", "image", ref)
+		if _, err := c.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(c.opts.Snapshotter)); err != nil {
+			return fmt.Errorf("pull image %s: %w: %w", ref, ErrImageNotFound, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get image %s: %w", ref, err)
+	}
+	ok, err := img.IsUnpacked(ctx, c.opts.Snapshotter)
+	if err != nil {
+		return fmt.Errorf("check image %s: %w", ref, err)
+	}
+	if !ok {
+		if err := img.Unpack(ctx, c.opts.Snapshotter); err != nil {
+			return fmt.Errorf("unpack image %s: %w", ref, err)
+		}
+	}
+	return nil
+}
+
+// Start creates the container and starts its process.
+func (c *Containerd) Start(ctx context.Context, spec Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	img, err := c.client.GetImage(ctx, spec.Image)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("start container %s: %s: %w", spec.ID, spec.Image, ErrImageNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("start container %s: %w", spec.ID, err)
+	}
+	unlock := c.lockID(spec.ID)
+	defer unlock()
+	uid, gid := spec.User()
+	if err := prepareHost(spec, uid, gid); err != nil {
+		return fmt.Errorf("start container %s: %w", spec.ID, err)
+	}
+	labels := cloneLabels(spec.Labels)
+	if spec.LogPath != "" {
+		labels[labelLogPath] = spec.LogPath
+	}
+	copts := []containerd.NewContainerOpts{
+		containerd.WithImage(img),
+		containerd.WithSnapshotter(c.opts.Snapshotter),
+		containerd.WithNewSnapshot(spec.ID, img),
+		containerd.WithContainerLabels(labels),
+	}
+	if c.opts.RuntimeBinary != "" {
+		copts = append(copts, containerd.WithRuntime("io.containerd.runc.v2", &options.Options{BinaryName: c.opts.RuntimeBinary}))
+	}
+	copts = append(copts, containerd.WithNewSpec(c.specOpts(img, spec, uid, gid)...))
+
+	cont, err := c.client.NewContainer(ctx, spec.ID, copts...)
+	if errdefs.IsAlreadyExists(err) {
+		if _, lerr := c.client.LoadContainer(ctx, spec.ID); lerr == nil {
+			return fmt.Errorf("start container %s: %w", spec.ID, ErrExists)
+		}
+		// A snapshot left by a create that died half-way: clear it, retry once.
+		_ = c.client.SnapshotService(c.opts.Snapshotter).Remove(ctx, spec.ID)
+		cont, err = c.client.NewContainer(ctx, spec.ID, copts...)
+	}
+	if err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return fmt.Errorf("start container %s: %w", spec.ID, ErrExists)
+		}
+		return fmt.Errorf("create container %s: %w", spec.ID, err)
+	}
+	creator := cio.NullIO
+	if spec.LogPath != "" {
+		creator = cio.LogFile(spec.LogPath)
+	}
+	task, err := cont.NewTask(ctx, creator)
+	if err == nil {
+		err = task.Start(ctx)
+		if err != nil {
+			_, _ = task.Delete(context.WithoutCancel(ctx), containerd.WithProcessKill)
+		}
+	}
+	if err != nil {
+		_ = cont.Delete(context.WithoutCancel(ctx), containerd.WithSnapshotCleanup)
+		return fmt.Errorf("start container %s: %w", spec.ID, err)
+	}
+	c.log.Debug("container started", "id", spec.ID, "pid", task.Pid())
+	return nil
+}
+
+// idLock is one id's start lock and how many Starts hold or wait on it.
+type idLock struct {
+	sync.Mutex
+	users int
+}
+
+// lockID holds id's start lock until the returned func is called.
+func (c *Containerd) lockID(id string) func() {
+	c.mu.Lock()
+	l, ok := c.starting[id]
+	if !ok {
+		l = &idLock{}
+		c.starting[id] = l
+	}
+	l.users++
+	c.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		c.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(c.starting, id)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// specOpts builds the OCI spec: containerd's defaults (capabilities,
+// masked paths, no new privileges) plus the default seccomp profile, the
+// host's network, the user, the limits, the mounts and the devices.
+func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32) []oci.SpecOpts {
+	env := make([]string, 0, len(spec.Env))
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	opts := []oci.SpecOpts{
+		oci.WithDefaultSpec(),
+		oci.WithDefaultUnixDevices,
+		oci.WithImageConfig(img),
+		oci.WithEnv(env),
+		oci.WithUIDGID(uid, gid),
+		oci.WithHostNamespace(specs.NetworkNamespace),
+		oci.WithHostHostsFile,
+		oci.WithHostResolvconf,
+		oci.WithNoNewPrivileges,
+		seccomp.WithDefaultProfile(),
+		// The container's own cgroup, read-only, so that what runs inside can
+		// read its limits (containerd's default spec, unlike CRI's, has none).
+		oci.WithMounts([]specs.Mount{{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+			Options: []string{"ro", "nosuid", "noexec", "nodev"}}}),
+	}
+	if len(spec.Args) > 0 {
+		opts = append(opts, oci.WithProcessArgs(spec.Args...))
+	}
+	if spec.WorkDir != "" {
+		opts = append(opts, oci.WithProcessCwd(spec.WorkDir))
+	}
+	if spec.MemoryBytes > 0 {
+		opts = append(opts, oci.WithMemoryLimit(uint64(spec.MemoryBytes)))
+	}
+	if spec.CPUMilli > 0 {
+		const period = 100000 // µs
+		opts = append(opts, oci.WithCPUCFS(spec.CPUMilli*period/1000, period))
+	}
+	if spec.PidsLimit > 0 {
+		opts = append(opts, oci.WithPidsLimit(spec.PidsLimit))
+	}
+	if spec.ShmBytes > 0 {
+		opts = append(opts, oci.WithDevShmSize(spec.ShmBytes/1024))
+	}
+	if len(spec.Mounts) > 0 {
+		ms := make([]specs.Mount, 0, len(spec.Mounts))
+		for _, m := range spec.Mounts {
+			mode := "rw"
+			if m.ReadOnly {
+				mode = "ro"
+			}
+			ms = append(ms, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", mode}})
+		}
+		opts = append(opts, oci.WithMounts(ms))
+	}
+	if len(spec.CDIDevices) > 0 {
+		opts = append(opts, withCDIDevices(c.opts.CDISpecDirs, spec.CDIDevices))
+	}
+	return opts
+}
+
+// withCDIDevices injects CDI devices with a cache read fresh for this
+// container, so a spec written since the last start is seen.
+func withCDIDevices(dirs, devices []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+		if cache == nil {
+			return fmt.Errorf("read CDI specs in %v: %w", dirs, err)
+		}
+		if unresolved, err := cache.InjectDevices(s, devices...); err != nil {
+			return fmt.Errorf("inject CDI devices %v (unresolved %v, spec dirs %v): %w", devices, unresolved, dirs, err)
+		}
+		return nil
+	}
+}
+
+// prepareHost creates the log directory and the mount sources the spec asks for.
+func prepareHost(spec Spec, uid, gid uint32) error {
+	if spec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o750); err != nil {
+			return fmt.Errorf("create log directory: %w", err)
+		}
+	}
+	for _, m := range spec.Mounts {
+		if !m.Create {
+			continue
+		}
+		if _, err := os.Stat(m.Source); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(m.Source, 0o750); err != nil {
+			return fmt.Errorf("create mount source %s: %w", m.Source, err)
+		}
+		if err := os.Chown(m.Source, int(uid), int(gid)); err != nil {
+			return fmt.Errorf("chown mount source %s: %w", m.Source, err)
+		}
+	}
+	return nil
+}
+
+// Status reports one container.
+func (c *Containerd) Status(ctx context.Context, id string) (Info, error) {
+	cont, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return Info{}, fmt.Errorf("status of container %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("status of container %s: %w", id, err)
+	}
+	return c.info(ctx, cont)
+}
+
+func (c *Containerd) info(ctx context.Context, cont containerd.Container) (Info, error) {
+	ci, err := cont.Info(ctx, containerd.WithoutRefreshedMetadata)
+	if errdefs.IsNotFound(err) {
+		return Info{}, fmt.Errorf("status of container %s: %w", cont.ID(), ErrNotFound)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("status of container %s: %w", cont.ID(), err)
+	}
+	in := Info{ID: ci.ID, Image: ci.Image, Labels: cloneLabels(ci.Labels), LogPath: ci.Labels[labelLogPath], State: StateStopped, ExitCode: -1, Started: ci.CreatedAt}
+	delete(in.Labels, labelLogPath)
+	task, err := cont.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return in, nil // no task: it ended and was deleted, or containerd restarted
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("status of container %s: %w", cont.ID(), err)
+	}
+	st, err := task.Status(ctx)
+	if errdefs.IsNotFound(err) {
+		return in, nil
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("status of container %s: %w", cont.ID(), err)
+	}
+	switch st.Status {
+	case containerd.Running, containerd.Paused, containerd.Pausing:
+		in.State, in.Pid = StateRunning, task.Pid()
+	case containerd.Created:
+		in.State = StateCreated
+	default:
+		in.ExitCode = int(st.ExitStatus)
+	}
+	return in, nil
+}
+
+// Wait blocks until the container's process exits.
+func (c *Containerd) Wait(ctx context.Context, id string) (code int, err error) {
+	defer func() {
+		// A deadline that ends an RPC comes back as a gRPC error, and the
+		// server may notice the (propagated) deadline a hair before our
+		// own timer fires: wait out that hair, then report the context's
+		// own error, as the contract says.
+		if err != nil && ctx.Err() == nil && isDeadline(err) {
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Second {
+				<-ctx.Done()
+			}
+		}
+		if err != nil && ctx.Err() != nil {
+			code, err = -1, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+		}
+	}()
+	cont, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return -1, fmt.Errorf("wait for container %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("wait for container %s: %w", id, err)
+	}
+	task, err := cont.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return -1, nil // no process left to wait for; exit code unknown
+	}
+	if err != nil {
+		return -1, fmt.Errorf("wait for container %s: %w", id, err)
+	}
+	ch, err := task.Wait(ctx)
+	if err != nil {
+		return -1, fmt.Errorf("wait for container %s: %w", id, err)
+	}
+	select {
+	case s := <-ch:
+		if s.Error() != nil {
+			return -1, fmt.Errorf("wait for container %s: %w", id, s.Error())
+		}
+		return int(s.ExitCode()), nil
+	case <-ctx.Done():
+		return -1, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+	}
+}
+
+// Stop sends SIGTERM, waits up to grace, then sends SIGKILL to every
+// process of the container.
+func (c *Containerd) Stop(ctx context.Context, id string, grace time.Duration) error {
+	cont, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("stop container %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("stop container %s: %w", id, err)
+	}
+	task, err := cont.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stop container %s: %w", id, err)
+	}
+	ch, err := task.Wait(ctx)
+	if err != nil {
+		return fmt.Errorf("stop container %s: %w", id, err)
+	}
+	if st, err := task.Status(ctx); err == nil && st.Status == containerd.Stopped {
+		return nil
+	}
+	if err := task.Kill(ctx, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("stop container %s: send SIGTERM: %w", id, err)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop container %s: %w", id, ctx.Err())
+	case <-timer.C:
+	}
+	c.log.Info("container ignored SIGTERM; killing", "id", id, "grace", grace)
+	if err := task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("stop container %s: send SIGKILL: %w", id, err)
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop container %s: %w", id, ctx.Err())
+	}
+}
+
+// Remove deletes the container, killing its process if it still runs.
+func (c *Containerd) Remove(ctx context.Context, id string) error {
+	cont, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	task, err := cont.Task(ctx, nil)
+	switch {
+	case err == nil:
+		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove container %s: delete task: %w", id, err)
+		}
+	case !errdefs.IsNotFound(err):
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if err := cont.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	return nil
+}
+
+// List returns the containers whose labels include labels.
+func (c *Containerd) List(ctx context.Context, labels map[string]string) ([]Info, error) {
+	conts, err := c.client.Containers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	var out []Info
+	for _, cont := range conts {
+		in, err := c.info(ctx, cont)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed while we listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list containers: %w", err)
+		}
+		if matches(in.Labels, labels) {
+			out = append(out, in)
+		}
+	}
+	slices.SortFunc(out, func(a, b Info) int { return cmpString(a.ID, b.ID) })
+	return out, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Namespace returns the containerd namespace the runtime works in.
+func (c *Containerd) Namespace() string { return c.opts.Namespace }
+
+// Address returns containerd's socket.
+func (c *Containerd) Address() string { return c.opts.Address }
+
+// isDeadline reports whether err is a deadline that ended an RPC, however
+// containerd's client wrapped it.
+func isDeadline(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errdefs.IsDeadlineExceeded(err) ||
+		strings.Contains(err.Error(), context.DeadlineExceeded.Error())
+}

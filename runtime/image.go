@@ -1,0 +1,128 @@
+package runtime
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+)
+
+// BusyboxApplets are the commands a busybox image links to /bin/busybox.
+var BusyboxApplets = []string{
+	"sh", "cat", "echo", "env", "id", "ls", "mkdir", "sleep", "httpd", "wget",
+	"touch", "true", "false", "test", "printf", "head", "tail", "wc", "stat",
+	"kill", "ps", "grep", "seq", "nc",
+}
+
+// jupyterStandIn is the busybox image's /bin/jupyter: not Jupyter, but a
+// page served by busybox httpd on the --port it is given, so that a
+// notebook session on this image reaches Running and its URL answers.
+const jupyterStandIn = `#!/bin/sh
+# Voyager's busybox image: a STAND-IN for Jupyter (busybox httpd), not Jupyter.
+port=8888
+for a in "$@"; do case "$a" in --port=*) port="${a#--port=}";; esac; done
+mkdir -p /tmp/www/lab
+page="<h1>Voyager session $VOYAGER_SESSION</h1><p>This image has no Jupyter: busybox httpd stands in for it.</p>"
+echo "$page" > /tmp/www/index.html
+echo "$page" > /tmp/www/lab/index.html
+# As PID 1 httpd would ignore SIGTERM; the shell stops it on TERM.
+httpd -f -p "$port" -h /tmp/www &
+trap 'kill $!; exit 0' TERM INT
+wait
+`
+
+// WriteBusyboxImage writes a one-layer docker-archive image named ref to w
+// from a static busybox binary at busybox (Debian's busybox-static installs
+// it at /bin/busybox): /bin with busybox and its applets, /etc/passwd with
+// root and jovyan (1000:100), /tmp and /home, and /bin/jupyter, a stand-in
+// that serves a page with busybox httpd on its --port. No registry is needed: import
+// the archive with Containerd.Import. It is the image of tests and of
+// `voyager dev` on a machine without one.
+func WriteBusyboxImage(w io.Writer, busybox, ref string) error {
+	bin, err := os.ReadFile(busybox)
+	if err != nil {
+		return fmt.Errorf("read busybox binary (apt-get install busybox-static): %w", err)
+	}
+	var layer bytes.Buffer
+	lt := tar.NewWriter(&layer)
+	mod := time.Unix(0, 0)
+	entries := []struct {
+		hdr  tar.Header
+		body []byte
+	}{
+		{hdr: tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{hdr: tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{hdr: tar.Header{Name: "home/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{hdr: tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777}},
+		{hdr: tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755}, body: bin},
+		{hdr: tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644},
+			body: []byte("root:x:0:0:root:/root:/bin/sh\njovyan:x:1000:100:jovyan:/home/jovyan:/bin/sh\n")},
+		{hdr: tar.Header{Name: "etc/group", Typeflag: tar.TypeReg, Mode: 0o644},
+			body: []byte("root:x:0:\nusers:x:100:\n")},
+		{hdr: tar.Header{Name: "bin/jupyter", Typeflag: tar.TypeReg, Mode: 0o755}, body: []byte(jupyterStandIn)},
+	}
+	for _, a := range BusyboxApplets {
+		entries = append(entries, struct {
+			hdr  tar.Header
+			body []byte
+		}{hdr: tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}})
+	}
+	for _, e := range entries {
+		h := e.hdr
+		h.Size, h.ModTime, h.Format = int64(len(e.body)), mod, tar.FormatPAX
+		if err := lt.WriteHeader(&h); err != nil {
+			return fmt.Errorf("write image layer: %w", err)
+		}
+		if _, err := lt.Write(e.body); err != nil {
+			return fmt.Errorf("write image layer: %w", err)
+		}
+	}
+	if err := lt.Close(); err != nil {
+		return fmt.Errorf("write image layer: %w", err)
+	}
+	sum := sha256.Sum256(layer.Bytes())
+	config, err := json.Marshal(map[string]any{
+		"architecture": runtime.GOARCH,
+		"os":           "linux",
+		"created":      mod.UTC().Format(time.RFC3339),
+		"config": map[string]any{
+			"Env":        []string{"PATH=/bin"},
+			"Cmd":        []string{"/bin/sh"},
+			"WorkingDir": "/",
+		},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(sum[:])}},
+	})
+	if err != nil {
+		return fmt.Errorf("write image config: %w", err)
+	}
+	manifest, err := json.Marshal([]map[string]any{{
+		"Config":   "config.json",
+		"RepoTags": []string{ref},
+		"Layers":   []string{"layer.tar"},
+	}})
+	if err != nil {
+		return fmt.Errorf("write image manifest: %w", err)
+	}
+	tw := tar.NewWriter(w)
+	for _, f := range []struct {
+		name string
+		body []byte
+	}{{"config.json", config}, {"layer.tar", layer.Bytes()}, {"manifest.json", manifest}} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), ModTime: mod, Typeflag: tar.TypeReg}); err != nil {
+			return fmt.Errorf("write image archive: %w", err)
+		}
+		if _, err := tw.Write(f.body); err != nil {
+			return fmt.Errorf("write image archive: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("write image archive: %w", err)
+	}
+	return nil
+}

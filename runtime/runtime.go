@@ -1,0 +1,183 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"time"
+)
+
+// Sentinel errors shared by every implementation.
+var (
+	// ErrNotFound means no container has the id.
+	ErrNotFound = errors.New("container not found")
+	// ErrExists means a container with the id already exists.
+	ErrExists = errors.New("container already exists")
+	// ErrImageNotFound means the image is not present and could not be pulled.
+	ErrImageNotFound = errors.New("image not found")
+	// ErrInvalidSpec means a Spec failed Validate.
+	ErrInvalidSpec = errors.New("invalid container spec")
+)
+
+// Runtime runs containers. Implementations are safe for concurrent use.
+//
+// The contract (checked by runtimetest.Run against every implementation):
+// Start creates and starts a container, and fails with ErrExists when the id
+// is taken, so a caller that retries never gets a duplicate. Stop and Remove
+// are idempotent. A stopped container keeps its exit code until Remove.
+type Runtime interface {
+	// EnsureImage makes ref available locally, pulling it if absent.
+	EnsureImage(ctx context.Context, ref string) error
+	// Start creates the container described by spec and starts its process.
+	// A container that was created but failed to start is removed again.
+	Start(ctx context.Context, spec Spec) error
+	// Stop ends the container's process: SIGTERM, then SIGKILL if it has not
+	// exited after grace. The container stays, Stopped, with its exit code.
+	// Stopping a stopped container does nothing; an unknown id is ErrNotFound.
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	// Remove deletes the container and its writable layer. Removing a
+	// running container kills it first; an unknown id is not an error.
+	Remove(ctx context.Context, id string) error
+	// Status returns what the runtime knows of one container, or ErrNotFound.
+	Status(ctx context.Context, id string) (Info, error)
+	// Wait blocks until the container's process exits and returns its exit
+	// code, at once if it already has. It fails when ctx ends first.
+	Wait(ctx context.Context, id string) (int, error)
+	// List returns the containers whose labels include every entry of
+	// labels (all containers for an empty map), sorted by id.
+	List(ctx context.Context, labels map[string]string) ([]Info, error)
+}
+
+// State is a container's lifecycle state.
+type State string
+
+// Container states.
+const (
+	StateCreated State = "created" // exists, process not started
+	StateRunning State = "running" // process running
+	StateStopped State = "stopped" // process exited (or never started and is gone)
+)
+
+// Info is what the runtime reports of one container.
+type Info struct {
+	ID     string
+	Image  string
+	Labels map[string]string
+	State  State
+	// ExitCode is the process's exit status once State is StateStopped
+	// (128+signal for a signalled process); -1 when unknown.
+	ExitCode int
+	// Pid is the process id on the host while running, else 0.
+	Pid uint32
+	// LogPath is the file that receives the process's stdout and stderr.
+	LogPath string
+	// Started is when the process started, zero if unknown.
+	Started time.Time
+}
+
+// Mount is a host directory bind-mounted into the container.
+type Mount struct {
+	// Source is the host directory. With Create it is made (and owned by
+	// the spec's user) when missing.
+	Source string
+	// Target is the path inside the container.
+	Target   string
+	ReadOnly bool
+	// Create makes Source, owned by the container's UID and GID, if it does
+	// not exist; an existing directory is left as it is.
+	Create bool
+}
+
+// Spec describes one container. The container always uses the host's
+// network (the caller allocates its ports), runs without privilege under
+// the default seccomp profile and capability set, and as UID/GID, which
+// default to DefaultUID/DefaultGID: never root unless asked for.
+type Spec struct {
+	// ID names the container: 1-76 letters, digits, '_', '.' or '-'.
+	ID    string
+	Image string
+	// Args replaces the image's command; empty keeps the image's.
+	Args []string
+	// Env is added to the image's environment; secrets belong here, never
+	// in Args, which any user of the host can read in the process table.
+	Env    map[string]string
+	Labels map[string]string
+	// WorkDir is the process's working directory; empty keeps the image's.
+	WorkDir string
+	// UID and GID run the process; nil means DefaultUID and DefaultGID.
+	UID, GID *uint32
+	// CPUMilli caps CPU in thousandths of a core (CFS quota); 0: no cap.
+	CPUMilli int64
+	// MemoryBytes caps memory (cgroup limit); 0: no cap.
+	MemoryBytes int64
+	// PidsLimit caps the number of processes; 0: no cap.
+	PidsLimit int64
+	// ShmBytes sizes /dev/shm; 0 keeps the default 64 MiB.
+	ShmBytes int64
+	Mounts   []Mount
+	// CDIDevices are fully qualified CDI device names
+	// ("nvidia.com/gpu=0") injected from the runtime's CDI spec dirs.
+	CDIDevices []string
+	// LogPath receives stdout and stderr, appended; its directory is
+	// created. Empty discards output. TrimLog keeps its size bounded.
+	LogPath string
+}
+
+// DefaultUID and DefaultGID run a container whose Spec leaves UID and GID
+// nil: Jupyter's conventional unprivileged user.
+const (
+	DefaultUID uint32 = 1000
+	DefaultGID uint32 = 100
+)
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,75}$`)
+
+// Validate checks what every implementation requires of a spec.
+func (s Spec) Validate() error {
+	if !idRE.MatchString(s.ID) {
+		return fmt.Errorf("%w: id %q: want 1-76 letters, digits, '_', '.' or '-'", ErrInvalidSpec, s.ID)
+	}
+	if s.Image == "" {
+		return fmt.Errorf("%w: container %s has no image", ErrInvalidSpec, s.ID)
+	}
+	if s.CPUMilli < 0 || s.MemoryBytes < 0 || s.PidsLimit < 0 || s.ShmBytes < 0 {
+		return fmt.Errorf("%w: container %s has a negative limit", ErrInvalidSpec, s.ID)
+	}
+	for _, m := range s.Mounts {
+		if m.Source == "" || m.Target == "" || m.Target[0] != '/' {
+			return fmt.Errorf("%w: container %s: mount %q→%q needs a source and an absolute target", ErrInvalidSpec, s.ID, m.Source, m.Target)
+		}
+	}
+	return nil
+}
+
+// User returns the UID and GID the container runs as.
+func (s Spec) User() (uid, gid uint32) {
+	uid, gid = DefaultUID, DefaultGID
+	if s.UID != nil {
+		uid = *s.UID
+	}
+	if s.GID != nil {
+		gid = *s.GID
+	}
+	return uid, gid
+}
+
+// matches reports whether have holds every entry of want.
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+func cloneLabels(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return maps.Clone(m)
+}

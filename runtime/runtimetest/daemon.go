@@ -1,0 +1,193 @@
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/voyager-gpu/voyager/runtime"
+)
+
+// EnvAddress names a variable that points the tests at an existing
+// containerd socket instead of a private daemon.
+const EnvAddress = "VOYAGER_TEST_CONTAINERD_ADDRESS"
+
+// BusyboxPath is where Debian's busybox-static installs its binary.
+const BusyboxPath = "/bin/busybox"
+
+// ImageRef is the name BusyboxImage imports the test image under.
+const ImageRef = "voyager.local/busybox:test"
+
+var daemon struct {
+	once    sync.Once
+	addr    string
+	skip    string
+	err     error
+	d       *runtime.Daemon
+	dir     string
+	private bool
+}
+
+// Main runs the tests of m and then stops the private containerd, if one
+// was started, after removing every container the tests left. Use it from
+// TestMain: os.Exit(runtimetest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if daemon.d != nil {
+		cleanup(daemon.addr)
+		_ = daemon.d.Stop(10 * time.Second)
+		_ = os.RemoveAll(daemon.dir)
+	}
+	return code
+}
+
+// Address returns the socket of a containerd for tests: $EnvAddress when
+// set, else a private daemon started once per test binary (with its root,
+// state and socket under a temporary directory). It skips the test when
+// neither is possible (not root, or no containerd binary) and under -short.
+// A package that calls it must use Main in its TestMain.
+func Address(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs containerd; skipped with -short")
+	}
+	daemon.once.Do(startDaemon)
+	if daemon.skip != "" {
+		t.Skip(daemon.skip)
+	}
+	if daemon.err != nil {
+		t.Fatal(daemon.err)
+	}
+	return daemon.addr
+}
+
+func startDaemon() {
+	if a := os.Getenv(EnvAddress); a != "" {
+		daemon.addr = a
+		return
+	}
+	if _, err := exec.LookPath("containerd"); err != nil {
+		daemon.skip = "containerd is not installed (apt-get install containerd runc), and " + EnvAddress + " is not set: skipping real-containerd tests"
+		return
+	}
+	if os.Geteuid() != 0 {
+		daemon.skip = "containerd tests need root to start a private containerd; run as root or set " + EnvAddress
+		return
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		daemon.skip = "runc is not installed (apt-get install runc): skipping real-containerd tests"
+		return
+	}
+	dir, err := os.MkdirTemp("", "vctrd")
+	if err != nil {
+		daemon.err = fmt.Errorf("start containerd: %w", err)
+		return
+	}
+	daemon.dir = dir
+	d, err := runtime.StartContainerd(context.Background(), dir)
+	if err != nil {
+		daemon.err = err
+		return
+	}
+	daemon.d, daemon.addr = d, d.Address
+}
+
+// cleanup removes every container of every namespace of the daemon at addr:
+// their shims would outlive the daemon.
+func cleanup(addr string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := containerd.New(addr)
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	nss, err := cli.NamespaceService().List(ctx)
+	if err != nil {
+		return
+	}
+	for _, ns := range nss {
+		nctx := namespaces.WithNamespace(ctx, ns)
+		conts, _ := cli.Containers(nctx)
+		for _, c := range conts {
+			if task, err := c.Task(nctx, nil); err == nil {
+				_, _ = task.Delete(nctx, containerd.WithProcessKill)
+			}
+			_ = c.Delete(nctx, containerd.WithSnapshotCleanup)
+		}
+		// runc leaves each namespace's parent cgroup behind; remove the
+		// empty ones of the test namespaces.
+		if strings.HasPrefix(ns, "voyager-test-") {
+			dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", ns))
+			dirs2, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", ns))
+			for _, d := range append(dirs, dirs2...) {
+				_ = syscall.Rmdir(d)
+			}
+		}
+		_ = cli.NamespaceService().Delete(ctx, ns)
+	}
+}
+
+// namespaceSeq makes namespaces unique within a test binary.
+var namespaceSeq struct {
+	sync.Mutex
+	n int
+}
+
+// New connects a runtime.Containerd, in a namespace of its own, to the
+// test containerd, with the busybox image imported; the connection closes
+// and the namespace's containers are removed when t ends.
+func New(t testing.TB, opts runtime.ContainerdOptions) *runtime.Containerd {
+	t.Helper()
+	opts.Address = Address(t)
+	if opts.Namespace == "" {
+		namespaceSeq.Lock()
+		namespaceSeq.n++
+		opts.Namespace = fmt.Sprintf("voyager-test-%d-%d", os.Getpid(), namespaceSeq.n)
+		namespaceSeq.Unlock()
+	}
+	ctx := context.Background()
+	c, err := runtime.NewContainerd(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		infos, _ := c.List(ctx, nil)
+		for _, in := range infos {
+			_ = c.Remove(ctx, in.ID)
+		}
+		_ = c.Close()
+	})
+	BusyboxImage(t, c)
+	return c
+}
+
+// BusyboxImage imports the busybox test image (ImageRef) into c. It skips
+// the test when Debian's busybox-static is not installed.
+func BusyboxImage(t testing.TB, c *runtime.Containerd) string {
+	t.Helper()
+	if _, err := os.Stat(BusyboxPath); err != nil {
+		t.Skipf("no %s: apt-get install busybox-static to build the test image", BusyboxPath)
+	}
+	var buf bytes.Buffer
+	if err := runtime.WriteBusyboxImage(&buf, BusyboxPath, ImageRef); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Import(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	return ImageRef
+}
