@@ -63,6 +63,11 @@ type Config struct {
 	// (default 10 MiB).
 	LogDir      string
 	LogMaxBytes int64
+	// LogsBaseURL is this agent's HTTP server as the API reaches it
+	// (scheme://host:port), where LogsHandler is mounted; with it the agent
+	// publishes each session's log URL in status.urls.logs. Empty: no logs
+	// are served.
+	LogsBaseURL string
 	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration
 	// UID and GID run session containers. Default runtime.DefaultUID/GID.
@@ -136,6 +141,7 @@ type Agent struct {
 	leased  bool
 
 	starts, adopted, startFailures atomic.Int64
+	logKey                         logKey
 }
 
 // New returns an agent; Run starts it.

@@ -348,6 +348,12 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		now := time.Now().UTC()
 		st.Phase, st.Reason, st.Started = state.PhaseRunning, "Started", &now
 		st.Message = "running"
+		if logs := w.a.logsURL(w.id); logs != "" {
+			if st.URLs == nil {
+				st.URLs = map[string]string{}
+			}
+			st.URLs["logs"] = logs
+		}
 		if url != "" {
 			st.Message = "Jupyter answers on port " + strconv.Itoa(port)
 			if st.URLs == nil {
@@ -426,6 +432,14 @@ func (w *worker) finish(ctx context.Context, phase state.Phase, reason, msg stri
 			if cur, err = w.currentStatus(ctx); err == nil {
 				now := time.Now().UTC()
 				cur.Phase, cur.Reason, cur.Message, cur.ExitCode, cur.Finished, cur.Updated = phase, reason, msg, code, &now, now
+				// The log outlives the container: a job that ended before
+				// anyone saw it run can still be read.
+				if logs := w.a.logsURL(w.id); logs != "" {
+					if cur.URLs == nil {
+						cur.URLs = map[string]string{}
+					}
+					cur.URLs["logs"] = logs
+				}
 				st = &cur
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -78,6 +79,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(parts.agent.Collectors()...)
 	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
 		log.Error("voyager agent failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
@@ -203,7 +205,8 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
 		HomeDir: home, LogDir: filepath.Join(cfg.DataDir, "logs"), LogMaxBytes: int64(cfg.AgentLogMaxMiB) << 20,
-		StopGrace: cfg.AgentStopGrace, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
+		LogsBaseURL: logsBaseURL(address, cfg.HTTPAddr),
+		StopGrace:   cfg.AgentStopGrace, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
 		Version: version, Logger: log, Usage: usage,
 	})
 	return parts, nil
@@ -296,4 +299,14 @@ func memTotalMiB() int64 {
 		}
 	}
 	return 0
+}
+
+// logsBaseURL is where the API reaches this agent's log endpoint: the
+// node's address with the port of the agent's HTTP server.
+func logsBaseURL(address, httpAddr string) string {
+	_, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return ""
+	}
+	return "http://" + net.JoinHostPort(address, port)
 }

@@ -351,3 +351,36 @@ func TestRunAgainstDevE2E(t *testing.T) {
 		t.Errorf("dev exit code %d", code)
 	}
 }
+
+// TestRunRealAgentE2E is the experiment runner's path end to end with
+// nothing faked: `voyager dev` with its real agent on a real containerd,
+// and `voyager run -- sh -c 'echo hi; exit 3'` prints hi (through the API
+// from the agent's log endpoint) and exits 3.
+func TestRunRealAgentE2E(t *testing.T) {
+	needBinary(t)
+	rt := privateContainerd(t, "voyager-run-e2e")
+	env := newDevEnv(t)
+	environ := append(env.environ(),
+		"VOYAGER_AGENT_NODE=run-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
+		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
+	dev := start(t, environ, "dev")
+	dev.waitFor(`msg="node registered"`, 60*time.Second)
+
+	tokCmd := exec.Command(binary, "token", "-sub", "ada")
+	tokCmd.Env = environ
+	tok, err := tokCmd.Output()
+	if err != nil {
+		t.Fatalf("voyager token: %v", err)
+	}
+	runCmd := exec.Command(binary, "run", "--", "sh", "-c", "echo hi; exit 3")
+	runCmd.Env = append(environ, envURL+"=http://"+env.httpAddr, envToken+"="+strings.TrimSpace(string(tok)))
+	var stdout, stderr bytes.Buffer
+	runCmd.Stdout, runCmd.Stderr = &stdout, &stderr
+	err = runCmd.Run()
+	if code := runCmd.ProcessState.ExitCode(); code != 3 || stdout.String() != "hi\n" {
+		t.Fatalf("voyager run: exit %d (%v), stdout %q\nstderr:\n%s", code, err, stdout.String(), stderr.String())
+	}
+	if code := dev.stop(); code != 0 {
+		t.Errorf("dev exit code %d", code)
+	}
+}

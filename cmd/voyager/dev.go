@@ -20,6 +20,7 @@ import (
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdembed"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
+	"github.com/voyager-gpu/voyager/nodeagent"
 )
 
 // httpShutdownTimeout bounds the graceful stop of the HTTP server; requests
@@ -110,6 +111,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	} else {
 		defer parts.close()
 		registry.MustRegister(parts.agent.Collectors()...)
+		mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 		comps = append(comps, parts.component())
 	}
 	if store.server != nil {

@@ -1,0 +1,118 @@
+package nodeagent_test
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/nodeagent"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// TestAgentServesLogs: a running batch session's status carries a signed
+// log URL; following it streams output as the container writes it and ends
+// when the container exits; the URL outlives the container; a wrong key is
+// refused.
+func TestAgentServesLogs(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := newFake()
+	cfg := testConfig(t, cli, rt)
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	cfg.LogsBaseURL = srv.URL
+	a, _ := runAgent(t, cfg)
+	mux.Handle(nodeagent.LogsPath, a.LogsHandler())
+
+	b := bind(t, cli, state.Session{ID: "job1", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sh", "-c", "train"}},
+		state.Binding{CPUMilli: 500, MemoryMiB: 256})
+	st := waitPhase(t, cli, "job1", state.PhaseRunning, 10*time.Second)
+	logs := st.URLs["logs"]
+	if !strings.HasPrefix(logs, srv.URL+nodeagent.LogsPath) || !strings.Contains(logs, "key=") {
+		t.Fatalf("status.urls.logs = %q, want a signed URL on the agent", logs)
+	}
+	id := nodeagent.ContainerID(b)
+	spec, _ := rt.Spec(id)
+	appendLog(t, spec.LogPath, "epoch 1\n")
+
+	// Follow from the start: the first line now, the rest as it comes.
+	resp, err := http.Get(withQuery(logs, "tail", "0", "follow", "true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("GET logs = %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	r := bufio.NewReader(resp.Body)
+	if line, _ := r.ReadString('\n'); line != "epoch 1\n" {
+		t.Fatalf("first streamed line %q", line)
+	}
+	appendLog(t, spec.LogPath, "epoch 2\n")
+	if line, _ := r.ReadString('\n'); line != "epoch 2\n" {
+		t.Fatalf("second streamed line %q", line)
+	}
+	if err := rt.Finish(id, 3, "done\n"); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(r) // ends once the container has exited
+	if err != nil || string(rest) != "done\n" {
+		t.Fatalf("rest of the stream = %q, %v", rest, err)
+	}
+
+	final := waitPhase(t, cli, "job1", state.PhaseFailed, 10*time.Second)
+	if final.URLs["logs"] != logs {
+		t.Errorf("final status lost the log URL: %v", final.URLs)
+	}
+	if got := get(t, withQuery(logs, "tail", "2")); got != "epoch 2\ndone\n" {
+		t.Errorf("tail=2 after the container is gone = %q", got)
+	}
+	bad := strings.Replace(logs, "key=", "key=0", 1)
+	if resp, err := http.Get(bad); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("wrong key: %v %v, want 403", resp.StatusCode, err)
+	}
+	other := strings.Replace(logs, id, "other-q1", 1)
+	if resp, err := http.Get(other); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("another container with this key: %v %v, want 403", resp.StatusCode, err)
+	}
+}
+
+func appendLog(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func withQuery(raw string, kv ...string) string {
+	u, _ := url.Parse(raw)
+	q := u.Query()
+	for i := 0; i < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func get(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
