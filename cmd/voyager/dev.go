@@ -103,6 +103,11 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		placerComponent(pl),
 		apiComponent(apiSrv),
 	}
+	ret, err := newRetention(store.client, cfg, log)
+	if err != nil {
+		return err
+	}
+	comps = append(comps, component{name: "retention", run: ret.Run})
 	// The agent: where it cannot run (no containerd and not root), dev
 	// says why and goes on without it; sessions then wait in the queue.
 	if parts, err := newAgent(ctx, store.client, cfg, log, true); err != nil {

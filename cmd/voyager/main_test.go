@@ -249,6 +249,9 @@ func TestDevE2E(t *testing.T) {
 		t.Errorf("http line = %q, want addr=%s", line, env.httpAddr)
 	}
 	p.waitFor(`msg="voyager dev ready"`, 5*time.Second)
+	if line := p.waitFor(`msg="retention sweeper elected"`, 30*time.Second); !strings.Contains(line, filepath.Join(env.dataDir(), "history", "sessions.jsonl")) {
+		t.Errorf("retention line = %q, want the history file in the data dir", line)
+	}
 
 	fi, err := os.Stat(env.dataDir())
 	if err != nil {

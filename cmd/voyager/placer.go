@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
+	"github.com/voyager-gpu/voyager/lifecycle"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -20,11 +22,14 @@ var placerCmd = subcommand{
 	description: `Runs a placer until SIGINT or SIGTERM: it watches the queue in etcd and
 binds pending sessions to GPUs. Run as many as you like, on any machines:
 they share the work and never hand out a GPU twice (placer/README.md). It
-serves /healthz, /readyz and /metrics on VOYAGER_HTTP_ADDR.`,
+serves /healthz, /readyz and /metrics on VOYAGER_HTTP_ADDR. One placer at
+a time (an etcd election) also retires finished sessions after
+VOYAGER_RETENTION, appending their records to VOYAGER_HISTORY_FILE.`,
 	envs: []string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
+		config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 	},
 }
 
@@ -59,9 +64,15 @@ func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitError
 	}
 	log.Info("http listening", "addr", hs.Addr())
+	ret, err := newRetention(store.client, cfg, log)
+	if err != nil {
+		log.Error("voyager placer failed", "err", err)
+		return exitError
+	}
 	err = supervise(ctx, log, []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
 		placerComponent(p),
+		{name: "retention", run: ret.Run},
 	})
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)
@@ -84,4 +95,17 @@ func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *place
 
 func placerComponent(p *placer.Placer) component {
 	return component{name: "placer", run: p.Run}
+}
+
+// newRetention builds the sweeper that moves finished sessions to history.
+func newRetention(cli *clientv3.Client, cfg config.Config, log *slog.Logger) (*lifecycle.Retention, error) {
+	if cfg.HistoryFile == "" {
+		return nil, fmt.Errorf("find the history file: neither XDG_DATA_HOME nor HOME is set; set %s", config.EnvHistoryFile)
+	}
+	return lifecycle.NewRetention(cli, lifecycle.RetentionConfig{
+		Keys:        state.MustKeys(cfg.EtcdPrefix),
+		After:       cfg.Retention,
+		HistoryPath: cfg.HistoryFile,
+		Logger:      log,
+	})
 }

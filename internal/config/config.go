@@ -64,6 +64,9 @@ const (
 	EnvAgentImage        = "VOYAGER_AGENT_IMAGE"
 	EnvAgentPorts        = "VOYAGER_AGENT_PORTS"
 	EnvAgentStopGrace    = "VOYAGER_AGENT_STOP_GRACE"
+
+	EnvRetention   = "VOYAGER_RETENTION"
+	EnvHistoryFile = "VOYAGER_HISTORY_FILE"
 	EnvAgentHomeDir      = "VOYAGER_AGENT_HOME_DIR"
 	EnvAgentUID          = "VOYAGER_AGENT_UID"
 	EnvAgentGID          = "VOYAGER_AGENT_GID"
@@ -172,6 +175,14 @@ type Config struct {
 	AgentGID int `env:"VOYAGER_AGENT_GID" envDefault:"100" doc:"group id that runs session containers"`
 	// AgentLogMaxMiB caps each container's log file.
 	AgentLogMaxMiB int `env:"VOYAGER_AGENT_LOG_MAX_MIB" envDefault:"10" doc:"size cap of each session's log file (<data dir>/logs), in MiB; older output is trimmed"`
+
+	// Retention of finished sessions (voyager placer, voyager dev).
+
+	// Retention is how long a finished session stays in etcd.
+	Retention time.Duration `env:"VOYAGER_RETENTION" envDefault:"168h" doc:"finished sessions leave etcd this long after they end (their final records go to the history file first); one placer at a time does it"`
+	// HistoryFile is the append-only record of retired sessions; Load
+	// sets it to DataDir/history/sessions.jsonl when empty.
+	HistoryFile string `env:"VOYAGER_HISTORY_FILE" docDefault:"<data dir>/history/sessions.jsonl" doc:"append-only history of retired sessions, one JSON record a line, on the machine of the placer that retires them"`
 }
 
 // Setting describes one configuration variable, as declared by Config's
@@ -339,6 +350,9 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	} else if abs, err := filepath.Abs(cfg.DataDir); err == nil {
 		cfg.DataDir = abs
 	}
+	if cfg.HistoryFile == "" && cfg.DataDir != "" {
+		cfg.HistoryFile = filepath.Join(cfg.DataDir, "history", "sessions.jsonl")
+	}
 
 	var errs []error
 	for _, ep := range cfg.EtcdEndpoints {
@@ -439,6 +453,9 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	if cfg.AgentLogMaxMiB < 1 {
 		errs = append(errs, invalid(EnvAgentLogMaxMiB, wantFor(EnvAgentLogMaxMiB)))
 	}
+	if cfg.Retention < time.Minute {
+		errs = append(errs, invalid(EnvRetention, wantFor(EnvRetention)))
+	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
@@ -496,6 +513,8 @@ func wantFor(envName string) string {
 		return "one of cdi, env"
 	case EnvAgentPorts:
 		return "a port range first-last within 1024-65535, such as 40000-40999"
+	case EnvRetention:
+		return "a duration of at least 1m, such as 168h (7 days)"
 	case EnvAgentStopGrace:
 		return "a duration of 0 or more, such as 10s"
 	case EnvAgentUID, EnvAgentGID:

@@ -47,6 +47,9 @@ func defaults() Config {
 		AgentUID:         1000,
 		AgentGID:         100,
 		AgentLogMaxMiB:   10,
+
+		Retention:   168 * time.Hour,
+		HistoryFile: "/home/u/.local/share/voyager/history/sessions.jsonl",
 	}
 }
 
@@ -62,7 +65,10 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "xdg data home",
 			environ: []string{home, "XDG_DATA_HOME=/xdg"},
-			edit:    func(c *Config) { c.DataDir = "/xdg/voyager" },
+			edit: func(c *Config) {
+				c.DataDir = "/xdg/voyager"
+				c.HistoryFile = "/xdg/voyager/history/sessions.jsonl"
+			},
 		},
 		{
 			name:    "relative xdg data home is ignored",
@@ -71,7 +77,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "no home and no xdg leaves data dir empty",
 			environ: nil,
-			edit:    func(c *Config) { c.DataDir = "" },
+			edit:    func(c *Config) { c.DataDir, c.HistoryFile = "", "" },
 		},
 		{
 			name: "env overrides every default",
@@ -117,6 +123,8 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_AGENT_UID=2000",
 				"VOYAGER_AGENT_GID=2000",
 				"VOYAGER_AGENT_LOG_MAX_MIB=1",
+				"VOYAGER_RETENTION=1h",
+				"VOYAGER_HISTORY_FILE=/var/lib/voyager/history.jsonl",
 			},
 			edit: func(c *Config) {
 				*c = Config{
@@ -160,6 +168,8 @@ func TestLoad(t *testing.T) {
 					AgentUID:           2000,
 					AgentGID:           2000,
 					AgentLogMaxMiB:     1,
+					Retention:          time.Hour,
+					HistoryFile:        "/var/lib/voyager/history.jsonl",
 				}
 			},
 		},
@@ -323,6 +333,11 @@ func TestLoadInvalid(t *testing.T) {
 			name: "sub-second placer lease",
 			env:  "VOYAGER_PLACER_LEASE_TTL=500ms",
 			want: `invalid VOYAGER_PLACER_LEASE_TTL="500ms": want a duration of at least 1s, such as 10s`,
+		},
+		{
+			name: "retention too short",
+			env:  "VOYAGER_RETENTION=10s",
+			want: `invalid VOYAGER_RETENTION="10s": want a duration of at least 1m, such as 168h (7 days)`,
 		},
 		{
 			name: "bad flag names the flag and the variable",

@@ -134,7 +134,7 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         body = self.fake.sessions["s0001"]
         self.assertEqual(body["kind"], "notebook")
         self.assertEqual(body["owner"], "ada")
-        self.assertIn("$VOYAGER_PORT", body["command"][-1])
+        self.assertIn("--port=\"$PORT\"", body["command"][-1])
         self.assertEqual(body["env"]["JUPYTERHUB_API_TOKEN"], "hub-token")
         self.assertNotIn("PATH", body["env"])
         self.assertEqual(body["image"], "voyager/jupyter:latest")

@@ -26,9 +26,9 @@ LIVE = {"Pending", "Bound", "Starting", "Running"}
 HOPELESS = {"Quota", "Unsatisfiable"}
 
 # The single-user server listens on the port Voyager allocated, which the
-# node agent passes as $VOYAGER_PORT; the hub's JUPYTERHUB_* variables do
+# node agent passes as $PORT; the hub's JUPYTERHUB_* variables do
 # the rest.
-SINGLEUSER = 'exec jupyterhub-singleuser --ip=0.0.0.0 --port="$VOYAGER_PORT"'
+SINGLEUSER = 'exec jupyterhub-singleuser --ip=0.0.0.0 --port="$PORT"'
 
 
 class VoyagerSpawner(Spawner):
