@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/containerd/contrib/seccomp"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
@@ -132,6 +133,7 @@ func (c *Containerd) Import(ctx context.Context, r io.Reader) ([]string, error) 
 
 // EnsureImage makes ref present and unpacked, pulling it if absent.
 func (c *Containerd) EnsureImage(ctx context.Context, ref string) error {
+	ref = normalizeRef(ref)
 	img, err := c.client.GetImage(ctx, ref)
 	if errdefs.IsNotFound(err) {
 		c.log.Info("pulling image", "image", ref)
@@ -160,7 +162,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	img, err := c.client.GetImage(ctx, spec.Image)
+	img, err := c.client.GetImage(ctx, normalizeRef(spec.Image))
 	if errdefs.IsNotFound(err) {
 		return fmt.Errorf("start container %s: %s: %w", spec.ID, spec.Image, ErrImageNotFound)
 	}
@@ -557,4 +559,16 @@ func (c *Containerd) Address() string { return c.opts.Address }
 func isDeadline(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errdefs.IsDeadlineExceeded(err) ||
 		strings.Contains(err.Error(), context.DeadlineExceeded.Error())
+}
+
+// normalizeRef writes an image reference the way containerd stores it:
+// "voyager/jupyter:latest" is "docker.io/voyager/jupyter:latest" once
+// imported or pulled. A reference that does not parse is left as it is,
+// for containerd to refuse with its own words.
+func normalizeRef(ref string) string {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return ref
+	}
+	return named.String()
 }

@@ -32,6 +32,7 @@ class FakeVoyager:
         self.requests = []
         self.script = lambda sid: [("Pending", "Queued", "waiting for the placer"), ("Running", "Started", "up")]
         self.refuse = None
+        self.held_open = 0
 
     def view(self, sid):
         return self.sessions[sid]
@@ -95,6 +96,13 @@ def make_app(fake):
                 self.write(f"id: {i}\nevent: status\ndata: {json.dumps(ev)}\n\n")
                 await self.flush()
                 await asyncio.sleep(0.01)
+            if not ev["terminal"]:
+                # Like the real API, a live session's stream stays open:
+                # the client must hang up itself.
+                fake.held_open += 1
+                while not self.request.connection.stream.closed():
+                    await asyncio.sleep(0.01)
+                return
             self.finish()
 
     class Profiles(Base):
@@ -128,7 +136,9 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
 
     async def test_start_returns_the_server_url_and_progress_relays_events(self):
         sp = self.spawner()
-        url = await sp.start()
+        # The fake keeps the stream open after Running, as the API does:
+        # start() returns only because the spawner hangs up.
+        url = await asyncio.wait_for(sp.start(), 10)
         self.assertEqual(url, "http://gpu-7:40001")
         self.assertEqual(sp.session_id, "s0001")
         body = self.fake.sessions["s0001"]

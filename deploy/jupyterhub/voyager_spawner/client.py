@@ -2,8 +2,9 @@
 JupyterHub already depends on). It speaks as a service acting on behalf of
 one user: every request carries the service token and the user's name."""
 
+import asyncio
 import json
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
@@ -67,54 +68,103 @@ class Client:
 
     async def events(self, sid, on_event, last_event_id=None, timeout=None):
         """Streams the session's events (Server-Sent Events), calling
-        on_event(dict) for each, until the stream ends. Returns the id of
-        the last event, to resume from."""
-        last = {"id": last_event_id}
-        buf = {"data": b""}
+        on_event(dict) for each, until the stream ends or on_event returns
+        True, and returns the id of the last event, to resume from.
 
-        def chunk(data):
-            buf["data"] += data
-            while b"\n\n" in buf["data"]:
-                block, buf["data"] = buf["data"].split(b"\n\n", 1)
-                fields = {}
-                for line in block.decode("utf-8", "replace").splitlines():
-                    if line.startswith(":") or ":" not in line:
-                        continue
-                    k, v = line.split(":", 1)
-                    fields[k] = fields.get(k, "") + v.lstrip(" ")
-                if "id" in fields:
-                    last["id"] = fields["id"]
-                if fields.get("data"):
-                    on_event(json.loads(fields["data"]))
-
-        hdrs = self._headers({"Accept": "text/event-stream"})
+        It speaks HTTP/1.1 over asyncio streams rather than through
+        tornado's client, so that it can hang up a stream the server keeps
+        open (a running session's) cleanly."""
+        u = urlsplit(self.url + "/sessions/" + quote(sid, safe="") + "/events")
+        port = u.port or (443 if u.scheme == "https" else 80)
+        hdrs = self._headers({"Accept": "text/event-stream", "Host": u.netloc, "Connection": "close"})
         if last_event_id:
             hdrs["Last-Event-ID"] = str(last_event_id)
-        req = HTTPRequest(self.url + "/sessions/" + quote(sid, safe="") + "/events", headers=hdrs,
-                          streaming_callback=chunk, request_timeout=timeout or 24 * 3600)
         try:
-            await self.http.fetch(req)
-        except HTTPClientError as e:
-            if e.code == 599:  # timeout or connection closed mid-stream
-                return last["id"]
-            raise problem(e) from None
-        except OSError as e:
-            raise VoyagerError(0, "Voyager is unreachable", str(e)) from None
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(u.hostname, port, ssl=(u.scheme == "https") or None), self.timeout)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise VoyagerError(0, "Voyager is unreachable", f"{u.netloc}: {e}") from None
+        last = {"id": last_event_id}
+        try:
+            target = u.path + (("?" + u.query) if u.query else "")
+            writer.write((f"GET {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n").encode())
+            await writer.drain()
+            status_line = (await reader.readline()).decode("latin-1")
+            code = int(status_line.split()[1]) if len(status_line.split()) > 1 else 0
+            headers = {}
+            while True:
+                line = (await reader.readline()).decode("latin-1").strip()
+                if not line:
+                    break
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            chunked = "chunked" in headers.get("transfer-encoding", "")
+            if code != 200:
+                body = await _read_body(reader, chunked)
+                raise problem_from(code, body)
+            buf = b""
+            async for data in _body_chunks(reader, chunked):
+                buf += data
+                while b"\n\n" in buf:
+                    block, buf = buf.split(b"\n\n", 1)
+                    fields = {}
+                    for line in block.decode("utf-8", "replace").splitlines():
+                        if line.startswith(":") or ":" not in line:
+                            continue
+                        k, v = line.split(":", 1)
+                        fields[k] = fields.get(k, "") + v.lstrip(" ")
+                    if "id" in fields:
+                        last["id"] = fields["id"]
+                    if fields.get("data") and on_event(json.loads(fields["data"])):
+                        return last["id"]
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            pass  # a broken stream: the caller resumes from the last id
+        finally:
+            writer.close()
         return last["id"]
 
 
+async def _body_chunks(reader, chunked):
+    """Yields the body's data as it arrives."""
+    if not chunked:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                return
+            yield data
+    while True:
+        size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            return
+        yield await reader.readexactly(size)
+        await reader.readexactly(2)  # CRLF after each chunk
+
+
+async def _read_body(reader, chunked):
+    out = b""
+    async for data in _body_chunks(reader, chunked):
+        out += data
+        if len(out) > 1 << 20:
+            break
+    return out
+
+
+def problem_from(code, body):
+    """A VoyagerError from a status code and a problem+json body."""
+    title, detail = f"HTTP {code}", ""
+    try:
+        p = json.loads(body)
+        title = p.get("title") or title
+        detail = p.get("detail") or ""
+        errs = p.get("errors") or []
+        if errs:
+            detail = "; ".join(f"{x.get('field')}: {x.get('message')}" for x in errs) or detail
+    except ValueError:
+        detail = body.decode("utf-8", "replace")[:500]
+    return VoyagerError(code, title, detail)
+
+
 def problem(e):
-    """Turns an HTTP error into a VoyagerError carrying the problem's words."""
-    title, detail = f"HTTP {e.code}", ""
+    """Turns a tornado HTTP error into a VoyagerError with the problem's words."""
     body = getattr(e.response, "body", None) if e.response is not None else None
-    if body:
-        try:
-            p = json.loads(body)
-            title = p.get("title") or title
-            detail = p.get("detail") or ""
-            errs = p.get("errors") or []
-            if errs:
-                detail = "; ".join(f"{x.get('field')}: {x.get('message')}" for x in errs) or detail
-        except ValueError:
-            detail = body.decode("utf-8", "replace")[:500]
-    return VoyagerError(e.code, title, detail)
+    return problem_from(e.code, body or b"")

@@ -174,7 +174,10 @@ class VoyagerSpawner(Spawner):
         view = await client.create_session(self.session_request(), self.idempotency_key)
         self.session_id = view["id"]
         self.log.info("Voyager session %s for %s", self.session_id, self._log_name)
-        self._events = asyncio.Queue()
+        # The hub may already be waiting in progress() on this queue: empty
+        # it of a previous start's leftovers, never replace it.
+        while not self._events.empty():
+            self._events.get_nowait()
         status = await self._follow(client)
         return server_url(status)
 
@@ -193,6 +196,7 @@ class VoyagerSpawner(Spawner):
                 outcome["ended"] = ev
             elif phase == "Pending" and reason in HOPELESS:
                 outcome["hopeless"] = ev
+            return bool(outcome)  # hang up once decided
 
         last_id = None
         while not outcome:

@@ -1,0 +1,376 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// jupyterImage builds (once, cached outside the repository) the notebook
+// image from Debian's packages and returns the path of its archive.
+func jupyterImage(t *testing.T) string {
+	t.Helper()
+	cache := os.Getenv("VOYAGER_IMAGE_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "voyager", "images")
+	}
+	out := filepath.Join(cache, "jupyter.tar")
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	root, _ := filepath.Abs("../..")
+	cmd := exec.Command(filepath.Join(root, "deploy", "images", "jupyter", "build.sh"), out)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build the Jupyter image (deploy/images/jupyter/build.sh): %v\n%s", err, log.String())
+	}
+	return out
+}
+
+// hub is a running JupyterHub with the VoyagerSpawner.
+type hub struct {
+	t                  *testing.T
+	dir, config, token string
+	hubURL, proxyURL   string
+	proc               *exec.Cmd
+	log                *bytes.Buffer
+}
+
+func startHub(t *testing.T, h *hub) {
+	t.Helper()
+	h.log = &bytes.Buffer{}
+	h.proc = exec.Command("jupyterhub", "-f", h.config)
+	h.proc.Dir = h.dir
+	// Debian's configurable-http-proxy finds its modules (commander, …)
+	// under /usr/share/nodejs, which a node not built by Debian (as on
+	// these machines) does not search by itself.
+	h.proc.Env = append(os.Environ(), "NODE_PATH=/usr/share/nodejs:/usr/lib/nodejs")
+	h.proc.Stdout, h.proc.Stderr = h.log, h.log
+	if err := h.proc.Start(); err != nil {
+		t.Fatalf("start jupyterhub: %v", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, _ := h.call("GET", "/hub/api/", nil)
+		if code == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jupyterhub did not answer within 60s:\n%s", h.log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (h *hub) stop() {
+	if h.proc == nil || h.proc.Process == nil {
+		return
+	}
+	_ = h.proc.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = h.proc.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = h.proc.Process.Kill()
+		<-done
+	}
+	h.proc = nil
+}
+
+// call sends a hub REST API request with the admin token.
+func (h *hub) call(method, path string, body any) (int, []byte) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, h.hubURL+path, rd)
+	req.Header.Set("Authorization", "token "+h.token)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// progress reads the hub's progress stream of user's server until it
+// reports ready or failed, or until stop returns true for a message.
+func (h *hub) progress(user string, stop func(msg string) bool) []string {
+	req, _ := http.NewRequest("GET", h.hubURL+"/hub/api/users/"+user+"/server/progress", nil)
+	req.Header.Set("Authorization", "token "+h.token)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		h.t.Fatalf("progress of %s: %v", user, err)
+	}
+	defer resp.Body.Close()
+	var msgs []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data:") {
+			continue
+		}
+		var ev struct {
+			Message string `json:"message"`
+			Ready   bool   `json:"ready"`
+			Failed  bool   `json:"failed"`
+		}
+		if json.Unmarshal([]byte(strings.TrimSpace(line[5:])), &ev) != nil {
+			continue
+		}
+		msgs = append(msgs, ev.Message)
+		if ev.Ready || ev.Failed || (stop != nil && stop(ev.Message)) {
+			break
+		}
+	}
+	return msgs
+}
+
+func (h *hub) waitServer(user string, ready bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, b := h.call("GET", "/hub/api/users/"+user, nil)
+		var u struct {
+			Servers map[string]struct {
+				Ready bool `json:"ready"`
+			} `json:"servers"`
+		}
+		_ = json.Unmarshal(b, &u)
+		s, has := u.Servers[""]
+		if code == 200 && has == ready && (!ready || s.Ready) {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("server of %s: want ready=%v; hub says %d %s\nhub log:\n%s", user, ready, code, b, h.log.String())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// statusThroughProxy asks the single-user server, through the hub's proxy,
+// for its /api/status.
+func (h *hub) statusThroughProxy(user string) (int, string) {
+	req, _ := http.NewRequest("GET", h.proxyURL+"/user/"+user+"/api/status", nil)
+	req.Header.Set("Authorization", "token "+h.token)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestJupyterHubE2E: a real JupyterHub (Debian's) with the VoyagerSpawner
+// and a dummy authenticator, against `voyager dev` with its real agent on a
+// real containerd. A user's server starts through the hub's REST API in a
+// container from the image built from Debian's packages; the hub proxies
+// to it; progress arrives in order; the hub restarts and still knows the
+// server; a second user who asks for more GPUs than are free waits with a
+// queue position, and when the hub gives up on the spawn his queued session
+// is cancelled; stopping removes the container.
+func TestJupyterHubE2E(t *testing.T) {
+	needBinary(t)
+	if _, err := exec.LookPath("jupyterhub"); err != nil {
+		t.Fatalf("jupyterhub not found: install Debian's jupyterhub (.ci/run does): %v", err)
+	}
+	rt := privateContainerd(t, "voyager-hub-e2e")
+	archive := jupyterImage(t)
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Import(context.Background(), f); err != nil {
+		t.Fatalf("import %s: %v", archive, err)
+	}
+	f.Close()
+
+	env := newDevEnv(t)
+	environ := append(env.environ(),
+		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
+		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s")
+	dev := start(t, environ, "dev")
+	dev.waitFor(`msg="node registered"`, 60*time.Second)
+	tokCmd := exec.Command(binary, "token", "-sub", "jupyterhub", "-role", "service")
+	tokCmd.Env = environ
+	svcTok, err := tokCmd.Output()
+	if err != nil {
+		t.Fatalf("voyager token: %v", err)
+	}
+
+	root, _ := filepath.Abs("../..")
+	dir := t.TempDir()
+	adminTok := randomHex(t)
+	hubPort, proxyPort, apiPort := freeAddr(t), freeAddr(t), freeAddr(t)
+	config := filepath.Join(dir, "jupyterhub_config.py")
+	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
+import sys
+sys.path.insert(0, %q)
+c.JupyterHub.spawner_class = "voyager_spawner.VoyagerSpawner"
+c.JupyterHub.authenticator_class = "dummy"
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = %s
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = %s
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:%s"
+c.JupyterHub.db_url = "sqlite:///%s/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "%s/cookie_secret"
+c.JupyterHub.cleanup_servers = False
+c.JupyterHub.api_tokens = {%q: "admin"}
+c.Authenticator.admin_users = {"admin"}
+# The REST API answers at once (202) so the test reads every progress event.
+c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
+# JupyterHub 3.0 refuses to stop a pending spawn through its API ("pending
+# spawn, please wait"); it cancels one by giving up after start_timeout and
+# stopping the spawner, which cancels the queued Voyager session.
+c.Spawner.start_timeout = 30
+c.Spawner.http_timeout = 60
+c.VoyagerSpawner.voyager_url = "http://%s"
+c.VoyagerSpawner.voyager_token = %q
+c.VoyagerSpawner.gpus = 1
+c.VoyagerSpawner.cpu_milli = 1000
+c.VoyagerSpawner.memory_mib = 1024
+`, filepath.Join(root, "deploy", "jupyterhub"), port(proxyPort), port(hubPort), port(apiPort), dir, dir, adminTok,
+		env.httpAddr, strings.TrimSpace(string(svcTok)))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &hub{t: t, dir: dir, config: config, token: adminTok, hubURL: "http://" + hubPort, proxyURL: "http://" + proxyPort}
+	startHub(t, h)
+	t.Cleanup(func() {
+		h.stop()
+		if t.Failed() {
+			t.Logf("jupyterhub log:\n%s", h.log.String())
+		}
+	})
+
+	// ada's server: started through the hub's REST API.
+	if code, b := h.call("POST", "/hub/api/users/ada", nil); code != 201 && code != 409 {
+		t.Fatalf("create user ada: %d %s", code, b)
+	}
+	if code, b := h.call("POST", "/hub/api/users/ada/server", map[string]any{}); code != 201 && code != 202 {
+		t.Fatalf("start ada's server: %d %s", code, b)
+	}
+	msgs := h.progress("ada", nil)
+	t.Logf("ada's progress: %q", msgs)
+	order := []string{"GPUs assigned", "Starting", "Server running", "Server ready"}
+	at := 0
+	for _, m := range msgs {
+		if at < len(order) && strings.HasPrefix(m, order[at]) {
+			at++
+		}
+	}
+	if at < len(order) {
+		t.Errorf("progress %q does not show %q in order", msgs, order)
+	}
+	h.waitServer("ada", true)
+	if code, body := h.statusThroughProxy("ada"); code != 200 || !strings.Contains(body, "last_activity") {
+		t.Fatalf("GET /user/ada/api/status through the proxy = %d %s", code, body)
+	}
+	sessions := func(owner string) []state.Status {
+		cli := etcdClient(t, env.clientAddr)
+		var out []state.Status
+		resp, err := cli.Get(context.Background(), "/voyager/sessions/", clientOpts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			s, _ := state.Decode[state.Session](kv.Value)
+			if s.Owner == owner {
+				st, _, _ := state.Get[state.Status](context.Background(), cli, "/voyager/status/"+s.ID)
+				out = append(out, st)
+			}
+		}
+		return out
+	}
+	if got := sessions("ada"); len(got) != 1 || got[0].Phase != state.PhaseRunning {
+		t.Fatalf("ada's Voyager sessions: %+v", got)
+	}
+
+	// The hub restarts and still knows ada's server.
+	h.stop()
+	startHub(t, h)
+	h.waitServer("ada", true)
+	if code, body := h.statusThroughProxy("ada"); code != 200 {
+		t.Fatalf("after the hub restarted, /user/ada/api/status = %d %s", code, body)
+	}
+
+	// bob asks for all 8 GPUs while ada holds one: he waits, with his place.
+	if code, b := h.call("POST", "/hub/api/users/bob", nil); code != 201 && code != 409 {
+		t.Fatalf("create user bob: %d %s", code, b)
+	}
+	if code, b := h.call("POST", "/hub/api/users/bob/server", map[string]any{"gpus": 8}); code != 202 && code != 201 {
+		t.Fatalf("start bob's server: %d %s", code, b)
+	}
+	msgs = h.progress("bob", func(m string) bool { return strings.Contains(m, "ahead of you") || strings.Contains(m, "next in line") })
+	if last := msgs[len(msgs)-1]; !strings.Contains(last, "8×") || !(strings.Contains(last, "ahead of you") || strings.Contains(last, "next in line")) {
+		t.Errorf("bob's progress %q does not show his place in the queue", msgs)
+	}
+	// The hub gives up on bob's spawn after start_timeout and stops his
+	// spawner: the queued Voyager session is cancelled, nothing is left.
+	h.waitServer("bob", false)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := sessions("bob")
+		if len(got) == 1 && got[0].Phase == state.PhaseStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's session after the hub cancelled it: %+v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if resp, err := etcdClient(t, env.clientAddr).Get(context.Background(), "/voyager/pending/", clientOpts()...); err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("queue after the cancel: %v (err %v), want empty", resp.Kvs, err)
+	}
+
+	// Stopping ada's server removes its container.
+	if code, b := h.call("DELETE", "/hub/api/users/ada/server", nil); code != 204 && code != 202 {
+		t.Fatalf("stop ada's server: %d %s", code, b)
+	}
+	h.waitServer("ada", false)
+	deadline = time.Now().Add(30 * time.Second)
+	for len(containers(t, rt)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("containers left after the stop: %v", containers(t, rt))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code := dev.stop(); code != 0 {
+		t.Errorf("dev exit code %d", code)
+	}
+}
+
+func randomHex(t *testing.T) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func clientOpts() []clientv3.OpOption { return []clientv3.OpOption{clientv3.WithPrefix()} }
