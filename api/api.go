@@ -257,9 +257,10 @@ func (a *API) routes() *gin.Engine {
 	svc.GET("/sessions/:id/logs", a.sessionLogs)
 	svc.GET("/profiles", a.listProfiles)
 	svc.GET("/profiles/:name", a.getProfile)
+	// What is free now: JupyterHub's spawn form shows it to the user.
+	svc.GET("/nodes", a.requireSynced, a.listNodes)
 
 	usr := v1.Group("", a.denyService, a.requireSynced)
-	usr.GET("/nodes", a.listNodes)
 	usr.GET("/queue", a.queue)
 
 	adm := v1.Group("", a.denyService, a.requireAdmin)
@@ -339,7 +340,7 @@ func (a *API) allowService(c *gin.Context) {
 func (a *API) denyService(c *gin.Context) {
 	p := principalOf(c)
 	if p.serviceOnly || p.Service != "" {
-		a.problem(c, http.StatusForbidden, "Forbidden", fmt.Sprintf("a %q token may only act on behalf of a user on /sessions and /profiles", a.auth.cfg.ServiceRole))
+		a.problem(c, http.StatusForbidden, "Forbidden", fmt.Sprintf("a %q token may only act on behalf of a user on /sessions and /profiles, and read /nodes", a.auth.cfg.ServiceRole))
 		return
 	}
 	c.Next()

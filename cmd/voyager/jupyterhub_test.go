@@ -277,15 +277,23 @@ c.VoyagerSpawner.memory_mib = 1024
 	}
 	msgs := h.progress("ada", nil)
 	t.Logf("ada's progress: %q", msgs)
-	order := []string{"GPUs assigned", "Starting", "Server running", "Server ready"}
-	at := 0
+	// Events come in the order of the session's life. The stream starts at
+	// the session's status when the spawner connects, so a fast placer can
+	// make it begin past Waiting or GPUs assigned; never out of order.
+	rank := []string{"Waiting for GPUs", "GPUs assigned", "Starting", "Server running", "Server ready"}
+	last, seen := -1, map[int]bool{}
 	for _, m := range msgs {
-		if at < len(order) && strings.HasPrefix(m, order[at]) {
-			at++
+		for r, prefix := range rank {
+			if strings.HasPrefix(m, prefix) {
+				if r < last {
+					t.Errorf("progress %q goes back from %q to %q", msgs, rank[last], prefix)
+				}
+				last, seen[r] = r, true
+			}
 		}
 	}
-	if at < len(order) {
-		t.Errorf("progress %q does not show %q in order", msgs, order)
+	if !seen[3] || !seen[4] {
+		t.Errorf("progress %q lacks %q or %q", msgs, rank[3], rank[4])
 	}
 	h.waitServer("ada", true)
 	if code, body := h.statusThroughProxy("ada"); code != 200 || !strings.Contains(body, "last_activity") {
@@ -310,6 +318,21 @@ c.VoyagerSpawner.memory_mib = 1024
 	if got := sessions("ada"); len(got) != 1 || got[0].Phase != state.PhaseRunning {
 		t.Fatalf("ada's Voyager sessions: %+v", got)
 	}
+
+	// An impossible request fails at once, with Voyager's reason on the
+	// hub's spawn page (its progress stream), not after start_timeout.
+	if code, b := h.call("POST", "/hub/api/users/cy", nil); code != 201 && code != 409 {
+		t.Fatalf("create user cy: %d %s", code, b)
+	}
+	began := time.Now()
+	if code, b := h.call("POST", "/hub/api/users/cy/server", map[string]any{"gpus": 16}); code != 202 && code != 201 && code != 500 {
+		t.Fatalf("start cy's server: %d %s", code, b)
+	}
+	cyMsgs := h.progress("cy", nil)
+	if last := cyMsgs[len(cyMsgs)-1]; !strings.Contains(last, "Spawn failed") || !strings.Contains(last, "16") || time.Since(began) > 15*time.Second {
+		t.Errorf("impossible request: progress %q after %s; want a failure naming the request, at once", cyMsgs, time.Since(began))
+	}
+	t.Logf("cy's progress: %q", cyMsgs)
 
 	// The hub restarts and still knows ada's server.
 	h.stop()

@@ -64,13 +64,13 @@ const (
 	EnvAgentImage        = "VOYAGER_AGENT_IMAGE"
 	EnvAgentPorts        = "VOYAGER_AGENT_PORTS"
 	EnvAgentStopGrace    = "VOYAGER_AGENT_STOP_GRACE"
-
-	EnvRetention   = "VOYAGER_RETENTION"
-	EnvHistoryFile = "VOYAGER_HISTORY_FILE"
 	EnvAgentHomeDir      = "VOYAGER_AGENT_HOME_DIR"
 	EnvAgentUID          = "VOYAGER_AGENT_UID"
 	EnvAgentGID          = "VOYAGER_AGENT_GID"
 	EnvAgentLogMaxMiB    = "VOYAGER_AGENT_LOG_MAX_MIB"
+
+	EnvRetention   = "VOYAGER_RETENTION"
+	EnvHistoryFile = "VOYAGER_HISTORY_FILE"
 )
 
 // Config holds the settings of one voyager process. Load fills it from the

@@ -109,7 +109,16 @@ def make_app(fake):
         def get(self):
             self.finish(json.dumps({"items": [{"name": "a100-small", "description": "1×A100 <b>notebook</b>"}]}))
 
+    class Nodes(Base):
+        def get(self):
+            self.finish(json.dumps({"items": [
+                {"name": "gpu-1", "models": {"NVIDIA A100-SXM4-80GB": 8}, "simulated": True, "gpus": {"total": 8, "free": 6, "used": 2}},
+                {"name": "gpu-2", "models": {"NVIDIA A100-SXM4-80GB": 8}, "gpus": {"total": 8, "free": 3, "used": 5}},
+                {"name": "gpu-3", "cordon": {"node": "gpu-3"}, "gpus": {"total": 8, "free": 8}},
+            ]}))
+
     return web.Application([
+        (r"/api/v1/nodes", Nodes),
         (r"/api/v1/sessions", Sessions),
         (r"/api/v1/sessions/([^/]+)", Session),
         (r"/api/v1/sessions/([^/]+)/stop", Stop),
@@ -198,6 +207,7 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         form = await sp._options_form(sp)
         self.assertIn('value="a100-small"', form)
         self.assertIn("&lt;b&gt;notebook&lt;/b&gt;", form)
+        self.assertIn("Free now: 9 of 16 GPUs (NVIDIA A100-SXM4-80GB); largest on one node: 6 [simulated GPUs]", form)
         self.assertEqual(sp.options_from_form({"profile": ["a100-small"], "gpus": ["2"]}), {"profile": "a100-small", "gpus": 2})
         with self.assertRaises(ValueError):
             sp.options_from_form({"gpus": ["many"]})

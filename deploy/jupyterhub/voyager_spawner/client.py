@@ -66,6 +66,9 @@ class Client:
     async def profiles(self):
         return await self.request("GET", "/profiles")
 
+    async def nodes(self):
+        return await self.request("GET", "/nodes")
+
     async def events(self, sid, on_event, last_event_id=None, timeout=None):
         """Streams the session's events (Server-Sent Events), calling
         on_event(dict) for each, until the stream ends or on_event returns

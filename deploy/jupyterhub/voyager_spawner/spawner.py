@@ -99,13 +99,19 @@ class VoyagerSpawner(Spawner):
     # ---- options ----
 
     async def _options_form(self, spawner):
-        """Profiles from Voyager and a GPU count."""
+        """Profiles from Voyager, a GPU count, and what is free now."""
+        client = self.client()
         try:
-            answer = await self.client().profiles() or {}
+            answer = await client.profiles() or {}
             profiles = answer.get("items", []) if isinstance(answer, dict) else answer
         except VoyagerError as e:
             self.log.warning("read Voyager profiles: %s", e)
             profiles = []
+        try:
+            free = free_now((await client.nodes() or {}).get("items", []))
+        except VoyagerError as e:
+            self.log.warning("read Voyager nodes: %s", e)
+            free = "unknown (Voyager did not answer)"
         opts = ['<option value="">(defaults)</option>']
         for p in profiles:
             name = html.escape(p.get("name", ""))
@@ -116,6 +122,7 @@ class VoyagerSpawner(Spawner):
             f'<select class="form-control" name="profile" id="voyager-profile">{"".join(opts)}</select>'
             '<label for="voyager-gpus">GPUs</label>'
             f'<input class="form-control" type="number" min="0" max="64" name="gpus" id="voyager-gpus" value="{self.gpus}">'
+            f'<p class="help-block">Free now: {html.escape(free)}</p>'
         )
 
     def options_from_form(self, formdata):
@@ -257,6 +264,32 @@ class VoyagerSpawner(Spawner):
                 return
             await asyncio.sleep(0.5)
         self.log.warning("Voyager session %s still stopping after 5 minutes", self.session_id)
+
+
+def free_now(nodes):
+    """What is free now, from GET /api/v1/nodes, in plain words:
+    "9 of 16 GPUs (NVIDIA A100-SXM4-80GB); largest on one node: 8"."""
+    total = free = largest = 0
+    models = set()
+    simulated = False
+    for n in nodes:
+        if n.get("cordon"):
+            continue
+        g = n.get("gpus") or {}
+        total += g.get("total", 0)
+        free += g.get("free", 0)
+        largest = max(largest, g.get("free", 0))
+        models.update((n.get("models") or {}).keys())
+        simulated = simulated or n.get("simulated", False)
+    if total == 0:
+        return "no GPUs registered"
+    text = f"{free} of {total} GPUs"
+    if models:
+        text += " (" + ", ".join(sorted(models)) + ")"
+    text += f"; largest on one node: {largest}"
+    if simulated:
+        text += " [simulated GPUs]"
+    return text
 
 
 def server_label(name):
