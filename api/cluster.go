@@ -13,7 +13,6 @@ import (
 
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
-	"github.com/voyager-gpu/voyager/watcher"
 )
 
 // NodeSummary is a node as GET /api/v1/nodes shows it.
@@ -274,43 +273,13 @@ func (a *API) queuePlan() *queuePlan {
 	return qp
 }
 
-// snapshot builds a planning snapshot from the caches, as the placer does.
+// snapshot builds a planning snapshot from the caches, exactly as the
+// placer does.
 func (a *API) snapshot(now time.Time) *placer.Snapshot {
-	k := a.keys
-	s := &placer.Snapshot{Now: now, UserQuotas: map[string]state.Quota{}, GroupQuotas: map[string]state.Quota{}}
-	ledgers := a.ledgers.Snapshot()
-	cordons := a.cordons.Snapshot()
-	for _, n := range a.liveNodes() {
-		v := placer.NodeView{Node: n}
-		if c, ok := cordons.Get(k.Cordon(n.Name)); ok {
-			v.Cordon = &c
-		}
-		if l, ok := ledgers.Item(k.Ledger(n.Name)); ok {
-			v.Ledger, v.LedgerRevision = l.Value, l.ModRevision
-		}
-		if v.Ledger.Allocations == nil {
-			v.Ledger = state.Ledger{Node: n.Name, Allocations: map[string]state.Allocation{}}
-		}
-		s.Nodes = append(s.Nodes, v)
-	}
-	a.pending.Snapshot().Range(func(it watcher.Item[state.QueueEntry]) bool {
-		if id, ok := k.SessionID(it.Key); ok {
-			e := it.Value
-			e.Session = id
-			s.Pending = append(s.Pending, placer.Pending{Entry: e, Revision: it.ModRevision})
-		}
-		return true
-	})
-	for _, it := range a.quotas.List() {
-		if scope, name, ok := k.QuotaKey(it.Key); ok {
-			if scope == state.QuotaUsers {
-				s.UserQuotas[name] = it.Value
-			} else {
-				s.GroupQuotas[name] = it.Value
-			}
-		}
-	}
-	return s
+	return placer.SnapshotOf(a.keys, placer.Caches{
+		Nodes: a.nodes.Snapshot(), Ledgers: a.ledgers.Snapshot(), Cordons: a.cordons.Snapshot(),
+		Quotas: a.quotas.Snapshot(), Pending: a.pending.Snapshot(),
+	}, now)
 }
 
 func (a *API) queue(c *gin.Context) {

@@ -368,24 +368,36 @@ func (p *Placer) catchUp(ctx context.Context, bindRev, ledgerRev int64) error {
 
 // snapshot reads the caches into one planning snapshot.
 func (p *Placer) snapshot() *Snapshot {
-	k := p.cfg.Keys
-	cordons := map[string]*state.Cordon{}
-	for _, it := range p.cordons.List() {
-		c := it.Value
-		if name, ok := k.NodeName(it.Key); ok {
-			cordons[name] = &c
-		}
-	}
-	ledgers := p.ledgers.Snapshot()
-	s := &Snapshot{Now: p.cfg.Now(), UserQuotas: map[string]state.Quota{}, GroupQuotas: map[string]state.Quota{}}
-	for _, it := range p.nodes.List() {
+	return SnapshotOf(p.cfg.Keys, Caches{
+		Nodes: p.nodes.Snapshot(), Ledgers: p.ledgers.Snapshot(), Cordons: p.cordons.Snapshot(),
+		Quotas: p.quotas.Snapshot(), Pending: p.pending.Snapshot(),
+	}, p.cfg.Now())
+}
+
+// Caches are the watcher snapshots that a planning snapshot is read from.
+type Caches struct {
+	Nodes   *watcher.Snapshot[state.Node]
+	Ledgers *watcher.Snapshot[state.Ledger]
+	Cordons *watcher.Snapshot[state.Cordon]
+	Quotas  *watcher.Snapshot[state.Quota]
+	Pending *watcher.Snapshot[state.QueueEntry]
+}
+
+// SnapshotOf builds the planning snapshot of c at now: every placer plans on
+// it, and so does the API's queue view, so both see the same queue.
+func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
+	s := &Snapshot{Now: now, UserQuotas: map[string]state.Quota{}, GroupQuotas: map[string]state.Quota{}}
+	for _, it := range c.Nodes.List() {
 		name, ok := k.NodeName(it.Key)
 		if !ok {
 			continue
 		}
-		v := NodeView{Node: it.Value, Cordon: cordons[name]}
+		v := NodeView{Node: it.Value}
 		v.Node.Name = name
-		if l, ok := ledgers.Item(k.Ledger(name)); ok {
+		if cd, ok := c.Cordons.Get(k.Cordon(name)); ok {
+			v.Cordon = &cd
+		}
+		if l, ok := c.Ledgers.Item(k.Ledger(name)); ok {
 			v.Ledger, v.LedgerRevision = l.Value, l.ModRevision
 		}
 		if v.Ledger.Allocations == nil {
@@ -395,9 +407,8 @@ func (p *Placer) snapshot() *Snapshot {
 	}
 	// Plan orders the queue itself (priority, share, age, id), so the
 	// entries need no sorting here.
-	pending := p.pending.Snapshot()
-	s.Pending = make([]Pending, 0, pending.Len())
-	pending.Range(func(it watcher.Item[state.QueueEntry]) bool {
+	s.Pending = make([]Pending, 0, c.Pending.Len())
+	c.Pending.Range(func(it watcher.Item[state.QueueEntry]) bool {
 		if id, ok := k.SessionID(it.Key); ok {
 			e := it.Value
 			e.Session = id
@@ -405,7 +416,7 @@ func (p *Placer) snapshot() *Snapshot {
 		}
 		return true
 	})
-	for _, it := range p.quotas.List() {
+	c.Quotas.Range(func(it watcher.Item[state.Quota]) bool {
 		if scope, name, ok := k.QuotaKey(it.Key); ok {
 			if scope == state.QuotaUsers {
 				s.UserQuotas[name] = it.Value
@@ -413,7 +424,8 @@ func (p *Placer) snapshot() *Snapshot {
 				s.GroupQuotas[name] = it.Value
 			}
 		}
-	}
+		return true
+	})
 	return s
 }
 
