@@ -106,6 +106,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	if ec.LogLevel == "" {
 		ec.LogLevel = "error"
 	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(serverZap(ec.LogLevel))
 	// An existing member directory means "rejoin", which embed decides from
 	// the WAL; ClusterState only matters on first boot.
 	ec.ClusterState = embed.ClusterStateFlagNew
