@@ -221,6 +221,21 @@ func cliFail(stderr io.Writer, name string, err error) int {
 
 // cliParse parses a CLI subcommand's flags; like subcommand.parse it
 // returns -1 when the caller should go on.
+// needSubcommand handles a command group (session, node) called without a
+// subcommand: --help prints the group's help, anything else is a usage
+// error. It returns -1 when args do start with a subcommand.
+func needSubcommand(group, usage, desc string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return -1
+	}
+	fs := flag.NewFlagSet("voyager "+group, flag.ContinueOnError)
+	if code := cliParse(fs, group, usage, desc, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	fmt.Fprintf(stderr, "voyager %s: want a subcommand\n\nUsage: voyager %s %s\n\n%s\n", group, group, usage, desc)
+	return exitUsage
+}
+
 func cliParse(fs *flag.FlagSet, name, usage, desc string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	help := func(w io.Writer) {

@@ -25,13 +25,8 @@ const nodeDesc = `Shows and administers GPU nodes.
   drain [-reason R] [-deadline D] NAME   cordon, and stop its notebooks now or after D (admin)`
 
 func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fs := flag.NewFlagSet("voyager node", flag.ContinueOnError)
-		if code := cliParse(fs, "node", nodeUsage, nodeDesc, args, stdout, stderr); code >= 0 {
-			return code
-		}
-		fmt.Fprintf(stderr, "voyager node: want a subcommand\n\nUsage: voyager node %s\n\n%s\n", nodeUsage, nodeDesc)
-		return exitUsage
+	if code := needSubcommand("node", nodeUsage, nodeDesc, args, stdout, stderr); code >= 0 {
+		return code
 	}
 	sub, args := args[0], args[1:]
 	name := "node " + sub

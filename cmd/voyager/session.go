@@ -141,13 +141,8 @@ const sessionDesc = `Manages your sessions over the HTTP API.
   wait [-for PHASE] ID           wait until it is Running (or any PHASE, or "end")`
 
 func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fs := flag.NewFlagSet("voyager session", flag.ContinueOnError)
-		if code := cliParse(fs, "session", sessionUsage, sessionDesc, args, stdout, stderr); code >= 0 {
-			return code
-		}
-		fmt.Fprintf(stderr, "voyager session: want a subcommand\n\nUsage: voyager session %s\n\n%s\n", sessionUsage, sessionDesc)
-		return exitUsage
+	if code := needSubcommand("session", sessionUsage, sessionDesc, args, stdout, stderr); code >= 0 {
+		return code
 	}
 	sub, args := args[0], args[1:]
 	name := "session " + sub
