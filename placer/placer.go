@@ -672,7 +672,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, ledgers *watcher
 				order = append(order, pp.Node)
 			}
 			lw.Ledger.Allocations[e.Session] = state.Allocation{
-				Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
+				Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
 				Role: pp.Role, GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,
 			}
 			bd := state.Binding{

@@ -179,7 +179,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			return Decision{}, false
 		}
 		alloc := state.Allocation{
-			Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
+			Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
 			Role: role, CPUMilli: pt.req.CPUMilli, MemoryMiB: pt.req.MemoryMiB, Ports: n.freePorts(pt.ports),
 		}
 		for _, di := range devs {

@@ -74,6 +74,7 @@ var docTypes = map[string]any{
 	"Quota":      state.Quota{},
 	"Profile":    state.Profile{},
 	"Placer":     state.Placer{},
+	"Warning":    state.Warning{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
 }

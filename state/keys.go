@@ -23,6 +23,7 @@ const (
 	dirProfiles = "profiles"
 	dirPlacers  = "placers"
 	dirIdem     = "idempotency"
+	dirWarnings = "warnings"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;
@@ -138,10 +139,16 @@ func (k Keys) IdempotencyDir() string { return k.dir(dirIdem) }
 // digest is a hex digest of the client's key, so any header value is safe.
 func (k Keys) Idempotency(owner, digest string) string { return k.key2(dirIdem, owner, digest) }
 
-// SessionID returns the session id of a key under sessions/, pending/ or
-// status/, and false for any other key.
+// Warnings is the directory of lifecycle warnings.
+func (k Keys) Warnings() string { return k.dir(dirWarnings) }
+
+// Warning is the key of session id's lifecycle warning.
+func (k Keys) Warning(id string) string { return k.key(dirWarnings, id) }
+
+// SessionID returns the session id of a key under sessions/, pending/,
+// status/ or warnings/, and false for any other key.
 func (k Keys) SessionID(key string) (string, bool) {
-	for _, d := range []string{dirSessions, dirPending, dirStatus} {
+	for _, d := range []string{dirSessions, dirPending, dirStatus, dirWarnings} {
 		if k.hasDir(d, key) {
 			id := k.trimDir(d, key)
 			return id, id != "" && !strings.Contains(id, "/")

@@ -146,7 +146,9 @@ const (
 )
 
 // Session is the spec of one session, stored at sessions/<id>. The API
-// writes it on create and changes only Desired afterwards.
+// writes it on create; afterwards the API changes Desired (stop) and
+// Limits.MaxRuntime (an owner's extension), and the lifecycle controller
+// sets Eviction, and clears it when it re-queues the session.
 type Session struct {
 	ID      string      `json:"id"`
 	Owner   string      `json:"owner"`
@@ -167,7 +169,59 @@ type Session struct {
 	Restart     RestartPolicy `json:"restart"`
 
 	Desired DesiredState `json:"desired"`
-	Created time.Time    `json:"created"`
+	// Eviction, when set, is the system's decision to stop the session
+	// (idle, max runtime, drain, preemption): its agent stops the
+	// containers as for a stop and writes the eviction's reason into the
+	// final status.
+	Eviction *Eviction `json:"eviction,omitempty"`
+	Created  time.Time `json:"created"`
+}
+
+// Stopping reports whether the session's agents should stop it: its owner
+// asked, or the lifecycle controller evicted it.
+func (s Session) Stopping() bool { return s.Desired == DesiredStopped || s.Eviction != nil }
+
+// Warning and eviction reasons: why the system stops a session.
+const (
+	ReasonIdle       = "IdleTimeout" // no activity past the idle timeout
+	ReasonMaxRuntime = "MaxRuntime"  // ran past its max runtime
+	ReasonDrained    = "NodeDrained" // its node is drained and the deadline passed
+	ReasonPreempted  = "Preempted"   // a higher-priority session needs its GPUs
+	ReasonBackOff    = "BackOff"     // failed; waits to restart (OnFailure)
+)
+
+// Eviction is the lifecycle controller's decision to stop a running
+// session, written into its spec once a warning's deadline passed.
+type Eviction struct {
+	// Reason is one of IdleTimeout, MaxRuntime, NodeDrained, Preempted.
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+	// Requeue puts the session back in the queue once its containers
+	// stopped, instead of ending it (preemption).
+	Requeue bool `json:"requeue,omitempty"`
+	// By is the session that preempted this one.
+	By string `json:"by,omitempty"`
+}
+
+// Warning tells a session's owner that the system will stop the session,
+// why, and when: stored at warnings/<id> by the lifecycle controller. It is
+// deleted when its cause goes away (activity resumed, runtime extended,
+// node uncordoned) and when the session ends. The API streams it as a
+// "warning" event.
+type Warning struct {
+	Session string `json:"session"`
+	// Reason is one of IdleTimeout, MaxRuntime, NodeDrained, Preempted.
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Issued  time.Time `json:"issued"`
+	// StopAt is when the session will be stopped unless the cause goes away.
+	StopAt time.Time `json:"stopAt"`
+	// Node is the node being drained, or the node whose GPUs the
+	// preempting session will take.
+	Node string `json:"node,omitempty"`
+	// By is the session that preempts this one.
+	By string `json:"by,omitempty"`
 }
 
 // QueueEntry is a pending session's place in the queue, stored at
@@ -240,6 +294,50 @@ type Status struct {
 	Bound         *time.Time        `json:"bound,omitempty"`
 	Started       *time.Time        `json:"started,omitempty"`
 	Finished      *time.Time        `json:"finished,omitempty"`
+	// RetryAt is when a session that waits to run again (Phase Pending,
+	// Reason BackOff or Preempted, no queue entry yet) is re-queued.
+	RetryAt *time.Time `json:"retryAt,omitempty"`
+	// Activity is what the agent last saw the running session do.
+	Activity *Activity `json:"activity,omitempty"`
+}
+
+// Activity is a running session's use, sampled by its head node's agent.
+type Activity struct {
+	// LastActive is the last moment anything counted as activity: the
+	// start, Jupyter's last_activity, a busy kernel, or a GPU at or above
+	// the agent's busy percent. Idle culling measures from it.
+	LastActive time.Time `json:"lastActive"`
+	// Sampled is when the agent last looked.
+	Sampled time.Time `json:"sampled"`
+	// Jupyter is what the session's Jupyter server reported; nil when it
+	// serves none or could not be read.
+	Jupyter *JupyterActivity `json:"jupyter,omitempty"`
+	// GPUs is each allocated GPU's use on this node.
+	GPUs []GPUActivity `json:"gpus,omitempty"`
+}
+
+// JupyterActivity is what a Jupyter server's /api/status and /api/kernels say.
+type JupyterActivity struct {
+	LastActivity time.Time `json:"lastActivity"`
+	Kernels      int       `json:"kernels"`
+	BusyKernels  int       `json:"busyKernels"`
+	Connections  int       `json:"connections"`
+}
+
+// GPUActivity is one allocated GPU's use.
+type GPUActivity struct {
+	UUID               string `json:"uuid"`
+	UtilizationPercent int    `json:"utilizationPercent"`
+	MemoryUsedMiB      int64  `json:"memoryUsedMiB"`
+	Processes          int    `json:"processes"`
+	// IdleSince is when the GPU last had a process or utilisation; nil
+	// while it has.
+	IdleSince *time.Time `json:"idleSince,omitempty"`
+	// Unused flags a GPU idle longer than the agent's unused-after time:
+	// allocated, but nothing runs on it.
+	Unused bool `json:"unused,omitempty"`
+	// Simulated marks numbers made up for a simulated GPU.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // GPU is one physical GPU of a node as NVML reports it.
@@ -292,15 +390,17 @@ type Node struct {
 // priority are copied from the session so that fair share, quotas and
 // preemption are computed from ledgers alone.
 type Allocation struct {
-	Owner       string   `json:"owner"`
-	Groups      []string `json:"groups,omitempty"`
-	Priority    int      `json:"priority"`
-	Preemptible bool     `json:"preemptible,omitempty"`
-	Role        Role     `json:"role"`
-	GPUs        []string `json:"gpus,omitempty"` // GPU or MIG device UUIDs
-	CPUMilli    int64    `json:"cpuMilli"`
-	MemoryMiB   int64    `json:"memoryMiB"`
-	Ports       []int    `json:"ports,omitempty"`
+	// Kind is the session's kind: preemption spares notebooks unless configured.
+	Kind        SessionKind `json:"kind,omitempty"`
+	Owner       string      `json:"owner"`
+	Groups      []string    `json:"groups,omitempty"`
+	Priority    int         `json:"priority"`
+	Preemptible bool        `json:"preemptible,omitempty"`
+	Role        Role        `json:"role"`
+	GPUs        []string    `json:"gpus,omitempty"` // GPU or MIG device UUIDs
+	CPUMilli    int64       `json:"cpuMilli"`
+	MemoryMiB   int64       `json:"memoryMiB"`
+	Ports       []int       `json:"ports,omitempty"`
 }
 
 // Ledger is what is allocated on a node, stored at ledger/<name>. The

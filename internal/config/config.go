@@ -69,8 +69,22 @@ const (
 	EnvAgentGID          = "VOYAGER_AGENT_GID"
 	EnvAgentLogMaxMiB    = "VOYAGER_AGENT_LOG_MAX_MIB"
 
+	EnvAgentActivityEvery  = "VOYAGER_AGENT_ACTIVITY_EVERY"
+	EnvAgentGPUBusyPercent = "VOYAGER_AGENT_GPU_BUSY_PERCENT"
+	EnvAgentGPUUnusedAfter = "VOYAGER_AGENT_GPU_UNUSED_AFTER"
+
 	EnvRetention   = "VOYAGER_RETENTION"
 	EnvHistoryFile = "VOYAGER_HISTORY_FILE"
+
+	EnvIdleTimeout       = "VOYAGER_IDLE_TIMEOUT"
+	EnvStopWarning       = "VOYAGER_STOP_WARNING"
+	EnvMaxRuntime        = "VOYAGER_MAX_RUNTIME"
+	EnvMaxRuntimeCap     = "VOYAGER_MAX_RUNTIME_CAP"
+	EnvDrainDeadline     = "VOYAGER_DRAIN_DEADLINE"
+	EnvPreemptGrace      = "VOYAGER_PREEMPT_GRACE"
+	EnvPreemptNotebooks  = "VOYAGER_PREEMPT_NOTEBOOKS"
+	EnvRestartBackoff    = "VOYAGER_RESTART_BACKOFF"
+	EnvRestartBackoffMax = "VOYAGER_RESTART_BACKOFF_MAX"
 )
 
 // Config holds the settings of one voyager process. Load fills it from the
@@ -175,6 +189,37 @@ type Config struct {
 	AgentGID int `env:"VOYAGER_AGENT_GID" envDefault:"100" doc:"group id that runs session containers"`
 	// AgentLogMaxMiB caps each container's log file.
 	AgentLogMaxMiB int `env:"VOYAGER_AGENT_LOG_MAX_MIB" envDefault:"10" doc:"size cap of each session's log file (<data dir>/logs), in MiB; older output is trimmed"`
+
+	// AgentActivityEvery is how often the agent samples each session's
+	// Jupyter and GPU activity.
+	AgentActivityEvery time.Duration `env:"VOYAGER_AGENT_ACTIVITY_EVERY" envDefault:"30s" doc:"how often the agent samples each running session's Jupyter activity (/api/status, busy kernels) and GPU use (NVML) into its status"`
+	// AgentGPUBusyPercent is the GPU utilisation that counts as activity.
+	AgentGPUBusyPercent int `env:"VOYAGER_AGENT_GPU_BUSY_PERCENT" envDefault:"10" doc:"GPU utilisation (percent) at or above which a session's GPU counts as activity, so a training run is never culled as idle"`
+	// AgentGPUUnusedAfter is how long an allocated GPU may run no process
+	// before it is flagged unused.
+	AgentGPUUnusedAfter time.Duration `env:"VOYAGER_AGENT_GPU_UNUSED_AFTER" envDefault:"30m" doc:"an allocated GPU with no process and no utilisation this long is flagged unused (in /metrics and the node view)"`
+
+	// Lifecycle rules (voyager placer, voyager dev; the API for extensions).
+
+	// IdleTimeout is the cluster default idle timeout of notebooks.
+	IdleTimeout time.Duration `env:"VOYAGER_IDLE_TIMEOUT" envDefault:"2h" doc:"a notebook idle this long (no Jupyter activity, no busy kernel, no GPU above the busy percent) is warned, then stopped; a session's or profile's idleTimeout overrides it; 0 turns idle culling off"`
+	// StopWarning is how far ahead of a stop for idleness, max runtime or
+	// a drain without a deadline the owner is warned.
+	StopWarning time.Duration `env:"VOYAGER_STOP_WARNING" envDefault:"15m" doc:"warning ahead of a system stop: the grace after an idle warning, the lead before max runtime ends"`
+	// MaxRuntime is the cluster default max runtime.
+	MaxRuntime time.Duration `env:"VOYAGER_MAX_RUNTIME" envDefault:"0s" doc:"sessions that name no maxRuntime (nor their profile) stop this long after they start; 0: no default limit"`
+	// MaxRuntimeCap is the most any session may ask for, extensions included.
+	MaxRuntimeCap time.Duration `env:"VOYAGER_MAX_RUNTIME_CAP" envDefault:"0s" doc:"the longest maxRuntime a session may ask for or be extended to by its owner; 0: no cap"`
+	// DrainDeadline is how long a drain without a deadline gives notebooks.
+	DrainDeadline time.Duration `env:"VOYAGER_DRAIN_DEADLINE" envDefault:"1h" doc:"when a node is drained without a deadline, its notebook sessions stop this long after the drain (batch sessions run to completion)"`
+	// PreemptGrace is the time a preempted session has between its warning and its stop.
+	PreemptGrace time.Duration `env:"VOYAGER_PREEMPT_GRACE" envDefault:"2m" doc:"time between a preemption warning and the victim's stop (then it is re-queued)"`
+	// PreemptNotebooks lets preemption take preemptible notebooks too.
+	PreemptNotebooks bool `env:"VOYAGER_PREEMPT_NOTEBOOKS" envDefault:"false" doc:"also preempt notebook sessions marked preemptible; by default only batch sessions are preempted"`
+	// RestartBackoff is the first restart delay of OnFailure sessions that name none.
+	RestartBackoff time.Duration `env:"VOYAGER_RESTART_BACKOFF" envDefault:"10s" doc:"delay before the first restart of a failed OnFailure batch session that names no backoff; it doubles each restart"`
+	// RestartBackoffMax caps the doubling restart delay.
+	RestartBackoffMax time.Duration `env:"VOYAGER_RESTART_BACKOFF_MAX" envDefault:"10m" doc:"the longest delay between restarts of a failing OnFailure session"`
 
 	// Retention of finished sessions (voyager placer, voyager dev).
 
@@ -456,6 +501,28 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	if cfg.Retention < time.Minute {
 		errs = append(errs, invalid(EnvRetention, wantFor(EnvRetention)))
 	}
+	if cfg.AgentActivityEvery < 100*time.Millisecond {
+		errs = append(errs, invalid(EnvAgentActivityEvery, wantFor(EnvAgentActivityEvery)))
+	}
+	if cfg.AgentGPUBusyPercent < 0 || cfg.AgentGPUBusyPercent > 100 {
+		errs = append(errs, invalid(EnvAgentGPUBusyPercent, wantFor(EnvAgentGPUBusyPercent)))
+	}
+	for _, d := range []struct {
+		env string
+		v   time.Duration
+	}{
+		{EnvAgentGPUUnusedAfter, cfg.AgentGPUUnusedAfter}, {EnvIdleTimeout, cfg.IdleTimeout},
+		{EnvStopWarning, cfg.StopWarning}, {EnvMaxRuntime, cfg.MaxRuntime}, {EnvMaxRuntimeCap, cfg.MaxRuntimeCap},
+		{EnvDrainDeadline, cfg.DrainDeadline}, {EnvPreemptGrace, cfg.PreemptGrace},
+		{EnvRestartBackoff, cfg.RestartBackoff}, {EnvRestartBackoffMax, cfg.RestartBackoffMax},
+	} {
+		if d.v < 0 {
+			errs = append(errs, invalid(d.env, wantFor(d.env)))
+		}
+	}
+	if cfg.MaxRuntimeCap > 0 && cfg.MaxRuntime > cfg.MaxRuntimeCap {
+		errs = append(errs, invalid(EnvMaxRuntime, "a duration no longer than "+EnvMaxRuntimeCap+" ("+cfg.MaxRuntimeCap.String()+")"))
+	}
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
@@ -521,6 +588,13 @@ func wantFor(envName string) string {
 		return "a whole number of 0 or more, such as 1000"
 	case EnvAgentLogMaxMiB:
 		return "a whole number of MiB of at least 1, such as 10"
+	case EnvAgentActivityEvery:
+		return "a duration of at least 100ms, such as 30s"
+	case EnvAgentGPUBusyPercent:
+		return "a whole percent from 0 to 100, such as 10"
+	case EnvAgentGPUUnusedAfter, EnvIdleTimeout, EnvStopWarning, EnvMaxRuntime, EnvMaxRuntimeCap,
+		EnvDrainDeadline, EnvPreemptGrace, EnvRestartBackoff, EnvRestartBackoffMax:
+		return "a duration of 0 or more, such as 15m or 2h"
 	}
 	return "a valid value"
 }
