@@ -185,6 +185,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.Profile("a100-small"):                  values["Profile"],
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
+		k.Warning(sess.ID):                       values["Warning"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -196,7 +197,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {
