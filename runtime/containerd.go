@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	cgroupsv1 "github.com/containerd/cgroups/stats/v1"
+	cgroupsv2 "github.com/containerd/cgroups/v2/stats"
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
@@ -571,4 +573,55 @@ func normalizeRef(ref string) string {
 		return ref
 	}
 	return named.String()
+}
+
+// CPUUsage reads the container's cumulative CPU time from its task's
+// cgroup metrics (cgroup v1's cpuacct usage or v2's cpu.stat usage_usec).
+func (c *Containerd) CPUUsage(ctx context.Context, id string) (time.Duration, error) {
+	cont, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return 0, fmt.Errorf("CPU usage of container %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("CPU usage of container %s: %w", id, err)
+	}
+	task, err := cont.Task(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("CPU usage of container %s: no process: %w", id, err)
+	}
+	m, err := task.Metrics(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("CPU usage of container %s: %w", id, err)
+	}
+	if m.Data == nil {
+		return 0, fmt.Errorf("CPU usage of container %s: the runtime returned no metrics", id)
+	}
+	return cpuFromMetrics(m.Data.GetTypeUrl(), m.Data.GetValue())
+}
+
+// cpuFromMetrics decodes the CPU time out of a shim's cgroup metrics by
+// their type: the shim of containerd 1.6 and 1.7 sends cgroups v1 or v2
+// Metrics, the same protobuf messages under both.
+func cpuFromMetrics(typeURL string, b []byte) (time.Duration, error) {
+	switch strings.TrimPrefix(typeURL, "/") {
+	case "io.containerd.cgroups.v1.Metrics":
+		var m cgroupsv1.Metrics
+		if err := m.Unmarshal(b); err != nil {
+			return 0, fmt.Errorf("decode cgroup v1 metrics: %w", err)
+		}
+		if m.CPU == nil || m.CPU.Usage == nil {
+			return 0, errors.New("decode cgroup v1 metrics: no CPU usage")
+		}
+		return time.Duration(m.CPU.Usage.Total), nil
+	case "io.containerd.cgroups.v2.Metrics":
+		var m cgroupsv2.Metrics
+		if err := m.Unmarshal(b); err != nil {
+			return 0, fmt.Errorf("decode cgroup v2 metrics: %w", err)
+		}
+		if m.CPU == nil {
+			return 0, errors.New("decode cgroup v2 metrics: no CPU usage")
+		}
+		return time.Duration(m.CPU.UsageUsec) * time.Microsecond, nil
+	}
+	return 0, fmt.Errorf("decode container metrics: unknown type %q", typeURL)
 }

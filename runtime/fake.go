@@ -32,6 +32,7 @@ type fakeContainer struct {
 	code    int
 	done    chan struct{}
 	started time.Time
+	cpu     time.Duration
 }
 
 var _ Runtime = (*Fake)(nil)
@@ -228,4 +229,28 @@ func (f *Fake) List(_ context.Context, labels map[string]string) ([]Info, error)
 	}
 	slices.SortFunc(out, func(a, b Info) int { return cmpString(a.ID, b.ID) })
 	return out, nil
+}
+
+// SetCPUUsage sets the CPU time container id reports from CPUUsage: how
+// tests make a fake process busy (raise it between samples) or idle.
+func (f *Fake) SetCPUUsage(id string, d time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok {
+		return fmt.Errorf("set CPU usage of container %s: %w", id, ErrNotFound)
+	}
+	c.cpu = d
+	return nil
+}
+
+// CPUUsage reports what SetCPUUsage set (0 until then).
+func (f *Fake) CPUUsage(_ context.Context, id string) (time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok {
+		return 0, fmt.Errorf("CPU usage of container %s: %w", id, ErrNotFound)
+	}
+	return c.cpu, nil
 }

@@ -1,9 +1,12 @@
 package runtime_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
@@ -41,5 +44,23 @@ func TestContractContainerd(t *testing.T) {
 		Image: runtimetest.ImageRef,
 		Serve: []string{"sleep", "3600"},
 		Exit:  func(code int) []string { return []string{"sh", "-c", "exit " + strconv.Itoa(code)} },
+		Busy:  []string{"sh", "-c", "while :; do :; done"},
 	})
+}
+
+func TestFakeCPUUsageIsSettable(t *testing.T) {
+	ctx := context.Background()
+	f := runtime.NewFake(nil, "busybox")
+	if err := f.Start(ctx, runtime.Spec{ID: "c", Image: "busybox"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetCPUUsage("c", 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := f.CPUUsage(ctx, "c"); err != nil || d != 3*time.Second {
+		t.Fatalf("CPUUsage = %v, %v; want 3s", d, err)
+	}
+	if err := f.SetCPUUsage("nope", time.Second); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("SetCPUUsage of an unknown id: %v; want ErrNotFound", err)
+	}
 }

@@ -48,6 +48,11 @@ type Runtime interface {
 	// List returns the containers whose labels include every entry of
 	// labels (all containers for an empty map), sorted by id.
 	List(ctx context.Context, labels map[string]string) ([]Info, error)
+	// CPUUsage returns the CPU time the container's processes have used
+	// since it started (user and system, all cores; from its cgroup). It
+	// only grows while the container runs. An unknown id is ErrNotFound;
+	// a container whose process has exited may report an error.
+	CPUUsage(ctx context.Context, id string) (time.Duration, error)
 }
 
 // State is a container's lifecycle state.

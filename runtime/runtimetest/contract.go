@@ -21,6 +21,9 @@ type Harness struct {
 	Serve []string
 	// Exit returns a command that exits at once with code.
 	Exit func(code int) []string
+	// Busy is a command that keeps one CPU busy until it is stopped; nil
+	// skips the check that CPUUsage grows (a fake runs no process).
+	Busy []string
 }
 
 // Run checks the Runtime contract against the implementation h adapts.
@@ -183,6 +186,42 @@ func Run(t *testing.T, h Harness) {
 		defer cancel()
 		if _, err := rt.Wait(wctx, "w"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Wait on a running container with an ending ctx: %v; want DeadlineExceeded", err)
+		}
+	})
+	t.Run("CPUUsage", func(t *testing.T) {
+		rt := h.New(t)
+		if err := rt.Start(ctx, spec("idle", h.Serve, nil)); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := rt.CPUUsage(ctx, "idle"); err != nil || d < 0 {
+			t.Fatalf("CPUUsage of a running container = %v, %v; want a time ≥ 0", d, err)
+		}
+		if _, err := rt.CPUUsage(ctx, "nope"); !errors.Is(err, runtime.ErrNotFound) {
+			t.Fatalf("CPUUsage of an unknown id: %v; want ErrNotFound", err)
+		}
+		if h.Busy == nil {
+			return
+		}
+		if err := rt.Start(ctx, spec("busy", h.Busy, nil)); err != nil {
+			t.Fatal(err)
+		}
+		first, err := rt.CPUUsage(ctx, "busy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			d, err := rt.CPUUsage(ctx, "busy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d-first >= 200*time.Millisecond {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a busy container used %v of CPU in 30s; want it to grow by 200ms", d-first)
+			}
+			time.Sleep(50 * time.Millisecond) // polling, bounded by deadline
 		}
 	})
 	t.Run("UnknownID", func(t *testing.T) {
