@@ -114,6 +114,8 @@ type Placer struct {
 	cordons *watcher.Cache[state.Cordon]
 	quotas  *watcher.Cache[state.Quota]
 	placers *watcher.Cache[state.Placer]
+	// warnings tells which nodes are held for preempting sessions.
+	warnings *watcher.Cache[state.Warning]
 
 	kick  chan struct{}
 	ready chan struct{} // closed when the caches first synced
@@ -138,18 +140,19 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	log := cfg.Logger.With("component", "placer", "placer", cfg.ID)
 	wopt := func(name string) watcher.Options { return watcher.Options{Name: name, Logger: log} }
 	p := &Placer{
-		cfg:     cfg,
-		cli:     cli,
-		log:     log,
-		pending: watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
-		nodes:   watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
-		ledgers: watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
-		cordons: watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
-		quotas:  watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
-		placers: watcher.New(cli, k.Placers(), watcher.JSON[state.Placer], wopt("placers")),
-		kick:    make(chan struct{}, 1),
-		ready:   make(chan struct{}),
-		written: map[string]writtenStatus{},
+		cfg:      cfg,
+		cli:      cli,
+		log:      log,
+		pending:  watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
+		nodes:    watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
+		ledgers:  watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
+		cordons:  watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
+		quotas:   watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
+		placers:  watcher.New(cli, k.Placers(), watcher.JSON[state.Placer], wopt("placers")),
+		warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
+		kick:     make(chan struct{}, 1),
+		ready:    make(chan struct{}),
+		written:  map[string]writtenStatus{},
 	}
 	kick := func() {
 		select {
@@ -163,6 +166,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	p.cordons.AddHandler(func(watcher.Event[state.Cordon]) { kick() })
 	p.quotas.AddHandler(func(watcher.Event[state.Quota]) { kick() })
 	p.placers.AddHandler(func(watcher.Event[state.Placer]) { kick() })
+	p.warnings.AddHandler(func(watcher.Event[state.Warning]) { kick() })
 	return p
 }
 
@@ -201,6 +205,7 @@ func (p *Placer) Run(ctx context.Context) error {
 	runCache(p.cordons.Run)
 	runCache(p.quotas.Run)
 	runCache(p.placers.Run)
+	runCache(p.warnings.Run)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -272,7 +277,7 @@ func (p *Placer) register(ctx context.Context) error {
 
 // loop runs passes, driven by cache events and a ticker.
 func (p *Placer) loop(ctx context.Context) error {
-	for _, c := range []interface{ WaitSynced(context.Context) error }{p.pending, p.nodes, p.ledgers, p.cordons, p.quotas, p.placers} {
+	for _, c := range []interface{ WaitSynced(context.Context) error }{p.pending, p.nodes, p.ledgers, p.cordons, p.quotas, p.placers, p.warnings} {
 		if err := c.WaitSynced(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -370,7 +375,7 @@ func (p *Placer) catchUp(ctx context.Context, bindRev, ledgerRev int64) error {
 func (p *Placer) snapshot() *Snapshot {
 	return SnapshotOf(p.cfg.Keys, Caches{
 		Nodes: p.nodes.Snapshot(), Ledgers: p.ledgers.Snapshot(), Cordons: p.cordons.Snapshot(),
-		Quotas: p.quotas.Snapshot(), Pending: p.pending.Snapshot(),
+		Quotas: p.quotas.Snapshot(), Pending: p.pending.Snapshot(), Warnings: p.warnings.Snapshot(),
 	}, p.cfg.Now())
 }
 
@@ -381,6 +386,8 @@ type Caches struct {
 	Cordons *watcher.Snapshot[state.Cordon]
 	Quotas  *watcher.Snapshot[state.Quota]
 	Pending *watcher.Snapshot[state.QueueEntry]
+	// Warnings, when set, gives the nodes held for preempting sessions.
+	Warnings *watcher.Snapshot[state.Warning]
 }
 
 // SnapshotOf builds the planning snapshot of c at now: every placer plans on
@@ -416,6 +423,17 @@ func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
 		}
 		return true
 	})
+	if c.Warnings != nil {
+		c.Warnings.Range(func(it watcher.Item[state.Warning]) bool {
+			if w := it.Value; w.Reason == state.ReasonPreempted && w.Node != "" && w.By != "" {
+				if s.Held == nil {
+					s.Held = map[string]string{}
+				}
+				s.Held[w.Node] = w.By
+			}
+			return true
+		})
+	}
 	c.Quotas.Range(func(it watcher.Item[state.Quota]) bool {
 		if scope, name, ok := k.QuotaKey(it.Key); ok {
 			if scope == state.QuotaUsers {

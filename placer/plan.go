@@ -60,8 +60,9 @@ type Waiting struct {
 type Plan struct {
 	Bound   []Decision
 	Waiting []Waiting
-	// Reserved maps nodes held for long-waiting requests to the session
-	// holding them.
+	// Reserved maps nodes held for long-waiting requests, or for a
+	// preempting session while its victims stop, to the session holding
+	// them.
 	Reserved map[string]string
 }
 
@@ -109,6 +110,18 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	p.usage = newUsage(p.nodes)
 
 	plan := &Plan{Reserved: map[string]string{}, Waiting: make([]Waiting, 0, len(s.Pending))}
+	if len(s.Held) > 0 {
+		pending := make(map[string]bool, len(s.Pending))
+		for i := range s.Pending {
+			pending[s.Pending[i].Entry.Session] = true
+		}
+		for name, id := range s.Held {
+			if n := p.byName[name]; n != nil && pending[id] {
+				n.reservedFor = id
+				plan.Reserved[name] = id
+			}
+		}
+	}
 	order := p.order()
 	position := 0
 	for it := order.next(); it != nil; it = order.next() {

@@ -32,6 +32,9 @@ type Snapshot struct {
 	GroupQuotas map[string]state.Quota
 	// Now is the pass's clock: the age of requests is measured against it.
 	Now time.Time
+	// Held maps nodes to the pending session that preempted sessions
+	// there: while its victims stop, the node's room is kept for it.
+	Held map[string]string
 }
 
 // device is one allocatable unit of a node: a whole GPU, or a MIG device of

@@ -86,7 +86,10 @@ const maxStopAttempts = 16
 // nor the queue entry changed since read, so a placer binding it at the
 // same moment either wins (and the stop becomes a desired-state change) or
 // loses (its bind transaction finds the entry gone). A bound or running
-// session gets desired=stopped; its agent stops the containers. by names
+// session gets desired=stopped; its agent stops the containers. A session
+// waiting to run again (Status.Waiting: back-off or preempted) has neither
+// a queue entry nor an agent, so its status becomes Stopped in the same
+// transaction as the spec, on condition that the status is unchanged. by names
 // who asked, for the status message. It returns ErrNotFound for an
 // unknown id.
 func StopSession(ctx context.Context, kv clientv3.KV, k Keys, id, by string, now time.Time) (StopOutcome, error) {
@@ -151,15 +154,79 @@ func StopSession(ctx context.Context, kv clientv3.KV, k Keys, id, by string, now
 			}
 			continue
 		}
-		r, err := kv.Txn(ctx).If(specCmp,
-			clientv3.Compare(clientv3.CreateRevision(k.Pending(id)), "=", 0),
-		).Then(clientv3.OpPut(k.Session(id), spec)).Commit()
+		ops := []clientv3.Op{clientv3.OpPut(k.Session(id), spec)}
+		cmps := []clientv3.Cmp{specCmp, clientv3.Compare(clientv3.CreateRevision(k.Pending(id)), "=", 0)}
+		if st.Waiting() {
+			// Between attempts (back-off or preempted): no agent holds it
+			// and no queue entry exists, so the stop ends it here, unless
+			// the lifecycle controller re-queues it first.
+			fin := now.UTC()
+			st.Phase, st.Reason, st.Message = PhaseStopped, "Cancelled", "cancelled while waiting to restart by "+by
+			st.RetryAt, st.Updated, st.Finished = nil, fin, &fin
+			sv, err := Encode(st)
+			if err != nil {
+				return "", fmt.Errorf("stop session %s: %w", id, err)
+			}
+			ops = append(ops, clientv3.OpPut(k.Status(id), sv))
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(id)), "=", statKVs[0].ModRevision))
+		}
+		r, err := kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return "", fmt.Errorf("stop session %s: %w", id, err)
 		}
 		if r.Succeeded {
+			if st.Phase == PhaseStopped {
+				return StopCancelled, nil
+			}
 			return StopRequested, nil
 		}
 	}
 	return "", fmt.Errorf("stop session %s: %w after %d attempts", id, ErrConflict, maxStopAttempts)
+}
+
+// Waiting reports whether the session waits to run again with no queue
+// entry: failed under OnFailure (BackOff) or preempted, until RetryAt.
+func (st Status) Waiting() bool {
+	return st.Phase == PhasePending && st.RetryAt != nil && (st.Reason == ReasonBackOff || st.Reason == ReasonPreempted)
+}
+
+// Requeue puts a waiting session back in the queue in one transaction: its
+// queue entry (attempt as given), a Pending status and, when the spec
+// carried an eviction, the spec without it. It applies only if the spec
+// and the status are at the revisions read and no queue entry exists, so a
+// stop racing it wins or loses whole. It returns false, writing nothing,
+// when something changed.
+func Requeue(ctx context.Context, kv clientv3.KV, k Keys, s Session, specRev int64, st Status, statusRev int64, attempt int, msg string, now time.Time) (bool, error) {
+	now = now.UTC()
+	e := NewQueueEntry(s, now)
+	e.Attempt = attempt
+	s.Eviction = nil
+	st.Phase, st.Reason, st.Message = PhasePending, "Queued", msg
+	st.Attempt, st.RetryAt, st.Updated = attempt, nil, now
+	st.Nodes, st.URLs, st.Bound, st.Started, st.Finished, st.Activity = nil, nil, nil, nil, nil, nil
+	spec, err := Encode(s)
+	if err != nil {
+		return false, fmt.Errorf("requeue session %s: %w", s.ID, err)
+	}
+	ev, err := Encode(e)
+	if err != nil {
+		return false, fmt.Errorf("requeue session %s: %w", s.ID, err)
+	}
+	sv, err := Encode(st)
+	if err != nil {
+		return false, fmt.Errorf("requeue session %s: %w", s.ID, err)
+	}
+	r, err := kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(k.Session(s.ID)), "=", specRev),
+		clientv3.Compare(clientv3.ModRevision(k.Status(s.ID)), "=", statusRev),
+		clientv3.Compare(clientv3.CreateRevision(k.Pending(s.ID)), "=", 0),
+	).Then(
+		clientv3.OpPut(k.Session(s.ID), spec),
+		clientv3.OpPut(k.Pending(s.ID), ev),
+		clientv3.OpPut(k.Status(s.ID), sv),
+	).Commit()
+	if err != nil {
+		return false, fmt.Errorf("requeue session %s: %w", s.ID, err)
+	}
+	return r.Succeeded, nil
 }
