@@ -45,6 +45,13 @@ type Config struct {
 	// SyncTimeout bounds how long a request that needs the caches waits
 	// for their first list. Default 5s.
 	SyncTimeout time.Duration
+	// MaxRuntime is the cluster's default max runtime, for sessions whose
+	// spec sets none: what an extension extends and what runsUntil counts
+	// from. 0: no default limit.
+	MaxRuntime time.Duration
+	// MaxRuntimeCap is the longest max runtime a session may ask for or be
+	// extended to. 0: no cap.
+	MaxRuntimeCap time.Duration
 }
 
 // API is the HTTP API. Build it with New, serve Handler, and run Run for
@@ -65,6 +72,8 @@ type API struct {
 	pending *watcher.Cache[state.QueueEntry]
 	quotas  *watcher.Cache[state.Quota]
 	status  *watcher.Cache[state.Status]
+	// warns holds warnings/: the metrics count them by reason.
+	warns *watcher.Cache[state.Warning]
 
 	leaseMu    sync.Mutex
 	lease      clientv3.LeaseID
@@ -131,6 +140,7 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		pending: watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
 		quotas:  watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
 		status:  watcher.New(cli, k.StatusDir(), watcher.JSON[state.Status], wopt("status")),
+		warns:   watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
 	}
 	a.metrics.cluster = a
 	a.streams, a.endStreams = context.WithCancel(context.Background())
@@ -171,6 +181,7 @@ func (a *API) Run(ctx context.Context) error {
 	g.Go(func() error { return a.pending.Run(ctx) })
 	g.Go(func() error { return a.quotas.Run(ctx) })
 	g.Go(func() error { return a.status.Run(ctx) })
+	g.Go(func() error { return a.warns.Run(ctx) })
 	// The idempotency lease is not revoked: its records must outlive this
 	// process, and etcd expires the lease by itself.
 	err := g.Wait()
@@ -182,7 +193,7 @@ func (a *API) Run(ctx context.Context) error {
 
 // WaitSynced blocks until every cache has its first list, or ctx ends.
 func (a *API) WaitSynced(ctx context.Context) error {
-	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status} {
+	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status, a.warns} {
 		if err := w.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("wait for api caches: %w", err)
 		}
@@ -252,6 +263,7 @@ func (a *API) routes() *gin.Engine {
 	svc.GET("/sessions", a.listSessions)
 	svc.GET("/sessions/:id", a.requireSynced, a.getSession)
 	svc.POST("/sessions/:id/stop", a.stopSession)
+	svc.POST("/sessions/:id/extend", a.extendSession)
 	svc.DELETE("/sessions/:id", a.stopSession)
 	svc.GET("/sessions/:id/events", a.sessionEvents)
 	svc.GET("/sessions/:id/logs", a.sessionLogs)

@@ -33,6 +33,12 @@ type NodeSummary struct {
 	Sessions      int            `json:"sessions"`
 	Agent         string         `json:"agent,omitempty"`
 	Registered    time.Time      `json:"registered"`
+	// Unused lists the node's allocated GPUs that nothing runs on: no
+	// process and no utilisation for longer than the agent's
+	// VOYAGER_AGENT_GPU_UNUSED_AFTER, as the activity of the sessions
+	// holding them reports; gpus.unused counts them. Other users'
+	// sessions are anonymous except for admins.
+	UnusedGPUs []UnusedGPU `json:"unusedGPUs,omitempty"`
 }
 
 // GPUCounts counts a node's allocatable GPU devices (healthy whole GPUs
@@ -41,6 +47,17 @@ type GPUCounts struct {
 	Total int `json:"total"`
 	Used  int `json:"used"`
 	Free  int `json:"free"`
+	// Unused counts the allocated devices that nothing runs on.
+	Unused int `json:"unused"`
+}
+
+// UnusedGPU is an allocated GPU that its session does not use.
+type UnusedGPU struct {
+	UUID    string `json:"uuid"`
+	Session string `json:"session"`
+	Owner   string `json:"owner"`
+	// IdleSince is when the GPU last had a process or utilisation.
+	IdleSince *time.Time `json:"idleSince,omitempty"`
 }
 
 // liveNodes returns the inventories of the registered nodes.
@@ -60,6 +77,7 @@ func (a *API) liveNodes() []state.Node {
 func (a *API) nodeSummaries() []NodeSummary {
 	ledgers := a.ledgers.Snapshot()
 	cordons := a.cordons.Snapshot()
+	statuses := a.status.Snapshot()
 	var out []NodeSummary
 	for _, n := range a.liveNodes() {
 		s := NodeSummary{Name: n.Name, Address: n.Address, Labels: n.Labels, Simulated: n.Simulated,
@@ -93,9 +111,39 @@ func (a *API) nodeSummaries() []NodeSummary {
 		}
 		s.CPUUsedMilli, s.MemoryUsedMiB = l.Used()
 		s.Sessions = len(l.Allocations)
+		s.UnusedGPUs = unusedGPUs(l, func(id string) (state.Status, bool) { return statuses.Get(a.keys.Status(id)) })
+		s.GPUs.Unused = len(s.UnusedGPUs)
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// unusedGPUs lists the devices of ledger l whose holder's activity flags
+// them unused, in session then device order. Activity comes from the
+// agent of a session's head node and covers that node's devices; a Ray
+// worker's are not sampled, so never flagged.
+func unusedGPUs(l state.Ledger, status func(id string) (state.Status, bool)) []UnusedGPU {
+	var out []UnusedGPU
+	for _, id := range sortedKeys(l.Allocations) {
+		al := l.Allocations[id]
+		if len(al.GPUs) == 0 {
+			continue
+		}
+		st, ok := status(id)
+		if !ok || st.Activity == nil || st.Phase.Terminal() {
+			continue
+		}
+		held := make(map[string]bool, len(al.GPUs))
+		for _, g := range al.GPUs {
+			held[g] = true
+		}
+		for _, g := range st.Activity.GPUs {
+			if g.Unused && held[g.UUID] {
+				out = append(out, UnusedGPU{UUID: g.UUID, Session: id, Owner: al.Owner, IdleSince: g.IdleSince})
+			}
+		}
+	}
 	return out
 }
 
@@ -108,6 +156,15 @@ func (a *API) listNodes(c *gin.Context) {
 	out := a.nodeSummaries()
 	if out == nil {
 		out = []NodeSummary{}
+	}
+	if p := principalOf(c); !p.Admin {
+		for i := range out {
+			for j, u := range out[i].UnusedGPUs {
+				if u.Owner != p.Subject {
+					out[i].UnusedGPUs[j].Session, out[i].UnusedGPUs[j].Owner = "", "(another user)"
+				}
+			}
+		}
 	}
 	c.JSON(http.StatusOK, NodeList{Items: out})
 }
@@ -407,6 +464,9 @@ func (a *API) putProfile(c *gin.Context) {
 	}
 	if p.Limits.MaxRuntime < 0 || p.Limits.IdleTimeout < 0 {
 		add("limits", "want durations of 0 or more")
+	}
+	if capd := a.cfg.MaxRuntimeCap; capd > 0 && p.Limits.MaxRuntime.Std() > capd {
+		add("limits.maxRuntime", "got %s, above the cluster's cap of %s (VOYAGER_MAX_RUNTIME_CAP); want at most %s", p.Limits.MaxRuntime.Std(), capd, capd)
 	}
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)

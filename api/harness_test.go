@@ -51,6 +51,9 @@ type harnessOpts struct {
 	maxBody  int64
 	audience string
 	issuer   string
+	// maxRuntime and maxRuntimeCap are the cluster's default max runtime
+	// and its cap (api.Config).
+	maxRuntime, maxRuntimeCap time.Duration
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -103,10 +106,12 @@ func startHarness(t testing.TB, cli *clientv3.Client, o harnessOpts) *harness {
 			Audience:    o.audience,
 			Issuer:      o.issuer,
 		},
-		Rate:         o.rate,
-		Burst:        o.burst,
-		MaxBodyBytes: o.maxBody,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Rate:          o.rate,
+		Burst:         o.burst,
+		MaxBodyBytes:  o.maxBody,
+		MaxRuntime:    o.maxRuntime,
+		MaxRuntimeCap: o.maxRuntimeCap,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

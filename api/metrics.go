@@ -17,7 +17,7 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	cluster  *API
 
-	sessionsDesc, pendingDesc, gpusDesc *prometheus.Desc
+	sessionsDesc, pendingDesc, gpusDesc, unusedDesc, warningsDesc *prometheus.Desc
 }
 
 func newMetrics() *metrics {
@@ -34,6 +34,8 @@ func newMetrics() *metrics {
 		sessionsDesc: prometheus.NewDesc("voyager_sessions", "Sessions by phase, from status/ in etcd.", []string{"phase"}, nil),
 		pendingDesc:  prometheus.NewDesc("voyager_pending_sessions", "Pending sessions by reason (Queued, Capacity, Quota, Unsatisfiable, Cordoned…).", []string{"reason"}, nil),
 		gpusDesc:     prometheus.NewDesc("voyager_gpus", "GPU devices of live nodes: allocated and total (healthy whole GPUs and MIG devices).", []string{"state"}, nil),
+		unusedDesc:   prometheus.NewDesc("voyager_gpus_allocated_unused", "Allocated GPU devices that nothing runs on (no process, no utilisation past the agent's unused-after time), by node.", []string{"node"}, nil),
+		warningsDesc: prometheus.NewDesc("voyager_session_warnings", "Sessions the system has warned it will stop, by reason (IdleTimeout, MaxRuntime, NodeDrained, Preempted).", []string{"reason"}, nil),
 	}
 }
 
@@ -48,6 +50,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.sessionsDesc
 	ch <- m.pendingDesc
 	ch <- m.gpusDesc
+	ch <- m.unusedDesc
+	ch <- m.warningsDesc
 }
 
 // Collect implements prometheus.Collector: it counts from the caches.
@@ -72,9 +76,18 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, n := range a.nodeSummaries() {
 		used += n.GPUs.Used
 		total += n.GPUs.Total
+		ch <- prometheus.MustNewConstMetric(m.unusedDesc, prometheus.GaugeValue, float64(n.GPUs.Unused), n.Name)
 	}
 	ch <- prometheus.MustNewConstMetric(m.gpusDesc, prometheus.GaugeValue, float64(used), "allocated")
 	ch <- prometheus.MustNewConstMetric(m.gpusDesc, prometheus.GaugeValue, float64(total), "total")
+	// Every reason is reported, 0 included, so alerts need no absent().
+	warns := map[string]int{state.ReasonIdle: 0, state.ReasonMaxRuntime: 0, state.ReasonDrained: 0, state.ReasonPreempted: 0}
+	for _, it := range a.warns.List() {
+		warns[it.Value.Reason]++
+	}
+	for r, n := range warns {
+		ch <- prometheus.MustNewConstMetric(m.warningsDesc, prometheus.GaugeValue, float64(n), r)
+	}
 }
 
 // observe counts every request by its route pattern, never its raw path,

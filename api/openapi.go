@@ -40,10 +40,11 @@ var operations = []operation{
 		params: []param{{"header", "Idempotency-Key", "makes the create safe to retry (at most 255 characters)"}}},
 	{method: "GET", path: "/api/v1/sessions", summary: "List sessions, newest last: yours, or anyone's for admins.", access: "user or service", response: SessionList{}, status: 200,
 		params: []param{{"query", "phase", "only sessions in this phase"}, {"query", "owner", "only this owner's (admins)"}, {"query", "limit", "page size, 1-500 (default 50)"}, {"query", "continue", "the continue token of the previous page"}}},
-	{method: "GET", path: "/api/v1/sessions/{id}", summary: "A session's spec and status, with its live queue position and reason while pending. The Jupyter URL carries its token for the owner only.", access: "user or service", response: SessionView{}, status: 200, params: []param{idParam}},
+	{method: "GET", path: "/api/v1/sessions/{id}", summary: "A session's spec and status, with its live queue position and reason while pending, its activity while it runs (Jupyter, GPUs), the system's warning if it will stop it, and runsUntil when a max runtime applies. The Jupyter URL carries its token for the owner only.", access: "user or service", response: SessionView{}, status: 200, params: []param{idParam}},
 	{method: "POST", path: "/api/v1/sessions/{id}/stop", summary: "Stop a session: a pending one is cancelled at once (Stopped), a bound or running one is stopped by its agent.", access: "user or service", response: StopResult{}, status: 202, params: []param{idParam}},
+	{method: "POST", path: "/api/v1/sessions/{id}/extend", summary: "Extend a live session's max runtime by the body's \"by\": the limit that applies (limits.maxRuntime, else the cluster default VOYAGER_MAX_RUNTIME) plus by, up to the cluster's cap VOYAGER_MAX_RUNTIME_CAP (422 naming the cap, the current limit and what may still be added). 409 for a session that has ended, is stopping, or has no max runtime. A MaxRuntime warning is withdrawn by the lifecycle controller when the new limit moves the stop beyond the warning window.", access: "user or service", request: ExtendRequest{}, response: SessionView{}, status: 200, params: []param{idParam}},
 	{method: "DELETE", path: "/api/v1/sessions/{id}", summary: "Same as stop; the record is kept for history.", access: "user or service", response: StopResult{}, status: 202, params: []param{idParam}},
-	{method: "GET", path: "/api/v1/sessions/{id}/events", summary: "Server-Sent Events (event: status, data: Event) for every change of phase, reason or message, starting with the current status and ending after a terminal phase. Resumes after Last-Event-ID.", access: "user or service", response: Event{}, status: 200, produces: "text/event-stream",
+	{method: "GET", path: "/api/v1/sessions/{id}/events", summary: "Server-Sent Events in etcd revision order: event: status (data: Event) for every change of phase, reason or message, starting with the current status and ending after a terminal phase; event: warning (data: WarningEvent) when the system warns it will stop the session (idle, max runtime, drain, preemption) or changes that warning; event: warning-withdrawn (data: WarningEvent) when a warning's cause goes away while the session runs. Resumes after Last-Event-ID.", access: "user or service", response: Event{}, status: 200, produces: "text/event-stream",
 		params: []param{idParam, {"header", "Last-Event-ID", "resume after this event id"}}},
 	{method: "GET", path: "/api/v1/sessions/{id}/logs", summary: "The container's output, proxied from the node agent that runs it (text/plain). 503 until an agent publishes the session's log endpoint.", access: "user or service", status: 200, produces: "text/plain",
 		params: []param{idParam, {"query", "tail", "only the last N lines (0: all)"}, {"query", "follow", "true: stream until the container exits"}}},
@@ -51,7 +52,7 @@ var operations = []operation{
 	{method: "GET", path: "/api/v1/profiles/{name}", summary: "One profile.", access: "user or service", response: state.Profile{}, status: 200, params: []param{{"path", "name", "profile name"}}},
 	{method: "PUT", path: "/api/v1/profiles/{name}", summary: "Create or replace a profile.", access: "admin", request: state.Profile{}, response: state.Profile{}, status: 200, params: []param{{"path", "name", "profile name"}}},
 	{method: "DELETE", path: "/api/v1/profiles/{name}", summary: "Delete a profile.", access: "admin", status: 204, params: []param{{"path", "name", "profile name"}}},
-	{method: "GET", path: "/api/v1/nodes", summary: "Live nodes with GPUs total, used and free, and whether each is simulated or cordoned.", access: "user", response: NodeList{}, status: 200},
+	{method: "GET", path: "/api/v1/nodes", summary: "Live nodes with GPUs total, used, free and allocated-but-unused (with the sessions holding them; others' anonymous except for admins), and whether each is simulated or cordoned.", access: "user", response: NodeList{}, status: 200},
 	{method: "POST", path: "/api/v1/nodes/{name}/cordon", summary: "Cordon a node: no new sessions land on it.", access: "admin", request: CordonRequest{}, response: CordonResult{}, status: 200, params: []param{{"path", "name", "node name"}}},
 	{method: "POST", path: "/api/v1/nodes/{name}/uncordon", summary: "Remove a node's cordon.", access: "admin", response: UncordonResult{}, status: 200, params: []param{{"path", "name", "node name"}}},
 	{method: "POST", path: "/api/v1/nodes/{name}/drain", summary: "Cordon a node and stop its notebook sessions (at once, or by the deadline); batch sessions run to completion.", access: "admin", request: CordonRequest{}, response: CordonResult{}, status: 200, params: []param{{"path", "name", "node name"}}},
@@ -118,6 +119,8 @@ func buildOpenAPI() map[string]any {
 		o["responses"] = responses
 		item[strings.ToLower(op.method)] = o
 	}
+	// The events route's other data type: an operation names one.
+	schemaRef(reflect.TypeOf(WarningEvent{}), schemas)
 	return map[string]any{
 		"openapi": "3.0.3",
 		"info": map[string]any{"title": "Voyager API", "version": "v1",

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,10 +21,21 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
-// SessionView is a session as the API shows it: the spec and its status.
+// SessionView is a session as the API shows it: the spec, its status
+// (with the agent's activity samples while it runs), the lifecycle
+// controller's warning if it will stop the session, and when its max
+// runtime ends.
 type SessionView struct {
 	state.Session
 	Status state.Status `json:"status"`
+	// Warning, when set, says that the system will stop the session, why
+	// and when (warnings/<id>): idle, max runtime, a drained node or
+	// preemption. It goes away when its cause does.
+	Warning *state.Warning `json:"warning,omitempty"`
+	// RunsUntil is when the session's max runtime ends: its start plus its
+	// limit (limits.maxRuntime, else the cluster default). Absent while it
+	// has not started, and when it has no limit.
+	RunsUntil *time.Time `json:"runsUntil,omitempty"`
 }
 
 // SessionList is one page of GET /api/v1/sessions.
@@ -84,7 +97,7 @@ func (a *API) createSession(c *gin.Context) {
 		}
 		prof = &pv
 	}
-	s, errs := buildSession(req, prof)
+	s, errs := buildSession(req, prof, a.cfg.MaxRuntimeCap)
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)
 		return
@@ -154,26 +167,50 @@ func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {
 	c.JSON(http.StatusCreated, a.present(c, v))
 }
 
-// readSession reads a session's spec and status in one round trip.
+// readSession reads a session's spec, status and warning in one round
+// trip, so the three agree.
 func (a *API) readSession(c *gin.Context, id string) (SessionView, bool, error) {
-	resp, err := a.cli.Txn(c.Request.Context()).Then(clientv3.OpGet(a.keys.Session(id)), clientv3.OpGet(a.keys.Status(id))).Commit()
+	v, _, found, err := a.readSessionRev(c.Request.Context(), id)
+	return v, found, err
+}
+
+// readSessionRev is readSession that also returns the spec's mod revision,
+// for a write conditional on it.
+func (a *API) readSessionRev(ctx context.Context, id string) (SessionView, int64, bool, error) {
+	resp, err := a.cli.Txn(ctx).Then(clientv3.OpGet(a.keys.Session(id)), clientv3.OpGet(a.keys.Status(id)), clientv3.OpGet(a.keys.Warning(id))).Commit()
 	if err != nil {
-		return SessionView{}, false, fmt.Errorf("read session %s: %w", id, err)
+		return SessionView{}, 0, false, fmt.Errorf("read session %s: %w", id, err)
 	}
 	specs := resp.Responses[0].GetResponseRange().Kvs
 	if len(specs) == 0 {
-		return SessionView{}, false, nil
+		return SessionView{}, 0, false, nil
 	}
 	var v SessionView
 	if v.Session, err = state.Decode[state.Session](specs[0].Value); err != nil {
-		return SessionView{}, false, fmt.Errorf("read session %s: %w", id, err)
+		return SessionView{}, 0, false, fmt.Errorf("read session %s: %w", id, err)
 	}
 	if sts := resp.Responses[1].GetResponseRange().Kvs; len(sts) > 0 {
 		if v.Status, err = state.Decode[state.Status](sts[0].Value); err != nil {
-			return SessionView{}, false, fmt.Errorf("read session %s: %w", id, err)
+			return SessionView{}, 0, false, fmt.Errorf("read session %s: %w", id, err)
 		}
 	}
-	return v, true, nil
+	if ws := resp.Responses[2].GetResponseRange().Kvs; len(ws) > 0 {
+		// A warning that does not decode is left out rather than failing
+		// the read: the spec and status are what the reader needs.
+		if w, err := state.Decode[state.Warning](ws[0].Value); err == nil {
+			v.Warning = &w
+		}
+	}
+	return v, specs[0].ModRevision, true, nil
+}
+
+// effectiveMaxRuntime is the max runtime that applies to s: its own limit,
+// else the cluster default; 0 when neither sets one.
+func (a *API) effectiveMaxRuntime(s state.Session) time.Duration {
+	if s.Limits.MaxRuntime > 0 {
+		return s.Limits.MaxRuntime.Std()
+	}
+	return a.cfg.MaxRuntime
 }
 
 // visible reports whether p may see a session of owner: its owner, or an
@@ -229,6 +266,10 @@ func (a *API) presentAs(p Principal, v SessionView, live bool) SessionView {
 	}
 	if p.Subject != v.Owner {
 		v.Env = nil // may hold the owner's secrets
+	}
+	if limit := a.effectiveMaxRuntime(v.Session); limit > 0 && v.Status.Started != nil && v.Status.Phase == state.PhaseRunning {
+		until := v.Status.Started.Add(limit)
+		v.RunsUntil = &until
 	}
 	return v
 }
@@ -329,6 +370,7 @@ func (a *API) listSessions(c *gin.Context) {
 			specs = append(specs, s)
 		}
 		statuses := map[string]state.Status{}
+		warnings := map[string]*state.Warning{}
 		if len(ids) > 0 {
 			sresp, err := a.cli.Get(ctx, a.keys.Status(ids[0]), clientv3.WithRange(a.keys.Status(ids[len(ids)-1])+"\x00"), clientv3.WithRev(rev))
 			if err != nil {
@@ -342,11 +384,25 @@ func (a *API) listSessions(c *gin.Context) {
 					}
 				}
 			}
+			// Warnings are few: one range read over the page's ids, at the
+			// same revision as the specs and statuses.
+			wresp, err := a.cli.Get(ctx, a.keys.Warning(ids[0]), clientv3.WithRange(a.keys.Warning(ids[len(ids)-1])+"\x00"), clientv3.WithRev(rev))
+			if err != nil {
+				a.internal(c, "list sessions", err)
+				return
+			}
+			for _, kv := range wresp.Kvs {
+				if w, err := state.Decode[state.Warning](kv.Value); err == nil {
+					if id, ok := a.keys.SessionID(string(kv.Key)); ok {
+						warnings[id] = &w
+					}
+				}
+			}
 		}
 		for i, s := range specs {
 			scanned++
 			if (owner == "" || s.Owner == owner) && (phase == "" || statuses[s.ID].Phase == phase) {
-				out.Items = append(out.Items, a.present(c, SessionView{Session: s, Status: statuses[s.ID]}))
+				out.Items = append(out.Items, a.present(c, SessionView{Session: s, Status: statuses[s.ID], Warning: warnings[s.ID]}))
 				if len(out.Items) == limit {
 					if i < len(specs)-1 || resp.More {
 						out.Continue = base64.RawURLEncoding.EncodeToString([]byte(s.ID))

@@ -34,7 +34,9 @@ type SessionRequest struct {
 	Resources *state.Resources `json:"resources,omitempty"`
 	// Ray asks for Ray workers on more nodes.
 	Ray *state.Ray `json:"ray,omitempty"`
-	// Limits bound the session's life.
+	// Limits bound the session's life. With a profile, each field that is
+	// set (non-zero) overrides the profile's, so {"maxRuntime": "4h"}
+	// keeps the profile's idleTimeout.
 	Limits *state.Limits `json:"limits,omitempty"`
 	// Priority orders the queue: -100 to 100, higher first. Default 0.
 	Priority int `json:"priority,omitempty"`
@@ -66,9 +68,9 @@ var (
 )
 
 // buildSession merges the request over its profile (which may be nil) and
-// validates the result. It returns every invalid field, or the spec less
-// its id, owner and times.
-func buildSession(req SessionRequest, prof *state.Profile) (state.Session, []FieldError) {
+// validates the result; maxRuntimeCap (0: none) bounds limits.maxRuntime.
+// It returns every invalid field, or the spec less its id, owner and times.
+func buildSession(req SessionRequest, prof *state.Profile, maxRuntimeCap time.Duration) (state.Session, []FieldError) {
 	var errs []FieldError
 	add := func(field, format string, args ...any) {
 		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
@@ -119,8 +121,23 @@ func buildSession(req SessionRequest, prof *state.Profile) (state.Session, []Fie
 			}
 		}
 	}
-	if req.Limits != nil {
-		s.Limits = *req.Limits
+	// Limits merge field by field too: a request that sets only maxRuntime
+	// keeps the profile's idleTimeout. A zero field means "the profile's"
+	// (or, without one, the cluster default).
+	fromProfile := prof != nil && prof.Limits.MaxRuntime != 0
+	if l := req.Limits; l != nil {
+		if l.MaxRuntime != 0 {
+			s.Limits.MaxRuntime = l.MaxRuntime
+			fromProfile = false
+		}
+		if l.IdleTimeout != 0 {
+			s.Limits.IdleTimeout = l.IdleTimeout
+		}
+	}
+	// A profile's idle timeout means nothing to a batch session made from
+	// it; only a request's own is refused below.
+	if s.Kind == state.KindBatch && (req.Limits == nil || req.Limits.IdleTimeout == 0) {
+		s.Limits.IdleTimeout = 0
 	}
 	for k, v := range req.Env {
 		if s.Env == nil {
@@ -190,8 +207,13 @@ func buildSession(req SessionRequest, prof *state.Profile) (state.Session, []Fie
 			s.Ray = nil
 		}
 	}
-	if s.Limits.MaxRuntime < 0 {
+	switch {
+	case s.Limits.MaxRuntime < 0:
 		add("limits.maxRuntime", "got %s, want 0 (no limit) or a positive duration such as \"8h\"", s.Limits.MaxRuntime.Std())
+	case maxRuntimeCap > 0 && s.Limits.MaxRuntime.Std() > maxRuntimeCap && fromProfile:
+		add("limits.maxRuntime", "profile %q sets %s, above the cluster's cap of %s; ask for at most %s, or ask an admin to fix the profile", prof.Name, s.Limits.MaxRuntime.Std(), maxRuntimeCap, maxRuntimeCap)
+	case maxRuntimeCap > 0 && s.Limits.MaxRuntime.Std() > maxRuntimeCap:
+		add("limits.maxRuntime", "got %s, above the cluster's cap of %s; want at most %s", s.Limits.MaxRuntime.Std(), maxRuntimeCap, maxRuntimeCap)
 	}
 	if s.Limits.IdleTimeout < 0 {
 		add("limits.idleTimeout", "got %s, want 0 (the cluster default) or a positive duration such as \"2h\"", s.Limits.IdleTimeout.Std())
@@ -210,6 +232,9 @@ func buildSession(req SessionRequest, prof *state.Profile) (state.Session, []Fie
 	case state.RestartOnFailure:
 		if s.Kind != state.KindBatch {
 			add("restart.policy", `"OnFailure" applies to batch sessions only; want "Never" for a notebook`)
+		}
+		if s.Restart.MaxRestarts == 0 {
+			add("restart.maxRestarts", `required with policy "OnFailure": want 1 to %d restarts`, maxRestarts)
 		}
 	default:
 		add("restart.policy", `got %q, want "Never" or "OnFailure"`, s.Restart.Policy)
