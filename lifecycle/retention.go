@@ -28,8 +28,9 @@ type RetentionConfig struct {
 	HistoryPath string
 	// Every is the time between sweeps. Default 1 minute.
 	Every time.Duration
-	// Batch is how many sessions one delete transaction removes (two keys
-	// each, so at most half of etcd's --max-txn-ops). Default 64.
+	// Batch is how many sessions one delete transaction removes (three
+	// keys each: spec, status and any warning, so at most a third of
+	// etcd's --max-txn-ops). Default 40.
 	Batch int
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
@@ -74,7 +75,7 @@ func NewRetention(cli *clientv3.Client, cfg RetentionConfig) (*Retention, error)
 		cfg.Every = time.Minute
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = 64
+		cfg.Batch = 40
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -224,10 +225,10 @@ func (r *Retention) Sweep(ctx context.Context) (int, error) {
 		for b := 0; b < len(chunk); b += r.cfg.Batch {
 			batch := chunk[b:min(b+r.cfg.Batch, len(chunk))]
 			cmps := make([]clientv3.Cmp, 0, len(batch))
-			ops := make([]clientv3.Op, 0, 2*len(batch))
+			ops := make([]clientv3.Op, 0, 3*len(batch))
 			for _, d := range batch {
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(d.id)), "=", d.rev))
-				ops = append(ops, clientv3.OpDelete(k.Session(d.id)), clientv3.OpDelete(k.Status(d.id)))
+				ops = append(ops, clientv3.OpDelete(k.Session(d.id)), clientv3.OpDelete(k.Status(d.id)), clientv3.OpDelete(k.Warning(d.id)))
 			}
 			resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 			if err != nil {

@@ -1,0 +1,685 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// ControllerConfig configures the lifecycle Controller. Zero fields take
+// the defaults named.
+type ControllerConfig struct {
+	// Keys is the key schema. Default: state.DefaultPrefix.
+	Keys state.Keys
+	// IdleTimeout is the idle timeout of notebooks that name none; zero
+	// turns idle culling off for them.
+	IdleTimeout time.Duration
+	// StopWarning is the grace after an idle warning and the lead of a
+	// max-runtime warning. Default 15 minutes.
+	StopWarning time.Duration
+	// MaxRuntime is the max runtime of sessions that name none; zero: none.
+	MaxRuntime time.Duration
+	// DrainDeadline is how long notebooks on a node drained without a
+	// deadline keep running. Default 1 hour.
+	DrainDeadline time.Duration
+	// PreemptGrace is the time between a preemption warning and the stop.
+	// Default 2 minutes.
+	PreemptGrace time.Duration
+	// PreemptNotebooks lets preemptible notebooks be preempted too.
+	PreemptNotebooks bool
+	// Plan are the placers' planning options: preemption plans the queue
+	// the way they do.
+	Plan placer.PlanOptions
+	// Every is the longest time between passes; changes in etcd start one
+	// sooner. Default 1 second.
+	Every time.Duration
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Controller applies the lifecycle rules: it warns, then evicts, idle
+// notebooks, sessions past their max runtime and notebooks on drained
+// nodes; preempts lower-priority preemptible sessions for waiting
+// higher-priority ones; and re-queues sessions waiting to restart. One
+// controller at a time acts (an etcd election); every write is a
+// transaction conditional on what it read, so a stale decision does
+// nothing.
+type Controller struct {
+	cfg ControllerConfig
+	cli *clientv3.Client
+	log *slog.Logger
+
+	sessions *watcher.Cache[state.Session]
+	statuses *watcher.Cache[state.Status]
+	warnings *watcher.Cache[state.Warning]
+	pending  *watcher.Cache[state.QueueEntry]
+	nodes    *watcher.Cache[state.Node]
+	ledgers  *watcher.Cache[state.Ledger]
+	cordons  *watcher.Cache[state.Cordon]
+	quotas   *watcher.Cache[state.Quota]
+
+	kick    chan struct{}
+	leading atomic.Bool
+
+	warned, withdrawn, evicted, requeued, preempted, conflicts atomic.Int64
+}
+
+// NewController returns a lifecycle controller over cli. It does nothing
+// until Run.
+func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
+	if cfg.Keys == (state.Keys{}) {
+		cfg.Keys = state.MustKeys(state.DefaultPrefix)
+	}
+	if cfg.StopWarning <= 0 {
+		cfg.StopWarning = 15 * time.Minute
+	}
+	if cfg.DrainDeadline <= 0 {
+		cfg.DrainDeadline = time.Hour
+	}
+	if cfg.PreemptGrace <= 0 {
+		cfg.PreemptGrace = 2 * time.Minute
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	k := cfg.Keys
+	log := cfg.Logger.With("component", "lifecycle")
+	wopt := func(name string) watcher.Options { return watcher.Options{Name: "lifecycle-" + name, Logger: log} }
+	c := &Controller{
+		cfg:      cfg,
+		cli:      cli,
+		log:      log,
+		sessions: watcher.New(cli, k.Sessions(), watcher.JSON[state.Session], wopt("sessions")),
+		statuses: watcher.New(cli, k.StatusDir(), watcher.JSON[state.Status], wopt("status")),
+		warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
+		pending:  watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
+		nodes:    watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
+		ledgers:  watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
+		cordons:  watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
+		quotas:   watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
+		kick:     make(chan struct{}, 1),
+	}
+	kick := func() {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	c.sessions.AddHandler(func(watcher.Event[state.Session]) { kick() })
+	c.statuses.AddHandler(func(watcher.Event[state.Status]) { kick() })
+	c.pending.AddHandler(func(watcher.Event[state.QueueEntry]) { kick() })
+	c.cordons.AddHandler(func(watcher.Event[state.Cordon]) { kick() })
+	c.ledgers.AddHandler(func(watcher.Event[state.Ledger]) { kick() })
+	return c
+}
+
+// Stats are the controller's counters.
+type Stats struct {
+	// Warned counts warnings written; Withdrawn those taken back.
+	Warned, Withdrawn int64
+	// Evicted counts sessions stopped by a rule; Preempted those evicted
+	// to make room (a subset).
+	Evicted, Preempted int64
+	// Requeued counts sessions put back in the queue after a back-off or
+	// a preemption.
+	Requeued int64
+	// Conflicts counts writes refused because state moved since read.
+	Conflicts int64
+}
+
+// Stats returns the controller's counters.
+func (c *Controller) Stats() Stats {
+	return Stats{Warned: c.warned.Load(), Withdrawn: c.withdrawn.Load(), Evicted: c.evicted.Load(),
+		Preempted: c.preempted.Load(), Requeued: c.requeued.Load(), Conflicts: c.conflicts.Load()}
+}
+
+// Leading reports whether this controller holds the election now.
+func (c *Controller) Leading() bool { return c.leading.Load() }
+
+// Collectors returns the controller's Prometheus metrics.
+func (c *Controller) Collectors() []prometheus.Collector {
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "voyager", Subsystem: "lifecycle", Name: name, Help: help},
+			func() float64 { return float64(f()) })
+	}
+	return []prometheus.Collector{
+		counter("warnings_total", "Warnings written (idle, max runtime, drain, preemption).", c.warned.Load),
+		counter("warnings_withdrawn_total", "Warnings withdrawn because their cause went away.", c.withdrawn.Load),
+		counter("evictions_total", "Sessions stopped by a lifecycle rule after their warning.", c.evicted.Load),
+		counter("preemptions_total", "Sessions stopped to make room for higher-priority ones.", c.preempted.Load),
+		counter("requeues_total", "Sessions re-queued after a restart back-off or a preemption.", c.requeued.Load),
+		counter("conflicts_total", "Writes refused because state moved since read.", c.conflicts.Load),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "voyager", Subsystem: "lifecycle", Name: "leader",
+			Help: "1 while this process runs the lifecycle rules."}, func() float64 {
+			if c.leading.Load() {
+				return 1
+			}
+			return 0
+		}),
+	}
+}
+
+func (c *Controller) caches() []interface {
+	Run(context.Context) error
+	WaitSynced(context.Context) error
+} {
+	return []interface {
+		Run(context.Context) error
+		WaitSynced(context.Context) error
+	}{c.sessions, c.statuses, c.warnings, c.pending, c.nodes, c.ledgers, c.cordons, c.quotas}
+}
+
+// Run keeps the caches and, while this process holds the lifecycle
+// election, applies the rules, until ctx ends. It returns nil when ctx is
+// cancelled.
+func (c *Controller) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for _, cache := range c.caches() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cache.Run(ctx); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	for ctx.Err() == nil {
+		if err := c.lead(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("lifecycle leadership lost; campaigning again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	cancel()
+	wg.Wait()
+	close(errc)
+	for e := range errc {
+		return fmt.Errorf("run lifecycle controller: %w", e)
+	}
+	return nil
+}
+
+func (c *Controller) lead(ctx context.Context) error {
+	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("create lifecycle lease: %w", err)
+	}
+	defer s.Close()
+	e := concurrency.NewElection(s, c.cfg.Keys.Prefix()+"/elections/lifecycle")
+	host, _ := os.Hostname()
+	if err := e.Campaign(ctx, host); err != nil {
+		return fmt.Errorf("campaign for lifecycle: %w", err)
+	}
+	for _, cache := range c.caches() {
+		if err := cache.WaitSynced(ctx); err != nil {
+			return fmt.Errorf("sync lifecycle caches: %w", err)
+		}
+	}
+	c.leading.Store(true)
+	defer c.leading.Store(false)
+	c.log.Info("lifecycle controller elected", "idleTimeout", c.cfg.IdleTimeout, "maxRuntime", c.cfg.MaxRuntime,
+		"stopWarning", c.cfg.StopWarning, "preemptGrace", c.cfg.PreemptGrace)
+	tick := time.NewTicker(c.cfg.Every)
+	defer tick.Stop()
+	for {
+		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("lifecycle pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.Done():
+			return errors.New("lease expired")
+		case <-tick.C:
+		case <-c.kick:
+		}
+		// Coalesce bursts of changes: at most ten passes per Every.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.cfg.Every / 10):
+		}
+	}
+}
+
+// view is what one pass reads, from the caches at one moment.
+type view struct {
+	now      time.Time
+	sessions *watcher.Snapshot[state.Session]
+	statuses *watcher.Snapshot[state.Status]
+	warnings *watcher.Snapshot[state.Warning]
+	pending  *watcher.Snapshot[state.QueueEntry]
+	cordons  *watcher.Snapshot[state.Cordon]
+	// holds maps each session to the nodes whose ledgers hold it.
+	holds map[string][]string
+}
+
+// Pass applies every rule once to the caches' current state. Run calls it;
+// tests may too.
+func (c *Controller) Pass(ctx context.Context) error {
+	k := c.cfg.Keys
+	v := &view{
+		now:      c.cfg.Now().UTC(),
+		sessions: c.sessions.Snapshot(),
+		statuses: c.statuses.Snapshot(),
+		warnings: c.warnings.Snapshot(),
+		pending:  c.pending.Snapshot(),
+		cordons:  c.cordons.Snapshot(),
+		holds:    map[string][]string{},
+	}
+	for _, it := range c.ledgers.List() {
+		if node, ok := k.NodeName(it.Key); ok {
+			for id := range it.Value.Allocations {
+				v.holds[id] = append(v.holds[id], node)
+			}
+		}
+	}
+	var errs []error
+	v.statuses.Range(func(it watcher.Item[state.Status]) bool {
+		id, ok := k.SessionID(it.Key)
+		if !ok {
+			return true
+		}
+		if err := c.session(ctx, v, id, it); err != nil {
+			errs = append(errs, err)
+		}
+		return ctx.Err() == nil
+	})
+	// Warnings of sessions that are gone entirely.
+	v.warnings.Range(func(it watcher.Item[state.Warning]) bool {
+		id, ok := k.SessionID(it.Key)
+		if _, has := v.statuses.Get(k.Status(id)); ok && !has {
+			if err := c.withdraw(ctx, id, it.ModRevision, "session gone"); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return ctx.Err() == nil
+	})
+	if err := c.preempt(ctx, v); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// session applies the rules to one session.
+func (c *Controller) session(ctx context.Context, v *view, id string, sit watcher.Item[state.Status]) error {
+	k := c.cfg.Keys
+	st := sit.Value
+	spec, ok := v.sessions.Item(k.Session(id))
+	if !ok {
+		return nil
+	}
+	w, hasW := v.warnings.Item(k.Warning(id))
+	switch {
+	case st.Phase.Terminal():
+		if hasW {
+			return c.withdraw(ctx, id, w.ModRevision, "session ended")
+		}
+		return nil
+	case st.Waiting():
+		if hasW {
+			if err := c.withdraw(ctx, id, w.ModRevision, "session stopped"); err != nil {
+				return err
+			}
+		}
+		return c.requeue(ctx, v, spec, sit)
+	case st.Phase != state.PhaseRunning || spec.Value.Stopping():
+		// Not running yet, or already stopping: a warning stays until the
+		// session ends, so that its stream shows why it stopped.
+		return nil
+	}
+	want := c.rules(v, spec.Value, st, w, hasW)
+	switch {
+	case want == nil && hasW:
+		return c.withdraw(ctx, id, w.ModRevision, "cause gone")
+	case want == nil:
+		return nil
+	case !hasW:
+		want.Issued = v.now
+		return c.warn(ctx, *want, 0)
+	case want.Reason != w.Value.Reason || !want.StopAt.Equal(w.Value.StopAt) || want.Node != w.Value.Node || want.By != w.Value.By:
+		want.Issued = v.now
+		return c.warn(ctx, *want, w.ModRevision)
+	case !v.now.Before(w.Value.StopAt):
+		return c.evict(ctx, spec, w)
+	}
+	return nil
+}
+
+// rules returns the warning a running session should carry now, or nil:
+// the one of its causes that stops it first.
+func (c *Controller) rules(v *view, s state.Session, st state.Status, w watcher.Item[state.Warning], hasW bool) *state.Warning {
+	k := c.cfg.Keys
+	if hasW && w.Value.Reason == state.ReasonPreempted {
+		// Stands while its preemptor still waits for the room.
+		if _, waiting := v.pending.Get(k.Pending(w.Value.By)); waiting {
+			cp := w.Value
+			return &cp
+		}
+		return nil
+	}
+	var cands []state.Warning
+	if limit := c.maxRuntime(s); limit > 0 && st.Started != nil {
+		stopAt := st.Started.Add(limit).UTC()
+		if !v.now.Before(stopAt.Add(-c.cfg.StopWarning)) {
+			cands = append(cands, state.Warning{Session: s.ID, Reason: state.ReasonMaxRuntime, StopAt: stopAt,
+				Message: fmt.Sprintf("reaches its max runtime of %s at %s and will be stopped then; its owner may extend it (voyager session extend %s <duration>)",
+					limit, stopAt.Format(time.RFC3339), s.ID)})
+		}
+	}
+	if s.Kind == state.KindNotebook {
+		if timeout := c.idleTimeout(s); timeout > 0 && st.Activity != nil {
+			last := st.Activity.LastActive
+			if st.Started != nil && st.Started.After(last) {
+				last = *st.Started
+			}
+			if idle := v.now.Sub(last); idle >= timeout {
+				stopAt := v.now.Add(c.cfg.StopWarning)
+				if hasW && w.Value.Reason == state.ReasonIdle {
+					stopAt = w.Value.StopAt // the time already promised
+				}
+				cands = append(cands, state.Warning{Session: s.ID, Reason: state.ReasonIdle, StopAt: stopAt,
+					Message: fmt.Sprintf("idle since %s (no Jupyter activity, no busy kernel, no busy GPU; idle timeout %s); it will be stopped at %s unless it is used before then",
+						last.Format(time.RFC3339), timeout, stopAt.Format(time.RFC3339))})
+			}
+		}
+		nodes := append([]string(nil), v.holds[s.ID]...)
+		sort.Strings(nodes)
+		for _, node := range nodes {
+			cd, ok := v.cordons.Get(k.Cordon(node))
+			if !ok || !cd.Drain {
+				continue
+			}
+			stopAt := cd.Since.Add(c.cfg.DrainDeadline).UTC()
+			if cd.Deadline != nil {
+				stopAt = cd.Deadline.UTC()
+			}
+			why := ""
+			if cd.Reason != "" {
+				why = " (" + cd.Reason + ")"
+			}
+			cands = append(cands, state.Warning{Session: s.ID, Reason: state.ReasonDrained, StopAt: stopAt, Node: node,
+				Message: fmt.Sprintf("node %s is being drained%s; notebook sessions there will be stopped at %s (batch sessions run to completion)",
+					node, why, stopAt.Format(time.RFC3339))})
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	first := cands[0]
+	for _, cd := range cands[1:] {
+		if cd.StopAt.Before(first.StopAt) {
+			first = cd
+		}
+	}
+	return &first
+}
+
+// maxRuntime is s's limit: its own, else the cluster default.
+func (c *Controller) maxRuntime(s state.Session) time.Duration {
+	if d := s.Limits.MaxRuntime.Std(); d > 0 {
+		return d
+	}
+	return c.cfg.MaxRuntime
+}
+
+// idleTimeout is s's idle timeout: its own (or its profile's, copied at
+// create), else the cluster default.
+func (c *Controller) idleTimeout(s state.Session) time.Duration {
+	if d := s.Limits.IdleTimeout.Std(); d > 0 {
+		return d
+	}
+	return c.cfg.IdleTimeout
+}
+
+// warn writes w, if the warning key is still at rev (0: absent).
+func (c *Controller) warn(ctx context.Context, w state.Warning, rev int64) error {
+	k := c.cfg.Keys
+	val, err := state.Encode(w)
+	if err != nil {
+		return fmt.Errorf("warn session %s: %w", w.Session, err)
+	}
+	cmp := clientv3.Compare(clientv3.ModRevision(k.Warning(w.Session)), "=", rev)
+	r, err := c.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(k.Warning(w.Session), val)).Commit()
+	if err != nil {
+		return fmt.Errorf("warn session %s: %w", w.Session, err)
+	}
+	if !r.Succeeded {
+		c.conflicts.Add(1)
+		return nil
+	}
+	c.warned.Add(1)
+	c.log.Info("session warned", "session", w.Session, "reason", w.Reason, "stopAt", w.StopAt, "message", w.Message)
+	return nil
+}
+
+// withdraw deletes session id's warning, if still at rev.
+func (c *Controller) withdraw(ctx context.Context, id string, rev int64, why string) error {
+	k := c.cfg.Keys
+	r, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k.Warning(id)), "=", rev)).
+		Then(clientv3.OpDelete(k.Warning(id))).Commit()
+	if err != nil {
+		return fmt.Errorf("withdraw warning of %s: %w", id, err)
+	}
+	if !r.Succeeded {
+		c.conflicts.Add(1)
+		return nil
+	}
+	c.withdrawn.Add(1)
+	c.log.Info("warning withdrawn", "session", id, "why", why)
+	return nil
+}
+
+// evict writes the spec's eviction for the warning whose deadline passed,
+// if neither the spec nor the warning changed since read. The warning
+// stays until the session has stopped.
+func (c *Controller) evict(ctx context.Context, spec watcher.Item[state.Session], w watcher.Item[state.Warning]) error {
+	k := c.cfg.Keys
+	s := spec.Value
+	ev := &state.Eviction{Reason: w.Value.Reason, At: c.cfg.Now().UTC(), By: w.Value.By, Requeue: w.Value.Reason == state.ReasonPreempted}
+	switch w.Value.Reason {
+	case state.ReasonIdle:
+		ev.Message = fmt.Sprintf("stopped after being idle past its idle timeout of %s", c.idleTimeout(s))
+	case state.ReasonMaxRuntime:
+		ev.Message = fmt.Sprintf("stopped at its max runtime of %s", c.maxRuntime(s))
+	case state.ReasonDrained:
+		ev.Message = fmt.Sprintf("stopped because node %s is drained", w.Value.Node)
+	case state.ReasonPreempted:
+		ev.Message = "preempted by " + w.Value.By + ", which has a higher priority"
+	}
+	s.Eviction = ev
+	val, err := state.Encode(s)
+	if err != nil {
+		return fmt.Errorf("evict session %s: %w", s.ID, err)
+	}
+	r, err := c.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(k.Session(s.ID)), "=", spec.ModRevision),
+		clientv3.Compare(clientv3.ModRevision(k.Warning(s.ID)), "=", w.ModRevision),
+	).Then(clientv3.OpPut(k.Session(s.ID), val)).Commit()
+	if err != nil {
+		return fmt.Errorf("evict session %s: %w", s.ID, err)
+	}
+	if !r.Succeeded {
+		c.conflicts.Add(1)
+		return nil
+	}
+	c.evicted.Add(1)
+	if ev.Requeue {
+		c.preempted.Add(1)
+	}
+	c.log.Info("session evicted", "session", s.ID, "reason", ev.Reason, "message", ev.Message)
+	return nil
+}
+
+// requeue puts a session waiting to restart back in the queue once its
+// time came and every part of it has been released.
+func (c *Controller) requeue(ctx context.Context, v *view, spec watcher.Item[state.Session], sit watcher.Item[state.Status]) error {
+	st := sit.Value
+	s := spec.Value
+	if s.Desired == state.DesiredStopped || v.now.Before(*st.RetryAt) || len(v.holds[s.ID]) > 0 {
+		return nil
+	}
+	if _, queued := v.pending.Get(c.cfg.Keys.Pending(s.ID)); queued {
+		return nil
+	}
+	attempt, msg := st.Attempt, "re-queued"
+	switch st.Reason {
+	case state.ReasonBackOff:
+		attempt++
+		msg = fmt.Sprintf("re-queued after a failure: restart %d of %d", attempt, s.Restart.MaxRestarts)
+	case state.ReasonPreempted:
+		msg = "re-queued after being preempted"
+		if s.Eviction != nil && s.Eviction.By != "" {
+			msg += " by " + s.Eviction.By
+		}
+	}
+	ok, err := state.Requeue(ctx, c.cli, c.cfg.Keys, s, spec.ModRevision, st, sit.ModRevision, attempt, msg, v.now)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		c.conflicts.Add(1)
+		return nil
+	}
+	c.requeued.Add(1)
+	c.log.Info("session re-queued", "session", s.ID, "attempt", attempt, "reason", st.Reason)
+	return nil
+}
+
+// preempt plans preemptions for waiting sessions and warns their victims.
+func (c *Controller) preempt(ctx context.Context, v *view) error {
+	k := c.cfg.Keys
+	if v.pending.Len() == 0 || !c.preemptible(v) {
+		return nil
+	}
+	snap := placer.SnapshotOf(k, placer.Caches{
+		Nodes: c.nodes.Snapshot(), Ledgers: c.ledgers.Snapshot(), Cordons: v.cordons,
+		Quotas: c.quotas.Snapshot(), Pending: v.pending, Warnings: v.warnings,
+	}, v.now)
+	// Room that stopping sessions are about to free is not worth
+	// preempting anyone for: count it free.
+	for i := range snap.Nodes {
+		n := &snap.Nodes[i]
+		var drop []string
+		for id := range n.Ledger.Allocations {
+			if s, ok := v.sessions.Get(k.Session(id)); ok && s.Stopping() {
+				drop = append(drop, id)
+			}
+		}
+		if len(drop) > 0 {
+			allocs := make(map[string]state.Allocation, len(n.Ledger.Allocations))
+			for id, a := range n.Ledger.Allocations {
+				allocs[id] = a
+			}
+			for _, id := range drop {
+				delete(allocs, id)
+			}
+			n.Ledger.Allocations = allocs
+		}
+	}
+	opt := placer.PreemptOptions{Notebooks: c.cfg.PreemptNotebooks, Victims: map[string]bool{}, Preemptors: map[string]bool{}}
+	v.warnings.Range(func(it watcher.Item[state.Warning]) bool {
+		if it.Value.Reason == state.ReasonPreempted {
+			opt.Victims[it.Value.Session] = true
+			opt.Preemptors[it.Value.By] = true
+		}
+		return true
+	})
+	plan := placer.NewPlan(snap, c.cfg.Plan)
+	var errs []error
+	for _, p := range placer.PlanPreemption(snap, plan, opt) {
+		if err := c.warnVictims(ctx, v, p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// preemptible reports whether any running preemptible session has a lower
+// priority than some pending one: the cheap test before planning.
+func (c *Controller) preemptible(v *view) bool {
+	top, found := 0, false
+	v.pending.Range(func(it watcher.Item[state.QueueEntry]) bool {
+		if !found || it.Value.Priority > top {
+			top, found = it.Value.Priority, true
+		}
+		return true
+	})
+	for _, it := range c.ledgers.List() {
+		for _, a := range it.Value.Allocations {
+			if a.Preemptible && a.Priority < top {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// warnVictims warns every victim of p in one transaction, conditional on
+// the preemptor still waiting unchanged and each victim's warning being
+// what was read.
+func (c *Controller) warnVictims(ctx context.Context, v *view, p placer.Preemption) error {
+	k := c.cfg.Keys
+	e := p.Preemptor.Entry
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Pending(e.Session)), "=", p.Preemptor.Revision)}
+	var ops []clientv3.Op
+	stopAt := v.now.Add(c.cfg.PreemptGrace)
+	for _, vi := range p.Victims {
+		var rev int64
+		if w, ok := v.warnings.Item(k.Warning(vi.Session)); ok {
+			rev = w.ModRevision
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Warning(vi.Session)), "=", rev))
+		w := state.Warning{Session: vi.Session, Reason: state.ReasonPreempted, Issued: v.now, StopAt: stopAt, Node: p.Node, By: e.Session,
+			Message: fmt.Sprintf("preempted: %s (priority %d, above this session's %d) needs its room on %s; this session will be stopped at %s and re-queued",
+				e.Session, e.Priority, vi.Allocation.Priority, p.Node, stopAt.Format(time.RFC3339))}
+		val, err := state.Encode(w)
+		if err != nil {
+			return fmt.Errorf("warn victims of %s: %w", e.Session, err)
+		}
+		ops = append(ops, clientv3.OpPut(k.Warning(vi.Session), val))
+	}
+	r, err := c.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("warn victims of %s: %w", e.Session, err)
+	}
+	if !r.Succeeded {
+		c.conflicts.Add(1)
+		return nil
+	}
+	c.warned.Add(int64(len(p.Victims)))
+	ids := make([]string, len(p.Victims))
+	for i, vi := range p.Victims {
+		ids[i] = vi.Session
+	}
+	c.log.Info("preemption planned", "preemptor", e.Session, "priority", e.Priority, "node", p.Node, "victims", ids, "stopAt", stopAt)
+	return nil
+}
