@@ -108,6 +108,9 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	comps = append(comps, component{name: "retention", run: ret.Run})
+	lc := newLifecycle(store.client, cfg, log)
+	registry.MustRegister(lc.Collectors()...)
+	comps = append(comps, component{name: "lifecycle", run: lc.Run})
 	// The agent: where it cannot run (no containerd and not root), dev
 	// says why and goes on without it; sessions then wait in the queue.
 	if parts, err := newAgent(ctx, store.client, cfg, log, true); err != nil {

@@ -24,12 +24,17 @@ binds pending sessions to GPUs. Run as many as you like, on any machines:
 they share the work and never hand out a GPU twice (placer/README.md). It
 serves /healthz, /readyz and /metrics on VOYAGER_HTTP_ADDR. One placer at
 a time (an etcd election) also retires finished sessions after
-VOYAGER_RETENTION, appending their records to VOYAGER_HISTORY_FILE.`,
+VOYAGER_RETENTION, appending their records to VOYAGER_HISTORY_FILE, and
+one (another election) runs the lifecycle rules: idle notebooks, max
+runtimes, drained nodes, preemption and restarts after failures, each
+stop announced by a warning first.`,
 	envs: []string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
 		config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
+		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
+		config.EnvPreemptGrace, config.EnvPreemptNotebooks,
 	},
 }
 
@@ -56,6 +61,8 @@ func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	registry := httpserver.NewRegistry()
 	p := newPlacer(store.client, cfg, log)
 	registry.MustRegister(p.Collectors()...)
+	lc := newLifecycle(store.client, cfg, log)
+	registry.MustRegister(lc.Collectors()...)
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
@@ -73,6 +80,7 @@ func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
 		placerComponent(p),
 		{name: "retention", run: ret.Run},
+		{name: "lifecycle", run: lc.Run},
 	})
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)
@@ -95,6 +103,22 @@ func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *place
 
 func placerComponent(p *placer.Placer) component {
 	return component{name: "placer", run: p.Run}
+}
+
+// newLifecycle builds the lifecycle controller from the process
+// configuration; it plans preemptions the way the placers plan.
+func newLifecycle(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *lifecycle.Controller {
+	return lifecycle.NewController(cli, lifecycle.ControllerConfig{
+		Keys:             state.MustKeys(cfg.EtcdPrefix),
+		IdleTimeout:      cfg.IdleTimeout,
+		StopWarning:      cfg.StopWarning,
+		MaxRuntime:       cfg.MaxRuntime,
+		DrainDeadline:    cfg.DrainDeadline,
+		PreemptGrace:     cfg.PreemptGrace,
+		PreemptNotebooks: cfg.PreemptNotebooks,
+		Plan:             placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Logger:           log,
+	})
 }
 
 // newRetention builds the sweeper that moves finished sessions to history.
