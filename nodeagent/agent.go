@@ -88,6 +88,27 @@ type Config struct {
 	// Usage samples GPU utilisation and memory in use for metrics
 	// (ReadNVMLUsage on a machine with NVML); nil: none.
 	Usage func() ([]GPUUsage, error)
+
+	// ActivityEvery is how often the agent samples each running session
+	// whose head (or single) part runs here: Jupyter's activity and its
+	// GPUs' use, written to its status when it changed meaningfully.
+	// Default 30s.
+	ActivityEvery time.Duration
+	// GPUSampler reads the use of a session's GPUs: NewNVMLSampler on a
+	// machine with NVML. Nil: a SimulatedSampler over Runtime when the
+	// inventory is Simulated, else no GPU sampling.
+	GPUSampler GPUSampler
+	// GPUBusyPercent is the utilisation at or above which a GPU counts as
+	// activity. Default 10.
+	GPUBusyPercent int
+	// GPUUnusedAfter is how long a GPU with no process and no utilisation
+	// stays idle before it is flagged unused. Default 30m.
+	GPUUnusedAfter time.Duration
+	// RestartBackoff is the first restart delay of a failed OnFailure
+	// batch session that names none; it doubles each restart, up to
+	// RestartBackoffMax. Defaults 10s and 10m.
+	RestartBackoff    time.Duration
+	RestartBackoffMax time.Duration
 }
 
 func (c *Config) defaults() {
@@ -118,6 +139,24 @@ func (c *Config) defaults() {
 	if c.Resync <= 0 {
 		c.Resync = 30 * time.Second
 	}
+	if c.ActivityEvery <= 0 {
+		c.ActivityEvery = 30 * time.Second
+	}
+	if c.GPUSampler == nil && c.Simulated && c.Runtime != nil {
+		c.GPUSampler = NewSimulatedSampler(c.Runtime)
+	}
+	if c.GPUBusyPercent <= 0 {
+		c.GPUBusyPercent = 10
+	}
+	if c.GPUUnusedAfter <= 0 {
+		c.GPUUnusedAfter = 30 * time.Minute
+	}
+	if c.RestartBackoff <= 0 {
+		c.RestartBackoff = 10 * time.Second
+	}
+	if c.RestartBackoffMax <= 0 {
+		c.RestartBackoffMax = 10 * time.Minute
+	}
 }
 
 // errLeaseLost ends the work of one lease.
@@ -140,19 +179,22 @@ type Agent struct {
 	epochs  int
 	leased  bool
 
-	starts, adopted, startFailures atomic.Int64
-	logKey                         logKey
+	starts, adopted, startFailures  atomic.Int64
+	activitySamples, activityWrites atomic.Int64
+	logKey                          logKey
+	gpuActivity                     map[string][]state.GPUActivity // by session: the latest sample, for metrics
 }
 
 // New returns an agent; Run starts it.
 func New(cfg Config) *Agent {
 	cfg.defaults()
 	return &Agent{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "agent", "node", cfg.Node),
-		workers: map[string]*worker{},
-		reaping: map[string]bool{},
-		poke:    make(chan struct{}, 1),
+		cfg:         cfg,
+		log:         cfg.Logger.With("component", "agent", "node", cfg.Node),
+		workers:     map[string]*worker{},
+		reaping:     map[string]bool{},
+		poke:        make(chan struct{}, 1),
+		gpuActivity: map[string][]state.GPUActivity{},
 	}
 }
 

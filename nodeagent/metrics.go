@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,7 +86,57 @@ func (a *Agent) Collectors() []prometheus.Collector {
 		counter("containers_adopted_total", "Running containers found and adopted after a restart or a lost lease.",
 			func() float64 { return float64(a.adopted.Load()) }),
 		counter("start_failures_total", "Sessions that failed to start.", func() float64 { return float64(a.startFailures.Load()) }),
+		counter("activity_samples_total", "Samples of running sessions' activity (Jupyter, GPUs).",
+			func() float64 { return float64(a.activitySamples.Load()) }),
+		counter("activity_writes_total", "Samples that changed meaningfully and were written to a session's status.",
+			func() float64 { return float64(a.activityWrites.Load()) }),
 		&usageCollector{a: a, labels: labels},
+		&sessionGPUCollector{a: a, labels: labels},
+	}
+}
+
+// Per allocated GPU, from each session's latest activity sample.
+var sessionGPULabels = []string{"gpu", "session", "simulated"}
+
+// sessionGPUCollector reports each allocated GPU's last sample: its
+// utilisation, memory in use, and whether it is unused (no process and no
+// utilisation for Config.GPUUnusedAfter).
+type sessionGPUCollector struct {
+	a      *Agent
+	labels prometheus.Labels
+}
+
+func (c *sessionGPUCollector) descs() (util, mem, unused *prometheus.Desc) {
+	return prometheus.NewDesc("voyager_agent_session_gpu_utilization_ratio",
+			"Fraction of the last sample period each allocated GPU was busy (simulated=\"true\": made up from the container's CPU use).", sessionGPULabels, c.labels),
+		prometheus.NewDesc("voyager_agent_session_gpu_memory_used_bytes",
+			"Device memory in use on each allocated GPU at the last sample.", sessionGPULabels, c.labels),
+		prometheus.NewDesc("voyager_agent_session_gpu_unused",
+			"1 when an allocated GPU has had no process and no utilisation for the unused-after time.", sessionGPULabels, c.labels)
+}
+
+func (c *sessionGPUCollector) Describe(ch chan<- *prometheus.Desc) {
+	u, m, n := c.descs()
+	ch <- u
+	ch <- m
+	ch <- n
+}
+
+func (c *sessionGPUCollector) Collect(ch chan<- prometheus.Metric) {
+	u, m, n := c.descs()
+	c.a.mu.Lock()
+	defer c.a.mu.Unlock()
+	for session, gpus := range c.a.gpuActivity {
+		for _, g := range gpus {
+			lv := []string{g.UUID, session, strconv.FormatBool(g.Simulated)}
+			unused := 0.0
+			if g.Unused {
+				unused = 1
+			}
+			ch <- prometheus.MustNewConstMetric(u, prometheus.GaugeValue, float64(g.UtilizationPercent)/100, lv...)
+			ch <- prometheus.MustNewConstMetric(m, prometheus.GaugeValue, float64(g.MemoryUsedMiB<<20), lv...)
+			ch <- prometheus.MustNewConstMetric(n, prometheus.GaugeValue, unused, lv...)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,11 @@ type worker struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	log    *slog.Logger
+
+	// stopWith is the session as it was when stopReq closed: whether its
+	// owner stopped it or the lifecycle controller evicted it decides the
+	// final status. Written before the close, read after it.
+	stopWith state.Session
 }
 
 func (a *Agent) newWorker(parent context.Context, id string, it watcher.Item[state.Binding]) *worker {
@@ -66,7 +72,8 @@ func (w *worker) run() {
 		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
 	}
 	stopReq := make(chan struct{})
-	if sess.Desired == state.DesiredStopped {
+	if sess.Stopping() {
+		w.stopWith = sess
 		close(stopReq)
 	} else {
 		go w.watchSession(ctx, rev, stopReq)
@@ -89,7 +96,7 @@ func (w *worker) run() {
 	case errors.Is(err, runtime.ErrNotFound):
 		select {
 		case <-stopReq:
-			w.stop(ctx, sess) // nothing runs: release only
+			w.stop(ctx) // nothing runs: release only
 			return
 		default:
 		}
@@ -101,7 +108,7 @@ func (w *worker) run() {
 			}
 			w.a.startFailures.Add(1)
 			w.log.Warn("session failed to start", "err", err)
-			w.finish(ctx, state.PhaseFailed, "StartFailed", err.Error(), nil)
+			w.finish(ctx, nil, w.failed(ctx, sess, stopReq, "StartFailed", err.Error(), ""))
 			w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 			return
 		}
@@ -124,9 +131,9 @@ func (w *worker) run() {
 		if r, stop, ok := w.awaitReady(ctx, sess, info, adopted, exitCh, stopReq); !ok {
 			switch {
 			case r != nil:
-				w.exited(ctx, sess, *r)
+				w.exited(ctx, sess, *r, stopReq)
 			case stop:
-				w.stop(ctx, sess)
+				w.stop(ctx)
 			default:
 				w.ended()
 			}
@@ -136,6 +143,17 @@ func (w *worker) run() {
 
 	trim := time.NewTicker(10 * time.Second)
 	defer trim.Stop()
+	// The head (or single) part samples the session's activity; Ray
+	// workers write no status.
+	var sampleC <-chan time.Time
+	var act *activity
+	if b.Role != state.RoleWorker {
+		act = w.newActivity(sess, info)
+		defer w.a.forgetActivity(b.Session)
+		sample := time.NewTicker(cfg.ActivityEvery)
+		defer sample.Stop()
+		sampleC = sample.C
+	}
 	for {
 		select {
 		case r := <-exitCh:
@@ -147,14 +165,16 @@ func (w *worker) run() {
 				w.retryLater("wait for container", r.err)
 				return
 			}
-			w.exited(ctx, sess, r)
+			w.exited(ctx, sess, r, stopReq)
 			return
 		case <-stopReq:
-			w.stop(ctx, sess)
+			w.stop(ctx)
 			return
 		case <-ctx.Done():
 			w.ended()
 			return
+		case <-sampleC:
+			act.sample(ctx)
 		case <-trim.C:
 			if cfg.LogDir != "" {
 				if _, err := runtime.TrimLog(w.logPath(), cfg.LogMaxBytes); err != nil {
@@ -194,10 +214,12 @@ func (w *worker) ended() {
 	}
 }
 
-// watchSession closes stopReq when the session's desired state becomes
-// stopped or the session is deleted.
+// watchSession closes stopReq when the session is to stop (its owner
+// stopped it, or it was evicted: Session.Stopping) or is deleted, after
+// recording the session in w.stopWith.
 func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struct{}) {
 	key := w.a.cfg.Keys.Session(w.item.Value.Session)
+	deleted := state.Session{ID: w.item.Value.Session, Desired: state.DesiredStopped}
 	for ctx.Err() == nil {
 		wch := w.a.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(rev+1))
 		for resp := range wch {
@@ -207,10 +229,12 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struc
 			for _, ev := range resp.Events {
 				rev = ev.Kv.ModRevision
 				if ev.Type == clientv3.EventTypeDelete {
+					w.stopWith = deleted
 					close(stopReq)
 					return
 				}
-				if s, err := state.Decode[state.Session](ev.Kv.Value); err == nil && s.Desired == state.DesiredStopped {
+				if s, err := state.Decode[state.Session](ev.Kv.Value); err == nil && s.Stopping() {
+					w.stopWith = s
 					close(stopReq)
 					return
 				}
@@ -219,7 +243,12 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struc
 		// The watch broke (no leader, compaction): read again and resume.
 		s, r, err := state.Get[state.Session](ctx, w.a.cfg.Client, key)
 		switch {
-		case errors.Is(err, state.ErrNotFound), err == nil && s.Desired == state.DesiredStopped:
+		case errors.Is(err, state.ErrNotFound):
+			w.stopWith = deleted
+			close(stopReq)
+			return
+		case err == nil && s.Stopping():
+			w.stopWith = s
 			close(stopReq)
 			return
 		case err == nil:
@@ -365,39 +394,140 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 	return nil, false, true
 }
 
+// outcome is how a session ends on this node: the final status's phase,
+// reason and message, and RetryAt when it waits to run again (Phase
+// Pending after a restart back-off or a preemption).
+type outcome struct {
+	phase   state.Phase
+	reason  string
+	msg     string
+	retryAt *time.Time
+}
+
+// decider chooses the outcome from the session's current status, read
+// afresh on each attempt of the release; an error retries it.
+type decider func(cur *state.Status) (outcome, error)
+
+func fixed(o outcome) decider { return func(*state.Status) (outcome, error) { return o, nil } }
+
 // exited records the end of a container that stopped by itself, releases
 // the binding and removes the container.
-func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult) {
-	phase, reason := state.PhaseFailed, "Exited"
-	switch {
-	case r.code == 0 && sess.Kind == state.KindBatch:
-		phase = state.PhaseSucceeded
-	case r.code == 0:
-		phase = state.PhaseStopped
-	}
-	msg := "exited with code " + strconv.Itoa(r.code)
-	if r.code < 0 {
+func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, stopReq chan struct{}) {
+	code := r.code
+	msg := "exited with code " + strconv.Itoa(code)
+	if code < 0 {
 		msg = "the container is gone and its exit code unknown (containerd restarted?)"
 	}
-	if lines, _ := runtime.Tail(w.logPath(), tailLines); len(lines) > 0 {
-		out := strings.Join(lines, "\n")
-		if len(out) > 4096 {
-			out = out[len(out)-4096:]
-		}
-		msg += "; last output:\n" + out
+	out := w.lastOutput()
+	var decide decider
+	switch {
+	case code == 0 && sess.Kind == state.KindBatch:
+		decide = fixed(outcome{phase: state.PhaseSucceeded, reason: "Exited", msg: msg + out})
+	case code == 0:
+		decide = fixed(outcome{phase: state.PhaseStopped, reason: "Exited", msg: msg + out})
+	default:
+		decide = w.failed(ctx, sess, stopReq, "Exited", msg, out)
 	}
-	code := r.code
-	w.log.Info("container exited", "code", code, "phase", phase)
-	w.finish(ctx, phase, reason, msg, &code)
+	w.log.Info("container exited", "code", code)
+	w.finish(ctx, &code, decide)
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 }
 
-// stop ends a session whose owner stopped it: SIGTERM, grace, SIGKILL,
-// then the release, then removal.
-func (w *worker) stop(ctx context.Context, sess state.Session) {
+// lastOutput is "; last output:\n" and the container's last lines, or "".
+func (w *worker) lastOutput() string {
+	lines, _ := runtime.Tail(w.logPath(), tailLines)
+	if len(lines) == 0 {
+		return ""
+	}
+	out := strings.Join(lines, "\n")
+	if len(out) > 4096 {
+		out = out[len(out)-4096:]
+	}
+	return "; last output:\n" + out
+}
+
+// failed decides the end of a session that failed (exited non-zero, or
+// could not start): Failed; or, for a batch session with restart policy
+// OnFailure and restarts left that nobody stopped or evicted, Pending with
+// reason BackOff until RetryAt, when the lifecycle controller re-queues it
+// and counts the attempt (the agent never does).
+func (w *worker) failed(ctx context.Context, sess state.Session, stopReq chan struct{}, reason, msg, out string) decider {
+	return func(cur *state.Status) (outcome, error) {
+		delay, ok, err := w.restartDelay(ctx, sess, stopReq, cur.Attempt)
+		if err != nil {
+			return outcome{}, err
+		}
+		if !ok {
+			return outcome{phase: state.PhaseFailed, reason: reason, msg: msg + out}, nil
+		}
+		at := time.Now().UTC().Add(delay)
+		return outcome{
+			phase: state.PhasePending, reason: state.ReasonBackOff, retryAt: &at,
+			msg: fmt.Sprintf("%s; restart %d of %d in %s%s", msg, cur.Attempt+1, sess.Restart.MaxRestarts, delay, out),
+		}, nil
+	}
+}
+
+// restartDelay reports whether a failed session restarts after attempt
+// restarts, and after how long: Restart.Backoff (else the agent's
+// RestartBackoff) doubled per restart, at most RestartBackoffMax.
+func (w *worker) restartDelay(ctx context.Context, sess state.Session, stopReq chan struct{}, attempt int) (time.Duration, bool, error) {
 	cfg := w.a.cfg
+	if sess.Kind != state.KindBatch || sess.Restart.Policy != state.RestartOnFailure || attempt >= sess.Restart.MaxRestarts {
+		return 0, false, nil
+	}
+	select {
+	case <-stopReq:
+		return 0, false, nil
+	default:
+	}
+	// The watch may lag: a session stopped or evicted as it failed must
+	// not come back.
+	cur, _, err := state.Get[state.Session](ctx, cfg.Client, cfg.Keys.Session(sess.ID))
+	if errors.Is(err, state.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read session %s: %w", sess.ID, err)
+	}
+	if cur.Stopping() {
+		return 0, false, nil
+	}
+	return RestartDelay(sess.Restart.Backoff.Std(), cfg.RestartBackoff, cfg.RestartBackoffMax, attempt), true, nil
+}
+
+// RestartDelay is the wait before restart number attempt+1 of a failed
+// OnFailure session: backoff (else def) doubled attempt times, at most max.
+func RestartDelay(backoff, def, max time.Duration, attempt int) time.Duration {
+	d := backoff
+	if d <= 0 {
+		d = def
+	}
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}
+
+// stop ends a session that is to stop (Session.Stopping): SIGTERM, grace,
+// SIGKILL, then the release, then removal. The final status says why: the
+// owner's stop (Stopped, StopRequested), or the eviction's reason and
+// message (Stopped; Failed for a batch session past its max runtime, as
+// Kubernetes' DeadlineExceeded; Pending, Preempted and RetryAt now when the
+// eviction re-queues it).
+func (w *worker) stop(ctx context.Context) {
+	cfg := w.a.cfg
+	sess := w.stopWith
+	ev := sess.Eviction
+	if sess.Desired == state.DesiredStopped {
+		ev = nil // the owner's stop wins: never re-queued
+	}
+	reason, msg := "StopRequested", "stopping"
+	if ev != nil {
+		reason, msg = ev.Reason, "stopping: "+ev.Message
+	}
 	w.setStatus(ctx, func(st *state.Status) {
-		st.Phase, st.Reason, st.Message = state.PhaseStopping, "StopRequested", "stopping"
+		st.Phase, st.Reason, st.Message = state.PhaseStopping, reason, msg
 	})
 	var code *int
 	if err := cfg.Runtime.Stop(ctx, w.id, cfg.StopGrace); err == nil {
@@ -410,18 +540,32 @@ func (w *worker) stop(ctx context.Context, sess state.Session) {
 			return
 		}
 	}
-	w.log.Info("session stopped")
-	if !w.finish(ctx, state.PhaseStopped, "StopRequested", "stopped on request", code) {
+	o := outcome{phase: state.PhaseStopped, reason: "StopRequested", msg: "stopped on request"}
+	switch {
+	case ev == nil:
+	case ev.Requeue:
+		now := time.Now().UTC()
+		o = outcome{phase: state.PhasePending, reason: state.ReasonPreempted, msg: cmp.Or(ev.Message, "preempted") + "; re-queued", retryAt: &now}
+	default:
+		o = outcome{phase: state.PhaseStopped, reason: ev.Reason, msg: cmp.Or(ev.Message, ev.Reason)}
+		if sess.Kind == state.KindBatch && ev.Reason == state.ReasonMaxRuntime {
+			o.phase = state.PhaseFailed
+		}
+	}
+	w.log.Info("session stopped", "phase", o.phase, "reason", o.reason)
+	if !w.finish(ctx, code, fixed(o)) {
 		return
 	}
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 }
 
-// finish writes the final status and releases the binding and the ledger
-// allocation in one transaction (state.Release), retrying until it
-// succeeds or ctx ends. Ray workers release without writing a status: the
-// head owns the session's status.
-func (w *worker) finish(ctx context.Context, phase state.Phase, reason, msg string, code *int) bool {
+// finish writes the final status that decide chooses, and releases the
+// binding and the ledger allocation in one transaction (state.Release),
+// retrying until it succeeds or ctx ends. A Pending outcome (waiting to
+// run again) is not finished: no Finished time, and the Jupyter URL and
+// activity of the gone container are dropped. Ray workers release without
+// writing a status: the head owns the session's status.
+func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
 	for attempt := 0; ; attempt++ {
@@ -430,17 +574,25 @@ func (w *worker) finish(ctx context.Context, phase state.Phase, reason, msg stri
 		if b.Role != state.RoleWorker {
 			var cur state.Status
 			if cur, err = w.currentStatus(ctx); err == nil {
-				now := time.Now().UTC()
-				cur.Phase, cur.Reason, cur.Message, cur.ExitCode, cur.Finished, cur.Updated = phase, reason, msg, code, &now, now
-				// The log outlives the container: a job that ended before
-				// anyone saw it run can still be read.
-				if logs := w.a.logsURL(w.id); logs != "" {
-					if cur.URLs == nil {
-						cur.URLs = map[string]string{}
+				var o outcome
+				if o, err = decide(&cur); err == nil {
+					now := time.Now().UTC()
+					cur.Phase, cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.phase, o.reason, o.msg, code, now
+					cur.Finished, cur.RetryAt = &now, nil
+					if o.phase == state.PhasePending {
+						cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
+						delete(cur.URLs, "jupyter")
 					}
-					cur.URLs["logs"] = logs
+					// The log outlives the container: a job that ended before
+					// anyone saw it run can still be read.
+					if logs := w.a.logsURL(w.id); logs != "" {
+						if cur.URLs == nil {
+							cur.URLs = map[string]string{}
+						}
+						cur.URLs["logs"] = logs
+					}
+					st = &cur
 				}
-				st = &cur
 			}
 		}
 		if err == nil {
@@ -470,36 +622,41 @@ func (w *worker) currentStatus(ctx context.Context) (state.Status, error) {
 // setStatus applies mutate to the session's status, if this binding still
 // exists (a binding deleted and bound again elsewhere is another worker's).
 // Ray workers write nothing. Failures are logged: status is advisory, the
-// next transition or the final release writes it again.
-func (w *worker) setStatus(ctx context.Context, mutate func(*state.Status)) {
+// next transition or the final release writes it again. It reports
+// whether it wrote.
+func (w *worker) setStatus(ctx context.Context, mutate func(*state.Status)) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
 	if b.Role == state.RoleWorker {
-		return
+		return false
 	}
 	st, err := w.currentStatus(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("read status", "err", err)
 		}
-		return
+		return false
 	}
 	before, _ := state.Encode(st)
 	mutate(&st)
 	if after, _ := state.Encode(st); after == before {
-		return
+		return false
 	}
 	st.Updated = time.Now().UTC()
 	v, err := state.Encode(st)
 	if err != nil {
 		w.log.Warn("write status", "err", err)
-		return
+		return false
 	}
 	bk := cfg.Keys.Binding(cfg.Node, b.Session)
-	_, err = cfg.Client.Txn(ctx).
+	resp, err := cfg.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision)).
 		Then(clientv3.OpPut(cfg.Keys.Status(b.Session), v)).Commit()
-	if err != nil && ctx.Err() == nil {
-		w.log.Warn("write status", "err", err)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("write status", "err", err)
+		}
+		return false
 	}
+	return resp.Succeeded
 }
