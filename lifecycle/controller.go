@@ -77,8 +77,11 @@ type Controller struct {
 	kick    chan struct{}
 	leading atomic.Bool
 
-	warned, withdrawn, evicted, requeued, preempted, conflicts atomic.Int64
+	warned, withdrawn, evicted, requeued, preempted, conflicts, pass atomic.Int64
 }
+
+// passes counts completed passes (tests wait on it).
+func (c *Controller) passes() int64 { return c.pass.Load() }
 
 // NewController returns a lifecycle controller over cli. It does nothing
 // until Run.
@@ -326,6 +329,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err := c.preempt(ctx, v); err != nil {
 		errs = append(errs, err)
 	}
+	c.pass.Add(1)
 	return errors.Join(errs...)
 }
 
