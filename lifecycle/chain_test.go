@@ -211,7 +211,9 @@ func TestDrainedNodeBatchRunsToCompletion(t *testing.T) {
 	}
 	// Nothing new lands on the drained node.
 	c.submit("late", 1, 0, false, nil)
-	c.status("late", "told the node is cordoned", func(st state.Status) bool { return st.Phase == state.PhasePending && st.Reason != "" && st.Reason != "Queued" })
+	c.status("late", "told the node is cordoned", func(st state.Status) bool {
+		return st.Phase == state.PhasePending && st.Reason != "" && st.Reason != "Queued"
+	})
 	// The deadline passes; the batch job is neither warned nor stopped, and
 	// finishes by itself.
 	waitKey(t, c.cli, keys.Status("job"), "a pass after the deadline", func(state.Status, bool) bool {
