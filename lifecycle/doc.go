@@ -1,8 +1,23 @@
 // Package lifecycle applies the rules that act on sessions over time, as
-// opposed to on events: for now, retention — finished sessions leave etcd
-// after a configurable time, their final records appended to a history
-// file first, so the keyspace stays bounded and nothing is lost.
+// opposed to on requests.
 //
-// Like every Voyager component it keeps no state of its own: any number may
-// run; an etcd election lets one of them act at a time.
+// Controller: idle notebooks (no Jupyter activity, no busy kernel, no GPU
+// above the agent's busy percent, as the agent samples into the status),
+// sessions reaching their max runtime, and notebooks on drained nodes each
+// get a warning (warnings/<id>) and, when its stop time passes without the
+// cause going away, an eviction in their spec that their agent carries
+// out. Waiting higher-priority sessions preempt the fewest lower-priority
+// preemptible sessions (placer.PlanPreemption); the victims are warned,
+// stopped after a grace and re-queued, and the placer holds the freed node
+// for the preemptor. Failed OnFailure sessions and preempted ones are put
+// back in the queue at their retry time.
+//
+// Retention: finished sessions leave etcd after a configurable time, their
+// final records appended to a history file first, so the keyspace stays
+// bounded and nothing is lost.
+//
+// Like every Voyager component they keep no state of their own: any
+// number may run; an etcd election for each lets one of them act at a
+// time, and every write is a transaction conditional on what was read.
+// See README.md for the rules and their numbers.
 package lifecycle
