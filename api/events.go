@@ -265,6 +265,28 @@ func (s *eventStream) snapshot(ctx context.Context) (int64, bool, error) {
 	return rev, s.failed, nil
 }
 
+// resumeAt sets what a client resuming after revision rev has seen: the
+// session's phase then (warning events carry it; phase if it cannot be
+// read) and the warning then (not sent again if rewritten unchanged).
+func (s *eventStream) resumeAt(ctx context.Context, rev int64, phase state.Phase) {
+	s.phase = phase
+	resp, err := s.a.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.a.keys.Status(s.id), clientv3.WithRev(rev)),
+		clientv3.OpGet(s.a.keys.Warning(s.id), clientv3.WithRev(rev)),
+	).Commit()
+	if err != nil { // compacted, or a revision from the future: start afresh
+		return
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		if st, err := state.Decode[state.Status](kvs[0].Value); err == nil {
+			s.phase = st.Phase
+		}
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		s.lastWarn = kvs[0].Value
+	}
+}
+
 // sessionEvents streams the session's status changes and lifecycle
 // warnings as Server-Sent Events, from watches on status/<id> and
 // warnings/<id>: one "status" event for the current status (and a
@@ -307,14 +329,7 @@ func (a *API) sessionEvents(c *gin.Context) {
 		}
 		rev = r
 	} else {
-		// Warning events carry the session's phase: take it as of the
-		// event the client resumes after.
-		s.phase = v.Status.Phase
-		if resp, err := a.cli.Get(ctx, a.keys.Status(v.ID), clientv3.WithRev(after)); err == nil && len(resp.Kvs) > 0 {
-			if st, err := state.Decode[state.Status](resp.Kvs[0].Value); err == nil {
-				s.phase = st.Phase
-			}
-		}
+		s.resumeAt(ctx, after, v.Status.Phase)
 	}
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
@@ -356,6 +371,9 @@ type pendingEvent struct {
 // it has nothing older (a server that does not answer progress requests).
 const orderWait = 2 * time.Second
 
+// progressEvery is how often a held event asks again for progress.
+const progressEvery = 20 * time.Millisecond
+
 // follow relays the watches of status/<id> and warnings/<id> from *rev+1,
 // merged into revision order: an event of one watch goes out once the
 // other has shown (by an event or a progress notification, requested on
@@ -364,20 +382,26 @@ const orderWait = 2 * time.Second
 // revision up to which everything was sent. It returns end when the
 // stream should end, and relist when a watch revision was compacted away.
 func (s *eventStream) follow(ctx context.Context, tick *time.Ticker, rev *int64) (end, relist bool) {
-	// Both watches share ctx, hence one gRPC watch stream: a progress
-	// request reaches both, and answers only once every watcher on the
-	// stream has caught up.
+	// A watcher of its own gives the two watches a gRPC stream of their
+	// own: etcd answers a progress request only when every watcher on the
+	// stream has caught up (and drops it otherwise), so other clients'
+	// watches must not share it.
+	wt := clientv3.NewWatcher(s.a.cli)
+	defer wt.Close()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	chans := [2]clientv3.WatchChan{
-		s.a.cli.Watch(wctx, s.a.keys.Status(s.id), clientv3.WithRev(*rev+1)),
-		s.a.cli.Watch(wctx, s.a.keys.Warning(s.id), clientv3.WithRev(*rev+1), clientv3.WithPrevKV()),
+		wt.Watch(wctx, s.a.keys.Status(s.id), clientv3.WithRev(*rev+1)),
+		wt.Watch(wctx, s.a.keys.Warning(s.id), clientv3.WithRev(*rev+1), clientv3.WithPrevKV()),
 	}
 	seen := [2]int64{*rev, *rev} // each watch has delivered everything up to here
 	var held []pendingEvent
-	asked := false // a progress request is outstanding
 	var waitSince time.Time
 	var waitTimer <-chan time.Time
+	// While an event is held, progress is asked for again and again: etcd
+	// drops a request that arrives while a watcher is still catching up.
+	ask := time.NewTicker(progressEvery)
+	defer ask.Stop()
 	defer func() {
 		// Resume where nothing unsent is lost; repeats are left out.
 		r := min(seen[0], seen[1])
@@ -405,16 +429,15 @@ func (s *eventStream) follow(ctx context.Context, tick *time.Ticker, rev *int64)
 				*rev = max(*rev, r-1)
 			}
 		}
+		var askC <-chan time.Time
 		if len(held) > 0 {
-			if !asked {
-				if err := s.a.cli.RequestProgress(wctx); err == nil {
-					asked = true
-				}
-			}
 			if waitSince.IsZero() {
+				_ = wt.RequestProgress(wctx) // an error: the watch's own error follows
 				waitSince = time.Now()
 				waitTimer = time.After(orderWait)
+				ask.Reset(progressEvery)
 			}
+			askC = ask.C
 		} else {
 			waitTimer = nil
 		}
@@ -426,6 +449,9 @@ func (s *eventStream) follow(ctx context.Context, tick *time.Ticker, rev *int64)
 			return true, false
 		case <-waitTimer:
 			continue // the head event has waited long enough: send it
+		case <-askC:
+			_ = wt.RequestProgress(wctx)
+			continue
 		case <-tick.C:
 			if _, err := fmt.Fprint(s.w, ": keepalive\n\n"); err != nil {
 				return true, false
@@ -444,7 +470,6 @@ func (s *eventStream) follow(ctx context.Context, tick *time.Ticker, rev *int64)
 			return false, errors.Is(err, rpctypes.ErrCompacted)
 		}
 		if resp.IsProgressNotify() {
-			asked = false
 			seen[src] = max(seen[src], resp.Header.Revision)
 			continue
 		}
@@ -461,7 +486,7 @@ func insertHeld(held []pendingEvent, p pendingEvent) []pendingEvent {
 	i := len(held)
 	for i > 0 {
 		q := held[i-1]
-		if q.ev.Kv.ModRevision < p.ev.Kv.ModRevision || (q.ev.Kv.ModRevision == p.ev.Kv.ModRevision && q.src <= p.src) {
+		if q.ev.Kv.ModRevision < p.ev.Kv.ModRevision || (q.ev.Kv.ModRevision == p.ev.Kv.ModRevision && q.src >= p.src) {
 			break
 		}
 		i--
