@@ -30,7 +30,7 @@ type chain struct {
 
 const chainNode = "gpu-01"
 
-func newChain(t testing.TB, cfg ControllerConfig) *chain {
+func newChain(t testing.TB, cfg ControllerConfig, agentOpts ...func(*nodeagent.Config)) *chain {
 	t.Helper()
 	cli := etcdtest.Start(t, etcdtest.Options{}).Client(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -55,15 +55,18 @@ func newChain(t testing.TB, cfg ControllerConfig) *chain {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	agent := nodeagent.New(nodeagent.Config{
+	acfg := nodeagent.Config{
 		Node: chainNode, Address: "127.0.0.1", Keys: keys, Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: true, CPUMilli: 64000, MemoryMiB: 1 << 18,
 		Ports: state.PortRange{First: 41000, Last: 41999}, LeaseTTL: 5 * time.Second,
 		Image: "busybox", HomeDir: dir + "/home", LogDir: dir + "/logs", StopGrace: 100 * time.Millisecond,
 		RestartBackoff: 100 * time.Millisecond, RestartBackoffMax: time.Second,
 		Logger: quiet, Resync: time.Second,
-	})
-	run(agent.Run)
+	}
+	for _, o := range agentOpts {
+		o(&acfg)
+	}
+	run(nodeagent.New(acfg).Run)
 	pl := placer.New(cli, placer.Config{Keys: keys, Logger: quiet, Tick: 200 * time.Millisecond})
 	run(pl.Run)
 	cfg.Keys, cfg.Logger = keys, quiet
