@@ -18,7 +18,7 @@ import (
 // written to etcd.
 const (
 	utilChangePoints  = 10 // utilisation, percentage points
-	memChangePercent  = 10 // memory in use, percent of the larger value
+	memChangePercent  = 10 // memory in use, percent of the value last written
 	jupyterBodyMaxLen = 1 << 20
 )
 
@@ -275,7 +275,7 @@ func (act *activity) getJSON(ctx context.Context, path, token string, v any) (in
 // activity last written: LastActive moved; Jupyter appeared or went, or
 // its kernels or busy kernels changed; a GPU came or went, changed its
 // processes, busy (≥ busyPercent), idle or unused flag, its utilisation
-// by 10 points or its memory in use by 10%. Sampled alone, and Jupyter's
+// by 10 points or its memory in use by 10% of what was written. Sampled alone, and Jupyter's
 // connections, never are.
 func activityChanged(prev, cur *state.Activity, busyPercent int) bool {
 	if prev == nil {
@@ -294,7 +294,7 @@ func activityChanged(prev, cur *state.Activity, busyPercent int) bool {
 			(p.IdleSince == nil) != (c.IdleSince == nil),
 			(p.UtilizationPercent >= busyPercent) != (c.UtilizationPercent >= busyPercent),
 			abs(p.UtilizationPercent-c.UtilizationPercent) >= utilChangePoints,
-			abs64(p.MemoryUsedMiB-c.MemoryUsedMiB)*100 >= memChangePercent*max(p.MemoryUsedMiB, c.MemoryUsedMiB) && p.MemoryUsedMiB != c.MemoryUsedMiB:
+			p.MemoryUsedMiB != c.MemoryUsedMiB && abs64(p.MemoryUsedMiB-c.MemoryUsedMiB)*100 >= memChangePercent*p.MemoryUsedMiB:
 			return true
 		}
 	}
