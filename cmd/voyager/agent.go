@@ -33,6 +33,8 @@ var agentEnvs = []string{
 	config.EnvAgentLeaseTTL, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
+	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
+	config.EnvRestartBackoff, config.EnvRestartBackoffMax,
 }
 
 var agentCmd = subcommand{
@@ -104,6 +106,7 @@ type agentParts struct {
 	agent  *nodeagent.Agent
 	rt     *runtime.Containerd
 	daemon *runtime.Daemon
+	nvml   *nodeagent.NVMLSampler
 }
 
 func (p *agentParts) component() component {
@@ -111,6 +114,9 @@ func (p *agentParts) component() component {
 }
 
 func (p *agentParts) close() {
+	if p.nvml != nil {
+		_ = p.nvml.Close()
+	}
 	if p.rt != nil {
 		_ = p.rt.Close()
 	}
@@ -195,9 +201,17 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 			log.Warn("no default session image: sessions that name none will fail", "image", cfg.AgentImage, "err", err)
 		}
 	}
+	// Activity: real GPUs are sampled through NVML; simulated ones are
+	// made as busy as their containers' CPUs, and marked simulated.
 	var usage func() ([]nodeagent.GPUUsage, error)
-	if !simulated && len(gpus) > 0 {
+	var sampler nodeagent.GPUSampler
+	switch {
+	case simulated:
+		sampler = nodeagent.NewSimulatedSampler(rt)
+	case len(gpus) > 0:
 		usage = func() ([]nodeagent.GPUUsage, error) { return nodeagent.ReadNVMLUsage(nvml.New()) }
+		nv := nodeagent.NewNVMLSampler(nvml.New())
+		parts.nvml, sampler = nv, nv
 	}
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
 	parts.agent = nodeagent.New(nodeagent.Config{
@@ -208,6 +222,8 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		LogsBaseURL: logsBaseURL(address, cfg.HTTPAddr),
 		StopGrace:   cfg.AgentStopGrace, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
 		Version: version, Logger: log, Usage: usage,
+		ActivityEvery: cfg.AgentActivityEvery, GPUSampler: sampler, GPUBusyPercent: cfg.AgentGPUBusyPercent,
+		GPUUnusedAfter: cfg.AgentGPUUnusedAfter, RestartBackoff: cfg.RestartBackoff, RestartBackoffMax: cfg.RestartBackoffMax,
 	})
 	return parts, nil
 }
