@@ -28,6 +28,7 @@ var apiEnvs = []string{
 	config.EnvJWTSecret, config.EnvJWTPublicKeys, config.EnvJWTAudience, config.EnvJWTIssuer,
 	config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole, config.EnvJWTServiceRole,
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
+	config.EnvMaxRuntime, config.EnvMaxRuntimeCap,
 }
 
 var apiCmd = subcommand{
@@ -120,7 +121,12 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		Burst:          cfg.APIBurst,
 		IdempotencyTTL: cfg.APIIdempotencyTTL,
 		Plan:           placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
-		Logger:         log,
+		// The lifecycle controller (voyager placer) reads the same two
+		// settings: they must agree, or extensions and runsUntil would
+		// count from another limit than the one enforced.
+		MaxRuntime:    cfg.MaxRuntime,
+		MaxRuntimeCap: cfg.MaxRuntimeCap,
+		Logger:        log,
 	})
 }
 

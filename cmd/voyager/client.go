@@ -145,8 +145,14 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 }
 
 // events reads a session's event stream until it ends, calling fn for
-// each event; it returns the id of the last event seen.
+// each status event; it returns the id of the last event seen.
 func (c *client) events(ctx context.Context, id, lastID string, fn func(api.Event) bool) (string, error) {
+	return c.follow(ctx, id, lastID, fn, nil)
+}
+
+// follow is events that also calls warn (when not nil) for each warning
+// and withdrawal. Events of types it does not know are skipped.
+func (c *client) follow(ctx context.Context, id, lastID string, fn func(api.Event) bool, warn func(typ string, w api.WarningEvent)) (string, error) {
 	h := map[string]string{"Accept": "text/event-stream"}
 	if lastID != "" {
 		h["Last-Event-ID"] = lastID
@@ -159,19 +165,37 @@ func (c *client) events(ctx context.Context, id, lastID string, fn func(api.Even
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	var evID string
+	evType := api.EventStatus
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
+		case line == "":
+			evType = api.EventStatus // the SSE default, for the next event
 		case strings.HasPrefix(line, "id: "):
 			evID = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "event: "):
+			evType = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
-			var ev api.Event
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
-				continue
-			}
-			lastID = evID
-			if !fn(ev) {
-				return lastID, nil
+			data := []byte(strings.TrimPrefix(line, "data: "))
+			switch evType {
+			case api.EventStatus:
+				var ev api.Event
+				if err := json.Unmarshal(data, &ev); err != nil {
+					continue
+				}
+				lastID = evID
+				if !fn(ev) {
+					return lastID, nil
+				}
+			case api.EventWarning, api.EventWarningWithdrawn:
+				var w api.WarningEvent
+				if err := json.Unmarshal(data, &w); err != nil {
+					continue
+				}
+				lastID = evID
+				if warn != nil {
+					warn(evType, w)
+				}
 			}
 		}
 	}

@@ -19,7 +19,10 @@ const nodeUsage = `<list|cordon|uncordon|drain> [flags] [NAME]`
 
 const nodeDesc = `Shows and administers GPU nodes.
 
-  list                               nodes with GPUs total, used and free
+  list                               nodes with GPUs total, used, free and unused
+                                     (allocated, but no process has run on them
+                                     for VOYAGER_AGENT_GPU_UNUSED_AFTER; -o json
+                                     names the sessions holding them)
   cordon [-reason R] NAME            no new sessions on NAME (admin)
   uncordon NAME                      undo cordon (admin)
   drain [-reason R] [-deadline D] NAME   cordon, and stop its notebooks now or after D (admin)`
@@ -75,7 +78,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return printOr(stdout, stderr, name, out.Items, nil)
 		}
 		t := newTable(stdout)
-		fmt.Fprintln(t, "NAME\tGPUS FREE/TOTAL\tMODELS\tCPU USED\tMEMORY USED\tSESSIONS\tSTATUS")
+		fmt.Fprintln(t, "NAME\tGPUS FREE/TOTAL\tUNUSED\tMODELS\tCPU USED\tMEMORY USED\tSESSIONS\tSTATUS")
 		for _, n := range out.Items {
 			st := "ready"
 			if n.Cordon != nil {
@@ -87,7 +90,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if n.Simulated {
 				st += " (simulated)"
 			}
-			fmt.Fprintf(t, "%s\t%d/%d\t%s\t%g/%g\t%d/%d MiB\t%d\t%s\n", n.Name, n.GPUs.Free, n.GPUs.Total, models(n.Models),
+			fmt.Fprintf(t, "%s\t%d/%d\t%d\t%s\t%g/%g\t%d/%d MiB\t%d\t%s\n", n.Name, n.GPUs.Free, n.GPUs.Total, n.GPUs.Unused, models(n.Models),
 				float64(n.CPUUsedMilli)/1000, float64(n.CPUMilli)/1000, n.MemoryUsedMiB, n.MemoryMiB, n.Sessions, st)
 		}
 		t.Flush()

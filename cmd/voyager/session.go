@@ -129,16 +129,21 @@ func create(ctx context.Context, c *client, r api.SessionRequest, key string) (a
 	return v, err
 }
 
-const sessionUsage = `<create|list|get|stop|logs|wait> [flags] [args]`
+const sessionUsage = `<create|list|get|stop|extend|logs|wait> [flags] [args]`
 
 const sessionDesc = `Manages your sessions over the HTTP API.
 
   create [flags] [-- COMMAND…]   submit a session (notebook by default)
   list [-phase P] [-owner U]     your sessions (admins: anyone's with -owner)
-  get ID                         a session's spec and status
+  get ID                         a session's spec and status, with any warning
+                                 that the system will stop it, its last
+                                 activity and its GPUs' use
   stop ID                        stop it (a pending one is cancelled)
+  extend ID DURATION             let it run DURATION longer than its max
+                                 runtime (up to the cluster's cap)
   logs [-f] [-tail N] ID         its container output
-  wait [-for PHASE] ID           wait until it is Running (or any PHASE, or "end")`
+  wait [-for PHASE] ID           wait until it is Running (or any PHASE, or "end"),
+                                 printing each change and warning`
 
 func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code := needSubcommand("session", sessionUsage, sessionDesc, args, stdout, stderr); code >= 0 {
@@ -177,6 +182,13 @@ func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case "stop":
 		cf.register(fs, true)
 		usage, desc = "[flags] ID", "Stops a session: a pending one is cancelled at once, a running one is stopped by its node agent."
+	case "extend":
+		cf.register(fs, true)
+		usage, desc, wantArgs = "[flags] ID DURATION", `Extends a session's max runtime by DURATION (a Go duration such as 2h or
+90m): its limit becomes the one that applies now (its own, else the
+cluster's VOYAGER_MAX_RUNTIME) plus DURATION, up to the cluster's cap
+(VOYAGER_MAX_RUNTIME_CAP). A max runtime warning is withdrawn once the new
+limit moves the stop beyond the warning window.`, 2
 	case "logs":
 		cf.register(fs, false)
 		fs.BoolVar(&follow, "f", false, "follow: keep streaming until the container exits")
@@ -261,6 +273,25 @@ func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		fmt.Fprintf(stdout, "%s: %s (phase %s)\n", id, r.Outcome, r.Session.Status.Phase)
 		return exitOK
+	case "extend":
+		by, err := time.ParseDuration(fs.Arg(1))
+		if err != nil || by <= 0 {
+			fmt.Fprintf(stderr, "voyager %s: invalid duration %q: want a positive Go duration such as 2h or 90m\n", name, fs.Arg(1))
+			return exitUsage
+		}
+		var v api.SessionView
+		if err := c.do(ctx, "POST", "/api/v1/sessions/"+url.PathEscape(id)+"/extend", api.ExtendRequest{By: state.Duration(by)}, &v); err != nil {
+			return cliFail(stderr, name, err)
+		}
+		if cf.output == "json" {
+			return printOr(stdout, stderr, name, v, nil)
+		}
+		msg := fmt.Sprintf("%s: max runtime now %s", id, v.Limits.MaxRuntime.Std())
+		if v.RunsUntil != nil {
+			msg += ", runs until " + v.RunsUntil.UTC().Format(timeLayout)
+		}
+		fmt.Fprintln(stdout, msg)
+		return exitOK
 	case "logs":
 		if err := c.logs(ctx, id, tail, follow, stdout); err != nil {
 			return cliFail(stderr, name, err)
@@ -335,8 +366,62 @@ func writeSession(w io.Writer, s api.SessionView) {
 	if s.Status.ExitCode != nil {
 		row("Exit code", itoa(*s.Status.ExitCode))
 	}
+	if w := s.Warning; w != nil {
+		row("Warning", fmt.Sprintf("%s: will be stopped at %s (in %s)", w.Reason, w.StopAt.UTC().Format(timeLayout), until(w.StopAt)))
+		row("Why", w.Message)
+	}
+	if s.Limits.MaxRuntime > 0 {
+		row("Max runtime", s.Limits.MaxRuntime.Std().String())
+	}
+	if s.RunsUntil != nil {
+		row("Runs until", fmt.Sprintf("%s (in %s)", s.RunsUntil.UTC().Format(timeLayout), until(*s.RunsUntil)))
+	}
+	if a := s.Status.Activity; a != nil {
+		row("Last active", fmt.Sprintf("%s (%s ago)", a.LastActive.UTC().Format(timeLayout), age(a.LastActive)))
+		if j := a.Jupyter; j != nil {
+			row("Jupyter", fmt.Sprintf("%d kernel(s), %d busy, %d connection(s); last activity %s ago", j.Kernels, j.BusyKernels, j.Connections, age(j.LastActivity)))
+		}
+		for _, g := range a.GPUs {
+			row("GPU "+g.UUID, gpuUse(g))
+		}
+	}
 	row("Created", s.Created.Format(time.RFC3339))
 	t.Flush()
+}
+
+// timeLayout is how the CLI writes a moment: UTC to the minute.
+const timeLayout = "2006-01-02 15:04 UTC"
+
+// gpuUse is one GPU's use in words: "93% busy, 1 process, 40960 MiB" or
+// "unused since 09:20 UTC (2h)".
+func gpuUse(g state.GPUActivity) string {
+	use := fmt.Sprintf("%d%% busy, %d process(es), %d MiB", g.UtilizationPercent, g.Processes, g.MemoryUsedMiB)
+	switch {
+	case g.Unused && g.IdleSince != nil:
+		use = fmt.Sprintf("UNUSED since %s (%s): no process, no utilisation", g.IdleSince.UTC().Format(timeLayout), age(*g.IdleSince))
+	case g.Unused:
+		use = "UNUSED: no process, no utilisation"
+	case g.IdleSince != nil:
+		use += fmt.Sprintf("; idle since %s", g.IdleSince.UTC().Format(timeLayout))
+	}
+	if g.Simulated {
+		use += " (simulated)"
+	}
+	return use
+}
+
+// until is how long until t, rounded for reading ("1h5m0s", "overdue").
+func until(t time.Time) string {
+	d := time.Until(t)
+	if d <= 0 {
+		return "overdue"
+	}
+	if d > time.Minute {
+		d = d.Round(time.Minute)
+	} else {
+		d = d.Round(time.Second)
+	}
+	return d.String()
 }
 
 func gpuText(r state.Resources) string {
@@ -382,13 +467,17 @@ func waitSession(ctx context.Context, c *client, id, phase string, timeout time.
 	lastID := ""
 	for !reached && !last.Terminal {
 		var err error
-		lastID, err = c.events(ctx, id, lastID, func(ev api.Event) bool {
+		lastID, err = c.follow(ctx, id, lastID, func(ev api.Event) bool {
 			last = ev
 			if output != "json" {
 				fmt.Fprintln(stderr, ev.Message)
 			}
 			reached = strings.EqualFold(string(ev.Phase), phase) || (phase == "end" && ev.Terminal)
 			return !reached && !ev.Terminal
+		}, func(typ string, w api.WarningEvent) {
+			if output != "json" {
+				fmt.Fprintf(stderr, "%s: %s\n", strings.ToUpper(typ), w.Message)
+			}
 		})
 		if ctx.Err() != nil {
 			fmt.Fprintf(stderr, "voyager session wait: gave up: %v\n", context.Cause(ctx))
