@@ -212,7 +212,7 @@ func TestJupyterHubE2E(t *testing.T) {
 	env := newDevEnv(t)
 	environ := append(env.environ(),
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s")
+		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s")
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	tokCmd := exec.Command(binary, "token", "-sub", "jupyterhub", "-role", "service")
@@ -317,6 +317,22 @@ c.VoyagerSpawner.memory_mib = 1024
 	}
 	if got := sessions("ada"); len(got) != 1 || got[0].Phase != state.PhaseRunning {
 		t.Fatalf("ada's Voyager sessions: %+v", got)
+	}
+	// The agent samples the single-user server under the hub's prefix with
+	// the hub server's token (it refuses JUPYTER_TOKEN): the status gains
+	// Jupyter's activity, and the simulated GPU's, marked so.
+	var act *state.Activity
+	for deadline := time.Now().Add(30 * time.Second); act == nil; {
+		if got := sessions("ada"); len(got) == 1 && got[0].Activity != nil && got[0].Activity.Jupyter != nil {
+			act = got[0].Activity
+		} else if time.Now().After(deadline) {
+			t.Fatalf("ada's session has no Jupyter activity after 30s: %+v", got)
+		} else {
+			time.Sleep(200 * time.Millisecond) // polling, bounded by deadline
+		}
+	}
+	if act.LastActive.IsZero() || act.Jupyter.LastActivity.IsZero() || len(act.GPUs) != 1 || !act.GPUs[0].Simulated {
+		t.Errorf("ada's activity %+v (jupyter %+v); want lastActive, Jupyter's last activity and one simulated GPU", act, act.Jupyter)
 	}
 
 	// An impossible request fails at once, with Voyager's reason on the
