@@ -130,11 +130,12 @@ func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
 		default:
 		}
 	}
+	// Requests, specs and cordons start a pass at once; statuses and
+	// ledgers (activity samples, every bind and release) wait for the
+	// tick, so a busy cluster does not run a pass per write.
 	c.sessions.AddHandler(func(watcher.Event[state.Session]) { kick() })
-	c.statuses.AddHandler(func(watcher.Event[state.Status]) { kick() })
 	c.pending.AddHandler(func(watcher.Event[state.QueueEntry]) { kick() })
 	c.cordons.AddHandler(func(watcher.Event[state.Cordon]) { kick() })
-	c.ledgers.AddHandler(func(watcher.Event[state.Ledger]) { kick() })
 	return c
 }
 

@@ -80,12 +80,19 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 		held[n] = id
 	}
 	var out []Preemption
+	// A request shape (with its priority) that found no victims anywhere
+	// finds none again in this pass: room only shrinks as it goes.
+	hopeless := map[string]bool{}
 	for _, w := range plan.Waiting {
 		if len(out) >= opt.Max {
 			break
 		}
 		e := w.Pending.Entry
 		if w.Reason != "Capacity" || e.Workers > 0 || opt.Preemptors[e.Session] {
+			continue
+		}
+		shape := fmt.Sprintf("%d|%s|%+v", e.Priority, e.Kind, e.Request)
+		if hopeless[shape] {
 			continue
 		}
 		best, bestKey := (*Preemption)(nil), [3]int{}
@@ -108,6 +115,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 			}
 		}
 		if best == nil {
+			hopeless[shape] = true
 			continue
 		}
 		// The node is promised: its victims' room goes to this preemptor.
@@ -129,8 +137,13 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 // waits for room being freed already).
 func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken map[string]bool) []Victim {
 	pt := &part{req: &e.Request, role: state.RoleSingle, ports: e.Ports(state.RoleSingle), id: e.Session}
-	if v.Cordon != nil || filterLabels(pt, newNodeState(v)) != nil {
+	if v.Cordon != nil {
 		return nil
+	}
+	for k, want := range e.Request.NodeSelector {
+		if got, ok := v.Node.Labels[k]; !ok || got != want {
+			return nil
+		}
 	}
 	var cands []Victim
 	for id, a := range v.Ledger.Allocations {
@@ -143,6 +156,23 @@ func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken m
 		cands = append(cands, Victim{Session: id, Allocation: a})
 	}
 	if len(cands) == 0 {
+		return nil
+	}
+	// Cheap bound first: even all candidates plus what is free fall short.
+	n := newNodeState(v)
+	gpus, cpu, mem := n.freeDevices(&e.Request), n.freeCPU, n.freeMem
+	for _, c := range cands {
+		for _, u := range c.Allocation.GPUs {
+			for i := range n.devices {
+				if n.devices[i].uuid == u && deviceMatches(&n.devices[i], &e.Request) {
+					gpus++
+				}
+			}
+		}
+		cpu += c.Allocation.CPUMilli
+		mem += c.Allocation.MemoryMiB
+	}
+	if gpus < e.Request.GPUs || cpu < e.Request.CPUMilli || mem < e.Request.MemoryMiB {
 		return nil
 	}
 	// Largest first: with one dimension (GPUs) this takes the fewest.
