@@ -16,8 +16,9 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
-// Event is one Server-Sent Event of GET /api/v1/sessions/{id}/events:
-// a change of the session's phase, reason or message.
+// Event is the data of a "status" event of GET
+// /api/v1/sessions/{id}/events: a change of the session's phase, reason
+// or message. Warnings come as WarningEvents.
 type Event struct {
 	Session string      `json:"session"`
 	Phase   state.Phase `json:"phase"`
