@@ -123,8 +123,9 @@ func (s *NVMLSampler) Close() error {
 // SimulatedSampler makes up the use of simulated GPUs, so that idle
 // detection can be tried where there are none: a simulated GPU is as busy
 // as its container's CPUs (CPU time used since the last sample over the
-// wall time, capped at 100%, rounded down), with one process while that is
-// above 0% and no memory in use. Every sample is marked Simulated.
+// wall time, capped at 100%, rounded down; the first sample measures
+// 200 ms), with one process while that is above 0% and no memory in use.
+// Every sample is marked Simulated.
 type SimulatedSampler struct {
 	rt runtime.Runtime
 
@@ -149,16 +150,33 @@ func NewSimulatedSampler(rt runtime.Runtime) *SimulatedSampler {
 	return &SimulatedSampler{rt: rt, last: map[string]cpuReading{}}
 }
 
+// simFirstWindow is how long the first sample of a container measures:
+// from its start would count the runtime's own work in starting it.
+const simFirstWindow = 200 * time.Millisecond
+
 // SampleGPUs gives every GPU of uuids the CPU load of containerID since
-// the previous sample (since the container started, at the first).
+// the previous sample; the first sample of a container measures over
+// simFirstWindow.
 func (s *SimulatedSampler) SampleGPUs(ctx context.Context, containerID string, uuids []string) (map[string]GPUSample, error) {
+	s.mu.Lock()
+	prev, ok := s.last[containerID]
+	s.mu.Unlock()
+	if !ok {
+		cpu, err := s.rt.CPUUsage(ctx, containerID)
+		if err != nil {
+			return nil, fmt.Errorf("sample simulated GPUs of %s: %w", containerID, err)
+		}
+		prev = cpuReading{cpu: cpu, at: time.Now()}
+		if !sleepCtx(ctx, simFirstWindow) {
+			return nil, fmt.Errorf("sample simulated GPUs of %s: %w", containerID, ctx.Err())
+		}
+	}
 	cpu, err := s.rt.CPUUsage(ctx, containerID)
 	if err != nil {
 		return nil, fmt.Errorf("sample simulated GPUs of %s: %w", containerID, err)
 	}
 	now := time.Now()
 	s.mu.Lock()
-	prev, ok := s.last[containerID]
 	s.last[containerID] = cpuReading{cpu: cpu, at: now}
 	for id, r := range s.last {
 		if now.Sub(r.at) > simForgetAfter {
@@ -166,14 +184,8 @@ func (s *SimulatedSampler) SampleGPUs(ctx context.Context, containerID string, u
 		}
 	}
 	s.mu.Unlock()
-	if !ok {
-		// The first sample measures from the start.
-		if in, err := s.rt.Status(ctx, containerID); err == nil && !in.Started.IsZero() {
-			prev, ok = cpuReading{at: in.Started}, true
-		}
-	}
 	util := 0
-	if wall := now.Sub(prev.at); ok && wall > 0 && cpu > prev.cpu {
+	if wall := now.Sub(prev.at); wall > 0 && cpu > prev.cpu {
 		util = int(min(100, int64(cpu-prev.cpu)*100/int64(wall)))
 	}
 	g := GPUSample{UtilizationPercent: util, Simulated: true}

@@ -601,6 +601,14 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 			}
 		}
 		if ctx.Err() != nil {
+			if errors.Is(context.Cause(ctx), errUnbound) {
+				// The binding is gone: this release committed and the
+				// watch saw its delete before the reply came, or the
+				// placer took the binding. Either way nothing is left to
+				// release, and the container goes.
+				w.log.Debug("binding gone while releasing", "err", err)
+				return true
+			}
 			w.log.Warn("release interrupted; the next lease retries it", "err", err)
 			return false
 		}
