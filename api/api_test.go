@@ -579,12 +579,21 @@ func TestNodesQueueAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := decode[map[string]any](t, want(t, h.do("POST", "/api/v1/nodes/gpu-1/drain", root, map[string]any{"reason": "maintenance"}), http.StatusOK))
-	if fmt.Sprint(d["stopped"]) != "["+av.ID+"]" {
-		t.Errorf("drain stopped %v", d["stopped"])
+	if fmt.Sprint(d["stopping"]) != "["+av.ID+"]" {
+		t.Errorf("drain lists %v as stopping", d["stopping"])
 	}
-	s, _, _ := state.Get[state.Session](context.Background(), h.cli, h.keys.Session(av.ID))
-	if s.Desired != state.DesiredStopped {
-		t.Error("drain did not stop the notebook")
+	// The drain is recorded, not acted on here: the lifecycle controller
+	// warns the notebook first, then stops it at the cluster's deadline.
+	cd, _, _ = state.Get[state.Cordon](context.Background(), h.cli, h.keys.Cordon("gpu-1"))
+	if !cd.Drain || cd.Deadline != nil {
+		t.Errorf("drain without a deadline wrote %+v; want drain with no deadline (the cluster default applies)", cd)
+	}
+	if s, _, _ := state.Get[state.Session](context.Background(), h.cli, h.keys.Session(av.ID)); s.Desired != state.DesiredRunning || s.Eviction != nil {
+		t.Errorf("the API stopped the notebook itself: %+v", s)
+	}
+	d = decode[map[string]any](t, want(t, h.do("POST", "/api/v1/nodes/gpu-1/drain", root, map[string]any{"deadline": "0s"}), http.StatusOK))
+	if cd, _, _ = state.Get[state.Cordon](context.Background(), h.cli, h.keys.Cordon("gpu-1")); cd.Deadline == nil || !cd.Deadline.Equal(cd.Since) {
+		t.Errorf("drain with deadline 0s wrote %+v; want the deadline now", cd)
 	}
 	want(t, h.do("POST", "/api/v1/nodes/Bad_Name/cordon", root, nil), http.StatusUnprocessableEntity)
 

@@ -169,11 +169,14 @@ func (a *API) listNodes(c *gin.Context) {
 	c.JSON(http.StatusOK, NodeList{Items: out})
 }
 
-// CordonResult answers cordon and drain: the cordon written and the
-// sessions a drain asked to stop.
+// CordonResult answers cordon and drain: the cordon written and, for a
+// drain, the notebook sessions the lifecycle controller will warn and stop
+// at the deadline (batch sessions run to completion).
 type CordonResult struct {
-	Cordon  state.Cordon `json:"cordon"`
-	Stopped []string     `json:"stopped"`
+	Cordon state.Cordon `json:"cordon"`
+	// Stopping lists the node's notebook sessions, which stop at the
+	// drain's deadline after a warning.
+	Stopping []string `json:"stopping"`
 }
 
 // UncordonResult answers uncordon.
@@ -186,8 +189,10 @@ type UncordonResult struct {
 type CordonRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// Deadline (drain only) is how long notebook sessions may keep
-	// running, as a Go duration such as "2h"; "0s" or absent: stop now.
-	Deadline state.Duration `json:"deadline,omitempty"`
+	// running, as a Go duration such as "2h"; "0s": stop them now (each
+	// still gets its warning first); absent: the cluster's drain deadline
+	// (VOYAGER_DRAIN_DEADLINE, applied by the lifecycle controller).
+	Deadline *state.Duration `json:"deadline,omitempty"`
 }
 
 func (a *API) nodeName(c *gin.Context) (string, bool) {
@@ -209,10 +214,10 @@ func (a *API) readOptionalBody(c *gin.Context, v any) bool {
 func (a *API) cordonNode(c *gin.Context) { a.writeCordon(c, false) }
 func (a *API) drainNode(c *gin.Context)  { a.writeCordon(c, true) }
 
-// writeCordon cordons (and for drain, drains) a node. Draining with no
-// deadline stops the node's notebook sessions at once; batch sessions run
-// to completion. A drain deadline in the future is recorded in the cordon
-// for the node agent to act on.
+// writeCordon cordons (and for drain, drains) a node. A drain is recorded
+// in the cordon; the lifecycle controller warns the node's notebook
+// sessions and stops them at the deadline, while batch sessions run to
+// completion.
 func (a *API) writeCordon(c *gin.Context, drain bool) {
 	name, ok := a.nodeName(c)
 	if !ok {
@@ -226,14 +231,14 @@ func (a *API) writeCordon(c *gin.Context, drain bool) {
 		a.invalid(c, "Invalid request", []FieldError{{Field: "reason", Message: "want at most 256 characters"}})
 		return
 	}
-	if req.Deadline < 0 || (!drain && req.Deadline != 0) {
+	if req.Deadline != nil && (*req.Deadline < 0 || !drain) {
 		a.invalid(c, "Invalid request", []FieldError{{Field: "deadline", Message: "want a duration of 0 or more, and only when draining"}})
 		return
 	}
 	p := principalOf(c)
 	now := a.cfg.Now().UTC()
 	cd := state.Cordon{Node: name, Reason: req.Reason, By: p.Subject, Since: now, Drain: drain}
-	if drain {
+	if drain && req.Deadline != nil {
 		d := now.Add(req.Deadline.Std())
 		cd.Deadline = &d
 	}
@@ -242,27 +247,21 @@ func (a *API) writeCordon(c *gin.Context, drain bool) {
 		a.internal(c, "write cordon", err)
 		return
 	}
-	stopped := []string{}
-	if drain && req.Deadline == 0 {
+	stopping := []string{}
+	if drain {
 		l, _, err := state.Get[state.Ledger](ctx, a.cli, a.keys.Ledger(name))
 		if err != nil && !errors.Is(err, state.ErrNotFound) {
 			a.internal(c, "read ledger", err)
 			return
 		}
 		for _, id := range sortedKeys(l.Allocations) {
-			s, _, err := state.Get[state.Session](ctx, a.cli, a.keys.Session(id))
-			if err != nil || s.Kind != state.KindNotebook {
-				continue
+			if s, _, err := state.Get[state.Session](ctx, a.cli, a.keys.Session(id)); err == nil && s.Kind == state.KindNotebook && !s.Stopping() {
+				stopping = append(stopping, id)
 			}
-			if _, err := state.StopSession(ctx, a.cli, a.keys, id, p.Subject+" (drain "+name+")", now); err != nil {
-				a.internal(c, "stop session", err)
-				return
-			}
-			stopped = append(stopped, id)
 		}
 	}
-	a.log.Info("node cordoned", "node", name, "drain", drain, "by", p.Subject, "stopped", len(stopped))
-	c.JSON(http.StatusOK, CordonResult{Cordon: cd, Stopped: stopped})
+	a.log.Info("node cordoned", "node", name, "drain", drain, "by", p.Subject, "notebooks", len(stopping))
+	c.JSON(http.StatusOK, CordonResult{Cordon: cd, Stopping: stopping})
 }
 
 func (a *API) uncordonNode(c *gin.Context) {

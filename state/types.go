@@ -307,7 +307,9 @@ type Activity struct {
 	// start, Jupyter's last_activity, a busy kernel, or a GPU at or above
 	// the agent's busy percent. Idle culling measures from it.
 	LastActive time.Time `json:"lastActive"`
-	// Sampled is when the agent last looked.
+	// Sampled is when this sample was taken. The agent writes a sample
+	// only when it changed meaningfully, so an older Sampled does not
+	// mean the agent stopped looking.
 	Sampled time.Time `json:"sampled"`
 	// Jupyter is what the session's Jupyter server reported; nil when it
 	// serves none or could not be read.

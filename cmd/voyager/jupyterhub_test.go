@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,12 +52,30 @@ type hub struct {
 	dir, config, token string
 	hubURL, proxyURL   string
 	proc               *exec.Cmd
-	log                *bytes.Buffer
+	log                *lockedBuffer
+}
+
+// lockedBuffer is a log that a process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startHub(t *testing.T, h *hub) {
 	t.Helper()
-	h.log = &bytes.Buffer{}
+	h.log = &lockedBuffer{}
 	h.proc = exec.Command("jupyterhub", "-f", h.config)
 	h.proc.Dir = h.dir
 	// Debian's configurable-http-proxy finds its modules (commander, …)
@@ -67,11 +86,14 @@ func startHub(t *testing.T, h *hub) {
 	if err := h.proc.Start(); err != nil {
 		t.Fatalf("start jupyterhub: %v", err)
 	}
+	// The hub answers its API before it has restored the proxy's routes
+	// of running servers; it logs "is now running" once it has.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		code, _ := h.call("GET", "/hub/api/", nil)
-		if code == 200 {
-			return
+		if strings.Contains(h.log.String(), "JupyterHub is now running") {
+			if code, _ := h.call("GET", "/hub/api/", nil); code == 200 {
+				return
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("jupyterhub did not answer within 60s:\n%s", h.log.String())
@@ -212,7 +234,8 @@ func TestJupyterHubE2E(t *testing.T) {
 	env := newDevEnv(t)
 	environ := append(env.environ(),
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s")
+		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s",
+		"VOYAGER_AGENT_PORTS=44000-44099") // apart from the ports other packages' containerd tests use at the same time
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	tokCmd := exec.Command(binary, "token", "-sub", "jupyterhub", "-role", "service")

@@ -114,7 +114,7 @@ func TestLifecycleE2E(t *testing.T) {
 		"VOYAGER_AGENT_NODE=lc-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
 		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
 		"VOYAGER_AGENT_ACTIVITY_EVERY=300ms", "VOYAGER_IDLE_TIMEOUT=3s", "VOYAGER_STOP_WARNING=2s",
-		"VOYAGER_PREEMPT_GRACE=1s")
+		"VOYAGER_PREEMPT_GRACE=1s", "VOYAGER_AGENT_PORTS=43000-43099")
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	tok, err := func() ([]byte, error) {

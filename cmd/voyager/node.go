@@ -25,7 +25,8 @@ const nodeDesc = `Shows and administers GPU nodes.
                                      names the sessions holding them)
   cordon [-reason R] NAME            no new sessions on NAME (admin)
   uncordon NAME                      undo cordon (admin)
-  drain [-reason R] [-deadline D] NAME   cordon, and stop its notebooks now or after D (admin)`
+  drain [-reason R] [-deadline D] NAME   cordon, and stop its notebooks after D (default: the
+                                         cluster's drain deadline), each warned first (admin)`
 
 func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code := needSubcommand("node", nodeUsage, nodeDesc, args, stdout, stderr); code >= 0 {
@@ -36,7 +37,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("voyager "+name, flag.ContinueOnError)
 	var cf clientFlags
 	var reason string
-	var deadline time.Duration
+	deadline := time.Duration(-1) // unset: the cluster default
 	wantArgs := 1
 	switch sub {
 	case "list":
@@ -50,7 +51,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "drain":
 		cf.register(fs, true)
 		fs.StringVar(&reason, "reason", "", "why, for other admins")
-		fs.DurationVar(&deadline, "deadline", 0, "let notebooks run this long (0: stop them now)")
+		fs.DurationVar(&deadline, "deadline", -1, "let notebooks run this long (0: stop them now, after their warning; unset: the cluster's VOYAGER_DRAIN_DEADLINE)")
 	default:
 		fmt.Fprintf(stderr, "voyager node: unknown subcommand %q\n\nUsage: voyager node %s\n\n%s\n", sub, nodeUsage, nodeDesc)
 		return exitUsage
@@ -99,7 +100,12 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	node := fs.Arg(0)
 	var body any
 	if sub != "uncordon" {
-		body = api.CordonRequest{Reason: reason, Deadline: state.Duration(deadline)}
+		req := api.CordonRequest{Reason: reason}
+		if deadline >= 0 {
+			d := state.Duration(deadline)
+			req.Deadline = &d
+		}
+		body = req
 	}
 	var out json.RawMessage
 	if err := c.do(ctx, "POST", "/api/v1/nodes/"+url.PathEscape(node)+"/"+sub, body, &out); err != nil {

@@ -87,6 +87,12 @@ def make_app(fake):
             v = fake.sessions[sid]
             self.set_header("Content-Type", "text/event-stream")
             for i, (phase, reason, msg) in enumerate(v["script"], 1):
+                if phase == "warning":
+                    # A lifecycle warning: its data looks like a live
+                    # status event, but it is not a state to relay.
+                    w = {"session": sid, "phase": "Pending", "reason": reason, "message": msg, "terminal": False}
+                    self.write(f"id: {i}\nevent: warning\ndata: {json.dumps(w)}\n\n")
+                    continue
                 st = {"session": sid, "phase": phase, "reason": reason, "message": msg}
                 if phase == "Running":
                     st["urls"] = {"jupyter": "http://gpu-7:40001/lab?token=x"}
@@ -161,6 +167,16 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual([e["message"] for e in events],
                          ["Waiting for GPUs: waiting for the placer", "Server running: up"])
         self.assertEqual(events[-1]["progress"], 100)
+
+    async def test_warning_events_are_not_progress(self):
+        self.fake.script = lambda sid: [("Pending", "Queued", "waiting for the placer"),
+                                        ("warning", "Preempted", "will be stopped at 10:15 UTC"),
+                                        ("Running", "Started", "up")]
+        sp = self.spawner()
+        self.assertEqual(await asyncio.wait_for(sp.start(), 10), "http://gpu-7:40001")
+        events = [e async for e in sp.progress()]
+        self.assertEqual([e["message"] for e in events],
+                         ["Waiting for GPUs: waiting for the placer", "Server running: up"])
 
     async def test_state_survives_a_hub_restart(self):
         sp = self.spawner()

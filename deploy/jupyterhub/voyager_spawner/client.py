@@ -70,8 +70,8 @@ class Client:
         return await self.request("GET", "/nodes")
 
     async def events(self, sid, on_event, last_event_id=None, timeout=None):
-        """Streams the session's events (Server-Sent Events), calling
-        on_event(dict) for each, until the stream ends or on_event returns
+        """Streams the session's status events (Server-Sent Events),
+        calling on_event(dict) for each, until the stream ends or on_event returns
         True, and returns the id of the last event, to resume from.
 
         It speaks HTTP/1.1 over asyncio streams rather than through
@@ -118,6 +118,10 @@ class Client:
                         fields[k] = fields.get(k, "") + v.lstrip(" ")
                     if "id" in fields:
                         last["id"] = fields["id"]
+                    # Only status events drive the spawn; warnings
+                    # (event: warning, warning-withdrawn) are not states.
+                    if fields.get("event", "status") != "status":
+                        continue
                     if fields.get("data") and on_event(json.loads(fields["data"])):
                         return last["id"]
         except (OSError, asyncio.IncompleteReadError, ValueError):
