@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -382,5 +384,55 @@ func TestRunRealAgentE2E(t *testing.T) {
 	}
 	if code := dev.stop(); code != 0 {
 		t.Errorf("dev exit code %d", code)
+	}
+}
+
+// TestCLIRunPrintsWarnings: a job's owner running it with voyager run sees
+// the lifecycle controller's warning (here written by the test) before
+// the job ends.
+func TestCLIRunPrintsWarnings(t *testing.T) {
+	e := newCLIEnv(t)
+	startFakeAgent(e)
+	code, tok, stderr := voyager(t, "token", "-sub", "ada")
+	if code != 0 {
+		t.Fatalf("token: %d %s", code, stderr)
+	}
+	t.Setenv(envToken, strings.TrimSpace(tok))
+	gate := filepath.Join(t.TempDir(), "go")
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, o, s := voyager(t, "run", "-image", "busybox", "--", "sh", "-c", "while [ ! -e "+gate+" ]; do sleep 0.05; done; echo done")
+		done <- result{c, o, s}
+	}()
+	// The job runs: warn it, then let it finish.
+	var id string
+	eventually(t, "the job running", func() bool {
+		r, err := e.cli.Get(context.Background(), e.keys.StatusDir(), clientv3.WithPrefix())
+		if err != nil || len(r.Kvs) != 1 {
+			return false
+		}
+		st, err := state.Decode[state.Status](r.Kvs[0].Value)
+		id = st.Session
+		return err == nil && st.Phase == state.PhaseRunning
+	})
+	w := state.Warning{Session: id, Reason: state.ReasonPreempted, Message: "preempted by s-vip; stops in 2m and is re-queued",
+		Issued: time.Now().UTC(), StopAt: time.Now().UTC().Add(2 * time.Minute)}
+	if _, err := state.Put(context.Background(), e.cli, e.keys.Warning(id), w); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.code != 0 || r.stdout != "done\n" {
+		t.Fatalf("voyager run: exit %d, stdout %q\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	wi, si := strings.Index(r.stderr, "warning: "), strings.Index(r.stderr, "Succeeded")
+	if wi < 0 || !strings.Contains(r.stderr, "preempted by s-vip") || si < wi {
+		t.Fatalf("voyager run did not print the warning before the end:\n%s", r.stderr)
 	}
 }

@@ -100,7 +100,7 @@ func (r *runner) follow(ctx context.Context) int {
 	lastID := ""
 	for !last.Terminal {
 		var err error
-		lastID, err = r.c.events(ctx, r.id, lastID, func(ev api.Event) bool {
+		lastID, err = r.c.follow(ctx, r.id, lastID, func(ev api.Event) bool {
 			last = ev
 			r.progress("%s", ev.Message)
 			switch ev.Phase {
@@ -108,6 +108,14 @@ func (r *runner) follow(ctx context.Context) int {
 				r.startLogs(lctx, true)
 			}
 			return !ev.Terminal
+		}, func(typ string, w api.WarningEvent) {
+			// Max runtime, preemption, a drain: the job's owner hears it
+			// before it happens.
+			if typ == api.EventWarningWithdrawn {
+				r.progress("%s", w.Message)
+				return
+			}
+			r.progress("warning: %s", w.Message)
 		})
 		if ctx.Err() != nil {
 			return exitError
