@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
@@ -232,16 +230,11 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 func (c *Controller) lead(ctx context.Context) error {
-	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+	s, err := elect(ctx, c.cli, c.cfg.Keys, "lifecycle")
 	if err != nil {
-		return fmt.Errorf("create lifecycle lease: %w", err)
+		return err
 	}
 	defer s.Close()
-	e := concurrency.NewElection(s, c.cfg.Keys.Prefix()+"/elections/lifecycle")
-	host, _ := os.Hostname()
-	if err := e.Campaign(ctx, host); err != nil {
-		return fmt.Errorf("campaign for lifecycle: %w", err)
-	}
 	for _, cache := range c.caches() {
 		if err := cache.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("sync lifecycle caches: %w", err)

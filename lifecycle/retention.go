@@ -109,16 +109,11 @@ func (r *Retention) Run(ctx context.Context) error {
 }
 
 func (r *Retention) lead(ctx context.Context) error {
-	s, err := concurrency.NewSession(r.cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+	s, err := elect(ctx, r.cli, r.cfg.Keys, "retention")
 	if err != nil {
-		return fmt.Errorf("create retention lease: %w", err)
+		return err
 	}
 	defer s.Close()
-	e := concurrency.NewElection(s, r.cfg.Keys.Prefix()+"/elections/retention")
-	host, _ := os.Hostname()
-	if err := e.Campaign(ctx, host); err != nil {
-		return fmt.Errorf("campaign for retention: %w", err)
-	}
 	r.log.Info("retention sweeper elected", "after", r.cfg.After, "history", r.cfg.HistoryPath)
 	tick := time.NewTicker(r.cfg.Every)
 	defer tick.Stop()
@@ -284,4 +279,21 @@ func (r *Retention) appendHistory(records []HistoryRecord) error {
 		return fmt.Errorf("close history: %w", err)
 	}
 	return nil
+}
+
+// elect campaigns in the etcd election elections/<name> under keys'
+// prefix and returns, once this process leads, the session whose lease
+// holds the leadership: it is lost when the session's Done closes. The
+// caller closes the session to resign.
+func elect(ctx context.Context, cli *clientv3.Client, keys state.Keys, name string) (*concurrency.Session, error) {
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("create %s lease: %w", name, err)
+	}
+	host, _ := os.Hostname()
+	if err := concurrency.NewElection(s, keys.Prefix()+"/elections/"+name).Campaign(ctx, host); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("campaign for %s: %w", name, err)
+	}
+	return s, nil
 }

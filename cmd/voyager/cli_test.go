@@ -35,12 +35,24 @@ type cliEnv struct {
 
 func newCLIEnv(t *testing.T) *cliEnv {
 	t.Helper()
+	e, _ := newCLIEnvWith(t, nil)
+	return e
+}
+
+// newCLIEnvWith is newCLIEnv with the API's config changed by edit (when
+// not nil); it also returns the API's URL.
+func newCLIEnvWith(t *testing.T, edit func(*api.Config)) (*cliEnv, string) {
+	t.Helper()
 	cli := etcdtest.New(t)
 	k := state.MustKeys(state.DefaultPrefix)
-	a, err := api.New(cli, k, api.Config{
+	cfg := api.Config{
 		Auth:   api.AuthConfig{HS256Secret: []byte(cliTestSecret)},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	a, err := api.New(cli, k, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +67,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	t.Setenv(envURL, srv.URL)
 	t.Setenv("VOYAGER_JWT_SECRET", cliTestSecret)
 	t.Setenv(envToken, "")
-	return &cliEnv{t: t, cli: cli, keys: k}
+	return &cliEnv{t: t, cli: cli, keys: k}, srv.URL
 }
 
 // voyager runs the CLI in-process and returns its exit code and output.

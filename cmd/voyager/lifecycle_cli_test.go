@@ -5,9 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -15,35 +12,13 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/api"
-	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
 // newLimitedCLIEnv is newCLIEnv with a cluster max runtime and cap.
 func newLimitedCLIEnv(t *testing.T, maxRuntime, maxRuntimeCap time.Duration) (*cliEnv, string) {
 	t.Helper()
-	cli := etcdtest.New(t)
-	k := state.MustKeys(state.DefaultPrefix)
-	a, err := api.New(cli, k, api.Config{
-		Auth:       api.AuthConfig{HS256Secret: []byte(cliTestSecret)},
-		MaxRuntime: maxRuntime, MaxRuntimeCap: maxRuntimeCap,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	mux := http.NewServeMux()
-	a.Mount(mux)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	t.Setenv(envURL, srv.URL)
-	t.Setenv("VOYAGER_JWT_SECRET", cliTestSecret)
-	t.Setenv(envToken, "")
-	return &cliEnv{t: t, cli: cli, keys: k}, srv.URL
+	return newCLIEnvWith(t, func(c *api.Config) { c.MaxRuntime, c.MaxRuntimeCap = maxRuntime, maxRuntimeCap })
 }
 
 // lineWriter collects what is written and says when a line containing
