@@ -211,15 +211,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	for ctx.Err() == nil {
-		if err := c.lead(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("lifecycle leadership lost; campaigning again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
+	leadUntilDone(ctx, c.log, "lifecycle", c.lead)
 	cancel()
 	wg.Wait()
 	close(errc)

@@ -96,15 +96,7 @@ func (r *Retention) Retired() int64 {
 // Run sweeps every Every while this process holds the retention election,
 // until ctx ends. It returns nil when ctx is cancelled.
 func (r *Retention) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		if err := r.lead(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("retention leadership lost; campaigning again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
+	leadUntilDone(ctx, r.log, "retention", r.lead)
 	return nil
 }
 
@@ -279,6 +271,21 @@ func (r *Retention) appendHistory(records []HistoryRecord) error {
 		return fmt.Errorf("close history: %w", err)
 	}
 	return nil
+}
+
+// leadUntilDone runs lead again and again until ctx ends: lead campaigns,
+// works while it leads and returns when it lost the leadership; a second
+// passes before the next campaign.
+func leadUntilDone(ctx context.Context, log *slog.Logger, name string, lead func(context.Context) error) {
+	for ctx.Err() == nil {
+		if err := lead(ctx); err != nil && ctx.Err() == nil {
+			log.Warn(name+" leadership lost; campaigning again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
 }
 
 // elect campaigns in the etcd election elections/<name> under keys'

@@ -196,14 +196,21 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestCLIRunExitsWithJobCode(t *testing.T) {
-	e := newCLIEnv(t)
-	startFakeAgent(e)
-	code, tok, stderr := voyager(t, "token", "-sub", "ada")
+// loginAs sets VOYAGER_TOKEN, for the rest of the test, to a token of sub
+// made by voyager token.
+func loginAs(t *testing.T, sub string) {
+	t.Helper()
+	code, tok, stderr := voyager(t, "token", "-sub", sub)
 	if code != 0 {
 		t.Fatalf("token: %d %s", code, stderr)
 	}
 	t.Setenv(envToken, strings.TrimSpace(tok))
+}
+
+func TestCLIRunExitsWithJobCode(t *testing.T) {
+	e := newCLIEnv(t)
+	startFakeAgent(e)
+	loginAs(t, "ada")
 
 	code, stdout, stderr := voyager(t, "run", "-image", "busybox", "--", "sh", "-c", "echo hi; exit 3")
 	if code != 3 || stdout != "hi\n" {
@@ -405,11 +412,7 @@ func TestRunRealAgentE2E(t *testing.T) {
 func TestCLIRunPrintsWarnings(t *testing.T) {
 	e := newCLIEnv(t)
 	startFakeAgent(e)
-	code, tok, stderr := voyager(t, "token", "-sub", "ada")
-	if code != 0 {
-		t.Fatalf("token: %d %s", code, stderr)
-	}
-	t.Setenv(envToken, strings.TrimSpace(tok))
+	loginAs(t, "ada")
 	gate := filepath.Join(t.TempDir(), "go")
 	type result struct {
 		code           int

@@ -144,14 +144,10 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 	return nil
 }
 
-// events reads a session's event stream until it ends, calling fn for
-// each status event; it returns the id of the last event seen.
-func (c *client) events(ctx context.Context, id, lastID string, fn func(api.Event) bool) (string, error) {
-	return c.follow(ctx, id, lastID, fn, nil)
-}
-
-// follow is events that also calls warn (when not nil) for each warning
-// and withdrawal. Events of types it does not know are skipped.
+// follow reads a session's event stream until it ends, calling fn for
+// each status event and warn (when not nil) for each warning and
+// withdrawal; events of types it does not know are skipped. It returns
+// the id of the last event seen.
 func (c *client) follow(ctx context.Context, id, lastID string, fn func(api.Event) bool, warn func(typ string, w api.WarningEvent)) (string, error) {
 	h := map[string]string{"Accept": "text/event-stream"}
 	if lastID != "" {
