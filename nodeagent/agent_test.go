@@ -59,7 +59,7 @@ func TestAgentRunsNotebookUntilStopped(t *testing.T) {
 	if want := nodeagent.JupyterArgs(jport); !slices.Equal(spec.Args, want) {
 		t.Errorf("args %v; want %v", spec.Args, want)
 	}
-	if st.URLs["jupyter"] != "http://127.0.0.1:"+itoa(jport)+"/lab?token="+token || st.Started == nil || st.Bound == nil {
+	if st.URLs["jupyter"] != "http://127.0.0.1:"+itoa(jport)+"/?token="+token || st.Started == nil || st.Bound == nil {
 		t.Errorf("Running status %+v", st)
 	}
 	if spec.Env["WANDB_MODE"] != "offline" || spec.Labels[nodeagent.LabelOwner] != "ada" || spec.Labels[nodeagent.LabelSession] != "nb1" ||

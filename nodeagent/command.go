@@ -45,11 +45,20 @@ func SplitPorts(kind state.SessionKind, role state.Role, ports []int) (Ports, er
 	return p, nil
 }
 
-// JupyterArgs is the default notebook command. The token is not here: it
-// is in the environment as JUPYTER_TOKEN, which Jupyter reads, so that it
-// never shows in the process table.
+// jupyterScript runs JupyterLab where the image has it, else Jupyter
+// Server (Debian 12 packages the jupyter_server module, used by
+// jupyterhub-singleuser, but neither JupyterLab nor a jupyter-server
+// command), with the arguments that follow it.
+const jupyterScript = `if command -v jupyter-lab >/dev/null 2>&1; then exec jupyter lab "$@"; ` +
+	`elif command -v jupyter-server >/dev/null 2>&1; then exec jupyter server "$@"; ` +
+	`else exec python3 -m jupyter_server "$@"; fi`
+
+// JupyterArgs is the default notebook command: JupyterLab, or Jupyter
+// Server in an image without it. The token is not here: it is in the
+// environment as JUPYTER_TOKEN, which Jupyter reads, so that it never
+// shows in the process table.
 func JupyterArgs(port int) []string {
-	return []string{"jupyter", "lab", "--ip=0.0.0.0", "--port=" + strconv.Itoa(port), "--no-browser"}
+	return []string{"sh", "-c", jupyterScript, "jupyter", "--ip=0.0.0.0", "--port=" + strconv.Itoa(port), "--no-browser"}
 }
 
 // RayHeadArgs starts a Ray head in the background with the session's GPUs

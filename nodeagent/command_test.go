@@ -23,7 +23,7 @@ func TestCommand(t *testing.T) {
 			name: "notebook",
 			sess: state.Session{ID: "s", Kind: state.KindNotebook},
 			b:    state.Binding{Role: state.RoleSingle, Ports: []int{40001}},
-			want: []string{"jupyter", "lab", "--ip=0.0.0.0", "--port=40001", "--no-browser"},
+			want: nodeagent.JupyterArgs(40001),
 		},
 		{
 			name: "notebook with its own command (JupyterHub singleuser)",
@@ -36,7 +36,10 @@ func TestCommand(t *testing.T) {
 			sess: state.Session{ID: "s", Kind: state.KindNotebook},
 			b:    state.Binding{Role: state.RoleHead, GPUs: gpus, Ports: []int{40001, 40002, 40003, 40004}},
 			want: []string{"sh", "-c", "ray start --head --port=40002 --dashboard-host=127.0.0.1 --dashboard-port=40003 --ray-client-server-port=40004 --num-gpus=2 && exec \"$@\"", "sh",
-				"jupyter", "lab", "--ip=0.0.0.0", "--port=40001", "--no-browser"},
+				"sh", "-c", `if command -v jupyter-lab >/dev/null 2>&1; then exec jupyter lab "$@"; ` +
+					`elif command -v jupyter-server >/dev/null 2>&1; then exec jupyter server "$@"; ` +
+					`else exec python3 -m jupyter_server "$@"; fi`, "jupyter",
+				"--ip=0.0.0.0", "--port=40001", "--no-browser"},
 		},
 		{
 			name: "batch Ray head keeps its arguments unparsed",

@@ -360,11 +360,8 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 				}
 			}
 			port = p.Jupyter
-			path := "/"
-			if len(sess.Command) == 0 {
-				path = "/lab"
-			}
-			url = fmt.Sprintf("http://%s:%d%s", w.a.cfg.Address, p.Jupyter, path)
+			// "/" serves both: JupyterLab redirects it to /lab.
+			url = fmt.Sprintf("http://%s:%d/", w.a.cfg.Address, p.Jupyter)
 			if tok := info.Labels[LabelToken]; tok != "" {
 				url += "?token=" + tok
 			}

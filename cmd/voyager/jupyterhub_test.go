@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -421,6 +422,41 @@ c.VoyagerSpawner.memory_mib = 1024
 			t.Fatalf("containers left after the stop: %v", containers(t, rt))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Without the hub: a notebook session that names no command runs the
+	// agent's default, which falls back to Jupyter Server in this image
+	// (Debian packages no JupyterLab), and its URL answers Jupyter's API.
+	userTok, err := func() ([]byte, error) {
+		c := exec.Command(binary, "token", "-sub", "dana")
+		c.Env = environ
+		return c.Output()
+	}()
+	if err != nil {
+		t.Fatalf("voyager token: %v", err)
+	}
+	dana := lcAPI{t: t, base: "http://" + env.httpAddr, token: strings.TrimSpace(string(userTok))}
+	id := dana.create(map[string]any{"kind": "notebook", "image": "voyager/jupyter:latest", "resources": map[string]any{"gpus": 1, "cpuMilli": 500, "memoryMiB": 512}})
+	cli := etcdClient(t, env.clientAddr)
+	var st state.Status
+	deadline = time.Now().Add(90 * time.Second)
+	for st.Phase != state.PhaseRunning {
+		if st.Phase.Terminal() || time.Now().After(deadline) {
+			t.Fatalf("default notebook command: status %+v\ndev stderr:\n%s", st, dev.stderr())
+		}
+		time.Sleep(200 * time.Millisecond)
+		st, _, _ = state.Get[state.Status](context.Background(), cli, "/voyager/status/"+id)
+	}
+	u, err := url.Parse(st.URLs["jupyter"])
+	if err != nil || u.Query().Get("token") == "" || u.Path != "/" {
+		t.Fatalf("jupyter URL %q: want / with a token", st.URLs["jupyter"])
+	}
+	code, body := httpGet(t, "http://127.0.0.1:"+u.Port()+"/api/status?token="+u.Query().Get("token"))
+	if code != 200 || !strings.Contains(body, "last_activity") {
+		t.Fatalf("the default notebook's /api/status: %d %s", code, body)
+	}
+	if code, out := dana.do("DELETE", "/api/v1/sessions/"+id, nil); code >= 300 {
+		t.Fatalf("stop dana's notebook: %d %s", code, out)
 	}
 	if code := dev.stop(); code != 0 {
 		t.Errorf("dev exit code %d", code)
