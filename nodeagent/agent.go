@@ -63,6 +63,10 @@ type Config struct {
 	// (default 10 MiB).
 	LogDir      string
 	LogMaxBytes int64
+	// LogRetention removes log files of containers that are gone once
+	// nothing was written to them this long (the retention of finished
+	// sessions); zero keeps them.
+	LogRetention time.Duration
 	// LogsBaseURL is this agent's HTTP server as the API reaches it
 	// (scheme://host:port), where LogsHandler is mounted; with it the agent
 	// publishes each session's log URL in status.urls.logs. Empty: no logs
@@ -182,6 +186,7 @@ type Agent struct {
 	starts, adopted, startFailures  atomic.Int64
 	activitySamples, activityWrites atomic.Int64
 	logKey                          logKey
+	lastPrune                       time.Time                      // of the log directory; owned by the work loop
 	gpuActivity                     map[string][]state.GPUActivity // by session: the latest sample, for metrics
 }
 
@@ -376,6 +381,21 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 			a.log.Warn("list containers", "err", err)
 		}
 		return
+	}
+	if a.cfg.LogRetention > 0 && time.Since(a.lastPrune) >= logPruneEvery {
+		a.lastPrune = time.Now()
+		live := make(map[string]bool, len(want)+len(infos))
+		for id := range want {
+			live[id] = true
+		}
+		for _, in := range infos {
+			live[in.ID] = true
+		}
+		if n, err := a.pruneLogs(a.lastPrune, live); err != nil {
+			a.log.Warn("prune session logs", "err", err)
+		} else if n > 0 {
+			a.log.Info("removed old session logs", "files", n, "olderThan", a.cfg.LogRetention)
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

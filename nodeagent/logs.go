@@ -223,3 +223,37 @@ func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 	}
 	return io.Copy(w, f)
 }
+
+// logPruneEvery is how often the agent looks for old log files.
+const logPruneEvery = time.Hour
+
+// pruneLogs removes the log files in LogDir of containers not in live
+// that nothing wrote to for LogRetention, and returns how many it removed.
+// The log-URL key and other files stay.
+func (a *Agent) pruneLogs(now time.Time, live map[string]bool) (int, error) {
+	entries, err := os.ReadDir(a.cfg.LogDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read log directory: %w", err)
+	}
+	removed := 0
+	var errs []error
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".log")
+		if !ok || e.IsDir() || live[id] {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || now.Sub(info.ModTime()) < a.cfg.LogRetention {
+			continue
+		}
+		if err := os.Remove(filepath.Join(a.cfg.LogDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove log %s: %w", e.Name(), err))
+			continue
+		}
+		removed++
+	}
+	return removed, errors.Join(errs...)
+}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +116,65 @@ func get(t *testing.T, u string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// TestAgentPrunesOldLogs: with a log retention, the log files of
+// containers that are gone and were not written to for longer are
+// removed; a recent one, a live container's old one and the log-URL key
+// stay.
+func TestAgentPrunesOldLogs(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := newFake()
+	cfg := testConfig(t, cli, rt)
+	cfg.LogRetention = time.Hour
+	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	write := func(name string, mtime time.Time) string {
+		p := filepath.Join(cfg.LogDir, name)
+		if err := os.WriteFile(p, []byte("output\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	gone := write("s-gone-q7.log", old)
+	recent := write("s-recent-q8.log", time.Now())
+	key := write(".logs-key", old)
+	_, stop := runAgent(t, cfg)
+	waitGone := func(p string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := os.Stat(p); os.IsNotExist(err) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the old log %s of a gone container was not removed", filepath.Base(p))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitGone(gone)
+	// A quiet running job's log is old too, but its container lives: the
+	// next agent's first prune (at its start) keeps it.
+	b := bind(t, cli, state.Session{ID: "quiet", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sleep", "1d"}},
+		state.Binding{CPUMilli: 500, MemoryMiB: 256})
+	waitPhase(t, cli, "quiet", state.PhaseRunning, 10*time.Second)
+	stop()
+	liveLog := filepath.Join(cfg.LogDir, nodeagent.ContainerID(b)+".log")
+	if err := os.Chtimes(liveLog, old, old); err != nil {
+		t.Fatal(err)
+	}
+	gone2 := write("s-gone2-q9.log", old)
+	runAgent(t, cfg)
+	waitGone(gone2)
+	for _, p := range []string{recent, key, liveLog} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v; want it kept", filepath.Base(p), err)
+		}
+	}
 }

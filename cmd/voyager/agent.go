@@ -34,7 +34,7 @@ var agentEnvs = []string{
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
-	config.EnvRestartBackoff, config.EnvRestartBackoffMax,
+	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention,
 }
 
 var agentCmd = subcommand{
@@ -219,8 +219,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
 		HomeDir: home, LogDir: filepath.Join(cfg.DataDir, "logs"), LogMaxBytes: int64(cfg.AgentLogMaxMiB) << 20,
-		LogsBaseURL: logsBaseURL(address, cfg.HTTPAddr),
-		StopGrace:   cfg.AgentStopGrace, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
+		LogRetention: cfg.Retention,
+		LogsBaseURL:  logsBaseURL(address, cfg.HTTPAddr),
+		StopGrace:    cfg.AgentStopGrace, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
 		Version: version, Logger: log, Usage: usage,
 		ActivityEvery: cfg.AgentActivityEvery, GPUSampler: sampler, GPUBusyPercent: cfg.AgentGPUBusyPercent,
 		GPUUnusedAfter: cfg.AgentGPUUnusedAfter, RestartBackoff: cfg.RestartBackoff, RestartBackoffMax: cfg.RestartBackoffMax,
