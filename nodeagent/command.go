@@ -48,10 +48,13 @@ func SplitPorts(kind state.SessionKind, role state.Role, ports []int) (Ports, er
 // jupyterScript runs JupyterLab where the image has it, else Jupyter
 // Server (Debian 12 packages the jupyter_server module, used by
 // jupyterhub-singleuser, but neither JupyterLab nor a jupyter-server
-// command), with the arguments that follow it.
+// command), with the arguments that follow it; failing all, `jupyter lab`
+// (whose error then says what is missing; the dev busybox image's
+// stand-in answers it).
 const jupyterScript = `if command -v jupyter-lab >/dev/null 2>&1; then exec jupyter lab "$@"; ` +
 	`elif command -v jupyter-server >/dev/null 2>&1; then exec jupyter server "$@"; ` +
-	`else exec python3 -m jupyter_server "$@"; fi`
+	`elif python3 -c 'import jupyter_server' 2>/dev/null; then exec python3 -m jupyter_server "$@"; ` +
+	`else exec jupyter lab "$@"; fi`
 
 // JupyterArgs is the default notebook command: JupyterLab, or Jupyter
 // Server in an image without it. The token is not here: it is in the

@@ -38,7 +38,8 @@ func TestCommand(t *testing.T) {
 			want: []string{"sh", "-c", "ray start --head --port=40002 --dashboard-host=127.0.0.1 --dashboard-port=40003 --ray-client-server-port=40004 --num-gpus=2 && exec \"$@\"", "sh",
 				"sh", "-c", `if command -v jupyter-lab >/dev/null 2>&1; then exec jupyter lab "$@"; ` +
 					`elif command -v jupyter-server >/dev/null 2>&1; then exec jupyter server "$@"; ` +
-					`else exec python3 -m jupyter_server "$@"; fi`, "jupyter",
+					`elif python3 -c 'import jupyter_server' 2>/dev/null; then exec python3 -m jupyter_server "$@"; ` +
+					`else exec jupyter lab "$@"; fi`, "jupyter",
 				"--ip=0.0.0.0", "--port=40001", "--no-browser"},
 		},
 		{

@@ -148,3 +148,28 @@ func containsStr(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestE2EDefaultNotebookCommand: a notebook session that names no command
+// runs the agent's default (JupyterLab, else Jupyter Server, else `jupyter
+// lab`) under sh in a real container: on the busybox image the Jupyter
+// stand-in answers its URL. (The Debian Jupyter image's Jupyter Server is
+// shown by cmd/voyager's TestJupyterHubE2E.)
+func TestE2EDefaultNotebookCommand(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	cfg := testConfig(t, cli, rt)
+	cfg.Image = runtimetest.ImageRef
+	runAgent(t, cfg)
+	bind(t, cli, state.Session{ID: "nb-default", Owner: "ada", Kind: state.KindNotebook},
+		state.Binding{CPUMilli: 500, MemoryMiB: 256, Ports: []int{freePort(t)}})
+	st := waitPhase(t, cli, "nb-default", state.PhaseRunning, 30*time.Second)
+	resp, err := http.Get(st.URLs["jupyter"])
+	if err != nil {
+		t.Fatalf("GET %s: %v", st.URLs["jupyter"], err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "stands in") {
+		t.Fatalf("GET %s: %d %s", st.URLs["jupyter"], resp.StatusCode, body)
+	}
+}
