@@ -32,9 +32,9 @@ test:
 test-short:
 	go test -short -ldflags=$(LAZY) ./...
 
-## bench: every benchmark, each bounded by BENCHTIME (default 1s)
+## bench: every benchmark, each bounded by BENCHTIME (default 1s), one package at a time (a benchmark measures a quiet machine)
 bench:
-	go test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m -ldflags=$(LAZY) ./...
+	go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m -ldflags=$(LAZY) ./...
 
 ## lint: go vet, gofmt (lists unformatted files), staticcheck
 lint:

@@ -50,11 +50,17 @@ func BenchmarkAgentBindToRunning(b *testing.B) {
 		wch := cli.Watch(ctx, keys.StatusDir(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		bound := map[string]time.Time{}
 		var ids []string
+		used := map[int]bool{} // freePort may hand out a port twice in a row
 		for i := range benchSessions {
 			id := fmt.Sprintf("b%d-%03d", n, i)
 			ids = append(ids, id)
+			port := freePort(b)
+			for used[port] {
+				port = freePort(b)
+			}
+			used[port] = true
 			bind(b, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindNotebook},
-				state.Binding{CPUMilli: 100, MemoryMiB: 64, Ports: []int{freePort(b)}})
+				state.Binding{CPUMilli: 100, MemoryMiB: 64, Ports: []int{port}})
 			bound[id] = time.Now()
 		}
 		running := map[string]bool{}
