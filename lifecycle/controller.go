@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -251,10 +252,8 @@ func (c *Controller) lead(ctx context.Context) error {
 		case <-c.kick:
 		}
 		// Coalesce bursts of changes: at most ten passes per Every.
-		select {
-		case <-ctx.Done():
+		if !ctxwait.Sleep(ctx, c.cfg.Every/10) {
 			return nil
-		case <-time.After(c.cfg.Every / 10):
 		}
 	}
 }

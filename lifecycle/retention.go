@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -280,10 +281,7 @@ func leadUntilDone(ctx context.Context, log *slog.Logger, name string, lead func
 	for ctx.Err() == nil {
 		if err := lead(ctx); err != nil && ctx.Err() == nil {
 			log.Warn(name+" leadership lost; campaigning again", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			ctxwait.Sleep(ctx, time.Second)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -234,7 +235,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				break
 			}
 			a.log.Warn("register node; retrying", "err", err, "in", backoff)
-			if !sleepCtx(ctx, backoff) {
+			if !ctxwait.Sleep(ctx, backoff) {
 				break
 			}
 			backoff = min(backoff*2, 5*time.Second)
@@ -436,17 +437,5 @@ func (a *Agent) removeContainer(ctx context.Context, id string) {
 	}
 	if err := a.cfg.Runtime.Remove(ctx, id); err != nil {
 		a.log.Warn("remove container", "container", id, "err", err)
-	}
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/runtime"
 )
 
@@ -167,7 +168,7 @@ func (s *SimulatedSampler) SampleGPUs(ctx context.Context, containerID string, u
 			return nil, fmt.Errorf("sample simulated GPUs of %s: %w", containerID, err)
 		}
 		prev = cpuReading{cpu: cpu, at: time.Now()}
-		if !sleepCtx(ctx, simFirstWindow) {
+		if !ctxwait.Sleep(ctx, simFirstWindow) {
 			return nil, fmt.Errorf("sample simulated GPUs of %s: %w", containerID, ctx.Err())
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -198,7 +199,7 @@ func (w *worker) logPath() string {
 func (w *worker) retryLater(what string, err error) {
 	if w.ctx.Err() == nil {
 		w.log.Warn(what+"; retrying", "err", err)
-		sleepCtx(w.ctx, time.Second)
+		ctxwait.Sleep(w.ctx, time.Second)
 	}
 	if errors.Is(context.Cause(w.ctx), errUnbound) {
 		w.a.removeContainer(context.WithoutCancel(w.ctx), w.id)
@@ -254,7 +255,7 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struc
 		case err == nil:
 			rev = r
 		default:
-			sleepCtx(ctx, time.Second)
+			ctxwait.Sleep(ctx, time.Second)
 		}
 	}
 }
@@ -610,7 +611,7 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 			return false
 		}
 		w.log.Warn("release session; retrying", "err", err)
-		sleepCtx(ctx, min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
+		ctxwait.Sleep(ctx, min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
 	}
 }
 

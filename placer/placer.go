@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
@@ -234,10 +235,8 @@ func (p *Placer) membership(ctx context.Context) {
 			return
 		}
 		p.log.Warn("placer membership lost; registering again", "err", err)
-		select {
-		case <-ctx.Done():
+		if !ctxwait.Sleep(ctx, time.Second) {
 			return
-		case <-time.After(time.Second):
 		}
 	}
 }
@@ -310,7 +309,7 @@ func (p *Placer) loop(ctx context.Context) error {
 			// back off: another placer is moving the same state.
 			failures++
 			if failures > 8 {
-				if !pause(ctx, min(time.Duration(failures)*10*time.Millisecond, time.Second)) {
+				if !ctxwait.Sleep(ctx, min(time.Duration(failures)*10*time.Millisecond, time.Second)) {
 					return nil
 				}
 			}
@@ -330,22 +329,10 @@ func (p *Placer) loop(ctx context.Context) error {
 		// as it took: while other placers commit, every event would kick
 		// another full plan, and planning would crowd out the commits.
 		if rest := took - time.Since(started.Add(took)); rest > 0 {
-			if !pause(ctx, rest) {
+			if !ctxwait.Sleep(ctx, rest) {
 				return nil
 			}
 		}
-	}
-}
-
-// pause waits for d or until ctx ends, reporting whether ctx is still live.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

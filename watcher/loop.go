@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 )
 
 var (
@@ -31,7 +32,7 @@ func (c *Cache[T]) loop(ctx context.Context) {
 				}
 				d := b.next()
 				c.log.Warn("list failed; retrying", "err", err, "retry_in", d)
-				if !sleep(ctx, d) {
+				if !ctxwait.Sleep(ctx, d) {
 					return
 				}
 				continue
@@ -50,20 +51,9 @@ func (c *Cache[T]) loop(ctx context.Context) {
 		}
 		d := b.next()
 		c.log.Warn("watch stream broken; resuming", "err", err, "from_revision", c.Revision()+1, "retry_in", d)
-		if !sleep(ctx, d) {
+		if !ctxwait.Sleep(ctx, d) {
 			return
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

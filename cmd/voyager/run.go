@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -126,10 +127,8 @@ func (r *runner) follow(ctx context.Context) int {
 				r.progress("%v", err)
 				return exitError
 			}
-			select { // a broken stream: resume after the last event
-			case <-ctx.Done():
+			if !ctxwait.Sleep(ctx, time.Second) { // a broken stream: resume after the last event
 				return exitError
-			case <-time.After(time.Second):
 			}
 		}
 	}
@@ -177,10 +176,8 @@ func (r *runner) startLogs(ctx context.Context, follow bool) {
 					}
 					return
 				}
-				select {
-				case <-ctx.Done():
+				if !ctxwait.Sleep(ctx, time.Second) {
 					return
-				case <-time.After(time.Second):
 				}
 			}
 		}()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -488,10 +489,7 @@ func waitSession(ctx context.Context, c *client, id, phase string, timeout time.
 			if errors.As(err, &ae) {
 				return cliFail(stderr, "session wait", err)
 			}
-			select { // a broken stream: resume after the last event
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			ctxwait.Sleep(ctx, time.Second) // a broken stream: resume after the last event
 		}
 	}
 	if output == "json" {
