@@ -676,10 +676,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, ledgers *watcher
 				writes[pp.Node] = lw
 				order = append(order, pp.Node)
 			}
-			lw.Ledger.Allocations[e.Session] = state.Allocation{
-				Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
-				Role: pp.Role, GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,
-			}
+			lw.Ledger.Allocations[e.Session] = allocation(&e, pp)
 			bd := state.Binding{
 				Session: e.Session, Node: pp.Node, Role: pp.Role, Worker: pp.Worker, GPUs: pp.Devices,
 				CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,

@@ -191,13 +191,11 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: fail.reason, Message: fail.message})
 			return Decision{}, false
 		}
-		alloc := state.Allocation{
-			Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
-			Role: role, CPUMilli: pt.req.CPUMilli, MemoryMiB: pt.req.MemoryMiB, Ports: n.freePorts(pt.ports),
-		}
+		var uuids []string
 		for _, di := range devs {
-			alloc.GPUs = append(alloc.GPUs, n.devices[di].uuid)
+			uuids = append(uuids, n.devices[di].uuid)
 		}
+		alloc := allocation(e, PartPlan{Role: role, Devices: uuids, CPUMilli: pt.req.CPUMilli, MemoryMiB: pt.req.MemoryMiB, Ports: n.freePorts(pt.ports)})
 		n.reserve(e.Session, alloc, devs)
 		p.reindex(n)
 		chosen = append(chosen, n)
@@ -217,6 +215,16 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	}
 	p.usage.add(e, reqs)
 	return d, true
+}
+
+// allocation is what session e holds on pp's node, as ledgers record it:
+// the session's kind, owner, groups, priority and preemptibility with the
+// part's role, devices, CPU, memory and ports.
+func allocation(e *state.QueueEntry, pp PartPlan) state.Allocation {
+	return state.Allocation{
+		Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
+		Role: pp.Role, GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,
+	}
 }
 
 // aged reports whether e has waited long enough to reserve capacity.

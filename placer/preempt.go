@@ -69,8 +69,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 		e := d.Pending.Entry
 		for _, pp := range d.Parts {
 			if v := views[pp.Node]; v != nil {
-				v.Ledger.Allocations[e.Session] = state.Allocation{Kind: e.Kind, Owner: e.Owner, Priority: e.Priority,
-					Role: pp.Role, GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports}
+				v.Ledger.Allocations[e.Session] = notRunning(allocation(&e, pp))
 			}
 		}
 	}
@@ -125,8 +124,8 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 			taken[vi.Session] = true
 			delete(v.Ledger.Allocations, vi.Session)
 		}
-		v.Ledger.Allocations[e.Session] = state.Allocation{Kind: e.Kind, Owner: e.Owner, Priority: e.Priority,
-			CPUMilli: e.Request.CPUMilli, MemoryMiB: e.Request.MemoryMiB, GPUs: devicesFor(v, &e)}
+		v.Ledger.Allocations[e.Session] = notRunning(allocation(&e, PartPlan{Role: state.RoleSingle,
+			Devices: devicesFor(v, &e), CPUMilli: e.Request.CPUMilli, MemoryMiB: e.Request.MemoryMiB}))
 		out = append(out, *best)
 	}
 	return out
@@ -230,6 +229,13 @@ func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken m
 	}
 	sort.Slice(chosen, func(i, j int) bool { return chosen[i].Session < chosen[j].Session })
 	return chosen
+}
+
+// notRunning marks an allocation this pass only proposes: its session is
+// not running yet, so it is nobody's victim.
+func notRunning(a state.Allocation) state.Allocation {
+	a.Preemptible = false
+	return a
 }
 
 // devicesFor names the devices e would take on v (after its victims left),
