@@ -60,11 +60,8 @@ func (s *NVMLSampler) SampleGPUs(_ context.Context, _ string, uuids []string) (m
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.inited {
-		if ret := s.lib.Init(); ret != nvml.SUCCESS {
-			if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-				return nil, ErrNoNVML
-			}
-			return nil, fmt.Errorf("init NVML: %s", s.lib.ErrorString(ret))
+		if err := initNVML(s.lib); err != nil {
+			return nil, err
 		}
 		s.inited = true
 	}

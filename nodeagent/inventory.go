@@ -17,15 +17,23 @@ import (
 // driver): the machine has no GPUs Voyager can see.
 var ErrNoNVML = errors.New("NVML not found (no NVIDIA driver on this machine)")
 
+// initNVML initialises lib: ErrNoNVML without a driver.
+func initNVML(lib nvml.Interface) error {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return ErrNoNVML
+		}
+		return fmt.Errorf("init NVML: %s", lib.ErrorString(ret))
+	}
+	return nil
+}
+
 // ReadNVML lists the GPUs of this machine through lib (nvml.New() in
 // production, a mock in tests). It initialises and shuts NVML down itself.
 // Without a driver it returns ErrNoNVML.
 func ReadNVML(lib nvml.Interface) ([]state.GPU, error) {
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			return nil, ErrNoNVML
-		}
-		return nil, fmt.Errorf("init NVML: %s", lib.ErrorString(ret))
+	if err := initNVML(lib); err != nil {
+		return nil, err
 	}
 	defer lib.Shutdown()
 	n, ret := lib.DeviceGetCount()

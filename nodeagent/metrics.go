@@ -20,11 +20,8 @@ type GPUUsage struct {
 // ReadNVMLUsage samples the utilisation and memory in use of every GPU. It
 // returns ErrNoNVML without a driver.
 func ReadNVMLUsage(lib nvml.Interface) ([]GPUUsage, error) {
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			return nil, ErrNoNVML
-		}
-		return nil, fmt.Errorf("init NVML: %s", lib.ErrorString(ret))
+	if err := initNVML(lib); err != nil {
+		return nil, err
 	}
 	defer lib.Shutdown()
 	n, ret := lib.DeviceGetCount()

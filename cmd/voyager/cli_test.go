@@ -343,6 +343,35 @@ func TestCLICommands(t *testing.T) {
 	_ = fmt.Sprint
 }
 
+// binaryToken runs the built binary's `voyager token args…` in environ
+// and returns the token.
+func binaryToken(t *testing.T, environ []string, args ...string) string {
+	t.Helper()
+	c := exec.Command(binary, append([]string{"token"}, args...)...)
+	c.Env = environ
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("voyager token: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// runHiExit3 runs the built binary's `voyager run [runArgs] -- sh -c
+// 'echo hi; exit 3'` against the API at httpAddr and checks that it prints
+// hi and exits 3, the job's code.
+func runHiExit3(t *testing.T, environ []string, httpAddr, token string, runArgs ...string) {
+	t.Helper()
+	args := append(append([]string{"run"}, runArgs...), "--", "sh", "-c", "echo hi; exit 3")
+	runCmd := exec.Command(binary, args...)
+	runCmd.Env = append(environ, envURL+"=http://"+httpAddr, envToken+"="+token)
+	var stdout, stderr bytes.Buffer
+	runCmd.Stdout, runCmd.Stderr = &stdout, &stderr
+	err := runCmd.Run()
+	if code := runCmd.ProcessState.ExitCode(); code != 3 || stdout.String() != "hi\n" {
+		t.Fatalf("voyager run: exit %d (%v), stdout %q\nstderr:\n%s", code, err, stdout.String(), stderr.String())
+	}
+}
+
 // TestRunAgainstDevE2E runs the built binary: `voyager dev`, then
 // `voyager token` reading dev's generated secret, then `voyager run` as a
 // separate process, with the fake agent standing in for the node agent on
@@ -354,20 +383,7 @@ func TestRunAgainstDevE2E(t *testing.T) {
 	dev.waitFor(`msg="voyager dev ready"`, 30*time.Second)
 	startFakeAgent(&cliEnv{t: t, cli: etcdClient(t, env.clientAddr), keys: state.MustKeys(state.DefaultPrefix)})
 
-	tokCmd := exec.Command(binary, "token", "-sub", "ada")
-	tokCmd.Env = env.environ()
-	tok, err := tokCmd.Output()
-	if err != nil {
-		t.Fatalf("voyager token: %v", err)
-	}
-	runCmd := exec.Command(binary, "run", "-image", "busybox", "--", "sh", "-c", "echo hi; exit 3")
-	runCmd.Env = append(env.environ(), envURL+"=http://"+env.httpAddr, envToken+"="+strings.TrimSpace(string(tok)))
-	var stdout, stderr bytes.Buffer
-	runCmd.Stdout, runCmd.Stderr = &stdout, &stderr
-	err = runCmd.Run()
-	if code := runCmd.ProcessState.ExitCode(); code != 3 || stdout.String() != "hi\n" {
-		t.Fatalf("voyager run: exit %d (%v), stdout %q\nstderr:\n%s", code, err, stdout.String(), stderr.String())
-	}
+	runHiExit3(t, env.environ(), env.httpAddr, binaryToken(t, env.environ(), "-sub", "ada"), "-image", "busybox")
 	if code := dev.stop(); code != 0 {
 		t.Errorf("dev exit code %d", code)
 	}
@@ -387,20 +403,7 @@ func TestRunRealAgentE2E(t *testing.T) {
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
 
-	tokCmd := exec.Command(binary, "token", "-sub", "ada")
-	tokCmd.Env = environ
-	tok, err := tokCmd.Output()
-	if err != nil {
-		t.Fatalf("voyager token: %v", err)
-	}
-	runCmd := exec.Command(binary, "run", "--", "sh", "-c", "echo hi; exit 3")
-	runCmd.Env = append(environ, envURL+"=http://"+env.httpAddr, envToken+"="+strings.TrimSpace(string(tok)))
-	var stdout, stderr bytes.Buffer
-	runCmd.Stdout, runCmd.Stderr = &stdout, &stderr
-	err = runCmd.Run()
-	if code := runCmd.ProcessState.ExitCode(); code != 3 || stdout.String() != "hi\n" {
-		t.Fatalf("voyager run: exit %d (%v), stdout %q\nstderr:\n%s", code, err, stdout.String(), stderr.String())
-	}
+	runHiExit3(t, environ, env.httpAddr, binaryToken(t, environ, "-sub", "ada"))
 	if code := dev.stop(); code != 0 {
 		t.Errorf("dev exit code %d", code)
 	}

@@ -239,12 +239,7 @@ func TestJupyterHubE2E(t *testing.T) {
 		"VOYAGER_AGENT_PORTS=44000-44099") // apart from the ports other packages' containerd tests use at the same time
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
-	tokCmd := exec.Command(binary, "token", "-sub", "jupyterhub", "-role", "service")
-	tokCmd.Env = environ
-	svcTok, err := tokCmd.Output()
-	if err != nil {
-		t.Fatalf("voyager token: %v", err)
-	}
+	svcTok := binaryToken(t, environ, "-sub", "jupyterhub", "-role", "service")
 
 	root, _ := filepath.Abs("../..")
 	dir := t.TempDir()
@@ -280,7 +275,7 @@ c.VoyagerSpawner.gpus = 1
 c.VoyagerSpawner.cpu_milli = 1000
 c.VoyagerSpawner.memory_mib = 1024
 `, filepath.Join(root, "deploy", "jupyterhub"), port(proxyPort), port(hubPort), port(apiPort), dir, dir, adminTok,
-		env.httpAddr, strings.TrimSpace(string(svcTok)))), 0o600); err != nil {
+		env.httpAddr, svcTok)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h := &hub{t: t, dir: dir, config: config, token: adminTok, hubURL: "http://" + hubPort, proxyURL: "http://" + proxyPort}
@@ -427,15 +422,7 @@ c.VoyagerSpawner.memory_mib = 1024
 	// Without the hub: a notebook session that names no command runs the
 	// agent's default, which falls back to Jupyter Server in this image
 	// (Debian packages no JupyterLab), and its URL answers Jupyter's API.
-	userTok, err := func() ([]byte, error) {
-		c := exec.Command(binary, "token", "-sub", "dana")
-		c.Env = environ
-		return c.Output()
-	}()
-	if err != nil {
-		t.Fatalf("voyager token: %v", err)
-	}
-	dana := lcAPI{t: t, base: "http://" + env.httpAddr, token: strings.TrimSpace(string(userTok))}
+	dana := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "dana")}
 	id := dana.create(map[string]any{"kind": "notebook", "image": "voyager/jupyter:latest", "resources": map[string]any{"gpus": 1, "cpuMilli": 500, "memoryMiB": 512}})
 	cli := etcdClient(t, env.clientAddr)
 	var st state.Status

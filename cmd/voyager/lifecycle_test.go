@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,15 +115,7 @@ func TestLifecycleE2E(t *testing.T) {
 		"VOYAGER_PREEMPT_GRACE=1s", "VOYAGER_AGENT_PORTS=43000-43099")
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
-	tok, err := func() ([]byte, error) {
-		c := exec.Command(binary, "token", "-sub", "ada", "-role", "admin")
-		c.Env = environ
-		return c.Output()
-	}()
-	if err != nil {
-		t.Fatalf("voyager token: %v", err)
-	}
-	a := lcAPI{t: t, base: "http://" + env.httpAddr, token: strings.TrimSpace(string(tok))}
+	a := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "ada", "-role", "admin")}
 	cli := etcdClient(t, env.clientAddr)
 	k := state.MustKeys(state.DefaultPrefix)
 	warnings := watchWarnings(t, cli, k)
