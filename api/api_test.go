@@ -518,7 +518,8 @@ func TestNodesQueueAdmin(t *testing.T) {
 		return strings.Contains(string(h.do("GET", "/api/v1/nodes", ada, nil).body), `"used":1`)
 	})
 	nodes := decode[struct{ Items []api.NodeSummary }](t, want(t, h.do("GET", "/api/v1/nodes", ada, nil), http.StatusOK))
-	if n := nodes.Items[0]; n.GPUs != (api.GPUCounts{Total: 2, Used: 1, Free: 1}) || !n.Simulated || n.Sessions != 1 {
+	if n := nodes.Items[0]; n.GPUs != (api.GPUCounts{Total: 2, Used: 1, Free: 1}) || !n.Simulated || n.Sessions != 1 ||
+		n.ModelsFree["NVIDIA A100-SXM4-80GB"] != 1 || len(n.ModelsFree) != 1 {
 		t.Errorf("node %+v", n)
 	}
 

@@ -175,7 +175,10 @@ def make_app(fake):
                 {"name": "gpu-2", "models": {"NVIDIA A100-SXM4-80GB": 8}, "gpus": {"total": 8, "free": 3, "used": 5}},
                 {"name": "gpu-3", "cordon": {"node": "gpu-3"}, "models": {"NVIDIA H100 80GB HBM3": 8}, "gpus": {"total": 8, "free": 8}},
                 {"name": "gpu-4", "models": {"NVIDIA H100 80GB HBM3": 4}, "gpus": {"total": 4, "free": 1, "used": 3}},
-                {"name": "gpu-5", "models": {"NVIDIA H100 80GB HBM3": 2, "NVIDIA L4": 2}, "gpus": {"total": 4, "free": 2, "used": 2}},
+                {"name": "gpu-5", "models": {"NVIDIA H100 80GB HBM3": 2, "NVIDIA L4": 2}, "gpus": {"total": 4, "free": 2, "used": 2},
+                 "modelsFree": {"NVIDIA H100 80GB HBM3": 2}},
+                # An older Voyager, without modelsFree.
+                {"name": "gpu-6", "models": {"NVIDIA T4": 1, "NVIDIA L4": 1}, "gpus": {"total": 2, "free": 1, "used": 1}},
             ]}))
 
     return web.Application([
@@ -343,8 +346,9 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         self.assertIn("Free now (simulated GPUs)", form)
         self.assertIn("<li>NVIDIA A100-SXM4-80GB: 9 of 16 GPUs free</li>", form)
         # gpu-3 is cordoned: its 8 free H100s are not offered.
-        self.assertIn("<li>NVIDIA H100 80GB HBM3: 1 of 4 GPUs free</li>", form)
-        self.assertIn("2 of 4 free on gpu-5 (2× NVIDIA H100 80GB HBM3, 2× NVIDIA L4)", form)
+        self.assertIn("<li>NVIDIA H100 80GB HBM3: 3 of 6 GPUs free</li>", form)
+        self.assertIn("<li>NVIDIA L4: 0 of 2 GPUs free</li>", form)
+        self.assertIn("<li>NVIDIA L4 / NVIDIA T4: 1 of 2 GPUs free</li>", form)
         # The override fields are blank: a chosen profile keeps its values.
         for name in ("gpus", "cpu", "memory"):
             self.assertIn(f'name="{name}" id="voyager-{name}" value=""', form)

@@ -194,35 +194,40 @@ def _num(x):
 
 
 def free_by_model(nodes):
-    """What is free now, by GPU model, from GET /api/v1/nodes:
-    [(model, free, total)], plus a list of lines for what cannot be told
-    apart (nodes with several models), and whether GPUs are simulated."""
-    per, mixed, simulated = {}, [], False
+    """What is free now, by GPU model, from GET /api/v1/nodes: [(model,
+    free, total)] over the nodes not cordoned, and whether any GPUs are
+    simulated. A Voyager older than modelsFree gives no per-model count
+    for a node of several models: its free GPUs are listed under all of
+    them ("A / B")."""
+    per, simulated = {}, False
     for n in nodes:
         if n.get("cordon"):
             continue
-        g = n.get("gpus") or {}
         models = n.get("models") or {}
+        if not models:
+            continue
         simulated = simulated or bool(n.get("simulated"))
-        if len(models) == 1:
-            m = next(iter(models))
-            free, total = per.get(m, (0, 0))
-            per[m] = (free + g.get("free", 0), total + g.get("total", 0))
-        elif models:
-            mixed.append(f"{g.get('free', 0)} of {g.get('total', 0)} free on {n.get('name')} "
-                         f"({', '.join(f'{c}× {m}' for m, c in sorted(models.items()))})")
-    return [(m, f, t) for m, (f, t) in sorted(per.items())], mixed, simulated
+        free = n.get("modelsFree")
+        if free is None and len(models) > 1:
+            key = " / ".join(sorted(models))
+            models = {key: sum(models.values())}
+            free = {key: (n.get("gpus") or {}).get("free", 0)}
+        elif free is None:
+            free = {m: (n.get("gpus") or {}).get("free", 0) for m in models}
+        for m, total in models.items():
+            f, t = per.get(m, (0, 0))
+            per[m] = (f + free.get(m, 0), t + total)
+    return [(m, f, t) for m, (f, t) in sorted(per.items())], simulated
 
 
 def free_html(nodes):
-    """The form's "free now" block."""
-    per, mixed, simulated = free_by_model(nodes)
-    if not per and not mixed:
+    """The form's "free now" block, one line per GPU model."""
+    per, simulated = free_by_model(nodes)
+    if not per:
         return "<p>Free now: no GPUs registered.</p>"
-    items = [f"<li>{html.escape(m)}: {f} of {plural(t, 'GPU')} free</li>" for m, f, t in per]
-    items += [f"<li>{html.escape(x)}</li>" for x in mixed]
+    items = "".join(f"<li>{html.escape(m)}: {f} of {plural(t, 'GPU')} free</li>" for m, f, t in per)
     note = " (simulated GPUs)" if simulated else ""
-    return f'<p>Free now{note}:</p><ul class="voyager-free">{"".join(items)}</ul>'
+    return f'<p>Free now{note}:</p><ul class="voyager-free">{items}</ul>'
 
 
 def form_html(profiles, hub_profiles, defaults_summary, free, error=""):
