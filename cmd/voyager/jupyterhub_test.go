@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"os/exec"
@@ -47,13 +48,14 @@ func jupyterImage(t *testing.T) string {
 	return out
 }
 
-// hub is a running JupyterHub with the VoyagerSpawner.
+// hub is a running JupyterHub with the VoyagerSpawner, run by python (a
+// venv's, where the spawner is installed).
 type hub struct {
-	t                  *testing.T
-	dir, config, token string
-	hubURL, proxyURL   string
-	proc               *exec.Cmd
-	log                *lockedBuffer
+	t                          *testing.T
+	python, dir, config, token string
+	hubURL, proxyURL           string
+	proc                       *exec.Cmd
+	log                        *lockedBuffer
 }
 
 // lockedBuffer is a log that a process writes while the test reads it.
@@ -77,7 +79,7 @@ func (l *lockedBuffer) String() string {
 func startHub(t *testing.T, h *hub) {
 	t.Helper()
 	h.log = &lockedBuffer{}
-	h.proc = exec.Command("jupyterhub", "-f", h.config)
+	h.proc = exec.Command(h.python, "-m", "jupyterhub", "-f", h.config)
 	h.proc.Dir = h.dir
 	// Debian's configurable-http-proxy finds its modules (commander, …)
 	// under /usr/share/nodejs, which a node not built by Debian (as on
@@ -137,18 +139,23 @@ func (h *hub) call(method, path string, body any) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-// progress reads the hub's progress stream of user's server until it
-// reports ready or failed, or until stop returns true for a message.
-func (h *hub) progress(user string, stop func(msg string) bool) []string {
+// progress reads the hub's progress stream of user's server, as the
+// pending page does, until it reports ready or failed, or until stop
+// returns true for a message. It may run on any goroutine.
+func (h *hub) progress(user string, stop func(msg string) bool) ([]string, error) {
 	req, _ := http.NewRequest("GET", h.hubURL+"/hub/api/users/"+user+"/server/progress", nil)
 	req.Header.Set("Authorization", "token "+h.token)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 	if err != nil {
-		h.t.Fatalf("progress of %s: %v", user, err)
+		return nil, fmt.Errorf("read progress of %s: %w", user, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("read progress of %s: %d %s", user, resp.StatusCode, b)
+	}
 	var msgs []string
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -166,10 +173,50 @@ func (h *hub) progress(user string, stop func(msg string) bool) []string {
 		}
 		msgs = append(msgs, ev.Message)
 		if ev.Ready || ev.Failed || (stop != nil && stop(ev.Message)) {
-			break
+			return msgs, nil
 		}
 	}
+	return msgs, fmt.Errorf("progress of %s ended without ready or failed: %q (%v)", user, msgs, sc.Err())
+}
+
+// mustProgress is progress on the test's goroutine.
+func (h *hub) mustProgress(user string, stop func(msg string) bool) []string {
+	h.t.Helper()
+	msgs, err := h.progress(user, stop)
+	if err != nil {
+		h.t.Fatal(err)
+	}
 	return msgs
+}
+
+// start asks the hub's REST API to start user's server with options.
+func (h *hub) start(user string, options map[string]any) {
+	h.t.Helper()
+	if code, b := h.call("POST", "/hub/api/users/"+user, nil); code != 201 && code != 409 {
+		h.t.Fatalf("create user %s: %d %s", user, code, b)
+	}
+	if code, b := h.call("POST", "/hub/api/users/"+user+"/server", options); code != 201 && code != 202 {
+		h.t.Fatalf("start %s's server with %v: %d %s", user, options, code, b)
+	}
+}
+
+// failure starts user's server with options and returns the last progress
+// message, which must be the hub's "Spawn failed: …".
+func (h *hub) failure(user string, options map[string]any) string {
+	h.t.Helper()
+	if code, b := h.call("POST", "/hub/api/users/"+user, nil); code != 201 && code != 409 {
+		h.t.Fatalf("create user %s: %d %s", user, code, b)
+	}
+	// A spawn that fails within the hub's slow_spawn_timeout answers 500.
+	if code, b := h.call("POST", "/hub/api/users/"+user+"/server", options); code != 201 && code != 202 && code != 500 {
+		h.t.Fatalf("start %s's server with %v: %d %s", user, options, code, b)
+	}
+	msgs := h.mustProgress(user, nil)
+	last := msgs[len(msgs)-1]
+	if !strings.HasPrefix(last, "Spawn failed: ") {
+		h.t.Fatalf("%s's spawn with %v: progress %q, want a failure", user, options, msgs)
+	}
+	return last
 }
 
 func (h *hub) waitServer(user string, ready bool) {
@@ -208,14 +255,105 @@ func (h *hub) statusThroughProxy(user string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestJupyterHubE2E: a real JupyterHub (Debian's) with the VoyagerSpawner
-// and a dummy authenticator, against `voyager dev` with its real agent on a
-// real containerd. A user's server starts through the hub's REST API in a
-// container from the image built from Debian's packages; the hub proxies
-// to it; progress arrives in order; the hub restarts and still knows the
-// server; a second user who asks for more GPUs than are free waits with a
-// queue position, and when the hub gives up on the spawn his queued session
-// is cancelled; stopping removes the container.
+// browser is a hub user's cookie session: the pages a browser gets.
+type browser struct {
+	t   *testing.T
+	h   *hub
+	cli *http.Client
+}
+
+// login signs user in through the hub's login form (the dummy
+// authenticator takes any password).
+func (h *hub) login(user string) *browser {
+	h.t.Helper()
+	jar, _ := cookiejar.New(nil)
+	b := &browser{t: h.t, h: h, cli: &http.Client{Jar: jar, Timeout: 60 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	code, body := b.post("/hub/login", url.Values{"username": {user}, "password": {"x"}})
+	if code != http.StatusFound {
+		h.t.Fatalf("log in as %s: %d %s", user, code, body)
+	}
+	return b
+}
+
+func (b *browser) post(path string, form url.Values) (int, string) {
+	b.t.Helper()
+	resp, err := b.cli.PostForm(b.h.proxyURL+path, form)
+	if err != nil {
+		b.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func (b *browser) get(path string) (int, string) {
+	b.t.Helper()
+	resp, err := b.cli.Get(b.h.proxyURL + path)
+	if err != nil {
+		b.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// readmeCommands returns the commands of the first ```sh block after
+// heading in the spawner's README, with what the test must change
+// (paths) replaced; lines starting with skip are left out.
+func readmeCommands(t *testing.T, root, heading string, replace *strings.Replacer, skip string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "jupyterhub", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	i := strings.Index(text, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("README.md has no %q", heading)
+	}
+	text = text[i:]
+	i = strings.Index(text, "```sh\n")
+	j := strings.Index(text[i+6:], "```")
+	if i < 0 || j < 0 {
+		t.Fatalf("README.md's %q has no sh block", heading)
+	}
+	var out []string
+	for _, line := range strings.Split(text[i+6:i+6+j], "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") || (skip != "" && strings.HasPrefix(line, skip)) {
+			continue
+		}
+		out = append(out, replace.Replace(line))
+	}
+	return out
+}
+
+func sh(t *testing.T, dir, command string) string {
+	t.Helper()
+	c := exec.Command("/bin/sh", "-ec", command)
+	c.Dir = dir
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", command, err, out)
+	}
+	return string(out)
+}
+
+// TestJupyterHubE2E: Debian's JupyterHub 3.0 with the spawner installed
+// into a virtual environment by the README's own commands and selected as
+// spawner_class = "voyager", the dummy authenticator, and a key pair whose
+// tokens live 10 s, against `voyager dev` (which trusts the public key)
+// with its real agent on a real containerd and GPUs of two models. What a
+// browser sees comes from the hub's pages and REST API (the progress
+// stream the pending page reads): a server started with a 4-GPU profile
+// gets the profile's GPUs, CPU and memory and answers through the hub's
+// proxy; two readers of its progress see every message in order; the
+// spawn form shows the free GPUs of each model; a request no node can
+// hold, a profile whose image lacks jupyterhub-singleuser, and Voyager
+// being down fail with their reasons; a spawn after the first token
+// expired succeeds; the hub restarts and still knows its server; a queued
+// user sees his place after a reload, and when the hub gives up on his
+// spawn his queued session is cancelled; stopping removes the container.
 func TestJupyterHubE2E(t *testing.T) {
 	needBinary(t)
 	if _, err := exec.LookPath("jupyterhub"); err != nil {
@@ -232,25 +370,57 @@ func TestJupyterHubE2E(t *testing.T) {
 	}
 	f.Close()
 
+	// The spawner, installed as its README says, into a venv that sees
+	// Debian's JupyterHub; then the hub's key pair, made by its keygen.
+	root, _ := filepath.Abs("../..")
+	dir := t.TempDir()
+	venv := filepath.Join(dir, "venv")
+	paths := strings.NewReplacer("/opt/jupyterhub", venv, "/etc/jupyterhub", dir)
+	for _, c := range readmeCommands(t, root, "## Install", paths, "apt-get") {
+		sh(t, root, c)
+	}
+	python := filepath.Join(venv, "bin", "python")
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("the README's install commands made no %s: %v", python, err)
+	}
+	for _, c := range readmeCommands(t, root, "## Configure", paths, "export") {
+		sh(t, root, c)
+	}
+	privKey, pubKey := filepath.Join(dir, "voyager.key"), filepath.Join(dir, "voyager.pub")
+
 	env := newDevEnv(t)
-	environ := append(env.environ(),
+	environ := append(env.environ(), "VOYAGER_JWT_PUBLIC_KEYS="+pubKey,
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s",
+		"VOYAGER_AGENT_SIMULATE_GPUS=4xA100-80GB,4xH100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s",
 		"VOYAGER_AGENT_PORTS=44000-44099") // apart from the ports other packages' containerd tests use at the same time
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
-	svcTok := binaryToken(t, environ, "-sub", "jupyterhub", "-role", "service")
+	admin := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "root", "-role", "admin")}
+	// quad names no image: the spawner's image runs. nojupyter's image
+	// (busybox) has no jupyterhub-singleuser.
+	for name, p := range map[string]map[string]any{
+		"quad":      {"description": "4 GPUs", "resources": map[string]any{"gpus": 4, "cpuMilli": 700, "memoryMiB": 1536}},
+		"nojupyter": {"description": "busybox", "image": agentTestImage, "resources": map[string]any{"gpus": 1, "cpuMilli": 200, "memoryMiB": 256}},
+	} {
+		if code, b := admin.do("PUT", "/api/v1/profiles/"+name, p); code != http.StatusOK && code != http.StatusCreated {
+			t.Fatalf("put profile %s: %d %s", name, code, b)
+		}
+	}
 
-	root, _ := filepath.Abs("../..")
-	dir := t.TempDir()
 	adminTok := randomHex(t)
 	hubPort, proxyPort, apiPort := freeAddr(t), freeAddr(t), freeAddr(t)
 	config := filepath.Join(dir, "jupyterhub_config.py")
 	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
-import sys
-sys.path.insert(0, %q)
-c.JupyterHub.spawner_class = "voyager_spawner.VoyagerSpawner"
+c.JupyterHub.spawner_class = "voyager"
+c.VoyagerSpawner.voyager_url = "http://%s"
+c.VoyagerSpawner.voyager_private_key_file = %q
+c.VoyagerSpawner.voyager_token_lifetime = 10
+c.VoyagerSpawner.image = "voyager/jupyter:latest"
+c.VoyagerSpawner.gpus = 1
+c.VoyagerSpawner.cpu_milli = 300
+c.VoyagerSpawner.memory_mib = 1024
+c.JupyterHub.cleanup_servers = False
 c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = %s
@@ -259,7 +429,6 @@ c.JupyterHub.hub_port = %s
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:%s"
 c.JupyterHub.db_url = "sqlite:///%s/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "%s/cookie_secret"
-c.JupyterHub.cleanup_servers = False
 c.JupyterHub.api_tokens = {%q: "admin"}
 c.Authenticator.admin_users = {"admin"}
 # The REST API answers at once (202) so the test reads every progress event.
@@ -269,16 +438,10 @@ c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
 # stopping the spawner, which cancels the queued Voyager session.
 c.Spawner.start_timeout = 30
 c.Spawner.http_timeout = 60
-c.VoyagerSpawner.voyager_url = "http://%s"
-c.VoyagerSpawner.voyager_token = %q
-c.VoyagerSpawner.gpus = 1
-c.VoyagerSpawner.cpu_milli = 1000
-c.VoyagerSpawner.memory_mib = 1024
-`, filepath.Join(root, "deploy", "jupyterhub"), port(proxyPort), port(hubPort), port(apiPort), dir, dir, adminTok,
-		env.httpAddr, svcTok)), 0o600); err != nil {
+`, env.httpAddr, privKey, port(proxyPort), port(hubPort), port(apiPort), dir, dir, adminTok)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &hub{t: t, dir: dir, config: config, token: adminTok, hubURL: "http://" + hubPort, proxyURL: "http://" + proxyPort}
+	h := &hub{t: t, python: python, dir: dir, config: config, token: adminTok, hubURL: "http://" + hubPort, proxyURL: "http://" + proxyPort}
 	startHub(t, h)
 	t.Cleanup(func() {
 		h.stop()
@@ -286,41 +449,8 @@ c.VoyagerSpawner.memory_mib = 1024
 			t.Logf("jupyterhub log:\n%s", h.log.String())
 		}
 	})
-
-	// ada's server: started through the hub's REST API.
-	if code, b := h.call("POST", "/hub/api/users/ada", nil); code != 201 && code != 409 {
-		t.Fatalf("create user ada: %d %s", code, b)
-	}
-	if code, b := h.call("POST", "/hub/api/users/ada/server", map[string]any{}); code != 201 && code != 202 {
-		t.Fatalf("start ada's server: %d %s", code, b)
-	}
-	msgs := h.progress("ada", nil)
-	t.Logf("ada's progress: %q", msgs)
-	// Events come in the order of the session's life. The stream starts at
-	// the session's status when the spawner connects, so a fast placer can
-	// make it begin past Waiting or GPUs assigned; never out of order.
-	rank := []string{"Waiting for GPUs", "GPUs assigned", "Starting", "Server running", "Server ready"}
-	last, seen := -1, map[int]bool{}
-	for _, m := range msgs {
-		for r, prefix := range rank {
-			if strings.HasPrefix(m, prefix) {
-				if r < last {
-					t.Errorf("progress %q goes back from %q to %q", msgs, rank[last], prefix)
-				}
-				last, seen[r] = r, true
-			}
-		}
-	}
-	if !seen[3] || !seen[4] {
-		t.Errorf("progress %q lacks %q or %q", msgs, rank[3], rank[4])
-	}
-	h.waitServer("ada", true)
-	if code, body := h.statusThroughProxy("ada"); code != 200 || !strings.Contains(body, "last_activity") {
-		t.Fatalf("GET /user/ada/api/status through the proxy = %d %s", code, body)
-	}
-	sessions := func(owner string) []state.Status {
-		cli := etcdClient(t, env.clientAddr)
-		var out []state.Status
+	cli := etcdClient(t, env.clientAddr)
+	sessions := func(owner string) (out []state.Session, st []state.Status) {
 		resp, err := cli.Get(context.Background(), "/voyager/sessions/", clientOpts()...)
 		if err != nil {
 			t.Fatal(err)
@@ -328,21 +458,86 @@ c.VoyagerSpawner.memory_mib = 1024
 		for _, kv := range resp.Kvs {
 			s, _ := state.Decode[state.Session](kv.Value)
 			if s.Owner == owner {
-				st, _, _ := state.Get[state.Status](context.Background(), cli, "/voyager/status/"+s.ID)
-				out = append(out, st)
+				x, _, _ := state.Get[state.Status](context.Background(), cli, "/voyager/status/"+s.ID)
+				out, st = append(out, s), append(st, x)
 			}
 		}
-		return out
+		return out, st
 	}
-	if got := sessions("ada"); len(got) != 1 || got[0].Phase != state.PhaseRunning {
-		t.Fatalf("ada's Voyager sessions: %+v", got)
+
+	// The spawn form, as ada's browser gets it: Voyager's profiles and the
+	// free GPUs of each model.
+	firstToken := time.Now()
+	ada := h.login("ada")
+	if code, page := ada.get("/hub/spawn/ada"); code != 200 ||
+		!strings.Contains(page, `value="quad"`) ||
+		!strings.Contains(page, "NVIDIA A100-80GB (simulated): 4 of 4 GPUs free") ||
+		!strings.Contains(page, "NVIDIA H100-80GB (simulated): 4 of 4 GPUs free") {
+		t.Fatalf("ada's spawn form: %d\n%s", code, page)
+	}
+
+	// ada starts the 4-GPU profile; two readers follow its progress, the
+	// second from after the first's first message: both see every message,
+	// in order.
+	h.start("ada", map[string]any{"profile": "quad"})
+	var wg sync.WaitGroup
+	var once sync.Once
+	firstSeen := make(chan struct{})
+	var readA, readB []string
+	var errA, errB error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		readA, errA = h.progress("ada", func(string) bool { once.Do(func() { close(firstSeen) }); return false })
+	}()
+	go func() {
+		defer wg.Done()
+		<-firstSeen
+		readB, errB = h.progress("ada", nil)
+	}()
+	wg.Wait()
+	if errA != nil || errB != nil {
+		t.Fatalf("ada's progress: %v; %v", errA, errB)
+	}
+	t.Logf("ada's progress: %q", readA)
+	if fmt.Sprint(readA) != fmt.Sprint(readB) {
+		t.Errorf("two readers of ada's progress differ:\n%q\n%q", readA, readB)
+	}
+	// Events come in the order of the session's life. The stream starts at
+	// the session's status when the spawner connects, so a fast placer can
+	// make it begin past Waiting or GPUs assigned; never out of order.
+	rank := []string{"Server requested", "Waiting for GPUs", "GPUs assigned", "Starting", "Server running", "Server ready"}
+	last, seen := -1, map[int]bool{}
+	for _, m := range readA {
+		for r, prefix := range rank {
+			if strings.HasPrefix(m, prefix) {
+				if r < last {
+					t.Errorf("progress %q goes back from %q to %q", readA, rank[last], prefix)
+				}
+				last, seen[r] = r, true
+			}
+		}
+	}
+	if !seen[0] || !seen[4] || !seen[5] {
+		t.Errorf("progress %q lacks %q, %q or %q", readA, rank[0], rank[4], rank[5])
+	}
+	h.waitServer("ada", true)
+	if code, body := h.statusThroughProxy("ada"); code != 200 || !strings.Contains(body, "last_activity") {
+		t.Fatalf("GET /user/ada/api/status through the proxy = %d %s", code, body)
+	}
+	specs, sts := sessions("ada")
+	if len(specs) != 1 || sts[0].Phase != state.PhaseRunning {
+		t.Fatalf("ada's Voyager sessions: %+v %+v", specs, sts)
+	}
+	if r := specs[0].Resources; r.GPUs != 4 || r.CPUMilli != 700 || r.MemoryMiB != 1536 || specs[0].Image != "voyager/jupyter:latest" || specs[0].Profile != "quad" {
+		t.Errorf("ada's session from the 4-GPU profile: image %q, resources %+v; want the profile's 4 GPUs, 700m CPU, 1536 MiB and the spawner's image", specs[0].Image, r)
 	}
 	// The agent samples the single-user server under the hub's prefix with
 	// the hub server's token (it refuses JUPYTER_TOKEN): the status gains
-	// Jupyter's activity, and the simulated GPU's, marked so.
+	// Jupyter's activity, and the simulated GPUs', marked so.
 	var act *state.Activity
 	for deadline := time.Now().Add(30 * time.Second); act == nil; {
-		if got := sessions("ada"); len(got) == 1 && got[0].Activity != nil && got[0].Activity.Jupyter != nil {
+		if _, got := sessions("ada"); len(got) == 1 && got[0].Activity != nil && got[0].Activity.Jupyter != nil {
 			act = got[0].Activity
 		} else if time.Now().After(deadline) {
 			t.Fatalf("ada's session has no Jupyter activity after 30s: %+v", got)
@@ -350,24 +545,49 @@ c.VoyagerSpawner.memory_mib = 1024
 			time.Sleep(200 * time.Millisecond) // polling, bounded by deadline
 		}
 	}
-	if act.LastActive.IsZero() || act.Jupyter.LastActivity.IsZero() || len(act.GPUs) != 1 || !act.GPUs[0].Simulated {
-		t.Errorf("ada's activity %+v (jupyter %+v); want lastActive, Jupyter's last activity and one simulated GPU", act, act.Jupyter)
+	if act.LastActive.IsZero() || act.Jupyter.LastActivity.IsZero() || len(act.GPUs) != 4 || !act.GPUs[0].Simulated {
+		t.Errorf("ada's activity %+v (jupyter %+v); want lastActive, Jupyter's last activity and four simulated GPUs", act, act.Jupyter)
 	}
 
-	// An impossible request fails at once, with Voyager's reason on the
-	// hub's spawn page (its progress stream), not after start_timeout.
-	if code, b := h.call("POST", "/hub/api/users/cy", nil); code != 201 && code != 409 {
-		t.Fatalf("create user cy: %d %s", code, b)
-	}
+	// A request no node can hold: the spawn form, sent from cy's browser,
+	// comes back at once with Voyager's reason; the progress stream (what
+	// the pending and error pages show) says it too.
+	cy := h.login("cy")
 	began := time.Now()
-	if code, b := h.call("POST", "/hub/api/users/cy/server", map[string]any{"gpus": 16}); code != 202 && code != 201 && code != 500 {
-		t.Fatalf("start cy's server: %d %s", code, b)
+	code, page := cy.post("/hub/spawn/cy", url.Values{"profile": {""}, "gpus": {"16"}})
+	if code != 200 || !strings.Contains(page, "Voyager refused this server") || !strings.Contains(page, "16") || time.Since(began) > 15*time.Second {
+		t.Errorf("cy's spawn form asking 16 GPUs: %d after %s; want the form again with Voyager's reason at once:\n%s", code, time.Since(began), page)
 	}
-	cyMsgs := h.progress("cy", nil)
-	if last := cyMsgs[len(cyMsgs)-1]; !strings.Contains(last, "Spawn failed") || !strings.Contains(last, "16") || time.Since(began) > 15*time.Second {
-		t.Errorf("impossible request: progress %q after %s; want a failure naming the request, at once", cyMsgs, time.Since(began))
+	if msgs := h.mustProgress("cy", nil); !strings.Contains(msgs[len(msgs)-1], "Spawn failed: Voyager refused this server") {
+		t.Errorf("cy's progress after the refusal: %q", msgs)
 	}
-	t.Logf("cy's progress: %q", cyMsgs)
+	if code, page := cy.get("/hub/user/cy/"); code != 500 || !strings.Contains(page, "Voyager refused this server") {
+		t.Errorf("cy's error page: %d; want Voyager's reason:\n%s", code, page)
+	}
+
+	// A profile whose image cannot run a JupyterHub server.
+	if msg := h.failure("dee", map[string]any{"profile": "nojupyter"}); !strings.Contains(msg, "The image "+agentTestImage+" has no jupyterhub-singleuser") {
+		t.Errorf("dee's spawn with an image without JupyterHub: %q", msg)
+	}
+
+	// Token renewal: the spawner's first token has expired (10 s) by the
+	// time eve spawns; her spawn succeeds because the spawner minted new
+	// ones. A token of that lifetime, minted as ada's spawn began, is
+	// refused by now: Voyager does check expiry.
+	stale := sh(t, dir, python+` -c "from voyager_spawner.tokens import Minter; print(Minter('`+privKey+`', 'jupyterhub', ['service'], 10).token())"`)
+	time.Sleep(time.Until(firstToken.Add(12 * time.Second))) // the condition is the clock itself
+	staleAPI := lcAPI{t: t, base: "http://" + env.httpAddr, token: strings.TrimSpace(stale)}
+	if code, b := staleAPI.do("GET", "/api/v1/profiles", nil); code != http.StatusUnauthorized || !strings.Contains(string(b), "expired") {
+		t.Errorf("a 10 s token after 12 s: %d %s; want 401 expired", code, b)
+	}
+	h.start("eve", map[string]any{})
+	if msgs := h.mustProgress("eve", nil); !strings.HasPrefix(msgs[len(msgs)-1], "Server ready") {
+		t.Errorf("eve's spawn after the first token expired: %q", msgs)
+	}
+	if code, b := h.call("DELETE", "/hub/api/users/eve/server", nil); code != 204 && code != 202 {
+		t.Fatalf("stop eve's server: %d %s", code, b)
+	}
+	h.waitServer("eve", false)
 
 	// The hub restarts and still knows ada's server.
 	h.stop()
@@ -377,32 +597,29 @@ c.VoyagerSpawner.memory_mib = 1024
 		t.Fatalf("after the hub restarted, /user/ada/api/status = %d %s", code, body)
 	}
 
-	// bob asks for all 8 GPUs while ada holds one: he waits, with his place.
-	if code, b := h.call("POST", "/hub/api/users/bob", nil); code != 201 && code != 409 {
-		t.Fatalf("create user bob: %d %s", code, b)
-	}
-	if code, b := h.call("POST", "/hub/api/users/bob/server", map[string]any{"gpus": 8}); code != 202 && code != 201 {
-		t.Fatalf("start bob's server: %d %s", code, b)
-	}
-	msgs = h.progress("bob", func(m string) bool { return strings.Contains(m, "ahead of you") || strings.Contains(m, "next in line") })
-	if last := msgs[len(msgs)-1]; !strings.Contains(last, "8×") || !(strings.Contains(last, "ahead of you") || strings.Contains(last, "next in line")) {
-		t.Errorf("bob's progress %q does not show his place in the queue", msgs)
+	// bob asks for all 8 GPUs while ada holds four: he waits, with his
+	// place; a reload of his page (a new reader) shows it again.
+	h.start("bob", map[string]any{"gpus": 8})
+	inLine := func(m string) bool { return strings.Contains(m, "ahead of you") || strings.Contains(m, "next in line") }
+	for _, reader := range []string{"first", "reload"} {
+		msgs := h.mustProgress("bob", inLine)
+		if last := msgs[len(msgs)-1]; msgs[0] != "Server requested" || !strings.Contains(last, "8×") || !inLine(last) {
+			t.Errorf("bob's progress (%s reader) %q does not show his place in the queue", reader, msgs)
+		}
 	}
 	// The hub gives up on bob's spawn after start_timeout and stops his
 	// spawner: the queued Voyager session is cancelled, nothing is left.
 	h.waitServer("bob", false)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got := sessions("bob")
-		if len(got) == 1 && got[0].Phase == state.PhaseStopped {
+		if _, got := sessions("bob"); len(got) == 1 && got[0].Phase == state.PhaseStopped {
 			break
-		}
-		if time.Now().After(deadline) {
+		} else if time.Now().After(deadline) {
 			t.Fatalf("bob's session after the hub cancelled it: %+v", got)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if resp, err := etcdClient(t, env.clientAddr).Get(context.Background(), "/voyager/pending/", clientOpts()...); err != nil || len(resp.Kvs) != 0 {
+	if resp, err := cli.Get(context.Background(), "/voyager/pending/", clientOpts()...); err != nil || len(resp.Kvs) != 0 {
 		t.Errorf("queue after the cancel: %v (err %v), want empty", resp.Kvs, err)
 	}
 
@@ -424,7 +641,6 @@ c.VoyagerSpawner.memory_mib = 1024
 	// (Debian packages no JupyterLab), and its URL answers Jupyter's API.
 	dana := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "dana")}
 	id := dana.create(map[string]any{"kind": "notebook", "image": "voyager/jupyter:latest", "resources": map[string]any{"gpus": 1, "cpuMilli": 500, "memoryMiB": 512}})
-	cli := etcdClient(t, env.clientAddr)
 	var st state.Status
 	deadline = time.Now().Add(90 * time.Second)
 	for st.Phase != state.PhaseRunning {
@@ -447,6 +663,11 @@ c.VoyagerSpawner.memory_mib = 1024
 	}
 	if code := dev.stop(); code != 0 {
 		t.Errorf("dev exit code %d", code)
+	}
+
+	// Voyager down: the spawn fails at once, saying so.
+	if msg := h.failure("fay", map[string]any{}); !strings.Contains(msg, "Voyager, which runs the servers, is not answering") {
+		t.Errorf("fay's spawn with Voyager down: %q", msg)
 	}
 }
 

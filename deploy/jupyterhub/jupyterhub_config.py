@@ -2,7 +2,7 @@
 # as a Voyager notebook session. Install the spawner and make a key pair
 # first (README.md, "Install" and "Configure"):
 #
-#   python3 -m venv --system-site-packages /opt/jupyterhub
+#   /usr/bin/python3 -m venv --system-site-packages /opt/jupyterhub
 #   /opt/jupyterhub/bin/pip install --no-build-isolation ./deploy/jupyterhub
 #   /opt/jupyterhub/bin/python -m voyager_spawner keygen /etc/jupyterhub/voyager
 #   # Voyager's API: VOYAGER_JWT_PUBLIC_KEYS=<a copy of /etc/jupyterhub/voyager.pub>
