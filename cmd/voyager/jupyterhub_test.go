@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -56,6 +57,9 @@ type hub struct {
 	hubURL, proxyURL           string
 	proc                       *exec.Cmd
 	log                        *lockedBuffer
+
+	mu       sync.Mutex
+	lastHTML map[string]string // user → html_message of his last progress event that had one
 }
 
 // lockedBuffer is a log that a process writes while the test reads it.
@@ -78,7 +82,9 @@ func (l *lockedBuffer) String() string {
 
 func startHub(t *testing.T, h *hub) {
 	t.Helper()
-	h.log = &lockedBuffer{}
+	if h.log == nil { // a restarted hub appends to the log
+		h.log = &lockedBuffer{}
+	}
 	h.proc = exec.Command(h.python, "-m", "jupyterhub", "-f", h.config)
 	h.proc.Dir = h.dir
 	// Debian's configurable-http-proxy finds its modules (commander, …)
@@ -165,6 +171,7 @@ func (h *hub) progress(user string, stop func(msg string) bool) ([]string, error
 		}
 		var ev struct {
 			Message string `json:"message"`
+			HTML    string `json:"html_message"`
 			Ready   bool   `json:"ready"`
 			Failed  bool   `json:"failed"`
 		}
@@ -172,6 +179,14 @@ func (h *hub) progress(user string, stop func(msg string) bool) ([]string, error
 			continue
 		}
 		msgs = append(msgs, ev.Message)
+		if ev.HTML != "" {
+			h.mu.Lock()
+			if h.lastHTML == nil {
+				h.lastHTML = map[string]string{}
+			}
+			h.lastHTML[user] = ev.HTML
+			h.mu.Unlock()
+		}
 		if ev.Ready || ev.Failed || (stop != nil && stop(ev.Message)) {
 			return msgs, nil
 		}
@@ -412,7 +427,9 @@ func TestJupyterHubE2E(t *testing.T) {
 	config := filepath.Join(dir, "jupyterhub_config.py")
 	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
+import voyager_spawner
 c.JupyterHub.spawner_class = "voyager"
+c.JupyterHub.extra_handlers = voyager_spawner.extra_handlers()
 c.VoyagerSpawner.voyager_url = "http://%s"
 c.VoyagerSpawner.voyager_private_key_file = %q
 c.VoyagerSpawner.voyager_token_lifetime = 10
@@ -433,10 +450,7 @@ c.JupyterHub.api_tokens = {%q: "admin"}
 c.Authenticator.admin_users = {"admin"}
 # The REST API answers at once (202) so the test reads every progress event.
 c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
-# JupyterHub 3.0 refuses to stop a pending spawn through its API ("pending
-# spawn, please wait"); it cancels one by giving up after start_timeout and
-# stopping the spawner, which cancels the queued Voyager session.
-c.Spawner.start_timeout = 30
+c.Spawner.start_timeout = 300
 c.Spawner.http_timeout = 60
 `, env.httpAddr, privKey, port(proxyPort), port(hubPort), port(apiPort), dir, dir, adminTok)), 0o600); err != nil {
 		t.Fatal(err)
@@ -465,9 +479,20 @@ c.Spawner.http_timeout = 60
 		return out, st
 	}
 
+	// A token minted now with the spawner's lifetime, to show below that
+	// such a token has expired by the time eve spawns.
+	stale := strings.TrimSpace(sh(t, dir, python+` -c "from voyager_spawner.tokens import Minter; print(Minter('`+privKey+`', 'jupyterhub', ['service'], 10).token())"`))
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if parts := strings.Split(stale, "."); len(parts) != 3 {
+		t.Fatalf("minted token %q", stale)
+	} else if b, err := base64.RawURLEncoding.DecodeString(parts[1]); err != nil || json.Unmarshal(b, &claims) != nil || claims.Exp == 0 {
+		t.Fatalf("minted token's claims %q: %v", parts[1], err)
+	}
+
 	// The spawn form, as ada's browser gets it: Voyager's profiles and the
 	// free GPUs of each model.
-	firstToken := time.Now()
 	ada := h.login("ada")
 	if code, page := ada.get("/hub/spawn/ada"); code != 200 ||
 		!strings.Contains(page, `value="quad"`) ||
@@ -475,6 +500,7 @@ c.Spawner.http_timeout = 60
 		!strings.Contains(page, "NVIDIA H100-80GB (simulated): 4 of 4 GPUs free") {
 		t.Fatalf("ada's spawn form: %d\n%s", code, page)
 	}
+	firstToken := time.Now() // the spawner minted its first token by now, to read the form
 
 	// ada starts the 4-GPU profile; two readers follow its progress, the
 	// second from after the first's first message: both see every message,
@@ -549,20 +575,23 @@ c.Spawner.http_timeout = 60
 		t.Errorf("ada's activity %+v (jupyter %+v); want lastActive, Jupyter's last activity and four simulated GPUs", act, act.Jupyter)
 	}
 
-	// A request no node can hold: the spawn form, sent from cy's browser,
-	// comes back at once with Voyager's reason; the progress stream (what
-	// the pending and error pages show) says it too.
+	// A request no node can hold, sent from cy's browser with the spawn
+	// form: the hub sends him to the pending page, whose progress stream
+	// and then the page itself give Voyager's reason, at once. (With the
+	// hub's default slow_spawn_timeout the form itself comes back with
+	// the reason; this hub answers at once, for the progress readers.)
 	cy := h.login("cy")
 	began := time.Now()
 	code, page := cy.post("/hub/spawn/cy", url.Values{"profile": {""}, "gpus": {"16"}})
-	if code != 200 || !strings.Contains(page, "Voyager refused this server") || !strings.Contains(page, "16") || time.Since(began) > 15*time.Second {
-		t.Errorf("cy's spawn form asking 16 GPUs: %d after %s; want the form again with Voyager's reason at once:\n%s", code, time.Since(began), page)
+	if code != http.StatusFound {
+		t.Fatalf("cy's spawn form: %d, want a redirect to the pending page\n%s", code, page)
 	}
-	if msgs := h.mustProgress("cy", nil); !strings.Contains(msgs[len(msgs)-1], "Spawn failed: Voyager refused this server") {
-		t.Errorf("cy's progress after the refusal: %q", msgs)
+	if msgs := h.mustProgress("cy", nil); !strings.HasPrefix(msgs[len(msgs)-1], "Spawn failed: Voyager refused this server") ||
+		!strings.Contains(msgs[len(msgs)-1], "16") || time.Since(began) > 15*time.Second {
+		t.Errorf("cy's progress after asking 16 GPUs: %q after %s; want Voyager's reason at once", msgs, time.Since(began))
 	}
-	if code, page := cy.get("/hub/user/cy/"); code != 500 || !strings.Contains(page, "Voyager refused this server") {
-		t.Errorf("cy's error page: %d; want Voyager's reason:\n%s", code, page)
+	if code, page := cy.get("/hub/spawn-pending/cy"); code != 500 || !strings.Contains(page, "Spawn failed") || !strings.Contains(page, "Voyager refused this server") {
+		t.Errorf("cy's pending page after the failure: %d; want Voyager's reason:\n%s", code, page)
 	}
 
 	// A profile whose image cannot run a JupyterHub server.
@@ -574,11 +603,23 @@ c.Spawner.http_timeout = 60
 	// time eve spawns; her spawn succeeds because the spawner minted new
 	// ones. A token of that lifetime, minted as ada's spawn began, is
 	// refused by now: Voyager does check expiry.
-	stale := sh(t, dir, python+` -c "from voyager_spawner.tokens import Minter; print(Minter('`+privKey+`', 'jupyterhub', ['service'], 10).token())"`)
-	time.Sleep(time.Until(firstToken.Add(12 * time.Second))) // the condition is the clock itself
-	staleAPI := lcAPI{t: t, base: "http://" + env.httpAddr, token: strings.TrimSpace(stale)}
-	if code, b := staleAPI.do("GET", "/api/v1/profiles", nil); code != http.StatusUnauthorized || !strings.Contains(string(b), "expired") {
-		t.Errorf("a 10 s token after 12 s: %d %s; want 401 expired", code, b)
+	// The condition is the clock itself: both tokens' expiry, and a second.
+	expired := time.Unix(claims.Exp+1, 0)
+	if t2 := firstToken.Add(11 * time.Second); t2.After(expired) {
+		expired = t2
+	}
+	time.Sleep(time.Until(expired))
+	req, _ := http.NewRequest("GET", "http://"+env.httpAddr+"/api/v1/profiles", nil)
+	req.Header.Set("Authorization", "Bearer "+stale)
+	req.Header.Set("X-Voyager-On-Behalf-Of", "eve")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(b), "expired") {
+			t.Errorf("a 10 s token after 12 s: %d %s; want 401 expired", resp.StatusCode, b)
+		}
 	}
 	h.start("eve", map[string]any{})
 	if msgs := h.mustProgress("eve", nil); !strings.HasPrefix(msgs[len(msgs)-1], "Server ready") {
@@ -598,7 +639,9 @@ c.Spawner.http_timeout = 60
 	}
 
 	// bob asks for all 8 GPUs while ada holds four: he waits, with his
-	// place; a reload of his page (a new reader) shows it again.
+	// place; a reload of his page (a new reader) shows it again, with a
+	// button to leave the queue. He leaves: the spawn fails at once saying
+	// so, and his queued Voyager session is cancelled.
 	h.start("bob", map[string]any{"gpus": 8})
 	inLine := func(m string) bool { return strings.Contains(m, "ahead of you") || strings.Contains(m, "next in line") }
 	for _, reader := range []string{"first", "reload"} {
@@ -607,28 +650,44 @@ c.Spawner.http_timeout = 60
 			t.Errorf("bob's progress (%s reader) %q does not show his place in the queue", reader, msgs)
 		}
 	}
-	// The hub gives up on bob's spawn after start_timeout and stops his
-	// spawner: the queued Voyager session is cancelled, nothing is left.
+	h.mu.Lock()
+	leave := h.lastHTML["bob"]
+	h.mu.Unlock()
+	if !strings.Contains(leave, `action="/hub/voyager/cancel/bob"`) || !strings.Contains(leave, "Leave the queue") {
+		t.Errorf("bob's queue message has no button to leave the queue: %q", leave)
+	}
+	bob := h.login("bob")
+	if code, page := bob.post("/hub/voyager/cancel/bob", nil); code != http.StatusFound {
+		t.Errorf("bob leaves the queue: %d\n%s", code, page)
+	}
+	if msgs := h.mustProgress("bob", nil); msgs[len(msgs)-1] != "Spawn failed: You left the queue. Start your server again whenever you like." {
+		t.Errorf("bob's progress after leaving the queue: %q", msgs)
+	}
 	h.waitServer("bob", false)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, got := sessions("bob"); len(got) == 1 && got[0].Phase == state.PhaseStopped {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("bob's session after the hub cancelled it: %+v", got)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if _, got := sessions("bob"); len(got) != 1 || got[0].Phase != state.PhaseStopped {
+		t.Errorf("bob's session after he left the queue: %+v", got)
 	}
 	if resp, err := cli.Get(context.Background(), "/voyager/pending/", clientOpts()...); err != nil || len(resp.Kvs) != 0 {
-		t.Errorf("queue after the cancel: %v (err %v), want empty", resp.Kvs, err)
+		t.Errorf("queue after bob left: %v (err %v), want empty", resp.Kvs, err)
 	}
+	// Someone else's queue is not his to leave.
+	h.start("gus", map[string]any{"gpus": 8})
+	h.mustProgress("gus", inLine)
+	if code, _ := bob.post("/hub/voyager/cancel/gus", nil); code != http.StatusForbidden && code != http.StatusNotFound {
+		t.Errorf("bob leaving gus's queue: %d, want 403 or 404", code)
+	}
+	gus := h.login("gus")
+	if code, page := gus.post("/hub/voyager/cancel/gus", nil); code != http.StatusFound {
+		t.Errorf("gus leaves the queue: %d\n%s", code, page)
+	}
+	h.waitServer("gus", false)
 
 	// Stopping ada's server removes its container.
 	if code, b := h.call("DELETE", "/hub/api/users/ada/server", nil); code != 204 && code != 202 {
 		t.Fatalf("stop ada's server: %d %s", code, b)
 	}
 	h.waitServer("ada", false)
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for len(containers(t, rt)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("containers left after the stop: %v", containers(t, rt))

@@ -11,7 +11,11 @@
 # `c` is provided by JupyterHub when it loads this file.
 # ruff: noqa: F821
 
+import voyager_spawner
+
 c.JupyterHub.spawner_class = "voyager"
+# A "Leave the queue" button on the pending page of a queued spawn.
+c.JupyterHub.extra_handlers = voyager_spawner.extra_handlers()
 
 c.VoyagerSpawner.voyager_url = "http://voyager-api:7070"
 # The spawner signs its own short-lived service tokens with this key.

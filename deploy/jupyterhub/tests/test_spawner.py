@@ -24,6 +24,7 @@ from tornado import web  # noqa: E402
 from tornado.httpserver import HTTPServer  # noqa: E402
 from tornado.netutil import bind_sockets  # noqa: E402
 
+import voyager_spawner  # noqa: E402
 from voyager_spawner import SpawnError, VoyagerError, VoyagerSpawner  # noqa: E402
 from voyager_spawner import profiles as prof  # noqa: E402
 from voyager_spawner.spawner import NO_SINGLEUSER, server_label, server_url  # noqa: E402
@@ -109,7 +110,9 @@ def make_app(fake):
         def post(self, sid):
             if sid not in fake.sessions:
                 return self.problem(404, "Not found", "no session " + sid)
-            fake.sessions[sid]["status"] = {"session": sid, "phase": "Stopped", "reason": "Stopped", "exitCode": 0}
+            fake.sessions[sid]["status"] = {"session": sid, "phase": "Stopped", "reason": "Cancelled",
+                                            "message": "cancelled while pending by ada via jupyterhub", "exitCode": 0}
+            fake.gate.set()  # a stream waiting at its gate reports the stop
             self.finish(json.dumps({"outcome": "stopping", "session": fake.sessions[sid]}))
 
     class Logs(Base):
@@ -131,6 +134,12 @@ def make_app(fake):
             for i, step in enumerate(v["script"], 1):
                 if step == "gate":
                     await fake.gate.wait()
+                    st = v["status"]
+                    if st["phase"] == "Stopped":  # stopped while it waited, as the real stream says
+                        ev = {"session": sid, "phase": "Stopped", "reason": st["reason"], "message": "Stopped: " + st["message"],
+                              "terminal": True, "status": st}
+                        self.write(f"id: {i}\nevent: status\ndata: {json.dumps(ev)}\n\n")
+                        break
                     continue
                 phase, reason, msg = step[:3]
                 if phase == "warning":
@@ -206,7 +215,7 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
 
     def spawner(self, **kw):
         user = SimpleNamespace(name="ada", escaped_name="ada", url="/user/ada/")
-        args = dict(user=user, hub=Hub(), voyager_url=self.url, voyager_token="svc-token", api_token="hub-token",
+        args = dict(user=user, hub=Hub(base_url="/hub/"), voyager_url=self.url, voyager_token="svc-token", api_token="hub-token",
                     oauth_client_id="jupyterhub-user-ada")
         args.update(kw)
         return VoyagerSpawner(**args)
@@ -259,6 +268,29 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await asyncio.wait_for(second, 5), want)
         # A reader after the spawn (a reload of the finished page) too.
         self.assertEqual(await asyncio.wait_for(read(), 5), want)
+
+    async def test_a_queued_user_can_leave_the_queue(self):
+        self.fake.script = lambda sid: [("Pending", "Queued", "waiting for 8×GPU: you are next in line"), "gate",
+                                        ("Running", "Started", "up")]
+        import voyager_spawner.handlers as handlers
+
+        self.addCleanup(setattr, handlers, "registered", handlers.registered)
+        self.assertEqual(voyager_spawner.extra_handlers()[0][1], handlers.CancelHandler)
+        sp = self.spawner()
+        start = asyncio.ensure_future(sp.start())
+        for _ in range(500):
+            if sp._progress:
+                break
+            await asyncio.sleep(0.01)
+        html = sp._progress[0]["html_message"]
+        self.assertIn('action="/hub/voyager/cancel/ada"', html)
+        self.assertIn("Leave the queue", html)
+        self.assertIn("you are next in line", html)
+        await sp.cancel()
+        with self.assertRaises(SpawnError) as cm:
+            await asyncio.wait_for(start, 10)
+        self.assertIn("You left the queue", cm.exception.jupyterhub_message)
+        self.assertEqual(self.fake.sessions["s0001"]["status"]["phase"], "Stopped")
 
     async def test_warning_events_are_not_progress(self):
         self.fake.script = lambda sid: [("Pending", "Queued", "waiting for the placer"),

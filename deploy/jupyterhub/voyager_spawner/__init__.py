@@ -8,5 +8,13 @@ Installed as the ``jupyterhub-voyagerspawner`` package, it registers the
 from .client import VoyagerError
 from .spawner import SpawnError, VoyagerSpawner
 
-__all__ = ["VoyagerSpawner", "VoyagerError", "SpawnError"]
+__all__ = ["VoyagerSpawner", "VoyagerError", "SpawnError", "extra_handlers"]
+
+
+def extra_handlers():
+    """The hub pages of the spawner, for c.JupyterHub.extra_handlers: the
+    "Leave the queue" button of a queued spawn (handlers.py)."""
+    from .handlers import extra_handlers as handlers
+
+    return handlers()
 __version__ = "0.2.0"

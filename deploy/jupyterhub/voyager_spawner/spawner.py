@@ -11,6 +11,7 @@ plain words, as the hub shows it on the spawn form and the error page.
 """
 
 import asyncio
+import html
 import inspect
 import os
 import re
@@ -18,11 +19,14 @@ import uuid
 from urllib.parse import urlsplit
 
 from jupyterhub.spawner import Spawner
+from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 from traitlets import Any, Dict, Integer, List, Unicode, Union, default, validate
 
 from . import profiles as prof
 from .client import Client, VoyagerError
+from . import handlers
+from .handlers import CANCEL_PATH
 from .tokens import SigningKeyError, shared_minter
 
 # Phases in which a session may still become (or is) a running server.
@@ -176,6 +180,7 @@ class VoyagerSpawner(Spawner):
         self._progress = []
         self._progress_done = False
         self._progress_changed = asyncio.Event()
+        self._cancelled = False
 
     # ---- state ----
 
@@ -341,6 +346,7 @@ class VoyagerSpawner(Spawner):
 
     async def start(self):
         self._reset_progress()
+        self._cancelled = False
         try:
             return await self._start()
         except SpawnError:
@@ -363,6 +369,8 @@ class VoyagerSpawner(Spawner):
         self.session_id = view["id"]
         self._image = view.get("image") or body["image"]
         self.log.info("Voyager session %s for %s", self.session_id, self._log_name)
+        if self._cancelled:  # the user left while the session was being created
+            await client.stop_session(self.session_id)
         status = await self._follow(client)
         return server_url(status)
 
@@ -372,7 +380,7 @@ class VoyagerSpawner(Spawner):
         outcome = {}
 
         def on_event(ev):
-            self._emit(progress_event(ev))
+            self._emit(self._progress_event(ev))
             phase, reason = ev.get("phase"), ev.get("reason")
             if phase == "Running" and ev.get("status", {}).get("urls"):
                 outcome["running"] = ev["status"]
@@ -401,6 +409,8 @@ class VoyagerSpawner(Spawner):
 
     async def _ended_words(self, client, ev):
         """Why a session ended before its server was ready, in words."""
+        if self._cancelled:
+            return "You left the queue. Start your server again whenever you like."
         st = ev.get("status") or {}
         code = st.get("exitCode")
         tail = ""
@@ -429,6 +439,25 @@ class VoyagerSpawner(Spawner):
         if e.status in (400, 404, 409, 422):
             return SpawnError(f"Voyager refused this server: {e.detail or e.title}", 400 if e.status == 404 else e.status, e)
         return SpawnError(f"Voyager failed ({e.status} {e.title}): {e.detail}", 502, e)
+
+    def _progress_event(self, ev):
+        """progress_event, with a "Leave the queue" button while the
+        session waits in the queue, where the hub serves the cancel page
+        (voyager_spawner.extra_handlers)."""
+        out = progress_event(ev)
+        if ev.get("phase") == "Pending" and handlers.registered:
+            action = url_path_join(self.hub.base_url, CANCEL_PATH, self.user.escaped_name, url_escape_path(self.name or ""))
+            out["html_message"] = (html.escape(out["message"]) +
+                                   f' <form method="post" action="{html.escape(action)}" style="display:inline">'
+                                   '<button type="submit" class="btn btn-xs btn-default">Leave the queue</button></form>')
+        return out
+
+    async def cancel(self):
+        """Leaves Voyager's queue: cancels the session of this pending
+        spawn, which then fails with "You left the queue"."""
+        self._cancelled = True
+        if self.session_id:
+            await self.client().stop_session(self.session_id)
 
     async def poll(self):
         if not self.session_id:
