@@ -2,12 +2,15 @@ package placer
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -273,5 +276,249 @@ func TestNodeLossComparesStatus(t *testing.T) {
 	if resp.Succeeded {
 		st, _, _ := state.Get[state.Status](ctx, cli, s.k.Status(ids[0]))
 		t.Fatalf("node-loss write committed over a status it never read; status now %s %s", st.Phase, st.Reason)
+	}
+}
+
+// TestPendingStatusesBeyondOneTxn is finding 3 of issue 11: 130 waiting
+// sessions all get a reason and a queue position. Before the fix the
+// statuses went out 128 nested transactions at a time, which etcd refuses
+// (nested operations count against --max-txn-ops less the outer ones), so
+// the first 128 never got one.
+func TestPendingStatusesBeyondOneTxn(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx := context.Background()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 1, 8)
+	sizes := make([]int, 130)
+	for i := range sizes {
+		sizes[i] = 16 // more than any node has: every one waits
+	}
+	ids := s.submit(ctx, "ada", sizes, nil)
+	runPlacer(t, c.Server.Endpoint(), Config{})
+	var w world
+	eventually(t, 30e9, "every waiting session to get a reason and a position", func() bool {
+		w = s.read(ctx)
+		for _, id := range ids {
+			if st := w.status[id]; st.Reason != "Unsatisfiable" || st.QueuePosition == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	seen := map[int]bool{}
+	for _, id := range ids {
+		seen[w.status[id].QueuePosition] = true
+	}
+	if len(seen) != len(ids) {
+		t.Errorf("%d distinct queue positions for %d sessions", len(seen), len(ids))
+	}
+}
+
+// TestOversizeGangWaitsWithoutSpinning is finding 2 of issue 11: a Ray
+// gang whose bind needs more operations than one transaction may hold (64
+// workers, admitted before the API refused it) waits as Unsatisfiable with
+// the limit named; the placer neither spins nor stops explaining, and
+// binds other sessions meanwhile. Before the fix the gang was planned,
+// deferred every pass, an empty batch was committed, the loop counted the
+// deferral as progress and planned again at once, and no pending status
+// was written at all.
+func TestOversizeGangWaitsWithoutSpinning(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx := context.Background()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 66, 1)
+	gang := s.submit(ctx, "ada", []int{1}, func(x *state.Session) { x.Ray = &state.Ray{Workers: 64} })[0]
+	waiting := s.submit(ctx, "bob", []int{2}, nil)[0] // never fits a 1-GPU node
+	p, _, _ := runPlacer(t, c.Server.Endpoint(), Config{})
+	eventually(t, 30e9, "the gang and the 2-GPU session to be told why they wait", func() bool {
+		w := s.read(ctx)
+		g, o := w.status[gang], w.status[waiting]
+		return g.Reason == "Unsatisfiable" && strings.Contains(g.Message, "VOYAGER_PLACER_MAX_TXN_OPS") &&
+			strings.Contains(g.Message, "at most 62 workers") && o.Reason == "Unsatisfiable"
+	})
+	passes := p.Stats().Passes
+	// Another session still binds, in a handful of passes, not thousands.
+	small := s.submit(ctx, "eve", []int{1}, nil)[0]
+	eventually(t, 30e9, "a 1-GPU session to bind beside the waiting gang", func() bool {
+		return s.read(ctx).status[small].Phase == state.PhaseBound
+	})
+	if n := p.Stats().Passes - passes; n > 20 {
+		t.Errorf("%d passes to bind one session beside the gang: the placer spins", n)
+	}
+	if w := s.read(ctx); len(w.bindings[gang]) != 0 || !w.pending[gang] {
+		t.Errorf("the gang was bound or dequeued: %d bindings", len(w.bindings[gang]))
+	}
+}
+
+// stallKV is a KV whose transactions block until their context ends: an
+// etcd write that hangs (a leader change, a partition).
+type stallKV struct {
+	clientv3.KV
+	entered chan struct{} // gets a value each time a write starts stalling
+}
+
+func (s *stallKV) Txn(ctx context.Context) clientv3.Txn { return &stallTxn{Txn: s.KV.Txn(ctx), ctx: ctx, s: s} }
+
+type stallTxn struct {
+	clientv3.Txn
+	ctx context.Context
+	s   *stallKV
+}
+
+func (t *stallTxn) If(cs ...clientv3.Cmp) clientv3.Txn  { t.Txn = t.Txn.If(cs...); return t }
+func (t *stallTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *stallTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+func (t *stallTxn) Commit() (*clientv3.TxnResponse, error) {
+	select {
+	case t.s.entered <- struct{}{}:
+	default:
+	}
+	<-t.ctx.Done()
+	return nil, t.ctx.Err()
+}
+
+// TestStalledAdvisoryWriteDoesNotDelayBinds is finding 11 of issue 11: a
+// pending-status write that hangs must not hold up binding. Before the fix
+// the statuses were written inside the pass with no deadline: the next
+// pass, and every bind, waited for the hung write.
+func TestStalledAdvisoryWriteDoesNotDelayBinds(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 1, 1)
+	s.submit(ctx, "ada", []int{2}, nil) // waits: its status write stalls
+	stall := &stallKV{KV: cli, entered: make(chan struct{}, 1)}
+	p := New(cli, Config{Logger: quietLogger(), AdvisoryTimeout: time.Hour})
+	p.advisoryKV = stall
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case <-stall.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no pending status write started")
+	}
+	small := s.submit(ctx, "bob", []int{1}, nil)[0]
+	eventually(t, 30e9, "a session to bind while a status write hangs", func() bool {
+		return s.read(ctx).status[small].Phase == state.PhaseBound
+	})
+}
+
+// TestMaxSessionsPerNode is finding 8 of issue 11: a node holds at most
+// MaxSessionsPerNode sessions, in the plan and in the bind's re-check, and
+// a session that finds every node full says so. Before the fix nothing
+// bounded the sessions on a node (its ledger, one etcd value, grew without
+// limit).
+func TestMaxSessionsPerNode(t *testing.T) {
+	n := view(gpuNode("n1", 8, "A100"))
+	var pending []Pending
+	for _, id := range []string{"a", "b", "c"} {
+		p := req(id, "ada", 0, time.Minute)
+		pending = append(pending, p)
+	}
+	plan := NewPlan(snap([]NodeView{n}, pending...), PlanOptions{MaxSessionsPerNode: 2})
+	if len(plan.Bound) != 2 || len(plan.Waiting) != 1 {
+		t.Fatalf("bound %d, waiting %d; want 2 and 1", len(plan.Bound), len(plan.Waiting))
+	}
+	if w := plan.Waiting[0]; w.Reason != "Capacity" || !strings.Contains(w.Message, "holds its maximum of 2 sessions") {
+		t.Errorf("waiting: %s %q", w.Reason, w.Message)
+	}
+	full := holding(holding(view(gpuNode("n1", 8, "A100")), "x", "ada", 1), "y", "ada", 0)
+	a := state.Allocation{Owner: "ada", CPUMilli: 100, MemoryMiB: 64}
+	if err := refit(&full.Node, &full.Ledger, "z", &a, 2); err == nil || !strings.Contains(err.Error(), "maximum of 2") {
+		t.Errorf("refit on a full node: %v", err)
+	}
+}
+
+// TestLedgerSizeBound is finding 8 of issue 11: a node's ledger at the most
+// sessions a node may hold, each the largest allocation the API admits
+// (longest owner and session id, a kilobyte of groups, ports), with every
+// device of a node of 8 GPUs split into 7 MIG devices allocated, stays
+// under half of etcd's 1.5 MiB request limit, and a bind batch that
+// writes it fits one transaction's byte budget.
+func TestLedgerSizeBound(t *testing.T) {
+	l := state.Ledger{Node: strings.Repeat("n", 63), Allocations: map[string]state.Allocation{}}
+	var groups []string
+	for n := 2; n+3+24 <= 1024; n += 3 + 24 { // as the API counts them
+		groups = append(groups, strings.Repeat("g", 23)+string(rune('a'+len(groups)%26)))
+	}
+	const devices = 8 * 7
+	for i := 0; i < config.MaxSessionsPerNodeLimit; i++ {
+		a := state.Allocation{Kind: state.KindNotebook, Owner: strings.Repeat("o", 128), Groups: groups, Priority: -100,
+			Preemptible: true, Role: state.RoleHead, CPUMilli: 1 << 40, MemoryMiB: 1 << 40, Ports: []int{65531, 65532, 65533, 65534}}
+		if i < devices {
+			a.GPUs = []string{fmt.Sprintf("MIG-%08x-aaaa-bbbb-cccc-%012x", i, i)}
+		}
+		l.Allocations[fmt.Sprintf("s%018d", i)] = a
+	}
+	v, err := state.Encode(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := 1536 << 10; len(v) > limit/2 {
+		t.Fatalf("a full ledger takes %d bytes, more than half of etcd's %d", len(v), limit)
+	}
+	if est := ledgerBytes(&l); est < len(v) {
+		t.Errorf("the batch estimate of the ledger, %d bytes, is below its size %d", est, len(v))
+	}
+	if len(v)+statusBytes+bindingBytes > state.DefaultMaxTxnBytes {
+		t.Errorf("a bind on a full ledger (%d bytes) exceeds the txn byte budget", len(v))
+	}
+	t.Logf("largest ledger: %d bytes for %d sessions", len(v), config.MaxSessionsPerNodeLimit)
+}
+
+// TestBatchNeverEmptyNorDeferredForever is finding 2 of issue 11 at the
+// batching step: with a budget of 8 operations, a gang of four nodes fits
+// no transaction even alone. It is returned as unfit (it waits with the
+// limit named) rather than deferred, and no empty batch is produced for it.
+// Before the fix batch opened a batch for it, deferred it, and returned the
+// empty batch, which commit sent as an empty transaction that counted as
+// progress.
+func TestBatchNeverEmptyNorDeferredForever(t *testing.T) {
+	p := New(nil, Config{MaxTxnOps: 8, Logger: quietLogger()})
+	var nodes []NodeView
+	for i := 0; i < 5; i++ {
+		nodes = append(nodes, view(gpuNode(fmt.Sprintf("n%d", i), 8, "A100")))
+	}
+	gang := req("gang", "ada", 1, time.Minute)
+	gang.Entry.Workers = 3
+	single := req("one", "bob", 1, 0)
+	s := snap(nodes, gang, single)
+	plan := NewPlan(s, PlanOptions{MaxTxnOps: 128})
+	if len(plan.Bound) != 2 {
+		t.Fatalf("planned %d, want both (the planner's limit is 128)", len(plan.Bound))
+	}
+	byName := map[string]*NodeView{}
+	for i := range s.Nodes {
+		byName[s.Nodes[i].Node.Name] = &s.Nodes[i]
+	}
+	batches, deferred, unfit := p.batch(plan.Bound, byName, s)
+	if len(unfit) != 1 || unfit[0].Pending.Entry.Session != "gang" {
+		t.Fatalf("unfit %v, want the gang", unfit)
+	}
+	if deferred {
+		t.Error("deferred: the gang would be planned again every pass")
+	}
+	for _, b := range batches {
+		if len(b.decisions) == 0 {
+			t.Error("an empty batch")
+		}
+		if !p.budget().Fits(b.size) {
+			t.Errorf("a batch of %s exceeds the budget", b.size)
+		}
+	}
+	if len(batches) != 1 || batches[0].decisions[0].Pending.Entry.Session != "one" {
+		t.Errorf("batches %+v, want one with the single session", batches)
+	}
+	if got := MaxRayWorkers(8, 0); got != 2 {
+		t.Errorf("MaxRayWorkers(8) = %d, want 2 (3 nodes: 7 compares, 8 writes)", got)
 	}
 }
