@@ -359,7 +359,9 @@ type stallKV struct {
 	entered chan struct{} // gets a value each time a write starts stalling
 }
 
-func (s *stallKV) Txn(ctx context.Context) clientv3.Txn { return &stallTxn{Txn: s.KV.Txn(ctx), ctx: ctx, s: s} }
+func (s *stallKV) Txn(ctx context.Context) clientv3.Txn {
+	return &stallTxn{Txn: s.KV.Txn(ctx), ctx: ctx, s: s}
+}
 
 type stallTxn struct {
 	clientv3.Txn
@@ -367,7 +369,7 @@ type stallTxn struct {
 	s   *stallKV
 }
 
-func (t *stallTxn) If(cs ...clientv3.Cmp) clientv3.Txn  { t.Txn = t.Txn.If(cs...); return t }
+func (t *stallTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
 func (t *stallTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
 func (t *stallTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
 func (t *stallTxn) Commit() (*clientv3.TxnResponse, error) {
