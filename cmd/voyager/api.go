@@ -19,7 +19,6 @@ import (
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
-	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -29,6 +28,7 @@ var apiEnvs = []string{
 	config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole, config.EnvJWTServiceRole,
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap,
+	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
 }
 
 const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
@@ -126,12 +126,14 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		Rate:           cfg.APIRate,
 		Burst:          cfg.APIBurst,
 		IdempotencyTTL: cfg.APIIdempotencyTTL,
-		Plan:           placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Plan:           planOptions(cfg),
 		// The lifecycle controller (voyager placer) reads the same two
 		// settings: they must agree, or extensions and runsUntil would
 		// count from another limit than the one enforced.
 		MaxRuntime:    cfg.MaxRuntime,
 		MaxRuntimeCap: cfg.MaxRuntimeCap,
+		MinCPUMilli:   cfg.MinCPUMilli,
+		MinMemoryMiB:  cfg.MinMemoryMiB,
 		Logger:        log,
 	})
 }
