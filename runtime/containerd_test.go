@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 )
@@ -261,7 +262,7 @@ func namespaceOf(t *testing.T, rt *runtime.Containerd) string {
 func TestContainerdRuntimeBinary(t *testing.T) {
 	runc, err := exec.LookPath("runc")
 	if err != nil {
-		t.Skip("no runc")
+		testreq.Missing(t, "runc", "apt-get install runc")
 	}
 	rt := runtimetest.New(t, runtime.ContainerdOptions{RuntimeBinary: runc})
 	code, out := runBatch(t, rt, runtime.Spec{ID: "rb", Image: runtimetest.ImageRef,
