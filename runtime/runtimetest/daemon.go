@@ -15,6 +15,7 @@ import (
 
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
 
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
@@ -196,4 +197,30 @@ func BusyboxImage(t testing.TB, c *runtime.Containerd) string {
 		t.Fatal(err)
 	}
 	return ImageRef
+}
+
+// CreateUnstarted leaves the container of spec as a caller killed between
+// creating a container and starting its task would: the container and its
+// snapshot exist, with spec's labels, image and args; no task does.
+// spec.Image must be the name the image is stored under (ImageRef).
+func CreateUnstarted(t testing.TB, c *runtime.Containerd, spec runtime.Spec) {
+	t.Helper()
+	ctx := context.Background()
+	cli, err := containerd.New(c.Address(), containerd.WithDefaultNamespace(c.Namespace()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	img, err := cli.GetImage(ctx, spec.Image)
+	if err != nil {
+		t.Fatalf("create unstarted container %s: %v", spec.ID, err)
+	}
+	if _, err := cli.NewContainer(ctx, spec.ID,
+		containerd.WithImage(img),
+		containerd.WithNewSnapshot(spec.ID, img),
+		containerd.WithContainerLabels(spec.Labels),
+		containerd.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs(spec.Args...)),
+	); err != nil {
+		t.Fatalf("create unstarted container %s: %v", spec.ID, err)
+	}
 }
