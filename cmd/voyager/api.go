@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
 	"github.com/voyager-gpu/voyager/state"
@@ -83,6 +84,10 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
 	a.Mount(mux)
+	if err := console.Mount(a.Engine(), mux, console.Config{Logger: log}); err != nil {
+		log.Error("voyager api failed", "err", err)
+		return exitError
+	}
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
 		log.Error("voyager api failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
