@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -204,6 +205,25 @@ func (h *hub) mustProgress(user string, stop func(msg string) bool) []string {
 	return msgs
 }
 
+// afterSpawn reads the progress of user's spawn that has ended. Between
+// the spawner's failure and the end of the hub's clean-up, JupyterHub 3.0
+// answers 400 "is not starting"; the pending page then asks again, as
+// this does.
+func (h *hub) afterSpawn(user string) []string {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		msgs, err := h.progress(user, nil)
+		if err == nil {
+			return msgs
+		}
+		if !strings.Contains(err.Error(), "is not starting") || time.Now().After(deadline) {
+			h.t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling, bounded by deadline
+	}
+}
+
 // start asks the hub's REST API to start user's server with options.
 func (h *hub) start(user string, options map[string]any) {
 	h.t.Helper()
@@ -226,7 +246,7 @@ func (h *hub) failure(user string, options map[string]any) string {
 	if code, b := h.call("POST", "/hub/api/users/"+user+"/server", options); code != 201 && code != 202 && code != 500 {
 		h.t.Fatalf("start %s's server with %v: %d %s", user, options, code, b)
 	}
-	msgs := h.mustProgress(user, nil)
+	msgs := h.afterSpawn(user)
 	last := msgs[len(msgs)-1]
 	if !strings.HasPrefix(last, "Spawn failed: ") {
 		h.t.Fatalf("%s's spawn with %v: progress %q, want a failure", user, options, msgs)
@@ -407,7 +427,7 @@ func TestJupyterHubE2E(t *testing.T) {
 	environ := append(env.environ(), "VOYAGER_JWT_PUBLIC_KEYS="+pubKey,
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
 		"VOYAGER_AGENT_SIMULATE_GPUS=4xA100-80GB,4xH100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s",
-		"VOYAGER_AGENT_PORTS=44000-44099") // apart from the ports other packages' containerd tests use at the same time
+		"VOYAGER_AGENT_PORTS="+freePortRange(t, 100)) // apart from the ports of other tests running at the same time
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	admin := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "root", "-role", "admin")}
@@ -502,10 +522,12 @@ c.Spawner.http_timeout = 60
 	}
 	firstToken := time.Now() // the spawner minted its first token by now, to read the form
 
-	// ada starts the 4-GPU profile; two readers follow its progress, the
-	// second from after the first's first message: both see every message,
-	// in order.
-	h.start("ada", map[string]any{"profile": "quad"})
+	// ada chooses the 4-GPU profile in the form, leaving its resource
+	// fields blank; two readers follow her progress, the second from after
+	// the first's first message: both see every message, in order.
+	if code, page := ada.post("/hub/spawn/ada", url.Values{"profile": {"quad"}, "gpus": {""}, "cpu": {""}, "memory": {""}}); code != http.StatusFound {
+		t.Fatalf("ada's spawn form: %d, want a redirect to the pending page\n%s", code, page)
+	}
 	var wg sync.WaitGroup
 	var once sync.Once
 	firstSeen := make(chan struct{})
@@ -586,7 +608,7 @@ c.Spawner.http_timeout = 60
 	if code != http.StatusFound {
 		t.Fatalf("cy's spawn form: %d, want a redirect to the pending page\n%s", code, page)
 	}
-	if msgs := h.mustProgress("cy", nil); !strings.HasPrefix(msgs[len(msgs)-1], "Spawn failed: Voyager refused this server") ||
+	if msgs := h.afterSpawn("cy"); !strings.HasPrefix(msgs[len(msgs)-1], "Spawn failed: Voyager refused this server") ||
 		!strings.Contains(msgs[len(msgs)-1], "16") || time.Since(began) > 15*time.Second {
 		t.Errorf("cy's progress after asking 16 GPUs: %q after %s; want Voyager's reason at once", msgs, time.Since(began))
 	}
@@ -660,7 +682,7 @@ c.Spawner.http_timeout = 60
 	if code, page := bob.post("/hub/voyager/cancel/bob", nil); code != http.StatusFound {
 		t.Errorf("bob leaves the queue: %d\n%s", code, page)
 	}
-	if msgs := h.mustProgress("bob", nil); msgs[len(msgs)-1] != "Spawn failed: You left the queue. Start your server again whenever you like." {
+	if msgs := h.afterSpawn("bob"); msgs[len(msgs)-1] != "Spawn failed: You left the queue. Start your server again whenever you like." {
 		t.Errorf("bob's progress after leaving the queue: %q", msgs)
 	}
 	h.waitServer("bob", false)
@@ -728,6 +750,36 @@ c.Spawner.http_timeout = 60
 	if msg := h.failure("fay", map[string]any{}); !strings.Contains(msg, "Voyager, which runs the servers, is not answering") {
 		t.Errorf("fay's spawn with Voyager down: %q", msg)
 	}
+}
+
+// freePortRange returns "A-B", n ports from a random base that are free
+// now, for an agent whose sessions listen on the host's network: a fixed
+// range collides with other tests (other checkouts' too) run at the same
+// time, and a Jupyter server whose port is taken silently moves to
+// another.
+func freePortRange(t *testing.T, n int) string {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		var b [2]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		base := 45000 + (int(b[0])<<8|int(b[1]))%(15000/n)*n
+		free := true
+		for p := base; p < base+n && free; p++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", p))
+			if err != nil {
+				free = false
+				continue
+			}
+			l.Close()
+		}
+		if free {
+			return fmt.Sprintf("%d-%d", base, base+n-1)
+		}
+	}
+	t.Fatal("no free range of ports")
+	return ""
 }
 
 func randomHex(t *testing.T) string {

@@ -294,22 +294,18 @@ def options_from_form(formdata):
         if not gpus.isdigit() or int(gpus) > 64:
             raise ValueError(f"GPUs: {gpus!r}: want a whole number from 0 to 64, or blank for the profile's")
         opts["gpus"] = int(gpus)
-    cpu = first("cpu")
-    if cpu:
+    # Form field → (user_options key, units per unit typed, least, label, example).
+    for field, key, scale, least, label, example in (
+            ("cpu", "cpu_milli", 1000, 100, "CPU cores", "a number of cores such as 0.5 or 4"),
+            ("memory", "memory_mib", 1024, 256, "Memory", "GiB such as 0.5 or 16")):
+        typed = first(field)
+        if not typed:
+            continue
         try:
-            milli = round(float(cpu) * 1000)
+            value = round(float(typed) * scale)
         except ValueError:
-            milli = 0
-        if milli < 100:
-            raise ValueError(f"CPU cores: {cpu!r}: want a number of cores such as 0.5 or 4, or blank for the profile's")
-        opts["cpu_milli"] = milli
-    mem = first("memory")
-    if mem:
-        try:
-            mib = round(float(mem) * 1024)
-        except ValueError:
-            mib = 0
-        if mib < 256:
-            raise ValueError(f"Memory: {mem!r}: want GiB such as 0.5 or 16, or blank for the profile's")
-        opts["memory_mib"] = mib
+            value = 0
+        if value < least:
+            raise ValueError(f"{label}: {typed!r}: want {example}, or blank for the profile's")
+        opts[key] = value
     return opts
