@@ -17,11 +17,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -333,6 +335,47 @@ func (b *browser) get(path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// browserLogin signs user in through the hub's login page in Chromium
+// (the dummy authenticator takes any password), out of whoever was.
+func (h *hub) browserLogin(b *browserTab, user string) {
+	h.t.Helper()
+	// Log out first: the login page sends a signed-in user on.
+	b.do("log out", chromedp.Navigate(h.proxyURL+"/hub/logout"))
+	waitPage(b, "the login page", `location.pathname === '/hub/login' && document.readyState === 'complete' && document.querySelector('#username_input') !== null`, 30*time.Second)
+	b.do("log in as "+user, chromedp.SetValue("#username_input", user), chromedp.SetValue("#password_input", "x"),
+		chromedp.Click("#login_submit"))
+	waitPage(b, "logged in as "+user, `!location.pathname.startsWith('/hub/login') && document.readyState === 'complete'`, 30*time.Second)
+}
+
+// waitPage waits until expr is true in b's page. Unlike waitJS it
+// survives the navigations of the hub's forms and redirects: an
+// evaluation that a navigation interrupts is tried again.
+func waitPage(b *browserTab, what, expr string, within time.Duration) {
+	b.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			text, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string]("document.body ? document.body.innerText : ''"))
+			b.t.Fatalf("%s: %s: not within %s (last error %v); page text:\n%s", b.name, what, within, err, text)
+		}
+		time.Sleep(100 * time.Millisecond) // polling, bounded by deadline
+	}
+}
+
+// browse opens the hub page at path in Chromium and waits until it has
+// loaded.
+func (h *hub) browse(b *browserTab, path string) {
+	h.t.Helper()
+	b.do("open "+path, chromedp.Navigate(h.proxyURL+path))
+	waitPage(b, "page "+path, fmt.Sprintf(`location.pathname === %q && document.readyState === 'complete' && document.body !== null`, path), 30*time.Second)
+}
+
 // readmeCommands returns the commands of the first ```sh block after
 // heading in the spawner's README, with what the test must change
 // (paths) replaced; lines starting with skip are left out.
@@ -376,19 +419,20 @@ func sh(t *testing.T, dir, command string) string {
 
 // TestJupyterHubE2E: Debian's JupyterHub 3.0 with the spawner installed
 // into a virtual environment by the README's own commands and selected as
-// spawner_class = "voyager", the dummy authenticator, and a key pair whose
-// tokens live 10 s, against `voyager dev` (which trusts the public key)
-// with its real agent on a real containerd and GPUs of two models. What a
-// browser sees comes from the hub's pages and REST API (the progress
-// stream the pending page reads): a server started with a 4-GPU profile
-// gets the profile's GPUs, CPU and memory and answers through the hub's
-// proxy; two readers of its progress see every message in order; the
-// spawn form shows the free GPUs of each model; a request no node can
-// hold, a profile whose image lacks jupyterhub-singleuser, and Voyager
-// being down fail with their reasons; a spawn after the first token
-// expired succeeds; the hub restarts and still knows its server; a queued
-// user sees his place after a reload, and when the hub gives up on his
-// spawn his queued session is cancelled; stopping removes the container.
+// spawner_class = "voyager", the dummy authenticator, the spawner's "Leave
+// the queue" page, and a key pair whose tokens live 10 s, against `voyager
+// dev` (which trusts the public key) with its real agent on a real
+// containerd and GPUs of two models. In headless Chromium: the spawn form
+// with the free GPUs of each model; Voyager's reason on the pending page,
+// at once and after a reload, for a request no node can hold; a queued
+// user's place in line after a reload, and the button that takes him out
+// of the queue; Voyager down. Through the hub's REST API and cookie
+// sessions: a 4-GPU profile chosen in the form gets the profile's GPUs,
+// CPU and memory and answers through the hub's proxy; two readers of its
+// progress see every message in order; a profile whose image lacks
+// jupyterhub-singleuser fails saying so; a spawn after the first token
+// expired succeeds; the hub restarts and still knows its server; stopping
+// removes the container.
 func TestJupyterHubE2E(t *testing.T) {
 	needBinary(t)
 	if _, err := exec.LookPath("jupyterhub"); err != nil {
@@ -597,24 +641,39 @@ c.Spawner.http_timeout = 60
 		t.Errorf("ada's activity %+v (jupyter %+v); want lastActive, Jupyter's last activity and four simulated GPUs", act, act.Jupyter)
 	}
 
-	// A request no node can hold, sent from cy's browser with the spawn
-	// form: the hub sends him to the pending page, whose progress stream
-	// and then the page itself give Voyager's reason, at once. (With the
-	// hub's default slow_spawn_timeout the form itself comes back with
-	// the reason; this hub answers at once, for the progress readers.)
-	cy := h.login("cy")
+	// In Chromium, cy opens the spawn form: Voyager's profiles, blank
+	// resource fields, and the free GPUs of each of the two models. He
+	// asks for 16 GPUs, which no node can hold: the pending page says
+	// Voyager's reason at once, and so does the page after a reload.
+	// (With the hub's default slow_spawn_timeout the form itself comes
+	// back with the reason; this hub answers at once, for the progress
+	// readers.)
+	browser := newBrowser(t, "hub")
+	shots := artifactDir(t)
+	h.browserLogin(browser, "cy")
+	h.browse(browser, "/hub/spawn/cy")
+	form := js[string](browser, "document.body.innerText")
+	for _, want := range []string{`NVIDIA A100-80GB \(simulated\): [0-4] of 4 GPUs free`, `NVIDIA H100-80GB \(simulated\): [0-4] of 4 GPUs free`, `quad\s+4 GPUs`, `nojupyter\s+busybox`, `Default server\s+1 GPU, 0.3 CPUs, 1 GiB`} {
+		if !regexp.MustCompile(want).MatchString(form) {
+			t.Errorf("the spawn form lacks %q:\n%s", want, form)
+		}
+	}
+	if v := js[string](browser, `document.querySelector('#voyager-cpu').value + '|' + document.querySelector('#voyager-memory').value`); v != "|" {
+		t.Errorf("the form's CPU and memory fields are %q, want blank (the profile's)", v)
+	}
+	browser.shot(shots, "spawn-form")
 	began := time.Now()
-	code, page := cy.post("/hub/spawn/cy", url.Values{"profile": {""}, "gpus": {"16"}})
-	if code != http.StatusFound {
-		t.Fatalf("cy's spawn form: %d, want a redirect to the pending page\n%s", code, page)
+	browser.do("ask for 16 GPUs", chromedp.SetValue("#voyager-gpus", "16"), chromedp.Click(`#spawn_form input[type=submit]`))
+	// The pending page shows it in its progress message, or (when the
+	// refusal came first) is already the "Spawn failed" page.
+	waitPage(browser, "Voyager's reason on the pending page", `document.body.innerText.includes('Voyager refused this server')`, 60*time.Second)
+	if msg := js[string](browser, "document.body.innerText"); !strings.Contains(msg, "no node can ever hold 16") || time.Since(began) > 20*time.Second {
+		t.Errorf("cy's pending page after asking 16 GPUs: %q after %s; want Voyager's reason at once", msg, time.Since(began))
 	}
-	if msgs := h.afterSpawn("cy"); !strings.HasPrefix(msgs[len(msgs)-1], "Spawn failed: Voyager refused this server") ||
-		!strings.Contains(msgs[len(msgs)-1], "16") || time.Since(began) > 15*time.Second {
-		t.Errorf("cy's progress after asking 16 GPUs: %q after %s; want Voyager's reason at once", msgs, time.Since(began))
-	}
-	if code, page := cy.get("/hub/spawn-pending/cy"); code != 500 || !strings.Contains(page, "Spawn failed") || !strings.Contains(page, "Voyager refused this server") {
-		t.Errorf("cy's pending page after the failure: %d; want Voyager's reason:\n%s", code, page)
-	}
+	browser.shot(shots, "refused")
+	h.browse(browser, "/hub/spawn-pending/cy")
+	waitPage(browser, "Voyager's reason after a reload", `document.body.innerText.includes('Voyager refused this server')`, 30*time.Second)
+	browser.shot(shots, "refused-reloaded")
 
 	// A profile whose image cannot run a JupyterHub server.
 	if msg := h.failure("dee", map[string]any{"profile": "nojupyter"}); !strings.Contains(msg, "The image "+agentTestImage+" has no jupyterhub-singleuser") {
@@ -678,10 +737,19 @@ c.Spawner.http_timeout = 60
 	if !strings.Contains(leave, `action="/hub/voyager/cancel/bob"`) || !strings.Contains(leave, "Leave the queue") {
 		t.Errorf("bob's queue message has no button to leave the queue: %q", leave)
 	}
-	bob := h.login("bob")
-	if code, page := bob.post("/hub/voyager/cancel/bob", nil); code != http.StatusFound {
-		t.Errorf("bob leaves the queue: %d\n%s", code, page)
+	// In Chromium, bob's pending page shows his place in line, again
+	// after a reload, with the button; he clicks it, and the page says he
+	// left the queue.
+	h.browserLogin(browser, "bob")
+	inLineJS := `(t => t.includes('next in line') || t.includes('ahead of you'))(document.querySelector('#progress-message').innerText)`
+	for _, step := range []string{"open", "reload"} {
+		h.browse(browser, "/hub/spawn-pending/bob") // step: open, then reload
+		waitPage(browser, "bob's place in line ("+step+")", inLineJS, 30*time.Second)
 	}
+	browser.shot(shots, "queued")
+	browser.do("leave the queue", chromedp.Click(`#progress-message form button`))
+	waitPage(browser, "the page says bob left the queue", `document.body.innerText.includes('You left the queue')`, 30*time.Second)
+	browser.shot(shots, "left-the-queue")
 	if msgs := h.afterSpawn("bob"); msgs[len(msgs)-1] != "Spawn failed: You left the queue. Start your server again whenever you like." {
 		t.Errorf("bob's progress after leaving the queue: %q", msgs)
 	}
@@ -693,6 +761,7 @@ c.Spawner.http_timeout = 60
 		t.Errorf("queue after bob left: %v (err %v), want empty", resp.Kvs, err)
 	}
 	// Someone else's queue is not his to leave.
+	bob := h.login("bob")
 	h.start("gus", map[string]any{"gpus": 8})
 	h.mustProgress("gus", inLine)
 	if code, _ := bob.post("/hub/voyager/cancel/gus", nil); code != http.StatusForbidden && code != http.StatusNotFound {
@@ -750,6 +819,16 @@ c.Spawner.http_timeout = 60
 	if msg := h.failure("fay", map[string]any{}); !strings.Contains(msg, "Voyager, which runs the servers, is not answering") {
 		t.Errorf("fay's spawn with Voyager down: %q", msg)
 	}
+	// In Chromium, hal's spawn form says Voyager did not answer, and
+	// starting anyway fails with the page saying why.
+	h.browserLogin(browser, "hal")
+	h.browse(browser, "/hub/spawn/hal")
+	if form := js[string](browser, "document.body.innerText"); !strings.Contains(form, "Profiles unavailable") || !strings.Contains(form, "Voyager did not answer") {
+		t.Errorf("hal's spawn form with Voyager down:\n%s", form)
+	}
+	browser.do("start anyway", chromedp.Click(`#spawn_form input[type=submit]`))
+	waitPage(browser, "the page says Voyager is down", `document.body.innerText.includes('Voyager, which runs the servers, is not answering')`, 30*time.Second)
+	browser.shot(shots, "voyager-down")
 }
 
 // freePortRange returns "A-B", n ports from a random base that are free
