@@ -524,3 +524,48 @@ func TestBatchNeverEmptyNorDeferredForever(t *testing.T) {
 		t.Errorf("MaxRayWorkers(8) = %d, want 2 (3 nodes: 7 compares, 8 writes)", got)
 	}
 }
+
+// TestQuotaGuardKeepsBatchesParallel checks that guarding a quota costs a
+// placer no throughput among its own batches: a user under a quota with
+// sessions spread over many batches of one pass binds them all without a
+// conflict (the batches write the placer's own usage mark, which its own
+// binds do not compare).
+func TestQuotaGuardKeepsBatchesParallel(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx := context.Background()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 24, 1)
+	limit := int64(100)
+	if _, err := state.Put(ctx, cli, s.k.UserQuota("ada"), state.Quota{GPUs: &limit}); err != nil {
+		t.Fatal(err)
+	}
+	sizes := make([]int, 24)
+	for i := range sizes {
+		sizes[i] = 1
+	}
+	ids := s.submit(ctx, "ada", sizes, nil)
+	// 16 operations: a few sessions (each on its own node) per batch; one
+	// batch in flight at a time, so later batches start after earlier
+	// ones of the same pass committed.
+	p, _, _ := runPlacer(t, c.Server.Endpoint(), Config{MaxTxnOps: 16, Parallel: 1})
+	eventually(t, 30e9, "every session to bind", func() bool {
+		w := s.read(ctx)
+		for _, id := range ids {
+			if w.status[id].Phase != state.PhaseBound {
+				return false
+			}
+		}
+		return true
+	})
+	st := p.Stats()
+	if st.Txns < 6 {
+		t.Errorf("%d transactions: the test meant many batches", st.Txns)
+	}
+	if st.Conflicts != 0 {
+		t.Errorf("%d conflicts among one placer's own batches under a quota", st.Conflicts)
+	}
+	if err := s.read(ctx).check(1); err != nil {
+		t.Fatal(err)
+	}
+}
