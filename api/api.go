@@ -171,6 +171,11 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 // mux.Handle("/api/", h) and mux.Handle("/openapi.json", h).
 func (a *API) Handler() http.Handler { return a.router }
 
+// Engine is the API's gin engine, for a package that serves its own
+// routes on the same router, behind the same recovery and metrics (the web
+// console, console.Mount). Add routes before serving.
+func (a *API) Engine() *gin.Engine { return a.router }
+
 // Route is one method and path pattern the API serves.
 type Route struct{ Method, Path string }
 

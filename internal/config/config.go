@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/spf13/pflag"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -316,7 +316,7 @@ func pick(envs []string) []Setting {
 // AddFlags registers on fs one string flag per setting named in envs (all
 // settings when envs is empty). A flag only counts when given explicitly:
 // then it wins over the environment (see Load).
-func AddFlags(fs *flag.FlagSet, envs ...string) {
+func AddFlags(fs *pflag.FlagSet, envs ...string) {
 	for _, s := range pick(envs) {
 		fs.String(s.Flag, "", fmt.Sprintf("%s (overrides %s; default %s)", s.Doc, s.Env, s.Default))
 	}
@@ -351,7 +351,7 @@ type InvalidError struct {
 // Error names the variable (and flag), the value and what is valid.
 func (e *InvalidError) Error() string {
 	if e.Flag != "" {
-		return fmt.Sprintf("invalid -%s=%q (flag for %s): want %s", e.Flag, e.Value, e.Env, e.Want)
+		return fmt.Sprintf("invalid --%s=%q (flag for %s): want %s", e.Flag, e.Value, e.Env, e.Want)
 	}
 	return fmt.Sprintf("invalid %s=%q: want %s", e.Env, e.Value, e.Want)
 }
@@ -360,7 +360,7 @@ func (e *InvalidError) Error() string {
 // from the flags of fs that were set explicitly (fs may be nil; it must
 // already be parsed). A flag wins over its variable. Every invalid value is
 // reported; the error joins one *InvalidError per bad setting.
-func Load(environ []string, fs *flag.FlagSet) (Config, error) {
+func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	vars := make(map[string]string, len(environ))
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -373,7 +373,7 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 		for _, s := range settings {
 			byFlag[s.Flag] = s
 		}
-		fs.Visit(func(f *flag.Flag) {
+		fs.Visit(func(f *pflag.Flag) {
 			if s, ok := byFlag[f.Name]; ok {
 				vars[s.Env] = f.Value.String()
 				fromFlag[s.Env] = f.Name
@@ -712,7 +712,7 @@ func ParsePortRange(s string) (first, last int, err error) {
 // `voyager dev` calls it: only dev can run an embedded etcd.
 func (c Config) RequireEndpoints() error {
 	if len(c.EtcdEndpoints) == 0 {
-		return fmt.Errorf("%s is empty: set it (or -%s) to the etcd client URLs, for example http://10.0.0.1:2379; only `voyager dev` runs an embedded etcd",
+		return fmt.Errorf("%s is empty: set it (or --%s) to the etcd client URLs, for example http://10.0.0.1:2379; only `voyager dev` runs an embedded etcd",
 			EnvEtcdEndpoints, flagName(EnvEtcdEndpoints))
 	}
 	return nil
