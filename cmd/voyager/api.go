@@ -86,7 +86,7 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 	a.Mount(mux)
 	if err := console.Mount(a.Engine(), mux, console.Config{Logger: log}); err != nil {
 		log.Error("voyager api failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
