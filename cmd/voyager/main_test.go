@@ -88,6 +88,7 @@ func (e devEnv) environ() []string {
 		"VOYAGER_ETCD_CLIENT_ADDR=" + e.clientAddr,
 		"VOYAGER_ETCD_PEER_ADDR=" + e.peerAddr,
 		"VOYAGER_HTTP_ADDR=" + e.httpAddr,
+		"VOYAGER_LOG_LEVEL=debug", // the tests wait for routine events
 	}
 }
 
