@@ -363,8 +363,8 @@ func newSessionLogsCmd() *cobra.Command {
 		tail   int
 	)
 	cmd := &cobra.Command{
-		Use:               "logs ID",
-		Short:             "Print a session's container output",
+		Use:   "logs ID",
+		Short: "Print a session's container output",
 		Long: `Prints a session's container output (of its current attempt). --follow
 keeps streaming until the session ends: when a failed session restarts
 (--restart OnFailure), the next attempt's output follows, each attempt
