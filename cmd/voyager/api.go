@@ -17,9 +17,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
-	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -29,6 +29,7 @@ var apiEnvs = []string{
 	config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole, config.EnvJWTServiceRole,
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap,
+	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
 }
 
 const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
@@ -83,6 +84,10 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
 	a.Mount(mux)
+	if err := console.Mount(a.Engine(), mux, console.Config{Logger: log}); err != nil {
+		log.Error("voyager api failed", "err", err)
+		return exitCode(exitError)
+	}
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
 		log.Error("voyager api failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
@@ -126,12 +131,14 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		Rate:           cfg.APIRate,
 		Burst:          cfg.APIBurst,
 		IdempotencyTTL: cfg.APIIdempotencyTTL,
-		Plan:           placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Plan:           planOptions(cfg),
 		// The lifecycle controller (voyager placer) reads the same two
 		// settings: they must agree, or extensions and runsUntil would
 		// count from another limit than the one enforced.
 		MaxRuntime:    cfg.MaxRuntime,
 		MaxRuntimeCap: cfg.MaxRuntimeCap,
+		MinCPUMilli:   cfg.MinCPUMilli,
+		MinMemoryMiB:  cfg.MinMemoryMiB,
 		Logger:        log,
 	})
 }

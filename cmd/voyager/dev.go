@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdembed"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
@@ -95,6 +96,9 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	}
 	registry.MustRegister(apiSrv.Collectors()...)
 	apiSrv.Mount(mux)
+	if err := console.Mount(apiSrv.Engine(), mux, console.Config{Logger: log}); err != nil {
+		return err
+	}
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
 		return explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr)

@@ -39,7 +39,7 @@ func newPlacerCmd() *cobra.Command {
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
-		config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
+		config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
 		config.EnvPreemptGrace, config.EnvPreemptNotebooks,
 	)
@@ -94,11 +94,19 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 	return nil
 }
 
+// planOptions are the planning settings every planner of the process uses
+// (placers, the lifecycle controller's preemption search, the API's queue
+// view and feasibility check), so that they all plan alike.
+func planOptions(cfg config.Config) placer.PlanOptions {
+	return placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter,
+		MaxSessionsPerNode: cfg.MaxSessionsPerNode, MaxTxnOps: cfg.PlacerMaxTxnOps}
+}
+
 // newPlacer builds a placer from the process configuration.
 func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *placer.Placer {
 	return placer.New(cli, placer.Config{
 		Keys:      state.MustKeys(cfg.EtcdPrefix), // Load validated the prefix
-		Plan:      placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Plan:      planOptions(cfg),
 		MaxTxnOps: cfg.PlacerMaxTxnOps,
 		LeaseTTL:  cfg.PlacerLeaseTTL,
 		Logger:    log,
@@ -120,7 +128,7 @@ func newLifecycle(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *li
 		DrainDeadline:    cfg.DrainDeadline,
 		PreemptGrace:     cfg.PreemptGrace,
 		PreemptNotebooks: cfg.PreemptNotebooks,
-		Plan:             placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Plan:             planOptions(cfg),
 		Logger:           log,
 	})
 }

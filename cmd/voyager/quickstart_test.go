@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/url"
@@ -14,6 +15,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/voyager-gpu/voyager/internal/testreq"
+	"github.com/voyager-gpu/voyager/runtime"
 )
 
 // quickStartMarker precedes the quick start's code block in README.md.
@@ -65,7 +69,7 @@ func TestQuickStartLines(t *testing.T) {
 func TestQuickStartE2E(t *testing.T) {
 	needBinary(t)
 	if os.Geteuid() != 0 {
-		t.Skip("the quick start runs as root, like make dev (containerd, debootstrap)")
+		testreq.Missing(t, "root", "the quick start runs as root, like make dev (containerd, debootstrap)")
 	}
 	root, _ := filepath.Abs("../..")
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -97,6 +101,11 @@ func TestQuickStartE2E(t *testing.T) {
 	}
 	environ = append(environ, "VOYAGER_IMAGE_CACHE="+cache)
 
+	// Runs after dev is stopped (cleanups run last first): dev leaves its
+	// containers running by design (a restarted agent adopts them), so
+	// whatever a failed run left behind goes here, through dev's private
+	// containerd started again.
+	t.Cleanup(func() { removeContainers(t, filepath.Join(env.dataDir(), "containerd")) })
 	dev := start(t, environ, "dev")
 	dev.waitFor("voyager dev is running", 90*time.Second)
 	dev.waitFor("batch ", 10*time.Second) // the block's last line
@@ -132,6 +141,11 @@ func TestQuickStartE2E(t *testing.T) {
 				t.Errorf("voyager run line printed %q, want hi and then 3", out)
 			}
 		}
+	}
+	// Not the README's: wait until every session has ended (stop only asks
+	// for it), so that no container outlives dev and the test.
+	if out, rc := sh.run(`for s in $(bin/voyager session list -o name); do bin/voyager session wait --for end "$s" || exit 1; done`, 2*time.Minute); rc != 0 {
+		t.Errorf("waiting for the sessions to end: exit %d\n%s", rc, out)
 	}
 	if code := dev.stop(); code != 0 {
 		t.Errorf("dev exit code %d", code)
@@ -242,4 +256,35 @@ func (s *shell) run(line string, timeout time.Duration) (string, int) {
 		s.t.Fatalf("%q did not finish within %s; shell stderr:\n%s", line, timeout, s.stderr.String())
 	}
 	return "", -1
+}
+
+// removeContainers starts the containerd in dir again and removes every
+// container in it, so that nothing the test started outlives it.
+func removeContainers(t *testing.T, dir string) {
+	if _, err := os.Stat(dir); err != nil {
+		return // dev never started one
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := runtime.StartContainerd(ctx, dir)
+	if err != nil {
+		t.Errorf("start dev's containerd again to clean up: %v", err)
+		return
+	}
+	defer func() { _ = d.Stop(10 * time.Second) }()
+	rt, err := runtime.NewContainerd(ctx, runtime.ContainerdOptions{Address: d.Address, Namespace: runtime.DefaultNamespace})
+	if err != nil {
+		t.Errorf("connect to dev's containerd to clean up: %v", err)
+		return
+	}
+	defer rt.Close()
+	infos, err := rt.List(ctx, nil)
+	if err != nil {
+		t.Errorf("list containers to clean up: %v", err)
+	}
+	for _, in := range infos {
+		if err := rt.Remove(ctx, in.ID); err != nil {
+			t.Errorf("remove container %s: %v", in.ID, err)
+		}
+	}
 }

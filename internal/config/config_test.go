@@ -26,6 +26,9 @@ func defaults() Config {
 		PlacerReserveAfter: 10 * time.Minute,
 		PlacerMaxTxnOps:    128,
 		PlacerLeaseTTL:     10 * time.Second,
+		MinCPUMilli:        100,
+		MinMemoryMiB:       64,
+		MaxSessionsPerNode: 256,
 
 		JWTRolesClaim:     "roles",
 		JWTGroupsClaim:    "groups",
@@ -147,6 +150,9 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_PREEMPT_NOTEBOOKS=true",
 				"VOYAGER_RESTART_BACKOFF=1s",
 				"VOYAGER_RESTART_BACKOFF_MAX=1m",
+				"VOYAGER_MIN_CPU_MILLI=10",
+				"VOYAGER_MIN_MEMORY_MIB=16",
+				"VOYAGER_MAX_SESSIONS_PER_NODE=64",
 			},
 			edit: func(c *Config) {
 				*c = Config{
@@ -154,6 +160,9 @@ func TestLoad(t *testing.T) {
 					PlacerReserveAfter:  0,
 					PlacerMaxTxnOps:     1024,
 					PlacerLeaseTTL:      3 * time.Second,
+					MinCPUMilli:         10,
+					MinMemoryMiB:        16,
+					MaxSessionsPerNode:  64,
 					EtcdEndpoints:       []string{"http://a:2379", "b:2379"},
 					EtcdPrefix:          "/v2/x",
 					EtcdDialTimeout:     90 * time.Second,
