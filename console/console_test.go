@@ -86,7 +86,7 @@ type resp struct {
 }
 
 // get and post send as the script does: the token in Authorization.
-func (e *env) send(method, path, token string, form url.Values) resp {
+func (e *env) send(method, path, token string, form url.Values, headers ...string) resp {
 	e.t.Helper()
 	var body io.Reader
 	if form != nil {
@@ -101,6 +101,9 @@ func (e *env) send(method, path, token string, form url.Values) resp {
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
 	}
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	r, err := client.Do(req)
@@ -203,6 +206,14 @@ func TestViewsAuthenticateAsTheAPI(t *testing.T) {
 	wantCode(t, e.get("/console/view/admin", e.token("ada")), 403, `needs the &#34;admin&#34; role`)
 	wantCode(t, e.get("/console/view/admin", e.token("root", "admin")), 200, `data-node="n1"`, "Cordon n1")
 	wantCode(t, e.get("/console/view/queue", e.token("ada")), 200, "Nobody is waiting.")
+
+	// Inventories come from agents: a model name is escaped like any text.
+	e.addNode("n2", "X<i>1</i>", 1)
+	r = e.get("/console/view/cluster", e.token("ada"))
+	wantCode(t, r, 200, "#0 X&lt;i&gt;1&lt;/i&gt; 80 GiB · free")
+	if strings.Contains(r.body, "<i>1") {
+		t.Error("the cluster view does not escape a GPU model")
+	}
 }
 
 // TestTenantsSeeOnlyTheirOwn: the sessions, queue, cluster and history
