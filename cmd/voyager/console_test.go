@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/voyager-gpu/voyager/internal/testreq"
 )
 
 // browserTab is one tab of a headless Chromium, driven over the DevTools
@@ -28,9 +30,7 @@ func newBrowser(t *testing.T, name string) *browserTab {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
-		// TODO(testreq): route through internal/testreq once it lands, so
-		// that VOYAGER_TEST_REQUIRE=all turns this skip into a failure.
-		t.Skip("browser test needs Debian's chromium: apt-get install -y chromium")
+		testreq.Missing(t, "chromium", "the browser test drives Debian's chromium: apt-get install -y chromium")
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
