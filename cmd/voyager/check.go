@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/history"
+	"github.com/voyager-gpu/voyager/internal/config"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+var checkCmd = subcommand{
+	name: "check",
+	description: `Checks Voyager's safety rules over etcd's history, read-only: from a start
+revision (default: now) it applies every revision of the keyspace to a model
+and reports each revision after which a GPU is in two allocations, a node
+is over its CPU, memory or ports, a binding has no allocation or the
+reverse, a session's phase moved along no edge of the state machine, or a
+finished session was queued again (history/README.md). Each violation is a
+line "revision N key K rule R: detail" on stdout. Without -end or -follow it
+checks up to the revision current when it started; -follow keeps checking
+the live cluster until SIGINT. The start revision must not be compacted;
+what came before it may be. Exit status 0: no violation; 1: violations or
+an error; 2: bad usage.`,
+	envs: []string{config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvLogLevel, config.EnvLogFormat},
+}
+
+// runCheck is `voyager check`.
+func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := checkCmd.flagSet()
+	start := fs.Int64("start", 0, "revision whose keyspace the check starts from; 0: the current revision")
+	end := fs.Int64("end", 0, "last revision to check; 0: the revision current at start (or none with -follow)")
+	follow := fs.Bool("follow", false, "keep checking new revisions until interrupted")
+	if code := checkCmd.parse(fs, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	cfg, err := config.Load(os.Environ(), fs)
+	if err == nil {
+		err = cfg.RequireEndpoints()
+	}
+	if err == nil && (*start < 0 || *end < 0 || (*follow && *end != 0)) {
+		err = fmt.Errorf("invalid revisions -start %d -end %d -follow %v: want revisions >= 0, and -end or -follow, not both", *start, *end, *follow)
+	}
+	if err != nil {
+		writeConfigError(stderr, "check", err)
+		return exitUsage
+	}
+	k, err := state.NewKeys(cfg.EtcdPrefix)
+	if err != nil {
+		writeConfigError(stderr, "check", err)
+		return exitUsage
+	}
+	log := cfg.NewLogger(stderr)
+	store, err := connectExternal(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "voyager check: %v\n", err)
+		return exitError
+	}
+	defer store.close()
+	if !*follow && *end == 0 {
+		r, err := store.client.Get(ctx, k.All(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			fmt.Fprintf(stderr, "voyager check: read current revision: %v\n", err)
+			return exitError
+		}
+		*end = r.Header.Revision
+	}
+	res, err := history.Watch(ctx, store.client, k, history.Options{
+		Start: *start, End: *end,
+		OnViolation: func(v history.Violation) { fmt.Fprintln(stdout, v) },
+	})
+	fmt.Fprintf(stderr, "voyager check: revisions %d to %d under %s: %d applied, %d violations\n", res.Start, res.Last, cfg.EtcdPrefix, res.Revisions, res.Count)
+	if err != nil {
+		if errors.Is(err, history.ErrCompacted) {
+			fmt.Fprintf(stderr, "voyager check: %v (start at a later revision, or at 0 for now)\n", err)
+		} else {
+			fmt.Fprintf(stderr, "voyager check: %v\n", err)
+		}
+		return exitError
+	}
+	if res.Count > 0 {
+		return exitError
+	}
+	return exitOK
+}
