@@ -49,6 +49,7 @@ type Checker struct {
 	statuses map[string]state.Status
 	gpus     map[string]map[string]bool // device UUID → holders ("node/session")
 	rev      int64
+	binds    int64
 }
 
 // New returns a Checker of an empty keyspace under k's prefix.
@@ -60,6 +61,9 @@ func New(k state.Keys) *Checker {
 
 // Revision is the last revision applied.
 func (c *Checker) Revision() int64 { return c.rev }
+
+// Binds counts the binds applied: statuses that became Bound.
+func (c *Checker) Binds() int64 { return c.binds }
 
 // Load sets the model to the keyspace as listed at revision rev, without
 // checking transitions (a history has to start somewhere), and returns the
@@ -181,6 +185,9 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			t.sessions[id] = true
 			if !transitions {
 				continue
+			}
+			if st.Phase == state.PhaseBound && old.Phase != state.PhaseBound {
+				c.binds++
 			}
 			switch {
 			case !existed && st.Phase != state.PhasePending:

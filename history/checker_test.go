@@ -232,6 +232,9 @@ func TestCheckerPassesALegalHistory(t *testing.T) {
 	if res.Count != 0 {
 		t.Errorf("a legal history broke rules: %v", res.Violations)
 	}
+	if res.Binds != 2 {
+		t.Errorf("counted %d binds, want 2", res.Binds)
+	}
 	if res.Revisions < 6 {
 		t.Errorf("applied %d revisions, want every one of the history", res.Revisions)
 	}
@@ -277,7 +280,7 @@ func TestCheckerFollowsLive(t *testing.T) {
 	started := make(chan int64, 1)
 	go func() {
 		_, err := history.Watch(ctx, cli, k, history.Options{
-			OnRevision: func(rev int64) {
+			OnRevision: func(rev, _ int64) {
 				select {
 				case started <- rev:
 				default:

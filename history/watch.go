@@ -26,9 +26,10 @@ type Options struct {
 	// OnViolation, when set, is called with each violation as found.
 	OnViolation func(Violation)
 	// OnRevision, when set, is called after each applied revision (and
-	// after each progress notification): everything up to rev is checked,
-	// so history up to rev may be compacted.
-	OnRevision func(rev int64)
+	// after each progress notification) with the binds counted so far:
+	// everything up to rev is checked, so history up to rev may be
+	// compacted.
+	OnRevision func(rev, binds int64)
 	// Keep bounds how many violations Result keeps (default 1000); the
 	// count is always exact.
 	Keep int
@@ -38,6 +39,7 @@ type Options struct {
 type Result struct {
 	Start, Last int64 // the loaded revision and the last applied one
 	Revisions   int64 // revisions applied
+	Binds       int64 // binds applied: statuses that became Bound
 	Violations  []Violation
 	Count       int // violations found (Violations keeps the first Keep)
 }
@@ -120,9 +122,10 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 		}
 		report(c.Apply(groupRev, group))
 		res.Revisions++
+		res.Binds = c.Binds()
 		res.Last = groupRev
 		if opts.OnRevision != nil {
-			opts.OnRevision(groupRev)
+			opts.OnRevision(groupRev, c.Binds())
 		}
 		group, groupRev = group[:0], 0
 	}
@@ -156,7 +159,7 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 			if resp.Header.Revision > res.Last {
 				res.Last = resp.Header.Revision
 				if opts.OnRevision != nil {
-					opts.OnRevision(res.Last)
+					opts.OnRevision(res.Last, c.Binds())
 				}
 			}
 		}

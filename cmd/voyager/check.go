@@ -74,7 +74,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		Start: *start, End: *end,
 		OnViolation: func(v history.Violation) { fmt.Fprintln(stdout, v) },
 	})
-	fmt.Fprintf(stderr, "voyager check: revisions %d to %d under %s: %d applied, %d violations\n", res.Start, res.Last, cfg.EtcdPrefix, res.Revisions, res.Count)
+	fmt.Fprintf(stderr, "voyager check: revisions %d to %d under %s: %d applied, %d binds, %d violations\n", res.Start, res.Last, cfg.EtcdPrefix, res.Revisions, res.Binds, res.Count)
 	if err != nil {
 		if errors.Is(err, history.ErrCompacted) {
 			fmt.Fprintf(stderr, "voyager check: %v (start at a later revision, or at 0 for now)\n", err)
