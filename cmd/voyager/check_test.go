@@ -29,17 +29,17 @@ func TestCheckCommand(t *testing.T) {
 	start := r.Header.Revision
 	check := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
-		code := runCheck(ctx, args, &out, &errOut)
+		code := run(ctx, append([]string{"check"}, args...), &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
-	if code, out, errOut := check("-start", fmt.Sprint(start)); code != exitOK || out != "" {
+	if code, out, errOut := check("--start", fmt.Sprint(start)); code != exitOK || out != "" {
 		t.Fatalf("clean history: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	bad, err := cli.Put(ctx, k.Binding("n1", "s1"), `{"session":"s1","node":"n1"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := check("-start", fmt.Sprint(start))
+	code, out, errOut := check("--start", fmt.Sprint(start))
 	want := fmt.Sprintf("revision %d key %s rule binding-without-allocation", bad.Header.Revision, k.Binding("n1", "s1"))
 	if code != exitError || !strings.HasPrefix(out, want) || !strings.Contains(errOut, "1 violations") {
 		t.Errorf("broken history: exit %d, stdout %q, stderr %q; want exit 1 and %q", code, out, errOut, want)
@@ -47,10 +47,10 @@ func TestCheckCommand(t *testing.T) {
 	if _, err := cli.Compact(ctx, bad.Header.Revision); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := check("-start", fmt.Sprint(start)); code != exitError || !strings.Contains(errOut, "compacted") {
+	if code, _, errOut := check("--start", fmt.Sprint(start)); code != exitError || !strings.Contains(errOut, "compacted") {
 		t.Errorf("compacted start: exit %d, stderr %q; want exit 1 saying compacted", code, errOut)
 	}
-	if code, _, errOut := check("-end", "5", "-follow"); code != exitUsage {
+	if code, _, errOut := check("--end", "5", "--follow"); code != exitUsage {
 		t.Errorf("-end with -follow: exit %d, stderr %q; want %d", code, errOut, exitUsage)
 	}
 }
