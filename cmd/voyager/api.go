@@ -75,7 +75,7 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(a.Collectors()...)
 	mux := http.NewServeMux()
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	a.Mount(mux)
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
