@@ -449,6 +449,7 @@ func (a *Agent) work(ctx context.Context) {
 	defer wg.Wait()
 	wg.Go(func() { _ = bindings.Run(ctx) })
 	if err := bindings.WaitSynced(ctx); err != nil {
+		a.endLease(ctx)
 		return
 	}
 	tick := time.NewTicker(a.cfg.Resync)
@@ -457,32 +458,38 @@ func (a *Agent) work(ctx context.Context) {
 		a.reconcile(ctx, bindings.Snapshot())
 		select {
 		case <-ctx.Done():
-			cause := context.Cause(ctx)
-			if !errors.Is(cause, errFenced) && !errors.Is(cause, errLeaseLost) {
-				a.stopWorkers(cause) // a shutdown: the containers stay for the next agent
-				return
-			}
-			// Kill first, then wait for the workers: a worker may be stuck
-			// in a slow call (an image pull, a stop's grace) well past the
-			// lease. A second sweep catches a container a worker started
-			// as the first one listed.
-			a.fences.Add(1)
-			start := time.Now()
-			ws := a.cancelWorkers(cause)
-			n := a.fence()
-			for _, w := range ws {
-				<-w.done
-			}
-			n += a.fence()
-			renewed := time.Unix(0, a.renewed.Load())
-			a.log.Warn("fenced: the node lease could not be renewed; stopped the node's containers",
-				"cause", cause, "containers", n, "took", time.Since(start).Round(time.Millisecond),
-				"sinceRenewal", time.Since(renewed).Round(time.Millisecond), "leaseTTL", a.cfg.LeaseTTL)
+			a.endLease(ctx)
 			return
 		case <-a.poke:
 		case <-tick.C:
 		}
 	}
+}
+
+// endLease ends the work of a lease whose context ended: on a shutdown
+// the workers stop and the containers stay for the next agent; a lease that
+// went unrenewed or expired fences the node. Killing comes first, then
+// waiting for the workers: a worker may be stuck in a slow call (an image
+// pull, a stop's grace) well past the lease. A second sweep catches a
+// container a worker started as the first one listed.
+func (a *Agent) endLease(ctx context.Context) {
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, errFenced) && !errors.Is(cause, errLeaseLost) {
+		a.stopWorkers(cause)
+		return
+	}
+	a.fences.Add(1)
+	start := time.Now()
+	ws := a.cancelWorkers(cause)
+	n := a.fence()
+	for _, w := range ws {
+		<-w.done
+	}
+	n += a.fence()
+	renewed := time.Unix(0, a.renewed.Load())
+	a.log.Warn("fenced: the node lease could not be renewed; stopped the node's containers",
+		"cause", cause, "containers", n, "took", time.Since(start).Round(time.Millisecond),
+		"sinceRenewal", time.Since(renewed).Round(time.Millisecond), "leaseTTL", a.cfg.LeaseTTL)
 }
 
 func (a *Agent) kick() {

@@ -73,6 +73,7 @@ func testFence(t *testing.T, image string, newRuntime func(*testing.T, []state.G
 	rtA, rtB := newRuntime(t, gpusA), newRuntime(t, gpusB)
 	cfgA := testConfig(t, cutCli, rtA)
 	cfgA.LeaseTTL, cfgA.Image = ttl, image
+	cfgA.FenceAfter, cfgA.FenceGrace = 0, 0 // the defaults: TTL/2 and TTL/5
 	a, _ := runAgent(t, cfgA)
 
 	const id = "twice"
@@ -88,6 +89,7 @@ func testFence(t *testing.T, image string, newRuntime func(*testing.T, []state.G
 
 	cfgB := testConfig(t, obs, rtB)
 	cfgB.Node, cfgB.LeaseTTL, cfgB.Image, cfgB.GPUs = "gpu-02", ttl, image, gpusB
+	cfgB.FenceAfter, cfgB.FenceGrace = 0, 0
 	runAgent(t, cfgB)
 	waitFor(t, "gpu-02 to register", 10*time.Second, func() (bool, string) { return !gone(t, obs, keys.Node("gpu-02")), "" })
 
