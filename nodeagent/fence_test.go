@@ -188,3 +188,35 @@ func testFence(t *testing.T, image string, newRuntime func(*testing.T, []state.G
 		t.Errorf("gpu-01's runtime holds %+v (%v); want nothing", infos, err)
 	}
 }
+
+// TestFenceKeepsWhatAlreadyExited: a job that ends while its agent is cut
+// off from etcd cannot be released then. The fence stops only what runs,
+// so the exited container stays with its exit code, and once etcd answers
+// again the next worker reports the job Succeeded; it never runs again.
+func TestFenceKeepsWhatAlreadyExited(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	obs := c.Client(t)
+	proxy := etcdtest.NewProxy(t, c.Server.Endpoint())
+	cutCli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cutCli.Close() })
+	rt := newFake()
+	cfg := testConfig(t, cutCli, rt)
+	cfg.LeaseTTL, cfg.FenceAfter, cfg.FenceGrace = 4*time.Second, 0, 0
+	a, _ := runAgent(t, cfg)
+	b := bind(t, obs, state.Session{ID: "done", Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}}, state.Binding{})
+	waitPhase(t, obs, "done", state.PhaseRunning, 10*time.Second)
+
+	proxy.Cut()
+	if err := rt.Finish(nodeagent.ContainerID(b), 0, "trained\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a fence", 20*time.Second, func() (bool, string) { return a.Fences() >= 1, "" })
+	proxy.Restore()
+	st := waitPhase(t, obs, "done", state.PhaseSucceeded, 30*time.Second)
+	if st.ExitCode == nil || *st.ExitCode != 0 || rt.Starts() != 1 {
+		t.Fatalf("status %+v after %d starts; want Succeeded with exit code 0, started once", st, rt.Starts())
+	}
+}
