@@ -19,6 +19,19 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
+// cuttableClient returns a client of c that reaches it through a proxy the
+// test can cut, and the proxy.
+func cuttableClient(t *testing.T, c *etcdtest.Cluster) (*clientv3.Client, *etcdtest.Proxy) {
+	t.Helper()
+	proxy := etcdtest.NewProxy(t, c.Server.Endpoint())
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli, proxy
+}
+
 // TestFenceStopsContainersBeforeTheLeaseExpires runs the fencing contract
 // on the fake runtime and on real containerd, against a real etcd and a
 // real placer.
@@ -48,12 +61,7 @@ func TestFenceStopsContainersBeforeTheLeaseExpires(t *testing.T) {
 func testFence(t *testing.T, image string, newRuntime func(*testing.T, []state.GPU) runtime.Runtime) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	obs := c.Client(t)
-	proxy := etcdtest.NewProxy(t, c.Server.Endpoint())
-	cutCli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cutCli.Close() })
+	cutCli, proxy := cuttableClient(t, c)
 
 	pl := placer.New(obs, placer.Config{ID: "p1", Keys: keys, LeaseTTL: 3 * time.Second, Tick: 200 * time.Millisecond, Logger: quietLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -196,12 +204,7 @@ func testFence(t *testing.T, image string, newRuntime func(*testing.T, []state.G
 func TestFenceKeepsWhatAlreadyExited(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	obs := c.Client(t)
-	proxy := etcdtest.NewProxy(t, c.Server.Endpoint())
-	cutCli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cutCli.Close() })
+	cutCli, proxy := cuttableClient(t, c)
 	rt := newFake()
 	cfg := testConfig(t, cutCli, rt)
 	cfg.LeaseTTL, cfg.FenceAfter, cfg.FenceGrace = 4*time.Second, 0, 0
