@@ -2,6 +2,7 @@ package nodeagent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -221,5 +222,76 @@ func TestFenceKeepsWhatAlreadyExited(t *testing.T) {
 	st := waitPhase(t, obs, "done", state.PhaseSucceeded, 30*time.Second)
 	if st.ExitCode == nil || *st.ExitCode != 0 || rt.Starts() != 1 {
 		t.Fatalf("status %+v after %d starts; want Succeeded with exit code 0, started once", st, rt.Starts())
+	}
+}
+
+// slowStops is a fake runtime whose Stop holds until release closes, and
+// which records, at each Start, whether every Stop so far had returned.
+type slowStops struct {
+	*runtime.Fake
+	release  chan struct{}
+	mu       sync.Mutex
+	stopping int
+	early    []string // containers started while a stop was under way
+}
+
+func (r *slowStops) Stop(ctx context.Context, id string, grace time.Duration) error {
+	r.mu.Lock()
+	r.stopping++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.stopping--
+		r.mu.Unlock()
+	}()
+	select {
+	case <-r.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return r.Fake.Stop(ctx, id, grace)
+}
+
+func (r *slowStops) Start(ctx context.Context, spec runtime.Spec) error {
+	r.mu.Lock()
+	if r.stopping > 0 {
+		r.early = append(r.early, spec.ID)
+	}
+	r.mu.Unlock()
+	return r.Fake.Start(ctx, spec)
+}
+
+// TestAgentRemovesOrphansBeforeStartingBindings: an agent that registers
+// while a container with no binding runs on its node (its session was
+// re-queued elsewhere while the agent was away) stops that orphan before
+// it starts anything for a new binding: the orphan may hold the GPUs the
+// new binding was given.
+func TestAgentRemovesOrphansBeforeStartingBindings(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := &slowStops{Fake: newFake(), release: make(chan struct{})}
+	if err := rt.Fake.Start(context.Background(), runtime.Spec{ID: "orphan-q1", Image: "busybox",
+		Labels: map[string]string{nodeagent.LabelNode: node, nodeagent.LabelSession: "orphan"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, cli, rt)
+	bind(t, cli, state.Session{ID: "fresh", Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}}, state.Binding{GPUs: []string{cfg.GPUs[0].UUID}})
+	runAgent(t, cfg)
+	waitFor(t, "the orphan's stop to begin", 10*time.Second, func() (bool, string) {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return rt.stopping > 0, ""
+	})
+	// Hold the orphan's stop a while: an agent that started bindings
+	// beside it would start "fresh" now.
+	time.Sleep(300 * time.Millisecond)
+	close(rt.release)
+	waitPhase(t, cli, "fresh", state.PhaseRunning, 10*time.Second)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.early) > 0 {
+		t.Fatalf("started %v while the orphan was still being stopped", rt.early)
+	}
+	if _, err := rt.Fake.Status(context.Background(), "orphan-q1"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("orphan: %v; want removed", err)
 	}
 }
