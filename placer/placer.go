@@ -299,7 +299,7 @@ func (p *Placer) register(ctx context.Context) error {
 	if _, err := p.cli.Put(ctx, p.cfg.Keys.Placer(p.cfg.ID), v, clientv3.WithLease(s.Lease())); err != nil {
 		return fmt.Errorf("register placer: %w", err)
 	}
-	p.log.Info("placer registered", "lease_ttl", p.cfg.LeaseTTL)
+	p.log.Debug("placer registered", "lease_ttl", p.cfg.LeaseTTL)
 	select {
 	case <-ctx.Done():
 		return nil
@@ -318,7 +318,7 @@ func (p *Placer) loop(ctx context.Context) error {
 			return fmt.Errorf("sync placer caches: %w", err)
 		}
 	}
-	p.log.Info("placer caches synced", "pending", p.pending.Len(), "nodes", p.nodes.Len())
+	p.log.Debug("placer caches synced", "pending", p.pending.Len(), "nodes", p.nodes.Len())
 	close(p.ready)
 	tick := time.NewTicker(p.cfg.Tick)
 	defer tick.Stop()
