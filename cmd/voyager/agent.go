@@ -30,7 +30,7 @@ import (
 // agentEnvs are the settings the node agent reads.
 var agentEnvs = []string{
 	config.EnvAgentNode, config.EnvAgentAddress, config.EnvAgentContainerd, config.EnvAgentNamespace,
-	config.EnvAgentLeaseTTL, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
+	config.EnvAgentLeaseTTL, config.EnvAgentFenceAfter, config.EnvAgentFenceGrace, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
@@ -85,7 +85,7 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 	mux := http.NewServeMux()
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(parts.agent.Collectors()...)
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
@@ -226,7 +226,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		parts.nvml, sampler = nv, nv
 	}
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
+	fenceAfter, fenceGrace := cfg.FenceTimings()
 	parts.agent = nodeagent.New(nodeagent.Config{
+		FenceAfter: fenceAfter, FenceGrace: fenceGrace,
 		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,

@@ -25,7 +25,7 @@ type browserTab struct {
 
 // newBrowser starts Debian's Chromium headless for the test and returns
 // its first tab. Without Chromium the test is skipped, saying how to
-// install it.
+// install it (a failure where testreq.Env requires it).
 func newBrowser(t *testing.T, name string) *browserTab {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
