@@ -341,7 +341,7 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	a.epochs++
 	a.leased = true
 	a.mu.Unlock()
-	a.log.Info("node registered", "lease", fmt.Sprintf("%x", lease.ID), "ttl", a.cfg.LeaseTTL,
+	a.log.Debug("node registered", "lease", fmt.Sprintf("%x", lease.ID), "ttl", a.cfg.LeaseTTL,
 		"gpus", len(a.cfg.GPUs), "simulated", a.cfg.Simulated)
 	return leaseCtx, cancel, nil
 }

@@ -30,7 +30,7 @@ func newBrowser(t *testing.T, name string) *browserTab {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
-		testreq.Missing(t, "chromium", "browser test needs Debian's chromium: apt-get install -y chromium")
+		testreq.Missing(t, "chromium", "the browser test drives Debian's chromium: apt-get install -y chromium")
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
@@ -226,6 +226,12 @@ func TestConsoleBrowserE2E(t *testing.T) {
 	if text := js[string](bob, "document.querySelector('#nodes').innerText"); strings.Contains(text, nb) || !strings.Contains(text, "(another user)") || !strings.Contains(text, "SIMULATED") {
 		t.Errorf("bob's cluster page: want the held GPU anonymous and the node SIMULATED, got:\n%s", text)
 	}
+	bob.shot(shots, "cluster-as-another-user")
+	adminTab.open(base + "cluster")
+	if text := js[string](adminTab, "document.querySelector('#nodes').innerText"); !strings.Contains(text, "ada/"+nb) {
+		t.Errorf("the admin's cluster page does not name the holder ada/%s:\n%s", nb, text)
+	}
+	adminTab.shot(shots, "cluster-as-admin")
 	bob.open(base + "sessions")
 	if strings.Contains(js[string](bob, "document.body.innerText"), nb) {
 		t.Error("bob's sessions page shows ada's session")

@@ -88,6 +88,7 @@ func (e devEnv) environ() []string {
 		"VOYAGER_ETCD_CLIENT_ADDR=" + e.clientAddr,
 		"VOYAGER_ETCD_PEER_ADDR=" + e.peerAddr,
 		"VOYAGER_HTTP_ADDR=" + e.httpAddr,
+		"VOYAGER_LOG_LEVEL=debug", // the tests wait for routine events
 	}
 }
 
@@ -416,6 +417,9 @@ func TestRun(t *testing.T) {
 			"Environment (a flag given explicitly wins over its variable):",
 			"VOYAGER_ETCD_ENDPOINTS", "VOYAGER_ETCD_PREFIX", "VOYAGER_ETCD_DIAL_TIMEOUT", "VOYAGER_DATA_DIR", "VOYAGER_ETCD_CLIENT_ADDR",
 			"VOYAGER_ETCD_PEER_ADDR", "VOYAGER_HTTP_ADDR", "VOYAGER_LOG_LEVEL", "VOYAGER_LOG_FORMAT",
+		}},
+		{name: "check --help", args: []string{"check", "--help"}, code: 0, stdout: []string{
+			"voyager check [flags]", "--start", "--end", "--follow", "VOYAGER_ETCD_ENDPOINTS", "state machine",
 		}},
 		{name: "dev bad flag", args: []string{"dev", "--nope"}, code: 2, stderr: []string{"unknown flag: --nope", "voyager dev --help"}, dontStdout: true},
 		{name: "dev bad single-dash flag", args: []string{"dev", "-nope"}, code: 2, stderr: []string{"unknown shorthand flag: 'n' in -nope"}, dontStdout: true},

@@ -29,6 +29,8 @@ var subcommands = []func() *cobra.Command{
 	newNodeCmd,
 	newQueueCmd,
 	newTokenCmd,
+	newImageCmd,
+	newCheckCmd,
 	newVersionCmd,
 }
 
