@@ -29,6 +29,8 @@ func TestAdmissionBounds(t *testing.T) {
 			"ray.workers", "got 63, want at most 62"},
 		{"gang at the api's old cap", func(r map[string]any) { r["ray"] = map[string]any{"workers": 64} },
 			"ray.workers", "VOYAGER_PLACER_MAX_TXN_OPS"},
+		{"gang beyond every cap", func(r map[string]any) { r["ray"] = map[string]any{"workers": 1000} },
+			"ray.workers", "got 1000, want at most 62"},
 		{"cpu below the minimum", func(r map[string]any) {
 			r["resources"] = map[string]any{"gpus": 0, "cpuMilli": 1, "memoryMiB": 1024}
 		}, "resources.cpuMilli", "got 1, want at least 100 (the cluster's minimum, VOYAGER_MIN_CPU_MILLI)"},

@@ -314,3 +314,26 @@ func TestActions(t *testing.T) {
 	wantCode(t, e.post("/console/do/profiles/small/delete", root, nil), 200)
 	wantCode(t, e.post("/console/do/nothing", root, nil), 404, "no console action")
 }
+
+// TestWarningOffersAction: a standing warning shows on the session's row
+// with the button that acts on it: extend for max runtime, stop for a
+// drain or a preemption, and the advice to use the notebook when idle.
+func TestWarningOffersAction(t *testing.T) {
+	e := newEnv(t, etcdtest.New(t))
+	e.addNode("n1", "A100", 1)
+	ada := e.token("ada")
+	r := e.post("/console/do/sessions", ada, url.Values{"kind": {"notebook"}, "gpus": {"1"}})
+	wantCode(t, r, 200)
+	id := strings.TrimSuffix(strings.Fields(strings.SplitN(r.body, "session ", 2)[1])[0], ":")
+	for reason, want := range map[string]string{
+		"MaxRuntime":  `data-action="/console/do/sessions/` + id + `/extend"><input type="hidden" name="by" value="2h"><button type="submit">Extend by 2h</button>`,
+		"NodeDrained": `<button type="submit">Stop now (save your work first)</button>`,
+		"IdleTimeout": "Use the notebook (open it below) to keep it, or stop it.",
+	} {
+		w := state.Warning{Session: id, Reason: reason, Message: "will be stopped (" + reason + ")", Issued: time.Now().UTC(), StopAt: time.Now().UTC().Add(15 * time.Minute)}
+		if _, err := state.Put(context.Background(), e.cli, e.keys.Warning(id), w); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, e.get("/console/view/sessions", ada), 200, `<div class="warning" role="alert" data-field="warning"><strong>`+reason+`</strong>: will be stopped (`+reason+`)`, want)
+	}
+}

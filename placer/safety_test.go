@@ -238,7 +238,7 @@ func TestBindRespectsQuotaAcrossPlacers(t *testing.T) {
 		t.Fatalf("ada holds %d GPUs under a quota of 1", held)
 	}
 	// Planned again on ledgers that show p2's bind, p1 binds nothing more.
-	eventually(t, 10e9, "p1's caches to see p2's bind", func() bool { return p1.ledgers.Len() == 1 })
+	eventually(t, 10e9, "p1's caches to see p2's bind", func() bool { return p1.ledgers.Len() == 1 && p1.pending.Len() == 1 })
 	plan1, _, _ = planOn(t, p1, nil, nil)
 	if len(plan1.Bound) != 0 || len(plan1.Waiting) != 1 || plan1.Waiting[0].Reason != "Quota" {
 		t.Fatalf("re-plan: bound %d, waiting %+v; want the second session waiting for quota", len(plan1.Bound), plan1.Waiting)
