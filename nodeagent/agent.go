@@ -55,8 +55,8 @@ type Config struct {
 	CPUMilli  int64
 	MemoryMiB int64
 	Ports     state.PortRange
-	// LeaseTTL is the node key's lease. Default 10s. The agent renews it
-	// every LeaseTTL/3.
+	// LeaseTTL is the node key's lease, in whole seconds (etcd's unit;
+	// rounded down). Default 10s. The agent renews it every LeaseTTL/3.
 	LeaseTTL time.Duration
 	// FenceAfter is how long after its last successful renewal (counted
 	// from when that renewal was sent, which is no later than etcd
@@ -133,6 +133,8 @@ func (c *Config) defaults() {
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 10 * time.Second
 	}
+	// etcd grants whole seconds: the fence timings count from what it grants.
+	c.LeaseTTL = max(c.LeaseTTL.Truncate(time.Second), time.Second)
 	if c.FenceAfter <= 0 {
 		c.FenceAfter = c.LeaseTTL / 2
 	}
@@ -202,10 +204,14 @@ type Agent struct {
 	mu      sync.Mutex
 	workers map[string]*worker // by container id
 	reaping map[string]bool    // container ids being removed as orphans
-	poke    chan struct{}
-	wg      sync.WaitGroup
-	epochs  int
-	leased  bool
+	// released holds, by container id, the create revision of a binding
+	// whose worker released it: until the watch shows the binding gone,
+	// reconcile must not start its session again.
+	released map[string]int64
+	poke     chan struct{}
+	wg       sync.WaitGroup
+	epochs   int
+	leased   bool
 
 	starts, adopted, startFailures  atomic.Int64
 	fences, fenced                  atomic.Int64 // fences, and containers they stopped
@@ -224,6 +230,7 @@ func New(cfg Config) *Agent {
 		log:         cfg.Logger.With("component", "agent", "node", cfg.Node),
 		workers:     map[string]*worker{},
 		reaping:     map[string]bool{},
+		released:    map[string]int64{},
 		poke:        make(chan struct{}, 1),
 		gpuActivity: map[string][]state.GPUActivity{},
 	}
@@ -293,7 +300,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // alive. The returned context ends when the lease is lost.
 func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCauseFunc, error) {
 	cli := a.cfg.Client
-	ttl := max(int64(a.cfg.LeaseTTL/time.Second), 1)
+	ttl := int64(a.cfg.LeaseTTL / time.Second)
 	gctx, gcancel := context.WithTimeout(ctx, a.cfg.LeaseTTL)
 	defer gcancel()
 	// etcd starts the lease's TTL when it grants it, after this.
@@ -570,12 +577,20 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 			a.kick() // the bindings that waited may start now
 		})
 	}
+	for id, rev := range a.released {
+		if it, ok := want[id]; !ok || it.CreateRevision != rev {
+			delete(a.released, id) // the watch caught up
+		}
+	}
 	if len(a.reaping) > 0 {
 		return
 	}
 	for id, it := range want {
 		if _, running := a.workers[id]; running {
 			continue
+		}
+		if a.released[id] == it.CreateRevision {
+			continue // released; the snapshot lags the release
 		}
 		w := a.newWorker(ctx, id, it)
 		a.workers[id] = w
@@ -589,6 +604,14 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 			a.kick()
 		})
 	}
+}
+
+// markReleased records that the binding of container id, created at
+// rev, was released: a snapshot that still shows it starts nothing.
+func (a *Agent) markReleased(id string, rev int64) {
+	a.mu.Lock()
+	a.released[id] = rev
+	a.mu.Unlock()
 }
 
 // stopWorkers cancels every worker with cause and waits for them.

@@ -604,10 +604,12 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 	for attempt := 0; ; attempt++ {
 		err := state.Release(ctx, cfg.Client, cfg.Keys, cfg.Node, b.Session, w.item.CreateRevision, final)
 		if err == nil {
+			w.a.markReleased(w.id, w.item.CreateRevision)
 			return true
 		}
 		if errors.Is(err, state.ErrStale) {
 			w.log.Debug("binding gone or replaced; nothing to release", "err", err)
+			w.a.markReleased(w.id, w.item.CreateRevision)
 			return true
 		}
 		if ctx.Err() != nil {

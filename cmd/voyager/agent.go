@@ -41,7 +41,9 @@ const agentLong = `Runs the node agent of this machine until SIGINT or SIGTERM: 
 the machine's GPUs (from NVML, or made up by VOYAGER_AGENT_SIMULATE_GPUS) under
 a lease, and runs in containerd exactly the sessions bound to this node. Run one
 per GPU machine, as root. Stopping it leaves the containers running; started
-again, it adopts them. It serves /healthz, /readyz and /metrics on
+again, it adopts them. Cut off from etcd for VOYAGER_AGENT_FENCE_AFTER (half
+the lease), it stops and removes the node's containers before its lease can
+expire and the sessions run elsewhere (fencing). It serves /healthz, /readyz and /metrics on
 VOYAGER_HTTP_ADDR.`
 
 func newAgentCmd() *cobra.Command {
