@@ -298,7 +298,10 @@ func TestSoak(t *testing.T) {
 			st, _ := state.Decode[state.Status](kv.Value)
 			phases[st.Session] = st
 		}
-		bs, _ := admin.Get(ctx, k.AllBindings(), clientv3.WithPrefix())
+		bs, err := admin.Get(ctx, k.AllBindings(), clientv3.WithPrefix(), clientv3.WithRev(r.Header.Revision))
+		if err != nil {
+			return err.Error()
+		}
 		byPhase := map[string]int{}
 		for _, kv := range bs.Kvs {
 			b, _ := state.Decode[state.Binding](kv.Value)
@@ -321,6 +324,37 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	// Nothing is stuck: with every agent back, every session still live
+	// is stopped, and each must end (a stop racing an eviction or a
+	// back-off once left sessions Pending forever).
+	stuck := map[string]state.Status{}
+	deadline := time.Now().Add(2 * time.Minute)
+	for stopped := map[string]bool{}; time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		r, err := admin.Get(ctx, k.StatusDir(), clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(stuck)
+		for _, kv := range r.Kvs {
+			st, err := state.Decode[state.Status](kv.Value)
+			if err != nil || st.Phase.Terminal() {
+				continue
+			}
+			stuck[st.Session] = st
+			if !stopped[st.Session] {
+				if _, err := state.StopSession(ctx, admin, k, st.Session, "soak-end", time.Now()); err != nil {
+					t.Errorf("stop %s at the end: %v", st.Session, err)
+				}
+				stopped[st.Session] = true
+			}
+		}
+		if len(stuck) == 0 {
+			break
+		}
+	}
+	for id, st := range stuck {
+		t.Errorf("session %s stuck after its stop: %s/%s %q", id, st.Phase, st.Reason, st.Message)
+	}
 	mu.Lock()
 	for _, p := range append(append([]*soakProc{lc}, placers...), agents...) {
 		if p != nil {
