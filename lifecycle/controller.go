@@ -235,7 +235,7 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	c.leading.Store(true)
 	defer c.leading.Store(false)
-	c.log.Info("lifecycle controller elected", "idleTimeout", c.cfg.IdleTimeout, "maxRuntime", c.cfg.MaxRuntime,
+	c.log.Debug("lifecycle controller elected", "idleTimeout", c.cfg.IdleTimeout, "maxRuntime", c.cfg.MaxRuntime,
 		"stopWarning", c.cfg.StopWarning, "preemptGrace", c.cfg.PreemptGrace)
 	tick := time.NewTicker(c.cfg.Every)
 	defer tick.Stop()

@@ -430,7 +430,9 @@ func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, s
 		decide = w.failed(sess, stopReq, "Exited", msg, out)
 	}
 	w.log.Info("container exited", "code", code)
-	w.finish(ctx, &code, decide)
+	if !w.finish(ctx, &code, decide) {
+		return // not released: the container keeps its exit code for the next worker
+	}
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 }
 

@@ -141,11 +141,16 @@ func (c *Containerd) Import(ctx context.Context, r io.Reader) ([]string, error) 
 	return names, nil
 }
 
-// EnsureImage makes ref present and unpacked, pulling it if absent.
+// EnsureImage makes ref present and unpacked, pulling it if absent. An
+// image under LocalRegistry is never pulled: absent, it is an error that
+// says to import it.
 func (c *Containerd) EnsureImage(ctx context.Context, ref string) error {
 	ref = normalizeRef(ref)
 	img, err := c.client.GetImage(ctx, ref)
 	if errdefs.IsNotFound(err) {
+		if IsLocalImage(ref) {
+			return notImported(ref, c.opts.Namespace)
+		}
 		c.log.Info("pulling image", "image", ref)
 		if _, err := c.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(c.opts.Snapshotter)); err != nil {
 			return fmt.Errorf("pull image %s: %w: %w", ref, ErrImageNotFound, err)

@@ -30,7 +30,7 @@ import (
 // agentEnvs are the settings the node agent reads.
 var agentEnvs = []string{
 	config.EnvAgentNode, config.EnvAgentAddress, config.EnvAgentContainerd, config.EnvAgentNamespace,
-	config.EnvAgentLeaseTTL, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
+	config.EnvAgentLeaseTTL, config.EnvAgentFenceAfter, config.EnvAgentFenceGrace, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
@@ -85,7 +85,7 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 	mux := http.NewServeMux()
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(parts.agent.Collectors()...)
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
@@ -112,6 +112,12 @@ type agentParts struct {
 	rt     *runtime.Containerd
 	daemon *runtime.Daemon
 	nvml   *nodeagent.NVMLSampler
+
+	// What voyager dev's start block tells.
+	node       string
+	gpus       []state.GPU
+	simulated  bool
+	containerd string // the socket in use
 }
 
 func (p *agentParts) component() component {
@@ -177,7 +183,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		}
 		cdiDirs = append(append([]string(nil), cdiDirs...), dir)
 	}
-	parts := &agentParts{}
+	parts := &agentParts{node: node, gpus: gpus, simulated: simulated}
 	ropts := runtime.ContainerdOptions{
 		Address: cfg.AgentContainerd, Namespace: cfg.AgentNamespace, CDISpecDirs: cdiDirs, Logger: log,
 	}
@@ -186,8 +192,8 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	}
 	rt, err := runtime.NewContainerd(ctx, ropts)
 	if err != nil && dev {
-		dir := filepath.Join(cfg.DataDir, "containerd")
-		log.Info("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
+		dir := devContainerdDir(cfg)
+		log.Debug("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
 		d, derr := runtime.StartContainerd(ctx, dir)
 		if derr != nil {
 			return nil, fmt.Errorf("no containerd at %s (%s) and none could be started: %w", cfg.AgentContainerd, config.EnvAgentContainerd, derr)
@@ -201,6 +207,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		return nil, fmt.Errorf("%w (set %s)", err, config.EnvAgentContainerd)
 	}
 	parts.rt = rt
+	parts.containerd = ropts.Address
 	if dev {
 		if err := ensureDevImage(ctx, rt, cfg.AgentImage, log); err != nil {
 			log.Warn("no default session image: sessions that name none will fail", "image", cfg.AgentImage, "err", err)
@@ -219,7 +226,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		parts.nvml, sampler = nv, nv
 	}
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
+	fenceAfter, fenceGrace := cfg.FenceTimings()
 	parts.agent = nodeagent.New(nodeagent.Config{
+		FenceAfter: fenceAfter, FenceGrace: fenceGrace,
 		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
@@ -249,7 +258,8 @@ func inventory(node string, cfg config.Config, log *slog.Logger, dev bool) ([]st
 	switch {
 	case errors.Is(err, nodeagent.ErrNoNVML) && dev:
 		gpus, err := nodeagent.SimulatedGPUs(node, devSimulatedGPUs)
-		log.Warn("NVML not found (no NVIDIA driver): voyager dev SIMULATES GPUs; the node is marked simulated", "gpus", devSimulatedGPUs)
+		// Expected on a machine without GPUs; dev's start block says so.
+		log.Debug("NVML not found (no NVIDIA driver): voyager dev SIMULATES GPUs; the node is marked simulated", "gpus", devSimulatedGPUs)
 		return gpus, true, err
 	case errors.Is(err, nodeagent.ErrNoNVML):
 		log.Warn("NVML not found (no NVIDIA driver on this machine): this node offers no GPUs; set " + config.EnvAgentSimulateGPUs + " to simulate some")
@@ -277,7 +287,7 @@ func ensureDevImage(ctx context.Context, rt *runtime.Containerd, image string, l
 	if _, err := rt.Import(ctx, &buf); err != nil {
 		return err
 	}
-	log.Info("imported a busybox image as the default session image", "image", image)
+	log.Debug("imported a busybox image as the default session image", "image", image)
 	return nil
 }
 

@@ -98,12 +98,13 @@ func TestAgentKillE2E(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	home := t.TempDir()
-	base := []string{"HOME=" + home, "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s"}
+	base := []string{"HOME=" + home, "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_LOG_LEVEL=debug"}
 	agentEnv := append(slices.Clone(base),
 		"VOYAGER_DATA_DIR="+home+"/data",
 		"VOYAGER_AGENT_NODE=e2e-node", "VOYAGER_AGENT_ADDRESS=127.0.0.1",
 		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_FENCE_AFTER=1500ms", "VOYAGER_AGENT_FENCE_GRACE=300ms",
+		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
 		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
 	startAgent := func() *proc {
 		p := start(t, append(slices.Clone(agentEnv), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "agent")

@@ -82,7 +82,7 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(a.Collectors()...)
 	mux := http.NewServeMux()
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	a.Mount(mux)
 	if err := console.Mount(a.Engine(), mux, console.Config{Logger: log}); err != nil {
 		log.Error("voyager api failed", "err", err)

@@ -89,6 +89,10 @@ func showList[T any](ctx context.Context, w io.Writer, cf *clientFlags, wf watch
 				if err := writeYAML(w, it); err != nil {
 					return err
 				}
+			case "name":
+				if err := cf.show(w, it, nil); err != nil {
+					return err
+				}
 			}
 		}
 		if !cf.structured() && (len(changed) > 0 || header) {

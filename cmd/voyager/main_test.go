@@ -88,6 +88,7 @@ func (e devEnv) environ() []string {
 		"VOYAGER_ETCD_CLIENT_ADDR=" + e.clientAddr,
 		"VOYAGER_ETCD_PEER_ADDR=" + e.peerAddr,
 		"VOYAGER_HTTP_ADDR=" + e.httpAddr,
+		"VOYAGER_LOG_LEVEL=debug", // the tests wait for routine events
 	}
 }
 
@@ -270,9 +271,10 @@ func TestDevE2E(t *testing.T) {
 			t.Errorf("GET %s = %d %q, want 200", path, code, body)
 		}
 	}
-	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "voyager_placer_passes_total") {
-		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v", code,
-			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"))
+	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "voyager_placer_passes_total") ||
+		!strings.Contains(body, `voyager_etcd_alarm{alarm="NOSPACE"} 0`) {
+		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v, has etcd's alarms: %v", code,
+			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"), strings.Contains(body, "voyager_etcd_alarm"))
 	}
 	// The placer runs inside dev: a queued session gets its reason.
 	sessionWaitsForNodes(t, ctx, cli)

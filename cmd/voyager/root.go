@@ -29,6 +29,7 @@ var subcommands = []func() *cobra.Command{
 	newNodeCmd,
 	newQueueCmd,
 	newTokenCmd,
+	newImageCmd,
 	newCheckCmd,
 	newVersionCmd,
 }

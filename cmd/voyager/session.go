@@ -363,13 +363,25 @@ func newSessionLogsCmd() *cobra.Command {
 		tail   int
 	)
 	cmd := &cobra.Command{
-		Use:               "logs ID",
-		Short:             "Print a session's container output",
-		Long:              "Prints a session's container output; --follow keeps streaming until the container exits.",
+		Use:   "logs ID",
+		Short: "Print a session's container output",
+		Long: `Prints a session's container output (of its current attempt). --follow
+keeps streaming until the session ends: when a failed session restarts
+(--restart OnFailure), the next attempt's output follows, each attempt
+headed by a line "==> attempt N of session ID <==".`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeSessionIDs(&cf),
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			if err := c.logs(cmd.Context(), args[0], tail, follow, cmd.OutOrStdout()); err != nil {
+			w := cmd.OutOrStdout()
+			var err error
+			if follow {
+				err = c.followLogs(cmd.Context(), args[0], tail, w, func(attempt int) {
+					fmt.Fprintf(w, "==> attempt %d of session %s <==\n", attempt+1, args[0])
+				}, nil)
+			} else {
+				err = c.logs(cmd.Context(), args[0], tail, false, w)
+			}
+			if err != nil && cmd.Context().Err() == nil {
 				return cliError(cmd, err)
 			}
 			return nil

@@ -28,6 +28,8 @@ const (
 	EnvDataDir         = "VOYAGER_DATA_DIR"
 	EnvEtcdClientAddr  = "VOYAGER_ETCD_CLIENT_ADDR"
 	EnvEtcdPeerAddr    = "VOYAGER_ETCD_PEER_ADDR"
+	EnvEtcdCompaction  = "VOYAGER_ETCD_COMPACTION_RETENTION"
+	EnvEtcdQuotaMiB    = "VOYAGER_ETCD_QUOTA_MIB"
 	EnvHTTPAddr        = "VOYAGER_HTTP_ADDR"
 	EnvLogLevel        = "VOYAGER_LOG_LEVEL"
 	EnvLogFormat       = "VOYAGER_LOG_FORMAT"
@@ -62,6 +64,8 @@ const (
 	EnvAgentContainerd   = "VOYAGER_AGENT_CONTAINERD"
 	EnvAgentNamespace    = "VOYAGER_AGENT_NAMESPACE"
 	EnvAgentLeaseTTL     = "VOYAGER_AGENT_LEASE_TTL"
+	EnvAgentFenceAfter   = "VOYAGER_AGENT_FENCE_AFTER"
+	EnvAgentFenceGrace   = "VOYAGER_AGENT_FENCE_GRACE"
 	EnvAgentSimulateGPUs = "VOYAGER_AGENT_SIMULATE_GPUS"
 	EnvAgentGPUMode      = "VOYAGER_AGENT_GPU_MODE"
 	EnvAgentCDISpecDirs  = "VOYAGER_AGENT_CDI_SPEC_DIRS"
@@ -114,6 +118,11 @@ type Config struct {
 	EtcdClientAddr string `env:"VOYAGER_ETCD_CLIENT_ADDR" envDefault:"127.0.0.1:23790" doc:"client listener of the embedded etcd (voyager dev only)"`
 	// EtcdPeerAddr is the embedded etcd's raft peer listener.
 	EtcdPeerAddr string `env:"VOYAGER_ETCD_PEER_ADDR" envDefault:"127.0.0.1:23800" doc:"peer listener of the embedded etcd (voyager dev only)"`
+	// EtcdCompaction is the embedded etcd's periodic auto-compaction
+	// retention: history older than this is compacted away.
+	EtcdCompaction time.Duration `env:"VOYAGER_ETCD_COMPACTION_RETENTION" envDefault:"1h" doc:"history the embedded etcd keeps: it compacts revisions older than this, periodically (voyager dev only; 0 turns compaction off)"`
+	// EtcdQuotaMiB is the embedded etcd's backend quota.
+	EtcdQuotaMiB int64 `env:"VOYAGER_ETCD_QUOTA_MIB" envDefault:"2048" doc:"space quota of the embedded etcd's database in MiB; past it etcd raises a NOSPACE alarm and refuses writes (voyager dev only)"`
 	// HTTPAddr is where the HTTP server (health, readiness, metrics, API)
 	// listens.
 	HTTPAddr string `env:"VOYAGER_HTTP_ADDR" envDefault:"127.0.0.1:7070" doc:"HTTP listener: /healthz, /readyz, /metrics and the API"`
@@ -180,6 +189,12 @@ type Config struct {
 	AgentNamespace string `env:"VOYAGER_AGENT_NAMESPACE" envDefault:"voyager" doc:"containerd namespace of session containers"`
 	// AgentLeaseTTL is the TTL of the node's lease.
 	AgentLeaseTTL time.Duration `env:"VOYAGER_AGENT_LEASE_TTL" envDefault:"10s" doc:"TTL of the node's lease: a node whose agent is silent this long is lost"`
+	// AgentFenceAfter is how long after its last lease renewal an agent
+	// that cannot renew fences (0: half the lease TTL).
+	AgentFenceAfter time.Duration `env:"VOYAGER_AGENT_FENCE_AFTER" envDefault:"0s" doc:"an agent that has not renewed its lease for this long (counted from the last renewal's send) stops and removes the node's running containers, before the lease can expire; 0: half the lease TTL"`
+	// AgentFenceGrace is the SIGTERM-to-SIGKILL grace of a fence (0: a
+	// fifth of the lease TTL).
+	AgentFenceGrace time.Duration `env:"VOYAGER_AGENT_FENCE_GRACE" envDefault:"0s" doc:"time between SIGTERM and SIGKILL when a fence stops containers; fence after + fence grace must be below the lease TTL; 0: a fifth of the lease TTL"`
 	// AgentSimulateGPUs, when set, replaces NVML with a made-up inventory.
 	AgentSimulateGPUs string `env:"VOYAGER_AGENT_SIMULATE_GPUS" docDefault:"empty" doc:"made-up GPUs such as 8xA100-80GB or 4xA100-80GB,2xH100-80GB, marked simulated (dev, benchmarks); empty: read NVML (voyager dev simulates 8xA100-80GB where NVML is absent)"`
 	// AgentGPUMode is cdi or env.
@@ -438,6 +453,12 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 			errs = append(errs, invalid(a.env, wantFor(a.env)))
 		}
 	}
+	if cfg.EtcdCompaction < 0 {
+		errs = append(errs, invalid(EnvEtcdCompaction, wantFor(EnvEtcdCompaction)))
+	}
+	if cfg.EtcdQuotaMiB < 16 || cfg.EtcdQuotaMiB > 8192 {
+		errs = append(errs, invalid(EnvEtcdQuotaMiB, wantFor(EnvEtcdQuotaMiB)))
+	}
 	if _, ok := levels[cfg.LogLevel]; !ok {
 		errs = append(errs, invalid(EnvLogLevel, wantFor(EnvLogLevel)))
 	}
@@ -503,6 +524,12 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	}
 	if cfg.AgentLeaseTTL < 2*time.Second {
 		errs = append(errs, invalid(EnvAgentLeaseTTL, wantFor(EnvAgentLeaseTTL)))
+	}
+	if after, grace := cfg.FenceTimings(); cfg.AgentFenceAfter < 0 || after+grace >= cfg.AgentLeaseTTL {
+		errs = append(errs, invalid(EnvAgentFenceAfter, wantFor(EnvAgentFenceAfter)))
+	}
+	if cfg.AgentFenceGrace < 0 {
+		errs = append(errs, invalid(EnvAgentFenceGrace, wantFor(EnvAgentFenceGrace)))
 	}
 	cfg.AgentGPUMode = strings.ToLower(cfg.AgentGPUMode)
 	if cfg.AgentGPUMode != "cdi" && cfg.AgentGPUMode != "env" {
@@ -608,6 +635,14 @@ func wantFor(envName string) string {
 		return "a containerd namespace of lower-case letters, digits, '.', '_' or '-', such as voyager"
 	case EnvAgentLeaseTTL:
 		return "a duration of at least 2s, such as 10s"
+	case EnvAgentFenceAfter:
+		return "a duration of 0 or more, such that it plus " + EnvAgentFenceGrace + " is less than " + EnvAgentLeaseTTL + ", such as 5s (0: half the lease TTL)"
+	case EnvAgentFenceGrace:
+		return "a duration of 0 or more, such as 2s (0: a fifth of the lease TTL)"
+	case EnvEtcdCompaction:
+		return "a duration of 0 or more, such as 1h or 10m (0 turns compaction off)"
+	case EnvEtcdQuotaMiB:
+		return "a whole number of MiB from 16 to 8192, such as 2048"
 	case EnvAgentGPUMode:
 		return "one of cdi, env"
 	case EnvAgentPorts:
@@ -705,6 +740,20 @@ func ParsePortRange(s string) (first, last int, err error) {
 		return 0, 0, fmt.Errorf("parse port range %q: want first-last within 1024-65535, such as 40000-40999", s)
 	}
 	return first, last, nil
+}
+
+// FenceTimings returns the agent's fence deadline and fence grace, with
+// their zero values replaced by their defaults: half and a fifth of the
+// lease TTL.
+func (c Config) FenceTimings() (after, grace time.Duration) {
+	after, grace = c.AgentFenceAfter, c.AgentFenceGrace
+	if after == 0 {
+		after = c.AgentLeaseTTL / 2
+	}
+	if grace == 0 {
+		grace = c.AgentLeaseTTL / 5
+	}
+	return after, grace
 }
 
 // RequireEndpoints returns an error that says how to set
