@@ -993,7 +993,13 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 		if ok && last.reason == w.Reason && (last.message == msg || now.Sub(last.at) < p.cfg.StatusRefresh) {
 			continue
 		}
-		st := state.Status{Session: e.Session, Phase: state.PhasePending, Reason: w.Reason, Message: msg,
+		// EventExplain: the nested txn's compare of the queue entry is
+		// its guard (an entry exists only while the status is Pending).
+		phase, err := state.Next(state.PhasePending, state.EventExplain, state.Facts{Queued: true})
+		if err != nil {
+			continue
+		}
+		st := state.Status{Session: e.Session, Phase: phase, Reason: w.Reason, Message: msg,
 			QueuePosition: w.Position, Attempt: e.Attempt, Created: e.Created, Updated: now.UTC()}
 		v, err := state.Encode(st)
 		if err != nil {
