@@ -55,6 +55,9 @@ type ContainerdOptions struct {
 	// "nvidia-container-runtime" when GPUs are given by
 	// NVIDIA_VISIBLE_DEVICES. Empty: runc.
 	RuntimeBinary string
+	// Network is the containers' network: the host's (the zero value) or
+	// one namespace each on this instance's CNI bridge.
+	Network NetworkOptions
 	// Logger receives the runtime's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -64,6 +67,7 @@ type Containerd struct {
 	client *containerd.Client
 	opts   ContainerdOptions
 	log    *slog.Logger
+	net    *cniNetwork // nil: the host's network
 
 	// starting serialises Starts of one id: containerd creates the
 	// snapshot before the container, so two concurrent creates of one id
@@ -104,12 +108,38 @@ func NewContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, er
 		_ = cli.Close()
 		return nil, fmt.Errorf("connect to containerd at %s: %w", opts.Address, err)
 	}
-	return &Containerd{
+	c := &Containerd{
 		client:   cli,
 		opts:     opts,
 		log:      opts.Logger.With("runtime", "containerd", "namespace", opts.Namespace),
 		starting: map[string]*idLock{},
-	}, nil
+	}
+	switch opts.Network.Mode {
+	case "", NetworkHost:
+	case NetworkIsolated:
+		if c.net, err = newCNINetwork(opts.Network, c.log); err != nil {
+			_ = cli.Close()
+			return nil, err
+		}
+	default:
+		_ = cli.Close()
+		return nil, fmt.Errorf("connect to containerd: network mode %q: want %s or %s", opts.Network.Mode, NetworkIsolated, NetworkHost)
+	}
+	return c, nil
+}
+
+// Isolated reports whether containers get their own network namespace.
+func (c *Containerd) Isolated() bool { return c.net != nil }
+
+// RemoveNetwork deletes the isolated network's bridge, firewall chains and
+// address records, for a machine that stops running sessions (and for
+// tests). Remove every container first. With the host's network it does
+// nothing.
+func (c *Containerd) RemoveNetwork() error {
+	if c.net == nil {
+		return nil
+	}
+	return c.net.remove()
 }
 
 // Close closes the connection. Containers keep running.
@@ -181,6 +211,17 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if spec.LogPath != "" {
 		labels[labelLogPath] = spec.LogPath
 	}
+	nsPath := ""
+	if c.net != nil {
+		// The namespace is made before the container, which records it,
+		// and attached after, so that a Start that dies half-way leaves a
+		// container whose Remove finds all of it.
+		if nsPath, err = c.net.newNetNS(); err != nil {
+			return fmt.Errorf("start container %s: %w", spec.ID, err)
+		}
+		labels[labelNetNS] = nsPath
+		labels[labelPublish] = encodePublish(spec.Publish)
+	}
 	copts := []containerd.NewContainerOpts{
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(c.opts.Snapshotter),
@@ -190,7 +231,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if c.opts.RuntimeBinary != "" {
 		copts = append(copts, containerd.WithRuntime("io.containerd.runc.v2", &options.Options{BinaryName: c.opts.RuntimeBinary}))
 	}
-	copts = append(copts, containerd.WithNewSpec(c.specOpts(img, spec, uid, gid)...))
+	copts = append(copts, containerd.WithNewSpec(c.specOpts(img, spec, uid, gid, nsPath)...))
 
 	cont, err := c.client.NewContainer(ctx, spec.ID, copts...)
 	if errdefs.IsAlreadyExists(err) {
@@ -202,10 +243,23 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 		cont, err = c.client.NewContainer(ctx, spec.ID, copts...)
 	}
 	if err != nil {
+		if nsPath != "" {
+			_ = c.net.teardown(context.WithoutCancel(ctx), spec.ID, nsPath, nil)
+		}
 		if errdefs.IsAlreadyExists(err) {
 			return fmt.Errorf("start container %s: %w", spec.ID, ErrExists)
 		}
 		return fmt.Errorf("create container %s: %w", spec.ID, err)
+	}
+	if c.net != nil {
+		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec.Publish, spec.Reach)
+		if err == nil {
+			_, err = cont.SetLabels(ctx, map[string]string{labelIP: ip})
+		}
+		if err != nil {
+			_ = c.removeContainer(context.WithoutCancel(ctx), cont)
+			return fmt.Errorf("start container %s: %w", spec.ID, err)
+		}
 	}
 	creator := cio.NullIO
 	if spec.LogPath != "" {
@@ -219,7 +273,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 		}
 	}
 	if err != nil {
-		_ = cont.Delete(context.WithoutCancel(ctx), containerd.WithSnapshotCleanup)
+		_ = c.removeContainer(context.WithoutCancel(ctx), cont)
 		return fmt.Errorf("start container %s: %w", spec.ID, err)
 	}
 	c.log.Debug("container started", "id", spec.ID, "pid", task.Pid())
@@ -255,8 +309,9 @@ func (c *Containerd) lockID(id string) func() {
 
 // specOpts builds the OCI spec: containerd's defaults (capabilities,
 // masked paths, no new privileges) plus the default seccomp profile, the
-// host's network, the user, the limits, the mounts and the devices.
-func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32) []oci.SpecOpts {
+// network (the namespace at nsPath, else the host's), the user, the
+// limits, the mounts and the devices.
+func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32, nsPath string) []oci.SpecOpts {
 	env := make([]string, 0, len(spec.Env))
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
@@ -268,7 +323,7 @@ func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32) 
 		oci.WithImageConfig(img),
 		oci.WithEnv(env),
 		oci.WithUIDGID(uid, gid),
-		oci.WithHostNamespace(specs.NetworkNamespace),
+		withNetwork(nsPath),
 		oci.WithHostHostsFile,
 		oci.WithHostResolvconf,
 		oci.WithNoNewPrivileges,
@@ -312,6 +367,26 @@ func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32) 
 		opts = append(opts, withCDIDevices(c.opts.CDISpecDirs, spec.CDIDevices))
 	}
 	return opts
+}
+
+// withNetwork joins the network namespace at nsPath, with IPv6 off in it
+// (the CNI network is IPv4; a link-local IPv6 path to the host is one the
+// firewall would not see), or the host's namespace when nsPath is empty.
+func withNetwork(nsPath string) oci.SpecOpts {
+	if nsPath == "" {
+		return oci.WithHostNamespace(specs.NetworkNamespace)
+	}
+	return func(ctx context.Context, cl oci.Client, cont *containers.Container, s *oci.Spec) error {
+		if err := oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: nsPath})(ctx, cl, cont, s); err != nil {
+			return err
+		}
+		if s.Linux.Sysctl == nil {
+			s.Linux.Sysctl = map[string]string{}
+		}
+		s.Linux.Sysctl["net.ipv6.conf.all.disable_ipv6"] = "1"
+		s.Linux.Sysctl["net.ipv6.conf.default.disable_ipv6"] = "1"
+		return nil
+	}
 }
 
 // withCDIDevices injects CDI devices with a cache read fresh for this
@@ -373,8 +448,11 @@ func (c *Containerd) info(ctx context.Context, cont containerd.Container) (Info,
 	if err != nil {
 		return Info{}, fmt.Errorf("status of container %s: %w", cont.ID(), err)
 	}
-	in := Info{ID: ci.ID, Image: ci.Image, Labels: cloneLabels(ci.Labels), LogPath: ci.Labels[labelLogPath], State: StateStopped, ExitCode: -1, Started: ci.CreatedAt}
-	delete(in.Labels, labelLogPath)
+	in := Info{ID: ci.ID, Image: ci.Image, Labels: cloneLabels(ci.Labels), LogPath: ci.Labels[labelLogPath], State: StateStopped, ExitCode: -1, Started: ci.CreatedAt,
+		IP: ci.Labels[labelIP]}
+	for _, l := range []string{labelLogPath, labelNetNS, labelPublish, labelIP} {
+		delete(in.Labels, l)
+	}
 	task, err := cont.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
 		return in, nil // no task: it ended and was deleted, or containerd restarted
@@ -502,6 +580,13 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
+	return c.removeContainer(ctx, cont)
+}
+
+// removeContainer kills the container's task, tears its network down and
+// deletes it.
+func (c *Containerd) removeContainer(ctx context.Context, cont containerd.Container) error {
+	id := cont.ID()
 	task, err := cont.Task(ctx, nil)
 	switch {
 	case err == nil:
@@ -510,6 +595,17 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 		}
 	case !errdefs.IsNotFound(err):
 		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if c.net != nil {
+		labels, err := cont.Labels(ctx)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove container %s: %w", id, err)
+		}
+		if ns := labels[labelNetNS]; ns != "" {
+			if err := c.net.teardown(ctx, id, ns, decodePublish(labels[labelPublish])); err != nil {
+				return fmt.Errorf("remove container %s: %w", id, err)
+			}
+		}
 	}
 	if err := cont.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove container %s: %w", id, err)
