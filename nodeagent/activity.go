@@ -60,7 +60,7 @@ func (w *worker) newActivity(sess state.Session, info runtime.Info) *activity {
 		act.bases = append(act.bases, "/"+pre+"/")
 	}
 	act.bases = append(act.bases, "/")
-	for _, t := range []string{info.Labels[LabelToken], sess.Env["JUPYTER_TOKEN"], sess.Env["JUPYTERHUB_API_TOKEN"]} {
+	for _, t := range []string{w.token, sess.Env["JUPYTER_TOKEN"], sess.Env["JUPYTERHUB_API_TOKEN"]} {
 		if t != "" && !slices.Contains(act.tokens, t) {
 			act.tokens = append(act.tokens, t)
 		}

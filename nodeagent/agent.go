@@ -26,10 +26,6 @@ const (
 	LabelRole     = "voyager.role"
 	LabelKind     = "voyager.kind"
 	LabelQueueRev = "voyager.queue-revision"
-	// LabelToken keeps the Jupyter token with the container, so an agent
-	// that adopts it after a restart can still give out its URL. Only root
-	// on the node can read labels, as it can read the environment.
-	LabelToken = "voyager.token"
 )
 
 // GPU modes: how a container gets its GPUs.
