@@ -64,6 +64,10 @@ type NetworkOptions struct {
 	// DenyCIDRs are networks containers may not reach at all (the control
 	// plane's, the cloud metadata service's).
 	DenyCIDRs []string
+	// Allow are endpoints every container may reach although the rules
+	// above refuse them: a JupyterHub's API on this machine or on a
+	// denied network, which single-user servers call back. IP addresses.
+	Allow []Endpoint
 }
 
 // Published is a container port reachable from outside the node, on every
@@ -120,6 +124,11 @@ func newCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) {
 	for _, c := range opts.DenyCIDRs {
 		if _, _, err := net.ParseCIDR(c); err != nil {
 			return nil, fmt.Errorf("set up network: denied network %q: %w", c, err)
+		}
+	}
+	for _, e := range opts.Allow {
+		if ip := net.ParseIP(e.Addr); ip == nil || ip.To4() == nil {
+			return nil, fmt.Errorf("set up network: allowed endpoint %q: want an IPv4 address", e.Addr)
 		}
 	}
 	if len(n.opts.PluginDirs) == 0 {
@@ -202,12 +211,15 @@ func (n *cniNetwork) fwdRules() []rule {
 	rules := []rule{
 		// Session to session, also through a port another publishes.
 		r("-i " + br + " -o " + br + " -j DROP"),
+	}
+	rules = append(rules, n.allowRules()...)
+	rules = append(rules, []rule{
 		r("-o " + br + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
 		// Published ports, each container's own chain.
 		r("-j " + n.ses),
 		// Nothing else reaches a session.
 		r("-o " + br + " -j DROP"),
-	}
+	}...)
 	for _, c := range n.opts.DenyCIDRs {
 		rules = append(rules, r("-i "+br+" -d "+c+" -j DROP"))
 	}
@@ -224,10 +236,20 @@ func (n *cniNetwork) fwdRules() []rule {
 // the API, anything bound to a host address or to the bridge's gateway):
 // only replies to connections the host opened come in.
 func (n *cniNetwork) inRules() []rule {
-	return []rule{
-		r("-i " + n.bridge + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
-		r("-i " + n.bridge + " -j DROP"),
+	rules := []rule{r("-i " + n.bridge + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")}
+	rules = append(rules, n.allowRules()...)
+	return append(rules, r("-i "+n.bridge+" -j DROP"))
+}
+
+// allowRules let sessions reach the configured endpoints.
+func (n *cniNetwork) allowRules() []rule {
+	var rules []rule
+	for _, e := range n.opts.Allow {
+		for _, p := range e.Ports {
+			rules = append(rules, r("-d "+e.Addr+"/32 -i "+n.bridge+" -p tcp -m tcp --dport "+strconv.Itoa(p)+" -j ACCEPT"))
+		}
 	}
+	return rules
 }
 
 // installChains makes the instance's chains hold exactly their rules and

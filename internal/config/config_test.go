@@ -48,6 +48,10 @@ func defaults() Config {
 		AgentGID:         100,
 		AgentLogMaxMiB:   10,
 
+		AgentNetwork:       "isolated",
+		AgentNetworkDeny:   []string{"169.254.0.0/16"},
+		AgentCNIPluginDirs: []string{"/usr/lib/cni", "/opt/cni/bin"},
+
 		AgentActivityEvery:  30 * time.Second,
 		AgentGPUBusyPercent: 10,
 		AgentGPUUnusedAfter: 30 * time.Minute,
@@ -190,6 +194,9 @@ func TestLoad(t *testing.T) {
 					AgentUID:            2000,
 					AgentGID:            2000,
 					AgentLogMaxMiB:      1,
+					AgentNetwork:        "isolated",
+					AgentNetworkDeny:    []string{"169.254.0.0/16"},
+					AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 					Retention:           time.Hour,
 					HistoryFile:         "/var/lib/voyager/history.jsonl",
 					AgentActivityEvery:  time.Second,
