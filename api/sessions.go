@@ -98,6 +98,7 @@ func (a *API) createSession(c *gin.Context) {
 		prof = &pv
 	}
 	s, errs := buildSession(req, prof, a.cfg.MaxRuntimeCap)
+	errs = append(errs, admissionHoles(s, a.cfg.AllowedRegistries)...)
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)
 		return
@@ -105,6 +106,13 @@ func (a *API) createSession(c *gin.Context) {
 	now := a.cfg.Now().UTC()
 	if errs := feasibility(s, a.liveNodes(), a.cfg.Plan, now); len(errs) > 0 {
 		a.invalid(c, "Unsatisfiable request", errs)
+		return
+	}
+	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser); err != nil {
+		a.internal(c, "create session", err)
+		return
+	} else if len(errs) > 0 {
+		a.invalid(c, "Too many queued sessions", errs)
 		return
 	}
 	id, err := state.NewSessionID(now)

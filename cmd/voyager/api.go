@@ -28,7 +28,7 @@ var apiEnvs = []string{
 	config.EnvJWTSecret, config.EnvJWTPublicKeys, config.EnvJWTAudience, config.EnvJWTIssuer,
 	config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole, config.EnvJWTServiceRole,
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
-	config.EnvMaxRuntime, config.EnvMaxRuntimeCap,
+	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvAPIRegistries, config.EnvAPIMaxQueued,
 }
 
 var apiCmd = subcommand{
@@ -124,9 +124,11 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		// The lifecycle controller (voyager placer) reads the same two
 		// settings: they must agree, or extensions and runsUntil would
 		// count from another limit than the one enforced.
-		MaxRuntime:    cfg.MaxRuntime,
-		MaxRuntimeCap: cfg.MaxRuntimeCap,
-		Logger:        log,
+		MaxRuntime:        cfg.MaxRuntime,
+		MaxRuntimeCap:     cfg.MaxRuntimeCap,
+		AllowedRegistries: cfg.APIAllowedRegistries,
+		MaxQueuedPerUser:  cfg.APIMaxQueuedPerUser,
+		Logger:            log,
 	})
 }
 

@@ -49,6 +49,8 @@ const (
 	EnvAPIRate           = "VOYAGER_API_RATE"
 	EnvAPIBurst          = "VOYAGER_API_BURST"
 	EnvAPIIdempotencyTTL = "VOYAGER_API_IDEMPOTENCY_TTL"
+	EnvAPIRegistries     = "VOYAGER_API_ALLOWED_REGISTRIES"
+	EnvAPIMaxQueued      = "VOYAGER_API_MAX_QUEUED_PER_USER"
 )
 
 // Names of the node agent's variables.
@@ -162,6 +164,10 @@ type Config struct {
 	APIBurst int `env:"VOYAGER_API_BURST" envDefault:"100" doc:"requests per token subject allowed in a burst"`
 	// APIIdempotencyTTL is how long an Idempotency-Key is remembered.
 	APIIdempotencyTTL time.Duration `env:"VOYAGER_API_IDEMPOTENCY_TTL" envDefault:"24h" doc:"how long a create's Idempotency-Key is remembered"`
+	// APIAllowedRegistries are the registries session images may name.
+	APIAllowedRegistries []string `env:"VOYAGER_API_ALLOWED_REGISTRIES" envSeparator:"," docDefault:"empty" doc:"comma-separated registries session images may come from (docker.io, registry.example.com:5000); empty: any"`
+	// APIMaxQueuedPerUser caps one user's queued sessions.
+	APIMaxQueuedPerUser int `env:"VOYAGER_API_MAX_QUEUED_PER_USER" envDefault:"100" doc:"most sessions one user may have queued at once; a create beyond it is refused; 0: no cap"`
 
 	// The node agent (voyager agent, and the agent inside voyager dev).
 
@@ -488,6 +494,16 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	if cfg.APIIdempotencyTTL < time.Minute {
 		errs = append(errs, invalid(EnvAPIIdempotencyTTL, wantFor(EnvAPIIdempotencyTTL)))
 	}
+	cfg.APIAllowedRegistries = cleanList(cfg.APIAllowedRegistries)
+	for _, r := range cfg.APIAllowedRegistries {
+		if strings.ContainsAny(r, "/ @") {
+			errs = append(errs, invalid(EnvAPIRegistries, wantFor(EnvAPIRegistries)))
+			break
+		}
+	}
+	if cfg.APIMaxQueuedPerUser < 0 {
+		errs = append(errs, invalid(EnvAPIMaxQueued, wantFor(EnvAPIMaxQueued)))
+	}
 	if cfg.AgentNode != "" && state.ValidateName("node name", cfg.AgentNode) != nil {
 		errs = append(errs, invalid(EnvAgentNode, wantFor(EnvAgentNode)))
 	}
@@ -591,6 +607,10 @@ func wantFor(envName string) string {
 		return "a whole number of at least 1, such as 100"
 	case EnvAPIIdempotencyTTL:
 		return "a duration of at least 1m, such as 24h"
+	case EnvAPIRegistries:
+		return "comma-separated registry hosts such as docker.io,registry.example.com:5000, or empty"
+	case EnvAPIMaxQueued:
+		return "a whole number of 0 (no cap) or more, such as 100"
 	case EnvAgentNode:
 		return "1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit, such as gpu-07"
 	case EnvAgentContainerd:

@@ -48,9 +48,10 @@ func defaults() Config {
 		AgentGID:         100,
 		AgentLogMaxMiB:   10,
 
-		AgentNetwork:       "isolated",
-		AgentNetworkDeny:   []string{"169.254.0.0/16"},
-		AgentCNIPluginDirs: []string{"/usr/lib/cni", "/opt/cni/bin"},
+		AgentNetwork:        "isolated",
+		APIMaxQueuedPerUser: 100,
+		AgentNetworkDeny:    []string{"169.254.0.0/16"},
+		AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 
 		AgentActivityEvery:  30 * time.Second,
 		AgentGPUBusyPercent: 10,
@@ -195,6 +196,7 @@ func TestLoad(t *testing.T) {
 					AgentGID:            2000,
 					AgentLogMaxMiB:      1,
 					AgentNetwork:        "isolated",
+					APIMaxQueuedPerUser: 100,
 					AgentNetworkDeny:    []string{"169.254.0.0/16"},
 					AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 					Retention:           time.Hour,
