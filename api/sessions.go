@@ -121,6 +121,12 @@ func (a *API) createSession(c *gin.Context) {
 		return
 	}
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
+	uid, err := state.EnsureUID(ctx, a.cli, a.keys, p.Subject, now)
+	if err != nil {
+		a.internal(c, "create session", err)
+		return
+	}
+	s.UID = &uid
 
 	if idemKey == "" {
 		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now); err != nil {

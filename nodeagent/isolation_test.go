@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,7 +133,16 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 	// The victim: bob's notebook with a Ray head, a secret in its log and
 	// in its home.
 	secretHome := filepath.Join(cfg.HomeDir, "bob")
-	victim := bind(t, cli, state.Session{ID: "victim", Owner: "bob", Kind: state.KindNotebook, Ray: &state.Ray{},
+	uids := map[string]uint32{}
+	for _, owner := range []string{"bob", "eve"} {
+		u, err := state.EnsureUID(context.Background(), cli, keys, owner, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[owner] = u
+	}
+	bobUID, eveUID := uids["bob"], uids["eve"]
+	victim := bind(t, cli, state.Session{ID: "victim", Owner: "bob", UID: &bobUID, Kind: state.KindNotebook, Ray: &state.Ray{},
 		Command: []string{"sh", "-c", "echo bob-private > $HOME/secret; echo bob-log-line; exec jupyter --port=$PORT"}},
 		state.Binding{Role: state.RoleHead, CPUMilli: 200, MemoryMiB: 128, Ports: ports})
 	st := waitPhase(t, cli, "victim", state.PhaseRunning, 60*time.Second)
@@ -142,6 +152,12 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 		t.Fatalf("victim's Jupyter URL %q has no token", u)
 	}
 	logsURL := st.URLs["logs"]
+	// bob's home is his alone, by file permissions as well as by mounts.
+	if fi, err := os.Stat(secretHome); err != nil {
+		t.Fatal(err)
+	} else if st := fi.Sys().(*syscall.Stat_t); st.Uid != bobUID || fi.Mode().Perm() != 0o700 {
+		t.Errorf("bob's home: uid %d, mode %v; want uid %d, 0700", st.Uid, fi.Mode().Perm(), bobUID)
+	}
 	vin, err := rt.Status(context.Background(), nodeagent.ContainerID(victim))
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +182,7 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 		{"ray-gcs-loopback", get("http://127.0.0.1:" + gcs + "/"), contains("ray head")},
 		{"home-of-another-user", "cat " + secretHome + "/secret /home/bob/secret /home/jovyan/../bob/secret", contains("bob-private")},
 		{"token-in-env-or-proc", "env; cat /proc/*/environ; ps -o args", contains(token)},
+		{"run-as-victims-uid", "id -u", contains(strconv.FormatUint(uint64(bobUID), 10))},
 	}
 	if vin.IP != "" {
 		attacks = append(attacks,
@@ -177,7 +194,7 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 	if script := attackScript(attacks); strings.Contains(script, token) {
 		t.Fatal("the attack script holds the victim's token")
 	}
-	bind(t, cli, state.Session{ID: "attacker", Owner: "eve", Kind: state.KindBatch, Command: []string{"sh", "-c", attackScript(attacks)}},
+	bind(t, cli, state.Session{ID: "attacker", Owner: "eve", UID: &eveUID, Kind: state.KindBatch, Command: []string{"sh", "-c", attackScript(attacks)}},
 		state.Binding{CPUMilli: 200, MemoryMiB: 64})
 	waitPhase(t, cli, "attacker", state.PhaseSucceeded, 120*time.Second)
 	logs, _ := filepath.Glob(filepath.Join(cfg.LogDir, "attacker-q*.log"))

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -75,7 +76,7 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		Args:        args,
 		Env:         env,
 		WorkDir:     HomePath,
-		UID:         cfg.UID,
+		UID:         cmp.Or(s.UID, cfg.UID), // the owner's own; the agent's for sessions without one
 		GID:         cfg.GID,
 		CPUMilli:    b.CPUMilli,
 		MemoryBytes: b.MemoryMiB << 20,

@@ -119,7 +119,7 @@ func NewContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, er
 	case NetworkIsolated:
 		if c.net, err = newCNINetwork(opts.Network, c.log); err != nil {
 			_ = cli.Close()
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", ErrNetworkSetup, err)
 		}
 	default:
 		_ = cli.Close()
@@ -415,14 +415,47 @@ func prepareHost(spec Spec, uid, gid uint32) error {
 		if !m.Create {
 			continue
 		}
-		if _, err := os.Stat(m.Source); err == nil {
+		if fi, err := os.Stat(m.Source); err == nil {
+			if err := ownDir(m.Source, fi, uid, gid); err != nil {
+				return err
+			}
 			continue
 		}
-		if err := os.MkdirAll(m.Source, 0o750); err != nil {
+		if err := os.MkdirAll(m.Source, 0o700); err != nil {
 			return fmt.Errorf("create mount source %s: %w", m.Source, err)
 		}
 		if err := os.Chown(m.Source, int(uid), int(gid)); err != nil {
 			return fmt.Errorf("chown mount source %s: %w", m.Source, err)
+		}
+	}
+	return nil
+}
+
+// ownDir gives an existing created mount source (a home) to uid, mode
+// 0700: a home made before its owner had a user id of their own is handed
+// over, all of it, once.
+func ownDir(dir string, fi os.FileInfo, uid, gid uint32) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if st.Uid != uid {
+		err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if err := os.Lchown(p, int(uid), int(gid)); err != nil {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("hand mount source %s to uid %d: %w", dir, uid, err)
+		}
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("chmod mount source %s: %w", dir, err)
 		}
 	}
 	return nil

@@ -38,6 +38,9 @@ const (
 // containernetworking-plugins, then the upstream location.
 var DefaultCNIPluginDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 
+// defaultPath is the PATH the CNI plugins get when the process has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // NetworkOptions configure the containers' network. The zero value is the
 // host's network.
 type NetworkOptions struct {
@@ -136,6 +139,12 @@ func newCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) {
 	}
 	if n.opts.StateDir == "" {
 		n.opts.StateDir = filepath.Join("/run/voyager/net", opts.Name)
+	}
+	// The plugins run iptables, found on PATH, which they inherit: a
+	// process started with an empty environment gets the usual one.
+	if os.Getenv("PATH") == "" {
+		_ = os.Setenv("PATH", defaultPath)
+		log.Info("PATH is empty; the CNI plugins get " + defaultPath)
 	}
 	for _, p := range []string{"bridge", "host-local", "portmap", "firewall", "loopback"} {
 		if !slices.ContainsFunc(n.opts.PluginDirs, func(d string) bool { _, err := os.Stat(filepath.Join(d, p)); return err == nil }) {

@@ -19,6 +19,9 @@ var (
 	ErrImageNotFound = errors.New("image not found")
 	// ErrInvalidSpec means a Spec failed Validate.
 	ErrInvalidSpec = errors.New("invalid container spec")
+	// ErrNetworkSetup means the isolated network could not be set up
+	// (a CNI plugin or iptables missing): containerd itself answered.
+	ErrNetworkSetup = errors.New("cannot set up the sessions' network")
 )
 
 // Runtime runs containers. Implementations are safe for concurrent use.
@@ -93,8 +96,9 @@ type Mount struct {
 	// Target is the path inside the container.
 	Target   string
 	ReadOnly bool
-	// Create makes Source, owned by the container's UID and GID, if it does
-	// not exist; an existing directory is left as it is.
+	// Create makes Source, owned by the container's UID and GID, mode
+	// 0700, if it does not exist; an existing one is given to them (all of
+	// it, when its owner differs) and made 0700.
 	Create bool
 }
 

@@ -77,6 +77,7 @@ var docTypes = map[string]any{
 	"Warning":    state.Warning{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
+	"UIDRecord":         state.UIDRecord{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.

@@ -193,6 +193,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		ropts.RuntimeBinary = "nvidia-container-runtime"
 	}
 	rt, err := runtime.NewContainerd(ctx, ropts)
+	if errors.Is(err, runtime.ErrNetworkSetup) {
+		return nil, fmt.Errorf("%w (set %s=host to run sessions without isolation, for debugging only)", err, config.EnvAgentNetwork)
+	}
 	if err != nil && dev {
 		dir := filepath.Join(cfg.DataDir, "containerd")
 		log.Info("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
