@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,6 +70,11 @@ type Config struct {
 	// publishes each session's log URL in status.urls.logs. Empty: no logs
 	// are served.
 	LogsBaseURL string
+	// LogURLTTL is how long a published log URL works; the agent re-signs
+	// a running session's before it expires, and a finished session's
+	// last one works this long after its end. Default LogRetention, else
+	// 168h.
+	LogURLTTL time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration
 	// UID and GID run session containers. Default runtime.DefaultUID/GID.
@@ -121,6 +127,9 @@ func (c *Config) defaults() {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second
+	}
+	if c.LogURLTTL <= 0 {
+		c.LogURLTTL = cmp.Or(c.LogRetention, 168*time.Hour)
 	}
 	if c.GPUMode == "" {
 		c.GPUMode = GPUModeCDI

@@ -32,6 +32,10 @@ type worker struct {
 	done   chan struct{}
 	log    *slog.Logger
 
+	// logsExp is when the log URL last written to the status expires
+	// (zero: none written by this worker).
+	logsExp time.Time
+
 	// token is the Jupyter token of a notebook's head (or single) part,
 	// set before the container starts or is adopted.
 	token string
@@ -186,6 +190,7 @@ func (w *worker) run() {
 					w.log.Warn("trim log", "err", err)
 				}
 			}
+			w.refreshLogsURL(ctx)
 		}
 	}
 }
@@ -431,11 +436,11 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		now := time.Now().UTC()
 		st.Phase, st.Reason, st.Started = state.PhaseRunning, "Started", &now
 		st.Message = "running"
-		if logs := w.a.logsURL(w.id); logs != "" {
+		if logs, exp := w.a.logsURL(w.id); logs != "" {
 			if st.URLs == nil {
 				st.URLs = map[string]string{}
 			}
-			st.URLs["logs"] = logs
+			st.URLs["logs"], w.logsExp = logs, exp
 		}
 		if url != "" {
 			st.Message = "Jupyter answers on port " + strconv.Itoa(port)
@@ -446,6 +451,31 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		}
 	})
 	return nil, false, true
+}
+
+// refreshLogsURL re-signs the log URL in the status of a running session
+// once half its life has passed (or none was written by this worker: an
+// adopted container's), so that it works for as long as the session runs.
+func (w *worker) refreshLogsURL(ctx context.Context) {
+	if w.item.Value.Role == state.RoleWorker || time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
+		return
+	}
+	logs, exp := w.a.logsURL(w.id)
+	if logs == "" {
+		return
+	}
+	ok := w.setStatus(ctx, func(st *state.Status) {
+		if st.Phase != state.PhaseRunning {
+			return
+		}
+		if st.URLs == nil {
+			st.URLs = map[string]string{}
+		}
+		st.URLs["logs"] = logs
+	})
+	if ok {
+		w.logsExp = exp
+	}
 }
 
 // outcome is how a session ends on this node: the final status's phase,
@@ -627,7 +657,7 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 					}
 					// The log outlives the container: a job that ended before
 					// anyone saw it run can still be read.
-					if logs := w.a.logsURL(w.id); logs != "" {
+					if logs, _ := w.a.logsURL(w.id); logs != "" {
 						if cur.URLs == nil {
 							cur.URLs = map[string]string{}
 						}
