@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -249,7 +251,7 @@ func (act *activity) jupyter(ctx context.Context) (*state.JupyterActivity, error
 // answer into v. It returns the HTTP status; an error only when there was
 // no usable answer.
 func (act *activity) getJSON(ctx context.Context, path, token string, v any) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", act.port, path), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(act.w.a.cfg.ProbeHost, strconv.Itoa(act.port))+path, nil)
 	if err != nil {
 		return 0, fmt.Errorf("build Jupyter request: %w", err)
 	}

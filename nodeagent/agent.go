@@ -70,6 +70,9 @@ type Config struct {
 	// publishes each session's log URL in status.urls.logs. Empty: no logs
 	// are served.
 	LogsBaseURL string
+	// ProbeHost is where the agent reaches its sessions' published ports
+	// (Jupyter's readiness and activity). Default 127.0.0.1.
+	ProbeHost string
 	// LogURLTTL is how long a published log URL works; the agent re-signs
 	// a running session's before it expires, and a finished session's
 	// last one works this long after its end. Default LogRetention, else
@@ -127,6 +130,9 @@ func (c *Config) defaults() {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second
+	}
+	if c.ProbeHost == "" {
+		c.ProbeHost = "127.0.0.1"
 	}
 	if c.LogURLTTL <= 0 {
 		c.LogURLTTL = cmp.Or(c.LogRetention, 168*time.Hour)

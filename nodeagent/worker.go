@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -398,7 +399,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 	if sess.Kind == state.KindNotebook && b.Role != state.RoleWorker {
 		p, err := SplitPorts(sess.Kind, b.Role, b.Ports)
 		if err == nil && p.Jupyter > 0 {
-			probe := fmt.Sprintf("http://127.0.0.1:%d/", p.Jupyter)
+			probe := "http://" + net.JoinHostPort(w.a.cfg.ProbeHost, strconv.Itoa(p.Jupyter)) + "/"
 			client := &http.Client{Timeout: time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()

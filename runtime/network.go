@@ -19,6 +19,7 @@ import (
 
 	"github.com/containerd/containerd/pkg/netns"
 	gocni "github.com/containerd/go-cni"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/coreos/go-iptables/iptables"
 )
 
@@ -67,6 +68,11 @@ type NetworkOptions struct {
 	// DenyCIDRs are networks containers may not reach at all (the control
 	// plane's, the cloud metadata service's).
 	DenyCIDRs []string
+	// HostNetNS is the network namespace that stands for the machine: its
+	// bridge, firewall and published ports live there. Empty: this
+	// process's (the machine's own). Tests set it to run several
+	// "machines" on one host.
+	HostNetNS string
 	// Allow are endpoints every container may reach although the rules
 	// above refuse them: a JupyterHub's API on this machine or on a
 	// denied network, which single-user servers call back. IP addresses.
@@ -166,10 +172,19 @@ func newCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) {
 	if n.ipt, err = iptables.New(); err != nil {
 		return nil, fmt.Errorf("set up network: %w", err)
 	}
-	if err := n.installChains(); err != nil {
+	if err := n.inHost(n.installChains); err != nil {
 		return nil, err
 	}
 	return n, nil
+}
+
+// inHost runs f in the machine's network namespace (HostNetNS), on one
+// locked thread, so that the plugins and iptables it runs act there too.
+func (n *cniNetwork) inHost(f func() error) error {
+	if n.opts.HostNetNS == "" {
+		return f()
+	}
+	return ns.WithNetNSPath(n.opts.HostNetNS, func(ns.NetNS) error { return f() })
 }
 
 // DefaultSubnet is the subnet of a network named name: a /24 in
@@ -348,8 +363,19 @@ func portMaps(publish []Published) []gocni.PortMapping {
 
 // setup attaches the container's namespace to the network, publishes its
 // ports and installs its own rules. It returns the container's address.
-func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, publish []Published, reach []Endpoint) (string, error) {
-	res, err := n.cni.Setup(ctx, id, nsPath, gocni.WithCapabilityPortMap(portMaps(publish)))
+func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, publish []Published, reach []Endpoint) (ip string, err error) {
+	err = n.inHost(func() error {
+		ip, err = n.setupHere(ctx, id, nsPath, publish, reach)
+		return err
+	})
+	return ip, err
+}
+
+// setupHere is setup in the machine's namespace. The plugins run one
+// after another on this thread (go-cni's Setup would run them on other
+// goroutines, outside HostNetNS).
+func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, publish []Published, reach []Endpoint) (string, error) {
+	res, err := n.cni.SetupSerially(ctx, id, nsPath, gocni.WithCapabilityPortMap(portMaps(publish)))
 	if err != nil {
 		return "", fmt.Errorf("set up network of %s: %w", id, err)
 	}
@@ -366,8 +392,8 @@ func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, publish []Pub
 		if c.Sandbox != "" || name == n.bridge {
 			continue
 		}
-		if err := os.WriteFile(filepath.Join("/sys/class/net", name, "brport/isolated"), []byte("1"), 0o644); err != nil {
-			return "", fmt.Errorf("set up network of %s: isolate bridge port %s: %w", id, name, err)
+		if out, err := exec.Command("ip", "link", "set", "dev", name, "type", "bridge_slave", "isolated", "on").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("set up network of %s: isolate bridge port %s: %w: %s", id, name, err, out)
 		}
 	}
 	chain := n.containerChain(id)
@@ -417,6 +443,10 @@ func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, publish []Pub
 // teardown undoes setup and removes the namespace; every step is
 // idempotent.
 func (n *cniNetwork) teardown(ctx context.Context, id, nsPath string, publish []Published) error {
+	return n.inHost(func() error { return n.teardownHere(ctx, id, nsPath, publish) })
+}
+
+func (n *cniNetwork) teardownHere(ctx context.Context, id, nsPath string, publish []Published) error {
 	var errs []error
 	chain := n.containerChain(id)
 	if err := n.ipt.DeleteIfExists("filter", n.ses, "-j", chain); err != nil {
@@ -443,7 +473,9 @@ func (n *cniNetwork) teardown(ctx context.Context, id, nsPath string, publish []
 
 // remove deletes the instance's chains, bridge and address records. The
 // caller has removed every container first.
-func (n *cniNetwork) remove() error {
+func (n *cniNetwork) remove() error { return n.inHost(n.removeHere) }
+
+func (n *cniNetwork) removeHere() error {
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -459,10 +491,8 @@ func (n *cniNetwork) remove() error {
 			add(n.ipt.ClearAndDeleteChain("filter", c))
 		}
 	}
-	if _, err := net.InterfaceByName(n.bridge); err == nil {
-		if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil {
-			add(fmt.Errorf("delete bridge %s: %w: %s", n.bridge, err, out))
-		}
+	if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
+		add(fmt.Errorf("delete bridge %s: %w: %s", n.bridge, err, out))
 	}
 	add(os.RemoveAll(filepath.Join("/var/lib/cni/networks", "voyager-"+n.opts.Name)))
 	if err := errors.Join(errs...); err != nil {
