@@ -53,8 +53,9 @@ func machines(t *testing.T, n int) []machine {
 	for i := 1; i <= n; i++ {
 		m := machine{name: fmt.Sprintf("m%d", i), addr: fmt.Sprintf("%s.%d", net3, 10+i), netns: fmt.Sprintf("isolation-%s-m%d", tag, i)}
 		veth := fmt.Sprintf("vymv%s%d", tag, i)
-		ipCmd(t, "netns", "add", m.netns)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", m.netns).Run() })
+		name := m.netns
+		ipCmd(t, "netns", "add", name)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
 		ipCmd(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", m.netns)
 		ipCmd(t, "link", "set", veth, "master", br, "up")
 		ipCmd(t, "-n", m.netns, "addr", "add", m.addr+"/24", "dev", "eth0")

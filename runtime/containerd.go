@@ -121,6 +121,9 @@ func NewContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, er
 			_ = cli.Close()
 			return nil, fmt.Errorf("%w: %w", ErrNetworkSetup, err)
 		}
+		if err := c.collectNetwork(ctx); err != nil {
+			c.log.Warn("could not clean up the network of containers that are gone", "err", err)
+		}
 	default:
 		_ = cli.Close()
 		return nil, fmt.Errorf("connect to containerd: network mode %q: want %s or %s", opts.Network.Mode, NetworkIsolated, NetworkHost)
@@ -139,7 +142,26 @@ func (c *Containerd) RemoveNetwork() error {
 	if c.net == nil {
 		return nil
 	}
-	return c.net.remove()
+	return c.net.remove(context.Background())
+}
+
+// collectNetwork tears down the network attachments of containers that
+// are gone from the namespace: a container removed behind the runtime's
+// back would otherwise keep its address and its published ports' NAT
+// rules, which would catch the next session given those ports.
+func (c *Containerd) collectNetwork(ctx context.Context) error {
+	conts, err := c.client.Containers(ctx)
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	ids, nss := map[string]bool{}, map[string]bool{}
+	for _, cont := range conts {
+		ids[cont.ID()] = true
+		if labels, err := cont.Labels(ctx); err == nil && labels[labelNetNS] != "" {
+			nss[labels[labelNetNS]] = true
+		}
+	}
+	return c.net.gc(ctx, ids, nss)
 }
 
 // Close closes the connection. Containers keep running.

@@ -119,6 +119,18 @@ type cniNetwork struct {
 // newCNINetwork loads the CNI configuration and installs the instance's
 // firewall chains. It fails when a plugin is missing.
 func newCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) {
+	n, err := openCNINetwork(opts, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.inHost(n.installChains); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// openCNINetwork loads the CNI configuration of a network.
+func openCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) {
 	if opts.Name == "" || strings.Trim(opts.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
 		return nil, fmt.Errorf("set up network: name %q: want letters, digits, '-' or '_'", opts.Name)
 	}
@@ -171,9 +183,6 @@ func newCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) {
 	}
 	if n.ipt, err = iptables.New(); err != nil {
 		return nil, fmt.Errorf("set up network: %w", err)
-	}
-	if err := n.inHost(n.installChains); err != nil {
-		return nil, err
 	}
 	return n, nil
 }
@@ -447,17 +456,26 @@ func (n *cniNetwork) teardown(ctx context.Context, id, nsPath string, publish []
 }
 
 func (n *cniNetwork) teardownHere(ctx context.Context, id, nsPath string, publish []Published) error {
+	return n.teardownPorts(ctx, id, nsPath, portMaps(publish))
+}
+
+// teardownPorts is teardownHere with the port mappings as CNI knows them.
+func (n *cniNetwork) teardownPorts(ctx context.Context, id, nsPath string, pm []gocni.PortMapping) error {
 	var errs []error
+	// iptables-nft fails a check of a jump to a chain that does not exist:
+	// look for the chain first.
 	chain := n.containerChain(id)
-	if err := n.ipt.DeleteIfExists("filter", n.ses, "-j", chain); err != nil {
-		errs = append(errs, err)
-	}
 	if ok, err := n.ipt.ChainExists("filter", chain); err == nil && ok {
+		if ok, _ := n.ipt.ChainExists("filter", n.ses); ok {
+			if err := n.ipt.DeleteIfExists("filter", n.ses, "-j", chain); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := n.ipt.ClearAndDeleteChain("filter", chain); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := n.cni.Remove(ctx, id, nsPath, gocni.WithCapabilityPortMap(portMaps(publish))); err != nil {
+	if err := n.cni.Remove(ctx, id, nsPath, gocni.WithCapabilityPortMap(pm)); err != nil {
 		errs = append(errs, err)
 	}
 	if nsPath != "" {
@@ -471,9 +489,69 @@ func (n *cniNetwork) teardownHere(ctx context.Context, id, nsPath string, publis
 	return nil
 }
 
-// remove deletes the instance's chains, bridge and address records. The
-// caller has removed every container first.
-func (n *cniNetwork) remove() error { return n.inHost(n.removeHere) }
+// cniCacheDir is where libcni records each attachment (its default).
+const cniCacheDir = "/var/lib/cni/results"
+
+// gc tears down what containers that are gone left behind: their CNI
+// attachments (addresses, NAT rules of published ports, firewall rules),
+// as libcni's cache records them, their chains, and the pins of network
+// namespaces no live container uses. A container removed behind the
+// runtime's back (by hand, or a containerd wiped clean) leaves these.
+func (n *cniNetwork) gc(ctx context.Context, liveIDs, liveNS map[string]bool) error {
+	var errs []error
+	err := n.inHost(func() error {
+		entries, err := os.ReadDir(cniCacheDir)
+		if err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("read CNI cache: %w", err)
+		}
+		prefix := "voyager-" + n.opts.Name + "-"
+		for _, e := range entries {
+			id, ok := strings.CutPrefix(e.Name(), prefix)
+			if !ok {
+				continue
+			}
+			if id, ok = strings.CutSuffix(id, "-eth0"); !ok || liveIDs[id] {
+				continue
+			}
+			var cached struct {
+				CapabilityArgs struct {
+					PortMappings []gocni.PortMapping `json:"portMappings"`
+				} `json:"capabilityArgs"`
+			}
+			if b, err := os.ReadFile(filepath.Join(cniCacheDir, e.Name())); err == nil {
+				_ = json.Unmarshal(b, &cached)
+			}
+			n.log.Info("tearing down the network of a container that is gone", "container", id)
+			if err := n.teardownPorts(ctx, id, "", cached.CapabilityArgs.PortMappings); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	pins, _ := filepath.Glob(filepath.Join(n.opts.StateDir, "netns", "*"))
+	for _, p := range pins {
+		if !liveNS[p] {
+			if err := netns.LoadNetNS(p).Remove(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("collect the network of gone containers: %w", err)
+	}
+	return nil
+}
+
+// remove tears down every container's network, then deletes the
+// instance's chains, bridge and address records. The caller has removed
+// every container first.
+func (n *cniNetwork) remove(ctx context.Context) error {
+	gcErr := n.gc(ctx, nil, nil)
+	return errors.Join(gcErr, n.inHost(n.removeHere))
+}
 
 func (n *cniNetwork) removeHere() error {
 	var errs []error
@@ -482,14 +560,27 @@ func (n *cniNetwork) removeHere() error {
 			errs = append(errs, err)
 		}
 	}
-	add(n.ipt.DeleteIfExists("filter", "INPUT", "-j", n.in))
-	if ok, _ := n.ipt.ChainExists("filter", "CNI-FORWARD"); ok {
-		add(n.ipt.DeleteIfExists("filter", "CNI-FORWARD", "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", n.fwd))
+	if ok, _ := n.ipt.ChainExists("filter", n.in); ok {
+		add(n.ipt.DeleteIfExists("filter", "INPUT", "-j", n.in))
 	}
-	for _, c := range []string{n.fwd, n.in, n.ses} {
-		if ok, _ := n.ipt.ChainExists("filter", c); ok {
-			add(n.ipt.ClearAndDeleteChain("filter", c))
+	if ok, _ := n.ipt.ChainExists("filter", n.fwd); ok {
+		if ok, _ := n.ipt.ChainExists("filter", "CNI-FORWARD"); ok {
+			add(n.ipt.DeleteIfExists("filter", "CNI-FORWARD", "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", n.fwd))
 		}
+	}
+	// The instance's chains, and any container's left over, whose jumps
+	// are in the instance's: flush them all, then delete them.
+	chains, err := n.ipt.ListChains("filter")
+	add(err)
+	var ours []string
+	for _, c := range chains {
+		if strings.HasPrefix(c, "VY"+n.id+"-") {
+			ours = append(ours, c)
+			add(n.ipt.ClearChain("filter", c))
+		}
+	}
+	for _, c := range ours {
+		add(n.ipt.DeleteChain("filter", c))
 	}
 	if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		add(fmt.Errorf("delete bridge %s: %w: %s", n.bridge, err, out))
@@ -499,6 +590,21 @@ func (n *cniNetwork) removeHere() error {
 		return fmt.Errorf("remove network %s: %w", n.opts.Name, err)
 	}
 	return nil
+}
+
+// RemoveNetwork tears down an isolated network without a runtime: every
+// container attachment it still records, its chains, bridge and address
+// records. For a machine that stops running sessions, and for tests whose
+// agent is gone; the network's containers should be gone first.
+func RemoveNetwork(ctx context.Context, opts NetworkOptions, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	n, err := openCNINetwork(opts, log)
+	if err != nil {
+		return err
+	}
+	return n.remove(ctx)
 }
 
 // encodePublish and decodePublish keep the published ports in a label.

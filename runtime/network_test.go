@@ -7,10 +7,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
 
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
@@ -131,5 +135,61 @@ func TestIsolatedNetworkPublishesOnlyWhatIsAsked(t *testing.T) {
 	}
 	if strings.Contains(out, "REACHED") || strings.Count(out, "REFUSED") != 4 {
 		t.Fatalf("a container reached what it must not:\n%s", out)
+	}
+}
+
+// TestIsolatedNetworkCollectsGoneContainers: a container removed behind
+// the runtime's back leaves its published port's NAT rule; the next
+// runtime over the namespace tears it down, so the port serves a new
+// container.
+func TestIsolatedNetworkCollectsGoneContainers(t *testing.T) {
+	port := freePort(t)
+	opts := runtime.ContainerdOptions{Network: runtime.NetworkOptions{
+		Mode: runtime.NetworkIsolated, Name: fmt.Sprintf("isolation-gc-%d", os.Getpid()), StateDir: t.TempDir(),
+	}}
+	rt := runtimetest.New(t, opts)
+	serve(t, rt, "gone", port)
+	if got := get(t, fmt.Sprintf("http://127.0.0.1:%d/", port)); got != "gone" {
+		t.Fatalf("published port answers %q", got)
+	}
+	// Behind the runtime's back: containerd's own client deletes it.
+	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
+	cli, err := containerd.New(rt.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	cont, err := cli.LoadContainer(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task, err := cont.Task(ctx, nil); err == nil {
+		_, _ = task.Delete(ctx, containerd.WithProcessKill)
+	}
+	if err := cont.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
+		t.Fatal(err)
+	}
+	natHas := func() bool {
+		out, _ := exec.Command("iptables", "-t", "nat", "-S").CombinedOutput()
+		return strings.Contains(string(out), fmt.Sprintf("--dport %d ", port))
+	}
+	if !natHas() {
+		t.Fatal("no NAT rule for the published port after a removal behind the runtime's back: nothing to collect, the test cannot tell")
+	}
+	opts.Namespace, opts.Address = rt.Namespace(), rt.Address()
+	again, err := runtime.NewContainerd(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if natHas() {
+		t.Fatal("the NAT rule of a gone container survived a new runtime")
+	}
+	serve(t, again, "next", port)
+	if got := get(t, fmt.Sprintf("http://127.0.0.1:%d/", port)); got != "next" {
+		t.Fatalf("the port serves %q; want the new container", got)
+	}
+	if err := again.Remove(context.Background(), "next"); err != nil {
+		t.Fatal(err)
 	}
 }
