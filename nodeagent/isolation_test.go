@@ -23,30 +23,6 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
-// nodeAddr is an IPv4 address of this machine other than loopback: where
-// etcd, the agent and sessions' published ports are reached on a real
-// cluster.
-func nodeAddr(t *testing.T) string {
-	t.Helper()
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, i := range ifs {
-		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 || strings.HasPrefix(i.Name, "vy") {
-			continue
-		}
-		addrs, _ := i.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
-				return n.IP.String()
-			}
-		}
-	}
-	t.Skip("no non-loopback IPv4 address on this machine")
-	return ""
-}
-
 // attack is one attempt from inside a tenant's container: a shell snippet
 // whose output (stdout and stderr) the test judges with hit.
 type attack struct {
@@ -93,7 +69,7 @@ func etcdHasToken(token string) func(string) bool {
 // batch session of another tenant (eve) that tries every attack. It
 // returns which attacks succeeded, by name.
 func runAttacks(t *testing.T, mode string) map[string]bool {
-	addr := nodeAddr(t)
+	addr := runtimetest.MachineAddr(t)
 	etcd := etcdtest.Start(t, etcdtest.Options{ClientAddr: net.JoinHostPort(addr, strconv.Itoa(freePort(t)))})
 	cli := etcd.Client(t)
 	etcdURL := etcd.Server.Endpoint()

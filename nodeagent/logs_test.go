@@ -26,13 +26,7 @@ import (
 func TestAgentServesLogs(t *testing.T) {
 	cli := etcdtest.New(t)
 	rt := newFake()
-	cfg := testConfig(t, cli, rt)
-	mux := http.NewServeMux()
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	cfg.LogsBaseURL = srv.URL
-	a, _ := runAgent(t, cfg)
-	mux.Handle(nodeagent.LogsPath, a.LogsHandler())
+	srv := runLogsAgent(t, testConfig(t, cli, rt))
 
 	b := bind(t, cli, state.Session{ID: "job1", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sh", "-c", "train"}},
 		state.Binding{CPUMilli: 500, MemoryMiB: 256})
@@ -85,6 +79,19 @@ func TestAgentServesLogs(t *testing.T) {
 	if resp, err := http.Get(other); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("another container with this key: %v %v, want 403", resp.StatusCode, err)
 	}
+}
+
+// runLogsAgent runs an agent whose log endpoint an HTTP test server
+// serves, for the test's life, and returns the server.
+func runLogsAgent(t *testing.T, cfg nodeagent.Config) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	cfg.LogsBaseURL = srv.URL
+	a, _ := runAgent(t, cfg)
+	mux.Handle(nodeagent.LogsPath, a.LogsHandler())
+	return srv
 }
 
 func appendLog(t *testing.T, path, s string) {
@@ -188,12 +195,7 @@ func TestLogURLsExpire(t *testing.T) {
 	rt := newFake()
 	cfg := testConfig(t, cli, rt)
 	cfg.LogURLTTL = 3 * time.Second
-	mux := http.NewServeMux()
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	cfg.LogsBaseURL = srv.URL
-	a, _ := runAgent(t, cfg)
-	mux.Handle(nodeagent.LogsPath, a.LogsHandler())
+	runLogsAgent(t, cfg)
 
 	bind(t, cli, state.Session{ID: "long", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sleep", "1d"}},
 		state.Binding{CPUMilli: 500, MemoryMiB: 256})

@@ -66,22 +66,6 @@ func get(t *testing.T, url string) string {
 	}
 }
 
-// hostAddr is an address of this machine other than loopback.
-func hostAddr(t *testing.T) string {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !strings.HasPrefix(n.IP.String(), "10.1") {
-			return n.IP.String()
-		}
-	}
-	t.Skip("no non-loopback IPv4 address on this machine")
-	return ""
-}
-
 func TestIsolatedNetworkPublishesOnlyWhatIsAsked(t *testing.T) {
 	pa, pb := freePort(t), freePort(t)
 	rt := isolatedRuntime(t, [2]int{min(pa, pb), max(pa, pb)})
@@ -94,7 +78,7 @@ func TestIsolatedNetworkPublishesOnlyWhatIsAsked(t *testing.T) {
 	if got := get(t, fmt.Sprintf("http://127.0.0.1:%d/", pa)); got != "net-a" {
 		t.Fatalf("published port of net-a answers %q", got)
 	}
-	node := hostAddr(t)
+	node := runtimetest.MachineAddr(t)
 	if got := get(t, fmt.Sprintf("http://%s:%d/", node, pb)); got != "net-b" {
 		t.Fatalf("published port of net-b on %s answers %q", node, got)
 	}

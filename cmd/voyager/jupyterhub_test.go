@@ -22,6 +22,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -212,28 +213,6 @@ func (h *hub) statusThroughProxy(user string) (int, string) {
 // port is the port of a host:port address.
 func port(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 
-// machineAddr is an IPv4 address of this machine other than loopback.
-func machineAddr(t *testing.T) string {
-	t.Helper()
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, i := range ifs {
-		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 || strings.HasPrefix(i.Name, "vy") {
-			continue
-		}
-		addrs, _ := i.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
-				return n.IP.String()
-			}
-		}
-	}
-	t.Fatal("no non-loopback IPv4 address on this machine for the hub's API")
-	return ""
-}
-
 // TestJupyterHubE2E: a real JupyterHub (Debian's) with the VoyagerSpawner
 // and a dummy authenticator, against `voyager dev` with its real agent on a
 // real containerd. A user's server starts through the hub's REST API in a
@@ -261,7 +240,7 @@ func TestJupyterHubE2E(t *testing.T) {
 	// The hub's API listens on the machine's own address, which sessions
 	// (in their own network namespaces) reach only because the agent is
 	// told to allow it: single-user servers call the hub back.
-	hubIP := machineAddr(t)
+	hubIP := runtimetest.MachineAddr(t)
 	hubPort := net.JoinHostPort(hubIP, port(freeAddr(t)))
 	env := newDevEnv(t)
 	environ := append(env.environ(),
