@@ -102,7 +102,8 @@ func TestAgentKillE2E(t *testing.T) {
 		"VOYAGER_AGENT_NODE=e2e-node", "VOYAGER_AGENT_ADDRESS=127.0.0.1",
 		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
 		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
+		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
+		"VOYAGER_AGENT_NETWORK_NAME="+sessionNetwork(t))
 	startAgent := func() *proc {
 		p := start(t, append(slices.Clone(agentEnv), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "agent")
 		p.waitFor(`msg="node registered"`, 30*time.Second)

@@ -88,14 +88,21 @@ type devEnv struct {
 var devNetworks atomic.Int64
 
 func newDevEnv(t *testing.T) devEnv {
-	e := devEnv{home: t.TempDir(), clientAddr: freeAddr(t), peerAddr: freeAddr(t), httpAddr: freeAddr(t),
-		network: fmt.Sprintf("cmdtest-%d-%d", os.Getpid(), devNetworks.Add(1))}
+	return devEnv{home: t.TempDir(), clientAddr: freeAddr(t), peerAddr: freeAddr(t), httpAddr: freeAddr(t), network: sessionNetwork(t)}
+}
+
+// sessionNetwork names a session network for an agent the test runs
+// (VOYAGER_AGENT_NETWORK_NAME) and removes it when the test ends, after
+// the agent stopped: tests leave no bridges, firewall chains or NAT rules
+// behind.
+func sessionNetwork(t *testing.T) string {
+	name := fmt.Sprintf("cmdtest-%d-%d", os.Getpid(), devNetworks.Add(1))
 	if os.Geteuid() == 0 {
 		t.Cleanup(func() {
-			_ = vrt.RemoveNetwork(context.Background(), vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: e.network}, slog.New(slog.DiscardHandler))
+			_ = vrt.RemoveNetwork(context.Background(), vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: name}, slog.New(slog.DiscardHandler))
 		})
 	}
-	return e
+	return name
 }
 
 func (e devEnv) environ() []string {
