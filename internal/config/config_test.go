@@ -292,6 +292,31 @@ func TestLoadInvalid(t *testing.T) {
 			want: `invalid VOYAGER_AGENT_GPU_MODE="docker": want one of cdi, env`,
 		},
 		{
+			name: "agent network",
+			env:  "VOYAGER_AGENT_NETWORK=bridge",
+			want: `invalid VOYAGER_AGENT_NETWORK="bridge": want one of isolated, host`,
+		},
+		{
+			name: "agent network subnet",
+			env:  "VOYAGER_AGENT_NETWORK_SUBNET=10.0.0.0",
+			want: `invalid VOYAGER_AGENT_NETWORK_SUBNET="10.0.0.0": want an IPv4 CIDR such as 10.128.7.0/24, or empty`,
+		},
+		{
+			name: "agent network deny",
+			env:  "VOYAGER_AGENT_NETWORK_DENY=10.0.0.0/8,metadata",
+			want: `invalid VOYAGER_AGENT_NETWORK_DENY="10.0.0.0/8,metadata": want comma-separated CIDRs such as 169.254.0.0/16,10.0.0.0/24`,
+		},
+		{
+			name: "agent network allow",
+			env:  "VOYAGER_AGENT_NETWORK_ALLOW=hub:8081",
+			want: `invalid VOYAGER_AGENT_NETWORK_ALLOW="hub:8081": want comma-separated IPv4 ip:port endpoints such as 10.0.0.5:8081`,
+		},
+		{
+			name: "allowed registries",
+			env:  "VOYAGER_API_ALLOWED_REGISTRIES=docker.io/library",
+			want: `invalid VOYAGER_API_ALLOWED_REGISTRIES="docker.io/library": want comma-separated registry hosts such as docker.io,registry.example.com:5000, or empty`,
+		},
+		{
 			name: "agent node name",
 			env:  "VOYAGER_AGENT_NODE=GPU_07!",
 			want: `invalid VOYAGER_AGENT_NODE="GPU_07!": want 1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit, such as gpu-07`,
