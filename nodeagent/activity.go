@@ -138,7 +138,7 @@ func (act *activity) sample(ctx context.Context) {
 	if !activityChanged(act.last, &cur, cfg.GPUBusyPercent) {
 		return
 	}
-	if w.setStatus(ctx, func(st *state.Status) { st.Activity = &cur }) {
+	if w.setStatus(ctx, state.EventObserve, func(st *state.Status) { st.Activity = &cur }) {
 		w.a.activityWrites.Add(1)
 		act.last = &cur
 	}

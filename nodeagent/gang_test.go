@@ -82,33 +82,44 @@ func bindParts(t *testing.T, cli *clientv3.Client, s state.Session, parts []stat
 	if err != nil || len(pr.Kvs) == 0 {
 		t.Fatalf("read pending: %v", err)
 	}
-	var lws []state.LedgerWrite
-	var nodes []string
-	for i := range parts {
-		b := &parts[i]
-		b.Session, b.QueueRevision, b.Bound = s.ID, pr.Kvs[0].ModRevision, now
-		l, rev, err := state.Get[state.Ledger](ctx, cli, keys.Ledger(b.Node))
-		if err != nil && !errors.Is(err, state.ErrNotFound) {
+	for attempt := 0; attempt < 10; attempt++ {
+		var lws []state.LedgerWrite
+		var nodes []string
+		for i := range parts {
+			b := &parts[i]
+			b.Session, b.QueueRevision, b.Bound = s.ID, pr.Kvs[0].ModRevision, now
+			l, rev, err := state.Get[state.Ledger](ctx, cli, keys.Ledger(b.Node))
+			if err != nil && !errors.Is(err, state.ErrNotFound) {
+				t.Fatal(err)
+			}
+			if l.Allocations == nil {
+				l = state.Ledger{Node: b.Node, Allocations: map[string]state.Allocation{}}
+			}
+			l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
+			nr, err := cli.Get(ctx, keys.Node(b.Node))
+			if err != nil || len(nr.Kvs) == 0 {
+				t.Fatalf("read node %s: %v", b.Node, err)
+			}
+			lws = append(lws, state.LedgerWrite{Node: b.Node, ReadRevision: rev, NodeRevision: nr.Kvs[0].ModRevision, Ledger: l})
+			nodes = append(nodes, b.Node)
+		}
+		cmps, ops, err := state.BindOps(keys, lws, []state.Placement{{
+			Session: s.ID, PendingRevision: pr.Kvs[0].ModRevision, Bindings: parts,
+			Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: nodes, Created: now, Updated: now, Bound: &now},
+		}})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Allocations == nil {
-			l = state.Ledger{Node: b.Node, Allocations: map[string]state.Allocation{}}
+		resp, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			t.Fatal(err)
 		}
-		l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
-		lws = append(lws, state.LedgerWrite{Node: b.Node, ReadRevision: rev, Ledger: l})
-		nodes = append(nodes, b.Node)
+		if resp.Succeeded {
+			return parts
+		}
 	}
-	cmps, ops, err := state.BindOps(keys, lws, []state.Placement{{
-		Session: s.ID, PendingRevision: pr.Kvs[0].ModRevision, Bindings: parts,
-		Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: nodes, Created: now, Updated: now, Bound: &now},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit(); err != nil || !resp.Succeeded {
-		t.Fatalf("bind %s: %v", s.ID, err)
-	}
-	return parts
+	t.Fatalf("bind %s: a ledger or node kept changing", s.ID)
+	return nil
 }
 
 // TestRayGangAcrossMachines: a Ray session's head on one machine and its

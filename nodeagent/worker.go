@@ -33,13 +33,12 @@ type worker struct {
 	done   chan struct{}
 	log    *slog.Logger
 
-	// logsExp is when the log URL last written to the status expires
-	// (zero: none written by this worker).
-	logsExp time.Time
-
 	// token is the Jupyter token of a notebook's head (or single) part,
 	// set before the container starts or is adopted.
 	token string
+	// logsExp is when the log URL last written to the status expires
+	// (zero: none written by this worker).
+	logsExp time.Time
 
 	// stopWith is the session as it was when stopReq closed: whether its
 	// owner stopped it or the lifecycle controller evicted it decides the
@@ -114,7 +113,7 @@ func (w *worker) run() {
 			}
 			w.a.startFailures.Add(1)
 			w.log.Warn("session failed to start", "err", err)
-			w.finish(ctx, nil, w.failed(ctx, sess, stopReq, "StartFailed", err.Error()))
+			w.finish(ctx, nil, w.failed(sess, stopReq, "StartFailed", err.Error()))
 			w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 			return
 		}
@@ -328,8 +327,8 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	if image == "" {
 		image = cfg.Image
 	}
-	w.setStatus(ctx, func(st *state.Status) {
-		st.Phase, st.Reason, st.Message = state.PhaseStarting, "Pulling", "pulling image "+image
+	w.setStatus(ctx, state.EventCreate, func(st *state.Status) {
+		st.Reason, st.Message = "Pulling", "pulling image "+image
 	})
 	if err := cfg.Runtime.EnsureImage(ctx, image); err != nil {
 		return fmt.Errorf("pull image %s: %w", image, err)
@@ -364,8 +363,8 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	}
 	w.a.starts.Add(1)
 	w.log.Info("container started", "image", spec.Image)
-	w.setStatus(ctx, func(st *state.Status) {
-		st.Phase, st.Reason, st.Message = state.PhaseStarting, "Created", "container started"
+	w.setStatus(ctx, state.EventCreate, func(st *state.Status) {
+		st.Reason, st.Message = "Created", "container started"
 	})
 	return nil
 }
@@ -430,12 +429,12 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 			}
 		}
 	}
-	w.setStatus(ctx, func(st *state.Status) {
+	w.setStatus(ctx, state.EventStart, func(st *state.Status) {
 		if adopted && st.Phase == state.PhaseRunning {
 			return
 		}
 		now := time.Now().UTC()
-		st.Phase, st.Reason, st.Started = state.PhaseRunning, "Started", &now
+		st.Reason, st.Started = "Started", &now
 		st.Message = "running"
 		if logs, exp := w.a.logsURL(w.id); logs != "" {
 			if st.URLs == nil {
@@ -465,10 +464,7 @@ func (w *worker) refreshLogsURL(ctx context.Context) {
 	if logs == "" {
 		return
 	}
-	ok := w.setStatus(ctx, func(st *state.Status) {
-		if st.Phase != state.PhaseRunning {
-			return
-		}
+	ok := w.setStatus(ctx, state.EventObserve, func(st *state.Status) {
 		if st.URLs == nil {
 			st.URLs = map[string]string{}
 		}
@@ -489,11 +485,14 @@ type outcome struct {
 	retryAt *time.Time
 }
 
-// decider chooses the outcome from the session's current status, read
-// afresh on each attempt of the release; an error retries it.
-type decider func(cur *state.Status) (outcome, error)
+// decider chooses the outcome from the session's spec and current status,
+// read afresh on each attempt of the release and compared by its
+// transaction; an error retries it.
+type decider func(spec state.Session, cur *state.Status) (outcome, error)
 
-func fixed(o outcome) decider { return func(*state.Status) (outcome, error) { return o, nil } }
+func fixed(o outcome) decider {
+	return func(state.Session, *state.Status) (outcome, error) { return o, nil }
+}
 
 // exited records the end of a container that stopped by itself, releases
 // the binding and removes the container.
@@ -512,10 +511,12 @@ func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, s
 	case code == 0:
 		decide = fixed(outcome{phase: state.PhaseStopped, reason: "Exited", msg: msg})
 	default:
-		decide = w.failed(ctx, sess, stopReq, "Exited", msg)
+		decide = w.failed(sess, stopReq, "Exited", msg)
 	}
 	w.log.Info("container exited", "code", code)
-	w.finish(ctx, &code, decide)
+	if !w.finish(ctx, &code, decide) {
+		return // not released: the container keeps its exit code for the next worker
+	}
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 }
 
@@ -524,12 +525,9 @@ func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, s
 // OnFailure and restarts left that nobody stopped or evicted, Pending with
 // reason BackOff until RetryAt, when the lifecycle controller re-queues it
 // and counts the attempt (the agent never does).
-func (w *worker) failed(ctx context.Context, sess state.Session, stopReq chan struct{}, reason, msg string) decider {
-	return func(cur *state.Status) (outcome, error) {
-		delay, ok, err := w.restartDelay(ctx, sess, stopReq, cur.Attempt)
-		if err != nil {
-			return outcome{}, err
-		}
+func (w *worker) failed(sess state.Session, stopReq chan struct{}, reason, msg string) decider {
+	return func(spec state.Session, cur *state.Status) (outcome, error) {
+		delay, ok := w.restartDelay(spec, stopReq, cur.Attempt)
 		if !ok {
 			return outcome{phase: state.PhaseFailed, reason: reason, msg: msg}, nil
 		}
@@ -543,30 +541,20 @@ func (w *worker) failed(ctx context.Context, sess state.Session, stopReq chan st
 
 // restartDelay reports whether a failed session restarts after attempt
 // restarts, and after how long: Restart.Backoff (else the agent's
-// RestartBackoff) doubled per restart, at most RestartBackoffMax.
-func (w *worker) restartDelay(ctx context.Context, sess state.Session, stopReq chan struct{}, attempt int) (time.Duration, bool, error) {
+// RestartBackoff) doubled per restart, at most RestartBackoffMax. spec is
+// the spec the release compares: a session stopped or evicted as it
+// failed never comes back, even if the watch lags.
+func (w *worker) restartDelay(spec state.Session, stopReq chan struct{}, attempt int) (time.Duration, bool) {
 	cfg := w.a.cfg
-	if sess.Kind != state.KindBatch || sess.Restart.Policy != state.RestartOnFailure || attempt >= sess.Restart.MaxRestarts {
-		return 0, false, nil
+	if spec.Kind != state.KindBatch || !spec.RestartsLeft(attempt) || spec.Stopping() {
+		return 0, false
 	}
 	select {
 	case <-stopReq:
-		return 0, false, nil
+		return 0, false
 	default:
 	}
-	// The watch may lag: a session stopped or evicted as it failed must
-	// not come back.
-	cur, _, err := state.Get[state.Session](ctx, cfg.Client, cfg.Keys.Session(sess.ID))
-	if errors.Is(err, state.ErrNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read session %s: %w", sess.ID, err)
-	}
-	if cur.Stopping() {
-		return 0, false, nil
-	}
-	return RestartDelay(sess.Restart.Backoff.Std(), cfg.RestartBackoff, cfg.RestartBackoffMax, attempt), true, nil
+	return RestartDelay(spec.Restart.Backoff.Std(), cfg.RestartBackoff, cfg.RestartBackoffMax, attempt), true
 }
 
 // RestartDelay is the wait before restart number attempt+1 of a failed
@@ -599,8 +587,8 @@ func (w *worker) stop(ctx context.Context) {
 	if ev != nil {
 		reason, msg = ev.Reason, "stopping: "+ev.Message
 	}
-	w.setStatus(ctx, func(st *state.Status) {
-		st.Phase, st.Reason, st.Message = state.PhaseStopping, reason, msg
+	w.setStatus(ctx, state.EventStop, func(st *state.Status) {
+		st.Reason, st.Message = reason, msg
 	})
 	var code *int
 	if err := cfg.Runtime.Stop(ctx, w.id, cfg.StopGrace); err == nil {
@@ -613,20 +601,29 @@ func (w *worker) stop(ctx context.Context) {
 			return
 		}
 	}
-	o := outcome{phase: state.PhaseStopped, reason: "StopRequested", msg: "stopped on request"}
-	switch {
-	case ev == nil:
-	case ev.Requeue:
-		now := time.Now().UTC()
-		o = outcome{phase: state.PhasePending, reason: state.ReasonPreempted, msg: cmp.Or(ev.Message, "preempted") + "; re-queued", retryAt: &now}
-	default:
-		o = outcome{phase: state.PhaseStopped, reason: ev.Reason, msg: cmp.Or(ev.Message, ev.Reason)}
-		if sess.Kind == state.KindBatch && ev.Reason == state.ReasonMaxRuntime {
-			o.phase = state.PhaseFailed
+	decide := func(spec state.Session, _ *state.Status) (outcome, error) {
+		o := outcome{phase: state.PhaseStopped, reason: "StopRequested", msg: "stopped on request"}
+		ev := ev
+		if spec.Desired == state.DesiredStopped {
+			// The owner's stop, also one that landed during the
+			// eviction's grace, wins: never re-queued.
+			ev = nil
 		}
+		switch {
+		case ev == nil:
+		case ev.Requeue:
+			now := time.Now().UTC()
+			o = outcome{phase: state.PhasePending, reason: state.ReasonPreempted, msg: cmp.Or(ev.Message, "preempted") + "; re-queued", retryAt: &now}
+		default:
+			o = outcome{phase: state.PhaseStopped, reason: ev.Reason, msg: cmp.Or(ev.Message, ev.Reason)}
+			if sess.Kind == state.KindBatch && ev.Reason == state.ReasonMaxRuntime {
+				o.phase = state.PhaseFailed
+			}
+		}
+		w.log.Info("session stopped", "phase", o.phase, "reason", o.reason)
+		return o, nil
 	}
-	w.log.Info("session stopped", "phase", o.phase, "reason", o.reason)
-	if !w.finish(ctx, code, fixed(o)) {
+	if !w.finish(ctx, code, decide) {
 		return
 	}
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
@@ -637,41 +634,52 @@ func (w *worker) stop(ctx context.Context) {
 // retrying until it succeeds or ctx ends. A Pending outcome (waiting to
 // run again) is not finished: no Finished time, and the Jupyter URL and
 // activity of the gone container are dropped. Ray workers release without
-// writing a status: the head owns the session's status.
+// writing a status: the head owns the session's status. A binding that is
+// gone or replaced (state.ErrStale) has nothing left to release: a node
+// loss took it, or this release committed and its reply was lost.
 func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
-	for attempt := 0; ; attempt++ {
-		var st *state.Status
-		var err error
-		if b.Role != state.RoleWorker {
-			var cur state.Status
-			if cur, err = w.currentStatus(ctx); err == nil {
-				var o outcome
-				if o, err = decide(&cur); err == nil {
-					now := time.Now().UTC()
-					cur.Phase, cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.phase, o.reason, o.msg, code, now
-					cur.Finished, cur.RetryAt = &now, nil
-					if o.phase == state.PhasePending {
-						cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
-						delete(cur.URLs, "jupyter")
-					}
-					// The log outlives the container: a job that ended before
-					// anyone saw it run can still be read.
-					if logs, _ := w.a.logsURL(w.id); logs != "" {
-						if cur.URLs == nil {
-							cur.URLs = map[string]string{}
-						}
-						cur.URLs["logs"] = logs
-					}
-					st = &cur
+	var final state.Finalizer
+	if b.Role != state.RoleWorker {
+		final = func(spec state.Session, cur state.Status) (state.Event, state.Status, error) {
+			if cur.Session == "" {
+				cur = state.Status{Session: b.Session, Created: time.Now().UTC(), Nodes: []string{cfg.Node}}
+			}
+			o, err := decide(spec, &cur)
+			if err != nil {
+				return "", cur, err
+			}
+			ev, err := state.EventOf(o.phase, o.reason)
+			if err != nil {
+				return "", cur, err
+			}
+			now := time.Now().UTC()
+			cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.reason, o.msg, code, now
+			cur.Finished, cur.RetryAt = &now, nil
+			if o.phase == state.PhasePending {
+				cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
+				delete(cur.URLs, "jupyter")
+			}
+			// The log outlives the container: a job that ended before
+			// anyone saw it run can still be read.
+			if logs, _ := w.a.logsURL(w.id); logs != "" {
+				if cur.URLs == nil {
+					cur.URLs = map[string]string{}
 				}
+				cur.URLs["logs"] = logs
 			}
+			return ev, cur, nil
 		}
+	}
+	for attempt := 0; ; attempt++ {
+		err := state.Release(ctx, cfg.Client, cfg.Keys, cfg.Node, b.Session, w.item.CreateRevision, final)
 		if err == nil {
-			if err = state.Release(ctx, cfg.Client, cfg.Keys, cfg.Node, b.Session, st); err == nil {
-				return true
-			}
+			return true
+		}
+		if errors.Is(err, state.ErrStale) {
+			w.log.Debug("binding gone or replaced; nothing to release", "err", err)
+			return true
 		}
 		if ctx.Err() != nil {
 			if errors.Is(context.Cause(ctx), errUnbound) {
@@ -700,44 +708,68 @@ func (w *worker) currentStatus(ctx context.Context) (state.Status, error) {
 	return st, err
 }
 
-// setStatus applies mutate to the session's status, if this binding still
-// exists (a binding deleted and bound again elsewhere is another worker's).
-// Ray workers write nothing. Failures are logged: status is advisory, the
-// next transition or the final release writes it again. It reports
-// whether it wrote.
-func (w *worker) setStatus(ctx context.Context, mutate func(*state.Status)) bool {
+// maxStatusAttempts bounds setStatus's read-modify-write retries when
+// another writer of the same status (the activity sampler, a transition)
+// got in between.
+const maxStatusAttempts = 5
+
+// setStatus applies event ev and then mutate to the session's status, if
+// this binding still exists (a binding deleted and bound again elsewhere is
+// another worker's) and the state machine allows ev from the phase read:
+// the transaction compares the binding's create revision and the status's
+// mod revision, so a status that moved on (to Stopping, say) is never
+// written back. Ray workers write nothing. Failures are logged: status is
+// advisory, the next transition or the final release writes it again. It
+// reports whether it wrote.
+func (w *worker) setStatus(ctx context.Context, ev state.Event, mutate func(*state.Status)) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
 	if b.Role == state.RoleWorker {
 		return false
 	}
-	st, err := w.currentStatus(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("read status", "err", err)
+	sk, bk := cfg.Keys.Status(b.Session), cfg.Keys.Binding(cfg.Node, b.Session)
+	for attempt := 0; attempt < maxStatusAttempts; attempt++ {
+		st, rev, err := state.Get[state.Status](ctx, cfg.Client, sk)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("read status", "err", err)
+			}
+			return false
 		}
-		return false
-	}
-	before, _ := state.Encode(st)
-	mutate(&st)
-	if after, _ := state.Encode(st); after == before {
-		return false
-	}
-	st.Updated = time.Now().UTC()
-	v, err := state.Encode(st)
-	if err != nil {
-		w.log.Warn("write status", "err", err)
-		return false
-	}
-	bk := cfg.Keys.Binding(cfg.Node, b.Session)
-	resp, err := cfg.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision)).
-		Then(clientv3.OpPut(cfg.Keys.Status(b.Session), v)).Commit()
-	if err != nil {
-		if ctx.Err() == nil {
+		next, err := state.Next(st.Phase, ev, state.Facts{Bound: true})
+		if err != nil {
+			w.log.Debug("status not written", "err", err)
+			return false
+		}
+		before, _ := state.Encode(st)
+		mutate(&st)
+		st.Phase = next
+		if after, _ := state.Encode(st); after == before {
+			return false
+		}
+		st.Updated = time.Now().UTC()
+		v, err := state.Encode(st)
+		if err != nil {
 			w.log.Warn("write status", "err", err)
+			return false
 		}
-		return false
+		resp, err := cfg.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision),
+				clientv3.Compare(clientv3.ModRevision(sk), "=", rev)).
+			Then(clientv3.OpPut(sk, v)).
+			Else(clientv3.OpGet(bk)).Commit()
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("write status", "err", err)
+			}
+			return false
+		}
+		if resp.Succeeded {
+			return true
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != w.item.CreateRevision {
+			return false // the binding is gone or replaced: not ours to write
+		}
 	}
-	return resp.Succeeded
+	return false
 }

@@ -40,6 +40,14 @@ const (
 // it after the agent that started the container has restarted.
 const labelLogPath = "voyager.runtime/log"
 
+// labelStarted marks a container whose process was started once. A
+// container without a task is then told apart: with the mark its process
+// ran and is gone (exit code unknown: the task was deleted, or the machine
+// restarted); without it the process never started (the caller died
+// between creating the container and starting its task), so it is
+// StateCreated and its caller starts it afresh instead of reporting an exit.
+const labelStarted = "voyager.runtime/started"
+
 // ContainerdOptions configure a Containerd. The zero value is usable.
 type ContainerdOptions struct {
 	// Address is containerd's socket. Default DefaultAddress.
@@ -185,11 +193,16 @@ func (c *Containerd) Import(ctx context.Context, r io.Reader) ([]string, error) 
 	return names, nil
 }
 
-// EnsureImage makes ref present and unpacked, pulling it if absent.
+// EnsureImage makes ref present and unpacked, pulling it if absent. An
+// image under LocalRegistry is never pulled: absent, it is an error that
+// says to import it.
 func (c *Containerd) EnsureImage(ctx context.Context, ref string) error {
 	ref = normalizeRef(ref)
 	img, err := c.client.GetImage(ctx, ref)
 	if errdefs.IsNotFound(err) {
+		if IsLocalImage(ref) {
+			return notImported(ref, c.opts.Namespace)
+		}
 		c.log.Info("pulling image", "image", ref)
 		if _, err := c.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(c.opts.Snapshotter)); err != nil {
 			return fmt.Errorf("pull image %s: %w: %w", ref, ErrImageNotFound, err)
@@ -273,15 +286,14 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 		}
 		return fmt.Errorf("create container %s: %w", spec.ID, err)
 	}
+	started := map[string]string{}
 	if c.net != nil {
 		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec.Publish, spec.Reach)
-		if err == nil {
-			_, err = cont.SetLabels(ctx, map[string]string{labelIP: ip})
-		}
 		if err != nil {
 			_ = c.removeContainer(context.WithoutCancel(ctx), cont)
 			return fmt.Errorf("start container %s: %w", spec.ID, err)
 		}
+		started[labelIP] = ip
 	}
 	creator := cio.NullIO
 	if spec.LogPath != "" {
@@ -297,6 +309,12 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if err != nil {
 		_ = c.removeContainer(context.WithoutCancel(ctx), cont)
 		return fmt.Errorf("start container %s: %w", spec.ID, err)
+	}
+	// Until this label is written, a running task says it started; once the
+	// task is gone, only the label does.
+	started[labelStarted] = time.Now().UTC().Format(time.RFC3339Nano)
+	if _, err := cont.SetLabels(context.WithoutCancel(ctx), started); err != nil {
+		c.log.Warn("mark container started", "id", spec.ID, "err", err)
 	}
 	c.log.Debug("container started", "id", spec.ID, "pid", task.Pid())
 	return nil
@@ -505,12 +523,16 @@ func (c *Containerd) info(ctx context.Context, cont containerd.Container) (Info,
 	}
 	in := Info{ID: ci.ID, Image: ci.Image, Labels: cloneLabels(ci.Labels), LogPath: ci.Labels[labelLogPath], State: StateStopped, ExitCode: -1, Started: ci.CreatedAt,
 		IP: ci.Labels[labelIP]}
-	for _, l := range []string{labelLogPath, labelNetNS, labelPublish, labelIP} {
+	for _, l := range []string{labelLogPath, labelStarted, labelNetNS, labelPublish, labelIP} {
 		delete(in.Labels, l)
 	}
 	task, err := cont.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
-		return in, nil // no task: it ended and was deleted, or containerd restarted
+		if _, started := ci.Labels[labelStarted]; !started {
+			in.State = StateCreated // created, never started: nothing ran
+			return in, nil
+		}
+		return in, nil // it ran, ended and its task was deleted, or the machine restarted
 	}
 	if err != nil {
 		return Info{}, fmt.Errorf("status of container %s: %w", cont.ID(), err)

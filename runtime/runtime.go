@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -17,6 +18,9 @@ var (
 	ErrExists = errors.New("container already exists")
 	// ErrImageNotFound means the image is not present and could not be pulled.
 	ErrImageNotFound = errors.New("image not found")
+	// ErrImageNotImported means an image under LocalRegistry is absent:
+	// it is imported, never pulled. It wraps ErrImageNotFound.
+	ErrImageNotImported = fmt.Errorf("not imported (images under %s/ are imported, never pulled): %w", LocalRegistry, ErrImageNotFound)
 	// ErrInvalidSpec means a Spec failed Validate.
 	ErrInvalidSpec = errors.New("invalid container spec")
 	// ErrNetworkSetup means the isolated network could not be set up
@@ -63,9 +67,9 @@ type State string
 
 // Container states.
 const (
-	StateCreated State = "created" // exists, process not started
+	StateCreated State = "created" // exists, process never started (its creator may have died before starting it)
 	StateRunning State = "running" // process running
-	StateStopped State = "stopped" // process exited (or never started and is gone)
+	StateStopped State = "stopped" // process ran and exited (exit code -1 if its end was not recorded)
 )
 
 // Info is what the runtime reports of one container.
@@ -200,4 +204,19 @@ func cloneLabels(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return maps.Clone(m)
+}
+
+// LocalRegistry is the registry part of the images Voyager builds and
+// imports itself (voyager.local/busybox, voyager.local/jupyter). No
+// registry of that name exists: such an image is never pulled, so nothing
+// asks a DNS server or a registry about it.
+const LocalRegistry = "voyager.local"
+
+// IsLocalImage reports whether ref names an image under LocalRegistry.
+func IsLocalImage(ref string) bool {
+	return strings.HasPrefix(ref, LocalRegistry+"/")
+}
+
+func notImported(ref, namespace string) error {
+	return fmt.Errorf("image %s (containerd namespace %s): %w; voyager dev imports voyager.local/busybox, make image builds and loads voyager.local/jupyter", ref, namespace, ErrImageNotImported)
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/config"
@@ -32,7 +32,7 @@ import (
 // agentEnvs are the settings the node agent reads.
 var agentEnvs = []string{
 	config.EnvAgentNode, config.EnvAgentAddress, config.EnvAgentContainerd, config.EnvAgentNamespace,
-	config.EnvAgentLeaseTTL, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
+	config.EnvAgentLeaseTTL, config.EnvAgentFenceAfter, config.EnvAgentFenceGrace, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
 	config.EnvAgentNetwork, config.EnvAgentNetworkName, config.EnvAgentNetworkSubnet, config.EnvAgentNetworkDeny,
@@ -41,55 +41,60 @@ var agentEnvs = []string{
 	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention,
 }
 
-var agentCmd = subcommand{
-	name: "agent",
-	description: `Runs the node agent of this machine until SIGINT or SIGTERM: it registers
+const agentLong = `Runs the node agent of this machine until SIGINT or SIGTERM: it registers
 the machine's GPUs (from NVML, or made up by VOYAGER_AGENT_SIMULATE_GPUS) under
 a lease, and runs in containerd exactly the sessions bound to this node. Run one
 per GPU machine, as root. Stopping it leaves the containers running; started
 again, it adopts them. It serves /healthz, /readyz and /metrics on
-VOYAGER_HTTP_ADDR.`,
-	envs: append([]string{
+VOYAGER_HTTP_ADDR.`
+
+func newAgentCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "agent",
+		Short:   "Run the node agent of this GPU machine: its GPUs, its containers",
+		Long:    agentLong,
+		GroupID: groupProcesses,
+		Args:    cobra.NoArgs,
+		RunE:    runAgent,
+	}
+	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvDataDir,
 		config.EnvHTTPAddr, config.EnvLogLevel, config.EnvLogFormat,
-	}, agentEnvs...),
+	}, agentEnvs...)...)
 }
 
-func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := agentCmd.flagSet()
-	if code := agentCmd.parse(fs, args, stdout, stderr); code >= 0 {
-		return code
-	}
-	cfg, err := config.Load(os.Environ(), fs)
-	if err == nil {
-		err = cfg.RequireEndpoints()
-	}
+func runAgent(cmd *cobra.Command, _ []string) error {
+	cfg, err := loadConfig(cmd)
 	if err != nil {
-		writeConfigError(stderr, "agent", err)
-		return exitUsage
+		return err
 	}
-	log := cfg.NewLogger(stderr)
+	if err := cfg.RequireEndpoints(); err != nil {
+		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
+		return exitCode(exitUsage)
+	}
+	ctx := cmd.Context()
+	log := cfg.NewLogger(cmd.ErrOrStderr())
 	store, err := connectExternal(ctx, cfg, log)
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	defer store.close()
 	parts, err := newAgent(ctx, store.client, cfg, log, false)
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	defer parts.close()
 	mux := http.NewServeMux()
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(parts.agent.Collectors()...)
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
 		log.Error("voyager agent failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
-		return exitError
+		return exitCode(exitError)
 	}
 	log.Info("http listening", "addr", hs.Addr())
 	err = supervise(ctx, log, []component{
@@ -98,10 +103,10 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	})
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	log.Info("stopped")
-	return exitOK
+	return nil
 }
 
 // agentParts is an agent with what it owns: the runtime connection and,
@@ -111,6 +116,12 @@ type agentParts struct {
 	rt     *runtime.Containerd
 	daemon *runtime.Daemon
 	nvml   *nodeagent.NVMLSampler
+
+	// What voyager dev's start block tells.
+	node       string
+	gpus       []state.GPU
+	simulated  bool
+	containerd string // the socket in use
 }
 
 func (p *agentParts) component() component {
@@ -177,7 +188,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		}
 		cdiDirs = append(append([]string(nil), cdiDirs...), dir)
 	}
-	parts := &agentParts{}
+	parts := &agentParts{node: node, gpus: gpus, simulated: simulated}
 	ropts := runtime.ContainerdOptions{
 		Address: cfg.AgentContainerd, Namespace: cfg.AgentNamespace, CDISpecDirs: cdiDirs, Logger: log,
 		Network: runtime.NetworkOptions{
@@ -197,8 +208,8 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		return nil, fmt.Errorf("%w (set %s=host to run sessions without isolation, for debugging only)", err, config.EnvAgentNetwork)
 	}
 	if err != nil && dev {
-		dir := filepath.Join(cfg.DataDir, "containerd")
-		log.Info("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
+		dir := devContainerdDir(cfg)
+		log.Debug("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
 		d, derr := runtime.StartContainerd(ctx, dir)
 		if derr != nil {
 			return nil, fmt.Errorf("no containerd at %s (%s) and none could be started: %w", cfg.AgentContainerd, config.EnvAgentContainerd, derr)
@@ -212,6 +223,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		return nil, fmt.Errorf("%w (set %s)", err, config.EnvAgentContainerd)
 	}
 	parts.rt = rt
+	parts.containerd = ropts.Address
 	if dev {
 		if err := ensureDevImage(ctx, rt, cfg.AgentImage, log); err != nil {
 			log.Warn("no default session image: sessions that name none will fail", "image", cfg.AgentImage, "err", err)
@@ -230,7 +242,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		parts.nvml, sampler = nv, nv
 	}
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
+	fenceAfter, fenceGrace := cfg.FenceTimings()
 	parts.agent = nodeagent.New(nodeagent.Config{
+		FenceAfter: fenceAfter, FenceGrace: fenceGrace,
 		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
@@ -260,7 +274,8 @@ func inventory(node string, cfg config.Config, log *slog.Logger, dev bool) ([]st
 	switch {
 	case errors.Is(err, nodeagent.ErrNoNVML) && dev:
 		gpus, err := nodeagent.SimulatedGPUs(node, devSimulatedGPUs)
-		log.Warn("NVML not found (no NVIDIA driver): voyager dev SIMULATES GPUs; the node is marked simulated", "gpus", devSimulatedGPUs)
+		// Expected on a machine without GPUs; dev's start block says so.
+		log.Debug("NVML not found (no NVIDIA driver): voyager dev SIMULATES GPUs; the node is marked simulated", "gpus", devSimulatedGPUs)
 		return gpus, true, err
 	case errors.Is(err, nodeagent.ErrNoNVML):
 		log.Warn("NVML not found (no NVIDIA driver on this machine): this node offers no GPUs; set " + config.EnvAgentSimulateGPUs + " to simulate some")
@@ -288,7 +303,7 @@ func ensureDevImage(ctx context.Context, rt *runtime.Containerd, image string, l
 	if _, err := rt.Import(ctx, &buf); err != nil {
 		return err
 	}
-	log.Info("imported a busybox image as the default session image", "image", image)
+	log.Debug("imported a busybox image as the default session image", "image", image)
 	return nil
 }
 

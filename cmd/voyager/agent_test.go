@@ -15,6 +15,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
@@ -23,17 +24,18 @@ import (
 const agentTestImage = "voyager.local/busybox:e2e"
 
 // privateContainerd starts a containerd for one test, or skips the test
-// where that cannot be (not root, containerd or busybox-static missing).
+// where that cannot be (not root, containerd or busybox-static missing;
+// a failure where testreq.Env requires them).
 func privateContainerd(t *testing.T, namespace string) *runtime.Containerd {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to run containerd")
+		testreq.Missing(t, "root", "needs root to run containerd")
 	}
 	if _, err := exec.LookPath("containerd"); err != nil {
-		t.Skip("containerd is not installed (apt-get install containerd runc)")
+		testreq.Missing(t, "containerd", "apt-get install containerd runc")
 	}
 	if _, err := os.Stat("/bin/busybox"); err != nil {
-		t.Skip("busybox-static is not installed (apt-get install busybox-static)")
+		testreq.Missing(t, "busybox-static", "apt-get install busybox-static")
 	}
 	dir, err := os.MkdirTemp("", "vctrd")
 	if err != nil {
@@ -98,12 +100,13 @@ func TestAgentKillE2E(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	home := t.TempDir()
-	base := []string{"HOME=" + home, "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s"}
+	base := []string{"HOME=" + home, "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_LOG_LEVEL=debug"}
 	agentEnv := append(slices.Clone(base),
 		"VOYAGER_DATA_DIR="+home+"/data",
 		"VOYAGER_AGENT_NODE=e2e-node", "VOYAGER_AGENT_ADDRESS=127.0.0.1",
 		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_FENCE_AFTER=1500ms", "VOYAGER_AGENT_FENCE_GRACE=300ms",
+		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
 		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
 		"VOYAGER_AGENT_NETWORK_NAME="+sessionNetwork(t))
 	startAgent := func() *proc {

@@ -35,7 +35,7 @@ func jupyterImage(t *testing.T) string {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "voyager", "images")
 	}
-	out := filepath.Join(cache, "jupyter.tar")
+	out := filepath.Join(cache, "voyager.local-jupyter.tar") // as make image names it
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
@@ -433,7 +433,7 @@ c.VoyagerSpawner.memory_mib = 1024
 	// agent's default, which falls back to Jupyter Server in this image
 	// (Debian packages no JupyterLab), and its URL answers Jupyter's API.
 	dana := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "dana")}
-	id := dana.create(map[string]any{"kind": "notebook", "image": "voyager/jupyter:latest", "resources": map[string]any{"gpus": 1, "cpuMilli": 500, "memoryMiB": 512}})
+	id := dana.create(map[string]any{"kind": "notebook", "image": "voyager.local/jupyter:latest", "resources": map[string]any{"gpus": 1, "cpuMilli": 500, "memoryMiB": 512}})
 	cli := etcdClient(t, env.clientAddr)
 	var st state.Status
 	deadline = time.Now().Add(90 * time.Second)

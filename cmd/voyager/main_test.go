@@ -113,6 +113,7 @@ func (e devEnv) environ() []string {
 		"VOYAGER_ETCD_PEER_ADDR=" + e.peerAddr,
 		"VOYAGER_HTTP_ADDR=" + e.httpAddr,
 		"VOYAGER_AGENT_NETWORK_NAME=" + e.network,
+		"VOYAGER_LOG_LEVEL=debug", // the tests wait for routine events
 	}
 }
 
@@ -295,9 +296,10 @@ func TestDevE2E(t *testing.T) {
 			t.Errorf("GET %s = %d %q, want 200", path, code, body)
 		}
 	}
-	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "voyager_placer_passes_total") {
-		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v", code,
-			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"))
+	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "voyager_placer_passes_total") ||
+		!strings.Contains(body, `voyager_etcd_alarm{alarm="NOSPACE"} 0`) {
+		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v, has etcd's alarms: %v", code,
+			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"), strings.Contains(body, "voyager_etcd_alarm"))
 	}
 	// The placer runs inside dev: a queued session gets its reason.
 	sessionWaitsForNodes(t, ctx, cli)
@@ -426,23 +428,44 @@ func TestRun(t *testing.T) {
 		stderr     []string // substrings wanted on stderr
 		dontStdout bool     // stdout must be empty
 	}{
-		{name: "no command", args: nil, code: 2, stderr: []string{"Usage: voyager <command>"}, dontStdout: true},
-		{name: "unknown command", args: []string{"launch"}, code: 2, stderr: []string{`unknown command "launch"`, "Usage: voyager <command>", "dev"}, dontStdout: true},
-		{name: "help", args: []string{"help"}, code: 0, stdout: []string{"Usage: voyager <command>", "dev", "version", "help"}},
-		{name: "--help", args: []string{"--help"}, code: 0, stdout: []string{"Usage: voyager <command>"}},
-		{name: "help dev", args: []string{"help", "dev"}, code: 0, stdout: []string{"Usage: voyager dev [flags]", "-http-addr", "VOYAGER_HTTP_ADDR"}},
-		{name: "help unknown", args: []string{"help", "launch"}, code: 2, stderr: []string{`unknown command "launch"`}},
+		{name: "no command", args: nil, code: 2, stderr: []string{"Usage:", "voyager [command]"}, dontStdout: true},
+		{name: "unknown command", args: []string{"launch"}, code: 2, stderr: []string{`unknown command "launch"`, "voyager --help"}, dontStdout: true},
+		{name: "help", args: []string{"help"}, code: 0, stdout: []string{"voyager [command]", "dev", "version", "help", "completion"}},
+		{name: "--help", args: []string{"--help"}, code: 0, stdout: []string{"voyager [command]"}},
+		{name: "-help", args: []string{"-help"}, code: 0, stdout: []string{"voyager [command]"}},
+		{name: "help dev", args: []string{"help", "dev"}, code: 0, stdout: []string{"voyager dev [flags]", "--http-addr", "VOYAGER_HTTP_ADDR"}},
+		{name: "help session create", args: []string{"help", "session", "create"}, code: 0, stdout: []string{"voyager session create [flags]", "--gpus"}},
+		{name: "help unknown", args: []string{"help", "launch"}, code: 2, stderr: []string{`unknown command "launch"`}, dontStdout: true},
 		{name: "dev --help", args: []string{"dev", "--help"}, code: 0, stdout: []string{
-			"Usage: voyager dev [flags]",
-			"-etcd-endpoints", "-etcd-prefix", "-etcd-dial-timeout", "-data-dir", "-etcd-client-addr", "-etcd-peer-addr", "-http-addr", "-log-level", "-log-format",
+			"voyager dev [flags]",
+			"--etcd-endpoints", "--etcd-prefix", "--etcd-dial-timeout", "--data-dir", "--etcd-client-addr", "--etcd-peer-addr", "--http-addr", "--log-level", "--log-format",
+			"Environment (a flag given explicitly wins over its variable):",
 			"VOYAGER_ETCD_ENDPOINTS", "VOYAGER_ETCD_PREFIX", "VOYAGER_ETCD_DIAL_TIMEOUT", "VOYAGER_DATA_DIR", "VOYAGER_ETCD_CLIENT_ADDR",
 			"VOYAGER_ETCD_PEER_ADDR", "VOYAGER_HTTP_ADDR", "VOYAGER_LOG_LEVEL", "VOYAGER_LOG_FORMAT",
 		}},
-		{name: "dev bad flag", args: []string{"dev", "-nope"}, code: 2, stderr: []string{"flag provided but not defined: -nope", "Usage: voyager dev"}, dontStdout: true},
-		{name: "dev extra argument", args: []string{"dev", "now"}, code: 2, stderr: []string{`unexpected argument "now"`}},
-		{name: "dev invalid flag value", args: []string{"dev", "-log-level=loud"}, code: 2, stderr: []string{`invalid -log-level="loud" (flag for VOYAGER_LOG_LEVEL)`}},
-		{name: "version --help", args: []string{"version", "--help"}, code: 0, stdout: []string{"Usage: voyager version", "Environment: none."}},
-		{name: "help --help", args: []string{"help", "--help"}, code: 0, stdout: []string{"Usage: voyager help [command]"}},
+		{name: "check --help", args: []string{"check", "--help"}, code: 0, stdout: []string{
+			"voyager check [flags]", "--start", "--end", "--follow", "VOYAGER_ETCD_ENDPOINTS", "state machine",
+		}},
+		{name: "dev bad flag", args: []string{"dev", "--nope"}, code: 2, stderr: []string{"unknown flag: --nope", "voyager dev --help"}, dontStdout: true},
+		{name: "dev bad single-dash flag", args: []string{"dev", "-nope"}, code: 2, stderr: []string{"unknown shorthand flag: 'n' in -nope"}, dontStdout: true},
+		{name: "dev extra argument", args: []string{"dev", "now"}, code: 2, stderr: []string{`unknown command "now" for "voyager dev"`}},
+		{name: "dev invalid flag value", args: []string{"dev", "--log-level=loud"}, code: 2, stderr: []string{`invalid --log-level="loud" (flag for VOYAGER_LOG_LEVEL)`}},
+		{name: "dev invalid single-dash flag value", args: []string{"dev", "-log-level", "loud"}, code: 2, stderr: []string{`invalid --log-level="loud" (flag for VOYAGER_LOG_LEVEL)`}},
+		{name: "version --help", args: []string{"version", "--help"}, code: 0, stdout: []string{"voyager version", "Environment: none."}},
+		{name: "--version", args: []string{"--version"}, code: 0, stdout: []string{"version: ", "commit: "}},
+		{name: "help --help", args: []string{"help", "--help"}, code: 0, stdout: []string{"voyager help [command]"}},
+		{name: "session without subcommand", args: []string{"session"}, code: 2, stderr: []string{"voyager session: want a subcommand", "create", "list"}, dontStdout: true},
+		{name: "session get flag after argument", args: []string{"session", "get", "s-1", "-o", "yaml", "--token", ""}, code: 2,
+			stderr: []string{"voyager session get: no API token"}},
+		{name: "session get bad output", args: []string{"session", "get", "s-1", "-o", "xml", "--token", "t"}, code: 2,
+			stderr: []string{`invalid -o "xml": want one of table, wide, json, yaml`}},
+		{name: "session get two arguments", args: []string{"session", "get", "a", "b"}, code: 2, stderr: []string{"want 1 argument(s) (ID), got 2"}},
+		{name: "session create --help", args: []string{"session", "create", "--help"}, code: 0, stdout: []string{"--gpus", "--image", "-o, --output", "VOYAGER_URL", "VOYAGER_TOKEN"}},
+		{name: "session list --help", args: []string{"session", "list", "-h"}, code: 0, stdout: []string{"-w, --watch", "--watch-interval", "-o, --output"}},
+		{name: "run without command", args: []string{"run", "--token", "t", "-image", "x"}, code: 2, stderr: []string{"want a command after --"}},
+		{name: "completion bash", args: []string{"completion", "bash"}, code: 0, stdout: []string{"# bash completion V2 for voyager", "__start_voyager"}},
+		{name: "completion zsh", args: []string{"completion", "zsh"}, code: 0, stdout: []string{"#compdef voyager", "_voyager"}},
+		{name: "completion fish", args: []string{"completion", "fish"}, code: 0, stdout: []string{"complete -c voyager"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/spf13/pflag"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -28,6 +28,8 @@ const (
 	EnvDataDir         = "VOYAGER_DATA_DIR"
 	EnvEtcdClientAddr  = "VOYAGER_ETCD_CLIENT_ADDR"
 	EnvEtcdPeerAddr    = "VOYAGER_ETCD_PEER_ADDR"
+	EnvEtcdCompaction  = "VOYAGER_ETCD_COMPACTION_RETENTION"
+	EnvEtcdQuotaMiB    = "VOYAGER_ETCD_QUOTA_MIB"
 	EnvHTTPAddr        = "VOYAGER_HTTP_ADDR"
 	EnvLogLevel        = "VOYAGER_LOG_LEVEL"
 	EnvLogFormat       = "VOYAGER_LOG_FORMAT"
@@ -36,6 +38,10 @@ const (
 	EnvPlacerReserveAfter = "VOYAGER_PLACER_RESERVE_AFTER"
 	EnvPlacerMaxTxnOps    = "VOYAGER_PLACER_MAX_TXN_OPS"
 	EnvPlacerLeaseTTL     = "VOYAGER_PLACER_LEASE_TTL"
+
+	EnvMinCPUMilli        = "VOYAGER_MIN_CPU_MILLI"
+	EnvMinMemoryMiB       = "VOYAGER_MIN_MEMORY_MIB"
+	EnvMaxSessionsPerNode = "VOYAGER_MAX_SESSIONS_PER_NODE"
 
 	EnvJWTSecret         = "VOYAGER_JWT_SECRET"
 	EnvJWTPublicKeys     = "VOYAGER_JWT_PUBLIC_KEYS"
@@ -60,6 +66,8 @@ const (
 	EnvAgentContainerd   = "VOYAGER_AGENT_CONTAINERD"
 	EnvAgentNamespace    = "VOYAGER_AGENT_NAMESPACE"
 	EnvAgentLeaseTTL     = "VOYAGER_AGENT_LEASE_TTL"
+	EnvAgentFenceAfter   = "VOYAGER_AGENT_FENCE_AFTER"
+	EnvAgentFenceGrace   = "VOYAGER_AGENT_FENCE_GRACE"
 	EnvAgentSimulateGPUs = "VOYAGER_AGENT_SIMULATE_GPUS"
 	EnvAgentGPUMode      = "VOYAGER_AGENT_GPU_MODE"
 	EnvAgentCDISpecDirs  = "VOYAGER_AGENT_CDI_SPEC_DIRS"
@@ -119,6 +127,11 @@ type Config struct {
 	EtcdClientAddr string `env:"VOYAGER_ETCD_CLIENT_ADDR" envDefault:"127.0.0.1:23790" doc:"client listener of the embedded etcd (voyager dev only)"`
 	// EtcdPeerAddr is the embedded etcd's raft peer listener.
 	EtcdPeerAddr string `env:"VOYAGER_ETCD_PEER_ADDR" envDefault:"127.0.0.1:23800" doc:"peer listener of the embedded etcd (voyager dev only)"`
+	// EtcdCompaction is the embedded etcd's periodic auto-compaction
+	// retention: history older than this is compacted away.
+	EtcdCompaction time.Duration `env:"VOYAGER_ETCD_COMPACTION_RETENTION" envDefault:"1h" doc:"history the embedded etcd keeps: it compacts revisions older than this, periodically (voyager dev only; 0 turns compaction off)"`
+	// EtcdQuotaMiB is the embedded etcd's backend quota.
+	EtcdQuotaMiB int64 `env:"VOYAGER_ETCD_QUOTA_MIB" envDefault:"2048" doc:"space quota of the embedded etcd's database in MiB; past it etcd raises a NOSPACE alarm and refuses writes (voyager dev only)"`
 	// HTTPAddr is where the HTTP server (health, readiness, metrics, API)
 	// listens.
 	HTTPAddr string `env:"VOYAGER_HTTP_ADDR" envDefault:"127.0.0.1:7070" doc:"HTTP listener: /healthz, /readyz, /metrics and the API"`
@@ -135,6 +148,14 @@ type Config struct {
 	PlacerMaxTxnOps int `env:"VOYAGER_PLACER_MAX_TXN_OPS" envDefault:"128" doc:"operations per bind transaction; at most etcd's --max-txn-ops"`
 	// PlacerLeaseTTL is the TTL of a placer's membership lease.
 	PlacerLeaseTTL time.Duration `env:"VOYAGER_PLACER_LEASE_TTL" envDefault:"10s" doc:"TTL of a placer's membership lease; a dead placer's nodes pass to the others after it"`
+	// MinCPUMilli is the least CPU a session (and each Ray worker) may ask
+	// for; with MaxSessionsPerNode it bounds a node's ledger.
+	MinCPUMilli int64 `env:"VOYAGER_MIN_CPU_MILLI" envDefault:"100" doc:"least cpuMilli a session or Ray worker may ask for; smaller requests are refused at admission"`
+	// MinMemoryMiB is the least memory a session (and each worker) may ask for.
+	MinMemoryMiB int64 `env:"VOYAGER_MIN_MEMORY_MIB" envDefault:"64" doc:"least memoryMiB a session or Ray worker may ask for; smaller requests are refused at admission"`
+	// MaxSessionsPerNode caps the sessions one node holds, so that its
+	// ledger (one etcd value) stays far below etcd's request limit.
+	MaxSessionsPerNode int `env:"VOYAGER_MAX_SESSIONS_PER_NODE" envDefault:"256" doc:"most sessions (and Ray workers) one node holds at once; keeps the node's ledger, one etcd value, far below etcd's 1.5 MiB request limit"`
 
 	// The HTTP API (voyager api, voyager dev) and its JWT verification.
 
@@ -181,6 +202,12 @@ type Config struct {
 	AgentNamespace string `env:"VOYAGER_AGENT_NAMESPACE" envDefault:"voyager" doc:"containerd namespace of session containers"`
 	// AgentLeaseTTL is the TTL of the node's lease.
 	AgentLeaseTTL time.Duration `env:"VOYAGER_AGENT_LEASE_TTL" envDefault:"10s" doc:"TTL of the node's lease: a node whose agent is silent this long is lost"`
+	// AgentFenceAfter is how long after its last lease renewal an agent
+	// that cannot renew fences (0: half the lease TTL).
+	AgentFenceAfter time.Duration `env:"VOYAGER_AGENT_FENCE_AFTER" envDefault:"0s" doc:"an agent that has not renewed its lease for this long (counted from the last renewal's send) stops and removes the node's running containers, before the lease can expire; 0: half the lease TTL"`
+	// AgentFenceGrace is the SIGTERM-to-SIGKILL grace of a fence (0: a
+	// fifth of the lease TTL).
+	AgentFenceGrace time.Duration `env:"VOYAGER_AGENT_FENCE_GRACE" envDefault:"0s" doc:"time between SIGTERM and SIGKILL when a fence stops containers; fence after + fence grace must be below the lease TTL; 0: a fifth of the lease TTL"`
 	// AgentSimulateGPUs, when set, replaces NVML with a made-up inventory.
 	AgentSimulateGPUs string `env:"VOYAGER_AGENT_SIMULATE_GPUS" docDefault:"empty" doc:"made-up GPUs such as 8xA100-80GB or 4xA100-80GB,2xH100-80GB, marked simulated (dev, benchmarks); empty: read NVML (voyager dev simulates 8xA100-80GB where NVML is absent)"`
 	// AgentGPUMode is cdi or env.
@@ -258,6 +285,11 @@ type Config struct {
 	HistoryFile string `env:"VOYAGER_HISTORY_FILE" docDefault:"<data dir>/history/sessions.jsonl" doc:"append-only history of retired sessions, one JSON record a line, on the machine of the placer that retires them"`
 }
 
+// MaxSessionsPerNodeLimit is the largest VOYAGER_MAX_SESSIONS_PER_NODE:
+// a ledger of that many of the largest allocations the API admits stays
+// under half of etcd's 1.5 MiB request limit (placer's ledger size test).
+const MaxSessionsPerNodeLimit = 512
+
 // Setting describes one configuration variable, as declared by Config's
 // struct tags.
 type Setting struct {
@@ -327,7 +359,7 @@ func pick(envs []string) []Setting {
 // AddFlags registers on fs one string flag per setting named in envs (all
 // settings when envs is empty). A flag only counts when given explicitly:
 // then it wins over the environment (see Load).
-func AddFlags(fs *flag.FlagSet, envs ...string) {
+func AddFlags(fs *pflag.FlagSet, envs ...string) {
 	for _, s := range pick(envs) {
 		fs.String(s.Flag, "", fmt.Sprintf("%s (overrides %s; default %s)", s.Doc, s.Env, s.Default))
 	}
@@ -362,7 +394,7 @@ type InvalidError struct {
 // Error names the variable (and flag), the value and what is valid.
 func (e *InvalidError) Error() string {
 	if e.Flag != "" {
-		return fmt.Sprintf("invalid -%s=%q (flag for %s): want %s", e.Flag, e.Value, e.Env, e.Want)
+		return fmt.Sprintf("invalid --%s=%q (flag for %s): want %s", e.Flag, e.Value, e.Env, e.Want)
 	}
 	return fmt.Sprintf("invalid %s=%q: want %s", e.Env, e.Value, e.Want)
 }
@@ -371,7 +403,7 @@ func (e *InvalidError) Error() string {
 // from the flags of fs that were set explicitly (fs may be nil; it must
 // already be parsed). A flag wins over its variable. Every invalid value is
 // reported; the error joins one *InvalidError per bad setting.
-func Load(environ []string, fs *flag.FlagSet) (Config, error) {
+func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	vars := make(map[string]string, len(environ))
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -384,7 +416,7 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 		for _, s := range settings {
 			byFlag[s.Flag] = s
 		}
-		fs.Visit(func(f *flag.Flag) {
+		fs.Visit(func(f *pflag.Flag) {
 			if s, ok := byFlag[f.Name]; ok {
 				vars[s.Env] = f.Value.String()
 				fromFlag[s.Env] = f.Name
@@ -449,6 +481,12 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 			errs = append(errs, invalid(a.env, wantFor(a.env)))
 		}
 	}
+	if cfg.EtcdCompaction < 0 {
+		errs = append(errs, invalid(EnvEtcdCompaction, wantFor(EnvEtcdCompaction)))
+	}
+	if cfg.EtcdQuotaMiB < 16 || cfg.EtcdQuotaMiB > 8192 {
+		errs = append(errs, invalid(EnvEtcdQuotaMiB, wantFor(EnvEtcdQuotaMiB)))
+	}
 	if _, ok := levels[cfg.LogLevel]; !ok {
 		errs = append(errs, invalid(EnvLogLevel, wantFor(EnvLogLevel)))
 	}
@@ -467,6 +505,15 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	}
 	if cfg.PlacerLeaseTTL < time.Second {
 		errs = append(errs, invalid(EnvPlacerLeaseTTL, wantFor(EnvPlacerLeaseTTL)))
+	}
+	if cfg.MinCPUMilli < 10 { // CFS enforces no quota under 1 ms per 100 ms period
+		errs = append(errs, invalid(EnvMinCPUMilli, wantFor(EnvMinCPUMilli)))
+	}
+	if cfg.MinMemoryMiB < 4 { // the least a container was seen to start in
+		errs = append(errs, invalid(EnvMinMemoryMiB, wantFor(EnvMinMemoryMiB)))
+	}
+	if cfg.MaxSessionsPerNode < 1 || cfg.MaxSessionsPerNode > MaxSessionsPerNodeLimit {
+		errs = append(errs, invalid(EnvMaxSessionsPerNode, wantFor(EnvMaxSessionsPerNode)))
 	}
 	if cfg.JWTSecret != "" && len(cfg.JWTSecret) < 32 {
 		errs = append(errs, &InvalidError{Env: EnvJWTSecret, Flag: fromFlag[EnvJWTSecret], Value: "(hidden)", Want: wantFor(EnvJWTSecret)})
@@ -515,6 +562,12 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	}
 	if cfg.AgentLeaseTTL < 2*time.Second {
 		errs = append(errs, invalid(EnvAgentLeaseTTL, wantFor(EnvAgentLeaseTTL)))
+	}
+	if after, grace := cfg.FenceTimings(); cfg.AgentFenceAfter < 0 || after+grace >= cfg.AgentLeaseTTL {
+		errs = append(errs, invalid(EnvAgentFenceAfter, wantFor(EnvAgentFenceAfter)))
+	}
+	if cfg.AgentFenceGrace < 0 {
+		errs = append(errs, invalid(EnvAgentFenceGrace, wantFor(EnvAgentFenceGrace)))
 	}
 	cfg.AgentGPUMode = strings.ToLower(cfg.AgentGPUMode)
 	if cfg.AgentGPUMode != "cdi" && cfg.AgentGPUMode != "env" {
@@ -591,6 +644,12 @@ func wantFor(envName string) string {
 		return "a whole number from 8 up to etcd's --max-txn-ops (default 128)"
 	case EnvPlacerLeaseTTL:
 		return "a duration of at least 1s, such as 10s"
+	case EnvMinCPUMilli:
+		return "a whole number of milli-cores of at least 10 (the least CFS enforces: 1 ms per 100 ms), such as 100"
+	case EnvMinMemoryMiB:
+		return "a whole number of MiB of at least 4 (a container needs a few to start), such as 64"
+	case EnvMaxSessionsPerNode:
+		return fmt.Sprintf("a whole number from 1 to %d, such as 256", MaxSessionsPerNodeLimit)
 	case EnvJWTSecret:
 		return "a secret of at least 32 bytes (for example: head -c 32 /dev/urandom | base64), or empty"
 	case EnvJWTRolesClaim, EnvJWTGroupsClaim:
@@ -619,6 +678,14 @@ func wantFor(envName string) string {
 		return "a containerd namespace of lower-case letters, digits, '.', '_' or '-', such as voyager"
 	case EnvAgentLeaseTTL:
 		return "a duration of at least 2s, such as 10s"
+	case EnvAgentFenceAfter:
+		return "a duration of 0 or more, such that it plus " + EnvAgentFenceGrace + " is less than " + EnvAgentLeaseTTL + ", such as 5s (0: half the lease TTL)"
+	case EnvAgentFenceGrace:
+		return "a duration of 0 or more, such as 2s (0: a fifth of the lease TTL)"
+	case EnvEtcdCompaction:
+		return "a duration of 0 or more, such as 1h or 10m (0 turns compaction off)"
+	case EnvEtcdQuotaMiB:
+		return "a whole number of MiB from 16 to 8192, such as 2048"
 	case EnvAgentGPUMode:
 		return "one of cdi, env"
 	case EnvAgentPorts:
@@ -771,12 +838,26 @@ func ParsePortRange(s string) (first, last int, err error) {
 	return first, last, nil
 }
 
+// FenceTimings returns the agent's fence deadline and fence grace, with
+// their zero values replaced by their defaults: half and a fifth of the
+// lease TTL.
+func (c Config) FenceTimings() (after, grace time.Duration) {
+	after, grace = c.AgentFenceAfter, c.AgentFenceGrace
+	if after == 0 {
+		after = c.AgentLeaseTTL / 2
+	}
+	if grace == 0 {
+		grace = c.AgentLeaseTTL / 5
+	}
+	return after, grace
+}
+
 // RequireEndpoints returns an error that says how to set
 // VOYAGER_ETCD_ENDPOINTS when it is empty. Every subcommand except
 // `voyager dev` calls it: only dev can run an embedded etcd.
 func (c Config) RequireEndpoints() error {
 	if len(c.EtcdEndpoints) == 0 {
-		return fmt.Errorf("%s is empty: set it (or -%s) to the etcd client URLs, for example http://10.0.0.1:2379; only `voyager dev` runs an embedded etcd",
+		return fmt.Errorf("%s is empty: set it (or --%s) to the etcd client URLs, for example http://10.0.0.1:2379; only `voyager dev` runs an embedded etcd",
 			EnvEtcdEndpoints, flagName(EnvEtcdEndpoints))
 	}
 	return nil

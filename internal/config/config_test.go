@@ -2,7 +2,7 @@ package config
 
 import (
 	"errors"
-	"flag"
+	"github.com/spf13/pflag"
 	"io"
 	"reflect"
 	"strings"
@@ -18,6 +18,8 @@ func defaults() Config {
 		DataDir:         "/home/u/.local/share/voyager",
 		EtcdClientAddr:  "127.0.0.1:23790",
 		EtcdPeerAddr:    "127.0.0.1:23800",
+		EtcdCompaction:  time.Hour,
+		EtcdQuotaMiB:    2048,
 		HTTPAddr:        "127.0.0.1:7070",
 		LogLevel:        "info",
 		LogFormat:       "text",
@@ -26,6 +28,9 @@ func defaults() Config {
 		PlacerReserveAfter: 10 * time.Minute,
 		PlacerMaxTxnOps:    128,
 		PlacerLeaseTTL:     10 * time.Second,
+		MinCPUMilli:        100,
+		MinMemoryMiB:       64,
+		MaxSessionsPerNode: 256,
 
 		JWTRolesClaim:     "roles",
 		JWTGroupsClaim:    "groups",
@@ -104,6 +109,8 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_DATA_DIR=/data/v",
 				"VOYAGER_ETCD_CLIENT_ADDR=0.0.0.0:1",
 				"VOYAGER_ETCD_PEER_ADDR=[::1]:2",
+				"VOYAGER_ETCD_COMPACTION_RETENTION=10m",
+				"VOYAGER_ETCD_QUOTA_MIB=8192",
 				"VOYAGER_HTTP_ADDR=:8080",
 				"VOYAGER_LOG_LEVEL=DEBUG",
 				"VOYAGER_LOG_FORMAT=json",
@@ -128,6 +135,8 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_AGENT_CONTAINERD=/run/c.sock",
 				"VOYAGER_AGENT_NAMESPACE=v2",
 				"VOYAGER_AGENT_LEASE_TTL=4s",
+				"VOYAGER_AGENT_FENCE_AFTER=2s",
+				"VOYAGER_AGENT_FENCE_GRACE=1s",
 				"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB",
 				"VOYAGER_AGENT_GPU_MODE=ENV",
 				"VOYAGER_AGENT_CDI_SPEC_DIRS=/a, /b",
@@ -152,6 +161,9 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_PREEMPT_NOTEBOOKS=true",
 				"VOYAGER_RESTART_BACKOFF=1s",
 				"VOYAGER_RESTART_BACKOFF_MAX=1m",
+				"VOYAGER_MIN_CPU_MILLI=10",
+				"VOYAGER_MIN_MEMORY_MIB=16",
+				"VOYAGER_MAX_SESSIONS_PER_NODE=64",
 			},
 			edit: func(c *Config) {
 				*c = Config{
@@ -159,12 +171,19 @@ func TestLoad(t *testing.T) {
 					PlacerReserveAfter:  0,
 					PlacerMaxTxnOps:     1024,
 					PlacerLeaseTTL:      3 * time.Second,
+					MinCPUMilli:         10,
+					MinMemoryMiB:        16,
+					MaxSessionsPerNode:  64,
 					EtcdEndpoints:       []string{"http://a:2379", "b:2379"},
 					EtcdPrefix:          "/v2/x",
 					EtcdDialTimeout:     90 * time.Second,
 					DataDir:             "/data/v",
 					EtcdClientAddr:      "0.0.0.0:1",
 					EtcdPeerAddr:        "[::1]:2",
+					EtcdCompaction:      10 * time.Minute,
+					EtcdQuotaMiB:        8192,
+					AgentFenceAfter:     2 * time.Second,
+					AgentFenceGrace:     time.Second,
 					HTTPAddr:            ":8080",
 					LogLevel:            "debug",
 					LogFormat:           "json",
@@ -218,7 +237,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "flag over env",
 			environ: []string{home, "VOYAGER_HTTP_ADDR=127.0.0.1:1", "VOYAGER_LOG_LEVEL=warn"},
-			args:    []string{"--http-addr", "127.0.0.1:2", "-etcd-endpoints=http://e:2379"},
+			args:    []string{"--http-addr", "127.0.0.1:2", "--etcd-endpoints=http://e:2379"},
 			edit: func(c *Config) {
 				c.HTTPAddr = "127.0.0.1:2"
 				c.LogLevel = "warn"
@@ -228,18 +247,18 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "explicit empty flag clears env",
 			environ: []string{home, "VOYAGER_ETCD_ENDPOINTS=http://e:2379"},
-			args:    []string{"-etcd-endpoints="},
+			args:    []string{"--etcd-endpoints="},
 		},
 		{
 			name:    "flag over invalid env",
 			environ: []string{home, "VOYAGER_LOG_LEVEL=loud"},
-			args:    []string{"-log-level=error"},
+			args:    []string{"--log-level=error"},
 			edit:    func(c *Config) { c.LogLevel = "error" },
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 			AddFlags(fs)
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatalf("parse flags: %v", err)
@@ -402,19 +421,29 @@ func TestLoadInvalid(t *testing.T) {
 			want: `invalid VOYAGER_PLACER_LEASE_TTL="500ms": want a duration of at least 1s, such as 10s`,
 		},
 		{
+			name: "fence past the lease",
+			env:  "VOYAGER_AGENT_FENCE_AFTER=9s",
+			want: `invalid VOYAGER_AGENT_FENCE_AFTER="9s": want a duration of 0 or more, such that it plus VOYAGER_AGENT_FENCE_GRACE is less than VOYAGER_AGENT_LEASE_TTL, such as 5s (0: half the lease TTL)`,
+		},
+		{
+			name: "tiny etcd quota",
+			env:  "VOYAGER_ETCD_QUOTA_MIB=1",
+			want: `invalid VOYAGER_ETCD_QUOTA_MIB="1": want a whole number of MiB from 16 to 8192, such as 2048`,
+		},
+		{
 			name: "retention too short",
 			env:  "VOYAGER_RETENTION=10s",
 			want: `invalid VOYAGER_RETENTION="10s": want a duration of at least 1m, such as 168h (7 days)`,
 		},
 		{
 			name: "bad flag names the flag and the variable",
-			args: []string{"-etcd-dial-timeout=soon"},
-			want: `invalid -etcd-dial-timeout="soon" (flag for VOYAGER_ETCD_DIAL_TIMEOUT): want a positive duration such as 5s, 500ms or 1m30s`,
+			args: []string{"--etcd-dial-timeout=soon"},
+			want: `invalid --etcd-dial-timeout="soon" (flag for VOYAGER_ETCD_DIAL_TIMEOUT): want a positive duration such as 5s, 500ms or 1m30s`,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 			AddFlags(fs)
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatalf("parse flags: %v", err)
@@ -466,14 +495,14 @@ func TestRequireEndpoints(t *testing.T) {
 }
 
 func TestFlagsAndHelpCoverEverySetting(t *testing.T) {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	AddFlags(fs)
 	var help strings.Builder
 	WriteEnvHelp(&help)
 	for _, s := range Settings() {
 		if fs.Lookup(s.Flag) == nil {
-			t.Errorf("no flag -%s for %s", s.Flag, s.Env)
+			t.Errorf("no flag --%s for %s", s.Flag, s.Env)
 		}
 		if !strings.Contains(help.String(), s.Env) || !strings.Contains(help.String(), "default: "+s.Default) {
 			t.Errorf("env help lacks %s with default %q:\n%s", s.Env, s.Default, help.String())
@@ -485,10 +514,10 @@ func TestFlagsAndHelpCoverEverySetting(t *testing.T) {
 }
 
 func TestAddFlagsSubset(t *testing.T) {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	AddFlags(fs, EnvHTTPAddr, EnvLogLevel)
 	var n int
-	fs.VisitAll(func(*flag.Flag) { n++ })
+	fs.VisitAll(func(*pflag.Flag) { n++ })
 	if n != 2 || fs.Lookup("http-addr") == nil || fs.Lookup("log-level") == nil {
 		t.Errorf("AddFlags subset registered %d flags, want http-addr and log-level", n)
 	}

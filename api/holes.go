@@ -11,37 +11,17 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
-// Floors below which a limit cannot be enforced, or a container not start.
-const (
-	// minCPUMilli is the smallest CPU cap CFS enforces: a 1ms quota per
-	// 100ms period (the kernel refuses quotas under 1ms).
-	minCPUMilli = 10
-	// minMemoryMiB is the least memory a container starts in: runc and
-	// the shim's setup need a few MiB inside the cgroup.
-	minMemoryMiB = 32
-)
-
 // admissionHoles finds what buildSession's checks let through and a node
-// would only fail at start, or should never be asked to do: limits the
-// kernel cannot enforce, NUL bytes (an OCI spec cannot carry them), image
+// would only fail at start, or should never be asked to do: NUL bytes (no
+// process argument or environment variable can carry them), image
 // references that climb out of a repository or name a registry the
-// operator does not allow (empty registries: any).
+// operator does not allow (empty registries: any). Limits too small to
+// enforce are buildSession's (VOYAGER_MIN_CPU_MILLI, whose floor is what
+// CFS enforces, and VOYAGER_MIN_MEMORY_MIB).
 func admissionHoles(s state.Session, registries []string) []FieldError {
 	var errs []FieldError
 	add := func(field, format string, args ...any) {
 		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
-	}
-	floors := func(prefix string, r state.Resources) {
-		if r.CPUMilli > 0 && r.CPUMilli < minCPUMilli {
-			add(prefix+".cpuMilli", "got %d, below the %d thousandths of a core the kernel can enforce; want at least %d", r.CPUMilli, minCPUMilli, minCPUMilli)
-		}
-		if r.MemoryMiB > 0 && r.MemoryMiB < minMemoryMiB {
-			add(prefix+".memoryMiB", "got %d MiB, too little for a container to start; want at least %d", r.MemoryMiB, minMemoryMiB)
-		}
-	}
-	floors("resources", s.Resources)
-	if s.Ray != nil && s.Ray.WorkerResources != nil {
-		floors("ray.workerResources", *s.Ray.WorkerResources)
 	}
 	for i, a := range s.Command {
 		if strings.IndexByte(a, 0) >= 0 {
