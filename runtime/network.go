@@ -213,7 +213,9 @@ func (n *cniNetwork) conflist() ([]byte, error) {
 		"name":       "voyager-" + n.opts.Name,
 		"plugins": []any{
 			map[string]any{
-				"type": "bridge", "bridge": n.bridge, "isGateway": true, "ipMasq": true, "hairpinMode": false,
+				// Masquerading is one rule of the instance (installChains),
+				// not a chain per container as the plugin's ipMasq makes.
+				"type": "bridge", "bridge": n.bridge, "isGateway": true, "ipMasq": false, "hairpinMode": false,
 				"ipam": map[string]any{
 					"type":   "host-local",
 					"ranges": [][]map[string]string{{{"subnet": n.opts.Subnet}}},
@@ -248,8 +250,11 @@ func (n *cniNetwork) fwdRules() []rule {
 	rules = append(rules, n.allowRules()...)
 	rules = append(rules, []rule{
 		r("-o " + br + " -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
-		// Published ports, each container's own chain.
+		// Ports published to some sources only: each such container's own
+		// chain accepts those and drops the rest.
 		r("-j " + n.ses),
+		// Ports published to anyone: portmap's DNAT is what makes them.
+		r("-o " + br + " -m conntrack --ctstate DNAT -j ACCEPT"),
 		// Nothing else reaches a session.
 		r("-o " + br + " -j DROP"),
 	}...)
@@ -305,7 +310,20 @@ func (n *cniNetwork) installChains() error {
 	if err != nil {
 		return fmt.Errorf("set up network: jump to %s from INPUT: %w", n.in, err)
 	}
+	masq := n.masqRule()
+	ok, err = n.ipt.Exists("nat", "POSTROUTING", masq...)
+	if err == nil && !ok {
+		err = n.ipt.Append("nat", "POSTROUTING", masq...)
+	}
+	if err != nil {
+		return fmt.Errorf("set up network: masquerade: %w", err)
+	}
 	return nil
+}
+
+// masqRule masquerades what sessions send out of their subnet.
+func (n *cniNetwork) masqRule() rule {
+	return r("-s " + n.opts.Subnet + " ! -d " + n.opts.Subnet + " -m comment --comment voyager-" + n.opts.Name + " -j MASQUERADE")
 }
 
 // syncChain creates chain if absent and, when exact, rewrites it if it
@@ -323,6 +341,9 @@ func (n *cniNetwork) syncChain(chain string, rules []rule, exact bool) error {
 	if !exact {
 		return nil
 	}
+	if !exists { // new and empty: nothing to compare
+		return n.appendRules(chain, rules)
+	}
 	have, err := n.ipt.List("filter", chain)
 	if err != nil {
 		return fmt.Errorf("set up network: list chain %s: %w", chain, err)
@@ -337,6 +358,10 @@ func (n *cniNetwork) syncChain(chain string, rules []rule, exact bool) error {
 	if err := n.ipt.ClearChain("filter", chain); err != nil {
 		return fmt.Errorf("set up network: clear chain %s: %w", chain, err)
 	}
+	return n.appendRules(chain, rules)
+}
+
+func (n *cniNetwork) appendRules(chain string, rules []rule) error {
 	for _, ru := range rules {
 		if err := n.ipt.Append("filter", chain, ru...); err != nil {
 			return fmt.Errorf("set up network: chain %s: add %v: %w", chain, ru, err)
@@ -360,14 +385,31 @@ func (n *cniNetwork) containerChain(id string) string {
 	return "VY" + n.id + "-" + hex.EncodeToString(sum[:4])
 }
 
+// portMaps are the published ports as portmap takes them: TCP (Jupyter's
+// and Ray's ports are TCP; each protocol costs NAT rules).
 func portMaps(publish []Published) []gocni.PortMapping {
 	var pm []gocni.PortMapping
 	for _, p := range publish {
-		for _, proto := range []string{"tcp", "udp"} {
-			pm = append(pm, gocni.PortMapping{HostPort: int32(p.Port), ContainerPort: int32(p.Port), Protocol: proto})
-		}
+		pm = append(pm, gocni.PortMapping{HostPort: int32(p.Port), ContainerPort: int32(p.Port), Protocol: "tcp"})
 	}
 	return pm
+}
+
+// resolve returns addr as an IPv4 address or CIDR, looking a host name up.
+func resolve(ctx context.Context, addr string) (string, error) {
+	if _, _, err := net.ParseCIDR(addr); err == nil || net.ParseIP(addr) != nil {
+		return addr, nil
+	}
+	addrs, err := net.DefaultResolver.LookupHost(ctx, addr)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", addr, err)
+	}
+	for _, a := range addrs {
+		if ip := net.ParseIP(a); ip != nil && ip.To4() != nil {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("resolve %s: no IPv4 address", addr)
 }
 
 // setup attaches the container's namespace to the network, publishes its
@@ -405,38 +447,37 @@ func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, publish [
 			return "", fmt.Errorf("set up network of %s: isolate bridge port %s: %w: %s", id, name, err, out)
 		}
 	}
-	chain := n.containerChain(id)
+	// Its own chain holds what is not the same for every container: ports
+	// published to some sources only, and endpoints it may reach in the
+	// blocked ports. Most containers need none.
 	var rules []rule
 	for _, p := range publish {
-		from := p.From
-		if len(from) == 0 {
-			from = []string{""}
+		if len(p.From) == 0 {
+			continue // the instance's DNAT rule accepts it
 		}
-		for _, f := range from {
-			src := ""
-			if f != "" {
-				if _, _, err := net.ParseCIDR(f); err != nil && net.ParseIP(f) == nil {
-					return "", fmt.Errorf("set up network of %s: published port %d: source %q is no address", id, p.Port, f)
-				}
-				src = "-s " + f + " "
+		port := " -p tcp -m tcp --dport " + strconv.Itoa(p.Port)
+		for _, f := range p.From {
+			src, err := resolve(ctx, f)
+			if err != nil {
+				return "", fmt.Errorf("set up network of %s: published port %d: %w", id, p.Port, err)
 			}
-			for _, proto := range []string{"tcp", "udp"} {
-				rules = append(rules, r(src+"-d "+ip+"/32 -o "+n.bridge+" -p "+proto+" -m "+proto+" --dport "+strconv.Itoa(p.Port)+" -m conntrack --ctstate DNAT -j ACCEPT"))
-			}
+			rules = append(rules, r("-s "+src+" -d "+ip+"/32 -o "+n.bridge+port+" -m conntrack --ctstate DNAT -j ACCEPT"))
 		}
+		rules = append(rules, r("-d "+ip+"/32 -o "+n.bridge+port+" -j DROP"))
 	}
 	for _, e := range reach {
-		if net.ParseIP(e.Addr) == nil {
-			addrs, err := net.DefaultResolver.LookupHost(ctx, e.Addr)
-			if err != nil || len(addrs) == 0 {
-				return "", fmt.Errorf("set up network of %s: resolve %s: %w", id, e.Addr, err)
-			}
-			e.Addr = addrs[0]
+		addr, err := resolve(ctx, e.Addr)
+		if err != nil {
+			return "", fmt.Errorf("set up network of %s: %w", id, err)
 		}
 		for _, p := range e.Ports {
-			rules = append(rules, r("-s "+ip+"/32 -d "+e.Addr+" -i "+n.bridge+" -p tcp -m tcp --dport "+strconv.Itoa(p)+" -j ACCEPT"))
+			rules = append(rules, r("-s "+ip+"/32 -d "+addr+" -i "+n.bridge+" -p tcp -m tcp --dport "+strconv.Itoa(p)+" -j ACCEPT"))
 		}
 	}
+	if len(rules) == 0 {
+		return ip, nil
+	}
+	chain := n.containerChain(id)
 	if err := n.syncChain(chain, rules, true); err != nil {
 		return "", err
 	}
@@ -568,6 +609,7 @@ func (n *cniNetwork) removeHere() error {
 			add(n.ipt.DeleteIfExists("filter", "CNI-FORWARD", "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", n.fwd))
 		}
 	}
+	add(n.ipt.DeleteIfExists("nat", "POSTROUTING", n.masqRule()...))
 	// The instance's chains, and any container's left over, whose jumps
 	// are in the instance's: flush them all, then delete them.
 	chains, err := n.ipt.ListChains("filter")
