@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,10 +28,6 @@ const (
 	LabelRole     = "voyager.role"
 	LabelKind     = "voyager.kind"
 	LabelQueueRev = "voyager.queue-revision"
-	// LabelToken keeps the Jupyter token with the container, so an agent
-	// that adopts it after a restart can still give out its URL. Only root
-	// on the node can read labels, as it can read the environment.
-	LabelToken = "voyager.token"
 )
 
 // GPU modes: how a container gets its GPUs.
@@ -86,6 +83,14 @@ type Config struct {
 	// publishes each session's log URL in status.urls.logs. Empty: no logs
 	// are served.
 	LogsBaseURL string
+	// ProbeHost is where the agent reaches its sessions' published ports
+	// (Jupyter's readiness and activity). Default 127.0.0.1.
+	ProbeHost string
+	// LogURLTTL is how long a published log URL works; the agent re-signs
+	// a running session's before it expires, and a finished session's
+	// last one works this long after its end. Default LogRetention, else
+	// 168h.
+	LogURLTTL time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration
 	// UID and GID run session containers. Default runtime.DefaultUID/GID.
@@ -146,6 +151,12 @@ func (c *Config) defaults() {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second
+	}
+	if c.ProbeHost == "" {
+		c.ProbeHost = "127.0.0.1"
+	}
+	if c.LogURLTTL <= 0 {
+		c.LogURLTTL = cmp.Or(c.LogRetention, 168*time.Hour)
 	}
 	if c.GPUMode == "" {
 		c.GPUMode = GPUModeCDI
