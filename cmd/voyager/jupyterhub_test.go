@@ -26,6 +26,7 @@ import (
 	"github.com/chromedp/chromedp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -38,7 +39,7 @@ func jupyterImage(t *testing.T) string {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "voyager", "images")
 	}
-	out := filepath.Join(cache, "jupyter.tar")
+	out := filepath.Join(cache, "voyager.local-jupyter.tar") // as make image names it
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
@@ -278,6 +279,9 @@ func (h *hub) waitServer(user string, ready bool) {
 	}
 }
 
+// port is the port of a host:port address.
+func port(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+
 // statusThroughProxy asks the single-user server, through the hub's proxy,
 // for its /api/status.
 func (h *hub) statusThroughProxy(user string) (int, string) {
@@ -467,8 +471,13 @@ func TestJupyterHubE2E(t *testing.T) {
 	}
 	privKey, pubKey := filepath.Join(dir, "voyager.key"), filepath.Join(dir, "voyager.pub")
 
+	// The hub's API listens on the machine's own address, which sessions
+	// (in their own network namespaces) reach only because the agent is
+	// told to allow it: single-user servers call the hub back.
+	hubIP := runtimetest.MachineAddr(t)
+	hubPort := net.JoinHostPort(hubIP, port(freeAddr(t)))
 	env := newDevEnv(t)
-	environ := append(env.environ(), "VOYAGER_JWT_PUBLIC_KEYS="+pubKey,
+	environ := append(env.environ(), "VOYAGER_JWT_PUBLIC_KEYS="+pubKey, "VOYAGER_AGENT_NETWORK_ALLOW="+hubPort,
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
 		"VOYAGER_AGENT_SIMULATE_GPUS=4xA100-80GB,4xH100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s",
 		"VOYAGER_AGENT_PORTS="+freePortRange(t, 100)) // apart from the ports of other tests running at the same time
@@ -487,9 +496,8 @@ func TestJupyterHubE2E(t *testing.T) {
 	}
 
 	adminTok := randomHex(t)
-	hubPort, proxyPort, apiPort := freeAddr(t), freeAddr(t), freeAddr(t)
+	proxyPort, apiPort := freeAddr(t), freeAddr(t)
 	config := filepath.Join(dir, "jupyterhub_config.py")
-	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
 import voyager_spawner
 c.JupyterHub.spawner_class = "voyager"
@@ -497,7 +505,7 @@ c.JupyterHub.extra_handlers = voyager_spawner.extra_handlers()
 c.VoyagerSpawner.voyager_url = "http://%s"
 c.VoyagerSpawner.voyager_private_key_file = %q
 c.VoyagerSpawner.voyager_token_lifetime = 10
-c.VoyagerSpawner.image = "voyager/jupyter:latest"
+c.VoyagerSpawner.image = "voyager.local/jupyter:latest"
 c.VoyagerSpawner.gpus = 1
 c.VoyagerSpawner.cpu_milli = 300
 c.VoyagerSpawner.memory_mib = 1024
@@ -505,7 +513,7 @@ c.JupyterHub.cleanup_servers = False
 c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = %s
-c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_ip = %q
 c.JupyterHub.hub_port = %s
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:%s"
 c.JupyterHub.db_url = "sqlite:///%s/jupyterhub.sqlite"
@@ -516,7 +524,7 @@ c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
 c.Spawner.start_timeout = 300
 c.Spawner.http_timeout = 60
-`, env.httpAddr, privKey, port(proxyPort), port(hubPort), port(apiPort), dir, dir, adminTok)), 0o600); err != nil {
+`, env.httpAddr, privKey, port(proxyPort), hubIP, port(hubPort), port(apiPort), dir, dir, adminTok)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h := &hub{t: t, python: python, dir: dir, config: config, token: adminTok, hubURL: "http://" + hubPort, proxyURL: "http://" + proxyPort}
@@ -621,7 +629,7 @@ c.Spawner.http_timeout = 60
 	if len(specs) != 1 || sts[0].Phase != state.PhaseRunning {
 		t.Fatalf("ada's Voyager sessions: %+v %+v", specs, sts)
 	}
-	if r := specs[0].Resources; r.GPUs != 4 || r.CPUMilli != 700 || r.MemoryMiB != 1536 || specs[0].Image != "voyager/jupyter:latest" || specs[0].Profile != "quad" {
+	if r := specs[0].Resources; r.GPUs != 4 || r.CPUMilli != 700 || r.MemoryMiB != 1536 || specs[0].Image != "voyager.local/jupyter:latest" || specs[0].Profile != "quad" {
 		t.Errorf("ada's session from the 4-GPU profile: image %q, resources %+v; want the profile's 4 GPUs, 700m CPU, 1536 MiB and the spawner's image", specs[0].Image, r)
 	}
 	// The agent samples the single-user server under the hub's prefix with
@@ -790,7 +798,7 @@ c.Spawner.http_timeout = 60
 	// agent's default, which falls back to Jupyter Server in this image
 	// (Debian packages no JupyterLab), and its URL answers Jupyter's API.
 	dana := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "dana")}
-	id := dana.create(map[string]any{"kind": "notebook", "image": "voyager/jupyter:latest", "resources": map[string]any{"gpus": 1, "cpuMilli": 500, "memoryMiB": 512}})
+	id := dana.create(map[string]any{"kind": "notebook", "image": "voyager.local/jupyter:latest", "resources": map[string]any{"gpus": 1, "cpuMilli": 500, "memoryMiB": 512}})
 	var st state.Status
 	deadline = time.Now().Add(90 * time.Second)
 	for st.Phase != state.PhaseRunning {

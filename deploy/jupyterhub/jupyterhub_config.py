@@ -33,7 +33,7 @@ c.JupyterHub.cleanup_servers = False
 
 # What a server gets when its profile does not say (README.md, "The merge
 # rule"); the form offers Voyager's profiles unless profile_list is set.
-c.VoyagerSpawner.image = "voyager/jupyter:latest"
+c.VoyagerSpawner.image = "voyager.local/jupyter:latest"
 c.VoyagerSpawner.gpus = 1
 c.VoyagerSpawner.cpu_milli = 4000
 c.VoyagerSpawner.memory_mib = 16384

@@ -48,7 +48,7 @@ class FakeVoyager:
         self.profiles = {
             "a100-small": {"name": "a100-small", "description": "1×A100 <b>notebook</b>",
                            "resources": {"gpus": 1, "gpuModel": "*A100*", "cpuMilli": 4000, "memoryMiB": 16384}},
-            "a100-quad": {"name": "a100-quad", "description": "4×A100", "image": "voyager/jupyter:cuda",
+            "a100-quad": {"name": "a100-quad", "description": "4×A100", "image": "voyager.local/jupyter:cuda",
                           "resources": {"gpus": 4, "gpuModel": "*A100*", "cpuMilli": 16000, "memoryMiB": 65536},
                           "limits": {"idleTimeout": "1h"}},
         }
@@ -233,7 +233,7 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         self.assertIn("--port=\"$PORT\"", body["command"][-1])
         self.assertEqual(body["env"]["JUPYTERHUB_API_TOKEN"], "hub-token")
         self.assertNotIn("PATH", body["env"])
-        self.assertEqual(body["image"], "voyager/jupyter:latest")
+        self.assertEqual(body["image"], "voyager.local/jupyter:latest")
         self.assertEqual(body["resources"], {"gpus": 0, "cpuMilli": 2000, "memoryMiB": 8192})
         events = [e async for e in sp.progress()]
         self.assertEqual([e["message"] for e in events],
@@ -395,18 +395,18 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         body = self.fake.sessions["s0001"]
         self.assertEqual(body["profile"], "a100-quad")
         self.assertEqual(body["resources"], {"gpus": 4, "gpuModel": "*A100*", "cpuMilli": 16000, "memoryMiB": 65536})
-        self.assertEqual(body["image"], "voyager/jupyter:cuda")
+        self.assertEqual(body["image"], "voyager.local/jupyter:cuda")
         self.assertEqual(body["limits"], {"idleTimeout": "1h"})
 
         # What the user typed wins, field by field; a profile without an
         # image runs the spawner's image (not the agent's busybox).
-        sp = self.spawner(gpus=1, cpu_milli=200, memory_mib=1024, image="voyager/jupyter:latest")
+        sp = self.spawner(gpus=1, cpu_milli=200, memory_mib=1024, image="voyager.local/jupyter:latest")
         sp.user_options = sp.options_from_form({"profile": ["a100-small"], "gpus": ["2"], "cpu": [""], "memory": ["32"]})
         self.assertEqual(sp.user_options, {"profile": "a100-small", "gpus": 2, "memory_mib": 32768})
         await sp.start()
         body = self.fake.sessions["s0002"]
         self.assertEqual(body["resources"], {"gpus": 2, "gpuModel": "*A100*", "cpuMilli": 4000, "memoryMiB": 32768})
-        self.assertEqual(body["image"], "voyager/jupyter:latest")
+        self.assertEqual(body["image"], "voyager.local/jupyter:latest")
 
         # No profile: the spawner's traits, overridden by what was typed.
         sp = self.spawner(gpus=1, cpu_milli=200, memory_mib=1024)
@@ -440,7 +440,7 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
             {"display_name": "Small", "slug": "small", "description": "CPU only",
              "voyager_override": {"gpus": 0, "cpu_milli": 1000, "memory_mib": 2048}},
             {"display_name": "GPU", "description": "A100s", "default": True,
-             "voyager_override": {"voyager_profile": "a100-small", "image": "voyager/jupyter:gpu"},
+             "voyager_override": {"voyager_profile": "a100-small", "image": "voyager.local/jupyter:gpu"},
              "profile_options": {"gpus": {"display_name": "GPUs", "choices": {
                  "one": {"display_name": "1 GPU", "default": True, "voyager_override": {"gpus": 1}},
                  "four": {"display_name": "4 GPUs", "voyager_override": {"gpus": 4, "memory_mib": 131072}}}}}},
@@ -457,7 +457,7 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         body = self.fake.sessions["s0001"]
         # Voyager's a100-small, then the entry's override, then the choice's.
         self.assertEqual(body["profile"], "a100-small")
-        self.assertEqual(body["image"], "voyager/jupyter:gpu")
+        self.assertEqual(body["image"], "voyager.local/jupyter:gpu")
         self.assertEqual(body["resources"], {"gpus": 4, "gpuModel": "*A100*", "cpuMilli": 4000, "memoryMiB": 131072})
         # No choice made: the default entry with its default choice.
         sp = self.spawner(profile_list=plist)

@@ -128,9 +128,9 @@ class VoyagerSpawner(Spawner):
     # ---- what a server gets ----
 
     image = Unicode(
-        "voyager/jupyter:latest",
+        "voyager.local/jupyter:latest",
         help="Container image of the single-user server when the chosen profile names none. "
-        "It must contain jupyterhub-singleuser (deploy/images/jupyter/build.sh builds one).",
+        "It must contain jupyterhub-singleuser (`make image` builds one from Debian's packages).",
     ).tag(config=True)
     profile = Unicode(
         "", help="Voyager profile (GET /api/v1/profiles) used when the user chooses none; empty: the traits below."
@@ -422,7 +422,7 @@ class VoyagerSpawner(Spawner):
         if code == NO_SINGLEUSER_EXIT or NO_SINGLEUSER in tail:
             return (f"The image {getattr(self, '_image', '') or '(unknown)'} has no jupyterhub-singleuser command, "
                     "so it cannot run a JupyterHub server: choose another profile, or ask your administrator for "
-                    "an image with JupyterHub installed (deploy/images/jupyter/build.sh builds one).")
+                    "an image with JupyterHub installed (`make image` builds one from Debian's packages).")
         words = f"Your server stopped before it was ready: {status_words(ev)}"
         if tail:
             words += f". Its last log lines: {tail[-600:]}"
