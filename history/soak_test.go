@@ -49,6 +49,14 @@ type soakProc struct {
 	done   chan struct{}
 }
 
+// leave stops it the orderly way: it returns from Run (a placer revokes
+// its membership lease), then its connection closes.
+func (p *soakProc) leave() {
+	p.cancel()
+	<-p.done
+	_ = p.cli.Close()
+}
+
 func (p *soakProc) kill() {
 	_ = p.cli.Close() // a cut connection first: the lease is not revoked, it expires
 	p.cancel()
@@ -263,10 +271,14 @@ func TestSoak(t *testing.T) {
 					id := fmt.Sprintf("s%07d", n-int64(rnd(int(min(n, 200)))))
 					_, _ = state.StopSession(ctx, admin, k, id, "soak", time.Now())
 				}
-			case roll < 306: // a placer is killed; another joins
+			case roll < 306: // a placer leaves or is killed; another joins
 				mu.Lock()
 				i := rnd(len(placers))
-				placers[i].kill()
+				if rnd(2) == 0 {
+					placers[i].leave()
+				} else {
+					placers[i].kill()
+				}
 				placers[i] = placerProc()
 				mu.Unlock()
 			case roll < 310: // an agent is killed: its lease expires, later it comes back
