@@ -15,10 +15,11 @@ import (
 type PlanOptions struct {
 	// Strategy is Binpack (the default) or Spread.
 	Strategy Strategy
-	// ReserveAfter is how long a request may wait before it is ordered
-	// first within its priority and holds the nodes closest to fitting it,
-	// so a stream of small requests cannot starve a large one. Zero
-	// disables reservations.
+	// ReserveAfter is how long a request may wait before, if it fits no
+	// node, it holds the nodes closest to fitting it (one such request per
+	// owner, chosen by fair share), so a stream of small requests cannot
+	// starve a large one. It does not move the request ahead of the
+	// fair-share order. Zero disables reservations.
 	ReserveAfter time.Duration
 	// Candidates bounds how many feasible nodes are scored for one part;
 	// zero means 16. Like the Kubernetes scheduler's percentageOfNodesToScore
@@ -114,6 +115,12 @@ type planner struct {
 	// shape fails again.
 	failed map[string]failure
 	usage  usage
+	// ownerGroups caches groupsOf.
+	ownerGroups map[string][]string
+	// holding marks the sessions that hold nodes in this pass; holders
+	// counts them by owner.
+	holding map[string]bool
+	holders map[string]int
 }
 
 type failure struct{ reason, message string }
@@ -158,13 +165,14 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 			}
 		}
 	}
+	p.holdUnfit(plan)
 	order := p.order()
 	position := 0
 	for it := order.next(); it != nil; it = order.next() {
 		position++
 		if d, ok := p.place(it, position, plan); ok {
 			plan.Bound = append(plan.Bound, d)
-			order.placed(it.Entry.Owner)
+			order.placed(it.Entry.Owner, p.weightedShare(it.Entry.Owner))
 		}
 	}
 	// Positions among the still waiting, in processing order.
@@ -227,7 +235,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 				c.unreserve(e.Session)
 				p.reindex(c)
 			}
-			if p.aged(e) {
+			if p.aged(e) && !p.holding[e.Session] && p.holders[e.Owner] < maxHoldsPerOwner {
 				p.holdFor(e, reqs, plan)
 			}
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: fail.reason, Message: fail.message})
@@ -425,6 +433,74 @@ func (p *planner) largest(r *state.Resources) string {
 	return fmt.Sprintf("the largest node has %d matching GPUs, %s CPU and %d MiB memory", maxDev, milli(maxCPU), maxMem)
 }
 
+// maxHoldsPerOwner bounds the requests of one owner that hold nodes at
+// once: holding is a share of the cluster too, and an owner with more
+// large requests waiting must not hold more of it.
+const maxHoldsPerOwner = 1
+
+// holdUnfit lets every aged request that fits no node before anything is
+// placed hold the nodes closest to fitting it, before the queue order runs:
+// the capacity freed since the last pass on a node that is draining for a
+// large request stays there, instead of going to whichever smaller request
+// comes first in the fair-share order (issue 17). Holders are taken by
+// priority, then by their owner's weighted share, then by age.
+func (p *planner) holdUnfit(plan *Plan) {
+	if p.opt.ReserveAfter <= 0 {
+		return
+	}
+	var cands []*Pending
+	share := map[string]float64{}
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		if !p.aged(&it.Entry) {
+			continue
+		}
+		if _, ok := share[it.Entry.Owner]; !ok {
+			share[it.Entry.Owner] = p.weightedShare(it.Entry.Owner)
+		}
+		cands = append(cands, it)
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := &cands[i].Entry, &cands[j].Entry
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		if share[a.Owner] != share[b.Owner] {
+			return share[a.Owner] < share[b.Owner]
+		}
+		return olderFirst(cands[i], cands[j])
+	})
+	for _, it := range cands {
+		e := &it.Entry
+		if p.holding[e.Session] || p.holders[e.Owner] >= maxHoldsPerOwner || p.fits(e) {
+			continue
+		}
+		p.holdFor(e, e.Parts(), plan)
+	}
+}
+
+// fits reports whether every part of e finds a node now, each on its own.
+func (p *planner) fits(e *state.QueueEntry) bool {
+	reqs := e.Parts()
+	exclude := map[string]bool{}
+	for i := range reqs {
+		role := state.RoleSingle
+		if e.Workers > 0 {
+			role = state.RoleHead
+			if i > 0 {
+				role = state.RoleWorker
+			}
+		}
+		pt := &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session}
+		n, _, _, _ := p.best(pt, exclude)
+		if n == nil {
+			return false
+		}
+		exclude[n.name] = true
+	}
+	return true
+}
+
 // holdFor reserves, for an aged request that does not fit, the nodes
 // closest to fitting each part, so that later requests in the order cannot
 // take their free capacity.
@@ -449,6 +525,13 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 			continue
 		}
 		best.reservedFor = e.Session
+		if p.holding == nil {
+			p.holding, p.holders = map[string]bool{}, map[string]int{}
+		}
+		if !p.holding[e.Session] {
+			p.holders[e.Owner]++
+		}
+		p.holding[e.Session] = true
 		used[best.name] = true
 		plan.Reserved[best.name] = e.Session
 	}
@@ -504,19 +587,21 @@ func shapeKey(pt *part) string {
 // ---- queue order ----
 
 // queueOrder yields pending sessions in placement order: priority first;
-// within a priority, requests older than ReserveAfter by age; the rest by
-// dominant resource share of their owner (DRF), recomputed as the pass
-// places sessions, then by age.
+// within a priority, the owner with the smallest weighted dominant
+// resource share (DRF) first, recomputed as the pass places sessions, then
+// the owner's oldest request. Age does not jump this order (issue 17): in
+// a backlog deeper than ReserveAfter every request is aged, and an order
+// by age hands a flooding user the cluster. Age instead lets a request
+// that fits nowhere hold capacity (holdUnfit).
 type queueOrder struct {
 	levels []*level
 	cur    int
 }
 
+// level is one priority: owner queues ordered by weighted dominant share.
 type level struct {
-	aged   []*Pending
 	owners ownerHeap
 	byName map[string]*ownerQueue
-	usage  *usage
 }
 
 type ownerQueue struct {
@@ -533,13 +618,9 @@ func (p *planner) order() *queueOrder {
 		it := &p.snap.Pending[i]
 		lv, ok := byPrio[it.Entry.Priority]
 		if !ok {
-			lv = &level{byName: map[string]*ownerQueue{}, usage: &p.usage}
+			lv = &level{byName: map[string]*ownerQueue{}}
 			byPrio[it.Entry.Priority] = lv
 			prios = append(prios, it.Entry.Priority)
-		}
-		if p.aged(&it.Entry) {
-			lv.aged = append(lv.aged, it)
-			continue
 		}
 		oq, ok := lv.byName[it.Entry.Owner]
 		if !ok {
@@ -552,10 +633,9 @@ func (p *planner) order() *queueOrder {
 	q := &queueOrder{}
 	for _, pr := range prios {
 		lv := byPrio[pr]
-		sort.SliceStable(lv.aged, func(i, j int) bool { return olderFirst(lv.aged[i], lv.aged[j]) })
 		for _, oq := range lv.byName {
 			sort.SliceStable(oq.items, func(i, j int) bool { return olderFirst(oq.items[i], oq.items[j]) })
-			oq.share = p.usage.share(oq.owner)
+			oq.share = p.weightedShare(oq.owner)
 			oq.index = len(lv.owners)
 			lv.owners = append(lv.owners, oq)
 		}
@@ -576,11 +656,6 @@ func olderFirst(a, b *Pending) bool {
 func (q *queueOrder) next() *Pending {
 	for q.cur < len(q.levels) {
 		lv := q.levels[q.cur]
-		if len(lv.aged) > 0 {
-			it := lv.aged[0]
-			lv.aged = lv.aged[1:]
-			return it
-		}
 		if len(lv.owners) > 0 {
 			oq := lv.owners[0]
 			it := oq.items[0]
@@ -597,16 +672,50 @@ func (q *queueOrder) next() *Pending {
 	return nil
 }
 
-// placed tells the order that owner's share grew.
-func (q *queueOrder) placed(owner string) {
+// placed tells the order that owner's share is now share.
+func (q *queueOrder) placed(owner string, share float64) {
 	if q.cur >= len(q.levels) {
 		return
 	}
 	lv := q.levels[q.cur]
 	if oq, ok := lv.byName[owner]; ok && oq.index >= 0 {
-		oq.share = lv.usage.share(owner)
+		oq.share = share
 		heap.Fix(&lv.owners, oq.index)
 	}
+}
+
+// weightedShare is the share that orders owner: its dominant share over
+// its weight, or, when one of its groups has a weight, the largest of that
+// and each weighted group's dominant share over the group's weight — so a
+// group of weight 3 is served as if it held a third of what its members
+// hold together. Weights come from quotas (state.Quota.Weight); absent,
+// a weight is 1.
+func (p *planner) weightedShare(owner string) float64 {
+	s := p.usage.share(p.usage.users[owner])
+	if q, ok := p.snap.UserQuotas[owner]; ok && q.Weight != nil && *q.Weight > 0 {
+		s /= *q.Weight
+	}
+	for _, g := range p.groupsOf(owner) {
+		if q, ok := p.snap.GroupQuotas[g]; ok && q.Weight != nil && *q.Weight > 0 {
+			s = max(s, p.usage.share(p.usage.groups[g]) / *q.Weight)
+		}
+	}
+	return s
+}
+
+// groupsOf is the groups of owner's requests, as the queue entries carry
+// them (the API copies them from the owner's identity).
+func (p *planner) groupsOf(owner string) []string {
+	if p.ownerGroups == nil {
+		p.ownerGroups = map[string][]string{}
+		for i := range p.snap.Pending {
+			e := &p.snap.Pending[i].Entry
+			if _, ok := p.ownerGroups[e.Owner]; !ok {
+				p.ownerGroups[e.Owner] = e.Groups
+			}
+		}
+	}
+	return p.ownerGroups[owner]
 }
 
 // ownerHeap orders owners by dominant share, then by their oldest request.
@@ -696,10 +805,10 @@ func (u *usage) add(e *state.QueueEntry, reqs []state.Resources) {
 	}
 }
 
-// share is owner's dominant resource share of the cluster.
-func (u *usage) share(owner string) float64 {
-	a, ok := u.users[owner]
-	if !ok {
+// share is the dominant resource share of the cluster that a (a user's
+// or a group's holding; nil: nothing) amounts to.
+func (u *usage) share(a *amounts) float64 {
+	if a == nil {
 		return 0
 	}
 	s := 0.0

@@ -2,10 +2,11 @@ package sim
 
 import "time"
 
-// Flood is the issue-17 workload: Users users arrive at equal rates that
-// together offer Load of the cluster's GPUs (mean run time RunMean, the
-// default mix); between From and To the last of them arrives at Factor
-// times its rate. Users are named "u0", "u1", ….
+// Flood is the issue-17 workload: users steady users ("u0", "u1", …)
+// arrive at equal rates that together offer load of the cluster's GPUs
+// (exponential run times of mean run, DefaultMix), and between from and
+// to one more user, "flood", arrives at factor times one steady user's
+// rate.
 func Flood(nodes, users int, load, factor float64, run time.Duration, from, to time.Duration) []Stream {
 	gpusPerSession := 0.0
 	for _, s := range DefaultMix {
@@ -18,9 +19,7 @@ func Flood(nodes, users int, load, factor float64, run time.Duration, from, to t
 	for u := 0; u < users; u++ {
 		out = append(out, Stream{User: userName(u), Rate: rate, Runtime: rt})
 	}
-	flooder := userName(users - 1)
-	out = append(out, Stream{User: flooder, Rate: rate * (factor - 1), Start: from, End: to, Runtime: rt})
-	return out
+	return append(out, Stream{User: "flood", Rate: rate * factor, Start: from, End: to, Runtime: rt})
 }
 
 // Bursts adds, every period on average, count sessions of size at once
