@@ -172,7 +172,7 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 		position++
 		if d, ok := p.place(it, position, plan); ok {
 			plan.Bound = append(plan.Bound, d)
-			order.placed(it.Entry.Owner, p.weightedShare(it.Entry.Owner))
+			order.placed(it.Entry.Owner, p.weightedShare)
 		}
 	}
 	// Positions among the still waiting, in processing order.
@@ -456,7 +456,7 @@ func (p *planner) holdUnfit(plan *Plan) {
 			continue
 		}
 		if _, ok := share[it.Entry.Owner]; !ok {
-			share[it.Entry.Owner] = p.weightedShare(it.Entry.Owner)
+			share[it.Entry.Owner], _ = p.weightedShare(it.Entry.Owner)
 		}
 		cands = append(cands, it)
 	}
@@ -607,7 +607,8 @@ type level struct {
 type ownerQueue struct {
 	owner string
 	items []*Pending
-	share float64
+	share float64 // weighted share: orders owners
+	own   float64 // the owner's own share: breaks ties
 	index int
 }
 
@@ -635,7 +636,7 @@ func (p *planner) order() *queueOrder {
 		lv := byPrio[pr]
 		for _, oq := range lv.byName {
 			sort.SliceStable(oq.items, func(i, j int) bool { return olderFirst(oq.items[i], oq.items[j]) })
-			oq.share = p.weightedShare(oq.owner)
+			oq.share, oq.own = p.weightedShare(oq.owner)
 			oq.index = len(lv.owners)
 			lv.owners = append(lv.owners, oq)
 		}
@@ -672,35 +673,47 @@ func (q *queueOrder) next() *Pending {
 	return nil
 }
 
-// placed tells the order that owner's share is now share.
-func (q *queueOrder) placed(owner string, share float64) {
+// placed tells the order that owner's share grew; share computes it.
+func (q *queueOrder) placed(owner string, share func(string) (float64, float64)) {
 	if q.cur >= len(q.levels) {
 		return
 	}
 	lv := q.levels[q.cur]
 	if oq, ok := lv.byName[owner]; ok && oq.index >= 0 {
-		oq.share = share
+		oq.share, oq.own = share(owner)
 		heap.Fix(&lv.owners, oq.index)
 	}
 }
 
-// weightedShare is the share that orders owner: its dominant share over
-// its weight, or, when one of its groups has a weight, the largest of that
-// and each weighted group's dominant share over the group's weight — so a
-// group of weight 3 is served as if it held a third of what its members
-// hold together. Weights come from quotas (state.Quota.Weight); absent,
-// a weight is 1.
-func (p *planner) weightedShare(owner string) float64 {
-	s := p.usage.share(p.usage.users[owner])
-	if q, ok := p.snap.UserQuotas[owner]; ok && q.Weight != nil && *q.Weight > 0 {
-		s /= *q.Weight
-	}
+// weightedShare is the share that orders owner, and the share that
+// breaks ties between owners of one equal first share. An owner in no
+// weighted group is ordered by its dominant share over its weight. An
+// owner in groups with a weight is ordered by the largest of each such
+// group's dominant share over the group's weight (and its own weighted
+// share, if it has a weight of its own), then by its own share: a group of
+// weight 3 is served as if its members together held a third of what they
+// hold, and its members share that evenly. Weights come from quotas
+// (state.Quota.Weight); absent, a weight is 1.
+func (p *planner) weightedShare(owner string) (float64, float64) {
+	own := p.usage.share(p.usage.users[owner])
+	first, grouped := own, false
 	for _, g := range p.groupsOf(owner) {
 		if q, ok := p.snap.GroupQuotas[g]; ok && q.Weight != nil && *q.Weight > 0 {
-			s = max(s, p.usage.share(p.usage.groups[g]) / *q.Weight)
+			gs := p.usage.share(p.usage.groups[g]) / *q.Weight
+			if !grouped || gs > first {
+				first = gs
+			}
+			grouped = true
 		}
 	}
-	return s
+	if q, ok := p.snap.UserQuotas[owner]; ok && q.Weight != nil && *q.Weight > 0 {
+		if !grouped {
+			first = own / *q.Weight
+		} else {
+			first = max(first, own / *q.Weight)
+		}
+	}
+	return first, own
 }
 
 // groupsOf is the groups of owner's requests, as the queue entries carry
@@ -718,13 +731,17 @@ func (p *planner) groupsOf(owner string) []string {
 	return p.ownerGroups[owner]
 }
 
-// ownerHeap orders owners by dominant share, then by their oldest request.
+// ownerHeap orders owners by weighted share, then own share, then by their
+// oldest request.
 type ownerHeap []*ownerQueue
 
 func (h ownerHeap) Len() int { return len(h) }
 func (h ownerHeap) Less(i, j int) bool {
 	if h[i].share != h[j].share {
 		return h[i].share < h[j].share
+	}
+	if h[i].own != h[j].own {
+		return h[i].own < h[j].own
 	}
 	if !h[i].items[0].Entry.Created.Equal(h[j].items[0].Entry.Created) {
 		return h[i].items[0].Entry.Created.Before(h[j].items[0].Entry.Created)
