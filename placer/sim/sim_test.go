@@ -4,12 +4,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/placer"
 )
 
-// defaultReserveAfter is VOYAGER_PLACER_RESERVE_AFTER's default
-// (internal/config).
-const defaultReserveAfter = 10 * time.Minute
+// defaultOptions are the placer's default settings as the settings table
+// gives them (VOYAGER_PLACER_STRATEGY, VOYAGER_PLACER_RESERVE_AFTER).
+func defaultOptions(t testing.TB) placer.PlanOptions {
+	cfg, err := config.Load(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter}
+}
 
 // floodConfig is issue 17's experiment, smaller so that it runs in seconds
 // under -race: 12 nodes × 8 GPUs (not 200), two steady users offering 90%
@@ -17,9 +24,9 @@ const defaultReserveAfter = 10 * time.Minute
 // middle third of 15 hours (about 750 sessions, not 20,000), exponential
 // run times of mean 1 h, a pass every 3 simulated minutes. At 8 nodes the
 // smallest seed's Jain fell to 0.957, too close to the bound.
-func floodConfig(strategy placer.Strategy, seed uint64) Config {
+func floodConfig(opt placer.PlanOptions, seed uint64) Config {
 	d := 15 * time.Hour
-	return Config{Nodes: 12, Plan: placer.PlanOptions{Strategy: strategy, ReserveAfter: defaultReserveAfter},
+	return Config{Nodes: 12, Plan: opt,
 		Streams: Flood(12, 2, 0.9, 3, time.Hour, d/3, 2*d/3), Duration: d, Tick: 3 * time.Minute, Seed: seed, From: d / 3, To: 2 * d / 3}
 }
 
@@ -30,7 +37,7 @@ func floodConfig(strategy placer.Strategy, seed uint64) Config {
 // of fair share) this measured Jain 0.75–0.78 on these seeds.
 func TestFloodFairAndNoStarvation(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
-		r := Run(floodConfig(placer.Binpack, seed))
+		r := Run(floodConfig(defaultOptions(t), seed))
 		one, eight := r.Wait["1"], r.Wait["8"]
 		t.Logf("seed %d: Jain %.3f, shares %v, 1-GPU wait p99 %.0f min, 8-GPU p99 %.0f min (%d sessions)", seed, r.Jain, r.Share, one.P99, eight.P99, r.Sessions)
 		if r.Jain < 0.95 {
@@ -48,7 +55,9 @@ func TestFloodFairAndNoStarvation(t *testing.T) {
 // TestRunDeterministic: the same config and seed give the same result; a
 // different seed gives different arrivals.
 func TestRunDeterministic(t *testing.T) {
-	cfg := floodConfig(placer.Spread, 7)
+	opt := defaultOptions(t)
+	opt.Strategy = placer.Spread
+	cfg := floodConfig(opt, 7)
 	cfg.Duration, cfg.From, cfg.To = 4*time.Hour, time.Hour, 3*time.Hour
 	a, b := Run(cfg), Run(cfg)
 	if a.Jain != b.Jain || a.Sessions != b.Sessions || a.Wait["1"] != b.Wait["1"] || a.Util != b.Util {
