@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -66,5 +67,43 @@ func TestRunDeterministic(t *testing.T) {
 	cfg.Seed = 8
 	if c := Run(cfg); c.Sessions == a.Sessions && c.Wait["1"] == a.Wait["1"] {
 		t.Errorf("seeds 7 and 8 gave the same arrivals")
+	}
+}
+
+// TestGangsBurstsAndRuntimes: a light steady load with bursts of 8-GPU
+// requests and Ray gangs of three 8-GPU parts: every gang and burst binds
+// before the run ends (reservations let them drain nodes), and run-time
+// distributions keep their mean.
+func TestGangsBurstsAndRuntimes(t *testing.T) {
+	fixed := Runtime{Kind: Fixed, Mean: 30 * time.Minute}
+	streams := Flood(12, 2, 0.5, 0, time.Hour, 0, 0)
+	streams = append(streams,
+		Bursts("burst", 2*time.Hour, 4, Size{GPUs: 8}, fixed),
+		Gangs("ray", 0.5, 2, 8, Runtime{Kind: LogNormal, Mean: 30 * time.Minute, Sigma: 1}))
+	d := 12 * time.Hour
+	r := Run(Config{Nodes: 12, Plan: defaultOptions(t), Streams: streams, Duration: d, Tick: 2 * time.Minute, Seed: 5})
+	gang, eight := r.Wait["gang 3×8"], r.Wait["8"]
+	t.Logf("gangs %+v, 8-GPU %+v", gang, eight)
+	if gang.N == 0 || eight.N == 0 {
+		t.Fatalf("no gangs (%d) or 8-GPU requests (%d) arrived", gang.N, eight.N)
+	}
+	// Arrivals in the last two hours may still wait; none earlier.
+	if gang.StillWaits > 1 || eight.StillWaits > 4 {
+		t.Errorf("gangs still waiting %d of %d, 8-GPU %d of %d", gang.StillWaits, gang.N, eight.StillWaits, eight.N)
+	}
+	if gang.P99 > 6*60 {
+		t.Errorf("p99 wait of gangs %.0f min under half load", gang.P99)
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, rt := range []Runtime{fixed, {Kind: LogNormal, Mean: time.Hour, Sigma: 1}, {Kind: Exponential, Mean: time.Hour}} {
+		var sum time.Duration
+		const n = 20000
+		for i := 0; i < n; i++ {
+			sum += rt.draw(rng)
+		}
+		if mean := sum / n; mean < rt.Mean*95/100 || mean > rt.Mean*105/100 {
+			t.Errorf("%s run times: mean %v, want %v ± 5%%", rt.Kind, mean, rt.Mean)
+		}
 	}
 }
