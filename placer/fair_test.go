@@ -147,7 +147,7 @@ func TestFairShare(t *testing.T) {
 	}
 	s.submit(ctx, "ada", ones(300), nil)
 	eventually(t, 30*time.Second, "ada to fill the cluster", func() bool {
-		ok, w := s.settled(ctx, PlanOptions{})
+		ok, w := s.settledAt(ctx, opt, fast())
 		return ok && gpusOf(w)["ada"] >= 79
 	})
 	s.submit(ctx, "bob", ones(300), nil)
@@ -155,7 +155,7 @@ func TestFairShare(t *testing.T) {
 	agents(t, ctx, cli, s.k, 10*time.Millisecond, 240)
 	var shares map[string]int
 	eventually(t, 60*time.Second, "240 sessions to finish and the queue to settle", func() bool {
-		ok, w := s.settled(ctx, PlanOptions{})
+		ok, w := s.settledAt(ctx, opt, fast())
 		shares = gpusOf(w)
 		return ok && finished(w) >= 240
 	})

@@ -587,19 +587,24 @@ func shapeKey(pt *part) string {
 // ---- queue order ----
 
 // queueOrder yields pending sessions in placement order: priority first;
-// within a priority, the owner with the smallest weighted dominant
-// resource share (DRF) first, recomputed as the pass places sessions, then
-// the owner's oldest request. Age does not jump this order (issue 17): in
-// a backlog deeper than ReserveAfter every request is aged, and an order
-// by age hands a flooding user the cluster. Age instead lets a request
-// that fits nowhere hold capacity (holdUnfit).
+// within a priority, requests older than ReserveAfter (the aged tier)
+// before the rest; within each tier, the owner with the smallest weighted
+// dominant resource share (DRF) first, recomputed as the pass places
+// sessions, then the owner's oldest request. The aged tier is ordered by
+// fair share too (issue 17): in a backlog deeper than ReserveAfter every
+// request is aged, and an order by age hands a flooding user the cluster.
 type queueOrder struct {
 	levels []*level
 	cur    int
 }
 
-// level is one priority: owner queues ordered by weighted dominant share.
+// level is one priority: its aged tier, then the rest, each a set of
+// owner queues ordered by weighted dominant share.
 type level struct {
+	tiers [2]*tier
+}
+
+type tier struct {
 	owners ownerHeap
 	byName map[string]*ownerQueue
 }
@@ -619,14 +624,18 @@ func (p *planner) order() *queueOrder {
 		it := &p.snap.Pending[i]
 		lv, ok := byPrio[it.Entry.Priority]
 		if !ok {
-			lv = &level{byName: map[string]*ownerQueue{}}
+			lv = &level{tiers: [2]*tier{{byName: map[string]*ownerQueue{}}, {byName: map[string]*ownerQueue{}}}}
 			byPrio[it.Entry.Priority] = lv
 			prios = append(prios, it.Entry.Priority)
 		}
-		oq, ok := lv.byName[it.Entry.Owner]
+		tr := lv.tiers[1]
+		if p.aged(&it.Entry) {
+			tr = lv.tiers[0]
+		}
+		oq, ok := tr.byName[it.Entry.Owner]
 		if !ok {
 			oq = &ownerQueue{owner: it.Entry.Owner}
-			lv.byName[it.Entry.Owner] = oq
+			tr.byName[it.Entry.Owner] = oq
 		}
 		oq.items = append(oq.items, it)
 	}
@@ -634,13 +643,15 @@ func (p *planner) order() *queueOrder {
 	q := &queueOrder{}
 	for _, pr := range prios {
 		lv := byPrio[pr]
-		for _, oq := range lv.byName {
-			sort.SliceStable(oq.items, func(i, j int) bool { return olderFirst(oq.items[i], oq.items[j]) })
-			oq.share, oq.own = p.weightedShare(oq.owner)
-			oq.index = len(lv.owners)
-			lv.owners = append(lv.owners, oq)
+		for _, tr := range lv.tiers {
+			for _, oq := range tr.byName {
+				sort.SliceStable(oq.items, func(i, j int) bool { return olderFirst(oq.items[i], oq.items[j]) })
+				oq.share, oq.own = p.weightedShare(oq.owner)
+				oq.index = len(tr.owners)
+				tr.owners = append(tr.owners, oq)
+			}
+			heap.Init(&tr.owners)
 		}
-		heap.Init(&lv.owners)
 		q.levels = append(q.levels, lv)
 	}
 	return q
@@ -656,15 +667,17 @@ func olderFirst(a, b *Pending) bool {
 // next returns the next session to try, or nil when the queue is done.
 func (q *queueOrder) next() *Pending {
 	for q.cur < len(q.levels) {
-		lv := q.levels[q.cur]
-		if len(lv.owners) > 0 {
-			oq := lv.owners[0]
+		for _, tr := range q.levels[q.cur].tiers {
+			if len(tr.owners) == 0 {
+				continue
+			}
+			oq := tr.owners[0]
 			it := oq.items[0]
 			oq.items = oq.items[1:]
 			if len(oq.items) == 0 {
-				heap.Pop(&lv.owners)
+				heap.Pop(&tr.owners)
 			} else {
-				heap.Fix(&lv.owners, 0) // its oldest request changed
+				heap.Fix(&tr.owners, 0) // its oldest request changed
 			}
 			return it
 		}
@@ -678,10 +691,11 @@ func (q *queueOrder) placed(owner string, share func(string) (float64, float64))
 	if q.cur >= len(q.levels) {
 		return
 	}
-	lv := q.levels[q.cur]
-	if oq, ok := lv.byName[owner]; ok && oq.index >= 0 {
-		oq.share, oq.own = share(owner)
-		heap.Fix(&lv.owners, oq.index)
+	for _, tr := range q.levels[q.cur].tiers {
+		if oq, ok := tr.byName[owner]; ok && oq.index >= 0 {
+			oq.share, oq.own = share(owner)
+			heap.Fix(&tr.owners, oq.index)
+		}
 	}
 }
 
