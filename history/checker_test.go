@@ -201,7 +201,7 @@ func TestCheckerPassesALegalHistory(t *testing.T) {
 		if len(lr.Kvs) > 0 {
 			lrev = lr.Kvs[0].ModRevision
 		}
-		cmps, ops, err := state.BindOps(k, []state.LedgerWrite{{Node: "n1", ReadRevision: lrev, Ledger: ledger("n1", map[string]state.Allocation{"s1": alloc(100, []int{40001}, gpu)})}},
+		cmps, ops, err := state.BindOps(k, []state.LedgerWrite{{Node: "n1", ReadRevision: lrev, NodeRevision: start, Ledger: ledger("n1", map[string]state.Allocation{"s1": alloc(100, []int{40001}, gpu)})}},
 			[]state.Placement{{Session: "s1", PendingRevision: pr.Kvs[0].ModRevision, Bindings: []state.Binding{{Session: "s1", Node: "n1", GPUs: []string{gpu}}},
 				Status: state.Status{Session: "s1"}}})
 		if err != nil {

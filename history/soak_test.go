@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,12 +29,14 @@ import (
 var (
 	soakBinds = flag.Int64("soak.binds", 20000, "binds the soak runs before it stops (make soak: 1,000,000)")
 	soakSeed  = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
+	soakChaos = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
 )
 
 const (
-	soakNodes     = 10
+	soakNodes     = 6
 	soakPlacers   = 3
-	soakInFlight  = 300 // live sessions the submitter keeps
+	soakInFlight  = 80 // live sessions the submitter keeps: about what the nodes hold, so that few wait
+	soakUsers     = 8
 	soakAgentTTL  = 2 * time.Second
 	soakPlacerTTL = 2 * time.Second
 )
@@ -146,7 +149,7 @@ func TestSoak(t *testing.T) {
 	agent := func(i int) *soakProc {
 		name := fmt.Sprintf("n%02d", i)
 		return run(func(ctx context.Context, cli *clientv3.Client) {
-			gpus, _ := nodeagent.SimulatedGPUs(name, "4xA100-80GB")
+			gpus, _ := nodeagent.SimulatedGPUs(name, "8xA100-80GB")
 			dir := t.TempDir()
 			a := nodeagent.New(nodeagent.Config{Node: name, Address: "127.0.0.1", Keys: k, Client: cli, Runtime: fakes[i],
 				GPUs: gpus, Simulated: true, CPUMilli: 16000, MemoryMiB: 65536,
@@ -172,6 +175,18 @@ func TestSoak(t *testing.T) {
 	for i := 0; i < soakPlacers; i++ {
 		placers = append(placers, placerProc())
 	}
+	// Retention removes finished sessions as it does in production, and
+	// keeps a million binds from piling up in etcd and every cache.
+	retDir := t.TempDir()
+	ret := run(func(ctx context.Context, cli *clientv3.Client) {
+		r, err := lifecycle.NewRetention(cli, lifecycle.RetentionConfig{Keys: k, After: 2 * time.Second, Every: time.Second,
+			HistoryPath: retDir + "/history.jsonl", Logger: quiet})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = r.Run(ctx)
+	})
 	lc := run(func(ctx context.Context, cli *clientv3.Client) {
 		ctl := lifecycle.NewController(cli, lifecycle.ControllerConfig{Keys: k, Logger: quiet, Every: 100 * time.Millisecond,
 			StopWarning: 50 * time.Millisecond, PreemptGrace: 50 * time.Millisecond, MaxRuntime: time.Hour})
@@ -180,56 +195,64 @@ func TestSoak(t *testing.T) {
 
 	// Users: keep soakInFlight sessions live; stop some at random.
 	var submitted atomic.Int64
-	live := func() int64 {
-		r, err := admin.Get(ctx, k.AllBindings(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			return soakInFlight
-		}
-		p, err := admin.Get(ctx, k.PendingDir(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			return soakInFlight
-		}
-		return r.Count + p.Count
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
+	// Live sessions (bindings and queue entries), counted every 20 ms
+	// for all users.
+	var liveN atomic.Int64
+	liveN.Store(soakInFlight)
 	go func() {
-		defer wg.Done()
-		for binds.Load() < *soakBinds && ctx.Err() == nil {
-			if live() >= soakInFlight {
-				time.Sleep(5 * time.Millisecond)
-				continue
+		for ctx.Err() == nil {
+			r, err := admin.Txn(ctx).Then(clientv3.OpGet(k.AllBindings(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+				clientv3.OpGet(k.PendingDir(), clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+			if err == nil {
+				liveN.Store(r.Responses[0].GetResponseRange().Count + r.Responses[1].GetResponseRange().Count)
 			}
-			for j := 0; j < 20; j++ {
-				n := submitted.Add(1)
-				s := state.Session{ID: fmt.Sprintf("s%07d", n), Owner: fmt.Sprintf("u%d", rnd(5)), Kind: state.KindBatch,
-					Desired: state.DesiredRunning, Image: "busybox", Command: []string{"job"},
-					Resources: state.Resources{GPUs: 1 + rnd(2), CPUMilli: 500, MemoryMiB: 1024},
-					Env:       map[string]string{"SOAK_EXIT": "0"}, Priority: rnd(3) * 10, Preemptible: rnd(2) == 0}
-				switch roll := rnd(100); {
-				case roll < 15: // fails, restarts under OnFailure
-					s.Env["SOAK_EXIT"] = "1"
-					s.Restart = state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 2, Backoff: state.Duration(10 * time.Millisecond)}
-				case roll < 30: // runs until stopped (by its user, its max runtime, a preemption or its node's loss)
-					delete(s.Env, "SOAK_EXIT")
-					s.Limits.MaxRuntime = state.Duration(time.Duration(200+rnd(800)) * time.Millisecond)
-					s.Restart = state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 1}
-				case roll < 40: // a Ray gang across nodes, likely of different placers
-					delete(s.Env, "SOAK_EXIT")
-					s.Ray = &state.Ray{Workers: 1 + rnd(3)}
-					s.Limits.MaxRuntime = state.Duration(time.Duration(200+rnd(800)) * time.Millisecond)
-				}
-				if _, err := state.CreateSession(ctx, admin, k, s, time.Now()); err != nil && ctx.Err() == nil {
-					t.Errorf("create %s: %v", s.ID, err)
-				}
-			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}()
+	live := func() int64 { return liveN.Load() }
+	var wg sync.WaitGroup
+	// Several users at once: one etcd round trip at a time would pace
+	// the soak by its latency, not by what the components can do.
+	for user := 0; user < soakUsers; user++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for binds.Load() < *soakBinds && ctx.Err() == nil {
+				if live() >= soakInFlight {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				for j := 0; j < 5; j++ {
+					n := submitted.Add(1)
+					s := state.Session{ID: fmt.Sprintf("s%07d", n), Owner: fmt.Sprintf("u%d", rnd(5)), Kind: state.KindBatch,
+						Desired: state.DesiredRunning, Image: "busybox", Command: []string{"job"},
+						Resources: state.Resources{GPUs: 1 + rnd(2), CPUMilli: 500, MemoryMiB: 1024},
+						Env:       map[string]string{"SOAK_EXIT": "0"}, Priority: rnd(3) * 10, Preemptible: rnd(2) == 0}
+					switch roll := rnd(100); {
+					case roll < 15: // fails, restarts under OnFailure
+						s.Env["SOAK_EXIT"] = "1"
+						s.Restart = state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 2, Backoff: state.Duration(10 * time.Millisecond)}
+					case roll < 30: // runs until stopped (by its user, its max runtime, a preemption or its node's loss)
+						delete(s.Env, "SOAK_EXIT")
+						s.Limits.MaxRuntime = state.Duration(time.Duration(200+rnd(800)) * time.Millisecond)
+						s.Restart = state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 1}
+					case roll < 40: // a Ray gang across nodes, likely of different placers
+						delete(s.Env, "SOAK_EXIT")
+						s.Ray = &state.Ray{Workers: 1 + rnd(3)}
+						s.Limits.MaxRuntime = state.Duration(time.Duration(200+rnd(800)) * time.Millisecond)
+					}
+					if _, err := state.CreateSession(ctx, admin, k, s, time.Now()); err != nil && ctx.Err() == nil {
+						t.Errorf("create %s: %v", s.ID, err)
+					}
+				}
+			}
+		}()
+	}
 	// Chaos.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for binds.Load() < *soakBinds && ctx.Err() == nil {
+		for *soakChaos && binds.Load() < *soakBinds && ctx.Err() == nil {
 			time.Sleep(time.Duration(5+rnd(20)) * time.Millisecond)
 			switch roll := rnd(1000); {
 			case roll < 300: // a user stops a random recent session
@@ -269,8 +292,44 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 	// Progress.
-	for binds.Load() < *soakBinds && ctx.Err() == nil && !t.Failed() {
+	census := func() string {
+		r, err := admin.Get(ctx, k.StatusDir(), clientv3.WithPrefix())
+		if err != nil {
+			return err.Error()
+		}
+		n := map[string]int{}
+		example := map[string]string{}
+		for _, kv := range r.Kvs {
+			st, _ := state.Decode[state.Status](kv.Value)
+			if !st.Phase.Terminal() {
+				n[string(st.Phase)+"/"+st.Reason]++
+				example[string(st.Phase)+"/"+st.Reason] = st.Message
+			}
+		}
+		phases := map[string]state.Status{}
+		for _, kv := range r.Kvs {
+			st, _ := state.Decode[state.Status](kv.Value)
+			phases[st.Session] = st
+		}
+		bs, err := admin.Get(ctx, k.AllBindings(), clientv3.WithPrefix(), clientv3.WithRev(r.Header.Revision))
+		if err != nil {
+			return err.Error()
+		}
+		byPhase := map[string]int{}
+		for _, kv := range bs.Kvs {
+			b, _ := state.Decode[state.Binding](kv.Value)
+			st := phases[b.Session]
+			byPhase[string(b.Role)+":"+string(st.Phase)+"/"+st.Reason]++
+		}
+		n["bindings "+fmt.Sprint(byPhase)] = len(bs.Kvs)
+		nodes, _ := admin.Get(ctx, k.Nodes(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return fmt.Sprintf("%v; %d nodes; e.g. %q", n, nodes.Count, example["Pending/Capacity"])
+	}
+	for tick := 0; binds.Load() < *soakBinds && ctx.Err() == nil && !t.Failed(); tick++ {
 		time.Sleep(time.Second)
+		if testing.Verbose() && tick%10 == 9 {
+			t.Logf("live sessions by phase/reason: %s", census())
+		}
 		if testing.Verbose() {
 			vmu.Lock()
 			t.Logf("%s: %d binds, %d submitted, checked up to revision %d, %d violations", time.Since(began).Round(time.Second), binds.Load(), submitted.Load(), checked.Load(), len(violations))
@@ -278,8 +337,41 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	// Nothing is stuck: with every agent back, every session still live
+	// is stopped, and each must end (a stop racing an eviction or a
+	// back-off once left sessions Pending forever).
+	stuck := map[string]state.Status{}
+	deadline := time.Now().Add(2 * time.Minute)
+	for stopped := map[string]bool{}; time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		r, err := admin.Get(ctx, k.StatusDir(), clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(stuck)
+		for _, kv := range r.Kvs {
+			st, err := state.Decode[state.Status](kv.Value)
+			if err != nil || st.Phase.Terminal() {
+				continue
+			}
+			stuck[st.Session] = st
+			if !stopped[st.Session] {
+				// Not found: it ended and was retired since the list; if
+				// its status stays, it is reported stuck below.
+				if _, err := state.StopSession(ctx, admin, k, st.Session, "soak-end", time.Now()); err != nil && !errors.Is(err, state.ErrNotFound) {
+					t.Errorf("stop %s at the end: %v", st.Session, err)
+				}
+				stopped[st.Session] = true
+			}
+		}
+		if len(stuck) == 0 {
+			break
+		}
+	}
+	for id, st := range stuck {
+		t.Errorf("session %s stuck after its stop: %s/%s %q", id, st.Phase, st.Reason, st.Message)
+	}
 	mu.Lock()
-	for _, p := range append(append([]*soakProc{lc}, placers...), agents...) {
+	for _, p := range append(append([]*soakProc{lc, ret}, placers...), agents...) {
 		if p != nil {
 			p.kill()
 		}

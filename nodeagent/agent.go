@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,10 +28,6 @@ const (
 	LabelRole     = "voyager.role"
 	LabelKind     = "voyager.kind"
 	LabelQueueRev = "voyager.queue-revision"
-	// LabelToken keeps the Jupyter token with the container, so an agent
-	// that adopts it after a restart can still give out its URL. Only root
-	// on the node can read labels, as it can read the environment.
-	LabelToken = "voyager.token"
 )
 
 // GPU modes: how a container gets its GPUs.
@@ -55,8 +52,8 @@ type Config struct {
 	CPUMilli  int64
 	MemoryMiB int64
 	Ports     state.PortRange
-	// LeaseTTL is the node key's lease. Default 10s. The agent renews it
-	// every LeaseTTL/3.
+	// LeaseTTL is the node key's lease, in whole seconds (etcd's unit;
+	// rounded down). Default 10s. The agent renews it every LeaseTTL/3.
 	LeaseTTL time.Duration
 	// FenceAfter is how long after its last successful renewal (counted
 	// from when that renewal was sent, which is no later than etcd
@@ -86,6 +83,14 @@ type Config struct {
 	// publishes each session's log URL in status.urls.logs. Empty: no logs
 	// are served.
 	LogsBaseURL string
+	// ProbeHost is where the agent reaches its sessions' published ports
+	// (Jupyter's readiness and activity). Default 127.0.0.1.
+	ProbeHost string
+	// LogURLTTL is how long a published log URL works; the agent re-signs
+	// a running session's before it expires, and a finished session's
+	// last one works this long after its end. Default LogRetention, else
+	// 168h.
+	LogURLTTL time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration
 	// UID and GID run session containers. Default runtime.DefaultUID/GID.
@@ -133,6 +138,8 @@ func (c *Config) defaults() {
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 10 * time.Second
 	}
+	// etcd grants whole seconds: the fence timings count from what it grants.
+	c.LeaseTTL = max(c.LeaseTTL.Truncate(time.Second), time.Second)
 	if c.FenceAfter <= 0 {
 		c.FenceAfter = c.LeaseTTL / 2
 	}
@@ -144,6 +151,12 @@ func (c *Config) defaults() {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second
+	}
+	if c.ProbeHost == "" {
+		c.ProbeHost = "127.0.0.1"
+	}
+	if c.LogURLTTL <= 0 {
+		c.LogURLTTL = cmp.Or(c.LogRetention, 168*time.Hour)
 	}
 	if c.GPUMode == "" {
 		c.GPUMode = GPUModeCDI
@@ -202,10 +215,14 @@ type Agent struct {
 	mu      sync.Mutex
 	workers map[string]*worker // by container id
 	reaping map[string]bool    // container ids being removed as orphans
-	poke    chan struct{}
-	wg      sync.WaitGroup
-	epochs  int
-	leased  bool
+	// released holds, by container id, the create revision of a binding
+	// whose worker released it: until the watch shows the binding gone,
+	// reconcile must not start its session again.
+	released map[string]int64
+	poke     chan struct{}
+	wg       sync.WaitGroup
+	epochs   int
+	leased   bool
 
 	starts, adopted, startFailures  atomic.Int64
 	fences, fenced                  atomic.Int64 // fences, and containers they stopped
@@ -224,6 +241,7 @@ func New(cfg Config) *Agent {
 		log:         cfg.Logger.With("component", "agent", "node", cfg.Node),
 		workers:     map[string]*worker{},
 		reaping:     map[string]bool{},
+		released:    map[string]int64{},
 		poke:        make(chan struct{}, 1),
 		gpuActivity: map[string][]state.GPUActivity{},
 	}
@@ -293,7 +311,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // alive. The returned context ends when the lease is lost.
 func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCauseFunc, error) {
 	cli := a.cfg.Client
-	ttl := max(int64(a.cfg.LeaseTTL/time.Second), 1)
+	ttl := int64(a.cfg.LeaseTTL / time.Second)
 	gctx, gcancel := context.WithTimeout(ctx, a.cfg.LeaseTTL)
 	defer gcancel()
 	// etcd starts the lease's TTL when it grants it, after this.
@@ -570,12 +588,20 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 			a.kick() // the bindings that waited may start now
 		})
 	}
+	for id, rev := range a.released {
+		if it, ok := want[id]; !ok || it.CreateRevision != rev {
+			delete(a.released, id) // the watch caught up
+		}
+	}
 	if len(a.reaping) > 0 {
 		return
 	}
 	for id, it := range want {
 		if _, running := a.workers[id]; running {
 			continue
+		}
+		if a.released[id] == it.CreateRevision {
+			continue // released; the snapshot lags the release
 		}
 		w := a.newWorker(ctx, id, it)
 		a.workers[id] = w
@@ -589,6 +615,14 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 			a.kick()
 		})
 	}
+}
+
+// markReleased records that the binding of container id, created at
+// rev, was released: a snapshot that still shows it starts nothing.
+func (a *Agent) markReleased(id string, rev int64) {
+	a.mu.Lock()
+	a.released[id] = rev
+	a.mu.Unlock()
 }
 
 // stopWorkers cancels every worker with cause and waits for them.

@@ -163,6 +163,11 @@ func testFence(t *testing.T, image string, newRuntime func(*testing.T, []state.G
 		st, _, err = state.Get[state.Status](ctx, obs, keys.Status(id))
 		return err == nil && st.Phase == state.PhaseRunning && slices.Equal(st.Nodes, []string{"gpu-02"}), fmt.Sprintf("%+v %v", st, err)
 	})
+	waitFor(t, "the sampler to see gpu-02's copy", 10*time.Second, func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return !startedB.IsZero(), ""
+	})
 	close(sampling)
 	<-expiredC
 	if !slices.Equal(st.Nodes, []string{"gpu-02"}) || st.Attempt != 1 {

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,9 +19,6 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
-
-// tailLines is how many last lines of output a final status carries.
-const tailLines = 20
 
 // worker drives one binding's container from start to release. Its context
 // derives from the lease: cancelled with errUnbound it removes the
@@ -35,6 +32,13 @@ type worker struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	log    *slog.Logger
+
+	// token is the Jupyter token of a notebook's head (or single) part,
+	// set before the container starts or is adopted.
+	token string
+	// logsExp is when the log URL last written to the status expires
+	// (zero: none written by this worker).
+	logsExp time.Time
 
 	// stopWith is the session as it was when stopReq closed: whether its
 	// owner stopped it or the lifecycle controller evicted it decides the
@@ -101,7 +105,7 @@ func (w *worker) run() {
 			return
 		default:
 		}
-		token, err := w.start(ctx, sess)
+		err := w.start(ctx, sess)
 		if err != nil {
 			if ctx.Err() != nil {
 				w.ended()
@@ -109,15 +113,19 @@ func (w *worker) run() {
 			}
 			w.a.startFailures.Add(1)
 			w.log.Warn("session failed to start", "err", err)
-			w.finish(ctx, nil, w.failed(sess, stopReq, "StartFailed", err.Error(), ""))
+			w.finish(ctx, nil, w.failed(sess, stopReq, "StartFailed", err.Error()))
 			w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 			return
 		}
-		info = runtime.Info{ID: w.id, State: runtime.StateRunning, Labels: map[string]string{LabelToken: token}}
+		info = runtime.Info{ID: w.id, State: runtime.StateRunning}
 	case err != nil:
 		w.retryLater("read container", err)
 		return
 	default:
+		if w.token, err = w.jupyterToken(sess); err != nil {
+			w.retryLater("make token", err)
+			return
+		}
 		w.a.adopted.Add(1)
 		w.log.Info("adopted running container", "state", info.State)
 	}
@@ -182,6 +190,7 @@ func (w *worker) run() {
 					w.log.Warn("trim log", "err", err)
 				}
 			}
+			w.refreshLogsURL(ctx)
 		}
 	}
 }
@@ -260,8 +269,58 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struc
 	}
 }
 
-// start pulls the image and creates the container. It returns the token.
-func (w *worker) start(ctx context.Context, sess state.Session) (string, error) {
+// jupyterToken is the token of the session's Jupyter when this part runs
+// it (a notebook's head or single part), else "": the session's own
+// (JupyterHub's spawner sets it) or one derived from the container id.
+func (w *worker) jupyterToken(sess state.Session) (string, error) {
+	if sess.Kind != state.KindNotebook || w.item.Value.Role == state.RoleWorker {
+		return "", nil
+	}
+	if t := sess.Env["JUPYTER_TOKEN"]; t != "" {
+		return t, nil
+	}
+	return w.a.jupyterToken(w.id)
+}
+
+// peers reads where the session's other parts run (Ray gangs), for the
+// part's network rules.
+func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) {
+	cfg := w.a.cfg
+	b := w.item.Value
+	if b.Role == state.RoleSingle || b.Role == "" {
+		return nil, nil
+	}
+	st, _, err := state.Get[state.Status](ctx, cfg.Client, cfg.Keys.Status(b.Session))
+	if err != nil {
+		return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+	}
+	var out []Peer
+	for _, n := range st.Nodes {
+		if n == cfg.Node {
+			continue
+		}
+		pb, _, err := state.Get[state.Binding](ctx, cfg.Client, cfg.Keys.Binding(n, b.Session))
+		if errors.Is(err, state.ErrNotFound) {
+			continue // released already
+		}
+		if err != nil {
+			return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+		}
+		pn, _, err := state.Get[state.Node](ctx, cfg.Client, cfg.Keys.Node(n))
+		if err != nil {
+			return nil, fmt.Errorf("find the other parts of %s: node %s: %w", b.Session, n, err)
+		}
+		p, err := SplitPorts(sess.Kind, pb.Role, pb.Ports)
+		if err != nil {
+			return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+		}
+		out = append(out, Peer{Address: pn.Address, Ports: p})
+	}
+	return out, nil
+}
+
+// start pulls the image and creates the container; w.token is set.
+func (w *worker) start(ctx context.Context, sess state.Session) error {
 	cfg := w.a.cfg
 	b := w.item.Value
 	image := sess.Image
@@ -272,40 +331,42 @@ func (w *worker) start(ctx context.Context, sess state.Session) (string, error) 
 		st.Reason, st.Message = "Pulling", "pulling image "+image
 	})
 	if err := cfg.Runtime.EnsureImage(ctx, image); err != nil {
-		return "", fmt.Errorf("pull image %s: %w", image, err)
+		return fmt.Errorf("pull image %s: %w", image, err)
 	}
 	var head Head
 	if b.Role == state.RoleWorker {
 		var err error
 		if head, err = w.findHead(ctx, sess); err != nil {
-			return "", err
+			return err
 		}
 	}
 	args, err := Command(sess, b, head)
 	if err != nil {
-		return "", err
+		return err
 	}
-	token := ""
-	if sess.Kind == state.KindNotebook && b.Role != state.RoleWorker {
-		if token = sess.Env["JUPYTER_TOKEN"]; token == "" {
-			if token, err = newToken(); err != nil {
-				return "", err
-			}
-		}
+	if w.token, err = w.jupyterToken(sess); err != nil {
+		return err
 	}
-	spec, err := w.a.ContainerSpec(sess, b, args, token)
+	spec, err := w.a.ContainerSpec(sess, b, args, w.token)
 	if err != nil {
-		return "", err
+		return err
+	}
+	peers, err := w.peers(ctx, sess)
+	if err != nil {
+		return err
+	}
+	if p, err := SplitPorts(sess.Kind, b.Role, b.Ports); err == nil {
+		spec.Publish, spec.Reach = NetworkRules(p, peers)
 	}
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
-		return "", err
+		return err
 	}
 	w.a.starts.Add(1)
 	w.log.Info("container started", "image", spec.Image)
 	w.setStatus(ctx, state.EventCreate, func(st *state.Status) {
 		st.Reason, st.Message = "Created", "container started"
 	})
-	return token, nil
+	return nil
 }
 
 // findHead reads where the session's Ray head runs.
@@ -337,7 +398,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 	if sess.Kind == state.KindNotebook && b.Role != state.RoleWorker {
 		p, err := SplitPorts(sess.Kind, b.Role, b.Ports)
 		if err == nil && p.Jupyter > 0 {
-			probe := fmt.Sprintf("http://127.0.0.1:%d/", p.Jupyter)
+			probe := "http://" + net.JoinHostPort(w.a.cfg.ProbeHost, strconv.Itoa(p.Jupyter)) + "/"
 			client := &http.Client{Timeout: time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
@@ -363,7 +424,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 			port = p.Jupyter
 			// "/" serves both: JupyterLab redirects it to /lab.
 			url = fmt.Sprintf("http://%s:%d/", w.a.cfg.Address, p.Jupyter)
-			if tok := info.Labels[LabelToken]; tok != "" {
+			if tok := w.token; tok != "" {
 				url += "?token=" + tok
 			}
 		}
@@ -375,11 +436,11 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		now := time.Now().UTC()
 		st.Reason, st.Started = "Started", &now
 		st.Message = "running"
-		if logs := w.a.logsURL(w.id); logs != "" {
+		if logs, exp := w.a.logsURL(w.id); logs != "" {
 			if st.URLs == nil {
 				st.URLs = map[string]string{}
 			}
-			st.URLs["logs"] = logs
+			st.URLs["logs"], w.logsExp = logs, exp
 		}
 		if url != "" {
 			st.Message = "Jupyter answers on port " + strconv.Itoa(port)
@@ -390,6 +451,28 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		}
 	})
 	return nil, false, true
+}
+
+// refreshLogsURL re-signs the log URL in the status of a running session
+// once half its life has passed (or none was written by this worker: an
+// adopted container's), so that it works for as long as the session runs.
+func (w *worker) refreshLogsURL(ctx context.Context) {
+	if w.item.Value.Role == state.RoleWorker || time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
+		return
+	}
+	logs, exp := w.a.logsURL(w.id)
+	if logs == "" {
+		return
+	}
+	ok := w.setStatus(ctx, state.EventObserve, func(st *state.Status) {
+		if st.URLs == nil {
+			st.URLs = map[string]string{}
+		}
+		st.URLs["logs"] = logs
+	})
+	if ok {
+		w.logsExp = exp
+	}
 }
 
 // outcome is how a session ends on this node: the final status's phase,
@@ -419,15 +502,16 @@ func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, s
 	if code < 0 {
 		msg = "the container is gone and its exit code unknown (containerd restarted?)"
 	}
-	out := w.lastOutput()
+	// The output stays in the log (status.urls.logs, for the owner): a
+	// status is read by more than its owner, so it never carries output.
 	var decide decider
 	switch {
 	case code == 0 && sess.Kind == state.KindBatch:
-		decide = fixed(outcome{phase: state.PhaseSucceeded, reason: "Exited", msg: msg + out})
+		decide = fixed(outcome{phase: state.PhaseSucceeded, reason: "Exited", msg: msg})
 	case code == 0:
-		decide = fixed(outcome{phase: state.PhaseStopped, reason: "Exited", msg: msg + out})
+		decide = fixed(outcome{phase: state.PhaseStopped, reason: "Exited", msg: msg})
 	default:
-		decide = w.failed(sess, stopReq, "Exited", msg, out)
+		decide = w.failed(sess, stopReq, "Exited", msg)
 	}
 	w.log.Info("container exited", "code", code)
 	if !w.finish(ctx, &code, decide) {
@@ -436,34 +520,21 @@ func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, s
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 }
 
-// lastOutput is "; last output:\n" and the container's last lines, or "".
-func (w *worker) lastOutput() string {
-	lines, _ := runtime.Tail(w.logPath(), tailLines)
-	if len(lines) == 0 {
-		return ""
-	}
-	out := strings.Join(lines, "\n")
-	if len(out) > 4096 {
-		out = out[len(out)-4096:]
-	}
-	return "; last output:\n" + out
-}
-
 // failed decides the end of a session that failed (exited non-zero, or
 // could not start): Failed; or, for a batch session with restart policy
 // OnFailure and restarts left that nobody stopped or evicted, Pending with
 // reason BackOff until RetryAt, when the lifecycle controller re-queues it
 // and counts the attempt (the agent never does).
-func (w *worker) failed(sess state.Session, stopReq chan struct{}, reason, msg, out string) decider {
+func (w *worker) failed(sess state.Session, stopReq chan struct{}, reason, msg string) decider {
 	return func(spec state.Session, cur *state.Status) (outcome, error) {
 		delay, ok := w.restartDelay(spec, stopReq, cur.Attempt)
 		if !ok {
-			return outcome{phase: state.PhaseFailed, reason: reason, msg: msg + out}, nil
+			return outcome{phase: state.PhaseFailed, reason: reason, msg: msg}, nil
 		}
 		at := time.Now().UTC().Add(delay)
 		return outcome{
 			phase: state.PhasePending, reason: state.ReasonBackOff, retryAt: &at,
-			msg: fmt.Sprintf("%s; restart %d of %d in %s%s", msg, cur.Attempt+1, sess.Restart.MaxRestarts, delay, out),
+			msg: fmt.Sprintf("%s; restart %d of %d in %s", msg, cur.Attempt+1, sess.Restart.MaxRestarts, delay),
 		}, nil
 	}
 }
@@ -592,7 +663,7 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 			}
 			// The log outlives the container: a job that ended before
 			// anyone saw it run can still be read.
-			if logs := w.a.logsURL(w.id); logs != "" {
+			if logs, _ := w.a.logsURL(w.id); logs != "" {
 				if cur.URLs == nil {
 					cur.URLs = map[string]string{}
 				}
@@ -604,10 +675,12 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 	for attempt := 0; ; attempt++ {
 		err := state.Release(ctx, cfg.Client, cfg.Keys, cfg.Node, b.Session, w.item.CreateRevision, final)
 		if err == nil {
+			w.a.markReleased(w.id, w.item.CreateRevision)
 			return true
 		}
 		if errors.Is(err, state.ErrStale) {
 			w.log.Debug("binding gone or replaced; nothing to release", "err", err)
+			w.a.markReleased(w.id, w.item.CreateRevision)
 			return true
 		}
 		if ctx.Err() != nil {

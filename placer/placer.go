@@ -426,8 +426,8 @@ func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
 		}
 		v := NodeView{Node: it.Value, NodeRevision: it.ModRevision}
 		v.Node.Name = name
-		if cd, ok := c.Cordons.Get(k.Cordon(name)); ok {
-			v.Cordon = &cd
+		if cd, ok := c.Cordons.Item(k.Cordon(name)); ok {
+			v.Cordon, v.CordonRevision = &cd.Value, cd.ModRevision
 		}
 		if l, ok := c.Ledgers.Item(k.Ledger(name)); ok {
 			v.Ledger, v.LedgerRevision = l.Value, l.ModRevision
@@ -781,7 +781,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 			return lw
 		}
 		v := nodes[node]
-		lw := &state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, ReadRevision: v.LedgerRevision,
+		lw := &state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, CordonRevision: v.CordonRevision, ReadRevision: v.LedgerRevision,
 			Ledger: state.Ledger{Node: node, Allocations: maps.Clone(v.Ledger.Allocations)}}
 		if it, ok := fresh.Item(k.Ledger(node)); ok && it.ModRevision != v.LedgerRevision {
 			lw.ReadRevision, lw.Ledger.Allocations = it.ModRevision, maps.Clone(it.Value.Allocations)
@@ -993,7 +993,13 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 		if ok && last.reason == w.Reason && (last.message == msg || now.Sub(last.at) < p.cfg.StatusRefresh) {
 			continue
 		}
-		st := state.Status{Session: e.Session, Phase: state.PhasePending, Reason: w.Reason, Message: msg,
+		// EventExplain: the nested txn's compare of the queue entry is
+		// its guard (an entry exists only while the status is Pending).
+		phase, err := state.Next(state.PhasePending, state.EventExplain, state.Facts{Queued: true})
+		if err != nil {
+			continue
+		}
+		st := state.Status{Session: e.Session, Phase: phase, Reason: w.Reason, Message: msg,
 			QueuePosition: w.Position, Attempt: e.Attempt, Created: e.Created, Updated: now.UTC()}
 		v, err := state.Encode(st)
 		if err != nil {

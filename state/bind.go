@@ -15,12 +15,15 @@ import (
 // the ledger is still at ReadRevision (0: it must not exist yet) and the
 // node's inventory key is still at NodeRevision: the key the placement was
 // computed from, under the same live lease (an expired lease deletes it, a
-// re-registration rewrites it).
+// re-registration rewrites it); and the node's cordon key is still at
+// CordonRevision (0: the node must still be uncordoned), so a node cordoned
+// or drained after the plan read it refuses the bind.
 type LedgerWrite struct {
-	Node         string
-	ReadRevision int64
-	NodeRevision int64
-	Ledger       Ledger
+	Node           string
+	ReadRevision   int64
+	NodeRevision   int64
+	CordonRevision int64
+	Ledger         Ledger
 }
 
 // Placement binds one queued session: its queue entry, read at
@@ -36,19 +39,20 @@ type Placement struct {
 }
 
 // BindOps builds the bind transaction for a batch: compares that every
-// pending entry, every touched ledger and every touched node's inventory key
-// are unchanged since read, and the operations that consume the entries,
+// pending entry, every touched ledger and every touched node's inventory and
+// cordon keys are unchanged since read, and the operations that consume the entries,
 // write the ledgers, bindings and statuses. Either all of the batch commits
 // or none of it: a gang session's parts are always in one batch. Each quota
 // that a placement was checked against is guarded once per batch
 // (QuotaGuard). Its size is BindSize plus QuotaGuardSize of the batch.
 func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []clientv3.Op, error) {
-	cmps := make([]clientv3.Cmp, 0, 2*len(ledgers)+len(ps))
+	cmps := make([]clientv3.Cmp, 0, 3*len(ledgers)+len(ps))
 	ops := make([]clientv3.Op, 0, len(ledgers)+3*len(ps))
 	for _, lw := range ledgers {
 		key := k.Ledger(lw.Node)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision),
-			clientv3.Compare(clientv3.ModRevision(k.Node(lw.Node)), "=", lw.NodeRevision))
+			clientv3.Compare(clientv3.ModRevision(k.Node(lw.Node)), "=", lw.NodeRevision),
+			clientv3.Compare(clientv3.ModRevision(k.Cordon(lw.Node)), "=", lw.CordonRevision))
 		v, err := Encode(lw.Ledger)
 		if err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)

@@ -78,6 +78,7 @@ var docTypes = map[string]any{
 	"UsageMark":  state.UsageMark{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
+	"UIDRecord":         state.UIDRecord{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.

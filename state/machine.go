@@ -72,8 +72,9 @@ type Facts struct {
 	// Bound: the writer's binding exists at the create revision it was
 	// given (the txn compares it).
 	Bound bool
-	// DesiredStopped: the spec's desired state is stopped (the txn
-	// compares the spec's revision).
+	// DesiredStopped: the spec's desired state is stopped, or the same
+	// transaction sets it so (a stop); the txn compares the spec's
+	// revision.
 	DesiredStopped bool
 	// RestartsLeft: the restart policy is OnFailure and restarts remain.
 	RestartsLeft bool

@@ -46,13 +46,9 @@ func newPlacerCmd() *cobra.Command {
 }
 
 func runPlacer(cmd *cobra.Command, _ []string) error {
-	cfg, err := loadConfig(cmd)
+	cfg, err := loadClusterConfig(cmd)
 	if err != nil {
 		return err
-	}
-	if err := cfg.RequireEndpoints(); err != nil {
-		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
-		return exitCode(exitUsage)
 	}
 	ctx := cmd.Context()
 	log := cfg.NewLogger(cmd.ErrOrStderr())

@@ -295,6 +295,20 @@ func loadConfig(cmd *cobra.Command) (config.Config, error) {
 	return cfg, nil
 }
 
+// loadClusterConfig is loadConfig for the processes that join a cluster
+// (api, placer, agent): they need VOYAGER_ETCD_ENDPOINTS.
+func loadClusterConfig(cmd *cobra.Command) (config.Config, error) {
+	cfg, err := loadConfig(cmd)
+	if err == nil {
+		err = cfg.RequireEndpoints()
+		if err != nil {
+			writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
+			err = exitCode(exitUsage)
+		}
+	}
+	return cfg, err
+}
+
 // writeConfigError writes a config error, one invalid setting a line.
 func writeConfigError(w io.Writer, path string, err error) {
 	errs := []error{err}

@@ -188,12 +188,8 @@ func newSessionListCmd() *cobra.Command {
 		Short:   "List your sessions (admins: anyone's with --owner)",
 		Long:    "Lists sessions, oldest first. --watch then prints each session again when it changes.",
 		Args:    cobra.NoArgs,
-		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, _ []string) error {
-			l := sessionListing(c, phase, owner, limit, all || wf.watch, cmd.ErrOrStderr(), cf.structured())
-			if err := showList(cmd.Context(), cmd.OutOrStdout(), &cf, wf, l); err != nil {
-				return cliError(cmd, err)
-			}
-			return nil
+		RunE: listRunE(&cf, &wf, func(cmd *cobra.Command, c *client) listing[api.SessionView] {
+			return sessionListing(c, phase, owner, limit, all || wf.watch, cmd.ErrOrStderr(), cf.structured())
 		}),
 	}
 	cf.register(cmd, true)

@@ -53,6 +53,11 @@ func defaults() Config {
 		AgentGID:         100,
 		AgentLogMaxMiB:   10,
 
+		AgentNetwork:        "isolated",
+		APIMaxQueuedPerUser: 100,
+		AgentNetworkDeny:    []string{"169.254.0.0/16"},
+		AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
+
 		AgentActivityEvery:  30 * time.Second,
 		AgentGPUBusyPercent: 10,
 		AgentGPUUnusedAfter: 30 * time.Minute,
@@ -209,6 +214,10 @@ func TestLoad(t *testing.T) {
 					AgentUID:            2000,
 					AgentGID:            2000,
 					AgentLogMaxMiB:      1,
+					AgentNetwork:        "isolated",
+					APIMaxQueuedPerUser: 100,
+					AgentNetworkDeny:    []string{"169.254.0.0/16"},
+					AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 					Retention:           time.Hour,
 					HistoryFile:         "/var/lib/voyager/history.jsonl",
 					AgentActivityEvery:  time.Second,
@@ -300,6 +309,31 @@ func TestLoadInvalid(t *testing.T) {
 			name: "agent gpu mode",
 			env:  "VOYAGER_AGENT_GPU_MODE=docker",
 			want: `invalid VOYAGER_AGENT_GPU_MODE="docker": want one of cdi, env`,
+		},
+		{
+			name: "agent network",
+			env:  "VOYAGER_AGENT_NETWORK=bridge",
+			want: `invalid VOYAGER_AGENT_NETWORK="bridge": want one of isolated, host`,
+		},
+		{
+			name: "agent network subnet",
+			env:  "VOYAGER_AGENT_NETWORK_SUBNET=10.0.0.0",
+			want: `invalid VOYAGER_AGENT_NETWORK_SUBNET="10.0.0.0": want an IPv4 CIDR such as 10.128.7.0/24, or empty`,
+		},
+		{
+			name: "agent network deny",
+			env:  "VOYAGER_AGENT_NETWORK_DENY=10.0.0.0/8,metadata",
+			want: `invalid VOYAGER_AGENT_NETWORK_DENY="10.0.0.0/8,metadata": want comma-separated CIDRs such as 169.254.0.0/16,10.0.0.0/24`,
+		},
+		{
+			name: "agent network allow",
+			env:  "VOYAGER_AGENT_NETWORK_ALLOW=hub:8081",
+			want: `invalid VOYAGER_AGENT_NETWORK_ALLOW="hub:8081": want comma-separated IPv4 ip:port endpoints such as 10.0.0.5:8081`,
+		},
+		{
+			name: "allowed registries",
+			env:  "VOYAGER_API_ALLOWED_REGISTRIES=docker.io/library",
+			want: `invalid VOYAGER_API_ALLOWED_REGISTRIES="docker.io/library": want comma-separated registry hosts such as docker.io,registry.example.com:5000, or empty`,
 		},
 		{
 			name: "agent node name",
