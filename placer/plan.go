@@ -221,14 +221,8 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	var chosen []*nodeState
 	exclude := map[string]bool{}
 	for i := range reqs {
-		role := state.RoleSingle
-		if e.Workers > 0 {
-			role = state.RoleHead
-			if i > 0 {
-				role = state.RoleWorker
-			}
-		}
-		pt := &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session}
+		pt := partOf(e, reqs, i)
+		role := pt.role
 		n, devs, scores, fail := p.best(pt, exclude)
 		if n == nil {
 			for _, c := range chosen {
@@ -479,19 +473,25 @@ func (p *planner) holdUnfit(plan *Plan) {
 	}
 }
 
+// partOf is part i of e, whose parts are reqs: the single part, or the
+// Ray head (0) and its workers.
+func partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
+	role := state.RoleSingle
+	if e.Workers > 0 {
+		role = state.RoleHead
+		if i > 0 {
+			role = state.RoleWorker
+		}
+	}
+	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session}
+}
+
 // fits reports whether every part of e finds a node now, each on its own.
 func (p *planner) fits(e *state.QueueEntry) bool {
 	reqs := e.Parts()
 	exclude := map[string]bool{}
 	for i := range reqs {
-		role := state.RoleSingle
-		if e.Workers > 0 {
-			role = state.RoleHead
-			if i > 0 {
-				role = state.RoleWorker
-			}
-		}
-		pt := &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session}
+		pt := partOf(e, reqs, i)
 		n, _, _, _ := p.best(pt, exclude)
 		if n == nil {
 			return false
