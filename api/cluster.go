@@ -581,6 +581,9 @@ func (a *API) putQuota(c *gin.Context) {
 			errs = append(errs, FieldError{Field: f.name, Message: fmt.Sprintf("got %d, want 0 or more (leave it out for no limit)", *f.v)})
 		}
 	}
+	if q.Weight != nil && !(*q.Weight > 0 && *q.Weight <= 1e6) {
+		errs = append(errs, FieldError{Field: "weight", Message: fmt.Sprintf("got %v, want a fair-share weight above 0 and at most 1000000 (leave it out for 1)", *q.Weight)})
+	}
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)
 		return
