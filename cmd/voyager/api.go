@@ -28,7 +28,7 @@ var apiEnvs = []string{
 	config.EnvJWTSecret, config.EnvJWTPublicKeys, config.EnvJWTAudience, config.EnvJWTIssuer,
 	config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole, config.EnvJWTServiceRole,
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
-	config.EnvMaxRuntime, config.EnvMaxRuntimeCap,
+	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvHTTPPlain,
 }
 
 var apiCmd = subcommand{
@@ -41,7 +41,7 @@ as you like behind a load balancer: they share nothing but etcd.`,
 	envs: append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat, config.EnvPlacerStrategy, config.EnvPlacerReserveAfter,
-	}, apiEnvs...),
+	}, append(apiEnvs, secureEnvs...)...),
 }
 
 func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -55,6 +55,9 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && cfg.JWTSecret == "" && cfg.JWTPublicKeys == "" {
 		err = fmt.Errorf("no token verification configured: set %s (HS256) or %s (RS256/ES256 keys, PEM or JWKS)", config.EnvJWTSecret, config.EnvJWTPublicKeys)
+	}
+	if err == nil {
+		err = cfg.RequireSecureHTTP()
 	}
 	if err != nil {
 		writeConfigError(stderr, "api", err)
@@ -77,12 +80,12 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
 	a.Mount(mux)
-	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
-		log.Error("voyager api failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
+		log.Error("voyager api failed", "err", err)
 		return exitError
 	}
-	log.Info("api listening", "url", "http://"+hs.Addr()+"/api/v1/")
+	log.Info("api listening", "url", cfg.HTTPScheme()+"://"+hs.Addr()+"/api/v1/")
 	err = supervise(ctx, log, []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
 		apiComponent(a),
@@ -114,8 +117,13 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		}
 		auth.PublicKeys = keys
 	}
+	logs, err := logsHTTPClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return api.New(cli, state.MustKeys(cfg.EtcdPrefix), api.Config{
 		Auth:           auth,
+		HTTPClient:     logs,
 		MaxBodyBytes:   cfg.APIMaxBodyBytes,
 		Rate:           cfg.APIRate,
 		Burst:          cfg.APIBurst,

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdembed"
@@ -92,9 +91,9 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	registry.MustRegister(apiSrv.Collectors()...)
 	apiSrv.Mount(mux)
-	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
-		return explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr)
+		return err
 	}
 	log.Info("http listening", "addr", hs.Addr())
 
@@ -160,11 +159,11 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store
 
 func connectExternal(ctx context.Context, cfg config.Config, log *slog.Logger) (*store, error) {
 	endpoints := strings.Join(cfg.EtcdEndpoints, ",")
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   cfg.EtcdEndpoints,
-		DialTimeout: cfg.EtcdDialTimeout,
-		Logger:      zap.NewNop(),
-	})
+	cc, err := cfg.EtcdClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd at %s (%s): %w", endpoints, config.EnvEtcdEndpoints, err)
 	}

@@ -28,14 +28,14 @@ VOYAGER_RETENTION, appending their records to VOYAGER_HISTORY_FILE, and
 one (another election) runs the lifecycle rules: idle notebooks, max
 runtimes, drained nodes, preemption and restarts after failures, each
 stop announced by a warning first.`,
-	envs: []string{
+	envs: append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
 		config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
 		config.EnvPreemptGrace, config.EnvPreemptNotebooks,
-	},
+	}, secureEnvs...),
 }
 
 func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -65,9 +65,9 @@ func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	registry.MustRegister(lc.Collectors()...)
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
-	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
-		log.Error("voyager placer failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
+		log.Error("voyager placer failed", "err", err)
 		return exitError
 	}
 	log.Info("http listening", "addr", hs.Addr())
