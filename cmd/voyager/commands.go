@@ -44,6 +44,8 @@ func commands() []command {
 		{name: "run", summary: "run a batch command on GPUs and exit with its exit code", run: runRun},
 		{name: "node", summary: "list nodes; cordon, uncordon and drain them (admin)", run: runNode},
 		{name: "queue", summary: "show the queue: what is ahead of you and why", run: runQueue},
+		{name: "certs", summary: "create a CA and the certificates of etcd members, components and nodes", run: runCerts},
+		{name: "etcd-roles", summary: "set up or check Voyager's etcd users and roles (least rights per component)", run: runEtcdRoles},
 		{name: "token", summary: "print a development token signed with the configured secret", run: runToken},
 		{name: "version", summary: "print the version, commit and Go version", run: runVersion},
 		{name: "help", summary: "show help for voyager or one command", run: runHelp},
