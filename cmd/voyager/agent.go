@@ -279,7 +279,8 @@ func ensureDevImage(ctx context.Context, rt *runtime.Containerd, image string, l
 // writeSimulatedCDISpec writes a CDI spec for simulated GPUs, each
 // /dev/null seen as /dev/nvidia<index> in the container, so that a session on
 // a simulated GPU starts, with a device node that does nothing. It is
-// runtime state, made again at every start: it goes to /run/voyager/cdi
+// runtime state, made again at every start, one file per node (several
+// simulated agents may share a machine): it goes to /run/voyager/cdi
 // (root), else to the temporary directory, and returns the directory.
 func writeSimulatedCDISpec(node string, gpus []state.GPU) (string, error) {
 	dir := "/run/voyager/cdi"
@@ -295,7 +296,10 @@ func writeSimulatedCDISpec(node string, gpus []state.GPU) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("write simulated CDI spec: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "voyager-simulated.yaml"), []byte(b.String()), 0o644); err != nil {
+	// Before one file per node there was one for all: it would define
+	// this node's devices twice, and CDI drops devices defined twice.
+	_ = os.Remove(filepath.Join(dir, "voyager-simulated.yaml"))
+	if err := os.WriteFile(filepath.Join(dir, "voyager-simulated-"+node+".yaml"), []byte(b.String()), 0o644); err != nil {
 		return "", fmt.Errorf("write simulated CDI spec: %w", err)
 	}
 	return dir, nil

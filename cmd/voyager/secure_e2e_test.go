@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/voyager-gpu/voyager/internal/etcdrbac"
+	"github.com/voyager-gpu/voyager/runtime"
+)
+
+// secureCluster is a Voyager cluster with TLS everywhere and etcd
+// authentication on: its certificates (written by voyager certs), its
+// etcd members and the environment each identity runs with.
+type secureCluster struct {
+	t         *testing.T
+	pki       string
+	endpoints []string
+	members   map[string]*exec.Cmd
+	base      []string // environment every process shares
+}
+
+// runVoyager runs the built binary to completion and returns its exit
+// code and output.
+func runVoyager(t *testing.T, environ []string, args ...string) (int, string) {
+	t.Helper()
+	c := exec.Command(binary, args...)
+	c.Env = environ
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	_ = c.Run()
+	return c.ProcessState.ExitCode(), out.String()
+}
+
+// startSecureEtcd writes the cluster's certificates with voyager certs for
+// the named nodes and starts n etcd members (Debian's etcd) serving TLS to
+// clients and peers, both with client-certificate authentication.
+func startSecureEtcd(t *testing.T, n int, nodes []string) *secureCluster {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Fatalf("etcd server not found (%v): install Debian's etcd-server", err)
+	}
+	dir := t.TempDir()
+	c := &secureCluster{t: t, pki: filepath.Join(dir, "pki"), members: map[string]*exec.Cmd{}}
+	args := []string{"certs", "-dir", c.pki, "-api-hosts", "127.0.0.1", "-validity", "2h", "-ca-validity", "3h"}
+	var cluster []string
+	type member struct{ name, client, peer string }
+	var ms []member
+	for i := range n {
+		m := member{fmt.Sprintf("vdep-etcd-%d", i+1), freeAddr(t), freeAddr(t)}
+		ms = append(ms, m)
+		args = append(args, "-etcd", m.name+"=127.0.0.1")
+		cluster = append(cluster, m.name+"=https://"+m.peer)
+		c.endpoints = append(c.endpoints, "https://"+m.client)
+	}
+	for _, node := range nodes {
+		args = append(args, "-node", node+"=127.0.0.1")
+	}
+	if code, out := runVoyager(t, nil, args...); code != 0 {
+		t.Fatalf("voyager certs: exit %d\n%s", code, out)
+	}
+	ca := filepath.Join(c.pki, "ca.pem")
+	for _, m := range ms {
+		cert, key := filepath.Join(c.pki, "etcd", m.name+".pem"), filepath.Join(c.pki, "etcd", m.name+"-key.pem")
+		cmd := exec.Command(bin,
+			"--name", m.name, "--data-dir", filepath.Join(dir, m.name),
+			"--listen-client-urls", "https://"+m.client, "--advertise-client-urls", "https://"+m.client,
+			"--listen-peer-urls", "https://"+m.peer, "--initial-advertise-peer-urls", "https://"+m.peer,
+			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "vdep-"+filepath.Base(dir),
+			"--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
+			"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", ca, "--peer-client-cert-auth",
+			"--unsafe-no-fsync", "--log-level", "error")
+		logf, err := os.Create(filepath.Join(dir, m.name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start etcd: %v", err)
+		}
+		c.members[m.name] = cmd
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			_ = logf.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				t.Logf("%s log:\n%s", m.name, b)
+			}
+		})
+	}
+	c.base = []string{
+		"VOYAGER_ETCD_ENDPOINTS=" + strings.Join(c.endpoints, ","),
+		"VOYAGER_ETCD_CA=" + ca,
+		"VOYAGER_LOG_LEVEL=debug",
+	}
+	root := c.client(etcdrbac.Root)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := root.Get(ctx, "/voyager")
+		cancel()
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd cluster did not answer within 60s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// as is the environment of a process with identity user.
+func (c *secureCluster) as(user string, more ...string) []string {
+	env := append(slices.Clone(c.base),
+		"VOYAGER_ETCD_CERT="+filepath.Join(c.pki, user+".pem"),
+		"VOYAGER_ETCD_KEY="+filepath.Join(c.pki, user+"-key.pem"))
+	return append(env, more...)
+}
+
+// https is the environment of a process serving HTTPS at addr with user's
+// certificate.
+func (c *secureCluster) https(user, addr string) []string {
+	return []string{
+		"VOYAGER_HTTP_ADDR=" + addr,
+		"VOYAGER_HTTP_TLS_CERT=" + filepath.Join(c.pki, user+".pem"),
+		"VOYAGER_HTTP_TLS_KEY=" + filepath.Join(c.pki, user+"-key.pem"),
+	}
+}
+
+func (c *secureCluster) tlsConfig(user string) *tls.Config {
+	c.t.Helper()
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(filepath.Join(c.pki, "ca.pem"))
+	if err != nil || !pool.AppendCertsFromPEM(b) {
+		c.t.Fatalf("read CA: %v", err)
+	}
+	tc := &tls.Config{RootCAs: pool}
+	if user != "" {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(c.pki, user+".pem"), filepath.Join(c.pki, user+"-key.pem"))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc
+}
+
+// client is an etcd client authenticated as user by its certificate.
+func (c *secureCluster) client(user string) *clientv3.Client {
+	c.t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 5 * time.Second, TLS: c.tlsConfig(user), Logger: zap.NewNop()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// leader returns the name of the member that leads now, or "" while
+// none does.
+func (c *secureCluster) leader(ctx context.Context, cli *clientv3.Client) string {
+	c.t.Helper()
+	for _, ep := range c.endpoints {
+		sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		st, err := cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if st.Header.MemberId == st.Leader && st.Leader != 0 {
+			ml, err := cli.MemberList(ctx)
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			for _, m := range ml.Members {
+				if m.ID == st.Leader {
+					return m.Name
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// importImage imports the test image into another namespace of rt's
+// containerd.
+func importImage(t *testing.T, rt *runtime.Containerd, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	other, err := runtime.NewContainerd(ctx, runtime.ContainerdOptions{Address: rt.Address(), Namespace: namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := runtime.WriteBusyboxImage(&buf, "/bin/busybox", agentTestImage); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Import(ctx, &buf); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		infos, _ := other.List(ctx, nil)
+		for _, in := range infos {
+			_ = other.Remove(ctx, in.ID)
+		}
+		_ = other.Close()
+	})
+}
+
+// TestSecureClusterE2E runs Voyager as it is deployed: three etcd members
+// with TLS (clients and peers) and authentication on, the roles set up by
+// voyager etcd-roles, an API serving HTTPS, two placers and two agents on
+// real containerd, each process with its own certificate and etcd user.
+// Jobs submitted with voyager run over HTTPS run on both nodes and their
+// logs come back through the agents' mutual-TLS log endpoints. Then the
+// etcd leader and a placer are killed, and the next job still runs.
+func TestSecureClusterE2E(t *testing.T) {
+	needBinary(t)
+	nodes := []string{"vdep-a", "vdep-b"}
+	rt := privateContainerd(t, nodes[0])
+	importImage(t, rt, nodes[1])
+	c := startSecureEtcd(t, 3, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	rootEnv := c.as(etcdrbac.Root)
+	args := []string{"etcd-roles", "setup"}
+	for _, n := range nodes {
+		args = append(args, "-node", n)
+	}
+	if code, out := runVoyager(t, rootEnv, args...); code != 0 || !strings.Contains(out, "authentication: enabled") {
+		t.Fatalf("etcd-roles setup: exit %d\n%s", code, out)
+	}
+	args[1] = "check"
+	if code, out := runVoyager(t, rootEnv, args...); code != 0 || !strings.Contains(out, "ok:") {
+		t.Fatalf("etcd-roles check: exit %d\n%s", code, out)
+	}
+
+	secret := "vdep-" + strings.Repeat("s", 40)
+	apiAddr := freeAddr(t)
+	api := start(t, c.as(etcdrbac.API, append(c.https(etcdrbac.API, apiAddr), "VOYAGER_JWT_SECRET="+secret)...), "api")
+	api.waitFor(`msg="api listening"`, 30*time.Second)
+	var placers []*proc
+	for range 2 {
+		p := start(t, c.as(etcdrbac.Placer, "VOYAGER_HTTP_ADDR="+freeAddr(t), "VOYAGER_PLACER_STRATEGY=spread",
+			"VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_DATA_DIR="+t.TempDir()), "placer")
+		p.waitFor(`msg="placer caches synced"`, 30*time.Second)
+		placers = append(placers, p)
+	}
+	agentHTTP := map[string]string{}
+	for i, n := range nodes {
+		home := t.TempDir()
+		agentHTTP[n] = freeAddr(t)
+		user := etcdrbac.Agent(n)
+		a := start(t, c.as(user, append(c.https(user, agentHTTP[n]),
+			"HOME="+home, "VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_CLIENT_CA="+filepath.Join(c.pki, "ca.pem"),
+			"VOYAGER_AGENT_NODE="+n, "VOYAGER_AGENT_ADDRESS=127.0.0.1",
+			"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+n,
+			fmt.Sprintf("VOYAGER_AGENT_PORTS=%d-%d", 47100+50*i, 47149+50*i),
+			"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+			"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")...), "agent")
+		a.waitFor(`msg="node registered"`, 60*time.Second)
+	}
+
+	// The CLI trusts the cluster CA through Go's SSL_CERT_FILE.
+	cliEnv := []string{"HOME=" + t.TempDir(), "SSL_CERT_FILE=" + filepath.Join(c.pki, "ca.pem"),
+		envURL + "=https://" + apiAddr, "VOYAGER_JWT_SECRET=" + secret}
+	cliEnv = append(cliEnv, envToken+"="+binaryToken(t, cliEnv, "-sub", "ada"))
+	// Two 2-GPU jobs at once: each node has two GPUs, so one runs on each.
+	runJobs := func(n int) []string {
+		t.Helper()
+		var wg sync.WaitGroup
+		outs := make([]string, n)
+		for i := range n {
+			wg.Go(func() {
+				code, out := runVoyager(t, cliEnv, "run", "-gpus", "2", "--", "sh", "-c", "sleep 1; echo hi from $(hostname); exit 3")
+				if code != 3 || !strings.Contains(out, "hi from") {
+					t.Errorf("voyager run: exit %d, want 3 with its output:\n%s", code, out)
+				}
+				outs[i] = out
+			})
+		}
+		wg.Wait()
+		return outs
+	}
+	runJobs(2)
+	if t.Failed() {
+		t.FailNow()
+	}
+	operator := c.client(etcdrbac.Operator)
+	st, err := operator.Get(ctx, keys.StatusDir(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("operator reads statuses: %v", err)
+	}
+	onNodes := map[string]bool{}
+	for _, kv := range st.Kvs {
+		for _, n := range nodes {
+			if strings.Contains(string(kv.Value), `"nodes":["`+n+`"]`) {
+				onNodes[n] = true
+			}
+		}
+	}
+	if len(onNodes) != 2 {
+		t.Fatalf("jobs ran on %v; want one on each of %v", onNodes, nodes)
+	}
+	if _, err := operator.Get(ctx, keys.SecretsDir(), clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("operator reading secrets/: %v, want permission denied", err)
+	}
+	agentA := c.client(etcdrbac.Agent(nodes[0]))
+	if _, err := agentA.Put(ctx, keys.Binding(nodes[1], "s-forged"), `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("agent %s writing a binding of %s: %v, want permission denied", nodes[0], nodes[1], err)
+	}
+
+	// The agents' log endpoints take only clients with the cluster's
+	// certificates.
+	for _, user := range []string{"", etcdrbac.Operator} {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: c.tlsConfig(user)}}
+		resp, err := hc.Get("https://" + agentHTTP[nodes[0]] + "/healthz")
+		switch {
+		case user == "" && err == nil:
+			resp.Body.Close()
+			t.Errorf("agent answered a client without a certificate: %s", resp.Status)
+		case user != "" && err != nil:
+			t.Errorf("agent refused a client with the cluster's certificate: %v", err)
+		case err == nil:
+			resp.Body.Close()
+		}
+	}
+
+	// Kill the etcd leader and a placer. The remaining members elect a
+	// leader; the CLI retries a create that etcd could not answer
+	// meanwhile (same idempotency key), and the jobs run.
+	root := c.client(etcdrbac.Root)
+	leader := c.leader(ctx, root)
+	killed := time.Now()
+	if err := c.members[leader].Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := placers[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var elected time.Duration
+	for {
+		if l := c.leader(ctx, root); l != "" && l != leader {
+			elected = time.Since(killed)
+			break
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatal("no new etcd leader within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	runJobs(2)
+	t.Logf("killed etcd leader %s and a placer: new leader after %s, two jobs ran to completion %s after the kills",
+		leader, elected.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
