@@ -35,9 +35,10 @@ func TestAgentServesLogs(t *testing.T) {
 	b := bind(t, cli, state.Session{ID: "job1", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sh", "-c", "train"}},
 		state.Binding{CPUMilli: 500, MemoryMiB: 256})
 	st := waitPhase(t, cli, "job1", state.PhaseRunning, 10*time.Second)
-	logs := st.URLs["logs"]
-	if !strings.HasPrefix(logs, srv.URL+nodeagent.LogsPath) || !strings.Contains(logs, "key=") {
-		t.Fatalf("status.urls.logs = %q, want a signed URL on the agent", logs)
+	// The signed URL is under secrets/; the status has it without its key.
+	logs := secretURL(t, cli, "job1", "logs")
+	if !strings.HasPrefix(logs, srv.URL+nodeagent.LogsPath) || !strings.Contains(logs, "key=") || strings.Contains(st.URLs["logs"], "key=") {
+		t.Fatalf("status.urls.logs = %q, secret %q; want the signed URL on the agent under secrets/ only", st.URLs["logs"], logs)
 	}
 	id := nodeagent.ContainerID(b)
 	spec, _ := rt.Spec(id)
@@ -69,7 +70,7 @@ func TestAgentServesLogs(t *testing.T) {
 	}
 
 	final := waitPhase(t, cli, "job1", state.PhaseFailed, 10*time.Second)
-	if final.URLs["logs"] != logs {
+	if final.URLs["logs"] == "" || secretURL(t, cli, "job1", "logs") != logs {
 		t.Errorf("final status lost the log URL: %v", final.URLs)
 	}
 	if got := get(t, withQuery(logs, "tail", "2")); got != "epoch 2\ndone\n" {

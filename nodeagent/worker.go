@@ -649,7 +649,8 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*state.Status)) bool
 		return false
 	}
 	st.Updated = time.Now().UTC()
-	v, err := state.Encode(st)
+	st.Session = b.Session
+	ops, err := state.StatusOps(cfg.Keys, cfg.Node, st)
 	if err != nil {
 		w.log.Warn("write status", "err", err)
 		return false
@@ -657,7 +658,7 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*state.Status)) bool
 	bk := cfg.Keys.Binding(cfg.Node, b.Session)
 	resp, err := cfg.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision)).
-		Then(clientv3.OpPut(cfg.Keys.Status(b.Session), v)).Commit()
+		Then(ops...).Commit()
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("write status", "err", err)

@@ -77,7 +77,8 @@ const maxReleaseAttempts = 24
 
 // Release gives back what session id holds on node: in one transaction it
 // removes the allocation from the ledger, deletes the binding and, when st
-// is not nil, writes st as the session's status. It is idempotent: releasing
+// is not nil, writes st as the session's status (its secrets apart, see
+// StatusOps). It is idempotent: releasing
 // an allocation that is already gone only deletes the binding and writes st.
 // The agent calls it after the containers stopped.
 func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, st *Status) error {
@@ -112,11 +113,11 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, st *S
 			}
 		}
 		if st != nil {
-			v, err := Encode(st)
+			sops, err := StatusOps(k, node, *st)
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
-			ops = append(ops, clientv3.OpPut(k.Status(id), v))
+			ops = append(ops, sops...)
 		}
 		resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).Then(ops...).Commit()
 		if err != nil {
@@ -127,4 +128,25 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, st *S
 		}
 	}
 	return fmt.Errorf("release %s on %s: %w after %d attempts", id, node, ErrConflict, maxReleaseAttempts)
+}
+
+// StatusOps are the puts that write st, as node's agent reports it: the
+// status without secrets, and, when its URLs carry any, secrets/<node>/<id>
+// with the full URLs (SplitSecrets). The agent writes statuses only
+// through them, so no token reaches status/.
+func StatusOps(k Keys, node string, st Status) ([]clientv3.Op, error) {
+	public, secret := SplitSecrets(st)
+	v, err := Encode(public)
+	if err != nil {
+		return nil, fmt.Errorf("encode status: %w", err)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(k.Status(st.Session), v)}
+	if secret != nil {
+		sv, err := Encode(Secrets{Session: st.Session, Node: node, URLs: secret})
+		if err != nil {
+			return nil, fmt.Errorf("encode secrets: %w", err)
+		}
+		ops = append(ops, clientv3.OpPut(k.Secret(node, st.Session), sv))
+	}
+	return ops, nil
 }

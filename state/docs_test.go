@@ -75,6 +75,7 @@ var docTypes = map[string]any{
 	"Profile":    state.Profile{},
 	"Placer":     state.Placer{},
 	"Warning":    state.Warning{},
+	"Secrets":    state.Secrets{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
 }

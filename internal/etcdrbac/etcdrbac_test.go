@@ -136,7 +136,7 @@ func TestRolesOnRealEtcd(t *testing.T) {
 		{etcdrbac.Placer, []probe{
 			allow(put(func(k state.Keys) string { return k.Ledger("gpu-a") })),
 			allow(put(func(k state.Keys) string { return k.Binding("gpu-b", "s1") })),
-			allow(del(func(k state.Keys) string { return k.Secret("gpu-a", "s1") })),
+			deny(del(func(k state.Keys) string { return k.Secret("gpu-a", "s1") })),
 			allow(put(func(k state.Keys) string { return k.Elections() + "lifecycle/1" })),
 			deny(get(func(k state.Keys) string { return k.Secret("gpu-a", "s1") })),
 			deny(put(func(k state.Keys) string { return k.Node("gpu-a") })),

@@ -74,7 +74,6 @@ func exact(t authpb.Permission_Type, key string) Perm { return Perm{Key: key, Ty
 func Roles(k state.Keys, nodes []string) []Role {
 	const (
 		r  = clientv3.PermRead
-		w  = clientv3.PermWrite
 		rw = clientv3.PermReadWrite
 	)
 	probe := exact(r, k.Prefix())
@@ -99,9 +98,6 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Warnings()), prefix(rw, k.Ledgers()), prefix(rw, k.AllBindings()),
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
-			// Retention deletes a retired session's secrets without
-			// reading them.
-			prefix(w, k.SecretsDir()),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
 	}
