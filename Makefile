@@ -23,9 +23,10 @@ dev: build
 	deploy/dev-setup.sh
 	bin/voyager dev
 
-## test: the whole suite: Go with the race detector, then the JupyterHub spawner's tests (what CI runs)
+## test: the whole suite: Go with the race detector, then the JupyterHub spawner's tests (what CI runs).
+## VOYAGER_TEST_REQUIRE=all (internal/testreq): a test whose real component is missing fails, never skips.
 test:
-	go test -race -count=1 -timeout 60m -ldflags=$(LAZY) ./...
+	VOYAGER_TEST_REQUIRE=all go test -race -count=1 -timeout 60m -ldflags=$(LAZY) ./...
 	/usr/bin/python3 -m unittest discover -s deploy/jupyterhub/tests
 
 ## test-short: a quick local loop; skips tests that build and run processes

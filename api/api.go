@@ -52,6 +52,16 @@ type Config struct {
 	// MaxRuntimeCap is the longest max runtime a session may ask for or be
 	// extended to. 0: no cap.
 	MaxRuntimeCap time.Duration
+	// MinCPUMilli and MinMemoryMiB are the least a session or Ray worker
+	// may ask for. Defaults 100 and 64.
+	MinCPUMilli, MinMemoryMiB int64
+}
+
+// admission returns the request bounds of a's configuration. The most Ray
+// workers derives from Plan.MaxTxnOps, the placers' transaction limit.
+func (a *API) admission() admission {
+	return admission{maxRuntimeCap: a.cfg.MaxRuntimeCap, minCPU: a.cfg.MinCPUMilli, minMemory: a.cfg.MinMemoryMiB,
+		maxWorkers: placer.MaxRayWorkers(a.cfg.Plan.MaxTxnOps, 0), maxTxnOps: a.cfg.Plan.MaxTxnOps}
 }
 
 // API is the HTTP API. Build it with New, serve Handler, and run Run for
@@ -104,6 +114,15 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 	if cfg.Rate <= 0 {
 		cfg.Rate = 50
 	}
+	if cfg.MinCPUMilli <= 0 {
+		cfg.MinCPUMilli = 100
+	}
+	if cfg.MinMemoryMiB <= 0 {
+		cfg.MinMemoryMiB = 64
+	}
+	if cfg.Plan.MaxTxnOps <= 0 {
+		cfg.Plan.MaxTxnOps = state.DefaultMaxTxnOps
+	}
 	if cfg.Burst <= 0 {
 		cfg.Burst = 100
 	}
@@ -155,6 +174,11 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 // Handler serves /api/v1/… and /openapi.json. Mount it on a mux with
 // mux.Handle("/api/", h) and mux.Handle("/openapi.json", h).
 func (a *API) Handler() http.Handler { return a.router }
+
+// Engine is the API's gin engine, for a package that serves its own
+// routes on the same router, behind the same recovery and metrics (the web
+// console, console.Mount). Add routes before serving.
+func (a *API) Engine() *gin.Engine { return a.router }
 
 // Route is one method and path pattern the API serves.
 type Route struct{ Method, Path string }

@@ -39,6 +39,9 @@ type NodeSummary struct {
 	// holding them reports; gpus.unused counts them. Other users'
 	// sessions are anonymous except for admins.
 	UnusedGPUs []UnusedGPU `json:"unusedGPUs,omitempty"`
+	// Devices lists every allocatable device with its holder and use;
+	// only with ?devices=true (the web console's cluster page).
+	Devices []GPUDevice `json:"devices,omitempty"`
 }
 
 // GPUCounts counts a node's allocatable GPU devices (healthy whole GPUs
@@ -157,7 +160,11 @@ func (a *API) listNodes(c *gin.Context) {
 	if out == nil {
 		out = []NodeSummary{}
 	}
-	if p := principalOf(c); !p.Admin {
+	p := principalOf(c)
+	if c.Query("devices") == "true" {
+		a.attachDevices(p, out)
+	}
+	if !p.Admin {
 		for i := range out {
 			for j, u := range out[i].UnusedGPUs {
 				if u.Owner != p.Subject {
@@ -294,6 +301,9 @@ type QueueEntry struct {
 	Message  string    `json:"message"`
 	Waiting  string    `json:"waiting"`
 	Created  time.Time `json:"created"`
+	// Estimate is, for the caller's own waiting entries, when it could
+	// start at the earliest.
+	Estimate *QueueEstimate `json:"estimate,omitempty"`
 }
 
 // QueueView is GET /api/v1/queue.
@@ -354,8 +364,13 @@ func (a *API) queue(c *gin.Context) {
 	for _, d := range qp.plan.Bound {
 		out = append(out, entry(d.Pending.Entry, 0, "Placing", "fits now: the placer binds it on its next pass"))
 	}
+	est := a.newEstimator(c.Request.Context())
 	for _, w := range qp.plan.Waiting {
-		out = append(out, entry(w.Pending.Entry, w.Position, w.Reason, w.Message))
+		q := entry(w.Pending.Entry, w.Position, w.Reason, w.Message)
+		if q.Mine {
+			q.Estimate = est.estimate(w.Pending.Entry, w.Position)
+		}
+		out = append(out, q)
 	}
 	mine := 0
 	for _, q := range out {

@@ -90,6 +90,9 @@ func (a *API) sessionLogs(c *gin.Context) {
 	c.Header("Content-Type", "text/plain; charset=utf-8")
 	c.Header("X-Accel-Buffering", "no")
 	c.Status(http.StatusOK)
+	// Headers now: a followed log with no output yet is still an answer.
+	c.Writer.WriteHeaderNow()
+	c.Writer.Flush()
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := resp.Body.Read(buf)

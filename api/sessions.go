@@ -99,7 +99,8 @@ func (a *API) createSession(c *gin.Context) {
 		}
 		prof = &pv
 	}
-	s, errs := buildSession(req, prof, a.cfg.MaxRuntimeCap)
+	s, errs := buildSession(req, prof, a.admission())
+	errs = append(errs, validateGroups(p.Groups)...)
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)
 		return

@@ -58,7 +58,23 @@ const (
 	maxRestarts    = 100
 	defaultCPU     = 1000
 	defaultMemory  = 4096
+	// maxGroupsBytes bounds the groups a session records (from the
+	// token's groups claim): every ledger allocation repeats them, and a
+	// node's ledger is one etcd value.
+	maxGroupsBytes = 1024
 )
+
+// admission are the cluster's bounds on one request, from api.Config.
+type admission struct {
+	// maxRuntimeCap (0: none) bounds limits.maxRuntime.
+	maxRuntimeCap time.Duration
+	// minCPU and minMemory are the least a session or worker may ask for.
+	minCPU, minMemory int64
+	// maxWorkers is the most Ray workers whose bind fits one transaction.
+	maxWorkers int
+	// maxTxnOps is the transaction limit maxWorkers derives from.
+	maxTxnOps int
+}
 
 var (
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
@@ -68,9 +84,10 @@ var (
 )
 
 // buildSession merges the request over its profile (which may be nil) and
-// validates the result; maxRuntimeCap (0: none) bounds limits.maxRuntime.
-// It returns every invalid field, or the spec less its id, owner and times.
-func buildSession(req SessionRequest, prof *state.Profile, maxRuntimeCap time.Duration) (state.Session, []FieldError) {
+// validates the result against the bounds of adm. It returns every invalid
+// field, or the spec less its id, owner and times.
+func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state.Session, []FieldError) {
+	maxRuntimeCap := adm.maxRuntimeCap
 	var errs []FieldError
 	add := func(field, format string, args ...any) {
 		errs = append(errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
@@ -196,12 +213,18 @@ func buildSession(req SessionRequest, prof *state.Profile, maxRuntimeCap time.Du
 		}
 	}
 	validateResources("resources", s.Resources, add)
+	adm.minimums("resources", s.Resources, add)
 	if s.Ray != nil {
-		if s.Ray.Workers < 0 || s.Ray.Workers > maxWorkers {
+		switch {
+		case s.Ray.Workers < 0 || s.Ray.Workers > maxWorkers:
 			add("ray.workers", "got %d, want 0 to %d", s.Ray.Workers, maxWorkers)
+		case adm.maxWorkers > 0 && s.Ray.Workers > adm.maxWorkers:
+			add("ray.workers", "got %d, want at most %d: a Ray session binds its head and every worker, each on its own node, in one etcd transaction, and %d workers need more than the %d operations one may hold (VOYAGER_PLACER_MAX_TXN_OPS, at most etcd's --max-txn-ops)",
+				s.Ray.Workers, adm.maxWorkers, s.Ray.Workers, adm.maxTxnOps)
 		}
 		if s.Ray.WorkerResources != nil {
 			validateResources("ray.workerResources", *s.Ray.WorkerResources, add)
+			adm.minimums("ray.workerResources", *s.Ray.WorkerResources, add)
 		}
 		if s.Ray.Workers == 0 && s.Ray.WorkerResources == nil {
 			s.Ray = nil
@@ -249,6 +272,32 @@ func buildSession(req SessionRequest, prof *state.Profile, maxRuntimeCap time.Du
 		s.Restart.Policy = state.RestartNever
 	}
 	return s, errs
+}
+
+// minimums refuses requests below the cluster's least CPU and memory: a node
+// holds at most VOYAGER_MAX_SESSIONS_PER_NODE sessions, and tiny requests
+// would fill that with nothing.
+func (adm admission) minimums(prefix string, r state.Resources, add func(field, format string, args ...any)) {
+	if r.CPUMilli >= 0 && r.CPUMilli < adm.minCPU {
+		add(prefix+".cpuMilli", "got %d, want at least %d (the cluster's minimum, VOYAGER_MIN_CPU_MILLI)", r.CPUMilli, adm.minCPU)
+	}
+	if r.MemoryMiB >= 0 && r.MemoryMiB < adm.minMemory {
+		add(prefix+".memoryMiB", "got %d, want at least %d MiB (the cluster's minimum, VOYAGER_MIN_MEMORY_MIB)", r.MemoryMiB, adm.minMemory)
+	}
+}
+
+// validateGroups bounds the groups a session records.
+func validateGroups(groups []string) []FieldError {
+	n := 2
+	for _, g := range groups {
+		n += len(g) + 3
+	}
+	if n <= maxGroupsBytes {
+		return nil
+	}
+	return []FieldError{{Field: "token groups", Message: fmt.Sprintf(
+		"your token lists %d groups in %d bytes; a session records at most %d bytes of groups (every allocation on a node repeats them, and a node's ledger is one etcd value); ask for a token whose groups claim (VOYAGER_JWT_GROUPS_CLAIM) lists fewer",
+		len(groups), n, maxGroupsBytes)}}
 }
 
 func validateResources(prefix string, r state.Resources, add func(field, format string, args ...any)) {

@@ -176,3 +176,32 @@ func TestE2EDefaultNotebookCommand(t *testing.T) {
 		t.Fatalf("GET %s: %d %s", st.URLs["jupyter"], resp.StatusCode, body)
 	}
 }
+
+// TestE2EAgentStartsAContainerThatNeverStarted: an agent killed between
+// creating a session's container and starting its task leaves a container
+// with no process. The next agent starts the session's command (afresh)
+// rather than report it exited with an unknown code: the job succeeds, and
+// its OnFailure restarts are untouched.
+func TestE2EAgentStartsAContainerThatNeverStarted(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	cfg := testConfig(t, cli, rt)
+	cfg.Image = runtimetest.ImageRef
+	b := bind(t, cli, state.Session{ID: "half", Owner: "ada", Kind: state.KindBatch, Command: []string{"sh", "-c", "echo the-command-ran"},
+		Restart: state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 2}}, state.Binding{CPUMilli: 100, MemoryMiB: 64})
+	runtimetest.CreateUnstarted(t, rt, runtime.Spec{ID: nodeagent.ContainerID(b), Image: runtimetest.ImageRef, Args: []string{"true"},
+		Labels: map[string]string{nodeagent.LabelNode: node, nodeagent.LabelSession: "half"}})
+
+	runAgent(t, cfg)
+	var st state.Status
+	waitFor(t, "half to end or back off", 60*time.Second, func() (bool, string) {
+		var err error
+		if st, _, err = state.Get[state.Status](context.Background(), cli, keys.Status("half")); err != nil {
+			return false, err.Error()
+		}
+		return st.Phase.Terminal() || st.Reason == state.ReasonBackOff, string(st.Phase)
+	})
+	if st.Phase != state.PhaseSucceeded || st.Attempt != 0 || st.ExitCode == nil || *st.ExitCode != 0 || !strings.Contains(st.Message, "the-command-ran") {
+		t.Fatalf("status %+v; want the session's own command run once, exit 0, attempt 0", st)
+	}
+}

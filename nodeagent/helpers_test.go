@@ -100,7 +100,15 @@ func bind(t testing.TB, cli *clientv3.Client, s state.Session, b state.Binding) 
 			l = state.Ledger{Node: node, Allocations: map[string]state.Allocation{}}
 		}
 		l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, GPUs: b.GPUs, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
-		cmps, ops, err := state.BindOps(keys, []state.LedgerWrite{{Node: node, ReadRevision: rev, Ledger: l}}, []state.Placement{{
+		nr, err := cli.Get(ctx, keys.Node(node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nodeRev int64 // 0: the bind requires the node key absent, as read
+		if len(nr.Kvs) > 0 {
+			nodeRev = nr.Kvs[0].ModRevision
+		}
+		cmps, ops, err := state.BindOps(keys, []state.LedgerWrite{{Node: node, ReadRevision: rev, NodeRevision: nodeRev, Ledger: l}}, []state.Placement{{
 			Session: s.ID, PendingRevision: b.QueueRevision, Bindings: []state.Binding{b},
 			Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: []string{node}, Created: s.Created, Updated: now, Bound: &now},
 		}})

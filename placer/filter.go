@@ -40,6 +40,7 @@ var filters = []filter{
 	{"cordon", filterCordon},
 	{"reserved", filterReserved},
 	{"labels", filterLabels},
+	{"sessions", filterSessions},
 	{"cpu", filterCPU},
 	{"memory", filterMemory},
 	{"gpus", filterGPUs},
@@ -79,6 +80,14 @@ func filterLabels(p *part, n *nodeState) *Shortfall {
 		if got, ok := n.view.Node.Labels[k]; !ok || got != v {
 			return &Shortfall{Filter: "labels", Message: fmt.Sprintf("node %s lacks label %s=%s", n.name, k, v)}
 		}
+	}
+	return nil
+}
+
+func filterSessions(_ *part, n *nodeState) *Shortfall {
+	if n.maxSessions > 0 && n.sessions() >= n.maxSessions {
+		return &Shortfall{Filter: "sessions", Requested: 1, Free: 0, Capacity: int64(n.maxSessions),
+			Message: fmt.Sprintf("node %s holds its maximum of %d sessions", n.name, n.maxSessions)}
 	}
 	return nil
 }

@@ -96,10 +96,16 @@ func (p *Placer) evict(ctx context.Context, node string, ledger state.Ledger, le
 	others := map[string]*state.LedgerWrite{} // other nodes of gang sessions
 	others[node] = &state.LedgerWrite{Node: node, ReadRevision: ledgerRev, Ledger: ledger}
 	handled := 0
+	budget := p.budget()
 	for _, id := range ids {
-		// Room for this session's ops (binding deletes, status, queue
-		// entry, other ledgers) and the ledger writes at the end.
-		if gang := p.otherNodes(node, id); handled > 0 && len(ops)+len(cmps)/2+4+3*gang+len(others) > p.cfg.MaxTxnOps {
+		// Room for this session (compares of its spec, status, queue entry
+		// and other ledgers; deletes of its bindings, its status and queue
+		// entry) and for the ledger writes at the end, its other nodes'
+		// included. Checked before lostSessionOps, which releases the
+		// session's parts in others.
+		gang := p.otherNodes(node, id)
+		need := state.TxnSize{Compares: len(cmps) + 3 + gang, Then: len(ops) + 3 + gang + len(others) + gang}
+		if handled > 0 && !budget.Fits(need) {
 			break
 		}
 		sessOps, sessCmps, err := p.lostSessionOps(ctx, node, id, others, now)
@@ -183,17 +189,23 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 		delete(lw.Ledger.Allocations, id)
 		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)))
 	}
-	spec, _, err := state.Get[state.Session](ctx, p.cli, k.Session(id))
+	// What is decided below rests on the spec and status as read: the
+	// transaction requires both unchanged (0: still absent), so a stop or
+	// an agent's final status landing meanwhile is never overwritten.
+	spec, specRev, err := state.Get[state.Session](ctx, p.cli, k.Session(id))
 	if errors.Is(err, state.ErrNotFound) {
-		return ops, cmps, nil // nothing to tell: just free the GPUs
+		// Nothing to tell: just free the GPUs.
+		return ops, append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", 0)), nil
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	old, _, err := state.Get[state.Status](ctx, p.cli, k.Status(id))
+	old, statusRev, err := state.Get[state.Status](ctx, p.cli, k.Status(id))
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, nil, err
 	}
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRev),
+		clientv3.Compare(clientv3.ModRevision(k.Status(id)), "=", statusRev))
 	st := state.Status{Session: id, Reason: "NodeLost", Attempt: old.Attempt, Created: spec.Created, Updated: now}
 	lostMsg := fmt.Sprintf("node %s stopped answering (its agent's lease expired)", node)
 	switch {

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,8 +33,17 @@ type Config struct {
 	// Plan tunes planning (strategy, reservations, candidates).
 	Plan PlanOptions
 	// MaxTxnOps caps operations per transaction; it must not exceed the
-	// etcd server's --max-txn-ops. Default 128, etcd's default.
+	// etcd server's --max-txn-ops. Default 128, etcd's default. Plan's
+	// MaxTxnOps defaults to it.
 	MaxTxnOps int
+	// MaxTxnBytes caps the keys and values of one transaction; it must stay
+	// below the etcd server's --max-request-bytes. Default
+	// state.DefaultMaxTxnBytes (1 MiB, etcd's default limit is 1.5 MiB).
+	MaxTxnBytes int
+	// AdvisoryTimeout bounds one write of pending statuses (reasons and
+	// queue positions). Those writes run in their own goroutine: a slow
+	// one delays the next explanation, never a bind. Default 5s.
+	AdvisoryTimeout time.Duration
 	// Parallel is how many bind transactions one placer keeps in flight.
 	// Batches never share a ledger, so they cannot conflict with each
 	// other, and etcd commits concurrent transactions with one fsync.
@@ -67,7 +78,16 @@ func (c *Config) defaults() {
 		c.Keys = state.MustKeys(state.DefaultPrefix)
 	}
 	if c.MaxTxnOps <= 0 {
-		c.MaxTxnOps = 128
+		c.MaxTxnOps = state.DefaultMaxTxnOps
+	}
+	if c.Plan.MaxTxnOps <= 0 {
+		c.Plan.MaxTxnOps = c.MaxTxnOps
+	}
+	if c.MaxTxnBytes <= 0 {
+		c.MaxTxnBytes = state.DefaultMaxTxnBytes
+	}
+	if c.AdvisoryTimeout <= 0 {
+		c.AdvisoryTimeout = 5 * time.Second
 	}
 	if c.Parallel <= 0 {
 		c.Parallel = 16
@@ -122,9 +142,16 @@ type Placer struct {
 	ready chan struct{} // closed when the caches first synced
 
 	passes, bound, txns, conflicts, lost, statuses atomic.Int64
+	// lastBind is the revision of this placer's newest bind transaction.
+	lastBind atomic.Int64
 
+	// advice carries the latest pass's waiting sessions to the advisory
+	// writer (a mailbox of one: a newer pass replaces what is unwritten).
+	advice chan advice
+	// advisoryKV writes pending statuses; tests stall it. Default cli.
+	advisoryKV clientv3.KV
 	// written remembers the last pending status written per session, to
-	// write only changes. Owned by the run loop.
+	// write only changes. Owned by the advisory writer.
 	written map[string]writtenStatus
 }
 
@@ -153,8 +180,10 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
 		kick:     make(chan struct{}, 1),
 		ready:    make(chan struct{}),
+		advice:   make(chan advice, 1),
 		written:  map[string]writtenStatus{},
 	}
+	p.advisoryKV = cli
 	kick := func() {
 		select {
 		case p.kick <- struct{}{}:
@@ -211,6 +240,11 @@ func (p *Placer) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		p.membership(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.advise(ctx)
 	}()
 
 	err := p.loop(ctx)
@@ -314,9 +348,12 @@ func (p *Placer) loop(ctx context.Context) error {
 				}
 			}
 			continue
-		case res.bound > 0 || res.deferred:
+		case res.bound > 0 || res.ledgerRev > 0:
+			// Bound sessions or cleared a lost node: more may fit, plan
+			// again on the fresh state. Deferred decisions alone are no
+			// progress: planning again at once would plan them again.
 			failures = 0
-			continue // more may fit: plan again on the fresh state
+			continue
 		}
 		failures = 0
 		select {
@@ -380,13 +417,14 @@ type Caches struct {
 // SnapshotOf builds the planning snapshot of c at now: every placer plans on
 // it, and so does the API's queue view, so both see the same queue.
 func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
-	s := &Snapshot{Now: now, UserQuotas: map[string]state.Quota{}, GroupQuotas: map[string]state.Quota{}}
+	s := &Snapshot{Now: now, UserQuotas: map[string]state.Quota{}, GroupQuotas: map[string]state.Quota{},
+		QuotaRevisions: map[string]int64{}, LedgersAt: c.Ledgers.Revision()}
 	for _, it := range c.Nodes.List() {
 		name, ok := k.NodeName(it.Key)
 		if !ok {
 			continue
 		}
-		v := NodeView{Node: it.Value}
+		v := NodeView{Node: it.Value, NodeRevision: it.ModRevision}
 		v.Node.Name = name
 		if cd, ok := c.Cordons.Get(k.Cordon(name)); ok {
 			v.Cordon = &cd
@@ -423,6 +461,7 @@ func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
 	}
 	c.Quotas.Range(func(it watcher.Item[state.Quota]) bool {
 		if scope, name, ok := k.QuotaKey(it.Key); ok {
+			s.QuotaRevisions[it.Key] = it.ModRevision
 			if scope == state.QuotaUsers {
 				s.UserQuotas[name] = it.Value
 			} else {
@@ -479,7 +518,6 @@ type passResult struct {
 	// pending/ and ledger/), ledgerRev of a lost-node one (ledger/ only):
 	// the next pass waits for the caches to reach them.
 	bindRev, ledgerRev int64
-	deferred           bool // decisions left for the next pass (batch limits)
 }
 
 // pass plans once and commits this placer's share.
@@ -490,7 +528,6 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	if rev := p.handleLost(ctx, snap); rev > 0 {
 		// Plan on ledgers that show the cleared nodes.
 		res.ledgerRev = rev
-		res.deferred = true
 		return res
 	}
 	if len(snap.Pending) == 0 {
@@ -510,19 +547,16 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	for i := range snap.Nodes {
 		nodes[snap.Nodes[i].Node.Name] = &snap.Nodes[i]
 	}
-	batches, deferred := p.batch(mine, nodes)
-	res.deferred = deferred
+	batches, deferred, unfit := p.batch(mine, nodes, snap)
 	commitStart := time.Now()
-	p.commit(ctx, batches, &res)
+	p.commit(ctx, batches, nodes, snap, &res)
 	commitTook := time.Since(commitStart)
-	if !deferred {
-		// Binding comes before explaining: while this pass left sessions
-		// for the next one, their neighbours' reasons can wait a pass.
-		p.writeWaiting(ctx, plan, ids, &res)
-	}
+	// Explaining runs beside binding, in its own goroutine with its own
+	// deadline: a slow status write never holds up the next bind.
+	p.offer(advice{plan: plan, owners: ids, unfit: unfit})
 	p.log.Debug("pass", "pending", len(snap.Pending), "planned", len(plan.Bound), "mine", len(mine),
 		"batches", len(batches), "bound", res.bound, "conflicts", res.conflicts, "deferred", deferred,
-		"plan", planTook, "commit", commitTook)
+		"unfit", len(unfit), "plan", planTook, "commit", commitTook)
 	return res
 }
 
@@ -531,20 +565,83 @@ func (p *Placer) pass(ctx context.Context) passResult {
 type bindBatch struct {
 	decisions []Decision
 	nodes     map[string]bool
-	ops       int
+	size      state.TxnSize
 }
 
-// batch packs decisions into transactions of at most MaxTxnOps operations,
-// each node's decisions in one batch (so batches never share a ledger). It
-// fills batches node by node, so a batch closes at a node boundary rather
-// than leaving a node's later decisions stranded. Decisions that would join
-// two batches, or a node whose decisions exceed one transaction, are
-// deferred to the next pass, which plans them again on fresh state.
-func (p *Placer) batch(ds []Decision, _ map[string]*NodeView) ([]*bindBatch, bool) {
+// budget is what one transaction of this placer may hold.
+func (p *Placer) budget() state.TxnBudget {
+	return state.TxnBudget{MaxOps: p.cfg.MaxTxnOps, MaxBytes: p.cfg.MaxTxnBytes}
+}
+
+// decisionSize is what d adds to a batch that already writes the ledgers of
+// seen (which it extends): its share of state.BindSize, its quota guards
+// and an estimate of its bytes (the ledgers it adds, written whole, its
+// bindings and status). commitBatch measures the built transaction.
+func decisionSize(d *Decision, seen map[string]bool, nodes map[string]*NodeView, snap *Snapshot) state.TxnSize {
+	newNodes, bytes := 0, statusBytes
+	for _, pp := range d.Parts {
+		bytes += bindingBytes + 45*len(pp.Devices)
+		if !seen[pp.Node] {
+			seen[pp.Node] = true
+			newNodes++
+			if v := nodes[pp.Node]; v != nil {
+				bytes += ledgerBytes(&v.Ledger)
+			}
+		}
+		bytes += allocationBytes(d.Pending.Entry.Session, &d.Pending.Entry, len(pp.Devices), len(pp.Ports))
+	}
+	s := state.BindSize(newNodes, 1, len(d.Parts)).Plus(state.QuotaGuardSize(len(quotaScopes(&d.Pending.Entry, snap))))
+	s.Bytes = bytes
+	return s
+}
+
+// Byte estimates of the values a bind writes: generous, so that a batch
+// the estimate admits passes the exact check (state.SizeOf) in commitBatch.
+const (
+	statusBytes  = 1024
+	bindingBytes = 1024
+)
+
+// allocationBytes estimates one allocation's JSON in a ledger.
+func allocationBytes(id string, e *state.QueueEntry, devices, ports int) int {
+	n := 192 + len(id) + len(e.Owner) + 48*devices + 8*ports
+	for _, g := range e.Groups {
+		n += len(g) + 3
+	}
+	return n
+}
+
+// ledgerBytes estimates a ledger's JSON.
+func ledgerBytes(l *state.Ledger) int {
+	n := 64 + len(l.Node)
+	for id, a := range l.Allocations {
+		n += 192 + len(id) + len(a.Owner) + 48*len(a.GPUs) + 8*len(a.Ports)
+		for _, g := range a.Groups {
+			n += len(g) + 3
+		}
+	}
+	return n
+}
+
+// batch packs decisions into transactions within the txn budget (ops,
+// compares and bytes), each node's decisions in one batch (so batches never
+// share a ledger). It fills batches node by node, so a batch closes at a
+// node boundary rather than leaving a node's later decisions stranded.
+// Decisions that would join two batches, or that no longer fit the batch
+// their nodes are in, are deferred to the next pass, which plans them again
+// on fresh state. A decision that fits no transaction even alone is
+// returned in unfit: it is never committed, and it waits with the limit
+// named rather than being planned and deferred every pass.
+func (p *Placer) batch(ds []Decision, nodes map[string]*NodeView, snap *Snapshot) (batches []*bindBatch, deferred bool, unfit []Decision) {
+	budget := p.budget()
 	// Group by head node, keeping the plan's order of first appearance.
 	groups := map[string][]Decision{}
 	var order []string
 	for _, d := range ds {
+		if !budget.Fits(decisionSize(&d, map[string]bool{}, nodes, snap)) {
+			unfit = append(unfit, d)
+			continue
+		}
 		h := d.Parts[0].Node
 		if _, ok := groups[h]; !ok {
 			order = append(order, h)
@@ -552,28 +649,20 @@ func (p *Placer) batch(ds []Decision, _ map[string]*NodeView) ([]*bindBatch, boo
 		groups[h] = append(groups[h], d)
 	}
 	var (
-		batches  []*bindBatch
-		owner    = map[string]*bindBatch{}
-		open     *bindBatch
-		deferred bool
+		owner = map[string]*bindBatch{}
+		open  *bindBatch
 	)
 	for _, h := range order {
 		group := groups[h]
-		// Ops the group needs on top of what an existing batch holds.
-		need, nodes := 0, map[string]bool{}
 		var target *bindBatch
 		split := false
 		for _, d := range group {
-			need += 2 + len(d.Parts)
 			for _, pp := range d.Parts {
 				if b, ok := owner[pp.Node]; ok {
 					if target != nil && target != b {
 						split = true
 					}
 					target = b
-				} else if !nodes[pp.Node] {
-					nodes[pp.Node] = true
-					need++ // the ledger write
 				}
 			}
 		}
@@ -582,40 +671,56 @@ func (p *Placer) batch(ds []Decision, _ map[string]*NodeView) ([]*bindBatch, boo
 			continue
 		}
 		if target == nil {
-			if open == nil || open.ops+need > p.cfg.MaxTxnOps {
+			// What the whole group adds to the open batch.
+			if open != nil {
+				seen := maps.Clone(open.nodes)
+				need := open.size
+				for i := range group {
+					need = need.Plus(decisionSize(&group[i], seen, nodes, snap))
+				}
+				if !budget.Fits(need) {
+					open = nil
+				}
+			}
+			if open == nil {
 				open = &bindBatch{nodes: map[string]bool{}}
 				batches = append(batches, open)
 			}
 			target = open
 		}
-		for _, d := range group {
-			ops := 2 + len(d.Parts)
-			for _, pp := range d.Parts {
-				if !target.nodes[pp.Node] {
-					ops++
-				}
-			}
-			if target.ops+ops > p.cfg.MaxTxnOps {
+		for i := range group {
+			seen := maps.Clone(target.nodes)
+			add := decisionSize(&group[i], seen, nodes, snap)
+			if !budget.Fits(target.size.Plus(add)) {
 				deferred = true
 				continue
 			}
-			target.decisions = append(target.decisions, d)
-			target.ops += ops
-			for _, pp := range d.Parts {
-				target.nodes[pp.Node] = true
+			target.decisions = append(target.decisions, group[i])
+			target.size = target.size.Plus(add)
+			target.nodes = seen
+			for _, pp := range group[i].Parts {
 				owner[pp.Node] = target
 			}
 		}
 	}
-	return batches, deferred
+	// A batch whose every decision was deferred writes nothing: it is not
+	// committed (an empty transaction would count as progress).
+	kept := batches[:0]
+	for _, b := range batches {
+		if len(b.decisions) > 0 {
+			kept = append(kept, b)
+		}
+	}
+	return kept, deferred, unfit
 }
 
-// commit runs the batches, Parallel at a time.
-func (p *Placer) commit(ctx context.Context, batches []*bindBatch, res *passResult) {
+// commit runs the batches, Parallel at a time. nodes are the node views
+// the batches were planned on.
+func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[string]*NodeView, snap *Snapshot, res *passResult) {
 	if len(batches) == 0 {
 		return
 	}
-	snapLedgers := p.ledgers.Snapshot()
+	fresh := p.ledgers.Snapshot()
 	var mu sync.Mutex
 	sem := make(chan struct{}, p.cfg.Parallel)
 	var wg sync.WaitGroup
@@ -625,58 +730,101 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, res *passResu
 		go func(b *bindBatch) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			ok, rev, err := p.commitBatch(ctx, b, snapLedgers)
+			n, rev, stale, err := p.commitBatch(ctx, b, fresh, nodes, snap)
 			mu.Lock()
 			defer mu.Unlock()
+			res.conflicts += stale
 			switch {
 			case err != nil:
 				if ctx.Err() == nil {
 					p.log.Warn("bind transaction failed", "err", err, "sessions", len(b.decisions))
 				}
 				res.conflicts++
-			case !ok:
+			case n == 0 && rev == 0 && stale > 0:
+				// Nothing left to commit: every choice went stale.
+				p.conflicts.Add(1)
+			case n == 0:
 				p.conflicts.Add(1)
 				res.conflicts++
 			default:
 				res.bindRev = max(res.bindRev, rev)
+				p.lastBind.Store(max(p.lastBind.Load(), rev))
 				p.txns.Add(1)
-				p.bound.Add(int64(len(b.decisions)))
-				res.bound += len(b.decisions)
+				p.bound.Add(int64(n))
+				res.bound += n
 			}
 		}(b)
 	}
 	wg.Wait()
 }
 
-// commitBatch writes one batch. It reports whether the transaction
-// committed and the revision it saw.
-func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, ledgers *watcher.Snapshot[state.Ledger]) (bool, int64, error) {
+// commitBatch writes one batch. Each node's ledger is written on top of the
+// newest ledger the cache holds: the one the plan read when it has not
+// moved, else a newer one, against which refit re-checks every choice of
+// the batch. The transaction compares the revision of exactly the ledger it
+// writes over (and the node's inventory key as planned), so a write that
+// lands after this read refuses the bind. A decision whose choice no longer
+// fits, or whose quota check rests on ledgers older than this placer's own
+// last bind, is left out and counted in stale. It returns how many
+// sessions the transaction bound (0 if refused or empty) and its revision.
+func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot) (bound int, rev int64, stale int, err error) {
 	k := p.cfg.Keys
 	now := p.cfg.Now().UTC()
 	writes := map[string]*state.LedgerWrite{}
 	var order []string
+	ledgerOf := func(node string) *state.LedgerWrite {
+		if lw, ok := writes[node]; ok {
+			return lw
+		}
+		v := nodes[node]
+		lw := &state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, ReadRevision: v.LedgerRevision,
+			Ledger: state.Ledger{Node: node, Allocations: maps.Clone(v.Ledger.Allocations)}}
+		if it, ok := fresh.Item(k.Ledger(node)); ok && it.ModRevision != v.LedgerRevision {
+			lw.ReadRevision, lw.Ledger.Allocations = it.ModRevision, maps.Clone(it.Value.Allocations)
+		} else if !ok && v.LedgerRevision != 0 {
+			lw.ReadRevision, lw.Ledger.Allocations = 0, nil // released to empty and deleted
+		}
+		if lw.Ledger.Allocations == nil {
+			lw.Ledger.Allocations = map[string]state.Allocation{}
+		}
+		writes[node] = lw
+		order = append(order, node)
+		return lw
+	}
+	lastBind := p.lastBind.Load()
 	var ps []state.Placement
 	for _, d := range b.decisions {
 		e := d.Pending.Entry
-		var nodesOf []string
-		for _, pp := range d.Parts {
-			nodesOf = append(nodesOf, pp.Node)
+		scopes := quotaScopes(&e, snap)
+		if len(scopes) > 0 && snap.LedgersAt < lastBind {
+			stale++ // plan again once the caches show our last binds
+			continue
 		}
-		pl := state.Placement{Session: e.Session, PendingRevision: d.Pending.Revision}
-		for _, pp := range d.Parts {
-			lw, ok := writes[pp.Node]
-			if !ok {
-				lw = &state.LedgerWrite{Node: pp.Node, Ledger: state.Ledger{Node: pp.Node, Allocations: map[string]state.Allocation{}}}
-				if it, ok := ledgers.Item(k.Ledger(pp.Node)); ok {
-					lw.ReadRevision = it.ModRevision
-					for id, a := range it.Value.Allocations {
-						lw.Ledger.Allocations[id] = a
-					}
-				}
-				writes[pp.Node] = lw
-				order = append(order, pp.Node)
+		allocs := make([]state.Allocation, len(d.Parts))
+		fits := true
+		for i, pp := range d.Parts {
+			allocs[i] = allocation(&e, pp)
+			lw := ledgerOf(pp.Node)
+			if err := refit(&nodes[pp.Node].Node, &lw.Ledger, e.Session, &allocs[i], p.cfg.Plan.MaxSessionsPerNode); err != nil {
+				p.log.Debug("planned choice went stale", "session", e.Session, "err", err)
+				fits = false
+				break
 			}
-			lw.Ledger.Allocations[e.Session] = allocation(&e, pp)
+		}
+		if !fits {
+			stale++
+			continue
+		}
+		var nodesOf []string
+		pl := state.Placement{Session: e.Session, PendingRevision: d.Pending.Revision}
+		for _, sc := range scopes {
+			pl.Quotas = append(pl.Quotas, state.QuotaGuard{Scope: sc.scope, Name: sc.name,
+				QuotaRevision: snap.QuotaRevisions[k.QuotaOf(sc.scope, sc.name)], LedgersAt: snap.LedgersAt,
+				Placer: p.cfg.ID, Session: e.Session})
+		}
+		for i, pp := range d.Parts {
+			nodesOf = append(nodesOf, pp.Node)
+			writes[pp.Node].Ledger.Allocations[e.Session] = allocs[i]
 			bd := state.Binding{
 				Session: e.Session, Node: pp.Node, Role: pp.Role, Worker: pp.Worker, GPUs: pp.Devices,
 				CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,
@@ -695,19 +843,37 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, ledgers *watcher
 		}
 		ps = append(ps, pl)
 	}
+	if len(ps) == 0 {
+		return 0, 0, stale, nil
+	}
+	// Only the ledgers of decisions kept are written.
+	used := map[string]bool{}
+	for _, pl := range ps {
+		for _, bd := range pl.Bindings {
+			used[bd.Node] = true
+		}
+	}
 	lws := make([]state.LedgerWrite, 0, len(order))
 	for _, n := range order {
-		lws = append(lws, *writes[n])
+		if used[n] {
+			lws = append(lws, *writes[n])
+		}
 	}
 	cmps, ops, err := state.BindOps(k, lws, ps)
 	if err != nil {
-		return false, 0, err
+		return 0, 0, stale, err
+	}
+	if err := p.budget().Check(state.SizeOf(cmps, ops, nil)); err != nil {
+		return 0, 0, stale, fmt.Errorf("commit bind txn of %d sessions: %w", len(ps), err)
 	}
 	resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return false, 0, fmt.Errorf("commit bind txn: %w", err)
+		return 0, 0, stale, fmt.Errorf("commit bind txn: %w", err)
 	}
-	return resp.Succeeded, resp.Header.Revision, nil
+	if !resp.Succeeded {
+		return 0, 0, stale, nil
+	}
+	return len(ps), resp.Header.Revision, stale, nil
 }
 
 func boundMessage(d Decision) string {
@@ -719,15 +885,71 @@ func boundMessage(d Decision) string {
 	return msg
 }
 
+// advice is what one pass leaves to explain: the plan's waiting sessions,
+// the live placers that share them, and the decisions of this placer that
+// fit no transaction.
+type advice struct {
+	plan   *Plan
+	owners []string
+	unfit  []Decision
+}
+
+// offer hands a to the advisory writer, replacing advice it has not taken
+// yet: only the newest pass's explanation matters. Only the run loop calls
+// it, so the loop below ends.
+func (p *Placer) offer(a advice) {
+	for {
+		select {
+		case p.advice <- a:
+			return
+		default:
+			select {
+			case <-p.advice:
+			default:
+			}
+		}
+	}
+}
+
+// advise writes pending statuses until ctx ends, from the newest advice.
+func (p *Placer) advise(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case a := <-p.advice:
+			p.writeWaiting(ctx, a)
+		}
+	}
+}
+
+// unfitMessage says why d is never committed: its bind fits no transaction.
+func (p *Placer) unfitMessage(d Decision) string {
+	return fmt.Sprintf("binding this session on %d nodes needs a transaction larger than the limit of %d operations and %d bytes (VOYAGER_PLACER_MAX_TXN_OPS, etcd's --max-txn-ops and --max-request-bytes); ask for fewer Ray workers",
+		len(d.Parts), p.cfg.MaxTxnOps, p.cfg.MaxTxnBytes)
+}
+
 // writeWaiting tells waiting sessions of this placer's share why they wait
 // and where they are in the queue, writing only what changed and at most
 // StatusBudget statuses per pass. Each write is a nested transaction that
-// applies only if the session is still pending at the revision planned.
-func (p *Placer) writeWaiting(ctx context.Context, plan *Plan, ids []string, res *passResult) {
+// applies only if the session is still pending at the revision planned;
+// the writes are packed into transactions within the txn budget (nested
+// operations count against etcd's limit less the outer ones), each with
+// its own AdvisoryTimeout.
+func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 	now := p.cfg.Now()
 	k := p.cfg.Keys
-	var ops []clientv3.Op
-	live := make(map[string]bool, len(plan.Waiting))
+	plan, ids := a.plan, a.owners
+	waiting := slices.Clip(plan.Waiting) // appending never writes into the plan
+	for _, d := range a.unfit {
+		waiting = append(waiting, Waiting{Pending: d.Pending, Position: len(waiting) + 1, Reason: "Unsatisfiable", Message: p.unfitMessage(d)})
+	}
+	budget := p.budget()
+	var (
+		ops  []clientv3.Op
+		size state.TxnSize
+	)
+	live := make(map[string]bool, len(waiting))
 	type pendingWrite struct {
 		id string
 		ws writtenStatus
@@ -737,9 +959,12 @@ func (p *Placer) writeWaiting(ctx context.Context, plan *Plan, ids []string, res
 		if len(ops) == 0 {
 			return
 		}
-		if _, err := p.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, p.cfg.AdvisoryTimeout)
+		_, err := p.advisoryKV.Txn(wctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
 			if ctx.Err() == nil {
-				p.log.Warn("write pending statuses", "err", err)
+				p.log.Warn("write pending statuses", "err", err, "statuses", len(batch))
 			}
 		} else {
 			for _, w := range batch {
@@ -747,13 +972,13 @@ func (p *Placer) writeWaiting(ctx context.Context, plan *Plan, ids []string, res
 			}
 			p.statuses.Add(int64(len(batch)))
 		}
-		ops, batch = ops[:0], batch[:0]
+		ops, batch, size = ops[:0], batch[:0], state.TxnSize{}
 	}
-	budget := p.cfg.StatusBudget
-	for _, w := range plan.Waiting {
+	left := p.cfg.StatusBudget
+	for _, w := range waiting {
 		e := w.Pending.Entry
 		live[e.Session] = true
-		if budget == 0 || ownerOf(ids, e.Session) != p.cfg.ID {
+		if left == 0 || ctx.Err() != nil || ownerOf(ids, e.Session) != p.cfg.ID {
 			continue
 		}
 		msg := w.Message + "; " + ahead(w.Position-1)
@@ -771,14 +996,17 @@ func (p *Placer) writeWaiting(ctx context.Context, plan *Plan, ids []string, res
 		if err != nil {
 			continue
 		}
-		ops = append(ops, clientv3.OpTxn(
+		op := clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Pending(e.Session)), "=", w.Pending.Revision)},
-			[]clientv3.Op{clientv3.OpPut(k.Status(e.Session), v)}, nil))
-		batch = append(batch, pendingWrite{e.Session, writtenStatus{reason: w.Reason, message: msg, position: w.Position, at: now}})
-		budget--
-		if len(ops) >= p.cfg.MaxTxnOps {
+			[]clientv3.Op{clientv3.OpPut(k.Status(e.Session), v)}, nil)
+		add := state.SizeOf(nil, []clientv3.Op{op}, nil)
+		if !budget.Fits(size.Plus(add)) {
 			flush()
 		}
+		ops = append(ops, op)
+		size = size.Plus(add)
+		batch = append(batch, pendingWrite{e.Session, writtenStatus{reason: w.Reason, message: msg, position: w.Position, at: now}})
+		left--
 	}
 	flush()
 	for id := range p.written {

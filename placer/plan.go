@@ -24,6 +24,41 @@ type PlanOptions struct {
 	// zero means 16. Like the Kubernetes scheduler's percentageOfNodesToScore
 	// it trades a perfect choice for a pass that stays fast at 1,000 nodes.
 	Candidates int
+	// MaxSessionsPerNode caps the sessions one node holds, so that its
+	// ledger (one etcd value) stays far below etcd's request limit. Zero
+	// means no cap.
+	MaxSessionsPerNode int
+	// MaxTxnOps is the operations one bind transaction may hold (etcd's
+	// --max-txn-ops or less); zero means state.DefaultMaxTxnOps. A gang
+	// whose bind cannot fit one transaction waits as Unsatisfiable with
+	// the limit named, instead of being planned and never committed.
+	MaxTxnOps int
+}
+
+func (o PlanOptions) txnOps() int {
+	if o.MaxTxnOps > 0 {
+		return o.MaxTxnOps
+	}
+	return state.DefaultMaxTxnOps
+}
+
+// MaxRayWorkers is the most Ray workers a session may have so that its
+// head and workers, each on its own node, bind in one transaction of at
+// most maxOps operations (zero: state.DefaultMaxTxnOps), leaving room for
+// guards parts (quota guards) on top.
+func MaxRayWorkers(maxOps, guards int) int {
+	b := state.TxnBudget{MaxOps: maxOps}
+	w := 0
+	for b.Fits(gangSize(w+2, guards)) {
+		w++
+	}
+	return w
+}
+
+// gangSize is the size of the bind transaction of one session of parts
+// parts (each on its own node) with guards quota scopes.
+func gangSize(parts, guards int) state.TxnSize {
+	return state.BindSize(parts, 1, parts).Plus(state.QuotaGuardSize(guards))
 }
 
 // PartPlan is one node's share of a planned session.
@@ -96,6 +131,7 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	maxFree := 0
 	for i := range s.Nodes {
 		n := newNodeState(&s.Nodes[i])
+		n.maxSessions = opt.MaxSessionsPerNode
 		p.nodes = append(p.nodes, n)
 		p.byName[n.name] = n
 		if n.freeGPUs > maxFree {
@@ -163,6 +199,12 @@ func (p *planner) reindex(n *nodeState) {
 func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) {
 	e := &it.Entry
 	reqs := e.Parts()
+	if size := gangSize(len(reqs), len(quotaScopes(e, p.snap))); !(state.TxnBudget{MaxOps: p.opt.MaxTxnOps}).Fits(size) {
+		plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: "Unsatisfiable", Message: fmt.Sprintf(
+			"a session on %d nodes (a Ray head and %d workers) binds in one transaction of %d operations, above the limit of %d (VOYAGER_PLACER_MAX_TXN_OPS, at most etcd's --max-txn-ops); ask for at most %d workers",
+			len(reqs), len(reqs)-1, size.Ops(), p.opt.txnOps(), MaxRayWorkers(p.opt.MaxTxnOps, len(quotaScopes(e, p.snap))))})
+		return Decision{}, false
+	}
 	if reason, msg, ok := p.usage.quotaAllows(e, reqs, p.snap); !ok {
 		plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: reason, Message: msg})
 		return Decision{}, false
@@ -671,6 +713,27 @@ func (u *usage) share(owner string) float64 {
 		s = max(s, float64(a.mem)/float64(u.total.mem))
 	}
 	return s
+}
+
+// quotaRef names one quota that a decision depends on: the owner's or one
+// of its groups'. The bind transaction guards each (state.QuotaGuard).
+type quotaRef struct {
+	scope state.QuotaScope
+	name  string
+}
+
+// quotaScopes lists the quotas of s that e's placement is checked against.
+func quotaScopes(e *state.QueueEntry, s *Snapshot) []quotaRef {
+	var out []quotaRef
+	if _, ok := s.UserQuotas[e.Owner]; ok {
+		out = append(out, quotaRef{state.QuotaUsers, e.Owner})
+	}
+	for _, g := range e.Groups {
+		if _, ok := s.GroupQuotas[g]; ok {
+			out = append(out, quotaRef{state.QuotaGroups, g})
+		}
+	}
+	return out
 }
 
 // quotaAllows checks e against its owner's and groups' quotas.

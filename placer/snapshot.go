@@ -1,6 +1,7 @@
 package placer
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -14,10 +15,13 @@ type Pending struct {
 	Revision int64
 }
 
-// NodeView is one live node as read: its inventory, its ledger (with the
-// ledger's mod revision, 0 if it has none yet) and its cordon, if any.
+// NodeView is one live node as read: its inventory (with the inventory
+// key's mod revision), its ledger (with the ledger's mod revision, 0 if it
+// has none yet) and its cordon, if any. The bind transaction compares both
+// revisions, or re-checks its choices against a newer ledger (refit).
 type NodeView struct {
 	Node           state.Node
+	NodeRevision   int64
 	Ledger         state.Ledger
 	LedgerRevision int64
 	Cordon         *state.Cordon
@@ -30,6 +34,14 @@ type Snapshot struct {
 	Pending     []Pending
 	UserQuotas  map[string]state.Quota
 	GroupQuotas map[string]state.Quota
+	// QuotaRevisions holds the mod revision of each quota read, by its key
+	// (state.Keys.UserQuota, GroupQuota): a bind that checked a quota
+	// compares it.
+	QuotaRevisions map[string]int64
+	// LedgersAt is the revision the ledgers were read at: every ledger
+	// write up to it is in Nodes. A bind that checked a quota requires
+	// that no other placer bound for that quota after it.
+	LedgersAt int64
 	// Now is the pass's clock: the age of requests is measured against it.
 	Now time.Time
 	// Held maps nodes to the pending session that preempted sessions
@@ -72,7 +84,13 @@ type nodeState struct {
 	pos         int // position in its bucket
 	proposed    map[string]state.Allocation
 	proposedIDs []string // in proposal order, for deterministic output
+	// maxSessions caps allocations on the node (0: no cap), so that its
+	// ledger, one etcd value, stays far below etcd's request limit.
+	maxSessions int
 }
+
+// sessions counts the allocations on the node, held and proposed.
+func (n *nodeState) sessions() int { return len(n.view.Ledger.Allocations) + len(n.proposed) }
 
 func newNodeState(v *NodeView) *nodeState {
 	n := &nodeState{
@@ -214,4 +232,56 @@ func (n *nodeState) unreserve(id string) {
 	for _, p := range a.Ports {
 		delete(n.ports, p)
 	}
+}
+
+// refit checks that allocation a of session id still fits node n on ledger
+// l: every device is one of the node's healthy devices and held by no other
+// session, CPU and memory stay within the node, every port is in the node's
+// range and free, and the node stays within maxSessions (0: no cap). The
+// planner chose a on the ledger it read; when the ledger has moved since
+// (an agent released, another writer bound), the engine re-checks each
+// choice against the ledger it is about to write and compares that
+// ledger's revision, as Nomad's plan applier re-checks a plan against the
+// newest state. A nil result means a may be added to l.
+func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSessions int) error {
+	if _, held := l.Allocations[id]; held {
+		return fmt.Errorf("session %s already holds an allocation on %s", id, n.Name)
+	}
+	if maxSessions > 0 && len(l.Allocations) >= maxSessions {
+		return fmt.Errorf("node %s holds its maximum of %d sessions", n.Name, maxSessions)
+	}
+	healthy := map[string]bool{}
+	for _, g := range n.GPUs {
+		if g.MIGEnabled {
+			for _, m := range g.MIGDevices {
+				healthy[m.UUID] = g.Healthy
+			}
+			continue
+		}
+		healthy[g.UUID] = g.Healthy
+	}
+	owners := l.GPUOwners()
+	for _, u := range a.GPUs {
+		if !healthy[u] {
+			return fmt.Errorf("device %s is not a healthy device of %s", u, n.Name)
+		}
+		if other, taken := owners[u]; taken {
+			return fmt.Errorf("device %s of %s is held by session %s", u, n.Name, other)
+		}
+	}
+	cpu, mem := l.Used()
+	if cpu+a.CPUMilli > n.CPUMilli || mem+a.MemoryMiB > n.MemoryMiB {
+		return fmt.Errorf("node %s has %d milli-cores and %d MiB free, needs %d and %d", n.Name, n.CPUMilli-cpu, n.MemoryMiB-mem, a.CPUMilli, a.MemoryMiB)
+	}
+	used := map[int]bool{}
+	for _, p := range l.UsedPorts() {
+		used[p] = true
+	}
+	for _, p := range a.Ports {
+		if p < n.Ports.First || p > n.Ports.Last || used[p] {
+			return fmt.Errorf("port %d of %s is taken or outside %d-%d", p, n.Name, n.Ports.First, n.Ports.Last)
+		}
+		used[p] = true
+	}
+	return nil
 }

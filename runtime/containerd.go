@@ -40,6 +40,14 @@ const (
 // it after the agent that started the container has restarted.
 const labelLogPath = "voyager.runtime/log"
 
+// labelStarted marks a container whose process was started once. A
+// container without a task is then told apart: with the mark its process
+// ran and is gone (exit code unknown: the task was deleted, or the machine
+// restarted); without it the process never started (the caller died
+// between creating the container and starting its task), so it is
+// StateCreated and its caller starts it afresh instead of reporting an exit.
+const labelStarted = "voyager.runtime/started"
+
 // ContainerdOptions configure a Containerd. The zero value is usable.
 type ContainerdOptions struct {
 	// Address is containerd's socket. Default DefaultAddress.
@@ -222,6 +230,11 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 		_ = cont.Delete(context.WithoutCancel(ctx), containerd.WithSnapshotCleanup)
 		return fmt.Errorf("start container %s: %w", spec.ID, err)
 	}
+	// Until this label is written, a running task says it started; once the
+	// task is gone, only the label does.
+	if _, err := cont.SetLabels(context.WithoutCancel(ctx), map[string]string{labelStarted: time.Now().UTC().Format(time.RFC3339Nano)}); err != nil {
+		c.log.Warn("mark container started", "id", spec.ID, "err", err)
+	}
 	c.log.Debug("container started", "id", spec.ID, "pid", task.Pid())
 	return nil
 }
@@ -375,9 +388,14 @@ func (c *Containerd) info(ctx context.Context, cont containerd.Container) (Info,
 	}
 	in := Info{ID: ci.ID, Image: ci.Image, Labels: cloneLabels(ci.Labels), LogPath: ci.Labels[labelLogPath], State: StateStopped, ExitCode: -1, Started: ci.CreatedAt}
 	delete(in.Labels, labelLogPath)
+	delete(in.Labels, labelStarted)
 	task, err := cont.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
-		return in, nil // no task: it ended and was deleted, or containerd restarted
+		if _, started := ci.Labels[labelStarted]; !started {
+			in.State = StateCreated // created, never started: nothing ran
+			return in, nil
+		}
+		return in, nil // it ran, ended and its task was deleted, or the machine restarted
 	}
 	if err != nil {
 		return Info{}, fmt.Errorf("status of container %s: %w", cont.ID(), err)

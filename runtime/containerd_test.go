@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	containerd "github.com/containerd/containerd"
+
+	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 )
@@ -261,7 +264,7 @@ func namespaceOf(t *testing.T, rt *runtime.Containerd) string {
 func TestContainerdRuntimeBinary(t *testing.T) {
 	runc, err := exec.LookPath("runc")
 	if err != nil {
-		t.Skip("no runc")
+		testreq.Missing(t, "runc", "apt-get install runc")
 	}
 	rt := runtimetest.New(t, runtime.ContainerdOptions{RuntimeBinary: runc})
 	code, out := runBatch(t, rt, runtime.Spec{ID: "rb", Image: runtimetest.ImageRef,
@@ -276,5 +279,54 @@ func TestContainerdRuntimeBinary(t *testing.T) {
 	}
 	if infos, _ := bad.List(context.Background(), nil); len(infos) != 0 {
 		t.Fatalf("a failed start left %v", infos)
+	}
+}
+
+// TestContainerdTellsNeverStartedFromGone: a container whose task was never
+// created (its creator died between the two steps) is StateCreated, not a
+// process that exited with an unknown code; a container whose process ran
+// and whose task is gone (deleted, or the machine restarted) is Stopped
+// with exit code -1.
+func TestContainerdTellsNeverStartedFromGone(t *testing.T) {
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	ctx := context.Background()
+	runtimetest.CreateUnstarted(t, rt, runtime.Spec{ID: "half", Image: runtimetest.ImageRef, Args: []string{"true"},
+		Labels: map[string]string{"voyager.session": "s1"}})
+	in, err := rt.Status(ctx, "half")
+	if err != nil || in.State != runtime.StateCreated {
+		t.Fatalf("never-started container: %+v, %v; want state %s", in, err, runtime.StateCreated)
+	}
+	if in.Labels["voyager.session"] != "s1" {
+		t.Errorf("labels %v lost the caller's", in.Labels)
+	}
+
+	if err := rt.Start(ctx, runtime.Spec{ID: "ran", Image: runtimetest.ImageRef, Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := rt.Wait(ctx, "ran"); err != nil || code != 0 {
+		t.Fatalf("wait: %d, %v", code, err)
+	}
+	cli, err := containerd.New(rt.Address(), containerd.WithDefaultNamespace(rt.Namespace()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	cont, err := cli.LoadContainer(ctx, "ran")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := cont.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := task.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	in, err = rt.Status(ctx, "ran")
+	if err != nil || in.State != runtime.StateStopped || in.ExitCode != -1 {
+		t.Fatalf("container whose task is gone: %+v, %v; want stopped, exit code -1", in, err)
+	}
+	if len(in.Labels) != 0 {
+		t.Errorf("labels %v: the runtime's own marks leaked", in.Labels)
 	}
 }

@@ -60,9 +60,9 @@ type State string
 
 // Container states.
 const (
-	StateCreated State = "created" // exists, process not started
+	StateCreated State = "created" // exists, process never started (its creator may have died before starting it)
 	StateRunning State = "running" // process running
-	StateStopped State = "stopped" // process exited (or never started and is gone)
+	StateStopped State = "stopped" // process ran and exited (exit code -1 if its end was not recorded)
 )
 
 // Info is what the runtime reports of one container.

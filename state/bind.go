@@ -11,39 +11,43 @@ import (
 )
 
 // LedgerWrite is the new value of one node's ledger, to be written only if
-// the ledger is still at ReadRevision (0: it must not exist yet).
+// the ledger is still at ReadRevision (0: it must not exist yet) and the
+// node's inventory key is still at NodeRevision: the key the placement was
+// computed from, under the same live lease (an expired lease deletes it, a
+// re-registration rewrites it).
 type LedgerWrite struct {
 	Node         string
 	ReadRevision int64
+	NodeRevision int64
 	Ledger       Ledger
 }
 
 // Placement binds one queued session: its queue entry, read at
 // PendingRevision, is consumed; Bindings are written (one per node); Status
-// becomes its new status.
+// becomes its new status. Quotas are the quotas its placement was checked
+// against, each guarded (QuotaGuard).
 type Placement struct {
 	Session         string
 	PendingRevision int64
 	Bindings        []Binding
 	Status          Status
+	Quotas          []QuotaGuard
 }
 
-// OpsPerPlacement counts the etcd operations one placement adds to a bind
-// transaction (delete pending, put status, put each binding), not counting
-// ledger writes, which are shared by every placement on a node.
-func OpsPerPlacement(p Placement) int { return 2 + len(p.Bindings) }
-
 // BindOps builds the bind transaction for a batch: compares that every
-// pending entry and every touched ledger are unchanged since read, and the
-// operations that consume the entries, write the ledgers, bindings and
-// statuses. Either all of the batch commits or none of it: a gang session's
-// parts are always in one batch.
+// pending entry, every touched ledger and every touched node's inventory key
+// are unchanged since read, and the operations that consume the entries,
+// write the ledgers, bindings and statuses. Either all of the batch commits
+// or none of it: a gang session's parts are always in one batch. Each quota
+// that a placement was checked against is guarded once per batch
+// (QuotaGuard). Its size is BindSize plus QuotaGuardSize of the batch.
 func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []clientv3.Op, error) {
-	cmps := make([]clientv3.Cmp, 0, len(ledgers)+len(ps))
+	cmps := make([]clientv3.Cmp, 0, 2*len(ledgers)+len(ps))
 	ops := make([]clientv3.Op, 0, len(ledgers)+3*len(ps))
 	for _, lw := range ledgers {
 		key := k.Ledger(lw.Node)
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision))
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision),
+			clientv3.Compare(clientv3.ModRevision(k.Node(lw.Node)), "=", lw.NodeRevision))
 		v, err := Encode(lw.Ledger)
 		if err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
@@ -65,6 +69,22 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 				return nil, nil, fmt.Errorf("build bind txn: %w", err)
 			}
 			ops = append(ops, clientv3.OpPut(k.Binding(b.Node, b.Session), v))
+		}
+	}
+	guarded := map[string]bool{}
+	for _, p := range ps {
+		for _, g := range p.Quotas {
+			key := k.QuotaOf(g.Scope, g.Name)
+			if guarded[key] {
+				continue
+			}
+			guarded[key] = true
+			gc, gop, err := quotaGuardOps(k, g, p.Status.Updated)
+			if err != nil {
+				return nil, nil, fmt.Errorf("build bind txn: %w", err)
+			}
+			cmps = append(cmps, gc...)
+			ops = append(ops, gop)
 		}
 	}
 	return cmps, ops, nil

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/config"
@@ -37,44 +37,49 @@ var agentEnvs = []string{
 	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention,
 }
 
-var agentCmd = subcommand{
-	name: "agent",
-	description: `Runs the node agent of this machine until SIGINT or SIGTERM: it registers
+const agentLong = `Runs the node agent of this machine until SIGINT or SIGTERM: it registers
 the machine's GPUs (from NVML, or made up by VOYAGER_AGENT_SIMULATE_GPUS) under
 a lease, and runs in containerd exactly the sessions bound to this node. Run one
 per GPU machine, as root. Stopping it leaves the containers running; started
 again, it adopts them. It serves /healthz, /readyz and /metrics on
-VOYAGER_HTTP_ADDR.`,
-	envs: append([]string{
+VOYAGER_HTTP_ADDR.`
+
+func newAgentCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "agent",
+		Short:   "Run the node agent of this GPU machine: its GPUs, its containers",
+		Long:    agentLong,
+		GroupID: groupProcesses,
+		Args:    cobra.NoArgs,
+		RunE:    runAgent,
+	}
+	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvDataDir,
 		config.EnvHTTPAddr, config.EnvLogLevel, config.EnvLogFormat,
-	}, append(agentEnvs, secureEnvs...)...),
+	}, append(agentEnvs, secureEnvs...)...)...)
 }
 
-func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := agentCmd.flagSet()
-	if code := agentCmd.parse(fs, args, stdout, stderr); code >= 0 {
-		return code
-	}
-	cfg, err := config.Load(os.Environ(), fs)
-	if err == nil {
-		err = cfg.RequireEndpoints()
-	}
+func runAgent(cmd *cobra.Command, _ []string) error {
+	cfg, err := loadConfig(cmd)
 	if err != nil {
-		writeConfigError(stderr, "agent", err)
-		return exitUsage
+		return err
 	}
-	log := cfg.NewLogger(stderr)
+	if err := cfg.RequireEndpoints(); err != nil {
+		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
+		return exitCode(exitUsage)
+	}
+	ctx := cmd.Context()
+	log := cfg.NewLogger(cmd.ErrOrStderr())
 	store, err := connectExternal(ctx, cfg, log)
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	defer store.close()
 	parts, err := newAgent(ctx, store.client, cfg, log, false)
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	defer parts.close()
 	mux := http.NewServeMux()
@@ -85,7 +90,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	log.Info("http listening", "addr", hs.Addr())
 	err = supervise(ctx, log, []component{
@@ -94,10 +99,10 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	})
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	log.Info("stopped")
-	return exitOK
+	return nil
 }
 
 // agentParts is an agent with what it owns: the runtime connection and,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -21,17 +22,18 @@ import (
 const agentTestImage = "voyager.local/busybox:e2e"
 
 // privateContainerd starts a containerd for one test, or skips the test
-// where that cannot be (not root, containerd or busybox-static missing).
+// where that cannot be (not root, containerd or busybox-static missing;
+// a failure where testreq.Env requires them).
 func privateContainerd(t *testing.T, namespace string) *runtime.Containerd {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to run containerd")
+		testreq.Missing(t, "root", "needs root to run containerd")
 	}
 	if _, err := exec.LookPath("containerd"); err != nil {
-		t.Skip("containerd is not installed (apt-get install containerd runc)")
+		testreq.Missing(t, "containerd", "apt-get install containerd runc")
 	}
 	if _, err := os.Stat("/bin/busybox"); err != nil {
-		t.Skip("busybox-static is not installed (apt-get install busybox-static)")
+		testreq.Missing(t, "busybox-static", "apt-get install busybox-static")
 	}
 	dir, err := os.MkdirTemp("", "vctrd")
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -14,12 +13,13 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
-	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -29,30 +29,36 @@ var apiEnvs = []string{
 	config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole, config.EnvJWTServiceRole,
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvHTTPPlain,
+	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
 }
 
-var apiCmd = subcommand{
-	name: "api",
-	description: `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
+const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
 the queue, profiles, quotas), /openapi.json, /healthz, /readyz and /metrics
 on VOYAGER_HTTP_ADDR. Tokens are JWTs verified with VOYAGER_JWT_SECRET (HS256)
 or VOYAGER_JWT_PUBLIC_KEYS (RS256/ES256); one of them is required. Run as many
-as you like behind a load balancer: they share nothing but etcd.`,
-	envs: append([]string{
+as you like behind a load balancer: they share nothing but etcd.`
+
+func newAPICmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "api",
+		Short:   "Run the HTTP API (JWT-protected; any number may run)",
+		Long:    apiLong,
+		GroupID: groupProcesses,
+		Args:    cobra.NoArgs,
+		RunE:    runAPI,
+	}
+	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat, config.EnvPlacerStrategy, config.EnvPlacerReserveAfter,
-	}, append(apiEnvs, secureEnvs...)...),
+	}, append(apiEnvs, secureEnvs...)...)...)
 }
 
-func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := apiCmd.flagSet()
-	if code := apiCmd.parse(fs, args, stdout, stderr); code >= 0 {
-		return code
+func runAPI(cmd *cobra.Command, _ []string) error {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return err
 	}
-	cfg, err := config.Load(os.Environ(), fs)
-	if err == nil {
-		err = cfg.RequireEndpoints()
-	}
+	err = cfg.RequireEndpoints()
 	if err == nil && cfg.JWTSecret == "" && cfg.JWTPublicKeys == "" {
 		err = fmt.Errorf("no token verification configured: set %s (HS256) or %s (RS256/ES256 keys, PEM or JWKS)", config.EnvJWTSecret, config.EnvJWTPublicKeys)
 	}
@@ -60,30 +66,35 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cfg.RequireSecureHTTP()
 	}
 	if err != nil {
-		writeConfigError(stderr, "api", err)
-		return exitUsage
+		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
+		return exitCode(exitUsage)
 	}
-	log := cfg.NewLogger(stderr)
+	ctx := cmd.Context()
+	log := cfg.NewLogger(cmd.ErrOrStderr())
 	store, err := connectExternal(ctx, cfg, log)
 	if err != nil {
 		log.Error("voyager api failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	defer store.close()
 	a, err := newAPI(store.client, cfg, []byte(cfg.JWTSecret), log)
 	if err != nil {
 		log.Error("voyager api failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(a.Collectors()...)
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
 	a.Mount(mux)
+	if err := console.Mount(a.Engine(), mux, console.Config{Logger: log}); err != nil {
+		log.Error("voyager api failed", "err", err)
+		return exitCode(exitError)
+	}
 	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
 		log.Error("voyager api failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	log.Info("api listening", "url", cfg.HTTPScheme()+"://"+hs.Addr()+"/api/v1/")
 	err = supervise(ctx, log, []component{
@@ -92,10 +103,10 @@ func runAPI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	})
 	if err != nil {
 		log.Error("voyager api failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	log.Info("stopped")
-	return exitOK
+	return nil
 }
 
 // newAPI builds the API from the process configuration; secret is the
@@ -128,12 +139,14 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		Rate:           cfg.APIRate,
 		Burst:          cfg.APIBurst,
 		IdempotencyTTL: cfg.APIIdempotencyTTL,
-		Plan:           placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Plan:           planOptions(cfg),
 		// The lifecycle controller (voyager placer) reads the same two
 		// settings: they must agree, or extensions and runsUntil would
 		// count from another limit than the one enforced.
 		MaxRuntime:    cfg.MaxRuntime,
 		MaxRuntimeCap: cfg.MaxRuntimeCap,
+		MinCPUMilli:   cfg.MinCPUMilli,
+		MinMemoryMiB:  cfg.MinMemoryMiB,
 		Logger:        log,
 	})
 }

@@ -337,7 +337,7 @@ func TestCLICommands(t *testing.T) {
 		t.Errorf("no token: %d %q", code, errOut)
 	}
 	code, out, _ = voyager(t, "help", "run")
-	if code != 0 || !strings.Contains(out, "Usage: voyager run [flags] -- COMMAND") {
+	if code != 0 || !strings.Contains(out, "voyager run [flags] -- COMMAND") {
 		t.Errorf("help run: %q", out)
 	}
 	_ = fmt.Sprint

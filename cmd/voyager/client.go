@@ -6,15 +6,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/voyager-gpu/voyager/api"
 )
@@ -29,22 +32,48 @@ const (
 const defaultURL = "http://127.0.0.1:7070"
 
 // cliEnvHelp documents the CLI's environment in --help.
-const cliEnvHelp = `
-Environment:
-  VOYAGER_URL    the API's base URL (default http://127.0.0.1:7070)
-  VOYAGER_TOKEN  a JWT for the API (voyager token mints one for voyager dev)`
+const cliEnvHelp = `  VOYAGER_URL    the API's base URL (default http://127.0.0.1:7070)
+  VOYAGER_TOKEN  a JWT for the API (voyager token mints one for voyager dev)
+`
+
+// Output formats of -o.
+var outputFormats = []string{"table", "wide", "json", "yaml"}
 
 // clientFlags are the flags every CLI command shares.
 type clientFlags struct {
 	url, token, output string
 }
 
-func (f *clientFlags) register(fs *flag.FlagSet, reads bool) {
+// register adds --url and --token to cmd, and -o when the command reads
+// (prints what the API answered), and documents the CLI's environment.
+func (f *clientFlags) register(cmd *cobra.Command, reads bool) {
+	fs := cmd.Flags()
 	fs.StringVar(&f.url, "url", "", "API base URL (overrides "+envURL+")")
 	fs.StringVar(&f.token, "token", "", "API token (overrides "+envToken+")")
 	if reads {
-		fs.StringVar(&f.output, "o", "table", "output: table or json")
+		fs.StringVarP(&f.output, "output", "o", "table", "output: "+strings.Join(outputFormats, ", ")+" (wide: a table with more columns)")
+		_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	}
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[envAnnotation] = cliEnvHelp
+}
+
+// structured reports whether -o asks for JSON or YAML rather than a table.
+func (f *clientFlags) structured() bool { return f.output == "json" || f.output == "yaml" }
+
+// show writes v as JSON or YAML for -o json|yaml, else as table writes
+// it (wide for -o wide).
+func (f *clientFlags) show(w io.Writer, v any, table func(w io.Writer, wide bool)) error {
+	switch f.output {
+	case "json":
+		return writeJSON(w, v)
+	case "yaml":
+		return writeYAML(w, v)
+	}
+	table(w, f.output == "wide")
+	return nil
 }
 
 func (f *clientFlags) client() (*client, error) {
@@ -66,10 +95,37 @@ func (f *clientFlags) client() (*client, error) {
 	if tok == "" {
 		return nil, fmt.Errorf("no API token: set %s (for voyager dev: export %s=$(voyager token))", envToken, envToken)
 	}
-	if f.output != "" && f.output != "table" && f.output != "json" {
-		return nil, fmt.Errorf("invalid -o %q: want table or json", f.output)
+	if f.output != "" && !slices.Contains(outputFormats, f.output) {
+		return nil, fmt.Errorf("invalid -o %q: want one of %s", f.output, strings.Join(outputFormats, ", "))
 	}
 	return &client{base: strings.TrimRight(base, "/"), token: tok, hc: &http.Client{}}, nil
+}
+
+// groupRunE answers a command group (session, node) called without a
+// subcommand: its help, on stderr, as a usage error.
+func groupRunE(cmd *cobra.Command, _ []string) error {
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s: want a subcommand\n\n", cmd.CommandPath())
+	cmd.SetOut(cmd.ErrOrStderr())
+	_ = cmd.Usage()
+	return exitCode(exitUsage)
+}
+
+// cliRunE adapts a CLI command's body: it builds the client from cf (a bad
+// URL, token or -o is a usage error) and runs fn with it.
+func cliRunE(cf *clientFlags, fn func(cmd *cobra.Command, c *client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := cf.client()
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", cmd.CommandPath(), err)
+			return exitCode(exitUsage)
+		}
+		return fn(cmd, c, args)
+	}
+}
+
+// cliError reports err of the command cmd and returns exitError.
+func cliError(cmd *cobra.Command, err error) error {
+	return exitCode(cliFail(cmd.ErrOrStderr(), strings.TrimPrefix(cmd.CommandPath(), "voyager "), err))
 }
 
 // client calls the HTTP API.
@@ -221,6 +277,16 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// writeYAML prints v as YAML with the field names of its JSON, for -o yaml.
+func writeYAML(w io.Writer, v any) error {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode yaml: %w", err)
+	}
+	_, err = w.Write(b)
+	return err
+}
+
 func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 }
@@ -237,45 +303,6 @@ func cliFail(stderr io.Writer, name string, err error) int {
 		}
 	}
 	return exitError
-}
-
-// cliParse parses a CLI subcommand's flags; like subcommand.parse it
-// returns -1 when the caller should go on.
-// needSubcommand handles a command group (session, node) called without a
-// subcommand: --help prints the group's help, anything else is a usage
-// error. It returns -1 when args do start with a subcommand.
-func needSubcommand(group, usage, desc string, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		return -1
-	}
-	fs := flag.NewFlagSet("voyager "+group, flag.ContinueOnError)
-	if code := cliParse(fs, group, usage, desc, args, stdout, stderr); code >= 0 {
-		return code
-	}
-	fmt.Fprintf(stderr, "voyager %s: want a subcommand\n\nUsage: voyager %s %s\n\n%s\n", group, group, usage, desc)
-	return exitUsage
-}
-
-func cliParse(fs *flag.FlagSet, name, usage, desc string, args []string, stdout, stderr io.Writer) int {
-	fs.SetOutput(stderr)
-	help := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: voyager %s %s\n\n%s\n\nFlags:\n", name, usage, strings.TrimSpace(desc))
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fmt.Fprintln(w, cliEnvHelp)
-	}
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		help(stdout)
-		return exitOK
-	case err != nil:
-		fmt.Fprintln(stderr)
-		help(stderr)
-		return exitUsage
-	}
-	return -1
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

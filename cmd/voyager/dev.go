@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,8 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdembed"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
@@ -26,35 +27,36 @@ import (
 // still running after it are cut off.
 const httpShutdownTimeout = 10 * time.Second
 
-var devCmd = subcommand{
-	name: "dev",
-	description: `Runs an all-in-one Voyager on this machine until SIGINT or SIGTERM: an
+const devLong = `Runs an all-in-one Voyager on this machine until SIGINT or SIGTERM: an
 embedded etcd (kept in <data dir>/etcd across runs), a placer, a node agent
 (containerd, started privately under <data dir>/containerd if none answers;
 GPUs simulated, and marked so, where NVML is absent), and the HTTP
 server (/healthz, /readyz, /metrics, and the API under /api/v1/). With
 VOYAGER_JWT_SECRET empty it keeps a random token secret in <data dir>/jwt-secret,
 which voyager token reads. With VOYAGER_ETCD_ENDPOINTS set it uses that
-etcd instead of the embedded one.`,
-	allEnvs: true,
-}
+etcd instead of the embedded one.`
 
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := devCmd.flagSet()
-	if code := devCmd.parse(fs, args, stdout, stderr); code >= 0 {
-		return code
+func newDevCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "dev",
+		Short:   "Run an all-in-one Voyager on this machine (embedded etcd, placer, agent, API)",
+		Long:    devLong,
+		GroupID: groupProcesses,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			log := cfg.NewLogger(cmd.ErrOrStderr())
+			if err := dev(cmd.Context(), cfg, log); err != nil {
+				log.Error("voyager dev failed", "err", err)
+				return exitCode(exitError)
+			}
+			return nil
+		},
 	}
-	cfg, err := config.Load(os.Environ(), fs)
-	if err != nil {
-		writeConfigError(stderr, "dev", err)
-		return exitUsage
-	}
-	log := cfg.NewLogger(stderr)
-	if err := dev(ctx, cfg, log); err != nil {
-		log.Error("voyager dev failed", "err", err)
-		return exitError
-	}
-	return exitOK
+	return withSettings(cmd)
 }
 
 // dev opens etcd, then runs the components under supervise until ctx ends
@@ -91,6 +93,9 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	registry.MustRegister(apiSrv.Collectors()...)
 	apiSrv.Mount(mux)
+	if err := console.Mount(apiSrv.Engine(), mux, console.Config{Logger: log}); err != nil {
+		return err
+	}
 	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/config"
@@ -16,66 +17,72 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
-var etcdRolesCmd = subcommand{
-	name: "etcd-roles",
-	args: "setup|check|list",
-	description: `Manages Voyager's etcd users and roles (docs/deployment.md): one role per
+const etcdRolesLong = `Manages Voyager's etcd users and roles (docs/deployment.md): one role per
 component with the least key ranges it needs, and one user of the same name.
 
   setup  makes etcd's roles, users and grants equal to the table, creates the
          root user and turns authentication on; run it again at any time (it
-         changes only what differs), e.g. after adding a -node
+         changes only what differs), e.g. after adding a --node
   check  lists every difference between etcd and the table; exit status 1
          when there is one
   list   prints the table without connecting
 
 Connect as etcd's root: a client certificate with CN root (voyager certs
 writes root.pem) or VOYAGER_ETCD_USER=root with a password file. Users log
-in with client certificates whose CN is their name; -password-dir DIR gives
-user U the password in DIR/U as well.`,
-	envs: []string{
+in with client certificates whose CN is their name; --password-dir DIR gives
+user U the password in DIR/U as well.`
+
+// etcdRolesOptions are voyager etcd-roles' flags.
+type etcdRolesOptions struct {
+	nodes         []string
+	nodesFromEtcd bool
+	passwordDir   string
+}
+
+func newEtcdRolesCmd() *cobra.Command {
+	var o etcdRolesOptions
+	cmd := &cobra.Command{
+		Use:       "etcd-roles setup|check|list",
+		Short:     "Set up or check Voyager's etcd users and roles (least rights per component)",
+		Long:      etcdRolesLong,
+		Example:   "  voyager etcd-roles setup --node gpu-1 --node gpu-2\n  voyager etcd-roles check --nodes-from-etcd",
+		GroupID:   groupDeploy,
+		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		ValidArgs: []string{"setup", "check", "list"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			return withCode(runEtcdRoles(cmd.Context(), cfg, o, args, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.nodes, "node", nil, "a GPU machine's node name (repeatable, or comma-separated): its agent's role")
+	f.BoolVar(&o.nodesFromEtcd, "nodes-from-etcd", false, "also give a role to every node registered in etcd now (nodes/ and ledger/)")
+	f.StringVar(&o.passwordDir, "password-dir", "", "directory of password files, one per user, named like the user")
+	return withSettings(cmd,
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout,
 		config.EnvEtcdCA, config.EnvEtcdCert, config.EnvEtcdKey, config.EnvEtcdServerName,
 		config.EnvEtcdUser, config.EnvEtcdPassword,
-	},
+	)
 }
 
-func runEtcdRoles(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := etcdRolesCmd.flagSet()
-	var nodes multiFlag
-	fs.Var(&nodes, "node", "a GPU machine's node name (repeatable, or comma-separated): its agent's role")
-	nodesFromEtcd := fs.Bool("nodes-from-etcd", false, "also give a role to every node registered in etcd now (nodes/ and ledger/)")
-	pwDir := fs.String("password-dir", "", "directory of password files, one per user, named like the user")
-	// The verb may come first (voyager etcd-roles setup -node gpu-1).
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		args = append(append([]string(nil), args[1:]...), args[0])
-	}
-	if code := etcdRolesCmd.parse(fs, args, stdout, stderr); code >= 0 {
-		return code
-	}
-	if fs.NArg() != 1 || !strings.Contains("|setup|check|list|", "|"+fs.Arg(0)+"|") {
-		fmt.Fprintln(stderr, "voyager etcd-roles: want one of setup, check, list")
-		return exitUsage
-	}
-	cfg, err := config.Load(os.Environ(), fs)
-	if err != nil {
-		writeConfigError(stderr, "etcd-roles", err)
-		return exitUsage
-	}
+// runEtcdRoles runs one verb (args[0]) of voyager etcd-roles and returns
+// the exit code.
+func runEtcdRoles(ctx context.Context, cfg config.Config, o etcdRolesOptions, args []string, stdout, stderr io.Writer) int {
 	keys := state.MustKeys(cfg.EtcdPrefix)
 	var names []string
-	for _, n := range nodes {
-		for _, s := range strings.Split(n, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				if err := state.ValidateName("node name", s); err != nil {
-					fmt.Fprintf(stderr, "voyager etcd-roles: -node: %v\n", err)
-					return exitUsage
-				}
-				names = append(names, s)
+	for _, s := range o.nodes {
+		if s = strings.TrimSpace(s); s != "" {
+			if err := state.ValidateName("node name", s); err != nil {
+				fmt.Fprintf(stderr, "voyager etcd-roles: --node: %v\n", err)
+				return exitUsage
 			}
+			names = append(names, s)
 		}
 	}
-	if fs.Arg(0) == "list" {
+	if args[0] == "list" {
 		for _, r := range etcdrbac.Roles(keys, names) {
 			fmt.Fprintf(stdout, "%s\n", r.Name)
 			for _, p := range r.Perms {
@@ -85,7 +92,7 @@ func runEtcdRoles(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitOK
 	}
 	if err := cfg.RequireEndpoints(); err != nil {
-		writeConfigError(stderr, "etcd-roles", err)
+		writeConfigError(stderr, "voyager etcd-roles", err)
 		return exitUsage
 	}
 	cc, err := cfg.EtcdClientConfig()
@@ -101,7 +108,7 @@ func runEtcdRoles(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer cli.Close()
 	cctx, cancel := context.WithTimeout(ctx, 10*cfg.EtcdDialTimeout)
 	defer cancel()
-	if *nodesFromEtcd {
+	if o.nodesFromEtcd {
 		found, err := registeredNodes(cctx, cli, keys)
 		if err != nil {
 			fmt.Fprintf(stderr, "voyager etcd-roles: %v\n", err)
@@ -110,9 +117,9 @@ func runEtcdRoles(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		names = append(names, found...)
 	}
 	roles := etcdrbac.Roles(keys, names)
-	switch fs.Arg(0) {
+	switch args[0] {
 	case "setup":
-		pws, err := readPasswords(*pwDir, roles)
+		pws, err := readPasswords(o.passwordDir, roles)
 		if err != nil {
 			fmt.Fprintf(stderr, "voyager etcd-roles: %v\n", err)
 			return exitUsage

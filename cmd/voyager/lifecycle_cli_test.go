@@ -122,7 +122,7 @@ func TestCLISessionLifecycle(t *testing.T) {
 		t.Errorf("extend soon: %d %q", code, errOut)
 	}
 	code, _, errOut = voyager(t, "session", "extend", v.ID)
-	if code != 2 || !strings.Contains(errOut, "want 2 argument(s), got 1") {
+	if code != 2 || !strings.Contains(errOut, "want 2 argument(s) (ID DURATION), got 1") {
 		t.Errorf("extend without a duration: %d %q", code, errOut)
 	}
 
@@ -145,7 +145,7 @@ func TestCLISessionLifecycle(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res := make(chan int, 1)
-	go func() { res <- waitSession(wctx, c, v.ID, "end", 0, "table", io.Discard, stderr) }()
+	go func() { res <- waitSession(wctx, c, v.ID, "end", 0, &clientFlags{output: "table"}, io.Discard, stderr) }()
 	select {
 	case <-stderr.seen:
 	case <-wctx.Done():
@@ -171,11 +171,11 @@ func TestCLISessionLifecycle(t *testing.T) {
 
 func TestCLIHelpNamesExtend(t *testing.T) {
 	code, out, _ := voyager(t, "session", "--help")
-	if code != 0 || !strings.Contains(out, "extend ID DURATION") {
+	if code != 0 || !strings.Contains(out, "extend ") || !strings.Contains(out, "DURATION longer") {
 		t.Errorf("session --help: %d\n%s", code, out)
 	}
 	code, out, _ = voyager(t, "session", "extend", "--help")
-	if code != 0 || !strings.Contains(out, "Usage: voyager session extend [flags] ID DURATION") || !strings.Contains(out, "VOYAGER_MAX_RUNTIME_CAP") {
+	if code != 0 || !strings.Contains(out, "voyager session extend ID DURATION [flags]") || !strings.Contains(out, "VOYAGER_MAX_RUNTIME_CAP") {
 		t.Errorf("session extend --help: %d\n%s", code, out)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -11,76 +10,75 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/state"
 )
 
-const nodeUsage = `<list|cordon|uncordon|drain> [flags] [NAME]`
+func newNodeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "node",
+		Aliases: []string{"nodes"},
+		Short:   "List nodes; cordon, uncordon and drain them (admin)",
+		Long:    "Shows and administers GPU nodes.",
+		GroupID: groupCLI,
+		Args:    cobra.NoArgs,
+		RunE:    groupRunE,
+	}
+	cmd.AddCommand(newNodeListCmd(),
+		newNodeActionCmd("cordon", "No new sessions on NAME (admin)", "Cordons NAME: no new session is placed on it; what runs there goes on."),
+		newNodeActionCmd("uncordon", "Undo cordon (admin)", "Uncordons NAME: sessions may be placed on it again."),
+		newNodeActionCmd("drain", "Cordon NAME and stop its notebooks after a deadline (admin)",
+			`Drains NAME: cordons it, and stops its notebooks after --deadline (default:
+the cluster's VOYAGER_DRAIN_DEADLINE), each warned first. Batch sessions run
+to completion.`))
+	return cmd
+}
 
-const nodeDesc = `Shows and administers GPU nodes.
+func newNodeListCmd() *cobra.Command {
+	var (
+		cf clientFlags
+		wf watchFlags
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List nodes with their GPUs total, used, free and unused",
+		Long: `Lists nodes with GPUs total, used, free and unused (allocated, but no
+process has run on them for VOYAGER_AGENT_GPU_UNUSED_AFTER; -o json names
+the sessions holding them).`,
+		Args: cobra.NoArgs,
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, _ []string) error {
+			if err := showList(cmd.Context(), cmd.OutOrStdout(), &cf, wf, nodeListing(c)); err != nil {
+				return cliError(cmd, err)
+			}
+			return nil
+		}),
+	}
+	cf.register(cmd, true)
+	wf.register(cmd)
+	return cmd
+}
 
-  list                               nodes with GPUs total, used, free and unused
-                                     (allocated, but no process has run on them
-                                     for VOYAGER_AGENT_GPU_UNUSED_AFTER; -o json
-                                     names the sessions holding them)
-  cordon [-reason R] NAME            no new sessions on NAME (admin)
-  uncordon NAME                      undo cordon (admin)
-  drain [-reason R] [-deadline D] NAME   cordon, and stop its notebooks after D (default: the
-                                         cluster's drain deadline), each warned first (admin)`
-
-func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if code := needSubcommand("node", nodeUsage, nodeDesc, args, stdout, stderr); code >= 0 {
-		return code
-	}
-	sub, args := args[0], args[1:]
-	name := "node " + sub
-	fs := flag.NewFlagSet("voyager "+name, flag.ContinueOnError)
-	var cf clientFlags
-	var reason string
-	deadline := time.Duration(-1) // unset: the cluster default
-	wantArgs := 1
-	switch sub {
-	case "list":
-		cf.register(fs, true)
-		wantArgs = 0
-	case "cordon":
-		cf.register(fs, true)
-		fs.StringVar(&reason, "reason", "", "why, for other admins")
-	case "uncordon":
-		cf.register(fs, true)
-	case "drain":
-		cf.register(fs, true)
-		fs.StringVar(&reason, "reason", "", "why, for other admins")
-		fs.DurationVar(&deadline, "deadline", -1, "let notebooks run this long (0: stop them now, after their warning; unset: the cluster's VOYAGER_DRAIN_DEADLINE)")
-	default:
-		fmt.Fprintf(stderr, "voyager node: unknown subcommand %q\n\nUsage: voyager node %s\n\n%s\n", sub, nodeUsage, nodeDesc)
-		return exitUsage
-	}
-	if code := cliParse(fs, name, "[flags] NAME", nodeDesc, args, stdout, stderr); code >= 0 {
-		return code
-	}
-	if fs.NArg() != wantArgs {
-		fmt.Fprintf(stderr, "voyager %s: want %d argument(s), got %d\n", name, wantArgs, fs.NArg())
-		return exitUsage
-	}
-	c, err := cf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "voyager %s: %v\n", name, err)
-		return exitUsage
-	}
-	if sub == "list" {
-		var out struct {
-			Items []api.NodeSummary `json:"items"`
-		}
-		if err := c.do(ctx, "GET", "/api/v1/nodes", nil, &out); err != nil {
-			return cliFail(stderr, name, err)
-		}
-		if cf.output == "json" {
-			return printOr(stdout, stderr, name, out.Items, nil)
-		}
-		t := newTable(stdout)
-		fmt.Fprintln(t, "NAME\tGPUS FREE/TOTAL\tUNUSED\tMODELS\tCPU USED\tMEMORY USED\tSESSIONS\tSTATUS")
-		for _, n := range out.Items {
+func nodeListing(c *client) listing[api.NodeSummary] {
+	return listing[api.NodeSummary]{
+		fetch: func(ctx context.Context) ([]api.NodeSummary, error) {
+			var out struct {
+				Items []api.NodeSummary `json:"items"`
+			}
+			err := c.do(ctx, "GET", "/api/v1/nodes", nil, &out)
+			return out.Items, err
+		},
+		key: func(n api.NodeSummary) string { return n.Name },
+		header: func(wide bool) string {
+			h := "NAME\tGPUS FREE/TOTAL\tUNUSED\tMODELS\tCPU USED\tMEMORY USED\tSESSIONS\tSTATUS"
+			if wide {
+				h += "\tADDRESS\tAGENT\tLABELS"
+			}
+			return h
+		},
+		row: func(n api.NodeSummary, wide bool) string {
 			st := "ready"
 			if n.Cordon != nil {
 				st = "cordoned"
@@ -91,32 +89,82 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if n.Simulated {
 				st += " (simulated)"
 			}
-			fmt.Fprintf(t, "%s\t%d/%d\t%d\t%s\t%g/%g\t%d/%d MiB\t%d\t%s\n", n.Name, n.GPUs.Free, n.GPUs.Total, n.GPUs.Unused, models(n.Models),
+			r := fmt.Sprintf("%s\t%d/%d\t%d\t%s\t%g/%g\t%d/%d MiB\t%d\t%s", n.Name, n.GPUs.Free, n.GPUs.Total, n.GPUs.Unused, models(n.Models),
 				float64(n.CPUUsedMilli)/1000, float64(n.CPUMilli)/1000, n.MemoryUsedMiB, n.MemoryMiB, n.Sessions, st)
-		}
-		t.Flush()
-		return exitOK
+			if wide {
+				var labels []string
+				for _, k := range sortedMapKeys(n.Labels) {
+					labels = append(labels, k+"="+n.Labels[k])
+				}
+				r += fmt.Sprintf("\t%s\t%s\t%s", dash(n.Address), dash(n.Agent), dash(strings.Join(labels, ",")))
+			}
+			return r
+		},
 	}
-	node := fs.Arg(0)
-	var body any
-	if sub != "uncordon" {
-		req := api.CordonRequest{Reason: reason}
-		if deadline >= 0 {
-			d := state.Duration(deadline)
-			req.Deadline = &d
-		}
-		body = req
+}
+
+// newNodeActionCmd is cordon, uncordon or drain.
+func newNodeActionCmd(action, short, long string) *cobra.Command {
+	var (
+		cf       clientFlags
+		reason   string
+		deadline time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   action + " NAME",
+		Short: short,
+		Long:  long,
+		Args:  exactArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			c, err := cf.client()
+			if len(args) > 0 || err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+			defer cancel()
+			nodes, _ := nodeListing(c).fetch(ctx)
+			var out []cobra.Completion
+			for _, n := range nodes {
+				out = append(out, n.Name)
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
+			node := args[0]
+			var body any
+			if action != "uncordon" {
+				req := api.CordonRequest{Reason: reason}
+				if cmd.Flags().Changed("deadline") {
+					if deadline < 0 {
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s: invalid --deadline %s: want 0 or more\n", cmd.CommandPath(), deadline)
+						return exitCode(exitUsage)
+					}
+					d := state.Duration(deadline)
+					req.Deadline = &d
+				}
+				body = req
+			}
+			var out json.RawMessage
+			if err := c.do(cmd.Context(), "POST", "/api/v1/nodes/"+url.PathEscape(node)+"/"+action, body, &out); err != nil {
+				return cliError(cmd, err)
+			}
+			var v any
+			if err := json.Unmarshal(out, &v); err != nil {
+				return cliError(cmd, fmt.Errorf("decode answer: %w", err))
+			}
+			return cf.show(cmd.OutOrStdout(), v, func(w io.Writer, _ bool) {
+				fmt.Fprintf(w, "node %s: %sed\n", node, strings.TrimSuffix(action, "e"))
+			})
+		}),
 	}
-	var out json.RawMessage
-	if err := c.do(ctx, "POST", "/api/v1/nodes/"+url.PathEscape(node)+"/"+sub, body, &out); err != nil {
-		return cliFail(stderr, name, err)
+	cf.register(cmd, true)
+	if action != "uncordon" {
+		cmd.Flags().StringVar(&reason, "reason", "", "why, for other admins")
 	}
-	if cf.output == "json" {
-		_, _ = stdout.Write(append(out, '\n'))
-		return exitOK
+	if action == "drain" {
+		cmd.Flags().DurationVar(&deadline, "deadline", 0, "let notebooks run this long (0: stop them now, after their warning; unset: the cluster's VOYAGER_DRAIN_DEADLINE)")
 	}
-	fmt.Fprintf(stdout, "node %s: %sed\n", node, strings.TrimSuffix(sub, "e"))
-	return exitOK
+	return cmd
 }
 
 func models(m map[string]int) string {

@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
 
+	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/config"
@@ -17,9 +16,7 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
-var placerCmd = subcommand{
-	name: "placer",
-	description: `Runs a placer until SIGINT or SIGTERM: it watches the queue in etcd and
+const placerLong = `Runs a placer until SIGINT or SIGTERM: it watches the queue in etcd and
 binds pending sessions to GPUs. Run as many as you like, on any machines:
 they share the work and never hand out a GPU twice (placer/README.md). It
 serves /healthz, /readyz and /metrics on VOYAGER_HTTP_ADDR. One placer at
@@ -27,35 +24,42 @@ a time (an etcd election) also retires finished sessions after
 VOYAGER_RETENTION, appending their records to VOYAGER_HISTORY_FILE, and
 one (another election) runs the lifecycle rules: idle notebooks, max
 runtimes, drained nodes, preemption and restarts after failures, each
-stop announced by a warning first.`,
-	envs: append([]string{
+stop announced by a warning first.`
+
+func newPlacerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "placer",
+		Short:   "Run a placer: bind pending sessions to GPUs (any number may run)",
+		Long:    placerLong,
+		GroupID: groupProcesses,
+		Args:    cobra.NoArgs,
+		RunE:    runPlacer,
+	}
+	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
-		config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
+		config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
 		config.EnvPreemptGrace, config.EnvPreemptNotebooks,
-	}, secureEnvs...),
+	}, secureEnvs...)...)
 }
 
-func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := placerCmd.flagSet()
-	if code := placerCmd.parse(fs, args, stdout, stderr); code >= 0 {
-		return code
-	}
-	cfg, err := config.Load(os.Environ(), fs)
-	if err == nil {
-		err = cfg.RequireEndpoints()
-	}
+func runPlacer(cmd *cobra.Command, _ []string) error {
+	cfg, err := loadConfig(cmd)
 	if err != nil {
-		writeConfigError(stderr, "placer", err)
-		return exitUsage
+		return err
 	}
-	log := cfg.NewLogger(stderr)
+	if err := cfg.RequireEndpoints(); err != nil {
+		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
+		return exitCode(exitUsage)
+	}
+	ctx := cmd.Context()
+	log := cfg.NewLogger(cmd.ErrOrStderr())
 	store, err := connectExternal(ctx, cfg, log)
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	defer store.close()
 	registry := httpserver.NewRegistry()
@@ -68,13 +72,13 @@ func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	log.Info("http listening", "addr", hs.Addr())
 	ret, err := newRetention(store.client, cfg, log)
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	err = supervise(ctx, log, []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
@@ -84,17 +88,25 @@ func runPlacer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	})
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)
-		return exitError
+		return exitCode(exitError)
 	}
 	log.Info("stopped")
-	return exitOK
+	return nil
+}
+
+// planOptions are the planning settings every planner of the process uses
+// (placers, the lifecycle controller's preemption search, the API's queue
+// view and feasibility check), so that they all plan alike.
+func planOptions(cfg config.Config) placer.PlanOptions {
+	return placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter,
+		MaxSessionsPerNode: cfg.MaxSessionsPerNode, MaxTxnOps: cfg.PlacerMaxTxnOps}
 }
 
 // newPlacer builds a placer from the process configuration.
 func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *placer.Placer {
 	return placer.New(cli, placer.Config{
 		Keys:      state.MustKeys(cfg.EtcdPrefix), // Load validated the prefix
-		Plan:      placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Plan:      planOptions(cfg),
 		MaxTxnOps: cfg.PlacerMaxTxnOps,
 		LeaseTTL:  cfg.PlacerLeaseTTL,
 		Logger:    log,
@@ -116,7 +128,7 @@ func newLifecycle(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *li
 		DrainDeadline:    cfg.DrainDeadline,
 		PreemptGrace:     cfg.PreemptGrace,
 		PreemptNotebooks: cfg.PreemptNotebooks,
-		Plan:             placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter},
+		Plan:             planOptions(cfg),
 		Logger:           log,
 	})
 }

@@ -2,61 +2,75 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/voyager-gpu/voyager/api"
 )
 
-const queueDesc = `Shows the queue in the placer's order: position, whose (yours, or another
+const queueLong = `Shows the queue in the placer's order: position, whose (yours, or another
 user's), what it asks for, and why it waits. Position 0 means it fits now
 and the placer binds it on its next pass.`
 
-func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("voyager queue", flag.ContinueOnError)
-	var cf clientFlags
-	cf.register(fs, true)
-	mine := fs.Bool("mine", false, "only your sessions")
-	if code := cliParse(fs, "queue", "[flags]", queueDesc, args, stdout, stderr); code >= 0 {
-		return code
+func newQueueCmd() *cobra.Command {
+	var (
+		cf   clientFlags
+		wf   watchFlags
+		mine bool
+	)
+	cmd := &cobra.Command{
+		Use:     "queue",
+		Short:   "Show the queue: what is ahead of you and why",
+		Long:    queueLong,
+		GroupID: groupCLI,
+		Args:    cobra.NoArgs,
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, _ []string) error {
+			if err := showList(cmd.Context(), cmd.OutOrStdout(), &cf, wf, queueListing(c, mine)); err != nil {
+				return cliError(cmd, err)
+			}
+			return nil
+		}),
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "voyager queue: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	cf.register(cmd, true)
+	wf.register(cmd)
+	cmd.Flags().BoolVar(&mine, "mine", false, "only your sessions")
+	return cmd
+}
+
+func queueListing(c *client, mine bool) listing[api.QueueEntry] {
+	return listing[api.QueueEntry]{
+		fetch: func(ctx context.Context) ([]api.QueueEntry, error) {
+			var out struct {
+				Items []api.QueueEntry `json:"items"`
+			}
+			if err := c.do(ctx, "GET", "/api/v1/queue", nil, &out); err != nil {
+				return nil, err
+			}
+			items := out.Items[:0:0]
+			for _, e := range out.Items {
+				if !mine || e.Mine {
+					items = append(items, e)
+				}
+			}
+			return items, nil
+		},
+		key: func(e api.QueueEntry) string { return e.Session + "/" + e.Owner + "/" + e.Created.String() },
+		header: func(wide bool) string {
+			if wide {
+				return "POS\tSESSION\tOWNER\tPRIO\tREQUEST\tWAITING\tWHY\tREASON\tCREATED"
+			}
+			return "POS\tSESSION\tOWNER\tPRIO\tREQUEST\tWAITING\tWHY"
+		},
+		row: func(e api.QueueEntry, wide bool) string {
+			r := itoa(e.Position) + "\t" + dash(e.Session) + "\t" + e.Owner + "\t" + itoa(e.Priority) + "\t" + e.Request + "\t" + e.Waiting + "\t" + e.Message
+			if wide {
+				r += "\t" + dash(e.Reason) + "\t" + e.Created.UTC().Format(timeLayout)
+			}
+			return r
+		},
+		comparable: func(e api.QueueEntry) api.QueueEntry {
+			e.Waiting = "" // grows by itself
+			return e
+		},
 	}
-	c, err := cf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "voyager queue: %v\n", err)
-		return exitUsage
-	}
-	var out struct {
-		Items []api.QueueEntry `json:"items"`
-	}
-	if err := c.do(ctx, "GET", "/api/v1/queue", nil, &out); err != nil {
-		return cliFail(stderr, "queue", err)
-	}
-	items := out.Items[:0:0]
-	for _, e := range out.Items {
-		if !*mine || e.Mine {
-			items = append(items, e)
-		}
-	}
-	if cf.output == "json" {
-		if items == nil {
-			items = []api.QueueEntry{}
-		}
-		return printOr(stdout, stderr, "queue", items, nil)
-	}
-	t := newTable(stdout)
-	fmt.Fprintln(t, "POS\tSESSION\tOWNER\tPRIO\tREQUEST\tWAITING\tWHY")
-	for _, e := range items {
-		id := e.Session
-		if id == "" {
-			id = "-"
-		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, id, e.Owner, e.Priority, e.Request, e.Waiting, e.Message)
-	}
-	t.Flush()
-	return exitOK
 }

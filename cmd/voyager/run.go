@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -25,33 +26,43 @@ const (
 	exitRunInterrupted = 130 // like a shell after SIGINT
 )
 
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("voyager run", flag.ContinueOnError)
-	var cf clientFlags
-	var spec specFlags
-	cf.register(fs, false)
-	spec.register(fs, false)
-	quiet := fs.Bool("q", false, "no progress messages, only the command's output")
-	if code := cliParse(fs, "run", "[flags] -- COMMAND [ARGS…]", runDesc, args, stdout, stderr); code >= 0 {
-		return code
+func newRunCmd() *cobra.Command {
+	var (
+		cf    clientFlags
+		spec  specFlags
+		quiet bool
+	)
+	cmd := &cobra.Command{
+		Use:     "run [flags] -- COMMAND [ARGS…]",
+		Short:   "Run a batch command on GPUs and exit with its exit code",
+		Long:    runDesc,
+		Example: "  voyager run --gpus 1 -- python train.py\n  voyager run -- sh -c 'echo hi; exit 3'; echo $?   # hi, then 3",
+		GroupID: groupCLI,
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
+			if len(args) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "voyager run: want a command after --, e.g. voyager run -- sh -c 'echo hi'")
+				return exitCode(exitUsage)
+			}
+			spec.kind = string(state.KindBatch)
+			return withCode(runBatch(cmd.Context(), c, &spec, args, quiet, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		}),
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "voyager run: want a command after --, e.g. voyager run -image busybox -- sh -c 'echo hi'")
-		return exitUsage
-	}
-	spec.kind = string(state.KindBatch)
-	c, err := cf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "voyager run: %v\n", err)
-		return exitUsage
-	}
-	req, err := spec.request(fs.Args())
+	cf.register(cmd, false)
+	spec.register(cmd, false)
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress messages, only the command's output")
+	return cmd
+}
+
+// runBatch submits the batch session, follows it to its end and returns
+// the exit code of voyager run.
+func runBatch(ctx context.Context, c *client, spec *specFlags, command []string, quiet bool, stdout, stderr io.Writer) int {
+	req, err := spec.request(command)
 	if err != nil {
 		fmt.Fprintf(stderr, "voyager run: %v\n", err)
 		return exitUsage
 	}
 	progress := func(format string, a ...any) {
-		if !*quiet {
+		if !quiet {
 			fmt.Fprintf(stderr, "voyager run: "+format+"\n", a...)
 		}
 	}

@@ -5,13 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -26,7 +27,7 @@ type specFlags struct {
 	gpuModel, mig              string
 	gpuMemory, memory          int64
 	cpu                        float64
-	env                        multiFlag
+	env                        []string
 	rayWorkers                 int
 	maxRuntime, idleTimeout    time.Duration
 	priority                   int
@@ -36,33 +37,30 @@ type specFlags struct {
 	idempotencyKey             string
 }
 
-// multiFlag collects a repeated flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
-func (s *specFlags) register(fs *flag.FlagSet, withKind bool) {
+func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
+	fs := cmd.Flags()
 	if withKind {
 		fs.StringVar(&s.kind, "kind", "notebook", "notebook or batch")
+		_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]cobra.Completion{"notebook", "batch"}, cobra.ShellCompDirectiveNoFileComp))
 	}
 	fs.StringVar(&s.name, "name", "", "a label for the session")
 	fs.StringVar(&s.profile, "profile", "", "an admin-defined profile (GET /api/v1/profiles)")
-	fs.StringVar(&s.image, "image", "", "container image (unless the profile sets one)")
-	fs.IntVar(&s.gpus, "gpus", 0, "whole GPUs (or MIG devices with -mig)")
+	fs.StringVar(&s.image, "image", "", "container image (unless the profile sets one); default: the agent's VOYAGER_AGENT_IMAGE")
+	fs.IntVar(&s.gpus, "gpus", 0, "whole GPUs (or MIG devices with --mig)")
 	fs.StringVar(&s.gpuModel, "gpu-model", "", `GPU model pattern, e.g. "*A100*"`)
 	fs.Int64Var(&s.gpuMemory, "gpu-memory", 0, "least memory per GPU, MiB")
 	fs.StringVar(&s.mig, "mig", "", "MIG profile, e.g. 1g.10gb")
 	fs.Float64Var(&s.cpu, "cpu", 0, "CPU cores (default 1)")
 	fs.Int64Var(&s.memory, "memory", 0, "memory in MiB (default 4096)")
-	fs.Var(&s.env, "env", "KEY=VALUE for the container's environment (repeatable)")
+	fs.StringArrayVar(&s.env, "env", nil, "KEY=VALUE for the container's environment (repeatable)")
 	fs.IntVar(&s.rayWorkers, "ray-workers", 0, "Ray workers on more nodes")
 	fs.DurationVar(&s.maxRuntime, "max-runtime", 0, "stop after this long running (0: no limit)")
 	fs.DurationVar(&s.idleTimeout, "idle-timeout", 0, "stop a notebook idle this long (0: cluster default)")
 	fs.IntVar(&s.priority, "priority", 0, "queue priority, -100 to 100")
 	fs.BoolVar(&s.preemptible, "preemptible", false, "may be stopped for higher-priority sessions")
 	fs.StringVar(&s.restart, "restart", "", "restart policy of batch sessions: Never or OnFailure")
-	fs.IntVar(&s.maxRestarts, "max-restarts", 0, "restarts allowed with -restart OnFailure")
+	_ = cmd.RegisterFlagCompletionFunc("restart", cobra.FixedCompletions([]cobra.Completion{"Never", "OnFailure"}, cobra.ShellCompDirectiveNoFileComp))
+	fs.IntVar(&s.maxRestarts, "max-restarts", 0, "restarts allowed with --restart OnFailure")
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "makes a retried create return the first session (default: a random key)")
 }
 
@@ -79,7 +77,7 @@ func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 	for _, kv := range s.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return r, fmt.Errorf("invalid -env %q: want KEY=VALUE", kv)
+			return r, fmt.Errorf("invalid --env %q: want KEY=VALUE", kv)
 		}
 		if r.Env == nil {
 			r.Env = map[string]string{}
@@ -133,210 +131,308 @@ func create(ctx context.Context, c *client, r api.SessionRequest, key string) (a
 	return v, err
 }
 
-const sessionUsage = `<create|list|get|stop|extend|logs|wait> [flags] [args]`
+const sessionLong = `Manages your sessions over the HTTP API: create one, list them, read one,
+stop it, extend its max runtime, read its output, wait for a phase.`
 
-const sessionDesc = `Manages your sessions over the HTTP API.
-
-  create [flags] [-- COMMAND…]   submit a session (notebook by default)
-  list [-phase P] [-owner U]     your sessions (admins: anyone's with -owner)
-  get ID                         a session's spec and status, with any warning
-                                 that the system will stop it, its last
-                                 activity and its GPUs' use
-  stop ID                        stop it (a pending one is cancelled)
-  extend ID DURATION             let it run DURATION longer than its max
-                                 runtime (up to the cluster's cap)
-  logs [-f] [-tail N] ID         its container output
-  wait [-for PHASE] ID           wait until it is Running (or any PHASE, or "end"),
-                                 printing each change and warning`
-
-func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if code := needSubcommand("session", sessionUsage, sessionDesc, args, stdout, stderr); code >= 0 {
-		return code
+func newSessionCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "session",
+		Aliases: []string{"sessions"},
+		Short:   "Create, list, get, stop, wait for sessions and read their logs",
+		Long:    sessionLong,
+		GroupID: groupCLI,
+		Args:    cobra.NoArgs,
+		RunE:    groupRunE,
 	}
-	sub, args := args[0], args[1:]
-	name := "session " + sub
-	fs := flag.NewFlagSet("voyager "+name, flag.ContinueOnError)
+	cmd.AddCommand(newSessionCreateCmd(), newSessionListCmd(), newSessionGetCmd(), newSessionStopCmd(),
+		newSessionExtendCmd(), newSessionLogsCmd(), newSessionWaitCmd())
+	return cmd
+}
+
+func newSessionCreateCmd() *cobra.Command {
 	var cf clientFlags
+	var spec specFlags
+	cmd := &cobra.Command{
+		Use:   "create [flags] [-- COMMAND ARGS…]",
+		Short: "Submit a session (a notebook by default) and print it",
+		Long: `Submits a session and prints it. Without a command a notebook runs the
+image's Jupyter; a batch session (--kind batch) needs one, after --.`,
+		Example: `  voyager session create --gpus 1 --image voyager.local/jupyter:latest
+  voyager session create --kind batch --gpus 2 -- python train.py`,
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
+			r, err := spec.request(args)
+			if err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", cmd.CommandPath(), err)
+				return exitCode(exitUsage)
+			}
+			v, err := create(cmd.Context(), c, r, spec.idempotencyKey)
+			if err != nil {
+				return cliError(cmd, err)
+			}
+			return cf.show(cmd.OutOrStdout(), v, func(w io.Writer, _ bool) { writeSession(w, v) })
+		}),
+	}
+	cf.register(cmd, true)
+	spec.register(cmd, true)
+	return cmd
+}
+
+func newSessionListCmd() *cobra.Command {
 	var (
-		spec         specFlags
+		cf           clientFlags
+		wf           watchFlags
 		phase, owner string
 		limit        int
-		all, follow  bool
-		tail         int
-		waitFor      string
-		timeout      time.Duration
-		usage, desc  string
-		wantArgs     = 1
+		all          bool
 	)
-	switch sub {
-	case "create":
-		cf.register(fs, true)
-		spec.register(fs, true)
-		usage, desc, wantArgs = "[flags] [-- COMMAND ARGS…]", "Submits a session and prints it.", -1
-	case "list":
-		cf.register(fs, true)
-		fs.StringVar(&phase, "phase", "", "only sessions in this phase")
-		fs.StringVar(&owner, "owner", "", "only this owner's (admins)")
-		fs.IntVar(&limit, "limit", 50, "sessions per page")
-		fs.BoolVar(&all, "all", false, "fetch every page")
-		usage, desc, wantArgs = "[flags]", "Lists sessions, oldest first.", 0
-	case "get":
-		cf.register(fs, true)
-		usage, desc = "[flags] ID", "Prints a session's spec and status."
-	case "stop":
-		cf.register(fs, true)
-		usage, desc = "[flags] ID", "Stops a session: a pending one is cancelled at once, a running one is stopped by its node agent."
-	case "extend":
-		cf.register(fs, true)
-		usage, desc, wantArgs = "[flags] ID DURATION", `Extends a session's max runtime by DURATION (a Go duration such as 2h or
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List your sessions (admins: anyone's with --owner)",
+		Long:    "Lists sessions, oldest first. --watch then prints each session again when it changes.",
+		Args:    cobra.NoArgs,
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, _ []string) error {
+			l := sessionListing(c, phase, owner, limit, all || wf.watch, cmd.ErrOrStderr(), cf.structured())
+			if err := showList(cmd.Context(), cmd.OutOrStdout(), &cf, wf, l); err != nil {
+				return cliError(cmd, err)
+			}
+			return nil
+		}),
+	}
+	cf.register(cmd, true)
+	wf.register(cmd)
+	cmd.Flags().StringVar(&phase, "phase", "", "only sessions in this phase")
+	cmd.Flags().StringVar(&owner, "owner", "", "only this owner's (admins)")
+	cmd.Flags().IntVar(&limit, "limit", 50, "sessions per page")
+	cmd.Flags().BoolVar(&all, "all", false, "fetch every page")
+	_ = cmd.RegisterFlagCompletionFunc("phase", cobra.FixedCompletions(phaseNames(), cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// phaseNames are the session phases, for completion.
+func phaseNames() []cobra.Completion {
+	return []cobra.Completion{
+		string(state.PhasePending), string(state.PhaseBound), string(state.PhaseStarting), string(state.PhaseRunning),
+		string(state.PhaseSucceeded), string(state.PhaseFailed), string(state.PhaseStopping), string(state.PhaseStopped),
+		string(state.PhaseLost),
+	}
+}
+
+// sessionListing reads sessions page by page (every page when all).
+func sessionListing(c *client, phase, owner string, limit int, all bool, stderr io.Writer, quiet bool) listing[api.SessionView] {
+	return listing[api.SessionView]{
+		fetch: func(ctx context.Context) ([]api.SessionView, error) {
+			var items []api.SessionView
+			q := url.Values{}
+			if phase != "" {
+				q.Set("phase", phase)
+			}
+			if owner != "" {
+				q.Set("owner", owner)
+			}
+			q.Set("limit", itoa(limit))
+			for {
+				var page api.SessionList
+				if err := c.do(ctx, "GET", "/api/v1/sessions?"+q.Encode(), nil, &page); err != nil {
+					return nil, err
+				}
+				items = append(items, page.Items...)
+				if page.Continue == "" || !all {
+					if page.Continue != "" && !quiet {
+						fmt.Fprintln(stderr, "(more: use --all)")
+					}
+					return items, nil
+				}
+				q.Set("continue", page.Continue)
+			}
+		},
+		key: func(s api.SessionView) string { return s.ID },
+		header: func(wide bool) string {
+			if wide {
+				return "ID\tOWNER\tKIND\tGPUS\tPHASE\tREASON\tAGE\tNODES\tIMAGE\tNAME\tURL"
+			}
+			return "ID\tOWNER\tKIND\tGPUS\tPHASE\tREASON\tAGE"
+		},
+		row: func(s api.SessionView, wide bool) string {
+			r := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", s.ID, s.Owner, s.Kind, gpuText(s.Resources), s.Status.Phase, s.Status.Reason, age(s.Created))
+			if wide {
+				var u string
+				if ks := sortedMapKeys(s.Status.URLs); len(ks) > 0 {
+					u = s.Status.URLs[ks[0]]
+				}
+				r += fmt.Sprintf("\t%s\t%s\t%s\t%s", dash(strings.Join(s.Status.Nodes, ",")), dash(s.Image), dash(s.Name), dash(u))
+			}
+			return r
+		},
+		comparable: func(s api.SessionView) api.SessionView {
+			s.Status.Activity = nil // sampled every few seconds: not a change to show
+			return s
+		},
+	}
+}
+
+// dash stands in for an empty table cell.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newSessionGetCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Print a session's spec and status",
+		Long: `Prints a session's spec and status, with any warning that the system will
+stop it, its last activity and its GPUs' use.`,
+		Args:              exactArgs(1),
+		ValidArgsFunction: completeSessionIDs(&cf),
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
+			var v api.SessionView
+			if err := c.do(cmd.Context(), "GET", "/api/v1/sessions/"+url.PathEscape(args[0]), nil, &v); err != nil {
+				return cliError(cmd, err)
+			}
+			return cf.show(cmd.OutOrStdout(), v, func(w io.Writer, _ bool) { writeSession(w, v) })
+		}),
+	}
+	cf.register(cmd, true)
+	return cmd
+}
+
+func newSessionStopCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:               "stop ID",
+		Short:             "Stop a session (a pending one is cancelled)",
+		Long:              "Stops a session: a pending one is cancelled at once, a running one is stopped by its node agent.",
+		Args:              exactArgs(1),
+		ValidArgsFunction: completeSessionIDs(&cf),
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
+			id := args[0]
+			var r api.StopResult
+			if err := c.do(cmd.Context(), "POST", "/api/v1/sessions/"+url.PathEscape(id)+"/stop", nil, &r); err != nil {
+				return cliError(cmd, err)
+			}
+			return cf.show(cmd.OutOrStdout(), r, func(w io.Writer, _ bool) {
+				fmt.Fprintf(w, "%s: %s (phase %s)\n", id, r.Outcome, r.Session.Status.Phase)
+			})
+		}),
+	}
+	cf.register(cmd, true)
+	return cmd
+}
+
+func newSessionExtendCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "extend ID DURATION",
+		Short: "Let a session run DURATION longer than its max runtime",
+		Long: `Extends a session's max runtime by DURATION (a Go duration such as 2h or
 90m): its limit becomes the one that applies now (its own, else the
 cluster's VOYAGER_MAX_RUNTIME) plus DURATION, up to the cluster's cap
 (VOYAGER_MAX_RUNTIME_CAP). A max runtime warning is withdrawn once the new
-limit moves the stop beyond the warning window.`, 2
-	case "logs":
-		cf.register(fs, false)
-		fs.BoolVar(&follow, "f", false, "follow: keep streaming until the container exits")
-		fs.IntVar(&tail, "tail", 0, "only the last N lines (0: all)")
-		usage, desc = "[flags] ID", "Prints a session's container output."
-	case "wait":
-		cf.register(fs, true)
-		fs.StringVar(&waitFor, "for", "Running", `phase to wait for, or "end" for any terminal phase`)
-		fs.DurationVar(&timeout, "timeout", 0, "give up after this long (0: never)")
-		usage, desc = "[flags] ID", "Waits until a session reaches a phase, printing each change. Exits 1 if it ends without reaching it."
-	default:
-		fmt.Fprintf(stderr, "voyager session: unknown subcommand %q\n\nUsage: voyager session %s\n\n%s\n", sub, sessionUsage, sessionDesc)
-		return exitUsage
-	}
-	if code := cliParse(fs, name, usage, desc, args, stdout, stderr); code >= 0 {
-		return code
-	}
-	if wantArgs >= 0 && fs.NArg() != wantArgs {
-		fmt.Fprintf(stderr, "voyager %s: want %d argument(s), got %d\n", name, wantArgs, fs.NArg())
-		return exitUsage
-	}
-	c, err := cf.client()
-	if err != nil {
-		fmt.Fprintf(stderr, "voyager %s: %v\n", name, err)
-		return exitUsage
-	}
-	id := fs.Arg(0)
-	var out any
-	switch sub {
-	case "create":
-		r, err := spec.request(fs.Args())
-		if err != nil {
-			fmt.Fprintf(stderr, "voyager %s: %v\n", name, err)
-			return exitUsage
-		}
-		v, err := create(ctx, c, r, spec.idempotencyKey)
-		if err != nil {
-			return cliFail(stderr, name, err)
-		}
-		out = v
-	case "list":
-		var items []api.SessionView
-		q := url.Values{}
-		if phase != "" {
-			q.Set("phase", phase)
-		}
-		if owner != "" {
-			q.Set("owner", owner)
-		}
-		q.Set("limit", itoa(limit))
-		for {
-			var page api.SessionList
-			if err := c.do(ctx, "GET", "/api/v1/sessions?"+q.Encode(), nil, &page); err != nil {
-				return cliFail(stderr, name, err)
+limit moves the stop beyond the warning window.`,
+		Args:              exactArgs(2),
+		ValidArgsFunction: completeSessionIDs(&cf),
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
+			id := args[0]
+			by, err := time.ParseDuration(args[1])
+			if err != nil || by <= 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: invalid duration %q: want a positive Go duration such as 2h or 90m\n", cmd.CommandPath(), args[1])
+				return exitCode(exitUsage)
 			}
-			items = append(items, page.Items...)
-			if page.Continue == "" || !all {
-				if page.Continue != "" && cf.output == "table" {
-					defer fmt.Fprintln(stderr, "(more: use -all)")
+			var v api.SessionView
+			if err := c.do(cmd.Context(), "POST", "/api/v1/sessions/"+url.PathEscape(id)+"/extend", api.ExtendRequest{By: state.Duration(by)}, &v); err != nil {
+				return cliError(cmd, err)
+			}
+			return cf.show(cmd.OutOrStdout(), v, func(w io.Writer, _ bool) {
+				msg := fmt.Sprintf("%s: max runtime now %s", id, v.Limits.MaxRuntime.Std())
+				if v.RunsUntil != nil {
+					msg += ", runs until " + v.RunsUntil.UTC().Format(timeLayout)
 				}
-				break
+				fmt.Fprintln(w, msg)
+			})
+		}),
+	}
+	cf.register(cmd, true)
+	return cmd
+}
+
+func newSessionLogsCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		follow bool
+		tail   int
+	)
+	cmd := &cobra.Command{
+		Use:               "logs ID",
+		Short:             "Print a session's container output",
+		Long:              "Prints a session's container output; --follow keeps streaming until the container exits.",
+		Args:              exactArgs(1),
+		ValidArgsFunction: completeSessionIDs(&cf),
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
+			if err := c.logs(cmd.Context(), args[0], tail, follow, cmd.OutOrStdout()); err != nil {
+				return cliError(cmd, err)
 			}
-			q.Set("continue", page.Continue)
-		}
-		if items == nil {
-			items = []api.SessionView{}
-		}
-		out = items
-	case "get":
-		var v api.SessionView
-		if err := c.do(ctx, "GET", "/api/v1/sessions/"+url.PathEscape(id), nil, &v); err != nil {
-			return cliFail(stderr, name, err)
-		}
-		out = v
-	case "stop":
-		var r api.StopResult
-		if err := c.do(ctx, "POST", "/api/v1/sessions/"+url.PathEscape(id)+"/stop", nil, &r); err != nil {
-			return cliFail(stderr, name, err)
-		}
-		if cf.output == "json" {
-			return printOr(stdout, stderr, name, r, nil)
-		}
-		fmt.Fprintf(stdout, "%s: %s (phase %s)\n", id, r.Outcome, r.Session.Status.Phase)
-		return exitOK
-	case "extend":
-		by, err := time.ParseDuration(fs.Arg(1))
-		if err != nil || by <= 0 {
-			fmt.Fprintf(stderr, "voyager %s: invalid duration %q: want a positive Go duration such as 2h or 90m\n", name, fs.Arg(1))
-			return exitUsage
-		}
-		var v api.SessionView
-		if err := c.do(ctx, "POST", "/api/v1/sessions/"+url.PathEscape(id)+"/extend", api.ExtendRequest{By: state.Duration(by)}, &v); err != nil {
-			return cliFail(stderr, name, err)
-		}
-		if cf.output == "json" {
-			return printOr(stdout, stderr, name, v, nil)
-		}
-		msg := fmt.Sprintf("%s: max runtime now %s", id, v.Limits.MaxRuntime.Std())
-		if v.RunsUntil != nil {
-			msg += ", runs until " + v.RunsUntil.UTC().Format(timeLayout)
-		}
-		fmt.Fprintln(stdout, msg)
-		return exitOK
-	case "logs":
-		if err := c.logs(ctx, id, tail, follow, stdout); err != nil {
-			return cliFail(stderr, name, err)
-		}
-		return exitOK
-	case "wait":
-		return waitSession(ctx, c, id, waitFor, timeout, cf.output, stdout, stderr)
+			return nil
+		}),
 	}
-	if cf.output == "json" {
-		return printOr(stdout, stderr, name, out, nil)
-	}
-	return printOr(stdout, stderr, name, out, func(w io.Writer) { writeSessions(w, out) })
+	cf.register(cmd, false)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep streaming until the container exits")
+	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines (0: all)")
+	return cmd
 }
 
-// printOr prints v as JSON for -o json, else with table (when not nil).
-func printOr(stdout, stderr io.Writer, name string, v any, table func(io.Writer)) int {
-	if table == nil {
-		if err := writeJSON(stdout, v); err != nil {
-			return cliFail(stderr, name, err)
-		}
-		return exitOK
+func newSessionWaitCmd() *cobra.Command {
+	var (
+		cf      clientFlags
+		waitFor string
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "wait ID",
+		Short: "Wait until a session is Running (or any phase), printing each change",
+		Long: `Waits until a session reaches a phase (Running unless --for says another,
+or "end" for any terminal phase), printing each change and warning on
+stderr. Exits 1 if it ends without reaching it.`,
+		Args:              exactArgs(1),
+		ValidArgsFunction: completeSessionIDs(&cf),
+		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
+			return withCode(waitSession(cmd.Context(), c, args[0], waitFor, timeout, &cf, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		}),
 	}
-	table(stdout)
-	return exitOK
+	cf.register(cmd, true)
+	cmd.Flags().StringVar(&waitFor, "for", "Running", `phase to wait for, or "end" for any terminal phase`)
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: never)")
+	_ = cmd.RegisterFlagCompletionFunc("for", cobra.FixedCompletions(append(phaseNames(), "end"), cobra.ShellCompDirectiveNoFileComp))
+	return cmd
 }
 
-func writeSessions(w io.Writer, v any) {
-	var list []api.SessionView
-	switch x := v.(type) {
-	case api.SessionView:
-		writeSession(w, x)
-		return
-	case []api.SessionView:
-		list = x
+// completeSessionIDs completes a session ID argument with the caller's
+// sessions, asked of the API (with the token and URL of the command line
+// or the environment).
+func completeSessionIDs(cf *clientFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := cf.client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+		defer cancel()
+		items, err := sessionListing(c, "", "", 200, false, io.Discard, true).fetch(ctx)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, s := range items {
+			out = append(out, cobra.CompletionWithDesc(s.ID, string(s.Kind)+" "+string(s.Status.Phase)))
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
 	}
-	t := newTable(w)
-	fmt.Fprintln(t, "ID\tOWNER\tKIND\tGPUS\tPHASE\tREASON\tAGE")
-	for _, s := range list {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Owner, s.Kind, gpuText(s.Resources), s.Status.Phase, s.Status.Reason, age(s.Created))
-	}
-	t.Flush()
 }
 
 func writeSession(w io.Writer, s api.SessionView) {
@@ -460,7 +556,7 @@ func age(t time.Time) string {
 
 // waitSession follows the event stream until the session reaches phase
 // (or "end": any terminal phase).
-func waitSession(ctx context.Context, c *client, id, phase string, timeout time.Duration, output string, stdout, stderr io.Writer) int {
+func waitSession(ctx context.Context, c *client, id, phase string, timeout time.Duration, cf *clientFlags, stdout, stderr io.Writer) int {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -473,13 +569,13 @@ func waitSession(ctx context.Context, c *client, id, phase string, timeout time.
 		var err error
 		lastID, err = c.follow(ctx, id, lastID, func(ev api.Event) bool {
 			last = ev
-			if output != "json" {
+			if !cf.structured() {
 				fmt.Fprintln(stderr, ev.Message)
 			}
 			reached = strings.EqualFold(string(ev.Phase), phase) || (phase == "end" && ev.Terminal)
 			return !reached && !ev.Terminal
 		}, func(typ string, w api.WarningEvent) {
-			if output != "json" {
+			if !cf.structured() {
 				fmt.Fprintf(stderr, "%s: %s\n", strings.ToUpper(typ), w.Message)
 			}
 		})
@@ -495,8 +591,8 @@ func waitSession(ctx context.Context, c *client, id, phase string, timeout time.
 			ctxwait.Sleep(ctx, time.Second) // a broken stream: resume after the last event
 		}
 	}
-	if output == "json" {
-		_ = writeJSON(stdout, last)
+	if cf.structured() {
+		_ = cf.show(stdout, last, nil)
 	}
 	if !reached {
 		fmt.Fprintf(stderr, "voyager session wait: %s ended %s without reaching %s\n", id, last.Phase, phase)

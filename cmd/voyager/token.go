@@ -1,63 +1,72 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"os"
 	"os/user"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/internal/config"
 )
 
-var tokenCmd = subcommand{
-	name: "token",
-	description: `Prints a JWT signed with the configured HS256 secret (VOYAGER_JWT_SECRET, or
+const tokenLong = `Prints a JWT signed with the configured HS256 secret (VOYAGER_JWT_SECRET, or
 the one voyager dev keeps in <data dir>/jwt-secret), for development and
 tests: export VOYAGER_TOKEN=$(voyager token). Anyone with the secret can mint
-any token; production deployments use their identity provider instead.`,
-	envs: []string{config.EnvJWTSecret, config.EnvDataDir, config.EnvJWTAudience, config.EnvJWTIssuer,
-		config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole},
-}
+any token; production deployments use their identity provider instead.`
 
-func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := tokenCmd.flagSet()
-	sub := fs.String("sub", defaultUser(), "subject: the user the token names")
-	var roles, groups multiFlag
-	fs.Var(&roles, "role", "a role (repeatable), e.g. admin or service")
-	fs.Var(&groups, "group", "a group (repeatable)")
-	admin := fs.Bool("admin", false, "add the admin role")
-	ttl := fs.Duration("ttl", 12*time.Hour, "lifetime")
-	if code := tokenCmd.parse(fs, args, stdout, stderr); code >= 0 {
-		return code
+func newTokenCmd() *cobra.Command {
+	var (
+		sub           string
+		roles, groups []string
+		admin         bool
+		ttl           time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:     "token",
+		Short:   "Print a development token signed with the configured secret",
+		Long:    tokenLong,
+		Example: "  export VOYAGER_TOKEN=$(voyager token)\n  voyager token --sub jupyterhub --role service",
+		GroupID: groupCLI,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			stderr := cmd.ErrOrStderr()
+			if admin {
+				roles = append(roles, cfg.JWTAdminRole)
+			}
+			secret, err := devSecret(cfg, false)
+			if err != nil {
+				fmt.Fprintf(stderr, "voyager token: %v (start voyager dev once, or set %s)\n", err, config.EnvJWTSecret)
+				return exitCode(exitUsage)
+			}
+			tok, err := api.MintHS256(secret, api.TokenClaims{
+				Subject: sub, Roles: roles, Groups: groups, TTL: ttl,
+				Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer,
+				RolesClaim: cfg.JWTRolesClaim, GroupsClaim: cfg.JWTGroupsClaim,
+			}, time.Now())
+			if err != nil {
+				fmt.Fprintf(stderr, "voyager token: %v\n", err)
+				return exitCode(exitError)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), tok)
+			return nil
+		},
 	}
-	cfg, err := config.Load(os.Environ(), fs)
-	if err != nil {
-		writeConfigError(stderr, "token", err)
-		return exitUsage
-	}
-	if *admin {
-		roles = append(roles, cfg.JWTAdminRole)
-	}
-	secret, err := devSecret(cfg, false)
-	if err != nil {
-		fmt.Fprintf(stderr, "voyager token: %v (start voyager dev once, or set %s)\n", err, config.EnvJWTSecret)
-		return exitUsage
-	}
-	tok, err := api.MintHS256(secret, api.TokenClaims{
-		Subject: *sub, Roles: roles, Groups: groups, TTL: *ttl,
-		Audience: cfg.JWTAudience, Issuer: cfg.JWTIssuer,
-		RolesClaim: cfg.JWTRolesClaim, GroupsClaim: cfg.JWTGroupsClaim,
-	}, time.Now())
-	if err != nil {
-		fmt.Fprintf(stderr, "voyager token: %v\n", err)
-		return exitError
-	}
-	fmt.Fprintln(stdout, tok)
-	return exitOK
+	f := cmd.Flags()
+	f.StringVar(&sub, "sub", defaultUser(), "subject: the user the token names")
+	f.StringArrayVar(&roles, "role", nil, "a role (repeatable), e.g. admin or service")
+	f.StringArrayVar(&groups, "group", nil, "a group (repeatable)")
+	f.BoolVar(&admin, "admin", false, "add the admin role")
+	f.DurationVar(&ttl, "ttl", 12*time.Hour, "lifetime")
+	_ = cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"admin", "service"}, cobra.ShellCompDirectiveNoFileComp))
+	return withSettings(cmd, config.EnvJWTSecret, config.EnvDataDir, config.EnvJWTAudience, config.EnvJWTIssuer,
+		config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole)
 }
 
 func defaultUser() string {

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"runtime"
+
+	"github.com/spf13/cobra"
 )
 
 // Set at build time with
@@ -14,17 +13,16 @@ var (
 	commit  = "unknown"
 )
 
-var versionCmd = subcommand{
-	name:        "version",
-	description: "Prints the version, the commit it was built from and the Go version.",
-}
-
-func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := versionCmd.flagSet()
-	if code := versionCmd.parse(fs, args, stdout, stderr); code >= 0 {
-		return code
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:         "version",
+		Short:       "Print the version, commit and Go version",
+		Long:        "Prints the version, the commit it was built from and the Go version.",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{envAnnotation: "none"},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprint(cmd.OutOrStdout(), versionText())
+			return nil
+		},
 	}
-	fmt.Fprintf(stdout, "version: %s\ncommit:  %s\ngo:      %s %s/%s\n",
-		version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return exitOK
 }

@@ -3,7 +3,7 @@
 # (this directory), and give the hub a Voyager token with the service role:
 #
 #   export VOYAGER_URL=http://voyager-api:7070
-#   export VOYAGER_TOKEN=$(voyager token --subject jupyterhub --role service)
+#   export VOYAGER_TOKEN=$(voyager token --sub jupyterhub --role service)
 #   jupyterhub -f deploy/jupyterhub/jupyterhub_config.py
 #
 # `c` is provided by JupyterHub when it loads this file.

@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/spf13/pflag"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -46,6 +46,10 @@ const (
 	EnvPlacerReserveAfter = "VOYAGER_PLACER_RESERVE_AFTER"
 	EnvPlacerMaxTxnOps    = "VOYAGER_PLACER_MAX_TXN_OPS"
 	EnvPlacerLeaseTTL     = "VOYAGER_PLACER_LEASE_TTL"
+
+	EnvMinCPUMilli        = "VOYAGER_MIN_CPU_MILLI"
+	EnvMinMemoryMiB       = "VOYAGER_MIN_MEMORY_MIB"
+	EnvMaxSessionsPerNode = "VOYAGER_MAX_SESSIONS_PER_NODE"
 
 	EnvJWTSecret         = "VOYAGER_JWT_SECRET"
 	EnvJWTPublicKeys     = "VOYAGER_JWT_PUBLIC_KEYS"
@@ -160,6 +164,14 @@ type Config struct {
 	PlacerMaxTxnOps int `env:"VOYAGER_PLACER_MAX_TXN_OPS" envDefault:"128" doc:"operations per bind transaction; at most etcd's --max-txn-ops"`
 	// PlacerLeaseTTL is the TTL of a placer's membership lease.
 	PlacerLeaseTTL time.Duration `env:"VOYAGER_PLACER_LEASE_TTL" envDefault:"10s" doc:"TTL of a placer's membership lease; a dead placer's nodes pass to the others after it"`
+	// MinCPUMilli is the least CPU a session (and each Ray worker) may ask
+	// for; with MaxSessionsPerNode it bounds a node's ledger.
+	MinCPUMilli int64 `env:"VOYAGER_MIN_CPU_MILLI" envDefault:"100" doc:"least cpuMilli a session or Ray worker may ask for; smaller requests are refused at admission"`
+	// MinMemoryMiB is the least memory a session (and each worker) may ask for.
+	MinMemoryMiB int64 `env:"VOYAGER_MIN_MEMORY_MIB" envDefault:"64" doc:"least memoryMiB a session or Ray worker may ask for; smaller requests are refused at admission"`
+	// MaxSessionsPerNode caps the sessions one node holds, so that its
+	// ledger (one etcd value) stays far below etcd's request limit.
+	MaxSessionsPerNode int `env:"VOYAGER_MAX_SESSIONS_PER_NODE" envDefault:"256" doc:"most sessions (and Ray workers) one node holds at once; keeps the node's ledger, one etcd value, far below etcd's 1.5 MiB request limit"`
 
 	// The HTTP API (voyager api, voyager dev) and its JWT verification.
 
@@ -264,6 +276,11 @@ type Config struct {
 	HistoryFile string `env:"VOYAGER_HISTORY_FILE" docDefault:"<data dir>/history/sessions.jsonl" doc:"append-only history of retired sessions, one JSON record a line, on the machine of the placer that retires them"`
 }
 
+// MaxSessionsPerNodeLimit is the largest VOYAGER_MAX_SESSIONS_PER_NODE:
+// a ledger of that many of the largest allocations the API admits stays
+// under half of etcd's 1.5 MiB request limit (placer's ledger size test).
+const MaxSessionsPerNodeLimit = 512
+
 // Setting describes one configuration variable, as declared by Config's
 // struct tags.
 type Setting struct {
@@ -333,7 +350,7 @@ func pick(envs []string) []Setting {
 // AddFlags registers on fs one string flag per setting named in envs (all
 // settings when envs is empty). A flag only counts when given explicitly:
 // then it wins over the environment (see Load).
-func AddFlags(fs *flag.FlagSet, envs ...string) {
+func AddFlags(fs *pflag.FlagSet, envs ...string) {
 	for _, s := range pick(envs) {
 		fs.String(s.Flag, "", fmt.Sprintf("%s (overrides %s; default %s)", s.Doc, s.Env, s.Default))
 	}
@@ -368,7 +385,7 @@ type InvalidError struct {
 // Error names the variable (and flag), the value and what is valid.
 func (e *InvalidError) Error() string {
 	if e.Flag != "" {
-		return fmt.Sprintf("invalid -%s=%q (flag for %s): want %s", e.Flag, e.Value, e.Env, e.Want)
+		return fmt.Sprintf("invalid --%s=%q (flag for %s): want %s", e.Flag, e.Value, e.Env, e.Want)
 	}
 	return fmt.Sprintf("invalid %s=%q: want %s", e.Env, e.Value, e.Want)
 }
@@ -377,7 +394,7 @@ func (e *InvalidError) Error() string {
 // from the flags of fs that were set explicitly (fs may be nil; it must
 // already be parsed). A flag wins over its variable. Every invalid value is
 // reported; the error joins one *InvalidError per bad setting.
-func Load(environ []string, fs *flag.FlagSet) (Config, error) {
+func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	vars := make(map[string]string, len(environ))
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -390,7 +407,7 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 		for _, s := range settings {
 			byFlag[s.Flag] = s
 		}
-		fs.Visit(func(f *flag.Flag) {
+		fs.Visit(func(f *pflag.Flag) {
 			if s, ok := byFlag[f.Name]; ok {
 				vars[s.Env] = f.Value.String()
 				fromFlag[s.Env] = f.Name
@@ -474,6 +491,15 @@ func Load(environ []string, fs *flag.FlagSet) (Config, error) {
 	}
 	if cfg.PlacerLeaseTTL < time.Second {
 		errs = append(errs, invalid(EnvPlacerLeaseTTL, wantFor(EnvPlacerLeaseTTL)))
+	}
+	if cfg.MinCPUMilli < 1 {
+		errs = append(errs, invalid(EnvMinCPUMilli, wantFor(EnvMinCPUMilli)))
+	}
+	if cfg.MinMemoryMiB < 1 {
+		errs = append(errs, invalid(EnvMinMemoryMiB, wantFor(EnvMinMemoryMiB)))
+	}
+	if cfg.MaxSessionsPerNode < 1 || cfg.MaxSessionsPerNode > MaxSessionsPerNodeLimit {
+		errs = append(errs, invalid(EnvMaxSessionsPerNode, wantFor(EnvMaxSessionsPerNode)))
 	}
 	if cfg.JWTSecret != "" && len(cfg.JWTSecret) < 32 {
 		errs = append(errs, &InvalidError{Env: EnvJWTSecret, Flag: fromFlag[EnvJWTSecret], Value: "(hidden)", Want: wantFor(EnvJWTSecret)})
@@ -593,6 +619,12 @@ func wantFor(envName string) string {
 		return "a whole number from 8 up to etcd's --max-txn-ops (default 128)"
 	case EnvPlacerLeaseTTL:
 		return "a duration of at least 1s, such as 10s"
+	case EnvMinCPUMilli:
+		return "a whole number of milli-cores of at least 1, such as 100"
+	case EnvMinMemoryMiB:
+		return "a whole number of MiB of at least 1, such as 64"
+	case EnvMaxSessionsPerNode:
+		return fmt.Sprintf("a whole number from 1 to %d, such as 256", MaxSessionsPerNodeLimit)
 	case EnvJWTSecret:
 		return "a secret of at least 32 bytes (for example: head -c 32 /dev/urandom | base64), or empty"
 	case EnvJWTRolesClaim, EnvJWTGroupsClaim:
@@ -721,7 +753,7 @@ func ParsePortRange(s string) (first, last int, err error) {
 // `voyager dev` calls it: only dev can run an embedded etcd.
 func (c Config) RequireEndpoints() error {
 	if len(c.EtcdEndpoints) == 0 {
-		return fmt.Errorf("%s is empty: set it (or -%s) to the etcd client URLs, for example http://10.0.0.1:2379; only `voyager dev` runs an embedded etcd",
+		return fmt.Errorf("%s is empty: set it (or --%s) to the etcd client URLs, for example http://10.0.0.1:2379; only `voyager dev` runs an embedded etcd",
 			EnvEtcdEndpoints, flagName(EnvEtcdEndpoints))
 	}
 	return nil

@@ -2,7 +2,7 @@ package config
 
 import (
 	"errors"
-	"flag"
+	"github.com/spf13/pflag"
 	"io"
 	"reflect"
 	"strings"
@@ -26,6 +26,9 @@ func defaults() Config {
 		PlacerReserveAfter: 10 * time.Minute,
 		PlacerMaxTxnOps:    128,
 		PlacerLeaseTTL:     10 * time.Second,
+		MinCPUMilli:        100,
+		MinMemoryMiB:       64,
+		MaxSessionsPerNode: 256,
 
 		JWTRolesClaim:     "roles",
 		JWTGroupsClaim:    "groups",
@@ -147,6 +150,9 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_PREEMPT_NOTEBOOKS=true",
 				"VOYAGER_RESTART_BACKOFF=1s",
 				"VOYAGER_RESTART_BACKOFF_MAX=1m",
+				"VOYAGER_MIN_CPU_MILLI=10",
+				"VOYAGER_MIN_MEMORY_MIB=16",
+				"VOYAGER_MAX_SESSIONS_PER_NODE=64",
 			},
 			edit: func(c *Config) {
 				*c = Config{
@@ -154,6 +160,9 @@ func TestLoad(t *testing.T) {
 					PlacerReserveAfter:  0,
 					PlacerMaxTxnOps:     1024,
 					PlacerLeaseTTL:      3 * time.Second,
+					MinCPUMilli:         10,
+					MinMemoryMiB:        16,
+					MaxSessionsPerNode:  64,
 					EtcdEndpoints:       []string{"http://a:2379", "b:2379"},
 					EtcdPrefix:          "/v2/x",
 					EtcdDialTimeout:     90 * time.Second,
@@ -209,7 +218,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "flag over env",
 			environ: []string{home, "VOYAGER_HTTP_ADDR=127.0.0.1:1", "VOYAGER_LOG_LEVEL=warn"},
-			args:    []string{"--http-addr", "127.0.0.1:2", "-etcd-endpoints=http://e:2379"},
+			args:    []string{"--http-addr", "127.0.0.1:2", "--etcd-endpoints=http://e:2379"},
 			edit: func(c *Config) {
 				c.HTTPAddr = "127.0.0.1:2"
 				c.LogLevel = "warn"
@@ -219,18 +228,18 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "explicit empty flag clears env",
 			environ: []string{home, "VOYAGER_ETCD_ENDPOINTS=http://e:2379"},
-			args:    []string{"-etcd-endpoints="},
+			args:    []string{"--etcd-endpoints="},
 		},
 		{
 			name:    "flag over invalid env",
 			environ: []string{home, "VOYAGER_LOG_LEVEL=loud"},
-			args:    []string{"-log-level=error"},
+			args:    []string{"--log-level=error"},
 			edit:    func(c *Config) { c.LogLevel = "error" },
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 			AddFlags(fs)
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatalf("parse flags: %v", err)
@@ -374,13 +383,13 @@ func TestLoadInvalid(t *testing.T) {
 		},
 		{
 			name: "bad flag names the flag and the variable",
-			args: []string{"-etcd-dial-timeout=soon"},
-			want: `invalid -etcd-dial-timeout="soon" (flag for VOYAGER_ETCD_DIAL_TIMEOUT): want a positive duration such as 5s, 500ms or 1m30s`,
+			args: []string{"--etcd-dial-timeout=soon"},
+			want: `invalid --etcd-dial-timeout="soon" (flag for VOYAGER_ETCD_DIAL_TIMEOUT): want a positive duration such as 5s, 500ms or 1m30s`,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 			AddFlags(fs)
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatalf("parse flags: %v", err)
@@ -432,14 +441,14 @@ func TestRequireEndpoints(t *testing.T) {
 }
 
 func TestFlagsAndHelpCoverEverySetting(t *testing.T) {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	AddFlags(fs)
 	var help strings.Builder
 	WriteEnvHelp(&help)
 	for _, s := range Settings() {
 		if fs.Lookup(s.Flag) == nil {
-			t.Errorf("no flag -%s for %s", s.Flag, s.Env)
+			t.Errorf("no flag --%s for %s", s.Flag, s.Env)
 		}
 		if !strings.Contains(help.String(), s.Env) || !strings.Contains(help.String(), "default: "+s.Default) {
 			t.Errorf("env help lacks %s with default %q:\n%s", s.Env, s.Default, help.String())
@@ -451,10 +460,10 @@ func TestFlagsAndHelpCoverEverySetting(t *testing.T) {
 }
 
 func TestAddFlagsSubset(t *testing.T) {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	AddFlags(fs, EnvHTTPAddr, EnvLogLevel)
 	var n int
-	fs.VisitAll(func(*flag.Flag) { n++ })
+	fs.VisitAll(func(*pflag.Flag) { n++ })
 	if n != 2 || fs.Lookup("http-addr") == nil || fs.Lookup("log-level") == nil {
 		t.Errorf("AddFlags subset registered %d flags, want http-addr and log-level", n)
 	}

@@ -15,7 +15,9 @@ import (
 
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
 
+	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
 )
 
@@ -32,7 +34,8 @@ const ImageRef = "voyager.local/busybox:test"
 var daemon struct {
 	once    sync.Once
 	addr    string
-	skip    string
+	missing string // the component whose absence skips the tests
+	skip    string // why, and how to get it
 	err     error
 	d       *runtime.Daemon
 	dir     string
@@ -55,7 +58,8 @@ func Main(m *testing.M) int {
 // Address returns the socket of a containerd for tests: $EnvAddress when
 // set, else a private daemon started once per test binary (with its root,
 // state and socket under a temporary directory). It skips the test when
-// neither is possible (not root, or no containerd binary) and under -short.
+// neither is possible (not root, or no containerd binary; a failure instead
+// where testreq.Env requires them) and under -short.
 // A package that calls it must use Main in its TestMain.
 func Address(t testing.TB) string {
 	t.Helper()
@@ -63,8 +67,8 @@ func Address(t testing.TB) string {
 		t.Skip("runs containerd; skipped with -short")
 	}
 	daemon.once.Do(startDaemon)
-	if daemon.skip != "" {
-		t.Skip(daemon.skip)
+	if daemon.missing != "" {
+		testreq.Missing(t, daemon.missing, daemon.skip)
 	}
 	if daemon.err != nil {
 		t.Fatal(daemon.err)
@@ -78,14 +82,17 @@ func startDaemon() {
 		return
 	}
 	if _, err := exec.LookPath("containerd"); err != nil {
+		daemon.missing = "containerd"
 		daemon.skip = "containerd is not installed (apt-get install containerd runc), and " + EnvAddress + " is not set: skipping real-containerd tests"
 		return
 	}
 	if os.Geteuid() != 0 {
+		daemon.missing = "root"
 		daemon.skip = "containerd tests need root to start a private containerd; run as root or set " + EnvAddress
 		return
 	}
 	if _, err := exec.LookPath("runc"); err != nil {
+		daemon.missing = "runc"
 		daemon.skip = "runc is not installed (apt-get install runc): skipping real-containerd tests"
 		return
 	}
@@ -176,11 +183,11 @@ func New(t testing.TB, opts runtime.ContainerdOptions) *runtime.Containerd {
 }
 
 // BusyboxImage imports the busybox test image (ImageRef) into c. It skips
-// the test when Debian's busybox-static is not installed.
+// the test when Debian's busybox-static is not installed (see testreq).
 func BusyboxImage(t testing.TB, c *runtime.Containerd) string {
 	t.Helper()
 	if _, err := os.Stat(BusyboxPath); err != nil {
-		t.Skipf("no %s: apt-get install busybox-static to build the test image", BusyboxPath)
+		testreq.Missing(t, "busybox-static", "no "+BusyboxPath+": apt-get install busybox-static to build the test image")
 	}
 	var buf bytes.Buffer
 	if err := runtime.WriteBusyboxImage(&buf, BusyboxPath, ImageRef); err != nil {
@@ -190,4 +197,30 @@ func BusyboxImage(t testing.TB, c *runtime.Containerd) string {
 		t.Fatal(err)
 	}
 	return ImageRef
+}
+
+// CreateUnstarted leaves the container of spec as a caller killed between
+// creating a container and starting its task would: the container and its
+// snapshot exist, with spec's labels, image and args; no task does.
+// spec.Image must be the name the image is stored under (ImageRef).
+func CreateUnstarted(t testing.TB, c *runtime.Containerd, spec runtime.Spec) {
+	t.Helper()
+	ctx := context.Background()
+	cli, err := containerd.New(c.Address(), containerd.WithDefaultNamespace(c.Namespace()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	img, err := cli.GetImage(ctx, spec.Image)
+	if err != nil {
+		t.Fatalf("create unstarted container %s: %v", spec.ID, err)
+	}
+	if _, err := cli.NewContainer(ctx, spec.ID,
+		containerd.WithImage(img),
+		containerd.WithNewSnapshot(spec.ID, img),
+		containerd.WithContainerLabels(spec.Labels),
+		containerd.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs(spec.Args...)),
+	); err != nil {
+		t.Fatalf("create unstarted container %s: %v", spec.ID, err)
+	}
 }

@@ -1,0 +1,85 @@
+package state
+
+import (
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// dirUsage holds the placers' usage marks (see QuotaGuard).
+const dirUsage = "usage"
+
+// UsageDir is the prefix of every usage mark.
+func (k Keys) UsageDir() string { return k.dir(dirUsage) }
+
+// UsageMarks is the prefix of the usage marks of one quota: one key per
+// placer that bound a session counted against it.
+func (k Keys) UsageMarks(scope QuotaScope, name string) string {
+	return k.key2(dirUsage, string(scope), name) + "/"
+}
+
+// UsageMark is the key of placer's usage mark for one quota.
+func (k Keys) UsageMark(scope QuotaScope, name, placer string) string {
+	return k.UsageMarks(scope, name) + placer
+}
+
+// QuotaOf is the key of the quota of scope and name.
+func (k Keys) QuotaOf(scope QuotaScope, name string) string {
+	return k.key2(dirQuotas, string(scope), name)
+}
+
+// UsageMark records that a placer bound a session counted against a quota,
+// stored at usage/<scope>/<name>/<placer>. Only its mod revision matters:
+// a bind that checked the quota requires every other placer's mark to be
+// older than the ledgers it summed the quota's use from.
+type UsageMark struct {
+	Placer  string    `json:"placer"`
+	Session string    `json:"session"`
+	At      time.Time `json:"at"`
+}
+
+// QuotaGuard makes a bind depend on one quota as the placer read it.
+//
+// A placer sums a quota's use over the ledgers of every node, but binds
+// only on its own nodes: two placers that each see room under a quota
+// could both bind and together exceed it, and comparing every ledger of
+// the cluster would make every bind conflict with every other. Instead
+// each bind that was checked against a quota writes the placer's usage
+// mark for it, and requires that the quota key is at QuotaRevision (the
+// limit it checked) and that no other placer's mark is newer than
+// LedgersAt, the revision up to which its ledgers were read. A bind
+// another placer committed after that read therefore refuses this one,
+// which is planned again on ledgers that show it. The placer's own mark is
+// not compared: its own binds of one pass were planned together, and a
+// pass plans only once its caches show its earlier binds.
+type QuotaGuard struct {
+	Scope QuotaScope
+	Name  string
+	// QuotaRevision is the quota key's mod revision as read.
+	QuotaRevision int64
+	// LedgersAt is the revision the ledgers were read at.
+	LedgersAt int64
+	// Placer is the id of the binding placer, whose mark is written.
+	Placer string
+	// Session is recorded in the mark, for people reading it.
+	Session string
+}
+
+// quotaGuardOps returns the compares and the mark write of g.
+func quotaGuardOps(k Keys, g QuotaGuard, now time.Time) ([]clientv3.Cmp, clientv3.Op, error) {
+	marks := k.UsageMarks(g.Scope, g.Name)
+	mine := k.UsageMark(g.Scope, g.Name, g.Placer)
+	end := clientv3.GetPrefixRangeEnd(marks)
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(k.QuotaOf(g.Scope, g.Name)), "=", g.QuotaRevision),
+		// Every other placer's mark: the keys before ours and after it.
+		clientv3.Compare(clientv3.ModRevision(marks), "<", g.LedgersAt+1).WithRange(mine),
+		clientv3.Compare(clientv3.ModRevision(mine+"\x00"), "<", g.LedgersAt+1).WithRange(end),
+	}
+	v, err := Encode(UsageMark{Placer: g.Placer, Session: g.Session, At: now})
+	if err != nil {
+		return nil, clientv3.Op{}, fmt.Errorf("build quota guard: %w", err)
+	}
+	return cmps, clientv3.OpPut(mine, v), nil
+}
