@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/voyager-gpu/voyager/internal/etcdrbac"
+	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
 )
 
@@ -55,7 +56,7 @@ func startSecureEtcd(t *testing.T, n int, nodes []string) *secureCluster {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		t.Fatalf("etcd server not found (%v): install Debian's etcd-server", err)
+		testreq.Missing(t, "etcd-server", fmt.Sprintf("etcd server not found (%v): install Debian's etcd-server", err))
 	}
 	dir := t.TempDir()
 	c := &secureCluster{t: t, pki: filepath.Join(dir, "pki"), members: map[string]*exec.Cmd{}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/voyager-gpu/voyager/internal/pki"
+	"github.com/voyager-gpu/voyager/internal/testreq"
 )
 
 // Secure is Debian's etcd serving TLS only, with --client-cert-auth: the CN
@@ -39,7 +41,7 @@ func StartSecure(tb testing.TB) *Secure {
 	}
 	path, err := exec.LookPath(bin)
 	if err != nil {
-		tb.Fatalf("etcd server not found (%v): install Debian's etcd-server (.ci/run does) or set VOYAGER_TEST_ETCD", err)
+		testreq.Missing(tb, "etcd-server", fmt.Sprintf("etcd server not found (%v): install Debian's etcd-server (.ci/run does) or set VOYAGER_TEST_ETCD", err))
 	}
 	dir := tb.TempDir()
 	ca, err := pki.NewCA("voyager test CA", time.Hour)
