@@ -24,6 +24,7 @@ import (
 	"github.com/voyager-gpu/voyager/internal/etcdrbac"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // secureCluster is a Voyager cluster with TLS everywhere and etcd
@@ -49,10 +50,29 @@ func runVoyager(t *testing.T, environ []string, args ...string) (int, string) {
 	return c.ProcessState.ExitCode(), out.String()
 }
 
+// etcdMember is one member to start: its name, the network namespace it
+// runs in ("" for the host's) and its client and peer host:port.
+type etcdMember struct{ name, ns, client, peer string }
+
 // startSecureEtcd writes the cluster's certificates with voyager certs for
-// the named nodes and starts n etcd members (Debian's etcd) serving TLS to
-// clients and peers, both with client-certificate authentication.
+// the named nodes and starts n etcd members (Debian's etcd) on loopback.
 func startSecureEtcd(t *testing.T, n int, nodes []string) *secureCluster {
+	t.Helper()
+	var ms []etcdMember
+	for i := range n {
+		ms = append(ms, etcdMember{fmt.Sprintf("vdep-etcd-%d", i+1), "", freeAddr(t), freeAddr(t)})
+	}
+	args := []string{"--api-hosts", "127.0.0.1"}
+	for _, node := range nodes {
+		args = append(args, "--node", node+"=127.0.0.1")
+	}
+	return startSecureEtcdMembers(t, ms, args)
+}
+
+// startSecureEtcdMembers writes the certificates with voyager certs (the
+// members' and those certArgs ask for) and starts the members, serving
+// TLS to clients and peers with client-certificate authentication on both.
+func startSecureEtcdMembers(t *testing.T, ms []etcdMember, certArgs []string) *secureCluster {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -60,19 +80,13 @@ func startSecureEtcd(t *testing.T, n int, nodes []string) *secureCluster {
 	}
 	dir := t.TempDir()
 	c := &secureCluster{t: t, pki: filepath.Join(dir, "pki"), members: map[string]*exec.Cmd{}}
-	args := []string{"certs", "-dir", c.pki, "-api-hosts", "127.0.0.1", "-validity", "2h", "-ca-validity", "3h"}
+	args := append([]string{"certs", "--dir", c.pki, "--validity", "2h", "--ca-validity", "3h"}, certArgs...)
 	var cluster []string
-	type member struct{ name, client, peer string }
-	var ms []member
-	for i := range n {
-		m := member{fmt.Sprintf("vdep-etcd-%d", i+1), freeAddr(t), freeAddr(t)}
-		ms = append(ms, m)
-		args = append(args, "-etcd", m.name+"=127.0.0.1")
+	for _, m := range ms {
+		host, _, _ := strings.Cut(m.client, ":")
+		args = append(args, "--etcd", m.name+"="+host)
 		cluster = append(cluster, m.name+"=https://"+m.peer)
 		c.endpoints = append(c.endpoints, "https://"+m.client)
-	}
-	for _, node := range nodes {
-		args = append(args, "-node", node+"=127.0.0.1")
 	}
 	if code, out := runVoyager(t, nil, args...); code != 0 {
 		t.Fatalf("voyager certs: exit %d\n%s", code, out)
@@ -80,15 +94,19 @@ func startSecureEtcd(t *testing.T, n int, nodes []string) *secureCluster {
 	ca := filepath.Join(c.pki, "ca.pem")
 	for _, m := range ms {
 		cert, key := filepath.Join(c.pki, "etcd", m.name+".pem"), filepath.Join(c.pki, "etcd", m.name+"-key.pem")
-		cmd := exec.Command(bin,
+		eargs := []string{
 			"--name", m.name, "--data-dir", filepath.Join(dir, m.name),
-			"--listen-client-urls", "https://"+m.client, "--advertise-client-urls", "https://"+m.client,
-			"--listen-peer-urls", "https://"+m.peer, "--initial-advertise-peer-urls", "https://"+m.peer,
+			"--listen-client-urls", "https://" + m.client, "--advertise-client-urls", "https://" + m.client,
+			"--listen-peer-urls", "https://" + m.peer, "--initial-advertise-peer-urls", "https://" + m.peer,
 			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
-			"--initial-cluster-token", "vdep-"+filepath.Base(dir),
+			"--initial-cluster-token", "vdep-" + filepath.Base(dir),
 			"--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
 			"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", ca, "--peer-client-cert-auth",
-			"--unsafe-no-fsync", "--log-level", "error")
+			"--unsafe-no-fsync", "--log-level", "error"}
+		cmd := exec.Command(bin, eargs...)
+		if m.ns != "" {
+			cmd = exec.Command("ip", append([]string{"netns", "exec", m.ns, bin}, eargs...)...)
+		}
 		logf, err := os.Create(filepath.Join(dir, m.name+".log"))
 		if err != nil {
 			t.Fatal(err)
@@ -227,115 +245,141 @@ func importImage(t *testing.T, rt *runtime.Containerd, namespace string) {
 	})
 }
 
-// TestSecureClusterE2E runs Voyager as it is deployed: three etcd members
-// with TLS (clients and peers) and authentication on, the roles set up by
-// voyager etcd-roles, an API serving HTTPS, two placers and two agents on
-// real containerd, each process with its own certificate and etcd user.
-// Jobs submitted with voyager run over HTTPS run on both nodes and their
-// logs come back through the agents' mutual-TLS log endpoints. Then the
-// etcd leader and a placer are killed, and the next job still runs.
-func TestSecureClusterE2E(t *testing.T) {
-	needBinary(t)
-	nodes := []string{"vdep-a", "vdep-b"}
-	rt := privateContainerd(t, nodes[0])
-	importImage(t, rt, nodes[1])
-	c := startSecureEtcd(t, 3, nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+// voyagerIn starts the built binary with environ inside network namespace
+// ns, or on the host for "".
+func voyagerIn(t *testing.T, ns string, environ []string, args ...string) *proc {
+	t.Helper()
+	if ns == "" {
+		return start(t, environ, args...)
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, binary}, args...)...)
+	cmd.Env = environ
+	return startCmd(t, cmd, ns+": "+strings.Join(args, " "))
+}
 
-	rootEnv := c.as(etcdrbac.Root)
+// setupRoles runs voyager etcd-roles setup and check as root for nodes.
+func (c *secureCluster) setupRoles(nodes []string) {
+	c.t.Helper()
 	args := []string{"etcd-roles", "setup"}
 	for _, n := range nodes {
-		args = append(args, "-node", n)
+		args = append(args, "--node", n)
 	}
-	if code, out := runVoyager(t, rootEnv, args...); code != 0 || !strings.Contains(out, "authentication: enabled") {
-		t.Fatalf("etcd-roles setup: exit %d\n%s", code, out)
+	rootEnv := c.as(etcdrbac.Root)
+	if code, out := runVoyager(c.t, rootEnv, args...); code != 0 || !strings.Contains(out, "authentication: enabled") {
+		c.t.Fatalf("etcd-roles setup: exit %d\n%s", code, out)
 	}
 	args[1] = "check"
-	if code, out := runVoyager(t, rootEnv, args...); code != 0 || !strings.Contains(out, "ok:") {
-		t.Fatalf("etcd-roles check: exit %d\n%s", code, out)
+	if code, out := runVoyager(c.t, rootEnv, args...); code != 0 || !strings.Contains(out, "ok:") {
+		c.t.Fatalf("etcd-roles check: exit %d\n%s", code, out)
 	}
+}
 
-	secret := "vdep-" + strings.Repeat("s", 40)
-	apiAddr := freeAddr(t)
-	api := start(t, c.as(etcdrbac.API, append(c.https(etcdrbac.API, apiAddr), "VOYAGER_JWT_SECRET="+secret)...), "api")
-	api.waitFor(`msg="api listening"`, 30*time.Second)
-	var placers []*proc
-	for range 2 {
-		p := start(t, c.as(etcdrbac.Placer, "VOYAGER_HTTP_ADDR="+freeAddr(t), "VOYAGER_PLACER_STRATEGY=spread",
-			"VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_DATA_DIR="+t.TempDir()), "placer")
-		p.waitFor(`msg="placer caches synced"`, 30*time.Second)
-		placers = append(placers, p)
-	}
-	agentHTTP := map[string]string{}
-	for i, n := range nodes {
-		home := t.TempDir()
-		agentHTTP[n] = freeAddr(t)
-		user := etcdrbac.Agent(n)
-		a := start(t, c.as(user, append(c.https(user, agentHTTP[n]),
-			"HOME="+home, "VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_CLIENT_CA="+filepath.Join(c.pki, "ca.pem"),
-			"VOYAGER_AGENT_NODE="+n, "VOYAGER_AGENT_ADDRESS=127.0.0.1",
-			"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+n,
-			fmt.Sprintf("VOYAGER_AGENT_PORTS=%d-%d", 47100+50*i, 47149+50*i),
-			"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
-			"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")...), "agent")
-		a.waitFor(`msg="node registered"`, 60*time.Second)
-	}
+// startAPI starts an API in ns serving HTTPS on addr.
+func (c *secureCluster) startAPI(ns, addr, secret string) *proc {
+	c.t.Helper()
+	p := voyagerIn(c.t, ns, c.as(etcdrbac.API, append(c.https(etcdrbac.API, addr), "VOYAGER_JWT_SECRET="+secret)...), "api")
+	p.waitFor(`msg="api listening"`, 30*time.Second)
+	return p
+}
 
-	// The CLI trusts the cluster CA through Go's SSL_CERT_FILE.
-	cliEnv := []string{"HOME=" + t.TempDir(), "SSL_CERT_FILE=" + filepath.Join(c.pki, "ca.pem"),
+// startPlacer starts a placer in ns (spread, a 2 s membership lease).
+func (c *secureCluster) startPlacer(ns, httpAddr string) *proc {
+	c.t.Helper()
+	p := voyagerIn(c.t, ns, c.as(etcdrbac.Placer, "VOYAGER_HTTP_ADDR="+httpAddr, "VOYAGER_PLACER_STRATEGY=spread",
+		"VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_DATA_DIR="+c.t.TempDir()), "placer")
+	p.waitFor(`msg="placer caches synced"`, 30*time.Second)
+	return p
+}
+
+// startAgent starts node's agent in ns, reachable at address with its
+// HTTPS log endpoint on httpAddr (client certificates of the cluster CA
+// only), running sessions in containerd namespace node of rt with two
+// simulated GPUs and a 2 s lease.
+func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string) *proc {
+	c.t.Helper()
+	home := c.t.TempDir()
+	user := etcdrbac.Agent(node)
+	p := voyagerIn(c.t, ns, c.as(user, append(c.https(user, httpAddr),
+		"HOME="+home, "VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_CLIENT_CA="+filepath.Join(c.pki, "ca.pem"),
+		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS="+address,
+		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+node, "VOYAGER_AGENT_PORTS="+ports,
+		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")...), "agent")
+	p.waitFor(`msg="node registered"`, 60*time.Second)
+	return p
+}
+
+// cliEnv is the environment of the CLI against the API at apiAddr, as
+// user ada: it trusts the cluster CA through Go's SSL_CERT_FILE.
+func (c *secureCluster) cliEnv(apiAddr, secret string) []string {
+	c.t.Helper()
+	env := []string{"HOME=" + c.t.TempDir(), "SSL_CERT_FILE=" + filepath.Join(c.pki, "ca.pem"),
 		envURL + "=https://" + apiAddr, "VOYAGER_JWT_SECRET=" + secret}
-	cliEnv = append(cliEnv, envToken+"="+binaryToken(t, cliEnv, "-sub", "ada"))
-	// Two 2-GPU jobs at once: each node has two GPUs, so one runs on each.
-	runJobs := func(n int) []string {
-		t.Helper()
-		var wg sync.WaitGroup
-		outs := make([]string, n)
-		for i := range n {
-			wg.Go(func() {
-				code, out := runVoyager(t, cliEnv, "run", "-gpus", "2", "--", "sh", "-c", "sleep 1; echo hi from $(hostname); exit 3")
-				if code != 3 || !strings.Contains(out, "hi from") {
-					t.Errorf("voyager run: exit %d, want 3 with its output:\n%s", code, out)
-				}
-				outs[i] = out
-			})
-		}
-		wg.Wait()
-		return outs
+	return append(env, envToken+"="+binaryToken(c.t, env, "--sub", "ada"))
+}
+
+// runJobs runs n `voyager run --gpus 2` jobs at once (each node has two
+// GPUs, so with spread each lands on its own node) and requires each to
+// print its output and exit 3, the job's code.
+func runJobs(t *testing.T, env []string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			code, out := runVoyager(t, env, "run", "--gpus", "2", "--", "sh", "-c", "sleep 1; echo hi from the job; exit 3")
+			if code != 3 || !strings.Contains(out, "hi from the job") {
+				t.Errorf("voyager run: exit %d, want 3 with its output:\n%s", code, out)
+			}
+		})
 	}
-	runJobs(2)
+	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
-	operator := c.client(etcdrbac.Operator)
-	st, err := operator.Get(ctx, keys.StatusDir(), clientv3.WithPrefix())
+}
+
+// nodesOfStatuses returns the nodes that the statuses under status/ name,
+// read with cli.
+func nodesOfStatuses(t *testing.T, ctx context.Context, cli *clientv3.Client) map[string]bool {
+	t.Helper()
+	resp, err := cli.Get(ctx, keys.StatusDir(), clientv3.WithPrefix())
 	if err != nil {
-		t.Fatalf("operator reads statuses: %v", err)
+		t.Fatalf("read statuses: %v", err)
 	}
-	onNodes := map[string]bool{}
-	for _, kv := range st.Kvs {
-		for _, n := range nodes {
-			if strings.Contains(string(kv.Value), `"nodes":["`+n+`"]`) {
-				onNodes[n] = true
-			}
+	out := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		st, err := state.Decode[state.Status](kv.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range st.Nodes {
+			out[n] = true
 		}
 	}
-	if len(onNodes) != 2 {
-		t.Fatalf("jobs ran on %v; want one on each of %v", onNodes, nodes)
-	}
-	if _, err := operator.Get(ctx, keys.SecretsDir(), clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+	return out
+}
+
+// checkRefusals: the operator reads no secrets, an agent cannot write
+// another node's binding, and an agent's log endpoint refuses a client
+// without a certificate of the cluster CA.
+func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agentHTTP string) {
+	t := c.t
+	t.Helper()
+	if _, err := c.client(etcdrbac.Operator).Get(ctx, keys.SecretsDir(), clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("operator reading secrets/: %v, want permission denied", err)
 	}
 	agentA := c.client(etcdrbac.Agent(nodes[0]))
-	if _, err := agentA.Put(ctx, keys.Binding(nodes[1], "s-forged"), `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
-		t.Errorf("agent %s writing a binding of %s: %v, want permission denied", nodes[0], nodes[1], err)
+	for _, key := range []string{keys.Binding(nodes[1], "s-forged"), keys.Ledger(nodes[1]), keys.Node(nodes[1])} {
+		if _, err := agentA.Put(ctx, key, `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("agent %s writing %s: %v, want permission denied", nodes[0], key, err)
+		}
 	}
-
-	// The agents' log endpoints take only clients with the cluster's
-	// certificates.
+	if _, err := c.client(etcdrbac.API).Put(ctx, keys.Ledger(nodes[0]), `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("api writing a ledger: %v, want permission denied", err)
+	}
 	for _, user := range []string{"", etcdrbac.Operator} {
 		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: c.tlsConfig(user)}}
-		resp, err := hc.Get("https://" + agentHTTP[nodes[0]] + "/healthz")
+		resp, err := hc.Get("https://" + agentHTTP + "/healthz")
 		switch {
 		case user == "" && err == nil:
 			resp.Body.Close()
@@ -346,31 +390,72 @@ func TestSecureClusterE2E(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
+}
 
-	// Kill the etcd leader and a placer. The remaining members elect a
-	// leader; the CLI retries a create that etcd could not answer
-	// meanwhile (same idempotency key), and the jobs run.
+// killLeader kills the etcd leader and returns its name and how long the
+// others took to elect a new one.
+func (c *secureCluster) killLeader(ctx context.Context) (string, time.Duration) {
+	c.t.Helper()
 	root := c.client(etcdrbac.Root)
 	leader := c.leader(ctx, root)
 	killed := time.Now()
 	if err := c.members[leader].Process.Kill(); err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
-	if err := placers[0].cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	var elected time.Duration
 	for {
 		if l := c.leader(ctx, root); l != "" && l != leader {
-			elected = time.Since(killed)
-			break
+			return leader, time.Since(killed)
 		}
 		if time.Since(killed) > 30*time.Second {
-			t.Fatal("no new etcd leader within 30s")
+			c.t.Fatal("no new etcd leader within 30s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	runJobs(2)
+}
+
+// TestSecureClusterE2E runs Voyager as it is deployed, on loopback: three
+// etcd members with TLS (clients and peers) and authentication on, the
+// roles set up by voyager etcd-roles, an API serving HTTPS, two placers and
+// two agents on real containerd, each process with its own certificate and
+// etcd user. Jobs submitted with voyager run over HTTPS run on both nodes
+// and their logs come back through the agents' mutual-TLS log endpoints.
+// Then the etcd leader and a placer are killed, and the next jobs still
+// run. TestMultiMachineE2E does the same across network namespaces.
+func TestSecureClusterE2E(t *testing.T) {
+	needBinary(t)
+	nodes := []string{"vdep-a", "vdep-b"}
+	rt := privateContainerd(t, nodes[0])
+	importImage(t, rt, nodes[1])
+	c := startSecureEtcd(t, 3, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c.setupRoles(nodes)
+
+	secret := "vdep-" + strings.Repeat("s", 40)
+	apiAddr := freeAddr(t)
+	c.startAPI("", apiAddr, secret)
+	placers := []*proc{c.startPlacer("", freeAddr(t)), c.startPlacer("", freeAddr(t))}
+	agentHTTP := map[string]string{}
+	for i, n := range nodes {
+		agentHTTP[n] = freeAddr(t)
+		c.startAgent("", n, "127.0.0.1", agentHTTP[n], rt, fmt.Sprintf("%d-%d", 47100+50*i, 47149+50*i))
+	}
+	cliEnv := c.cliEnv(apiAddr, secret)
+	runJobs(t, cliEnv, 2)
+	if on := nodesOfStatuses(t, ctx, c.client(etcdrbac.Operator)); len(on) != 2 {
+		t.Fatalf("jobs ran on %v; want one on each of %v", on, nodes)
+	}
+	c.checkRefusals(ctx, nodes, agentHTTP[nodes[0]])
+
+	// Kill the etcd leader and a placer. The remaining members elect a
+	// leader; the CLI retries a create that etcd could not answer
+	// meanwhile (same idempotency key), and the jobs run.
+	killed := time.Now()
+	leader, elected := c.killLeader(ctx)
+	if err := placers[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	runJobs(t, cliEnv, 2)
 	t.Logf("killed etcd leader %s and a placer: new leader after %s, two jobs ran to completion %s after the kills",
 		leader, elected.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 }
