@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -457,5 +458,157 @@ func TestSecureClusterE2E(t *testing.T) {
 	}
 	runJobs(t, cliEnv, 2)
 	t.Logf("killed etcd leader %s and a placer: new leader after %s, two jobs ran to completion %s after the kills",
+		leader, elected.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// vnet is a network of "machines" on one host: a Linux bridge and, per
+// machine, a network namespace with its own address on it, reached
+// through a veth pair. Names are prefixed vdep- and made unique per test.
+type vnet struct {
+	t      *testing.T
+	id     string
+	bridge string
+	subnet string            // the first three octets, e.g. 10.213.7
+	ns     map[string]string // machine → namespace
+	ip     map[string]string // machine → address
+	veth   map[string]string // machine → host end of its veth
+}
+
+// ipCmd runs ip with args and fails the test on an error.
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// newVNet makes a machine per name. The host is .1 on the bridge.
+func newVNet(t *testing.T, names ...string) *vnet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testreq.Missing(t, "root", "network namespaces need root")
+	}
+	id := fmt.Sprintf("%04x", time.Now().UnixNano()&0xffff)
+	n := &vnet{t: t, id: id, bridge: "vdep" + id, subnet: fmt.Sprintf("10.213.%d", 1+time.Now().UnixNano()%250),
+		ns: map[string]string{}, ip: map[string]string{}, veth: map[string]string{}}
+	ipCmd(t, "link", "add", n.bridge, "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", n.bridge).Run() })
+	ipCmd(t, "addr", "add", n.subnet+".1/24", "dev", n.bridge)
+	ipCmd(t, "link", "set", n.bridge, "up")
+	for i, name := range names {
+		ns, host, peer := "vdep-"+id+"-"+name, fmt.Sprintf("vd%s%d", id, i), fmt.Sprintf("vd%s%dp", id, i)
+		ipCmd(t, "netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		ipCmd(t, "link", "add", host, "type", "veth", "peer", "name", peer)
+		ipCmd(t, "link", "set", peer, "netns", ns)
+		ipCmd(t, "-n", ns, "link", "set", peer, "name", "eth0")
+		addr := fmt.Sprintf("%s.%d", n.subnet, 10+i)
+		ipCmd(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+		ipCmd(t, "-n", ns, "link", "set", "eth0", "up")
+		ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+		ipCmd(t, "link", "set", host, "master", n.bridge, "up")
+		n.ns[name], n.ip[name], n.veth[name] = ns, addr, host
+	}
+	return n
+}
+
+// TestMultiMachineE2E runs a secured cluster across eight "machines", each
+// a network namespace with its own address on a bridge: three etcd
+// members (TLS for clients and peers, authentication on), two control
+// machines with an API and a placer each, and three GPU machines with an
+// agent each, all on one real containerd. Every process has its own
+// certificate and etcd user. Jobs go through both APIs and run on every
+// GPU machine; a GPU machine is killed (its agent and its link) and its
+// session leaves Running within the lease TTL + 1 s; then the etcd leader
+// and a control machine's placer are killed and jobs still run.
+func TestMultiMachineE2E(t *testing.T) {
+	needBinary(t)
+	gpus := []string{"gpu-1", "gpu-2", "gpu-3"}
+	net := newVNet(t, "etcd-1", "etcd-2", "etcd-3", "ctl-1", "ctl-2", "gpu-1", "gpu-2", "gpu-3")
+	nodes := make([]string, len(gpus))
+	for i, g := range gpus {
+		nodes[i] = "vdep-" + net.id + "-" + g
+	}
+	rt := privateContainerd(t, nodes[0])
+	for _, n := range nodes[1:] {
+		importImage(t, rt, n)
+	}
+	var ms []etcdMember
+	for _, m := range []string{"etcd-1", "etcd-2", "etcd-3"} {
+		ms = append(ms, etcdMember{m, net.ns[m], net.ip[m] + ":2379", net.ip[m] + ":2380"})
+	}
+	certArgs := []string{"--api-hosts", net.ip["ctl-1"] + "," + net.ip["ctl-2"]}
+	for i, g := range gpus {
+		certArgs = append(certArgs, "--node", nodes[i]+"="+net.ip[g])
+	}
+	c := startSecureEtcdMembers(t, ms, certArgs)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c.setupRoles(nodes)
+
+	secret := "vdep-" + strings.Repeat("m", 40)
+	apis := map[string]string{}
+	placers := map[string]*proc{}
+	for _, ctl := range []string{"ctl-1", "ctl-2"} {
+		apis[ctl] = net.ip[ctl] + ":7443"
+		c.startAPI(net.ns[ctl], apis[ctl], secret)
+		placers[ctl] = c.startPlacer(net.ns[ctl], net.ip[ctl]+":7070")
+	}
+	agents := map[string]*proc{}
+	for i, g := range gpus {
+		agents[nodes[i]] = c.startAgent(net.ns[g], nodes[i], net.ip[g], net.ip[g]+":7071", rt, fmt.Sprintf("%d-%d", 47300+50*i, 47349+50*i))
+	}
+
+	// Three 2-GPU jobs through ctl-1's API: one on each GPU machine, their
+	// output streamed back from each agent's log endpoint across the bridge.
+	runJobs(t, c.cliEnv(apis["ctl-1"], secret), 3)
+	operator := c.client(etcdrbac.Operator)
+	if on := nodesOfStatuses(t, ctx, operator); len(on) != 3 {
+		t.Fatalf("jobs ran on %v; want one on each of %v", on, nodes)
+	}
+	c.checkRefusals(ctx, nodes, net.ip["gpu-1"]+":7071")
+
+	// A long job, then its machine dies: agent killed, link down.
+	ctl2 := c.cliEnv(apis["ctl-2"], secret)
+	code, out := runVoyager(t, ctl2, "session", "create", "--kind", "batch", "--gpus", "2", "-o", "json", "--", "sleep", "600")
+	if code != 0 {
+		t.Fatalf("session create: exit %d\n%s", code, out)
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.ID == "" {
+		t.Fatalf("session create printed %q (%v)", out, err)
+	}
+	root := c.client(etcdrbac.Root)
+	st := waitStatus(t, ctx, root, created.ID, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
+	victim := st.Nodes[0]
+	machine := strings.TrimPrefix(victim, "vdep-"+net.id+"-")
+	dead := time.Now()
+	if err := agents[victim].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ipCmd(t, "link", "set", net.veth[machine], "down")
+	st = waitStatus(t, ctx, root, created.ID, "no longer Running", func(st state.Status) bool { return st.Phase != state.PhaseRunning })
+	lost := time.Since(dead)
+	if lost > 3*time.Second {
+		t.Errorf("session on the dead machine %s became %s after %s; want within the lease TTL (2s) + 1s", machine, st.Phase, lost)
+	}
+	t.Logf("machine %s killed: its session %s after %s (%s)", machine, st.Phase, lost.Round(time.Millisecond), st.Reason)
+
+	// The etcd leader and ctl-1's placer die too: jobs through ctl-2's API
+	// run on the two machines left.
+	killed := time.Now()
+	leader, elected := c.killLeader(ctx)
+	if err := placers["ctl-1"].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// The lost session is re-queued; cancel it, so that it takes no GPUs
+	// from the jobs below.
+	if code, out := runVoyager(t, ctl2, "session", "stop", created.ID); code != 0 {
+		t.Fatalf("stop the lost session: exit %d\n%s", code, out)
+	}
+	runJobs(t, ctl2, 2)
+	t.Logf("killed etcd leader %s and ctl-1's placer: new leader after %s, two jobs ran to completion %s after the kills",
 		leader, elected.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 }
