@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -39,11 +40,13 @@ type secureCluster struct {
 	base      []string // environment every process shares
 }
 
-// runVoyager runs the built binary to completion and returns its exit
-// code and output.
+// runVoyager runs the built binary to completion (killed after two
+// minutes) and returns its exit code and output.
 func runVoyager(t *testing.T, environ []string, args ...string) (int, string) {
 	t.Helper()
-	c := exec.Command(binary, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, binary, args...)
 	c.Env = environ
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
@@ -295,8 +298,9 @@ func (c *secureCluster) startPlacer(ns, httpAddr string) *proc {
 // startAgent starts node's agent in ns, reachable at address with its
 // HTTPS log endpoint on httpAddr (client certificates of the cluster CA
 // only), running sessions in containerd namespace node of rt with two
-// simulated GPUs and a 2 s lease.
-func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string) *proc {
+// simulated GPUs and a 2 s lease. It returns the agent and the directory
+// of its users' homes.
+func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string) (*proc, string) {
 	c.t.Helper()
 	home := c.t.TempDir()
 	user := etcdrbac.Agent(node)
@@ -307,7 +311,7 @@ func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runti
 		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
 		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")...), "agent")
 	p.waitFor(`msg="node registered"`, 60*time.Second)
-	return p
+	return p, filepath.Join(home, "data", "homes")
 }
 
 // cliEnv is the environment of the CLI against the API at apiAddr, as
@@ -439,7 +443,7 @@ func TestSecureClusterE2E(t *testing.T) {
 	agentHTTP := map[string]string{}
 	for i, n := range nodes {
 		agentHTTP[n] = freeAddr(t)
-		c.startAgent("", n, "127.0.0.1", agentHTTP[n], rt, fmt.Sprintf("%d-%d", 47100+50*i, 47149+50*i))
+		_, _ = c.startAgent("", n, "127.0.0.1", agentHTTP[n], rt, fmt.Sprintf("%d-%d", 47100+50*i, 47149+50*i))
 	}
 	cliEnv := c.cliEnv(apiAddr, secret)
 	runJobs(t, cliEnv, 2)
@@ -556,7 +560,9 @@ func TestMultiMachineE2E(t *testing.T) {
 	}
 	agents := map[string]*proc{}
 	for i, g := range gpus {
-		agents[nodes[i]] = c.startAgent(net.ns[g], nodes[i], net.ip[g], net.ip[g]+":7071", rt, fmt.Sprintf("%d-%d", 47300+50*i, 47349+50*i))
+		var homes string
+		agents[nodes[i]], homes = c.startAgent(net.ns[g], nodes[i], net.ip[g], net.ip[g]+":7071", rt, fmt.Sprintf("%d-%d", 47300+50*i, 47349+50*i))
+		writeRayStandIn(t, filepath.Join(homes, "ada"))
 	}
 
 	// Three 2-GPU jobs through ctl-1's API: one on each GPU machine, their
@@ -568,9 +574,25 @@ func TestMultiMachineE2E(t *testing.T) {
 	}
 	c.checkRefusals(ctx, nodes, net.ip["gpu-1"]+":7071")
 
+	// A gang: a Ray head and a worker of two GPUs each, so on two machines,
+	// bound in one transaction; the worker gets the head's address on the
+	// bridge (Ray itself is not packaged here: a stand-in on the user's
+	// PATH starts and blocks like it), and the head's exit ends both.
+	code, out := runVoyager(t, c.cliEnv(apis["ctl-1"], secret), "run", "--gpus", "2", "--ray-workers", "1",
+		"--env", "PATH=/home/jovyan/bin:/bin", "--", "sh", "-c", "echo gang head; exit 3")
+	m := regexp.MustCompile(`session (\S+) submitted`).FindStringSubmatch(out)
+	if code != 3 || !strings.Contains(out, "gang head") || m == nil {
+		t.Fatalf("gang: exit %d, want 3 with its output:\n%s", code, out)
+	}
+	gang, _, err := state.Get[state.Status](ctx, operator, keys.Status(m[1]))
+	if err != nil || len(gang.Nodes) != 2 || gang.Nodes[0] == gang.Nodes[1] {
+		t.Fatalf("gang status %+v (%v); want its head and worker on two machines", gang, err)
+	}
+	t.Logf("gang %s ran on %v", m[1], gang.Nodes)
+
 	// A long job, then its machine dies: agent killed, link down.
 	ctl2 := c.cliEnv(apis["ctl-2"], secret)
-	code, out := runVoyager(t, ctl2, "session", "create", "--kind", "batch", "--gpus", "2", "-o", "json", "--", "sleep", "600")
+	code, out = runVoyager(t, ctl2, "session", "create", "--kind", "batch", "--gpus", "2", "-o", "json", "--", "sleep", "600")
 	if code != 0 {
 		t.Fatalf("session create: exit %d\n%s", code, out)
 	}
@@ -596,19 +618,70 @@ func TestMultiMachineE2E(t *testing.T) {
 	}
 	t.Logf("machine %s killed: its session %s after %s (%s)", machine, st.Phase, lost.Round(time.Millisecond), st.Reason)
 
-	// The etcd leader and ctl-1's placer die too: jobs through ctl-2's API
-	// run on the two machines left.
+	// The etcd leader and ctl-1's placer die too, while a long job runs:
+	// it is not lost (etcd carries leases over to the new leader), binding
+	// resumes, and jobs through ctl-2's API run on the machines left.
+	// The lost session is re-queued; cancel it first, so that it takes no
+	// GPUs from the jobs below.
+	if code, out := runVoyager(t, ctl2, "session", "stop", created.ID); code != 0 {
+		t.Fatalf("stop the lost session: exit %d\n%s", code, out)
+	}
+	code, out = runVoyager(t, ctl2, "session", "create", "--kind", "batch", "--gpus", "2", "-o", "json", "--", "sleep", "600")
+	if err := json.Unmarshal([]byte(out), &created); code != 0 || err != nil {
+		t.Fatalf("session create: exit %d (%v)\n%s", code, err, out)
+	}
+	long := created.ID
+	waitStatus(t, ctx, root, long, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
 	killed := time.Now()
 	leader, elected := c.killLeader(ctx)
 	if err := placers["ctl-1"].cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// The lost session is re-queued; cancel it, so that it takes no GPUs
-	// from the jobs below.
-	if code, out := runVoyager(t, ctl2, "session", "stop", created.ID); code != 0 {
-		t.Fatalf("stop the lost session: exit %d\n%s", code, out)
-	}
+	probe := submitAfterFailover(t, ctx, root)
+	waitStatus(t, ctx, root, probe, "Bound", func(st state.Status) bool { return st.Bound != nil })
+	resumed := time.Since(killed)
 	runJobs(t, ctl2, 2)
-	t.Logf("killed etcd leader %s and ctl-1's placer: new leader after %s, two jobs ran to completion %s after the kills",
-		leader, elected.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	if st, _, err := state.Get[state.Status](ctx, root, keys.Status(long)); err != nil || st.Phase != state.PhaseRunning {
+		t.Errorf("the long job across the leader's death: %s %s (%v); want Running", st.Phase, st.Reason, err)
+	}
+	t.Logf("killed etcd leader %s and ctl-1's placer: new leader after %s, a session bound %s after the kills, two jobs ran to completion %s after them",
+		leader, elected.Round(time.Millisecond), resumed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// submitAfterFailover creates a small batch session the way the API does,
+// retrying while etcd cannot answer (its leader just died), and returns
+// its id.
+func submitAfterFailover(t *testing.T, ctx context.Context, cli *clientv3.Client) string {
+	t.Helper()
+	for {
+		now := time.Now().UTC()
+		id, err := state.NewSessionID(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Desired: state.DesiredRunning, Created: now,
+			Command: []string{"true"}, Resources: state.Resources{CPUMilli: 100, MemoryMiB: 64}}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = state.CreateSession(cctx, cli, keys, s, now)
+		cancel()
+		if err == nil {
+			return id
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("create a session after the failover: %v", err)
+		}
+	}
+}
+
+// writeRayStandIn puts a stand-in for Ray's CLI in a user's home (bin/ray):
+// `ray start --block` (a worker) blocks, any other ray command succeeds.
+func writeRayStandIn(t *testing.T, home string) {
+	t.Helper()
+	script := "#!/bin/sh\ncase \" $* \" in *' --block '*) exec sleep 100000 ;; esac\nexit 0\n"
+	if err := os.MkdirAll(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "bin", "ray"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
 }

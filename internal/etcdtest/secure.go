@@ -1,12 +1,9 @@
 package etcdtest
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/voyager-gpu/voyager/internal/pki"
-	"github.com/voyager-gpu/voyager/internal/testreq"
 )
 
 // Secure is Debian's etcd serving TLS only, with --client-cert-auth: the CN
@@ -35,14 +31,7 @@ type Secure struct {
 // it on (etcdrbac.Setup does).
 func StartSecure(tb testing.TB) *Secure {
 	tb.Helper()
-	bin := os.Getenv("VOYAGER_TEST_ETCD")
-	if bin == "" {
-		bin = "etcd"
-	}
-	path, err := exec.LookPath(bin)
-	if err != nil {
-		testreq.Missing(tb, "etcd-server", fmt.Sprintf("etcd server not found (%v): install Debian's etcd-server (.ci/run does) or set VOYAGER_TEST_ETCD", err))
-	}
+	path := etcdBinary(tb)
 	dir := tb.TempDir()
 	ca, err := pki.NewCA("voyager test CA", time.Hour)
 	if err != nil {
@@ -59,7 +48,7 @@ func StartSecure(tb testing.TB) *Secure {
 	certFile, keyFile := s.writePair(tb, "member", member)
 	client, peer := freePort(tb), freePort(tb)
 	s.Endpoint = "https://" + client
-	cmd := exec.Command(path,
+	runEtcd(tb, path, dir,
 		"--name", "test",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", s.Endpoint,
@@ -72,34 +61,8 @@ func StartSecure(tb testing.TB) *Secure {
 		"--unsafe-no-fsync",
 		"--log-level", "error",
 	)
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start etcd: %v", err)
-	}
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logf.Close()
-	})
-	cli := s.Client(tb, "root")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := cli.Get(ctx, "health")
-		cancel()
-		if err == nil {
-			return s
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
-			tb.Fatalf("etcd did not answer within 30s: %v\n%s", err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitAnswers(tb, s.Client(tb, "root"), dir)
+	return s
 }
 
 // writePair writes a leaf's certificate and key under the server's
