@@ -5,13 +5,15 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BENCHTIME ?= 1s
 STATICCHECK_VERSION := v0.8.2
+# Where make image keeps the notebook image's archive (outside the repo).
+IMAGE_CACHE ?= $(or $(VOYAGER_IMAGE_CACHE),$(HOME)/.cache/voyager/images)
 
 # go-nvml resolves NVML symbols at run time; Debian's linker binds eagerly
 # unless told otherwise, so every binary and test binary links lazily.
 LAZY := -extldflags=-Wl,-z,lazy
 BUILD_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -extldflags "-Wl,-z,lazy"
 
-.PHONY: build dev test test-short bench lint e2e
+.PHONY: build dev image test test-short bench lint e2e soak
 
 ## build: bin/voyager with the version stamped in
 build:
@@ -23,11 +25,26 @@ dev: build
 	deploy/dev-setup.sh
 	bin/voyager dev
 
-## test: the whole suite: Go with the race detector, then the JupyterHub spawner's tests (what CI runs).
+## image: build voyager.local/jupyter:latest from Debian's packages (deploy/images/jupyter/build.sh,
+## cached in IMAGE_CACHE; root) and load it into the node agent's containerd (voyager dev's)
+image: build
+	deploy/images/jupyter/build.sh $(IMAGE_CACHE)/voyager.local-jupyter.tar
+	bin/voyager image load $(IMAGE_CACHE)/voyager.local-jupyter.tar
+
+## test: install what the tests need if missing (deploy/test-setup.sh), then the whole suite:
+## Go with the race detector, then the JupyterHub spawner's tests (what CI runs).
 ## VOYAGER_TEST_REQUIRE=all (internal/testreq): a test whose real component is missing fails, never skips.
 test:
+	deploy/test-setup.sh
 	VOYAGER_TEST_REQUIRE=all go test -race -count=1 -timeout 60m -ldflags=$(LAZY) ./...
 	/usr/bin/python3 -m unittest discover -s deploy/jupyterhub/tests
+
+## soak: the randomized soak (history/soak_test.go) for SOAK_BINDS binds (default 1,000,000), without
+## the race detector: placers, agents, the lifecycle controller and users with chaos on a real etcd, the
+## history checker over the whole history; reports binds, violations (must be 0) and time
+SOAK_BINDS ?= 1000000
+soak:
+	go test -count=1 -timeout 0 -ldflags=$(LAZY) -run '^TestSoak$$' -v ./history/ -args -soak.binds=$(SOAK_BINDS)
 
 ## test-short: a quick local loop; skips tests that build and run processes
 test-short:

@@ -107,7 +107,7 @@ func (r *Retention) lead(ctx context.Context) error {
 		return err
 	}
 	defer s.Close()
-	r.log.Info("retention sweeper elected", "after", r.cfg.After, "history", r.cfg.HistoryPath)
+	r.log.Debug("retention sweeper elected", "after", r.cfg.After, "history", r.cfg.HistoryPath)
 	tick := time.NewTicker(r.cfg.Every)
 	defer tick.Stop()
 	for {

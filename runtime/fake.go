@@ -54,6 +54,9 @@ func (f *Fake) EnsureImage(_ context.Context, ref string) error {
 	if f.images[ref] {
 		return nil
 	}
+	if IsLocalImage(ref) {
+		return notImported(ref, "fake")
+	}
 	if f.pullable != nil && f.pullable(ref) {
 		f.images[ref] = true
 		return nil

@@ -76,8 +76,10 @@ var docTypes = map[string]any{
 	"Placer":     state.Placer{},
 	"Warning":    state.Warning{},
 	"Secrets":    state.Secrets{},
+	"UsageMark":  state.UsageMark{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
+	"UIDRecord":         state.UIDRecord{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.

@@ -26,6 +26,7 @@ const (
 	dirWarnings = "warnings"
 	dirSecrets  = "secrets"
 	dirElection = "elections"
+	dirUIDs     = "uids"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;
@@ -162,6 +163,10 @@ func (k Keys) Secret(node, id string) string { return k.key2(dirSecrets, node, i
 // Elections is the prefix of the placers' elections (etcd's election
 // recipe under it: elections/<name>/<lease>).
 func (k Keys) Elections() string { return k.dir(dirElection) }
+
+// UIDs is the prefix of the owners' container user ids (uids/owners/<owner>
+// and uids/numbers/<uid>; see EnsureUID).
+func (k Keys) UIDs() string { return k.dir(dirUIDs) }
 
 // SessionID returns the session id of a key under sessions/, pending/,
 // status/ or warnings/, and false for any other key.

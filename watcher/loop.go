@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -310,7 +311,13 @@ func (c *Cache[T]) applyList(ctx context.Context, rev int64, kvs []*mvccpb.KeyVa
 	c.bad = bad
 	c.snap.Store(b.build(rev))
 	c.deliver(ctx, out)
-	c.log.Info("listed", "revision", rev, "keys", len(kvs), "initial", info.Initial,
+	// A first list is routine (every start); a relist after a compaction
+	// or a broken watch is worth seeing.
+	level := slog.LevelDebug
+	if !info.Initial {
+		level = slog.LevelInfo
+	}
+	c.log.Log(ctx, level, "listed", "revision", rev, "keys", len(kvs), "initial", info.Initial,
 		"added", info.Added, "modified", info.Modified, "deleted", info.Deleted)
 	for _, fn := range c.syncHooks {
 		fn(info)

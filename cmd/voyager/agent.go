@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,9 +32,11 @@ import (
 // agentEnvs are the settings the node agent reads.
 var agentEnvs = []string{
 	config.EnvAgentNode, config.EnvAgentAddress, config.EnvAgentContainerd, config.EnvAgentNamespace,
-	config.EnvAgentLeaseTTL, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
+	config.EnvAgentLeaseTTL, config.EnvAgentFenceAfter, config.EnvAgentFenceGrace, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
+	config.EnvAgentNetwork, config.EnvAgentNetworkName, config.EnvAgentNetworkSubnet, config.EnvAgentNetworkDeny,
+	config.EnvAgentNetworkAllow, config.EnvAgentCNIPluginDirs,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
 	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention,
 }
@@ -41,7 +45,9 @@ const agentLong = `Runs the node agent of this machine until SIGINT or SIGTERM: 
 the machine's GPUs (from NVML, or made up by VOYAGER_AGENT_SIMULATE_GPUS) under
 a lease, and runs in containerd exactly the sessions bound to this node. Run one
 per GPU machine, as root. Stopping it leaves the containers running; started
-again, it adopts them. It serves /healthz, /readyz and /metrics on
+again, it adopts them. Cut off from etcd for VOYAGER_AGENT_FENCE_AFTER (half
+the lease), it stops and removes the node's containers before its lease can
+expire and the sessions run elsewhere (fencing). It serves /healthz, /readyz and /metrics on
 VOYAGER_HTTP_ADDR.`
 
 func newAgentCmd() *cobra.Command {
@@ -60,13 +66,9 @@ func newAgentCmd() *cobra.Command {
 }
 
 func runAgent(cmd *cobra.Command, _ []string) error {
-	cfg, err := loadConfig(cmd)
+	cfg, err := loadClusterConfig(cmd)
 	if err != nil {
 		return err
-	}
-	if err := cfg.RequireEndpoints(); err != nil {
-		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
-		return exitCode(exitUsage)
 	}
 	ctx := cmd.Context()
 	log := cfg.NewLogger(cmd.ErrOrStderr())
@@ -85,7 +87,7 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 	mux := http.NewServeMux()
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(parts.agent.Collectors()...)
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
@@ -112,6 +114,12 @@ type agentParts struct {
 	rt     *runtime.Containerd
 	daemon *runtime.Daemon
 	nvml   *nodeagent.NVMLSampler
+
+	// What voyager dev's start block tells.
+	node       string
+	gpus       []state.GPU
+	simulated  bool
+	containerd string // the socket in use
 }
 
 func (p *agentParts) component() component {
@@ -169,25 +177,37 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	if home == "" {
 		home = filepath.Join(cfg.DataDir, "homes")
 	}
+	instance := agentInstance(node, cfg)
 	cdiDirs := cfg.AgentCDISpecDirs
 	if simulated && cfg.AgentGPUMode == nodeagent.GPUModeCDI {
-		dir, err := writeSimulatedCDISpec(node, gpus)
+		dir, err := writeSimulatedCDISpec(instance, gpus)
 		if err != nil {
 			return nil, err
 		}
 		cdiDirs = append(append([]string(nil), cdiDirs...), dir)
 	}
-	parts := &agentParts{}
+	parts := &agentParts{node: node, gpus: gpus, simulated: simulated}
 	ropts := runtime.ContainerdOptions{
 		Address: cfg.AgentContainerd, Namespace: cfg.AgentNamespace, CDISpecDirs: cdiDirs, Logger: log,
+		Network: runtime.NetworkOptions{
+			Mode: cfg.AgentNetwork, Name: instance, Subnet: cfg.AgentNetworkSubnet,
+			PluginDirs: cfg.AgentCNIPluginDirs, DenyCIDRs: cfg.AgentNetworkDeny,
+			BlockedPorts: [2]int{first, last}, Allow: allowEndpoints(cfg.AgentNetworkAllow),
+		},
+	}
+	if cfg.AgentNetwork == runtime.NetworkHost {
+		log.Warn("sessions run on the machine's network: they reach etcd, the agent, the API and each other (" + config.EnvAgentNetwork + "=host is for debugging only)")
 	}
 	if cfg.AgentGPUMode == nodeagent.GPUModeEnv {
 		ropts.RuntimeBinary = "nvidia-container-runtime"
 	}
 	rt, err := runtime.NewContainerd(ctx, ropts)
+	if errors.Is(err, runtime.ErrNetworkSetup) {
+		return nil, fmt.Errorf("%w (set %s=host to run sessions without isolation, for debugging only)", err, config.EnvAgentNetwork)
+	}
 	if err != nil && dev {
-		dir := filepath.Join(cfg.DataDir, "containerd")
-		log.Info("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
+		dir := devContainerdDir(cfg)
+		log.Debug("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
 		d, derr := runtime.StartContainerd(ctx, dir)
 		if derr != nil {
 			return nil, fmt.Errorf("no containerd at %s (%s) and none could be started: %w", cfg.AgentContainerd, config.EnvAgentContainerd, derr)
@@ -201,6 +221,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		return nil, fmt.Errorf("%w (set %s)", err, config.EnvAgentContainerd)
 	}
 	parts.rt = rt
+	parts.containerd = ropts.Address
 	if dev {
 		if err := ensureDevImage(ctx, rt, cfg.AgentImage, log); err != nil {
 			log.Warn("no default session image: sessions that name none will fail", "image", cfg.AgentImage, "err", err)
@@ -219,7 +240,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		parts.nvml, sampler = nv, nv
 	}
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
+	fenceAfter, fenceGrace := cfg.FenceTimings()
 	parts.agent = nodeagent.New(nodeagent.Config{
+		FenceAfter: fenceAfter, FenceGrace: fenceGrace,
 		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
@@ -249,7 +272,8 @@ func inventory(node string, cfg config.Config, log *slog.Logger, dev bool) ([]st
 	switch {
 	case errors.Is(err, nodeagent.ErrNoNVML) && dev:
 		gpus, err := nodeagent.SimulatedGPUs(node, devSimulatedGPUs)
-		log.Warn("NVML not found (no NVIDIA driver): voyager dev SIMULATES GPUs; the node is marked simulated", "gpus", devSimulatedGPUs)
+		// Expected on a machine without GPUs; dev's start block says so.
+		log.Debug("NVML not found (no NVIDIA driver): voyager dev SIMULATES GPUs; the node is marked simulated", "gpus", devSimulatedGPUs)
 		return gpus, true, err
 	case errors.Is(err, nodeagent.ErrNoNVML):
 		log.Warn("NVML not found (no NVIDIA driver on this machine): this node offers no GPUs; set " + config.EnvAgentSimulateGPUs + " to simulate some")
@@ -277,20 +301,45 @@ func ensureDevImage(ctx context.Context, rt *runtime.Containerd, image string, l
 	if _, err := rt.Import(ctx, &buf); err != nil {
 		return err
 	}
-	log.Info("imported a busybox image as the default session image", "image", image)
+	log.Debug("imported a busybox image as the default session image", "image", image)
 	return nil
+}
+
+// allowEndpoints reads VOYAGER_AGENT_NETWORK_ALLOW's ip:port list (Load
+// validated it).
+func allowEndpoints(list []string) []runtime.Endpoint {
+	var out []runtime.Endpoint
+	for _, a := range list {
+		host, port, _ := net.SplitHostPort(a)
+		n, _ := strconv.Atoi(port)
+		out = append(out, runtime.Endpoint{Addr: host, Ports: []int{n}})
+	}
+	return out
+}
+
+// agentInstance names this agent among others on the machine: the
+// configured network name, else a hash of node, containerd namespace and
+// data directory. It names the session network and the simulated CDI
+// spec's directory, so that agents on one machine (tests, several dev
+// instances) never share either.
+func agentInstance(node string, cfg config.Config) string {
+	if cfg.AgentNetworkName != "" {
+		return cfg.AgentNetworkName
+	}
+	sum := sha256.Sum256([]byte(node + "\x00" + cfg.AgentNamespace + "\x00" + cfg.DataDir))
+	return "a" + hex.EncodeToString(sum[:6])
 }
 
 // writeSimulatedCDISpec writes a CDI spec for simulated GPUs, each
 // /dev/null seen as /dev/nvidia<index> in the container, so that a session on
 // a simulated GPU starts, with a device node that does nothing. It is
-// runtime state, made again at every start, one file per node (several
-// simulated agents may share a machine): it goes to /run/voyager/cdi
-// (root), else to the temporary directory, and returns the directory.
-func writeSimulatedCDISpec(node string, gpus []state.GPU) (string, error) {
-	dir := "/run/voyager/cdi"
+// runtime state of this agent instance, made again at every start: it goes
+// to /run/voyager/cdi/<instance> (root), else to the temporary directory,
+// and returns the directory. Another instance on the machine has its own.
+func writeSimulatedCDISpec(instance string, gpus []state.GPU) (string, error) {
+	dir := filepath.Join("/run/voyager/cdi", instance)
 	if os.MkdirAll(dir, 0o755) != nil {
-		dir = filepath.Join(os.TempDir(), "voyager-cdi-"+node)
+		dir = filepath.Join(os.TempDir(), "voyager-cdi-"+instance)
 	}
 	var b strings.Builder
 	b.WriteString("# Written by voyager for SIMULATED GPUs: the device nodes are /dev/null.\n")
@@ -301,10 +350,7 @@ func writeSimulatedCDISpec(node string, gpus []state.GPU) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("write simulated CDI spec: %w", err)
 	}
-	// Before one file per node there was one for all: it would define
-	// this node's devices twice, and CDI drops devices defined twice.
-	_ = os.Remove(filepath.Join(dir, "voyager-simulated.yaml"))
-	if err := os.WriteFile(filepath.Join(dir, "voyager-simulated-"+node+".yaml"), []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "voyager-simulated.yaml"), []byte(b.String()), 0o644); err != nil {
 		return "", fmt.Errorf("write simulated CDI spec: %w", err)
 	}
 	return dir, nil

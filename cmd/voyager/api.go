@@ -30,6 +30,7 @@ var apiEnvs = []string{
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvHTTPPlain,
 	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
+	config.EnvAPIRegistries, config.EnvAPIMaxQueued,
 }
 
 const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
@@ -54,18 +55,16 @@ func newAPICmd() *cobra.Command {
 }
 
 func runAPI(cmd *cobra.Command, _ []string) error {
-	cfg, err := loadConfig(cmd)
+	cfg, err := loadClusterConfig(cmd)
 	if err != nil {
 		return err
 	}
-	err = cfg.RequireEndpoints()
-	if err == nil && cfg.JWTSecret == "" && cfg.JWTPublicKeys == "" {
-		err = fmt.Errorf("no token verification configured: set %s (HS256) or %s (RS256/ES256 keys, PEM or JWKS)", config.EnvJWTSecret, config.EnvJWTPublicKeys)
+	if cfg.JWTSecret == "" && cfg.JWTPublicKeys == "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: no token verification configured: set %s (HS256) or %s (RS256/ES256 keys, PEM or JWKS)\n",
+			cmd.CommandPath(), config.EnvJWTSecret, config.EnvJWTPublicKeys)
+		return exitCode(exitUsage)
 	}
-	if err == nil {
-		err = cfg.RequireSecureHTTP()
-	}
-	if err != nil {
+	if err := cfg.RequireSecureHTTP(); err != nil {
 		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
 		return exitCode(exitUsage)
 	}
@@ -85,7 +84,7 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(a.Collectors()...)
 	mux := http.NewServeMux()
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	a.Mount(mux)
 	if err := console.Mount(a.Engine(), mux, console.Config{Logger: log}); err != nil {
 		log.Error("voyager api failed", "err", err)
@@ -143,11 +142,13 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		// The lifecycle controller (voyager placer) reads the same two
 		// settings: they must agree, or extensions and runsUntil would
 		// count from another limit than the one enforced.
-		MaxRuntime:    cfg.MaxRuntime,
-		MaxRuntimeCap: cfg.MaxRuntimeCap,
-		MinCPUMilli:   cfg.MinCPUMilli,
-		MinMemoryMiB:  cfg.MinMemoryMiB,
-		Logger:        log,
+		MaxRuntime:        cfg.MaxRuntime,
+		MaxRuntimeCap:     cfg.MaxRuntimeCap,
+		MinCPUMilli:       cfg.MinCPUMilli,
+		MinMemoryMiB:      cfg.MinMemoryMiB,
+		AllowedRegistries: cfg.APIAllowedRegistries,
+		MaxQueuedPerUser:  cfg.APIMaxQueuedPerUser,
+		Logger:            log,
 	})
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -156,8 +158,7 @@ func TestCompletionScripts(t *testing.T) {
 		}
 		sh, err := exec.LookPath(shell)
 		if err != nil {
-			t.Errorf("%s is not installed: apt-get install %s (deploy/test-setup.sh does)", shell, shell)
-			continue
+			testreq.Missing(t, shell, "apt-get install "+shell+" (deploy/test-setup.sh does)")
 		}
 		if b, err := exec.Command(sh, "-n", path).CombinedOutput(); err != nil {
 			t.Errorf("%s -n voyager.%s: %v\n%s", shell, shell, err, b)
@@ -167,7 +168,7 @@ func TestCompletionScripts(t *testing.T) {
 	// shell does on TAB.
 	const bashCompletion = "/usr/share/bash-completion/bash_completion"
 	if _, err := os.Stat(bashCompletion); err != nil {
-		t.Fatalf("bash-completion is not installed (%v): apt-get install bash-completion (deploy/test-setup.sh does)", err)
+		testreq.Missing(t, "bash-completion", "apt-get install bash-completion (deploy/test-setup.sh does)")
 	}
 	script := `source ` + bashCompletion + `; source "$1"
 COMP_WORDS=(voyager ses); COMP_CWORD=1; COMP_LINE="voyager ses"; COMP_POINT=${#COMP_LINE}
@@ -178,5 +179,39 @@ printf '%s\n' "${COMPREPLY[@]}"`
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "session") {
 		t.Errorf("bash completion of 'voyager ses': %v\n%s", err, out)
+	}
+}
+
+// TestCLIFollowsEveryAttempt: a batch session restarted after failures
+// (OnFailure) shows the output of every attempt, each marked, in voyager
+// run (which exits with the last attempt's code) and session logs -f.
+func TestCLIFollowsEveryAttempt(t *testing.T) {
+	e := newCLIEnv(t)
+	startFakeAgent(e)
+	loginAs(t, "ada")
+	// Each attempt counts itself in a file; the third succeeds.
+	job := func(counter string) []string {
+		return []string{"sh", "-c", `n=$(($(cat ` + counter + ` 2>/dev/null || echo 0) + 1)); echo $n > ` + counter + `; echo "run $n"; [ $n -ge 3 ]`}
+	}
+
+	args := append([]string{"run", "--restart", "OnFailure", "--max-restarts", "2", "--"}, job(filepath.Join(t.TempDir(), "n"))...)
+	code, stdout, stderr := voyager(t, args...)
+	if code != 0 || stdout != "run 1\nrun 2\nrun 3\n" {
+		t.Fatalf("voyager run: exit %d, stdout %q, want 0 and the three attempts' output\nstderr:\n%s", code, stdout, stderr)
+	}
+	i1, i2, i3 := strings.Index(stderr, "output of attempt 1:"), strings.Index(stderr, "output of attempt 2:"), strings.Index(stderr, "output of attempt 3:")
+	if i1 < 0 || i2 < i1 || i3 < i2 {
+		t.Errorf("voyager run's progress does not mark attempts 1, 2 and 3 in order:\n%s", stderr)
+	}
+
+	args = append([]string{"session", "create", "--kind", "batch", "--restart", "OnFailure", "--max-restarts", "2", "-o", "name", "--"}, job(filepath.Join(t.TempDir(), "n"))...)
+	code, id, errOut := voyager(t, args...)
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errOut)
+	}
+	code, stdout, stderr = voyager(t, "session", "logs", "-f", strings.TrimSpace(id))
+	want := fmt.Sprintf("==> attempt 1 of session %[1]s <==\nrun 1\n==> attempt 2 of session %[1]s <==\nrun 2\n==> attempt 3 of session %[1]s <==\nrun 3\n", strings.TrimSpace(id))
+	if code != 0 || stdout != want {
+		t.Errorf("session logs -f: exit %d, stdout:\n%s\nwant:\n%s\nstderr: %s", code, stdout, want, stderr)
 	}
 }

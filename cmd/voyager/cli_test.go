@@ -94,8 +94,10 @@ type fakeAgent struct {
 }
 
 type fakeRun struct {
-	done chan struct{}
-	out  bytes.Buffer
+	done     chan struct{}
+	out      bytes.Buffer
+	read     chan struct{} // closed once the whole output was served
+	readOnce sync.Once
 }
 
 func startFakeAgent(e *cliEnv) *fakeAgent {
@@ -135,6 +137,7 @@ func (f *fakeAgent) serveLogs(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-fr.done:
 		_, _ = w.Write(fr.out.Bytes())
+		fr.readOnce.Do(func() { close(fr.read) })
 	default:
 		// not finished and not following: nothing to show yet
 	}
@@ -146,21 +149,24 @@ func (f *fakeAgent) run(ctx context.Context, id string, pendingRev int64) {
 	if err != nil {
 		return
 	}
+	prev, _, _ := state.Get[state.Status](ctx, e.cli, e.keys.Status(id))
+	attempt := prev.Attempt // a re-queued session's next attempt
+	run := fmt.Sprintf("%s/%d", id, attempt)
 	now := time.Now().UTC()
-	bound := state.Status{Session: id, Phase: state.PhaseBound, Reason: "Bound", Message: "bound to fake-1", Nodes: []string{"fake-1"}, Created: s.Created, Updated: now}
+	bound := state.Status{Session: id, Phase: state.PhaseBound, Reason: "Bound", Message: "bound to fake-1", Nodes: []string{"fake-1"}, Created: s.Created, Updated: now, Attempt: attempt}
 	bv, _ := state.Encode(bound)
 	resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.keys.Pending(id)), "=", pendingRev)).
 		Then(clientv3.OpDelete(e.keys.Pending(id)), clientv3.OpPut(e.keys.Status(id), bv)).Commit()
 	if err != nil || !resp.Succeeded {
 		return
 	}
-	fr := &fakeRun{done: make(chan struct{})}
+	fr := &fakeRun{done: make(chan struct{}), read: make(chan struct{})}
 	f.mu.Lock()
-	f.runs[id] = fr
+	f.runs[run] = fr
 	f.mu.Unlock()
 	running := bound
 	running.Phase, running.Reason, running.Message = state.PhaseRunning, "Started", "the command runs on fake-1"
-	running.URLs = map[string]string{"logs": f.srv.URL + "/logs/" + id}
+	running.URLs = map[string]string{"logs": f.srv.URL + "/logs/" + run}
 	if _, err := state.Put(ctx, e.cli, e.keys.Status(id), running); err != nil {
 		return
 	}
@@ -179,6 +185,28 @@ func (f *fakeAgent) run(ctx context.Context, id string, pendingRev int64) {
 	end.Phase, end.Reason, end.Message, end.ExitCode = state.PhaseSucceeded, "Exited", "the command exited", &code
 	if code != 0 {
 		end.Phase = state.PhaseFailed
+	}
+	if code != 0 && s.Restart.Policy == state.RestartOnFailure && attempt < s.Restart.MaxRestarts {
+		// As the agent does: wait to restart; then, as the lifecycle
+		// controller does, re-queue the next attempt. The back-off lasts
+		// until the attempt's output was read (a real one lasts seconds,
+		// VOYAGER_RESTART_BACKOFF), so a reader sees every attempt.
+		end.Phase, end.Reason, end.RetryAt = state.PhasePending, state.ReasonBackOff, &now
+		statusRev, err := state.Put(ctx, e.cli, e.keys.Status(id), end)
+		if err != nil {
+			return
+		}
+		select {
+		case <-fr.read:
+		case <-ctx.Done():
+			return
+		}
+		_, specRev, err := state.Get[state.Session](ctx, e.cli, e.keys.Session(id))
+		if err != nil {
+			return
+		}
+		_, _ = state.Requeue(ctx, e.cli, e.keys, s, specRev, end, statusRev, attempt+1, "re-queued after a failure", time.Now())
+		return
 	}
 	_, _ = state.Put(ctx, e.cli, e.keys.Status(id), end)
 }

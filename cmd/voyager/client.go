@@ -15,11 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // Environment of the CLI commands (not config settings: they belong to the
@@ -37,7 +39,7 @@ const cliEnvHelp = `  VOYAGER_URL    the API's base URL (default http://127.0.0.
 `
 
 // Output formats of -o.
-var outputFormats = []string{"table", "wide", "json", "yaml"}
+var outputFormats = []string{"table", "wide", "json", "yaml", "name"}
 
 // clientFlags are the flags every CLI command shares.
 type clientFlags struct {
@@ -51,7 +53,7 @@ func (f *clientFlags) register(cmd *cobra.Command, reads bool) {
 	fs.StringVar(&f.url, "url", "", "API base URL (overrides "+envURL+")")
 	fs.StringVar(&f.token, "token", "", "API token (overrides "+envToken+")")
 	if reads {
-		fs.StringVarP(&f.output, "output", "o", "table", "output: "+strings.Join(outputFormats, ", ")+" (wide: a table with more columns)")
+		fs.StringVarP(&f.output, "output", "o", "table", "output: "+strings.Join(outputFormats, ", ")+" (wide: a table with more columns; name: only the IDs, for scripts)")
 		_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	}
 	if cmd.Annotations == nil {
@@ -60,8 +62,11 @@ func (f *clientFlags) register(cmd *cobra.Command, reads bool) {
 	cmd.Annotations[envAnnotation] = cliEnvHelp
 }
 
-// structured reports whether -o asks for JSON or YAML rather than a table.
-func (f *clientFlags) structured() bool { return f.output == "json" || f.output == "yaml" }
+// structured reports whether -o asks for JSON, YAML or names rather than
+// a table (and so for nothing else on stdout).
+func (f *clientFlags) structured() bool {
+	return f.output == "json" || f.output == "yaml" || f.output == "name"
+}
 
 // show writes v as JSON or YAML for -o json|yaml, else as table writes
 // it (wide for -o wide).
@@ -71,9 +76,51 @@ func (f *clientFlags) show(w io.Writer, v any, table func(w io.Writer, wide bool
 		return writeJSON(w, v)
 	case "yaml":
 		return writeYAML(w, v)
+	case "name":
+		names, ok := namesOf(v)
+		if !ok {
+			return fmt.Errorf("-o name: this command prints no names; use json or yaml")
+		}
+		for _, n := range names {
+			fmt.Fprintln(w, n)
+		}
+		return nil
 	}
 	table(w, f.output == "wide")
 	return nil
+}
+
+// namesOf is what -o name prints of v: session IDs, node names.
+func namesOf(v any) ([]string, bool) {
+	switch x := v.(type) {
+	case api.SessionView:
+		return []string{x.ID}, true
+	case api.StopResult:
+		return []string{x.Session.ID}, true
+	case api.NodeSummary:
+		return []string{x.Name}, true
+	case api.QueueEntry:
+		return []string{dash(x.Session)}, true
+	case []api.SessionView:
+		return mapNames(x)
+	case []api.NodeSummary:
+		return mapNames(x)
+	case []api.QueueEntry:
+		return mapNames(x)
+	}
+	return nil, false
+}
+
+func mapNames[T any](items []T) ([]string, bool) {
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		n, ok := namesOf(it)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, n...)
+	}
+	return out, true
 }
 
 func (f *clientFlags) client() (*client, error) {
@@ -268,6 +315,52 @@ func (c *client) logs(ctx context.Context, id string, tail int, follow bool, w i
 		return fmt.Errorf("read logs: %w", err)
 	}
 	return nil
+}
+
+// followLogs copies the output of session id to w from its current
+// attempt on: it streams each attempt until its container exits and, when
+// the session is restarted (OnFailure), goes on with the next attempt,
+// until the session has ended. Each attempt of a session that may restart
+// is announced by mark (with the attempt, counted from 0) before its
+// output. tail applies to the first attempt copied. Between looks at the
+// session it waits a second, or less when changed (when not nil) says the
+// session changed.
+func (c *client) followLogs(ctx context.Context, id string, tail int, w io.Writer, mark func(attempt int), changed <-chan struct{}) error {
+	copied, marked := -1, -1
+	for {
+		var v api.SessionView
+		if err := c.do(ctx, "GET", "/api/v1/sessions/"+url.PathEscape(id), nil, &v); err != nil {
+			return err
+		}
+		st := v.Status
+		ended := st.Phase.Terminal()
+		if st.Attempt != copied {
+			if marked != st.Attempt && (v.Restart.Policy == state.RestartOnFailure || st.Attempt > 0) {
+				mark(st.Attempt)
+				marked = st.Attempt
+			}
+			// An ended session's container follows nothing more: read it whole.
+			err := c.logs(ctx, id, tail, !ended, w)
+			var ae *apiError
+			switch {
+			case err == nil:
+				copied, tail = st.Attempt, 0
+				continue // the container exited: see what the session does next
+			case errors.As(err, &ae) && ae.status == http.StatusServiceUnavailable && !ended:
+				// No container yet (pending, starting): ask again below.
+			default:
+				return err
+			}
+		} else if ended {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // writeJSON prints v indented, for -o json.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,12 +14,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdembed"
+	"github.com/voyager-gpu/voyager/internal/etcdhealth"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
 	"github.com/voyager-gpu/voyager/nodeagent"
 )
@@ -49,7 +52,7 @@ func newDevCmd() *cobra.Command {
 				return err
 			}
 			log := cfg.NewLogger(cmd.ErrOrStderr())
-			if err := dev(cmd.Context(), cfg, log); err != nil {
+			if err := dev(cmd.Context(), cfg, log, cmd.ErrOrStderr()); err != nil {
 				log.Error("voyager dev failed", "err", err)
 				return exitCode(exitError)
 			}
@@ -60,8 +63,9 @@ func newDevCmd() *cobra.Command {
 }
 
 // dev opens etcd, then runs the components under supervise until ctx ends
-// or one fails, then closes etcd last: every component depends on it.
-func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+// or one fails, then closes etcd last: every component depends on it. Once
+// all is up it writes the start block to out.
+func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer) error {
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		if ctx.Err() != nil { // interrupted while starting: a clean stop
@@ -79,10 +83,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	pl := newPlacer(store.client, cfg, log)
 	registry.MustRegister(pl.Collectors()...)
 	mux := http.NewServeMux()
-	httpserver.Routes(mux, httpserver.Probes{
-		Ready:    etcdReady(store.client, cfg.EtcdPrefix),
-		Gatherer: registry,
-	})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	secret, err := devAPISecret(cfg, store.server != nil, log)
 	if err != nil {
 		return err
@@ -100,7 +101,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("http listening", "addr", hs.Addr())
+	log.Debug("http listening", "addr", hs.Addr())
 
 	comps := []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
@@ -117,7 +118,8 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	comps = append(comps, component{name: "lifecycle", run: lc.Run})
 	// The agent: where it cannot run (no containerd and not root), dev
 	// says why and goes on without it; sessions then wait in the queue.
-	if parts, err := newAgent(ctx, store.client, cfg, log, true); err != nil {
+	parts, err := newAgent(ctx, store.client, cfg, log, true)
+	if err != nil {
 		log.Warn("voyager dev runs WITHOUT a node agent: no session can start", "err", err,
 			"fix", "run as root with containerd and runc installed (deploy/dev-setup.sh), or point "+config.EnvAgentContainerd+" at a containerd socket")
 	} else {
@@ -136,7 +138,8 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			}
 		}})
 	}
-	log.Info("voyager dev ready", "etcd", store.endpoint, "http", "http://"+hs.Addr())
+	log.Debug("voyager dev ready", "etcd", store.endpoint, "http", "http://"+hs.Addr())
+	writeDevBlock(ctx, out, cfg, store, "http://"+hs.Addr(), parts)
 	return supervise(ctx, log, comps)
 }
 
@@ -180,7 +183,7 @@ func connectExternal(ctx context.Context, cfg config.Config, log *slog.Logger) (
 		return nil, fmt.Errorf("connect to etcd at %s (%s, timeout %s from %s): %w",
 			endpoints, config.EnvEtcdEndpoints, cfg.EtcdDialTimeout, config.EnvEtcdDialTimeout, err)
 	}
-	log.Info("etcd connected", "endpoints", endpoints)
+	log.Debug("etcd connected", "endpoints", endpoints)
 	return &store{client: cli, endpoint: endpoints}, nil
 }
 
@@ -212,6 +215,10 @@ func startEmbedded(ctx context.Context, cfg config.Config, log *slog.Logger) (*s
 		Dir:        etcdDir,
 		ClientAddr: cfg.EtcdClientAddr,
 		PeerAddr:   cfg.EtcdPeerAddr,
+		// Without compaction every status and ledger write stays in the
+		// history until the quota makes etcd read-only.
+		CompactionRetention: cfg.EtcdCompaction,
+		QuotaBytes:          cfg.EtcdQuotaMiB << 20,
 	})
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use") {
@@ -224,7 +231,7 @@ func startEmbedded(ctx context.Context, cfg config.Config, log *slog.Logger) (*s
 		srv.Close()
 		return nil, err
 	}
-	log.Info("etcd listening", "endpoint", srv.Endpoint(), "data_dir", etcdDir, "reused", reused)
+	log.Debug("etcd listening", "endpoint", srv.Endpoint(), "data_dir", etcdDir, "reused", reused)
 	return &store{server: srv, client: cli, endpoint: srv.Endpoint()}, nil
 }
 
@@ -246,13 +253,76 @@ func explainListen(err error, what, addr, envName string) error {
 	return fmt.Errorf("listen %s on %s (set by %s): %w", what, addr, envName, err)
 }
 
-// etcdReady reports ready when etcd answers a linearizable read, which
-// needs a leader and a quorum.
-func etcdReady(cli *clientv3.Client, prefix string) httpserver.ReadyFunc {
-	return func(ctx context.Context) error {
-		if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly()); err != nil {
-			return fmt.Errorf("read etcd: %w", err)
-		}
-		return nil
+// etcdProbes registers etcd's gauges (alarms, database size) on registry
+// and returns the process's probes: ready while etcd answers a
+// linearizable read and raises no alarm (etcdhealth).
+func etcdProbes(registry *prometheus.Registry, cli *clientv3.Client, prefix string) httpserver.Probes {
+	registry.MustRegister(etcdhealth.NewCollector(cli))
+	return httpserver.Probes{Ready: etcdhealth.Ready(cli, prefix), Gatherer: registry}
+}
+
+// jupyterImageRef is the notebook image make image builds from Debian's
+// packages and loads (deploy/images/jupyter/build.sh).
+const jupyterImageRef = "voyager.local/jupyter:latest"
+
+// writeDevBlock writes what a new user of voyager dev needs, in one block:
+// where the API is, how to get a token, where etcd is, what was simulated
+// and how to open a notebook. parts is nil when dev runs without an agent.
+func writeDevBlock(ctx context.Context, out io.Writer, cfg config.Config, st *store, apiURL string, parts *agentParts) {
+	self := os.Args[0]
+	if filepath.IsAbs(self) || !strings.Contains(self, "/") {
+		self = "voyager"
 	}
+	var b strings.Builder
+	row := func(k, format string, a ...any) { fmt.Fprintf(&b, "  %-10s %s\n", k, fmt.Sprintf(format, a...)) }
+	fmt.Fprintf(&b, "\nvoyager dev is running (Ctrl-C stops it; VOYAGER_LOG_LEVEL=debug shows routine events)\n")
+	row("API", "%s/api/v1/  (OpenAPI at /openapi.json; /healthz, /readyz, /metrics)", apiURL)
+	if apiURL != "http://127.0.0.1:7070" {
+		row("", "export VOYAGER_URL=%s", apiURL)
+	}
+	if cfg.JWTSecret == "" && st.server == nil {
+		row("token", "none can be minted: set %s (this run's secret is random)", config.EnvJWTSecret)
+	} else {
+		row("token", "export VOYAGER_TOKEN=$(%s token)   (add --admin for an admin's)", self)
+	}
+	if st.server != nil {
+		row("etcd", "%s, embedded; data in %s", st.endpoint, filepath.Join(cfg.DataDir, "etcd"))
+	} else {
+		row("etcd", "%s (%s)", st.endpoint, config.EnvEtcdEndpoints)
+	}
+	row("", "etcdctl --endpoints=%s get --prefix %s/", st.endpoint, cfg.EtcdPrefix)
+	if parts == nil {
+		row("node", "NONE: no node agent runs (see the warning above); sessions wait in the queue")
+	} else {
+		byModel := map[string]int{}
+		for _, g := range parts.gpus {
+			byModel[g.Model]++
+		}
+		gpus := models(byModel)
+		if parts.simulated {
+			gpus += "; no NVIDIA driver here, so these are made up (containers see /dev/null as /dev/nvidiaN)"
+		}
+		if len(parts.gpus) == 0 {
+			gpus = "no GPUs"
+		}
+		row("node", "%s: %s", parts.node, gpus)
+		how := "this machine's"
+		if parts.daemon != nil {
+			how = "started by voyager dev"
+		}
+		row("containerd", "%s (%s), namespace %s", parts.containerd, how, cfg.AgentNamespace)
+		row("images", "%s for sessions that name none", cfg.AgentImage)
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		loaded := parts.rt.EnsureImage(ictx, jupyterImageRef) == nil
+		cancel()
+		if loaded {
+			row("", "%s loaded", jupyterImageRef)
+		} else {
+			row("", "%s NOT loaded yet: make image builds it from Debian's packages and loads it", jupyterImageRef)
+		}
+	}
+	row("notebook", "id=$(%s session create --gpus 1 --image %s -o name)", self, jupyterImageRef)
+	row("", "%s session wait $id && %s session get $id   # open its jupyter URL (it holds the token)", self, self)
+	row("batch", "%s run -- sh -c 'echo hi; exit 3'; echo $?", self)
+	fmt.Fprintln(out, b.String())
 }

@@ -41,6 +41,17 @@ func (f *watchFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.every, "watch-interval", 2*time.Second, "how often --watch asks the API")
 }
 
+// listRunE is the RunE of a list command: it shows the listing that l
+// builds for the client, with -o and --watch.
+func listRunE[T any](cf *clientFlags, wf *watchFlags, l func(cmd *cobra.Command, c *client) listing[T]) func(*cobra.Command, []string) error {
+	return cliRunE(cf, func(cmd *cobra.Command, c *client, _ []string) error {
+		if err := showList(cmd.Context(), cmd.OutOrStdout(), cf, *wf, l(cmd, c)); err != nil {
+			return cliError(cmd, err)
+		}
+		return nil
+	})
+}
+
 // showList prints the list once; with --watch it then prints every item
 // that appears or changes, like kubectl get --watch: as table rows, or one
 // JSON or YAML document each. Watching ends without error when ctx does.
@@ -87,6 +98,10 @@ func showList[T any](ctx context.Context, w io.Writer, cf *clientFlags, wf watch
 			case "yaml":
 				fmt.Fprintln(w, "---")
 				if err := writeYAML(w, it); err != nil {
+					return err
+				}
+			case "name":
+				if err := cf.show(w, it, nil); err != nil {
 					return err
 				}
 			}

@@ -49,12 +49,7 @@ func newNodeListCmd() *cobra.Command {
 process has run on them for VOYAGER_AGENT_GPU_UNUSED_AFTER; -o json names
 the sessions holding them).`,
 		Args: cobra.NoArgs,
-		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, _ []string) error {
-			if err := showList(cmd.Context(), cmd.OutOrStdout(), &cf, wf, nodeListing(c)); err != nil {
-				return cliError(cmd, err)
-			}
-			return nil
-		}),
+		RunE: listRunE(&cf, &wf, func(_ *cobra.Command, c *client) listing[api.NodeSummary] { return nodeListing(c) }),
 	}
 	cf.register(cmd, true)
 	wf.register(cmd)

@@ -46,13 +46,9 @@ func newPlacerCmd() *cobra.Command {
 }
 
 func runPlacer(cmd *cobra.Command, _ []string) error {
-	cfg, err := loadConfig(cmd)
+	cfg, err := loadClusterConfig(cmd)
 	if err != nil {
 		return err
-	}
-	if err := cfg.RequireEndpoints(); err != nil {
-		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
-		return exitCode(exitUsage)
 	}
 	ctx := cmd.Context()
 	log := cfg.NewLogger(cmd.ErrOrStderr())
@@ -68,7 +64,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 	lc := newLifecycle(store.client, cfg, log)
 	registry.MustRegister(lc.Collectors()...)
 	mux := http.NewServeMux()
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)

@@ -94,7 +94,7 @@ func TestPlacerE2E(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	addNode(t, ctx, cli, "sim-1")
-	environ := []string{"HOME=" + t.TempDir(), "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s"}
+	environ := []string{"HOME=" + t.TempDir(), "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_LOG_LEVEL=debug"}
 
 	p1 := start(t, append(environ, "VOYAGER_HTTP_ADDR="+freeAddr(t)), "placer")
 	p1.waitFor(`msg="placer caches synced"`, 30*time.Second)

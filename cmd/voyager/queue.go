@@ -24,12 +24,7 @@ func newQueueCmd() *cobra.Command {
 		Long:    queueLong,
 		GroupID: groupCLI,
 		Args:    cobra.NoArgs,
-		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, _ []string) error {
-			if err := showList(cmd.Context(), cmd.OutOrStdout(), &cf, wf, queueListing(c, mine)); err != nil {
-				return cliError(cmd, err)
-			}
-			return nil
-		}),
+		RunE:    listRunE(&cf, &wf, func(_ *cobra.Command, c *client) listing[api.QueueEntry] { return queueListing(c, mine) }),
 	}
 	cf.register(cmd, true)
 	wf.register(cmd)

@@ -29,6 +29,8 @@ var subcommands = []func() *cobra.Command{
 	newNodeCmd,
 	newQueueCmd,
 	newTokenCmd,
+	newImageCmd,
+	newCheckCmd,
 	newCertsCmd,
 	newEtcdRolesCmd,
 	newVersionCmd,
@@ -295,6 +297,20 @@ func loadConfig(cmd *cobra.Command) (config.Config, error) {
 		return cfg, exitCode(exitUsage)
 	}
 	return cfg, nil
+}
+
+// loadClusterConfig is loadConfig for the processes that join a cluster
+// (api, placer, agent): they need VOYAGER_ETCD_ENDPOINTS.
+func loadClusterConfig(cmd *cobra.Command) (config.Config, error) {
+	cfg, err := loadConfig(cmd)
+	if err == nil {
+		err = cfg.RequireEndpoints()
+		if err != nil {
+			writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
+			err = exitCode(exitUsage)
+		}
+	}
+	return cfg, err
 }
 
 // writeConfigError writes a config error, one invalid setting a line.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,8 +60,11 @@ func runBatch(ctx context.Context, c *client, spec *specFlags, command []string,
 		fmt.Fprintf(stderr, "voyager run: %v\n", err)
 		return exitUsage
 	}
+	var mu sync.Mutex // the event loop and the log copy both report
 	progress := func(format string, a ...any) {
 		if !quiet {
+			mu.Lock()
+			defer mu.Unlock()
 			fmt.Fprintf(stderr, "voyager run: "+format+"\n", a...)
 		}
 	}
@@ -96,7 +98,7 @@ type runner struct {
 
 	logsOnce sync.Once
 	logsDone chan struct{}
-	ended    atomic.Bool // the session reached a terminal phase
+	changed  chan struct{} // a status event came: the log copy looks again
 }
 
 // logsWait bounds how long run waits for the rest of the output after the
@@ -106,6 +108,7 @@ const logsWait = 10 * time.Second
 // follow relays events until a terminal phase and returns the exit code.
 func (r *runner) follow(ctx context.Context) int {
 	r.logsDone = make(chan struct{})
+	r.changed = make(chan struct{}, 1)
 	lctx, stopLogs := context.WithCancel(ctx)
 	defer stopLogs()
 	var last api.Event
@@ -115,9 +118,13 @@ func (r *runner) follow(ctx context.Context) int {
 		lastID, err = r.c.follow(ctx, r.id, lastID, func(ev api.Event) bool {
 			last = ev
 			r.progress("%s", ev.Message)
+			select {
+			case r.changed <- struct{}{}:
+			default: // one pending wake-up is enough
+			}
 			switch ev.Phase {
 			case state.PhaseRunning:
-				r.startLogs(lctx, true)
+				r.startLogs(lctx)
 			}
 			return !ev.Terminal
 		}, func(typ string, w api.WarningEvent) {
@@ -143,10 +150,10 @@ func (r *runner) follow(ctx context.Context) int {
 			}
 		}
 	}
-	r.ended.Store(true)
 	// The job ended. If its output was never streamed (it finished before
-	// we saw it running), fetch it whole; else let the stream drain.
-	r.startLogs(lctx, false)
+	// we saw it running), the copy starts now and reads it whole; either
+	// way, let it drain.
+	r.startLogs(lctx)
 	select {
 	case <-r.logsDone:
 	case <-time.After(logsWait):
@@ -164,32 +171,18 @@ func (r *runner) follow(ctx context.Context) int {
 	return exitError
 }
 
-// startLogs starts copying the session's output once. follow streams
-// until the container exits; a 503 (no agent serves it yet) is retried
-// while ctx lasts.
-func (r *runner) startLogs(ctx context.Context, follow bool) {
+// startLogs starts copying the session's output once: every attempt's,
+// from the first on, each attempt of a restarting session announced on
+// the progress stream, until the session has ended.
+func (r *runner) startLogs(ctx context.Context) {
 	r.logsOnce.Do(func() {
 		go func() {
 			defer close(r.logsDone)
-			for attempt := 0; ; attempt++ {
-				if r.ended.Load() {
-					follow = false // nothing more will be written: read it whole
-				}
-				err := r.c.logs(ctx, r.id, 0, follow, r.stdout)
-				if err == nil {
-					return
-				}
-				var ae *apiError
-				retry := errors.As(err, &ae) && ae.status == http.StatusServiceUnavailable && follow
-				if !retry || ctx.Err() != nil {
-					if ctx.Err() == nil {
-						r.progress("no output: %v", err)
-					}
-					return
-				}
-				if !ctxwait.Sleep(ctx, time.Second) {
-					return
-				}
+			err := r.c.followLogs(ctx, r.id, 0, r.stdout, func(attempt int) {
+				r.progress("output of attempt %d:", attempt+1)
+			}, r.changed)
+			if err != nil && ctx.Err() == nil {
+				r.progress("no output: %v", err)
 			}
 		}()
 	})

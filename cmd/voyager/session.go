@@ -191,12 +191,8 @@ func newSessionListCmd() *cobra.Command {
 		Short:   "List your sessions (admins: anyone's with --owner)",
 		Long:    "Lists sessions, oldest first. --watch then prints each session again when it changes.",
 		Args:    cobra.NoArgs,
-		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, _ []string) error {
-			l := sessionListing(c, phase, owner, limit, all || wf.watch, cmd.ErrOrStderr(), cf.structured())
-			if err := showList(cmd.Context(), cmd.OutOrStdout(), &cf, wf, l); err != nil {
-				return cliError(cmd, err)
-			}
-			return nil
+		RunE: listRunE(&cf, &wf, func(cmd *cobra.Command, c *client) listing[api.SessionView] {
+			return sessionListing(c, phase, owner, limit, all || wf.watch, cmd.ErrOrStderr(), cf.structured())
 		}),
 	}
 	cf.register(cmd, true)
@@ -366,13 +362,25 @@ func newSessionLogsCmd() *cobra.Command {
 		tail   int
 	)
 	cmd := &cobra.Command{
-		Use:               "logs ID",
-		Short:             "Print a session's container output",
-		Long:              "Prints a session's container output; --follow keeps streaming until the container exits.",
+		Use:   "logs ID",
+		Short: "Print a session's container output",
+		Long: `Prints a session's container output (of its current attempt). --follow
+keeps streaming until the session ends: when a failed session restarts
+(--restart OnFailure), the next attempt's output follows, each attempt
+headed by a line "==> attempt N of session ID <==".`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeSessionIDs(&cf),
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			if err := c.logs(cmd.Context(), args[0], tail, follow, cmd.OutOrStdout()); err != nil {
+			w := cmd.OutOrStdout()
+			var err error
+			if follow {
+				err = c.followLogs(cmd.Context(), args[0], tail, w, func(attempt int) {
+					fmt.Fprintf(w, "==> attempt %d of session %s <==\n", attempt+1, args[0])
+				}, nil)
+			} else {
+				err = c.logs(cmd.Context(), args[0], tail, false, w)
+			}
+			if err != nil && cmd.Context().Err() == nil {
 				return cliError(cmd, err)
 			}
 			return nil

@@ -39,7 +39,7 @@ def add_bytes(tar, name, data):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rootfs", required=True)
-    p.add_argument("--tag", required=True, help="image reference, e.g. voyager/jupyter:latest")
+    p.add_argument("--tag", required=True, help="image reference, e.g. voyager.local/jupyter:latest")
     p.add_argument("--out", required=True)
     p.add_argument("--user", default="")
     p.add_argument("--workdir", default="/")

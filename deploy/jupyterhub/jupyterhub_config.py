@@ -16,7 +16,7 @@ c.JupyterHub.spawner_class = "voyager_spawner.VoyagerSpawner"
 c.JupyterHub.hub_ip = "0.0.0.0"
 c.JupyterHub.hub_connect_ip = ""  # set to this machine's address as the nodes see it
 
-c.VoyagerSpawner.image = "voyager/jupyter:latest"
+c.VoyagerSpawner.image = "voyager.local/jupyter:latest"
 c.VoyagerSpawner.gpus = 1
 c.VoyagerSpawner.cpu_milli = 4000
 c.VoyagerSpawner.memory_mib = 16384

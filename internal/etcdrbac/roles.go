@@ -85,6 +85,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
 			prefix(rw, k.Cordons()), prefix(rw, k.Quotas()), prefix(rw, k.Profiles()),
 			prefix(rw, k.IdempotencyDir()),
+			// Each owner's container user id, made at their first create.
+			prefix(rw, k.UIDs()),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -97,6 +99,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
 			prefix(rw, k.Warnings()), prefix(rw, k.Ledgers()), prefix(rw, k.AllBindings()),
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
+			// Quota usage marks, compared by every bind against a quota.
+			prefix(rw, k.UsageDir()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
@@ -129,7 +133,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}

@@ -40,4 +40,4 @@ func Missing(tb testing.TB, component, why string) {
 // Components lists the component names the repository's tests pass to
 // Missing, for documentation and for a list given to Env.
 var Components = []string{"root", "containerd", "runc", "busybox-static", "etcd-server", "etcdctl",
-	"jupyterhub", "python3-jwt", "debootstrap", "cni-plugins", "chromium"}
+	"jupyterhub", "python3-jwt", "debootstrap", "cni-plugins", "chromium", "zsh", "bash-completion"}

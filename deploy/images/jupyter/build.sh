@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Builds voyager/jupyter:latest, a notebook image made only from Debian's
+# Builds voyager.local/jupyter:latest, a notebook image made only from Debian's
 # packages (no registry, no PyPI): debootstrap a minimal bookworm, install
 # JupyterHub's single-user server and Jupyter Server into it, add the
 # unprivileged user jovyan (uid 1000), and write a docker-archive tar that
-# containerd imports (ctr -n voyager images import, or the agent).
+# containerd imports (voyager image load, which `make image` runs next).
+# Under voyager.local/ it is never pulled from a registry: absent, a session
+# naming it fails at once, saying to run make image.
 #
 # Usage: deploy/images/jupyter/build.sh [OUT.tar]
-#   OUT defaults to ${VOYAGER_IMAGE_CACHE:-$HOME/.cache/voyager/images}/jupyter.tar
+#   OUT defaults to ${VOYAGER_IMAGE_CACHE:-$HOME/.cache/voyager/images}/voyager.local-jupyter.tar
 #   and is reused when it exists (delete it to rebuild). Needs root
 #   (debootstrap, chroot). About 2 minutes and 800 MB.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${VOYAGER_IMAGE_CACHE:-$HOME/.cache/voyager/images}
-out=${1:-$cache/jupyter.tar}
-tag=${VOYAGER_JUPYTER_IMAGE:-voyager/jupyter:latest}
+out=${1:-$cache/voyager.local-jupyter.tar}
+tag=${VOYAGER_JUPYTER_IMAGE:-voyager.local/jupyter:latest}
 mirror=${DEBIAN_MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)}
 mirror=${mirror:-http://deb.debian.org/debian}
 

@@ -162,7 +162,7 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         self.assertIn("--port=\"$PORT\"", body["command"][-1])
         self.assertEqual(body["env"]["JUPYTERHUB_API_TOKEN"], "hub-token")
         self.assertNotIn("PATH", body["env"])
-        self.assertEqual(body["image"], "voyager/jupyter:latest")
+        self.assertEqual(body["image"], "voyager.local/jupyter:latest")
         events = [e async for e in sp.progress()]
         self.assertEqual([e["message"] for e in events],
                          ["Waiting for GPUs: waiting for the placer", "Server running: up"])

@@ -45,7 +45,7 @@ class VoyagerSpawner(Spawner):
     ).tag(config=True)
 
     image = Unicode(
-        "voyager/jupyter:latest",
+        "voyager.local/jupyter:latest",
         help="Container image of the single-user server, unless the profile sets one.",
     ).tag(config=True)
 
