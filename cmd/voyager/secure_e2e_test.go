@@ -109,7 +109,7 @@ func startSecureEtcdMembers(t *testing.T, ms []etcdMember, certArgs []string) *s
 			"--unsafe-no-fsync", "--log-level", "error"}
 		cmd := exec.Command(bin, eargs...)
 		if m.ns != "" {
-			cmd = exec.Command("ip", append([]string{"netns", "exec", m.ns, bin}, eargs...)...)
+			cmd = inNetNS(m.ns, bin, eargs...)
 		}
 		logf, err := os.Create(filepath.Join(dir, m.name+".log"))
 		if err != nil {
@@ -249,6 +249,15 @@ func importImage(t *testing.T, rt *runtime.Containerd, namespace string) {
 	})
 }
 
+// inNetNS is a command that runs bin in the network namespace named ns
+// (ip netns add). It enters the network namespace only: `ip netns exec`
+// also gives the process a mount namespace of its own, where the network
+// namespaces an agent makes for its containers would stay invisible to
+// containerd.
+func inNetNS(ns, bin string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", bin}, args...)...)
+}
+
 // voyagerIn starts the built binary with environ inside network namespace
 // ns, or on the host for "".
 func voyagerIn(t *testing.T, ns string, environ []string, args ...string) *proc {
@@ -256,7 +265,7 @@ func voyagerIn(t *testing.T, ns string, environ []string, args ...string) *proc 
 	if ns == "" {
 		return start(t, environ, args...)
 	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, binary}, args...)...)
+	cmd := inNetNS(ns, binary, args...)
 	cmd.Env = environ
 	return startCmd(t, cmd, ns+": "+strings.Join(args, " "))
 }
@@ -568,7 +577,7 @@ func TestMultiMachineE2E(t *testing.T) {
 	// Three 2-GPU jobs through ctl-1's API: one on each GPU machine, their
 	// output streamed back from each agent's log endpoint across the bridge.
 	runJobs(t, c.cliEnv(apis["ctl-1"], secret), 3)
-	operator := c.client(etcdrbac.Operator)
+	operator, root := c.client(etcdrbac.Operator), c.client(etcdrbac.Root)
 	if on := nodesOfStatuses(t, ctx, operator); len(on) != 3 {
 		t.Fatalf("jobs ran on %v; want one on each of %v", on, nodes)
 	}
@@ -589,6 +598,27 @@ func TestMultiMachineE2E(t *testing.T) {
 		t.Fatalf("gang status %+v (%v); want its head and worker on two machines", gang, err)
 	}
 	t.Logf("gang %s ran on %v", m[1], gang.Nodes)
+	// The head's end ends the gang: the worker is stopped and released too.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := root.Get(ctx, keys.AllBindings(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, kv := range resp.Kvs {
+			if _, id, ok := keys.BindingKey(string(kv.Key)); ok && id == m[1] {
+				left = append(left, string(kv.Key))
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gang ended %s but %v are still bound after 20s", gang.Phase, left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	// A long job, then its machine dies: agent killed, link down.
 	ctl2 := c.cliEnv(apis["ctl-2"], secret)
@@ -602,7 +632,6 @@ func TestMultiMachineE2E(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &created); err != nil || created.ID == "" {
 		t.Fatalf("session create printed %q (%v)", out, err)
 	}
-	root := c.client(etcdrbac.Root)
 	st := waitStatus(t, ctx, root, created.ID, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
 	victim := st.Nodes[0]
 	machine := strings.TrimPrefix(victim, "vdep-"+net.id+"-")
