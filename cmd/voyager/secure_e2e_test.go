@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -453,6 +454,19 @@ func TestSecureClusterE2E(t *testing.T) {
 	for i, n := range nodes {
 		agentHTTP[n] = freeAddr(t)
 		_, _ = c.startAgent("", n, "127.0.0.1", agentHTTP[n], rt, fmt.Sprintf("%d-%d", 47100+50*i, 47149+50*i))
+	}
+	// Each process is ready: its /readyz reads etcd as its own user.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: c.tlsConfig(etcdrbac.Operator)}}
+	for what, addr := range map[string]string{"api": apiAddr, "agent": agentHTTP[nodes[0]]} {
+		resp, err := hc.Get("https://" + addr + "/readyz")
+		if err != nil {
+			t.Fatalf("%s /readyz: %v", what, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s /readyz: %d %s", what, resp.StatusCode, body)
+		}
 	}
 	cliEnv := c.cliEnv(apiAddr, secret)
 	runJobs(t, cliEnv, 2)
