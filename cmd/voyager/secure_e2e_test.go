@@ -225,31 +225,6 @@ func (c *secureCluster) leader(ctx context.Context, cli *clientv3.Client) string
 	return ""
 }
 
-// importImage imports the test image into another namespace of rt's
-// containerd.
-func importImage(t *testing.T, rt *runtime.Containerd, namespace string) {
-	t.Helper()
-	ctx := context.Background()
-	other, err := runtime.NewContainerd(ctx, runtime.ContainerdOptions{Address: rt.Address(), Namespace: namespace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := runtime.WriteBusyboxImage(&buf, "/bin/busybox", agentTestImage); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.Import(ctx, &buf); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		infos, _ := other.List(ctx, nil)
-		for _, in := range infos {
-			_ = other.Remove(ctx, in.ID)
-		}
-		_ = other.Close()
-	})
-}
-
 // inNetNS is a command that runs bin in the network namespace named ns
 // (ip netns add). It enters the network namespace only: `ip netns exec`
 // also gives the process a mount namespace of its own, where the network
@@ -440,7 +415,7 @@ func TestSecureClusterE2E(t *testing.T) {
 	needBinary(t)
 	nodes := []string{"vdep-a", "vdep-b"}
 	rt := privateContainerd(t, nodes[0])
-	importImage(t, rt, nodes[1])
+	namespaceRuntime(t, rt.Address(), nodes[1])
 	c := startSecureEtcd(t, 3, nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -558,7 +533,7 @@ func TestMultiMachineE2E(t *testing.T) {
 	}
 	rt := privateContainerd(t, nodes[0])
 	for _, n := range nodes[1:] {
-		importImage(t, rt, n)
+		namespaceRuntime(t, rt.Address(), n)
 	}
 	var ms []etcdMember
 	for _, m := range []string{"etcd-1", "etcd-2", "etcd-3"} {
