@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,5 +53,23 @@ func TestCertsKeepsAndRenews(t *testing.T) {
 	leafAfter, _ := os.ReadFile(filepath.Join(dir, "voyager-api.pem"))
 	if !bytes.Equal(caBefore, caAfter) || bytes.Equal(leafBefore, leafAfter) {
 		t.Errorf("--renew: CA changed %v, leaf changed %v; want the CA kept and the leaf renewed", !bytes.Equal(caBefore, caAfter), !bytes.Equal(leafBefore, leafAfter))
+	}
+}
+
+// TestAPIRefusesPlainHTTPOnTheNetwork: voyager api will not serve tokens in
+// clear text on an address other hosts reach, and says what to set.
+func TestAPIRefusesPlainHTTPOnTheNetwork(t *testing.T) {
+	for _, c := range []struct{ addr string }{{"0.0.0.0:7070"}, {"10.0.0.10:443"}} {
+		t.Setenv("VOYAGER_ETCD_ENDPOINTS", "https://127.0.0.1:1")
+		t.Setenv("VOYAGER_JWT_SECRET", strings.Repeat("s", 40))
+		t.Setenv("VOYAGER_HTTP_ADDR", c.addr)
+		var out, errb bytes.Buffer
+		root := newRootCmd(&out, &errb)
+		root.SetArgs([]string{"api"})
+		err := root.ExecuteContext(context.Background())
+		var code exitCode
+		if !errors.As(err, &code) || code != exitUsage || !strings.Contains(errb.String(), "VOYAGER_HTTP_TLS_CERT") {
+			t.Errorf("voyager api on %s: %v, stderr %q; want exit 2 naming VOYAGER_HTTP_TLS_CERT", c.addr, err, errb.String())
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/voyager-gpu/voyager/internal/etcdrbac"
+	"github.com/voyager-gpu/voyager/internal/pki"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
@@ -350,8 +351,9 @@ func nodesOfStatuses(t *testing.T, ctx context.Context, cli *clientv3.Client) ma
 }
 
 // checkRefusals: the operator reads no secrets, an agent cannot write
-// another node's binding, and an agent's log endpoint refuses a client
-// without a certificate of the cluster CA.
+// another node's binding, ledger or inventory, the API cannot write a
+// ledger, and an agent's log endpoint and etcd refuse a client without a
+// certificate of the cluster CA.
 func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agentHTTP string) {
 	t := c.t
 	t.Helper()
@@ -367,18 +369,48 @@ func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agent
 	if _, err := c.client(etcdrbac.API).Put(ctx, keys.Ledger(nodes[0]), `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("api writing a ledger: %v, want permission denied", err)
 	}
-	for _, user := range []string{"", etcdrbac.Operator} {
-		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: c.tlsConfig(user)}}
+	other, err := pki.NewCA("another CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := other.Issue(pki.Request{CommonName: etcdrbac.API, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withForeign := c.tlsConfig("")
+	withForeign.Certificates = []tls.Certificate{foreign}
+	for _, cl := range []struct {
+		name string
+		tc   *tls.Config
+		ok   bool
+	}{
+		{"no certificate", c.tlsConfig(""), false},
+		{"another CA's certificate", withForeign, false},
+		{"the cluster CA's certificate", c.tlsConfig(etcdrbac.Operator), true},
+	} {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cl.tc}}
 		resp, err := hc.Get("https://" + agentHTTP + "/healthz")
-		switch {
-		case user == "" && err == nil:
-			resp.Body.Close()
-			t.Errorf("agent answered a client without a certificate: %s", resp.Status)
-		case user != "" && err != nil:
-			t.Errorf("agent refused a client with the cluster's certificate: %v", err)
-		case err == nil:
+		if err == nil {
 			resp.Body.Close()
 		}
+		if (err == nil) != cl.ok {
+			t.Errorf("agent's log endpoint, client with %s: %v; want accepted %v", cl.name, err, cl.ok)
+		}
+	}
+	// etcd refuses the foreign certificate too, although its CN is a user.
+	fcli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 2 * time.Second, TLS: withForeign, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fcli.Close()
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := fcli.Get(fctx, keys.StatusDir(), clientv3.WithPrefix()); err == nil {
+		t.Error("etcd answered a client with another CA's certificate")
 	}
 }
 
