@@ -98,8 +98,19 @@ func TestStopRunningSessionSetsDesired(t *testing.T) {
 	if _, err := h.cli.Delete(context.Background(), h.keys.Pending(v.ID)); err != nil {
 		t.Fatal(err)
 	}
-	h.putStatus(state.Status{Session: v.ID, Phase: state.PhaseRunning, Nodes: []string{"gpu-1"},
-		URLs: map[string]string{"jupyter": "http://gpu-1:40001/lab?token=sekrit", "logs": "http://gpu-1:7071/logs/" + v.ID}})
+	// As the agent writes it: the token under secrets/gpu-1/, not in the
+	// status that operators read.
+	ops, err := state.StatusOps(h.keys, "gpu-1", state.Status{Session: v.ID, Phase: state.PhaseRunning, Nodes: []string{"gpu-1"},
+		URLs: map[string]string{"jupyter": "http://gpu-1:40001/lab?token=sekrit", "logs": "http://gpu-1:7071/logs/" + v.ID + "?key=k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := state.Get[state.Status](context.Background(), h.cli, h.keys.Status(v.ID)); st.URLs["jupyter"] != "http://gpu-1:40001/lab" || st.URLs["logs"] != "http://gpu-1:7071/logs/"+v.ID {
+		t.Fatalf("stored status URLs %v, want them without token and key", st.URLs)
+	}
 
 	g := decode[api.SessionView](t, want(t, h.do("GET", "/api/v1/sessions/"+v.ID, ada, nil), http.StatusOK))
 	if g.Status.URLs["jupyter"] != "http://gpu-1:40001/lab?token=sekrit" {

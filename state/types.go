@@ -228,6 +228,17 @@ type Warning struct {
 	By string `json:"by,omitempty"`
 }
 
+// Secrets are what a session's agent publishes that only the session's
+// owner may use, stored at secrets/<node>/<id>, apart from the status that
+// operators read: the URLs with their token or key (Jupyter's ?token=, the
+// log endpoint's ?key=). The API joins them into its owner's view.
+type Secrets struct {
+	Session string `json:"session"`
+	Node    string `json:"node"`
+	// URLs are the status URLs (same names) with their secret parts.
+	URLs map[string]string `json:"urls"`
+}
+
 // QueueEntry is a pending session's place in the queue, stored at
 // pending/<id>. It carries everything the placer needs, so the placer never
 // reads the spec.
