@@ -1,0 +1,56 @@
+package benchsum
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// Env names the file rows are appended to; with it unset, Add does nothing.
+const Env = "BENCH_SUMMARY"
+
+// Row is one figure of the summary table.
+type Row struct {
+	// Figure names what was measured, for example "placement 1 placer binpack".
+	Figure string
+	// Value and Unit are the measured figure.
+	Value float64
+	Unit  string
+	// Ceiling is the best the same work reached in the same run without
+	// the part measured (0: none measured); CeilingName says what it was.
+	Ceiling     float64
+	CeilingName string
+}
+
+// Format renders r as one tab-separated line: figure, value, ceiling,
+// ratio of value to ceiling ("-" where there is no ceiling).
+func (r Row) Format() string {
+	ceiling, ratio := "-", "-"
+	if r.Ceiling > 0 {
+		ceiling = fmt.Sprintf("%.4g %s (%s)", r.Ceiling, r.Unit, r.CeilingName)
+		ratio = fmt.Sprintf("%.2f", r.Value/r.Ceiling)
+	}
+	return strings.Join([]string{r.Figure, fmt.Sprintf("%.4g %s", r.Value, r.Unit), ceiling, ratio}, "\t") + "\n"
+}
+
+// Add appends r to the summary file named by $BENCH_SUMMARY, if set. A
+// failure to write fails tb.
+func Add(tb testing.TB, r Row) {
+	tb.Helper()
+	path := os.Getenv(Env)
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		tb.Fatalf("open bench summary: %v", err)
+	}
+	if _, err := f.WriteString(r.Format()); err != nil {
+		_ = f.Close()
+		tb.Fatalf("write bench summary: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Fatalf("close bench summary: %v", err)
+	}
+}
