@@ -314,4 +314,3 @@ func ceilingWorkers(rec *txnRecorder) int {
 	defer rec.mu.Unlock()
 	return max(rec.maxFlight, 1)
 }
-
