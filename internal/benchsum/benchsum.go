@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"text/tabwriter"
 )
 
 // Env names the file rows are appended to; with it unset, Add does nothing.
@@ -53,4 +54,20 @@ func Add(tb testing.TB, r Row) {
 	if err := f.Close(); err != nil {
 		tb.Fatalf("close bench summary: %v", err)
 	}
+}
+
+// Table renders the rows of a summary file (as Add writes them) as one
+// aligned table with a header, under a title line.
+func Table(title string, summary []byte) string {
+	var sb strings.Builder
+	sb.WriteString(title + "\n")
+	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "figure\tvalue\tceiling (same run)\tvalue/ceiling\n")
+	for _, line := range strings.Split(strings.TrimRight(string(summary), "\n"), "\n") {
+		if line != "" {
+			fmt.Fprintln(tw, line)
+		}
+	}
+	_ = tw.Flush() // a strings.Builder does not fail
+	return sb.String()
 }
