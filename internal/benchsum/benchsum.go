@@ -18,8 +18,10 @@ type Row struct {
 	// Value and Unit are the measured figure.
 	Value float64
 	Unit  string
-	// Ceiling is the best the same work reached in the same run without
-	// the part measured (0: none measured); CeilingName says what it was.
+	// Ceiling is the reference measured in the same run: for a rate, the
+	// best the same work reached without the part measured; for a latency
+	// or a cost, the floor beneath it (0: none measured). CeilingName says
+	// what it was.
 	Ceiling     float64
 	CeilingName string
 }
@@ -62,7 +64,7 @@ func Table(title string, summary []byte) string {
 	var sb strings.Builder
 	sb.WriteString(title + "\n")
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "figure\tvalue\tceiling (same run)\tvalue/ceiling\n")
+	fmt.Fprint(tw, "figure\tvalue\tceiling or floor (same run)\tvalue/ceiling\n")
 	for _, line := range strings.Split(strings.TrimRight(string(summary), "\n"), "\n") {
 		if line != "" {
 			fmt.Fprintln(tw, line)

@@ -40,9 +40,9 @@ func TestTableAlignsRowsUnderHeader(t *testing.T) {
 	got := Table("title", []byte(Row{Figure: "a", Value: 1, Unit: "u", Ceiling: 2, CeilingName: "c"}.Format()+
 		Row{Figure: "longer figure", Value: 3, Unit: "ms"}.Format()))
 	want := "title\n" +
-		"figure         value  ceiling (same run)  value/ceiling\n" +
-		"a              1 u    2 u (c)             0.50\n" +
-		"longer figure  3 ms   -                   -\n"
+		"figure         value  ceiling or floor (same run)  value/ceiling\n" +
+		"a              1 u    2 u (c)                      0.50\n" +
+		"longer figure  3 ms   -                            -\n"
 	if got != want {
 		t.Fatalf("table:\n%s\nwant\n%s", got, want)
 	}
