@@ -13,7 +13,7 @@ IMAGE_CACHE ?= $(or $(VOYAGER_IMAGE_CACHE),$(HOME)/.cache/voyager/images)
 LAZY := -extldflags=-Wl,-z,lazy
 BUILD_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -extldflags "-Wl,-z,lazy"
 
-.PHONY: build dev image test test-short bench lint e2e
+.PHONY: build dev image test test-short bench lint e2e soak
 
 ## build: bin/voyager with the version stamped in
 build:
@@ -38,6 +38,13 @@ test:
 	deploy/test-setup.sh
 	VOYAGER_TEST_REQUIRE=all go test -race -count=1 -timeout 60m -ldflags=$(LAZY) ./...
 	/usr/bin/python3 -m unittest discover -s deploy/jupyterhub/tests
+
+## soak: the randomized soak (history/soak_test.go) for SOAK_BINDS binds (default 1,000,000), without
+## the race detector: placers, agents, the lifecycle controller and users with chaos on a real etcd, the
+## history checker over the whole history; reports binds, violations (must be 0) and time
+SOAK_BINDS ?= 1000000
+soak:
+	go test -count=1 -timeout 0 -ldflags=$(LAZY) -run '^TestSoak$$' -v ./history/ -args -soak.binds=$(SOAK_BINDS)
 
 ## test-short: a quick local loop; skips tests that build and run processes
 test-short:

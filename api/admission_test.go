@@ -25,10 +25,12 @@ func TestAdmissionBounds(t *testing.T) {
 		wantField string
 		wantText  string
 	}{
-		{"gang beyond one transaction", func(r map[string]any) { r["ray"] = map[string]any{"workers": 63} },
-			"ray.workers", "got 63, want at most 62"},
+		{"gang beyond one transaction", func(r map[string]any) { r["ray"] = map[string]any{"workers": 42} },
+			"ray.workers", "got 42, want at most 41"},
 		{"gang at the api's old cap", func(r map[string]any) { r["ray"] = map[string]any{"workers": 64} },
 			"ray.workers", "VOYAGER_PLACER_MAX_TXN_OPS"},
+		{"gang beyond every cap", func(r map[string]any) { r["ray"] = map[string]any{"workers": 1000} },
+			"ray.workers", "got 1000, want at most 41"},
 		{"cpu below the minimum", func(r map[string]any) {
 			r["resources"] = map[string]any{"gpus": 0, "cpuMilli": 1, "memoryMiB": 1024}
 		}, "resources.cpuMilli", "got 1, want at least 100 (the cluster's minimum, VOYAGER_MIN_CPU_MILLI)"},
@@ -56,7 +58,7 @@ func TestAdmissionBounds(t *testing.T) {
 	}
 	// The largest gang that fits one transaction is admitted.
 	r := notebook()
-	r["ray"] = map[string]any{"workers": 62}
+	r["ray"] = map[string]any{"workers": 41}
 	want(t, h.do("POST", "/api/v1/sessions", ada, r), http.StatusCreated)
 
 	// Groups are repeated in every allocation of a node's ledger: a token

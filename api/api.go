@@ -52,6 +52,12 @@ type Config struct {
 	// MaxRuntimeCap is the longest max runtime a session may ask for or be
 	// extended to. 0: no cap.
 	MaxRuntimeCap time.Duration
+	// AllowedRegistries are the registries images may come from (such as
+	// docker.io, registry.example.com:5000). Empty: any.
+	AllowedRegistries []string
+	// MaxQueuedPerUser caps the sessions one user may have queued at
+	// once. 0: no cap.
+	MaxQueuedPerUser int
 	// MinCPUMilli and MinMemoryMiB are the least a session or Ray worker
 	// may ask for. Defaults 100 and 64.
 	MinCPUMilli, MinMemoryMiB int64

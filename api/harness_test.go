@@ -54,6 +54,10 @@ type harnessOpts struct {
 	// maxRuntime and maxRuntimeCap are the cluster's default max runtime
 	// and its cap (api.Config).
 	maxRuntime, maxRuntimeCap time.Duration
+	// registries and maxQueued are api.Config's AllowedRegistries and
+	// MaxQueuedPerUser.
+	registries []string
+	maxQueued  int
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -106,12 +110,14 @@ func startHarness(t testing.TB, cli *clientv3.Client, o harnessOpts) *harness {
 			Audience:    o.audience,
 			Issuer:      o.issuer,
 		},
-		Rate:          o.rate,
-		Burst:         o.burst,
-		MaxBodyBytes:  o.maxBody,
-		MaxRuntime:    o.maxRuntime,
-		MaxRuntimeCap: o.maxRuntimeCap,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Rate:              o.rate,
+		Burst:             o.burst,
+		MaxBodyBytes:      o.maxBody,
+		MaxRuntime:        o.maxRuntime,
+		MaxRuntimeCap:     o.maxRuntimeCap,
+		AllowedRegistries: o.registries,
+		MaxQueuedPerUser:  o.maxQueued,
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -99,6 +99,7 @@ func (a *API) createSession(c *gin.Context) {
 	}
 	s, errs := buildSession(req, prof, a.admission())
 	errs = append(errs, validateGroups(p.Groups)...)
+	errs = append(errs, admissionHoles(s, a.cfg.AllowedRegistries)...)
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)
 		return
@@ -108,12 +109,25 @@ func (a *API) createSession(c *gin.Context) {
 		a.invalid(c, "Unsatisfiable request", errs)
 		return
 	}
+	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser); err != nil {
+		a.internal(c, "create session", err)
+		return
+	} else if len(errs) > 0 {
+		a.invalid(c, "Too many queued sessions", errs)
+		return
+	}
 	id, err := state.NewSessionID(now)
 	if err != nil {
 		a.internal(c, "make session id", err)
 		return
 	}
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
+	uid, err := state.EnsureUID(ctx, a.cli, a.keys, p.Subject, now)
+	if err != nil {
+		a.internal(c, "create session", err)
+		return
+	}
+	s.UID = &uid
 
 	if idemKey == "" {
 		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now); err != nil {

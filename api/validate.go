@@ -215,12 +215,16 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 	validateResources("resources", s.Resources, add)
 	adm.minimums("resources", s.Resources, add)
 	if s.Ray != nil {
+		limit := maxWorkers
+		if adm.maxWorkers > 0 {
+			limit = min(limit, adm.maxWorkers)
+		}
 		switch {
-		case s.Ray.Workers < 0 || s.Ray.Workers > maxWorkers:
-			add("ray.workers", "got %d, want 0 to %d", s.Ray.Workers, maxWorkers)
-		case adm.maxWorkers > 0 && s.Ray.Workers > adm.maxWorkers:
+		case s.Ray.Workers > limit && limit < maxWorkers:
 			add("ray.workers", "got %d, want at most %d: a Ray session binds its head and every worker, each on its own node, in one etcd transaction, and %d workers need more than the %d operations one may hold (VOYAGER_PLACER_MAX_TXN_OPS, at most etcd's --max-txn-ops)",
-				s.Ray.Workers, adm.maxWorkers, s.Ray.Workers, adm.maxTxnOps)
+				s.Ray.Workers, limit, s.Ray.Workers, adm.maxTxnOps)
+		case s.Ray.Workers < 0 || s.Ray.Workers > limit:
+			add("ray.workers", "got %d, want 0 to %d", s.Ray.Workers, limit)
 		}
 		if s.Ray.WorkerResources != nil {
 			validateResources("ray.workerResources", *s.Ray.WorkerResources, add)

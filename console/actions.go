@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -165,9 +166,17 @@ func putProfile(k *caller, get func(string) string) (string, error) {
 	return fmt.Sprintf("Profile %s saved.", name), nil
 }
 
-// profileJSON is p as the admin form edits it.
+// profileJSON is p as the admin form edits it: without its name (the
+// form's own field), characters as they are (the template escapes them).
 func profileJSON(p state.Profile) string {
-	p.Name = ""
-	b, _ := json.MarshalIndent(p, "", "  ")
-	return string(b)
+	var m map[string]any
+	b, _ := json.Marshal(p)
+	_ = json.Unmarshal(b, &m)
+	delete(m, "name")
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(m)
+	return strings.TrimSpace(buf.String())
 }

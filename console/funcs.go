@@ -2,10 +2,12 @@ package console
 
 import (
 	"fmt"
+	"html"
 	"html/template"
 	"strings"
 	"time"
 
+	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -35,12 +37,8 @@ func funcs(now func() time.Time) template.FuncMap {
 		"terminal": func(p state.Phase) bool { return p.Terminal() },
 		"lower":    strings.ToLower,
 		"join":     strings.Join,
-		"gib": func(mib int64) string {
-			if mib%1024 == 0 {
-				return fmt.Sprintf("%d GiB", mib/1024)
-			}
-			return fmt.Sprintf("%.1f GiB", float64(mib)/1024)
-		},
+		"gib":      gib,
+		"tiles":    gpuTiles,
 		"deref": func(p *int64) string {
 			if p == nil {
 				return "unlimited"
@@ -70,4 +68,58 @@ func roundDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
+}
+
+// gpuTiles writes a node's devices as the cluster page's tiles. It is Go,
+// not template actions, because a large cluster has thousands of tiles
+// and each template action costs an escaper call (BenchmarkClusterPage):
+// every string that came from the API goes through html.EscapeString.
+func gpuTiles(devices []api.GPUDevice) template.HTML {
+	var b strings.Builder
+	b.WriteString(`<ul class="gpus">`)
+	for _, d := range devices {
+		class, state := "free", "free"
+		switch {
+		case !d.Healthy:
+			class, state = "sick", "unhealthy"
+		case d.Owner != "":
+			class, state = "held", ""
+			if d.Unused {
+				class = "held unused"
+			}
+		}
+		fmt.Fprintf(&b, `<li class="gpu %s">#%d`, class, d.Index)
+		if d.MIGProfile != "" {
+			b.WriteString("/" + html.EscapeString(d.MIGProfile))
+		}
+		b.WriteString(" " + html.EscapeString(shortModel(d.Model)) + " " + gib(d.MemoryMiB))
+		if d.Owner != "" {
+			b.WriteString(" · " + html.EscapeString(d.Owner))
+			if d.Session != "" {
+				b.WriteString("/" + html.EscapeString(d.Session))
+			}
+			if d.Sampled {
+				fmt.Fprintf(&b, " · %d%% %d MiB", d.UtilizationPercent, d.MemoryUsedMiB)
+			}
+			if d.Unused {
+				b.WriteString(" · UNUSED")
+			}
+		} else {
+			b.WriteString(" · " + state)
+		}
+		if d.Simulated {
+			b.WriteString(" · sim")
+		}
+		b.WriteString("</li>")
+	}
+	b.WriteString("</ul>")
+	return template.HTML(b.String()) //nolint:gosec // every value above is escaped or a number
+}
+
+// gib writes MiB as GiB.
+func gib(mib int64) string {
+	if mib%1024 == 0 {
+		return fmt.Sprintf("%d GiB", mib/1024)
+	}
+	return fmt.Sprintf("%.1f GiB", float64(mib)/1024)
 }

@@ -50,7 +50,7 @@ type modelCount struct {
 	N     int
 }
 
-// ClusterView is the cluster page's data.
+// clusterView is the cluster page's data.
 type clusterView struct {
 	Nodes                      []api.NodeSummary
 	Free                       []modelCount

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Prepares this machine for `voyager dev` to run real sessions: containerd
 # and runc run the containers, busybox-static is what voyager dev builds its
-# default session image from (no registry needed). It installs only what is
+# default session image from (no registry needed), and
+# containernetworking-plugins, iptables and iproute2 give each session its
+# own network (docs/networking.md). It installs only what is
 # missing, with apt-get, and only as root; otherwise it says what to do.
 # voyager dev itself starts a private containerd under its data dir when none
 # is running, and imports the image (VOYAGER_AGENT_IMAGE) on first start.
 set -euo pipefail
 
-packages=(containerd runc busybox-static)
+packages=(containerd runc busybox-static containernetworking-plugins iptables iproute2)
 missing=()
 for p in "${packages[@]}"; do
 	if ! dpkg -s "$p" >/dev/null 2>&1; then

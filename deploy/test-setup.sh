@@ -10,13 +10,15 @@
 # agent tests build their container image from (no registry is reachable);
 # jupyterhub is the real hub the spawner is tested under; debootstrap builds
 # the notebook image from Debian's packages (deploy/images/jupyter/build.sh);
-# chromium runs the web console's browser tests;
+# chromium runs the web console's browser tests; containernetworking-plugins,
+# iptables and iproute2 give each session its own network (docs/networking.md);
 # bash-completion and zsh load the CLI's completion scripts; gcc and
 # libc6-dev build the race detector's cgo parts; git stamps the version.
 set -euo pipefail
 
 packages=(containerd runc etcd-client etcd-server python3-jwt python3-cryptography busybox-static
-	jupyterhub debootstrap chromium bash-completion zsh gcc libc6-dev git)
+	jupyterhub debootstrap chromium bash-completion zsh gcc libc6-dev git
+	containernetworking-plugins iptables iproute2)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -533,7 +533,18 @@ func (c *Controller) evict(ctx context.Context, spec watcher.Item[state.Session]
 func (c *Controller) requeue(ctx context.Context, v *view, spec watcher.Item[state.Session], sit watcher.Item[state.Status]) error {
 	st := sit.Value
 	s := spec.Value
-	if s.Desired == state.DesiredStopped || v.now.Before(*st.RetryAt) || len(v.holds[s.ID]) > 0 {
+	if s.Desired == state.DesiredStopped {
+		// Stopped while its agent released it (during an eviction's
+		// grace, or between a failure and its release): end it, as the
+		// stop would have (EventCancel), never leave it waiting.
+		out, err := state.StopSession(ctx, c.cli, c.cfg.Keys, s.ID, "its owner (while it was being released)", v.now)
+		if err != nil {
+			return fmt.Errorf("end stopped session %s: %w", s.ID, err)
+		}
+		c.log.Info("waiting session ended: its owner had stopped it", "session", s.ID, "outcome", out)
+		return nil
+	}
+	if v.now.Before(*st.RetryAt) || len(v.holds[s.ID]) > 0 {
 		return nil
 	}
 	if _, queued := v.pending.Get(c.cfg.Keys.Pending(s.ID)); queued {

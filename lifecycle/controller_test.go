@@ -290,3 +290,32 @@ func TestWaitingSessionIsRequeuedAtRetryTime(t *testing.T) {
 		t.Fatalf("status after stop while waiting: %+v", st)
 	}
 }
+
+// TestWaitingSessionStoppedByItsOwnerEnds is issue 11's item 5 from the
+// controller's side: a session left waiting (Pending, BackOff, retryAt)
+// with desired=stopped — its owner's stop landed while its agent released
+// it — was skipped by every pass: never re-queued, never ended, never
+// retired. The controller ends it Stopped.
+func TestWaitingSessionStoppedByItsOwnerEnds(t *testing.T) {
+	cli := etcdtest.Start(t, etcdtest.Options{}).Client(t)
+	runController(t, cli, ControllerConfig{})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	s := state.Session{ID: "job", Owner: "ada", Kind: state.KindBatch, Desired: state.DesiredStopped, Created: now,
+		Restart: state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 3}}
+	if _, err := state.Put(ctx, cli, keys.Session("job"), s); err != nil {
+		t.Fatal(err)
+	}
+	code := 1
+	st := state.Status{Session: "job", Phase: state.PhasePending, Reason: state.ReasonBackOff, ExitCode: &code, Created: now, Updated: now, RetryAt: &now}
+	if _, err := state.Put(ctx, cli, keys.Status("job"), st); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := waitKey(t, cli, keys.Status("job"), "the session to end", func(st state.Status, found bool) bool { return found && st.Phase.Terminal() })
+	if got.Phase != state.PhaseStopped || got.Finished == nil || got.RetryAt != nil {
+		t.Errorf("status %+v: want Stopped, finished", got)
+	}
+	if r, err := cli.Get(ctx, keys.Pending("job")); err != nil || len(r.Kvs) > 0 {
+		t.Errorf("a stopped session was re-queued (err %v)", err)
+	}
+}

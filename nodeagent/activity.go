@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,7 +62,7 @@ func (w *worker) newActivity(sess state.Session, info runtime.Info) *activity {
 		act.bases = append(act.bases, "/"+pre+"/")
 	}
 	act.bases = append(act.bases, "/")
-	for _, t := range []string{info.Labels[LabelToken], sess.Env["JUPYTER_TOKEN"], sess.Env["JUPYTERHUB_API_TOKEN"]} {
+	for _, t := range []string{w.token, sess.Env["JUPYTER_TOKEN"], sess.Env["JUPYTERHUB_API_TOKEN"]} {
 		if t != "" && !slices.Contains(act.tokens, t) {
 			act.tokens = append(act.tokens, t)
 		}
@@ -136,7 +138,7 @@ func (act *activity) sample(ctx context.Context) {
 	if !activityChanged(act.last, &cur, cfg.GPUBusyPercent) {
 		return
 	}
-	if w.setStatus(ctx, func(st *state.Status) { st.Activity = &cur }) {
+	if w.setStatus(ctx, state.EventObserve, func(st *state.Status) { st.Activity = &cur }) {
 		w.a.activityWrites.Add(1)
 		act.last = &cur
 	}
@@ -249,7 +251,7 @@ func (act *activity) jupyter(ctx context.Context) (*state.JupyterActivity, error
 // answer into v. It returns the HTTP status; an error only when there was
 // no usable answer.
 func (act *activity) getJSON(ctx context.Context, path, token string, v any) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", act.port, path), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(act.w.a.cfg.ProbeHost, strconv.Itoa(act.port))+path, nil)
 	if err != nil {
 		return 0, fmt.Errorf("build Jupyter request: %w", err)
 	}

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -26,10 +28,6 @@ const (
 	LabelRole     = "voyager.role"
 	LabelKind     = "voyager.kind"
 	LabelQueueRev = "voyager.queue-revision"
-	// LabelToken keeps the Jupyter token with the container, so an agent
-	// that adopts it after a restart can still give out its URL. Only root
-	// on the node can read labels, as it can read the environment.
-	LabelToken = "voyager.token"
 )
 
 // GPU modes: how a container gets its GPUs.
@@ -54,8 +52,20 @@ type Config struct {
 	CPUMilli  int64
 	MemoryMiB int64
 	Ports     state.PortRange
-	// LeaseTTL is the node key's lease. Default 10s.
+	// LeaseTTL is the node key's lease, in whole seconds (etcd's unit;
+	// rounded down). Default 10s. The agent renews it every LeaseTTL/3.
 	LeaseTTL time.Duration
+	// FenceAfter is how long after its last successful renewal (counted
+	// from when that renewal was sent, which is no later than etcd
+	// extended the lease) an agent that cannot renew its lease fences:
+	// it abandons the lease and stops and removes every running container
+	// of the node, before etcd can expire the lease and the placers
+	// re-queue the sessions elsewhere. Default LeaseTTL/2.
+	FenceAfter time.Duration
+	// FenceGrace is the SIGTERM-to-SIGKILL grace of a fence. FenceAfter +
+	// FenceGrace must be less than LeaseTTL: what is left is the margin
+	// for the kill itself. Default LeaseTTL/5.
+	FenceGrace time.Duration
 	// Image runs sessions that name none.
 	Image string
 	// HomeDir holds one home directory per user, mounted at /home/jovyan.
@@ -73,6 +83,14 @@ type Config struct {
 	// publishes each session's log URL in status.urls.logs. Empty: no logs
 	// are served.
 	LogsBaseURL string
+	// ProbeHost is where the agent reaches its sessions' published ports
+	// (Jupyter's readiness and activity). Default 127.0.0.1.
+	ProbeHost string
+	// LogURLTTL is how long a published log URL works; the agent re-signs
+	// a running session's before it expires, and a finished session's
+	// last one works this long after its end. Default LogRetention, else
+	// 168h.
+	LogURLTTL time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration
 	// UID and GID run session containers. Default runtime.DefaultUID/GID.
@@ -120,11 +138,25 @@ func (c *Config) defaults() {
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 10 * time.Second
 	}
+	// etcd grants whole seconds: the fence timings count from what it grants.
+	c.LeaseTTL = max(c.LeaseTTL.Truncate(time.Second), time.Second)
+	if c.FenceAfter <= 0 {
+		c.FenceAfter = c.LeaseTTL / 2
+	}
+	if c.FenceGrace <= 0 {
+		c.FenceGrace = c.LeaseTTL / 5
+	}
 	if c.LogMaxBytes <= 0 {
 		c.LogMaxBytes = 10 << 20
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second
+	}
+	if c.ProbeHost == "" {
+		c.ProbeHost = "127.0.0.1"
+	}
+	if c.LogURLTTL <= 0 {
+		c.LogURLTTL = cmp.Or(c.LogRetention, 168*time.Hour)
 	}
 	if c.GPUMode == "" {
 		c.GPUMode = GPUModeCDI
@@ -164,8 +196,12 @@ func (c *Config) defaults() {
 	}
 }
 
-// errLeaseLost ends the work of one lease.
+// errLeaseLost ends the work of one lease: etcd says it has expired.
 var errLeaseLost = errors.New("node lease lost")
+
+// errFenced ends the work of one lease that could not be renewed within
+// FenceAfter: it may expire any moment, and the node's containers go.
+var errFenced = errors.New("node lease not renewed in time; fenced")
 
 // errUnbound cancels a session's worker whose binding is gone: the worker
 // then stops and removes the container, and writes nothing to etcd.
@@ -179,12 +215,18 @@ type Agent struct {
 	mu      sync.Mutex
 	workers map[string]*worker // by container id
 	reaping map[string]bool    // container ids being removed as orphans
-	poke    chan struct{}
-	wg      sync.WaitGroup
-	epochs  int
-	leased  bool
+	// released holds, by container id, the create revision of a binding
+	// whose worker released it: until the watch shows the binding gone,
+	// reconcile must not start its session again.
+	released map[string]int64
+	poke     chan struct{}
+	wg       sync.WaitGroup
+	epochs   int
+	leased   bool
 
 	starts, adopted, startFailures  atomic.Int64
+	fences, fenced                  atomic.Int64 // fences, and containers they stopped
+	renewed                         atomic.Int64 // unix nanoseconds of the last successful renewal's send
 	activitySamples, activityWrites atomic.Int64
 	logKey                          logKey
 	lastPrune                       time.Time                      // of the log directory; owned by the work loop
@@ -199,6 +241,7 @@ func New(cfg Config) *Agent {
 		log:         cfg.Logger.With("component", "agent", "node", cfg.Node),
 		workers:     map[string]*worker{},
 		reaping:     map[string]bool{},
+		released:    map[string]int64{},
 		poke:        make(chan struct{}, 1),
 		gpuActivity: map[string][]state.GPUActivity{},
 	}
@@ -219,12 +262,24 @@ func (a *Agent) Registered() bool {
 	return a.leased
 }
 
-// Run registers the node and reconciles until ctx ends. A lost lease ends
-// the current work (never the containers) and registers again. Run returns
-// nil when ctx ends, after its workers have returned.
+// Fences counts the fences: leases the agent gave up because it could not
+// renew them in time, stopping the node's containers.
+func (a *Agent) Fences() int64 { return a.fences.Load() }
+
+// Run registers the node and reconciles until ctx ends. A lease that could
+// not be renewed within FenceAfter, or that expired, ends the current work
+// and fences the node (its running containers are stopped and removed: the
+// placers re-queue or end their sessions once the lease expires); then the
+// agent registers again. Run returns nil when ctx ends, after its workers
+// have returned; a shutdown leaves the containers running for the next
+// agent to adopt.
 func (a *Agent) Run(ctx context.Context) error {
 	if err := state.ValidateName("node name", a.cfg.Node); err != nil {
 		return fmt.Errorf("run agent: %w", err)
+	}
+	if a.cfg.FenceAfter+a.cfg.FenceGrace >= a.cfg.LeaseTTL {
+		return fmt.Errorf("run agent: fence after %s plus fence grace %s must be less than the lease TTL %s, or the node's containers outlive its lease",
+			a.cfg.FenceAfter, a.cfg.FenceGrace, a.cfg.LeaseTTL)
 	}
 	defer a.wg.Wait()
 	backoff := 200 * time.Millisecond
@@ -246,7 +301,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		cause := context.Cause(leaseCtx)
 		cancel(nil)
 		if ctx.Err() == nil {
-			a.log.Warn("lost the node lease; containers keep running; registering again", "cause", cause)
+			a.log.Warn("lost the node lease; registering again", "cause", cause)
 		}
 	}
 	return nil
@@ -256,9 +311,11 @@ func (a *Agent) Run(ctx context.Context) error {
 // alive. The returned context ends when the lease is lost.
 func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCauseFunc, error) {
 	cli := a.cfg.Client
-	ttl := max(int64(a.cfg.LeaseTTL/time.Second), 1)
+	ttl := int64(a.cfg.LeaseTTL / time.Second)
 	gctx, gcancel := context.WithTimeout(ctx, a.cfg.LeaseTTL)
 	defer gcancel()
+	// etcd starts the lease's TTL when it grants it, after this.
+	sent := time.Now()
 	lease, err := cli.Grant(gctx, ttl)
 	if err != nil {
 		return nil, nil, fmt.Errorf("grant lease: %w", err)
@@ -278,19 +335,25 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	if _, err := cli.Put(gctx, a.cfg.Keys.Node(a.cfg.Node), v, clientv3.WithLease(lease.ID)); err != nil {
 		return nil, nil, fmt.Errorf("register node: %w", err)
 	}
-	leaseCtx, cancel := context.WithCancelCause(ctx)
-	ka, err := cli.KeepAlive(leaseCtx, lease.ID)
-	if err != nil {
-		cancel(err)
-		return nil, nil, fmt.Errorf("keep lease alive: %w", err)
+	if time.Since(sent) >= a.cfg.FenceAfter {
+		// Registering took so long that the lease is already due to be
+		// fenced: give it up rather than run on borrowed time.
+		a.revoke(ctx, lease.ID)
+		return nil, nil, fmt.Errorf("register node: took %s, longer than the fence deadline %s", time.Since(sent).Round(time.Millisecond), a.cfg.FenceAfter)
 	}
+	leaseCtx, cancel := context.WithCancelCause(ctx)
+	a.renewed.Store(sent.UnixNano())
 	a.wg.Go(func() {
-		for range ka { // drained until the client gives up on the lease
-		}
+		cause := a.keepAlive(leaseCtx, lease.ID, sent)
 		a.mu.Lock()
 		a.leased = false
 		a.mu.Unlock()
-		cancel(errLeaseLost)
+		cancel(cause)
+		if errors.Is(cause, errFenced) {
+			// When etcd answers again, end the lease now rather than at
+			// its TTL: the placers then handle the node's sessions at once.
+			a.revoke(ctx, lease.ID)
+		}
 	})
 	a.mu.Lock()
 	a.epochs++
@@ -301,8 +364,101 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	return leaseCtx, cancel, nil
 }
 
+// keepAlive renews the lease every LeaseTTL/3 (more often after a failed
+// renewal) until ctx ends, and returns why it stopped: errLeaseLost when
+// etcd says the lease is gone, errFenced when no renewal succeeded within
+// FenceAfter of the send of the last one that did, nil when ctx ended.
+//
+// Each renewal is one KeepAliveOnce whose send time is known: etcd
+// extends the lease to at least that time plus the TTL, so the agent's
+// deadline, counted from it, always falls before the lease can expire.
+// (clientv3's KeepAlive stream only says when an answer arrived, and gives
+// up on a lease only once its TTL has passed: too late to fence.)
+func (a *Agent) keepAlive(ctx context.Context, id clientv3.LeaseID, renewed time.Time) error {
+	every := a.cfg.LeaseTTL / 3
+	retry := min(every, 250*time.Millisecond)
+	next := renewed.Add(every)
+	for {
+		deadline := renewed.Add(a.cfg.FenceAfter)
+		if !ctxwait.Sleep(ctx, min(time.Until(next), time.Until(deadline))) {
+			return nil
+		}
+		sent := time.Now()
+		if !sent.Before(deadline) {
+			return errFenced
+		}
+		// An answer after the deadline is no use: the fence must start.
+		kctx, kcancel := context.WithDeadline(ctx, deadline)
+		resp, err := a.cfg.Client.KeepAliveOnce(kctx, id)
+		kcancel()
+		switch {
+		case err == nil && resp.TTL > 0:
+			renewed, next = sent, sent.Add(every)
+			a.renewed.Store(sent.UnixNano())
+		case err == nil, errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return errLeaseLost
+		case ctx.Err() != nil:
+			return nil
+		default:
+			a.log.Debug("renew node lease; retrying", "err", err, "fenceIn", time.Until(deadline).Round(time.Millisecond))
+			next = time.Now().Add(retry)
+		}
+	}
+}
+
+// revoke ends a lease the agent gave up, in the background, trying until
+// etcd answers, the lease has surely expired by itself, or ctx (the
+// agent's run) ends.
+func (a *Agent) revoke(ctx context.Context, id clientv3.LeaseID) {
+	a.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, a.cfg.LeaseTTL)
+		defer cancel()
+		for {
+			_, err := a.cfg.Client.Revoke(ctx, id)
+			if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || !ctxwait.Sleep(ctx, 250*time.Millisecond) {
+				return
+			}
+		}
+	})
+}
+
+// fence stops and removes every container of the node that runs (or was
+// created and may yet run): the lease is about to expire, or has, and the
+// placers will re-queue or end the sessions. Containers whose process has
+// already exited stay, so that a later worker can still report how they
+// ended. It returns the number of containers it stopped.
+func (a *Agent) fence() int {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.FenceGrace+a.cfg.LeaseTTL)
+	defer cancel()
+	infos, err := a.cfg.Runtime.List(ctx, map[string]string{LabelNode: a.cfg.Node})
+	if err != nil {
+		a.log.Error("fence: list containers; the node's containers may outlive its lease", "err", err)
+		return 0
+	}
+	var wg sync.WaitGroup
+	var n atomic.Int64
+	for _, in := range infos {
+		if in.State == runtime.StateStopped {
+			continue
+		}
+		n.Add(1)
+		wg.Go(func() {
+			if err := a.cfg.Runtime.Stop(ctx, in.ID, a.cfg.FenceGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				a.log.Error("fence: stop container", "container", in.ID, "err", err)
+			}
+			if err := a.cfg.Runtime.Remove(ctx, in.ID); err != nil {
+				a.log.Error("fence: remove container", "container", in.ID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	a.fenced.Add(n.Load())
+	return int(n.Load())
+}
+
 // work reconciles until ctx (the lease) ends, then waits for every worker
-// of this lease.
+// of this lease. A lease that ended unrenewed or expired fences the node
+// first.
 func (a *Agent) work(ctx context.Context) {
 	bindings := watcher.New(a.cfg.Client, a.cfg.Keys.Bindings(a.cfg.Node), watcher.JSON[state.Binding],
 		watcher.Options{Name: "bindings", Logger: a.log})
@@ -311,6 +467,7 @@ func (a *Agent) work(ctx context.Context) {
 	defer wg.Wait()
 	wg.Go(func() { _ = bindings.Run(ctx) })
 	if err := bindings.WaitSynced(ctx); err != nil {
+		a.endLease(ctx)
 		return
 	}
 	tick := time.NewTicker(a.cfg.Resync)
@@ -319,12 +476,38 @@ func (a *Agent) work(ctx context.Context) {
 		a.reconcile(ctx, bindings.Snapshot())
 		select {
 		case <-ctx.Done():
-			a.stopWorkers(context.Cause(ctx))
+			a.endLease(ctx)
 			return
 		case <-a.poke:
 		case <-tick.C:
 		}
 	}
+}
+
+// endLease ends the work of a lease whose context ended: on a shutdown
+// the workers stop and the containers stay for the next agent; a lease that
+// went unrenewed or expired fences the node. Killing comes first, then
+// waiting for the workers: a worker may be stuck in a slow call (an image
+// pull, a stop's grace) well past the lease. A second sweep catches a
+// container a worker started as the first one listed.
+func (a *Agent) endLease(ctx context.Context) {
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, errFenced) && !errors.Is(cause, errLeaseLost) {
+		a.stopWorkers(cause)
+		return
+	}
+	a.fences.Add(1)
+	start := time.Now()
+	ws := a.cancelWorkers(cause)
+	n := a.fence()
+	for _, w := range ws {
+		<-w.done
+	}
+	n += a.fence()
+	renewed := time.Unix(0, a.renewed.Load())
+	a.log.Warn("fenced: the node lease could not be renewed; stopped the node's containers",
+		"cause", cause, "containers", n, "took", time.Since(start).Round(time.Millisecond),
+		"sinceRenewal", time.Since(renewed).Round(time.Millisecond), "leaseTTL", a.cfg.LeaseTTL)
 }
 
 func (a *Agent) kick() {
@@ -340,9 +523,13 @@ func ContainerID(b state.Binding) string {
 	return fmt.Sprintf("%s-q%d", b.Session, b.QueueRevision)
 }
 
-// reconcile starts a worker for every binding without one, cancels the
-// workers of bindings that are gone, and removes containers that belong to
-// no binding and no worker.
+// reconcile cancels the workers of bindings that are gone, removes
+// containers that belong to no binding and no worker (orphans), and starts
+// a worker for every binding without one — but only once no orphan is
+// left: an orphan may hold GPUs, CPU or ports that the ledger has already
+// given to a new binding. A re-registering agent (after a fence, a lost
+// lease or a restart) thus clears what it must not run before it runs
+// anything new.
 func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Binding]) {
 	want := map[string]watcher.Item[state.Binding]{}
 	for _, it := range snap.List() {
@@ -358,28 +545,13 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 			w.cancel(errUnbound)
 		}
 	}
-	for id, it := range want {
-		if _, running := a.workers[id]; running {
-			continue
-		}
-		w := a.newWorker(ctx, id, it)
-		a.workers[id] = w
-		a.wg.Go(func() {
-			w.run()
-			a.mu.Lock()
-			if a.workers[id] == w {
-				delete(a.workers, id)
-			}
-			a.mu.Unlock()
-			a.kick()
-		})
-	}
 	a.mu.Unlock()
 
+	// What runs here decides what may start: no list, no new workers.
 	infos, err := a.cfg.Runtime.List(ctx, map[string]string{LabelNode: a.cfg.Node})
 	if err != nil {
 		if ctx.Err() == nil {
-			a.log.Warn("list containers", "err", err)
+			a.log.Warn("list containers; starting nothing until it answers", "err", err)
 		}
 		return
 	}
@@ -413,21 +585,62 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 			a.mu.Lock()
 			delete(a.reaping, in.ID)
 			a.mu.Unlock()
+			a.kick() // the bindings that waited may start now
+		})
+	}
+	for id, rev := range a.released {
+		if it, ok := want[id]; !ok || it.CreateRevision != rev {
+			delete(a.released, id) // the watch caught up
+		}
+	}
+	if len(a.reaping) > 0 {
+		return
+	}
+	for id, it := range want {
+		if _, running := a.workers[id]; running {
+			continue
+		}
+		if a.released[id] == it.CreateRevision {
+			continue // released; the snapshot lags the release
+		}
+		w := a.newWorker(ctx, id, it)
+		a.workers[id] = w
+		a.wg.Go(func() {
+			w.run()
+			a.mu.Lock()
+			if a.workers[id] == w {
+				delete(a.workers, id)
+			}
+			a.mu.Unlock()
+			a.kick()
 		})
 	}
 }
 
+// markReleased records that the binding of container id, created at
+// rev, was released: a snapshot that still shows it starts nothing.
+func (a *Agent) markReleased(id string, rev int64) {
+	a.mu.Lock()
+	a.released[id] = rev
+	a.mu.Unlock()
+}
+
 // stopWorkers cancels every worker with cause and waits for them.
 func (a *Agent) stopWorkers(cause error) {
+	for _, w := range a.cancelWorkers(cause) {
+		<-w.done
+	}
+}
+
+// cancelWorkers cancels every worker with cause and returns them.
+func (a *Agent) cancelWorkers(cause error) map[string]*worker {
 	a.mu.Lock()
 	ws := maps.Clone(a.workers)
 	a.mu.Unlock()
 	for _, w := range ws {
 		w.cancel(cause)
 	}
-	for _, w := range ws {
-		<-w.done
-	}
+	return ws
 }
 
 // removeContainer stops (SIGTERM, grace, SIGKILL) and removes a container.

@@ -3,9 +3,13 @@
 // drives a runtime.Runtime to run exactly what is bound, reporting each
 // session's status.
 //
-// The lease is the context of the agent's work: when it is lost, every
-// worker derived from it stops (containers keep running) and the agent
-// registers again, then reconciles, adopting its containers by label.
-// Containers are stopped only on what a synced watch says (a session
-// stopped, a binding gone), never because etcd is unreachable.
+// The lease is the context of the agent's work and its right to run
+// containers. The agent renews it itself and, when no renewal has succeeded
+// within Config.FenceAfter of the last good one's send (or etcd says it is
+// gone), fences: every worker derived from it stops and every running
+// container of the node is stopped and removed, before etcd can expire the
+// lease and the placers re-queue its sessions elsewhere. It then registers
+// again and reconciles, removing orphans before it starts anything new. A
+// shutdown leaves the containers running; the next agent adopts them by
+// label.
 package nodeagent

@@ -42,6 +42,9 @@ func testConfig(t testing.TB, cli *clientv3.Client, rt runtime.Runtime) nodeagen
 		Node: node, Address: "127.0.0.1", Keys: keys, Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: true, CPUMilli: 2000, MemoryMiB: 4096,
 		Ports: state.PortRange{First: 40000, Last: 40999}, LeaseTTL: 5 * time.Second, // 2s lost leases under a loaded CI machine
+		// A fence only after 3.5 s without a renewal: etcd stalls on the
+		// shared test machine; the fencing tests set their own timings.
+		FenceAfter: 3500 * time.Millisecond, FenceGrace: time.Second,
 		Image: "busybox", HomeDir: dir + "/home", LogDir: dir + "/logs", StopGrace: 500 * time.Millisecond,
 		Logger: quietLogger(), Resync: time.Second,
 	}

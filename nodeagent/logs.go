@@ -23,15 +23,18 @@ import (
 )
 
 // LogsPath is the route under which the agent serves session logs:
-// GET LogsPath + <container id>?key=K&tail=N&follow=true|false.
+// GET LogsPath + <container id>?exp=E&key=K&tail=N&follow=true|false.
 //
 // This is the contract the API's /sessions/<id>/logs proxies (api/logs.go):
 // 200 text/plain, the container's stdout and stderr (tail=N: the last N
 // lines, 0: all); with follow=true the response stays open and streams new
 // output until the container has exited, then ends. The key is an HMAC of
-// the container id under a secret kept in the log directory: the URL with
-// its key is published in status.urls.logs, which only the API reads, so
-// the agent needs no user authentication of its own.
+// the container id and the expiry E (Unix seconds) under a secret kept in
+// the log directory: the URL with its key is published in
+// status.urls.logs, which only the API reads, so the agent needs no user
+// authentication of its own. A URL stops working at E (LogURLTTL after it
+// was made); the agent re-signs a running session's URL in its status
+// before it expires.
 const LogsPath = "/agent/v1/logs/"
 
 // logKeyFile holds the agent's log-URL secret, in LogDir, so that URLs
@@ -77,28 +80,32 @@ func (a *Agent) logSecret() ([]byte, error) {
 	return a.logKey.key, a.logKey.err
 }
 
-func (a *Agent) logSignature(id string) (string, error) {
+// logSignature signs container id's log URL valid until exp (Unix
+// seconds).
+func (a *Agent) logSignature(id string, exp int64) (string, error) {
 	secret, err := a.logSecret()
 	if err != nil {
 		return "", err
 	}
 	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(id))
+	m.Write([]byte(id + "\x00" + strconv.FormatInt(exp, 10)))
 	return hex.EncodeToString(m.Sum(nil))[:32], nil
 }
 
-// logsURL is the URL of container id's log for status.urls.logs, or "" if
-// the agent serves no logs (no LogsBaseURL or LogDir configured).
-func (a *Agent) logsURL(id string) string {
+// logsURL is the URL of container id's log for status.urls.logs, valid
+// for LogURLTTL, and when it expires; "" if the agent serves no logs (no
+// LogsBaseURL or LogDir configured).
+func (a *Agent) logsURL(id string) (string, time.Time) {
 	if a.cfg.LogsBaseURL == "" || a.cfg.LogDir == "" {
-		return ""
+		return "", time.Time{}
 	}
-	sig, err := a.logSignature(id)
+	exp := time.Now().Add(a.cfg.LogURLTTL).Truncate(time.Second)
+	sig, err := a.logSignature(id, exp.Unix())
 	if err != nil {
 		a.log.Warn("cannot publish a log URL", "container", id, "err", err)
-		return ""
+		return "", time.Time{}
 	}
-	return strings.TrimRight(a.cfg.LogsBaseURL, "/") + LogsPath + url.PathEscape(id) + "?key=" + sig
+	return strings.TrimRight(a.cfg.LogsBaseURL, "/") + LogsPath + url.PathEscape(id) + "?exp=" + strconv.FormatInt(exp.Unix(), 10) + "&key=" + sig, exp
 }
 
 // LogsHandler serves session logs at LogsPath; mount it on the agent's
@@ -114,7 +121,16 @@ func (a *Agent) LogsHandler() http.Handler {
 			http.Error(w, "not found: want "+LogsPath+"<container id>", http.StatusNotFound)
 			return
 		}
-		want, err := a.logSignature(id)
+		exp, err := strconv.ParseInt(r.URL.Query().Get("exp"), 10, 64)
+		if err != nil {
+			http.Error(w, "forbidden: the URL has no expiry (exp); use the one in the session's status.urls.logs", http.StatusForbidden)
+			return
+		}
+		if time.Now().Unix() > exp {
+			http.Error(w, "forbidden: this log URL expired at "+time.Unix(exp, 0).UTC().Format(time.RFC3339)+"; the session's status.urls.logs has a fresh one while the log is kept", http.StatusForbidden)
+			return
+		}
+		want, err := a.logSignature(id, exp)
 		if err != nil {
 			http.Error(w, "logs unavailable: "+err.Error(), http.StatusServiceUnavailable)
 			return

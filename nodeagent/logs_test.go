@@ -2,6 +2,8 @@ package nodeagent_test
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -24,13 +26,7 @@ import (
 func TestAgentServesLogs(t *testing.T) {
 	cli := etcdtest.New(t)
 	rt := newFake()
-	cfg := testConfig(t, cli, rt)
-	mux := http.NewServeMux()
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	cfg.LogsBaseURL = srv.URL
-	a, _ := runAgent(t, cfg)
-	mux.Handle(nodeagent.LogsPath, a.LogsHandler())
+	srv := runLogsAgent(t, testConfig(t, cli, rt))
 
 	b := bind(t, cli, state.Session{ID: "job1", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sh", "-c", "train"}},
 		state.Binding{CPUMilli: 500, MemoryMiB: 256})
@@ -69,7 +65,7 @@ func TestAgentServesLogs(t *testing.T) {
 	}
 
 	final := waitPhase(t, cli, "job1", state.PhaseFailed, 10*time.Second)
-	if final.URLs["logs"] != logs {
+	if !strings.HasPrefix(final.URLs["logs"], srv.URL+nodeagent.LogsPath) {
 		t.Errorf("final status lost the log URL: %v", final.URLs)
 	}
 	if got := get(t, withQuery(logs, "tail", "2")); got != "epoch 2\ndone\n" {
@@ -83,6 +79,19 @@ func TestAgentServesLogs(t *testing.T) {
 	if resp, err := http.Get(other); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("another container with this key: %v %v, want 403", resp.StatusCode, err)
 	}
+}
+
+// runLogsAgent runs an agent whose log endpoint an HTTP test server
+// serves, for the test's life, and returns the server.
+func runLogsAgent(t *testing.T, cfg nodeagent.Config) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	cfg.LogsBaseURL = srv.URL
+	a, _ := runAgent(t, cfg)
+	mux.Handle(nodeagent.LogsPath, a.LogsHandler())
+	return srv
 }
 
 func appendLog(t *testing.T, path, s string) {
@@ -176,5 +185,48 @@ func TestAgentPrunesOldLogs(t *testing.T) {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s: %v; want it kept", filepath.Base(p), err)
 		}
+	}
+}
+
+// TestLogURLsExpire: a log URL stops working when it expires, and the
+// agent re-signs a running session's URL in its status before then.
+func TestLogURLsExpire(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := newFake()
+	cfg := testConfig(t, cli, rt)
+	cfg.LogURLTTL = 3 * time.Second
+	runLogsAgent(t, cfg)
+
+	bind(t, cli, state.Session{ID: "long", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sleep", "1d"}},
+		state.Binding{CPUMilli: 500, MemoryMiB: 256})
+	first := waitPhase(t, cli, "long", state.PhaseRunning, 10*time.Second).URLs["logs"]
+	status := func(u string) int {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(first); got != http.StatusOK {
+		t.Fatalf("fresh log URL: %d", got)
+	}
+	var fresh string
+	waitFor(t, "a re-signed log URL in the status", 30*time.Second, func() (bool, string) {
+		st, _, _ := state.Get[state.Status](context.Background(), cli, keys.Status("long"))
+		fresh = st.URLs["logs"]
+		return fresh != first, fresh
+	})
+	waitFor(t, "the first URL to expire", 10*time.Second, func() (bool, string) {
+		code := status(first)
+		return code == http.StatusForbidden, fmt.Sprint(code)
+	})
+	if got := status(fresh); got != http.StatusOK {
+		t.Errorf("re-signed log URL: %d", got)
+	}
+	// A forged expiry does not match the key.
+	later := strings.Replace(fresh, "exp=", "exp=9", 1)
+	if got := status(later); got != http.StatusForbidden {
+		t.Errorf("URL with a forged expiry: %d, want 403", got)
 	}
 }

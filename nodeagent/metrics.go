@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +84,16 @@ func (a *Agent) Collectors() []prometheus.Collector {
 		counter("containers_adopted_total", "Running containers found and adopted after a restart or a lost lease.",
 			func() float64 { return float64(a.adopted.Load()) }),
 		counter("start_failures_total", "Sessions that failed to start.", func() float64 { return float64(a.startFailures.Load()) }),
+		counter("fences_total", "Leases given up because they could not be renewed within the fence deadline (or expired), stopping the node's containers.",
+			func() float64 { return float64(a.fences.Load()) }),
+		counter("fenced_containers_total", "Containers stopped and removed by fences.", func() float64 { return float64(a.fenced.Load()) }),
+		gauge("lease_renewal_age_seconds", "Time since the send of the last successful renewal of the node lease; the agent fences at the fence deadline.",
+			func() float64 {
+				if r := a.renewed.Load(); r > 0 {
+					return time.Since(time.Unix(0, r)).Seconds()
+				}
+				return 0
+			}),
 		counter("activity_samples_total", "Samples of running sessions' activity (Jupyter, GPUs).",
 			func() float64 { return float64(a.activitySamples.Load()) }),
 		counter("activity_writes_total", "Samples that changed meaningfully and were written to a session's status.",

@@ -2,6 +2,7 @@ package nodeagent_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +13,13 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
-// TestAgentKeepsContainersThroughEtcdOutage: etcd goes away for longer than
-// the lease; the agent loses its lease but stops nothing; etcd comes back
-// with the same data and the agent registers again and adopts, starting
-// nothing twice.
-func TestAgentKeepsContainersThroughEtcdOutage(t *testing.T) {
+// TestAgentFencesThroughEtcdOutage: etcd goes away for longer than the
+// lease. The agent cannot renew it and fences: the session's container is
+// stopped and removed (the placers would re-queue it once the lease
+// expires). etcd comes back with the same data and no placer has run, so
+// the binding is still there: the agent registers anew and starts the
+// session again, once, never beside its old copy.
+func TestAgentFencesThroughEtcdOutage(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	dir, addr := c.Dir, strings.TrimPrefix(c.Server.Endpoint(), "http://")
 	cli := c.Client(t)
@@ -26,25 +29,20 @@ func TestAgentKeepsContainersThroughEtcdOutage(t *testing.T) {
 	waitPhase(t, cli, "survivor", state.PhaseRunning, 10*time.Second)
 
 	c.Server.Close()
-	waitFor(t, "the agent to give up its lease", 20*time.Second, func() (bool, string) {
-		return a.Registrations() == 1 && leaseLost(a), ""
+	waitFor(t, "the agent to fence", 20*time.Second, func() (bool, string) {
+		return a.Fences() == 1 && !a.Registered(), ""
 	})
-	in, err := rt.Status(context.Background(), nodeagent.ContainerID(b))
-	if err != nil || in.State != runtime.StateRunning {
-		t.Fatalf("with etcd down: %+v, %v; want the container running", in, err)
+	if in, err := rt.Status(context.Background(), nodeagent.ContainerID(b)); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("with etcd down past the fence deadline: %+v, %v; want the container gone", in, err)
 	}
 
-	// etcd back over the same data and address: the lease is long gone, so
-	// the node key was deleted; the agent registers anew and adopts.
 	etcdtest.Start(t, etcdtest.Options{Dir: dir, ClientAddr: addr})
-	waitFor(t, "a second registration", 30*time.Second, func() (bool, string) {
-		return a.Registrations() >= 2, ""
+	waitFor(t, "a second registration and the session started again", 30*time.Second, func() (bool, string) {
+		in, err := rt.Status(context.Background(), nodeagent.ContainerID(b))
+		return a.Registrations() >= 2 && err == nil && in.State == runtime.StateRunning, ""
 	})
 	waitPhase(t, cli, "survivor", state.PhaseRunning, 10*time.Second)
-	in, err = rt.Status(context.Background(), nodeagent.ContainerID(b))
-	if err != nil || in.State != runtime.StateRunning || rt.Starts() != 1 {
-		t.Fatalf("after the outage: %+v, %v, %d starts; want the same container, started once", in, err, rt.Starts())
+	if rt.Starts() != 2 {
+		t.Fatalf("%d starts; want 2: the first, and one after the fence", rt.Starts())
 	}
 }
-
-func leaseLost(a *nodeagent.Agent) bool { return !a.Registered() }

@@ -1,10 +1,14 @@
 package nodeagent
 
 import (
+	"cmp"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,6 +18,22 @@ import (
 
 // HomePath is where a session's home directory is mounted.
 const HomePath = "/home/jovyan"
+
+// jupyterToken is the Jupyter token of container id: an HMAC of the id
+// under the agent's secret (kept in its log directory), so that an agent
+// that adopts the container after a restart knows it again without
+// keeping it anywhere a tenant could read it (it is in the container's
+// environment only, never in a label or argv). Without a log directory it
+// is random.
+func (a *Agent) jupyterToken(id string) (string, error) {
+	secret, err := a.logSecret()
+	if err != nil {
+		return newToken()
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("jupyter-token\x00" + id))
+	return hex.EncodeToString(m.Sum(nil))[:48], nil
+}
 
 // newToken returns a random Jupyter token: 24 bytes, hex.
 func newToken() (string, error) {
@@ -56,7 +76,7 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		Args:        args,
 		Env:         env,
 		WorkDir:     HomePath,
-		UID:         cfg.UID,
+		UID:         cmp.Or(s.UID, cfg.UID), // the owner's own; the agent's for sessions without one
 		GID:         cfg.GID,
 		CPUMilli:    b.CPUMilli,
 		MemoryBytes: b.MemoryMiB << 20,
@@ -76,9 +96,6 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 	}
 	if spec.Image == "" {
 		return runtime.Spec{}, fmt.Errorf("build container of %s: the session names no image and the agent has no default", s.ID)
-	}
-	if token != "" {
-		spec.Labels[LabelToken] = token
 	}
 	if b.MemoryMiB > 0 && b.MemoryMiB < cfg.ShmMiB {
 		spec.ShmBytes = b.MemoryMiB << 20
@@ -104,4 +121,53 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		}
 	}
 	return spec, nil
+}
+
+// Peer is another part of the same session (a Ray head or worker on
+// another node): the node's address and the part's ports.
+type Peer struct {
+	Address string
+	Ports   Ports
+}
+
+// rayPorts are the ports a part's peers connect to: the head's GCS and
+// client server, a worker's node and object managers. Never Jupyter's or
+// the dashboard's.
+func (p Ports) rayPorts() []int {
+	var out []int
+	for _, v := range []int{p.RayGCS, p.RayClient, p.NodeManager, p.ObjectManager} {
+		if v > 0 {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// NetworkRules says, for a part with its own network, which of its ports
+// are published and to whom, and which endpoints it may reach that the
+// node's port range would otherwise refuse: Jupyter is open to everyone
+// (the token guards it); Ray's ports only to the session's other parts'
+// nodes, and a part reaches only its peers' Ray ports. The dashboard is
+// never published (it listens on the container's loopback).
+func NetworkRules(p Ports, peers []Peer) ([]runtime.Published, []runtime.Endpoint) {
+	var pub []runtime.Published
+	if p.Jupyter > 0 {
+		pub = append(pub, runtime.Published{Port: p.Jupyter})
+	}
+	var from []string
+	var reach []runtime.Endpoint
+	for _, q := range peers {
+		if !slices.Contains(from, q.Address) {
+			from = append(from, q.Address)
+		}
+		if rp := q.Ports.rayPorts(); len(rp) > 0 {
+			reach = append(reach, runtime.Endpoint{Addr: q.Address, Ports: rp})
+		}
+	}
+	if rp := p.rayPorts(); len(rp) > 0 && len(from) > 0 {
+		for _, port := range rp {
+			pub = append(pub, runtime.Published{Port: port, From: from})
+		}
+	}
+	return pub, reach
 }

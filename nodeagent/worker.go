@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,9 +19,6 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
-
-// tailLines is how many last lines of output a final status carries.
-const tailLines = 20
 
 // worker drives one binding's container from start to release. Its context
 // derives from the lease: cancelled with errUnbound it removes the
@@ -35,6 +32,13 @@ type worker struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	log    *slog.Logger
+
+	// token is the Jupyter token of a notebook's head (or single) part,
+	// set before the container starts or is adopted.
+	token string
+	// logsExp is when the log URL last written to the status expires
+	// (zero: none written by this worker).
+	logsExp time.Time
 
 	// stopWith is the session as it was when stopReq closed: whether its
 	// owner stopped it or the lifecycle controller evicted it decides the
@@ -101,7 +105,7 @@ func (w *worker) run() {
 			return
 		default:
 		}
-		token, err := w.start(ctx, sess)
+		err := w.start(ctx, sess)
 		if err != nil {
 			if ctx.Err() != nil {
 				w.ended()
@@ -109,15 +113,19 @@ func (w *worker) run() {
 			}
 			w.a.startFailures.Add(1)
 			w.log.Warn("session failed to start", "err", err)
-			w.finish(ctx, nil, w.failed(ctx, sess, stopReq, "StartFailed", err.Error(), ""))
+			w.finish(ctx, nil, w.failed(sess, stopReq, "StartFailed", err.Error()))
 			w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 			return
 		}
-		info = runtime.Info{ID: w.id, State: runtime.StateRunning, Labels: map[string]string{LabelToken: token}}
+		info = runtime.Info{ID: w.id, State: runtime.StateRunning}
 	case err != nil:
 		w.retryLater("read container", err)
 		return
 	default:
+		if w.token, err = w.jupyterToken(sess); err != nil {
+			w.retryLater("make token", err)
+			return
+		}
 		w.a.adopted.Add(1)
 		w.log.Info("adopted running container", "state", info.State)
 	}
@@ -182,6 +190,7 @@ func (w *worker) run() {
 					w.log.Warn("trim log", "err", err)
 				}
 			}
+			w.refreshLogsURL(ctx)
 		}
 	}
 }
@@ -260,52 +269,104 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struc
 	}
 }
 
-// start pulls the image and creates the container. It returns the token.
-func (w *worker) start(ctx context.Context, sess state.Session) (string, error) {
+// jupyterToken is the token of the session's Jupyter when this part runs
+// it (a notebook's head or single part), else "": the session's own
+// (JupyterHub's spawner sets it) or one derived from the container id.
+func (w *worker) jupyterToken(sess state.Session) (string, error) {
+	if sess.Kind != state.KindNotebook || w.item.Value.Role == state.RoleWorker {
+		return "", nil
+	}
+	if t := sess.Env["JUPYTER_TOKEN"]; t != "" {
+		return t, nil
+	}
+	return w.a.jupyterToken(w.id)
+}
+
+// peers reads where the session's other parts run (Ray gangs), for the
+// part's network rules.
+func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) {
+	cfg := w.a.cfg
+	b := w.item.Value
+	if b.Role == state.RoleSingle || b.Role == "" {
+		return nil, nil
+	}
+	st, _, err := state.Get[state.Status](ctx, cfg.Client, cfg.Keys.Status(b.Session))
+	if err != nil {
+		return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+	}
+	var out []Peer
+	for _, n := range st.Nodes {
+		if n == cfg.Node {
+			continue
+		}
+		pb, _, err := state.Get[state.Binding](ctx, cfg.Client, cfg.Keys.Binding(n, b.Session))
+		if errors.Is(err, state.ErrNotFound) {
+			continue // released already
+		}
+		if err != nil {
+			return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+		}
+		pn, _, err := state.Get[state.Node](ctx, cfg.Client, cfg.Keys.Node(n))
+		if err != nil {
+			return nil, fmt.Errorf("find the other parts of %s: node %s: %w", b.Session, n, err)
+		}
+		p, err := SplitPorts(sess.Kind, pb.Role, pb.Ports)
+		if err != nil {
+			return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+		}
+		out = append(out, Peer{Address: pn.Address, Ports: p})
+	}
+	return out, nil
+}
+
+// start pulls the image and creates the container; w.token is set.
+func (w *worker) start(ctx context.Context, sess state.Session) error {
 	cfg := w.a.cfg
 	b := w.item.Value
 	image := sess.Image
 	if image == "" {
 		image = cfg.Image
 	}
-	w.setStatus(ctx, func(st *state.Status) {
-		st.Phase, st.Reason, st.Message = state.PhaseStarting, "Pulling", "pulling image "+image
+	w.setStatus(ctx, state.EventCreate, func(st *state.Status) {
+		st.Reason, st.Message = "Pulling", "pulling image "+image
 	})
 	if err := cfg.Runtime.EnsureImage(ctx, image); err != nil {
-		return "", fmt.Errorf("pull image %s: %w", image, err)
+		return fmt.Errorf("pull image %s: %w", image, err)
 	}
 	var head Head
 	if b.Role == state.RoleWorker {
 		var err error
 		if head, err = w.findHead(ctx, sess); err != nil {
-			return "", err
+			return err
 		}
 	}
 	args, err := Command(sess, b, head)
 	if err != nil {
-		return "", err
+		return err
 	}
-	token := ""
-	if sess.Kind == state.KindNotebook && b.Role != state.RoleWorker {
-		if token = sess.Env["JUPYTER_TOKEN"]; token == "" {
-			if token, err = newToken(); err != nil {
-				return "", err
-			}
-		}
+	if w.token, err = w.jupyterToken(sess); err != nil {
+		return err
 	}
-	spec, err := w.a.ContainerSpec(sess, b, args, token)
+	spec, err := w.a.ContainerSpec(sess, b, args, w.token)
 	if err != nil {
-		return "", err
+		return err
+	}
+	peers, err := w.peers(ctx, sess)
+	if err != nil {
+		return err
+	}
+	if p, err := SplitPorts(sess.Kind, b.Role, b.Ports); err == nil {
+		spec.Publish, spec.Reach = NetworkRules(p, peers)
 	}
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
-		return "", err
+		return err
 	}
 	w.a.starts.Add(1)
 	w.log.Info("container started", "image", spec.Image)
-	w.setStatus(ctx, func(st *state.Status) {
-		st.Phase, st.Reason, st.Message = state.PhaseStarting, "Created", "container started"
+	w.setStatus(ctx, state.EventCreate, func(st *state.Status) {
+		st.Reason, st.Message = "Created", "container started"
 	})
-	return token, nil
+	return nil
 }
 
 // findHead reads where the session's Ray head runs.
@@ -337,7 +398,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 	if sess.Kind == state.KindNotebook && b.Role != state.RoleWorker {
 		p, err := SplitPorts(sess.Kind, b.Role, b.Ports)
 		if err == nil && p.Jupyter > 0 {
-			probe := fmt.Sprintf("http://127.0.0.1:%d/", p.Jupyter)
+			probe := "http://" + net.JoinHostPort(w.a.cfg.ProbeHost, strconv.Itoa(p.Jupyter)) + "/"
 			client := &http.Client{Timeout: time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
@@ -363,23 +424,23 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 			port = p.Jupyter
 			// "/" serves both: JupyterLab redirects it to /lab.
 			url = fmt.Sprintf("http://%s:%d/", w.a.cfg.Address, p.Jupyter)
-			if tok := info.Labels[LabelToken]; tok != "" {
+			if tok := w.token; tok != "" {
 				url += "?token=" + tok
 			}
 		}
 	}
-	w.setStatus(ctx, func(st *state.Status) {
+	w.setStatus(ctx, state.EventStart, func(st *state.Status) {
 		if adopted && st.Phase == state.PhaseRunning {
 			return
 		}
 		now := time.Now().UTC()
-		st.Phase, st.Reason, st.Started = state.PhaseRunning, "Started", &now
+		st.Reason, st.Started = "Started", &now
 		st.Message = "running"
-		if logs := w.a.logsURL(w.id); logs != "" {
+		if logs, exp := w.a.logsURL(w.id); logs != "" {
 			if st.URLs == nil {
 				st.URLs = map[string]string{}
 			}
-			st.URLs["logs"] = logs
+			st.URLs["logs"], w.logsExp = logs, exp
 		}
 		if url != "" {
 			st.Message = "Jupyter answers on port " + strconv.Itoa(port)
@@ -392,6 +453,28 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 	return nil, false, true
 }
 
+// refreshLogsURL re-signs the log URL in the status of a running session
+// once half its life has passed (or none was written by this worker: an
+// adopted container's), so that it works for as long as the session runs.
+func (w *worker) refreshLogsURL(ctx context.Context) {
+	if w.item.Value.Role == state.RoleWorker || time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
+		return
+	}
+	logs, exp := w.a.logsURL(w.id)
+	if logs == "" {
+		return
+	}
+	ok := w.setStatus(ctx, state.EventObserve, func(st *state.Status) {
+		if st.URLs == nil {
+			st.URLs = map[string]string{}
+		}
+		st.URLs["logs"] = logs
+	})
+	if ok {
+		w.logsExp = exp
+	}
+}
+
 // outcome is how a session ends on this node: the final status's phase,
 // reason and message, and RetryAt when it waits to run again (Phase
 // Pending after a restart back-off or a preemption).
@@ -402,11 +485,14 @@ type outcome struct {
 	retryAt *time.Time
 }
 
-// decider chooses the outcome from the session's current status, read
-// afresh on each attempt of the release; an error retries it.
-type decider func(cur *state.Status) (outcome, error)
+// decider chooses the outcome from the session's spec and current status,
+// read afresh on each attempt of the release and compared by its
+// transaction; an error retries it.
+type decider func(spec state.Session, cur *state.Status) (outcome, error)
 
-func fixed(o outcome) decider { return func(*state.Status) (outcome, error) { return o, nil } }
+func fixed(o outcome) decider {
+	return func(state.Session, *state.Status) (outcome, error) { return o, nil }
+}
 
 // exited records the end of a container that stopped by itself, releases
 // the binding and removes the container.
@@ -416,32 +502,22 @@ func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, s
 	if code < 0 {
 		msg = "the container is gone and its exit code unknown (containerd restarted?)"
 	}
-	out := w.lastOutput()
+	// The output stays in the log (status.urls.logs, for the owner): a
+	// status is read by more than its owner, so it never carries output.
 	var decide decider
 	switch {
 	case code == 0 && sess.Kind == state.KindBatch:
-		decide = fixed(outcome{phase: state.PhaseSucceeded, reason: "Exited", msg: msg + out})
+		decide = fixed(outcome{phase: state.PhaseSucceeded, reason: "Exited", msg: msg})
 	case code == 0:
-		decide = fixed(outcome{phase: state.PhaseStopped, reason: "Exited", msg: msg + out})
+		decide = fixed(outcome{phase: state.PhaseStopped, reason: "Exited", msg: msg})
 	default:
-		decide = w.failed(ctx, sess, stopReq, "Exited", msg, out)
+		decide = w.failed(sess, stopReq, "Exited", msg)
 	}
 	w.log.Info("container exited", "code", code)
-	w.finish(ctx, &code, decide)
+	if !w.finish(ctx, &code, decide) {
+		return // not released: the container keeps its exit code for the next worker
+	}
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
-}
-
-// lastOutput is "; last output:\n" and the container's last lines, or "".
-func (w *worker) lastOutput() string {
-	lines, _ := runtime.Tail(w.logPath(), tailLines)
-	if len(lines) == 0 {
-		return ""
-	}
-	out := strings.Join(lines, "\n")
-	if len(out) > 4096 {
-		out = out[len(out)-4096:]
-	}
-	return "; last output:\n" + out
 }
 
 // failed decides the end of a session that failed (exited non-zero, or
@@ -449,49 +525,36 @@ func (w *worker) lastOutput() string {
 // OnFailure and restarts left that nobody stopped or evicted, Pending with
 // reason BackOff until RetryAt, when the lifecycle controller re-queues it
 // and counts the attempt (the agent never does).
-func (w *worker) failed(ctx context.Context, sess state.Session, stopReq chan struct{}, reason, msg, out string) decider {
-	return func(cur *state.Status) (outcome, error) {
-		delay, ok, err := w.restartDelay(ctx, sess, stopReq, cur.Attempt)
-		if err != nil {
-			return outcome{}, err
-		}
+func (w *worker) failed(sess state.Session, stopReq chan struct{}, reason, msg string) decider {
+	return func(spec state.Session, cur *state.Status) (outcome, error) {
+		delay, ok := w.restartDelay(spec, stopReq, cur.Attempt)
 		if !ok {
-			return outcome{phase: state.PhaseFailed, reason: reason, msg: msg + out}, nil
+			return outcome{phase: state.PhaseFailed, reason: reason, msg: msg}, nil
 		}
 		at := time.Now().UTC().Add(delay)
 		return outcome{
 			phase: state.PhasePending, reason: state.ReasonBackOff, retryAt: &at,
-			msg: fmt.Sprintf("%s; restart %d of %d in %s%s", msg, cur.Attempt+1, sess.Restart.MaxRestarts, delay, out),
+			msg: fmt.Sprintf("%s; restart %d of %d in %s", msg, cur.Attempt+1, sess.Restart.MaxRestarts, delay),
 		}, nil
 	}
 }
 
 // restartDelay reports whether a failed session restarts after attempt
 // restarts, and after how long: Restart.Backoff (else the agent's
-// RestartBackoff) doubled per restart, at most RestartBackoffMax.
-func (w *worker) restartDelay(ctx context.Context, sess state.Session, stopReq chan struct{}, attempt int) (time.Duration, bool, error) {
+// RestartBackoff) doubled per restart, at most RestartBackoffMax. spec is
+// the spec the release compares: a session stopped or evicted as it
+// failed never comes back, even if the watch lags.
+func (w *worker) restartDelay(spec state.Session, stopReq chan struct{}, attempt int) (time.Duration, bool) {
 	cfg := w.a.cfg
-	if sess.Kind != state.KindBatch || sess.Restart.Policy != state.RestartOnFailure || attempt >= sess.Restart.MaxRestarts {
-		return 0, false, nil
+	if spec.Kind != state.KindBatch || !spec.RestartsLeft(attempt) || spec.Stopping() {
+		return 0, false
 	}
 	select {
 	case <-stopReq:
-		return 0, false, nil
+		return 0, false
 	default:
 	}
-	// The watch may lag: a session stopped or evicted as it failed must
-	// not come back.
-	cur, _, err := state.Get[state.Session](ctx, cfg.Client, cfg.Keys.Session(sess.ID))
-	if errors.Is(err, state.ErrNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read session %s: %w", sess.ID, err)
-	}
-	if cur.Stopping() {
-		return 0, false, nil
-	}
-	return RestartDelay(sess.Restart.Backoff.Std(), cfg.RestartBackoff, cfg.RestartBackoffMax, attempt), true, nil
+	return RestartDelay(spec.Restart.Backoff.Std(), cfg.RestartBackoff, cfg.RestartBackoffMax, attempt), true
 }
 
 // RestartDelay is the wait before restart number attempt+1 of a failed
@@ -524,8 +587,8 @@ func (w *worker) stop(ctx context.Context) {
 	if ev != nil {
 		reason, msg = ev.Reason, "stopping: "+ev.Message
 	}
-	w.setStatus(ctx, func(st *state.Status) {
-		st.Phase, st.Reason, st.Message = state.PhaseStopping, reason, msg
+	w.setStatus(ctx, state.EventStop, func(st *state.Status) {
+		st.Reason, st.Message = reason, msg
 	})
 	var code *int
 	if err := cfg.Runtime.Stop(ctx, w.id, cfg.StopGrace); err == nil {
@@ -538,20 +601,29 @@ func (w *worker) stop(ctx context.Context) {
 			return
 		}
 	}
-	o := outcome{phase: state.PhaseStopped, reason: "StopRequested", msg: "stopped on request"}
-	switch {
-	case ev == nil:
-	case ev.Requeue:
-		now := time.Now().UTC()
-		o = outcome{phase: state.PhasePending, reason: state.ReasonPreempted, msg: cmp.Or(ev.Message, "preempted") + "; re-queued", retryAt: &now}
-	default:
-		o = outcome{phase: state.PhaseStopped, reason: ev.Reason, msg: cmp.Or(ev.Message, ev.Reason)}
-		if sess.Kind == state.KindBatch && ev.Reason == state.ReasonMaxRuntime {
-			o.phase = state.PhaseFailed
+	decide := func(spec state.Session, _ *state.Status) (outcome, error) {
+		o := outcome{phase: state.PhaseStopped, reason: "StopRequested", msg: "stopped on request"}
+		ev := ev
+		if spec.Desired == state.DesiredStopped {
+			// The owner's stop, also one that landed during the
+			// eviction's grace, wins: never re-queued.
+			ev = nil
 		}
+		switch {
+		case ev == nil:
+		case ev.Requeue:
+			now := time.Now().UTC()
+			o = outcome{phase: state.PhasePending, reason: state.ReasonPreempted, msg: cmp.Or(ev.Message, "preempted") + "; re-queued", retryAt: &now}
+		default:
+			o = outcome{phase: state.PhaseStopped, reason: ev.Reason, msg: cmp.Or(ev.Message, ev.Reason)}
+			if sess.Kind == state.KindBatch && ev.Reason == state.ReasonMaxRuntime {
+				o.phase = state.PhaseFailed
+			}
+		}
+		w.log.Info("session stopped", "phase", o.phase, "reason", o.reason)
+		return o, nil
 	}
-	w.log.Info("session stopped", "phase", o.phase, "reason", o.reason)
-	if !w.finish(ctx, code, fixed(o)) {
+	if !w.finish(ctx, code, decide) {
 		return
 	}
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
@@ -562,41 +634,54 @@ func (w *worker) stop(ctx context.Context) {
 // retrying until it succeeds or ctx ends. A Pending outcome (waiting to
 // run again) is not finished: no Finished time, and the Jupyter URL and
 // activity of the gone container are dropped. Ray workers release without
-// writing a status: the head owns the session's status.
+// writing a status: the head owns the session's status. A binding that is
+// gone or replaced (state.ErrStale) has nothing left to release: a node
+// loss took it, or this release committed and its reply was lost.
 func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
-	for attempt := 0; ; attempt++ {
-		var st *state.Status
-		var err error
-		if b.Role != state.RoleWorker {
-			var cur state.Status
-			if cur, err = w.currentStatus(ctx); err == nil {
-				var o outcome
-				if o, err = decide(&cur); err == nil {
-					now := time.Now().UTC()
-					cur.Phase, cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.phase, o.reason, o.msg, code, now
-					cur.Finished, cur.RetryAt = &now, nil
-					if o.phase == state.PhasePending {
-						cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
-						delete(cur.URLs, "jupyter")
-					}
-					// The log outlives the container: a job that ended before
-					// anyone saw it run can still be read.
-					if logs := w.a.logsURL(w.id); logs != "" {
-						if cur.URLs == nil {
-							cur.URLs = map[string]string{}
-						}
-						cur.URLs["logs"] = logs
-					}
-					st = &cur
+	var final state.Finalizer
+	if b.Role != state.RoleWorker {
+		final = func(spec state.Session, cur state.Status) (state.Event, state.Status, error) {
+			if cur.Session == "" {
+				cur = state.Status{Session: b.Session, Created: time.Now().UTC(), Nodes: []string{cfg.Node}}
+			}
+			o, err := decide(spec, &cur)
+			if err != nil {
+				return "", cur, err
+			}
+			ev, err := state.EventOf(o.phase, o.reason)
+			if err != nil {
+				return "", cur, err
+			}
+			now := time.Now().UTC()
+			cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.reason, o.msg, code, now
+			cur.Finished, cur.RetryAt = &now, nil
+			if o.phase == state.PhasePending {
+				cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
+				delete(cur.URLs, "jupyter")
+			}
+			// The log outlives the container: a job that ended before
+			// anyone saw it run can still be read.
+			if logs, _ := w.a.logsURL(w.id); logs != "" {
+				if cur.URLs == nil {
+					cur.URLs = map[string]string{}
 				}
+				cur.URLs["logs"] = logs
 			}
+			return ev, cur, nil
 		}
+	}
+	for attempt := 0; ; attempt++ {
+		err := state.Release(ctx, cfg.Client, cfg.Keys, cfg.Node, b.Session, w.item.CreateRevision, final)
 		if err == nil {
-			if err = state.Release(ctx, cfg.Client, cfg.Keys, cfg.Node, b.Session, st); err == nil {
-				return true
-			}
+			w.a.markReleased(w.id, w.item.CreateRevision)
+			return true
+		}
+		if errors.Is(err, state.ErrStale) {
+			w.log.Debug("binding gone or replaced; nothing to release", "err", err)
+			w.a.markReleased(w.id, w.item.CreateRevision)
+			return true
 		}
 		if ctx.Err() != nil {
 			if errors.Is(context.Cause(ctx), errUnbound) {
@@ -625,44 +710,68 @@ func (w *worker) currentStatus(ctx context.Context) (state.Status, error) {
 	return st, err
 }
 
-// setStatus applies mutate to the session's status, if this binding still
-// exists (a binding deleted and bound again elsewhere is another worker's).
-// Ray workers write nothing. Failures are logged: status is advisory, the
-// next transition or the final release writes it again. It reports
-// whether it wrote.
-func (w *worker) setStatus(ctx context.Context, mutate func(*state.Status)) bool {
+// maxStatusAttempts bounds setStatus's read-modify-write retries when
+// another writer of the same status (the activity sampler, a transition)
+// got in between.
+const maxStatusAttempts = 5
+
+// setStatus applies event ev and then mutate to the session's status, if
+// this binding still exists (a binding deleted and bound again elsewhere is
+// another worker's) and the state machine allows ev from the phase read:
+// the transaction compares the binding's create revision and the status's
+// mod revision, so a status that moved on (to Stopping, say) is never
+// written back. Ray workers write nothing. Failures are logged: status is
+// advisory, the next transition or the final release writes it again. It
+// reports whether it wrote.
+func (w *worker) setStatus(ctx context.Context, ev state.Event, mutate func(*state.Status)) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
 	if b.Role == state.RoleWorker {
 		return false
 	}
-	st, err := w.currentStatus(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("read status", "err", err)
+	sk, bk := cfg.Keys.Status(b.Session), cfg.Keys.Binding(cfg.Node, b.Session)
+	for attempt := 0; attempt < maxStatusAttempts; attempt++ {
+		st, rev, err := state.Get[state.Status](ctx, cfg.Client, sk)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("read status", "err", err)
+			}
+			return false
 		}
-		return false
-	}
-	before, _ := state.Encode(st)
-	mutate(&st)
-	if after, _ := state.Encode(st); after == before {
-		return false
-	}
-	st.Updated = time.Now().UTC()
-	v, err := state.Encode(st)
-	if err != nil {
-		w.log.Warn("write status", "err", err)
-		return false
-	}
-	bk := cfg.Keys.Binding(cfg.Node, b.Session)
-	resp, err := cfg.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision)).
-		Then(clientv3.OpPut(cfg.Keys.Status(b.Session), v)).Commit()
-	if err != nil {
-		if ctx.Err() == nil {
+		next, err := state.Next(st.Phase, ev, state.Facts{Bound: true})
+		if err != nil {
+			w.log.Debug("status not written", "err", err)
+			return false
+		}
+		before, _ := state.Encode(st)
+		mutate(&st)
+		st.Phase = next
+		if after, _ := state.Encode(st); after == before {
+			return false
+		}
+		st.Updated = time.Now().UTC()
+		v, err := state.Encode(st)
+		if err != nil {
 			w.log.Warn("write status", "err", err)
+			return false
 		}
-		return false
+		resp, err := cfg.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision),
+				clientv3.Compare(clientv3.ModRevision(sk), "=", rev)).
+			Then(clientv3.OpPut(sk, v)).
+			Else(clientv3.OpGet(bk)).Commit()
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("write status", "err", err)
+			}
+			return false
+		}
+		if resp.Succeeded {
+			return true
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != w.item.CreateRevision {
+			return false // the binding is gone or replaced: not ours to write
+		}
 	}
-	return resp.Succeeded
+	return false
 }

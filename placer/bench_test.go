@@ -118,11 +118,11 @@ func rawTxnRate(b *testing.B, cli *clientv3.Client, d time.Duration) float64 {
 }
 
 // boundWatch records when each session's first binding appears.
-func boundWatch(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.Keys, onBound func(state.Binding)) *watcher.Cache[state.Binding] {
+func boundWatch(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.Keys, onBound func(b state.Binding, createRev int64)) *watcher.Cache[state.Binding] {
 	cache := watcher.New(cli, k.AllBindings(), watcher.JSON[state.Binding], watcher.Options{Name: "bench", Logger: quietLogger(), PageSize: 5000})
 	cache.AddHandler(func(ev watcher.Event[state.Binding]) {
 		if ev.Type == watcher.Added && ev.Value.Role != state.RoleWorker {
-			onBound(ev.Value)
+			onBound(ev.Value, ev.Revision) // a binding is created, never modified
 		}
 	})
 	go func() { _ = cache.Run(ctx) }()
@@ -202,7 +202,7 @@ func benchBurst(b *testing.B, placers int, strategy Strategy) {
 	var mu sync.Mutex
 	var last time.Time
 	bound := 0
-	boundWatch(b, ctx, cli, s.k, func(state.Binding) {
+	boundWatch(b, ctx, cli, s.k, func(state.Binding, int64) {
 		mu.Lock()
 		bound++
 		last = time.Now()
@@ -274,7 +274,7 @@ func benchLatency(b *testing.B, placers int) {
 	agentsCtx, stopAgents := context.WithCancel(ctx)
 	defer stopAgents()
 	var release sync.WaitGroup
-	boundWatch(b, ctx, cli, s.k, func(bd state.Binding) {
+	boundWatch(b, ctx, cli, s.k, func(bd state.Binding, rev int64) {
 		if _, seen := boundAt.LoadOrStore(bd.Session, time.Now()); !seen {
 			bound.Add(1)
 		}
@@ -286,7 +286,7 @@ func benchLatency(b *testing.B, placers int) {
 				return
 			case <-time.After(3 * time.Second):
 			}
-			_ = state.Release(agentsCtx, cli, s.k, bd.Node, bd.Session, nil)
+			_ = state.Release(agentsCtx, cli, s.k, bd.Node, bd.Session, rev, nil)
 		}()
 	})
 	ps := startPlacers(b, c.Server.Endpoint(), placers, Config{})

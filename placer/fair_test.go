@@ -2,6 +2,7 @@ package placer
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"testing"
@@ -32,7 +33,11 @@ func (r *releaser) bound() int {
 func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Keys, hold time.Duration, limit int) *releaser {
 	r := &releaser{boundN: map[string]int{}}
 	cache := watcher.New(cli, k.AllBindings(), watcher.JSON[state.Binding], watcher.Options{Name: "agents", Logger: quietLogger()})
-	work := make(chan state.Binding, 100000)
+	type bound struct {
+		b   state.Binding
+		rev int64 // its create revision: a binding is never modified
+	}
+	work := make(chan bound, 100000)
 	cache.AddHandler(func(ev watcher.Event[state.Binding]) {
 		if ev.Type != watcher.Added {
 			return
@@ -43,7 +48,7 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 			r.doubles = append(r.doubles, ev.Value.Session)
 		}
 		r.mu.Unlock()
-		work <- ev.Value
+		work <- bound{ev.Value, ev.Revision}
 	})
 	// One agent per node releases one session at a time, as a real one
 	// reconciling its node would.
@@ -67,7 +72,8 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 			}
 			released++
 			wg.Add(1)
-			go func(b state.Binding) {
+			go func(w bound) {
+				b := w.b
 				defer wg.Done()
 				if hold > 0 {
 					select {
@@ -81,8 +87,14 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 				defer mu.(*sync.Mutex).Unlock()
 				now := time.Now().UTC()
 				code := 0
-				st := &state.Status{Session: b.Session, Phase: state.PhaseSucceeded, ExitCode: &code, Updated: now, Finished: &now}
-				if err := state.Release(ctx, cli, k, b.Node, b.Session, st); err != nil && ctx.Err() == nil {
+				var final state.Finalizer
+				if b.Role != state.RoleWorker {
+					final = func(_ state.Session, st state.Status) (state.Event, state.Status, error) {
+						st.ExitCode, st.Updated, st.Finished = &code, now, &now
+						return state.EventSucceed, st, nil
+					}
+				}
+				if err := state.Release(ctx, cli, k, b.Node, b.Session, w.rev, final); err != nil && ctx.Err() == nil && !errors.Is(err, state.ErrStale) {
 					t.Errorf("release %s: %v", b.Session, err)
 				}
 			}(b)

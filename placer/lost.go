@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -204,16 +205,25 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, nil, err
 	}
-	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRev),
+	if !slices.Contains([]state.Phase{state.PhaseBound, state.PhaseStarting, state.PhaseRunning, state.PhaseStopping}, old.Phase) {
+		// The session's status already moved on (its head released it
+		// and only this part's binding was left): free the GPUs only.
+		return ops, cmps, nil
+	}
+	cmps = append(cmps,
+		clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRev),
 		clientv3.Compare(clientv3.ModRevision(k.Status(id)), "=", statusRev))
 	st := state.Status{Session: id, Reason: "NodeLost", Attempt: old.Attempt, Created: spec.Created, Updated: now}
 	lostMsg := fmt.Sprintf("node %s stopped answering (its agent's lease expired)", node)
+	f := state.Facts{DesiredStopped: spec.Desired == state.DesiredStopped, RestartsLeft: spec.RestartsLeft(old.Attempt)}
+	ev := state.EventLose
 	switch {
-	case spec.Desired == state.DesiredStopped:
-		st.Phase = state.PhaseStopped
+	case f.DesiredStopped:
+		ev = state.EventLostStopped
 		st.Message = lostMsg + "; the session was already stopping"
 		st.Finished = &now
-	case spec.Restart.Policy == state.RestartOnFailure && old.Attempt < spec.Restart.MaxRestarts:
+	case f.RestartsLeft:
+		ev = state.EventLostRequeue
 		e := state.NewQueueEntry(spec, now)
 		e.Attempt = old.Attempt + 1
 		v, err := state.Encode(e)
@@ -223,13 +233,14 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 		ops = append(ops, clientv3.OpPut(k.Pending(id), v))
 		// The pending key must not exist: a session is queued once.
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k.Pending(id)), "=", 0))
-		st.Phase = state.PhasePending
 		st.Attempt = e.Attempt
 		st.Message = fmt.Sprintf("%s; re-queued, attempt %d of %d", lostMsg, e.Attempt, spec.Restart.MaxRestarts)
 	default:
-		st.Phase = state.PhaseLost
 		st.Message = lostMsg + "; not re-queued (restart policy " + policyName(spec.Restart.Policy) + ")"
 		st.Finished = &now
+	}
+	if st.Phase, err = state.Next(old.Phase, ev, f); err != nil {
+		return nil, nil, err
 	}
 	v, err := state.Encode(st)
 	if err != nil {

@@ -426,8 +426,8 @@ func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
 		}
 		v := NodeView{Node: it.Value, NodeRevision: it.ModRevision}
 		v.Node.Name = name
-		if cd, ok := c.Cordons.Get(k.Cordon(name)); ok {
-			v.Cordon = &cd
+		if cd, ok := c.Cordons.Item(k.Cordon(name)); ok {
+			v.Cordon, v.CordonRevision = &cd.Value, cd.ModRevision
 		}
 		if l, ok := c.Ledgers.Item(k.Ledger(name)); ok {
 			v.Ledger, v.LedgerRevision = l.Value, l.ModRevision
@@ -721,6 +721,9 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 		return
 	}
 	fresh := p.ledgers.Snapshot()
+	// This placer's newest bind before this pass: the pass's own batches
+	// raise lastBind as they commit, and were planned together.
+	prior := p.lastBind.Load()
 	var mu sync.Mutex
 	sem := make(chan struct{}, p.cfg.Parallel)
 	var wg sync.WaitGroup
@@ -730,7 +733,7 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 		go func(b *bindBatch) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			n, rev, stale, err := p.commitBatch(ctx, b, fresh, nodes, snap)
+			n, rev, stale, err := p.commitBatch(ctx, b, fresh, nodes, snap, prior)
 			mu.Lock()
 			defer mu.Unlock()
 			res.conflicts += stale
@@ -764,10 +767,11 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 // the batch. The transaction compares the revision of exactly the ledger it
 // writes over (and the node's inventory key as planned), so a write that
 // lands after this read refuses the bind. A decision whose choice no longer
-// fits, or whose quota check rests on ledgers older than this placer's own
-// last bind, is left out and counted in stale. It returns how many
-// sessions the transaction bound (0 if refused or empty) and its revision.
-func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot) (bound int, rev int64, stale int, err error) {
+// fits, or whose quota check rests on ledgers older than this placer's
+// last bind before the pass (prior), is left out and counted in stale. It
+// returns how many sessions the transaction bound (0 if refused or empty)
+// and its revision.
+func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64) (bound int, rev int64, stale int, err error) {
 	k := p.cfg.Keys
 	now := p.cfg.Now().UTC()
 	writes := map[string]*state.LedgerWrite{}
@@ -777,7 +781,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 			return lw
 		}
 		v := nodes[node]
-		lw := &state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, ReadRevision: v.LedgerRevision,
+		lw := &state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, CordonRevision: v.CordonRevision, ReadRevision: v.LedgerRevision,
 			Ledger: state.Ledger{Node: node, Allocations: maps.Clone(v.Ledger.Allocations)}}
 		if it, ok := fresh.Item(k.Ledger(node)); ok && it.ModRevision != v.LedgerRevision {
 			lw.ReadRevision, lw.Ledger.Allocations = it.ModRevision, maps.Clone(it.Value.Allocations)
@@ -791,12 +795,11 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 		order = append(order, node)
 		return lw
 	}
-	lastBind := p.lastBind.Load()
 	var ps []state.Placement
 	for _, d := range b.decisions {
 		e := d.Pending.Entry
 		scopes := quotaScopes(&e, snap)
-		if len(scopes) > 0 && snap.LedgersAt < lastBind {
+		if len(scopes) > 0 && snap.LedgersAt < prior {
 			stale++ // plan again once the caches show our last binds
 			continue
 		}
@@ -990,7 +993,13 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 		if ok && last.reason == w.Reason && (last.message == msg || now.Sub(last.at) < p.cfg.StatusRefresh) {
 			continue
 		}
-		st := state.Status{Session: e.Session, Phase: state.PhasePending, Reason: w.Reason, Message: msg,
+		// EventExplain: the nested txn's compare of the queue entry is
+		// its guard (an entry exists only while the status is Pending).
+		phase, err := state.Next(state.PhasePending, state.EventExplain, state.Facts{Queued: true})
+		if err != nil {
+			continue
+		}
+		st := state.Status{Session: e.Session, Phase: phase, Reason: w.Reason, Message: msg,
 			QueuePosition: w.Position, Attempt: e.Attempt, Created: e.Created, Updated: now.UTC()}
 		v, err := state.Encode(st)
 		if err != nil {

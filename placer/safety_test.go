@@ -36,6 +36,36 @@ func startCaches(t *testing.T, p *Placer) {
 	}
 }
 
+// simOnEtcd starts a real etcd with a simulated cluster over it.
+func simOnEtcd(t *testing.T) (*etcdtest.Cluster, *sim) {
+	t.Helper()
+	c := etcdtest.Start(t, etcdtest.Options{})
+	return c, newSim(t, c.Client(t))
+}
+
+// byHand is one node of gpus GPUs, one 1-GPU session of ada and a placer
+// whose caches (not its loop) run and show both: the test plans and
+// commits by hand.
+func byHand(t *testing.T, gpus int) (s *sim, node, id string, p *Placer) {
+	t.Helper()
+	_, s = simOnEtcd(t)
+	ctx := context.Background()
+	node = s.addNodes(ctx, "gpu", 1, gpus)[0]
+	id = s.submit(ctx, "ada", []int{1}, nil)[0]
+	p = New(s.cli, Config{ID: "p1", Logger: quietLogger()})
+	startCaches(t, p)
+	eventually(t, 10e9, "the caches to see the node and the session", func() bool { return p.nodes.Len() == 1 && p.pending.Len() == 1 })
+	return s, node, id, p
+}
+
+// setQuota gives user a quota of gpus GPUs.
+func (s *sim) setQuota(ctx context.Context, user string, gpus int64) {
+	s.t.Helper()
+	if _, err := state.Put(ctx, s.cli, s.k.UserQuota(user), state.Quota{GPUs: &gpus}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 // waitLedgers waits (on the cache's own events) until p's ledger cache has
 // seen revision rev.
 func waitLedgers(t *testing.T, p *Placer, rev int64) {
@@ -49,17 +79,8 @@ func waitLedgers(t *testing.T, p *Placer, rev int64) {
 // that write. Before the fix commit merged the stale choice into the fresh
 // ledger and the txn succeeded: one GPU held by two sessions.
 func TestBindRefusesLedgerWrittenAfterPlan(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
-	ctx := context.Background()
-	s := newSim(t, cli)
-	nodes := s.addNodes(ctx, "gpu", 1, 1)
-	ids := s.submit(ctx, "ada", []int{1}, nil)
-	p := New(cli, Config{ID: "p1", Logger: quietLogger()})
-	startCaches(t, p)
-	eventually(t, 10e9, "the caches to see the node and the session", func() bool {
-		return p.nodes.Len() == 1 && p.pending.Len() == 1
-	})
+	s, node, id, p := byHand(t, 1)
+	cli, ctx, nodes, ids := s.cli, context.Background(), []string{node}, []string{id}
 
 	// Plan on the node as the caches show it: empty.
 	snapshot := p.snapshot()
@@ -157,15 +178,8 @@ func commitPlan(t *testing.T, p *Placer, plan *Plan, snap *Snapshot, nodes map[s
 // handled). Before the fix the bind transaction compared the ledger only
 // and committed.
 func TestBindRefusesLostNode(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
-	ctx := context.Background()
-	s := newSim(t, cli)
-	nodes := s.addNodes(ctx, "gpu", 1, 8)
-	s.submit(ctx, "ada", []int{1}, nil)
-	p := New(cli, Config{ID: "p1", Logger: quietLogger()})
-	startCaches(t, p)
-	eventually(t, 10e9, "the caches to see the node and the session", func() bool { return p.nodes.Len() == 1 && p.pending.Len() == 1 })
+	s, node, _, p := byHand(t, 8)
+	cli, ctx, nodes := s.cli, context.Background(), []string{node}
 	plan, snap, byName := planOn(t, p, nil, nil)
 	if len(plan.Bound) != 1 {
 		t.Fatalf("planned %d, want 1", len(plan.Bound))
@@ -179,21 +193,40 @@ func TestBindRefusesLostNode(t *testing.T) {
 	}
 }
 
+// TestBindRefusesNodeCordonedAfterPlan: a node cordoned (or drained) after
+// the plan read it uncordoned must refuse the bind, as a lost node does;
+// the decision "this node takes new sessions" was read from the cordon key,
+// so the txn compares it. Before the compare, the bind committed and a
+// session landed on a node its operator had just drained
+// (TestDrainedNodeBatchRunsToCompletion in lifecycle/ saw it under load).
+func TestBindRefusesNodeCordonedAfterPlan(t *testing.T) {
+	s, node, _, p := byHand(t, 8)
+	cli, ctx := s.cli, context.Background()
+	plan, snap, byName := planOn(t, p, nil, nil)
+	if len(plan.Bound) != 1 {
+		t.Fatalf("planned %d, want 1", len(plan.Bound))
+	}
+	if _, err := state.Put(ctx, cli, s.k.Cordon(node), state.Cordon{Node: node, Since: time.Now().UTC(), Drain: true}); err != nil {
+		t.Fatal(err)
+	}
+	if res := commitPlan(t, p, plan, snap, byName); res.bound != 0 {
+		t.Fatalf("bound %d sessions on a node cordoned after planning, want the txn refused", res.bound)
+	}
+	if r, err := cli.Get(ctx, s.k.Ledger(node)); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("the cordoned node has a ledger (%v): the bind wrote it", err)
+	}
+}
+
 // TestBindRespectsQuotaAcrossPlacers is finding 7 of issue 11: two placers
 // whose snapshots both show room under a quota each bind on their own node;
 // together they would exceed the quota. The later bind must be refused:
 // another placer bound against the same quota after the ledgers it read.
 // Before the fix both committed and ada held 2 GPUs under a quota of 1.
 func TestBindRespectsQuotaAcrossPlacers(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
-	ctx := context.Background()
-	s := newSim(t, cli)
+	_, s := simOnEtcd(t)
+	cli, ctx := s.cli, context.Background()
 	nodes := s.addNodes(ctx, "gpu", 2, 8)
-	one := int64(1)
-	if _, err := state.Put(ctx, cli, s.k.UserQuota("ada"), state.Quota{GPUs: &one}); err != nil {
-		t.Fatal(err)
-	}
+	s.setQuota(ctx, "ada", 1)
 	ids := s.submit(ctx, "ada", []int{1, 1}, nil)
 	p1 := New(cli, Config{ID: "p1", Logger: quietLogger()})
 	p2 := New(cli, Config{ID: "p2", Logger: quietLogger()})
@@ -229,7 +262,7 @@ func TestBindRespectsQuotaAcrossPlacers(t *testing.T) {
 		t.Fatalf("ada holds %d GPUs under a quota of 1", held)
 	}
 	// Planned again on ledgers that show p2's bind, p1 binds nothing more.
-	eventually(t, 10e9, "p1's caches to see p2's bind", func() bool { return p1.ledgers.Len() == 1 })
+	eventually(t, 10e9, "p1's caches to see p2's bind", func() bool { return p1.ledgers.Len() == 1 && p1.pending.Len() == 1 })
 	plan1, _, _ = planOn(t, p1, nil, nil)
 	if len(plan1.Bound) != 0 || len(plan1.Waiting) != 1 || plan1.Waiting[0].Reason != "Quota" {
 		t.Fatalf("re-plan: bound %d, waiting %+v; want the second session waiting for quota", len(plan1.Bound), plan1.Waiting)
@@ -242,15 +275,8 @@ func TestBindRespectsQuotaAcrossPlacers(t *testing.T) {
 // than be overwritten. Before the fix the transaction compared the node
 // key and the ledger only and committed over the newer status.
 func TestNodeLossComparesStatus(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
-	ctx := context.Background()
-	s := newSim(t, cli)
-	nodes := s.addNodes(ctx, "gpu", 1, 8)
-	ids := s.submit(ctx, "ada", []int{1}, nil)
-	p := New(cli, Config{ID: "p1", Logger: quietLogger()})
-	startCaches(t, p)
-	eventually(t, 10e9, "the caches to see the node and the session", func() bool { return p.nodes.Len() == 1 && p.pending.Len() == 1 })
+	s, node, id, p := byHand(t, 8)
+	cli, ctx, nodes, ids := s.cli, context.Background(), []string{node}, []string{id}
 	plan, snap, byName := planOn(t, p, nil, nil)
 	if res := commitPlan(t, p, plan, snap, byName); res.bound != 1 {
 		t.Fatalf("bound %d, want 1", res.bound)
@@ -285,10 +311,8 @@ func TestNodeLossComparesStatus(t *testing.T) {
 // (nested operations count against --max-txn-ops less the outer ones), so
 // the first 128 never got one.
 func TestPendingStatusesBeyondOneTxn(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
+	c, s := simOnEtcd(t)
 	ctx := context.Background()
-	s := newSim(t, cli)
 	s.addNodes(ctx, "gpu", 1, 8)
 	sizes := make([]int, 130)
 	for i := range sizes {
@@ -324,10 +348,8 @@ func TestPendingStatusesBeyondOneTxn(t *testing.T) {
 // deferral as progress and planned again at once, and no pending status
 // was written at all.
 func TestOversizeGangWaitsWithoutSpinning(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
+	c, s := simOnEtcd(t)
 	ctx := context.Background()
-	s := newSim(t, cli)
 	s.addNodes(ctx, "gpu", 66, 1)
 	gang := s.submit(ctx, "ada", []int{1}, func(x *state.Session) { x.Ray = &state.Ray{Workers: 64} })[0]
 	waiting := s.submit(ctx, "bob", []int{2}, nil)[0] // never fits a 1-GPU node
@@ -336,7 +358,7 @@ func TestOversizeGangWaitsWithoutSpinning(t *testing.T) {
 		w := s.read(ctx)
 		g, o := w.status[gang], w.status[waiting]
 		return g.Reason == "Unsatisfiable" && strings.Contains(g.Message, "VOYAGER_PLACER_MAX_TXN_OPS") &&
-			strings.Contains(g.Message, "at most 62 workers") && o.Reason == "Unsatisfiable"
+			strings.Contains(g.Message, "at most 41 workers") && o.Reason == "Unsatisfiable"
 	})
 	passes := p.Stats().Passes
 	// Another session still binds, in a handful of passes, not thousands.
@@ -520,7 +542,47 @@ func TestBatchNeverEmptyNorDeferredForever(t *testing.T) {
 	if len(batches) != 1 || batches[0].decisions[0].Pending.Entry.Session != "one" {
 		t.Errorf("batches %+v, want one with the single session", batches)
 	}
-	if got := MaxRayWorkers(8, 0); got != 2 {
-		t.Errorf("MaxRayWorkers(8) = %d, want 2 (3 nodes: 7 compares, 8 writes)", got)
+	if got := MaxRayWorkers(8, 0); got != 1 {
+		t.Errorf("MaxRayWorkers(8) = %d, want 1 (2 nodes: 7 compares, 6 writes)", got)
+	}
+}
+
+// TestQuotaGuardKeepsBatchesParallel checks that guarding a quota costs a
+// placer no throughput among its own batches: a user under a quota with
+// sessions spread over many batches of one pass binds them all without a
+// conflict (the batches write the placer's own usage mark, which its own
+// binds do not compare).
+func TestQuotaGuardKeepsBatchesParallel(t *testing.T) {
+	c, s := simOnEtcd(t)
+	ctx := context.Background()
+	s.addNodes(ctx, "gpu", 24, 1)
+	s.setQuota(ctx, "ada", 100)
+	sizes := make([]int, 24)
+	for i := range sizes {
+		sizes[i] = 1
+	}
+	ids := s.submit(ctx, "ada", sizes, nil)
+	// 16 operations: a few sessions (each on its own node) per batch; one
+	// batch in flight at a time, so later batches start after earlier
+	// ones of the same pass committed.
+	p, _, _ := runPlacer(t, c.Server.Endpoint(), Config{MaxTxnOps: 16, Parallel: 1})
+	eventually(t, 30e9, "every session to bind", func() bool {
+		w := s.read(ctx)
+		for _, id := range ids {
+			if w.status[id].Phase != state.PhaseBound {
+				return false
+			}
+		}
+		return true
+	})
+	st := p.Stats()
+	if st.Txns < 6 {
+		t.Errorf("%d transactions: the test meant many batches", st.Txns)
+	}
+	if st.Conflicts != 0 {
+		t.Errorf("%d conflicts among one placer's own batches under a quota", st.Conflicts)
+	}
+	if err := s.read(ctx).check(1); err != nil {
+		t.Fatal(err)
 	}
 }

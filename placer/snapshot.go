@@ -17,14 +17,17 @@ type Pending struct {
 
 // NodeView is one live node as read: its inventory (with the inventory
 // key's mod revision), its ledger (with the ledger's mod revision, 0 if it
-// has none yet) and its cordon, if any. The bind transaction compares both
-// revisions, or re-checks its choices against a newer ledger (refit).
+// has none yet) and its cordon, if any (with the cordon key's mod revision,
+// 0 if it has none). The bind transaction compares the inventory's and the
+// cordon's revisions, and the ledger's, or re-checks its choices against a
+// newer ledger (refit).
 type NodeView struct {
 	Node           state.Node
 	NodeRevision   int64
 	Ledger         state.Ledger
 	LedgerRevision int64
 	Cordon         *state.Cordon
+	CordonRevision int64
 }
 
 // Snapshot is everything one planning pass reads. Plan treats it as

@@ -63,6 +63,9 @@ type ContainerdOptions struct {
 	// "nvidia-container-runtime" when GPUs are given by
 	// NVIDIA_VISIBLE_DEVICES. Empty: runc.
 	RuntimeBinary string
+	// Network is the containers' network: the host's (the zero value) or
+	// one namespace each on this instance's CNI bridge.
+	Network NetworkOptions
 	// Logger receives the runtime's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -72,6 +75,7 @@ type Containerd struct {
 	client *containerd.Client
 	opts   ContainerdOptions
 	log    *slog.Logger
+	net    *cniNetwork // nil: the host's network
 
 	// starting serialises Starts of one id: containerd creates the
 	// snapshot before the container, so two concurrent creates of one id
@@ -112,12 +116,60 @@ func NewContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, er
 		_ = cli.Close()
 		return nil, fmt.Errorf("connect to containerd at %s: %w", opts.Address, err)
 	}
-	return &Containerd{
+	c := &Containerd{
 		client:   cli,
 		opts:     opts,
 		log:      opts.Logger.With("runtime", "containerd", "namespace", opts.Namespace),
 		starting: map[string]*idLock{},
-	}, nil
+	}
+	switch opts.Network.Mode {
+	case "", NetworkHost:
+	case NetworkIsolated:
+		if c.net, err = newCNINetwork(opts.Network, c.log); err != nil {
+			_ = cli.Close()
+			return nil, fmt.Errorf("%w: %w", ErrNetworkSetup, err)
+		}
+		if err := c.collectNetwork(ctx); err != nil {
+			c.log.Warn("could not clean up the network of containers that are gone", "err", err)
+		}
+	default:
+		_ = cli.Close()
+		return nil, fmt.Errorf("connect to containerd: network mode %q: want %s or %s", opts.Network.Mode, NetworkIsolated, NetworkHost)
+	}
+	return c, nil
+}
+
+// Isolated reports whether containers get their own network namespace.
+func (c *Containerd) Isolated() bool { return c.net != nil }
+
+// RemoveNetwork deletes the isolated network's bridge, firewall chains and
+// address records, for a machine that stops running sessions (and for
+// tests). Remove every container first. With the host's network it does
+// nothing.
+func (c *Containerd) RemoveNetwork() error {
+	if c.net == nil {
+		return nil
+	}
+	return c.net.remove(context.Background())
+}
+
+// collectNetwork tears down the network attachments of containers that
+// are gone from the namespace: a container removed behind the runtime's
+// back would otherwise keep its address and its published ports' NAT
+// rules, which would catch the next session given those ports.
+func (c *Containerd) collectNetwork(ctx context.Context) error {
+	conts, err := c.client.Containers(ctx)
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	ids, nss := map[string]bool{}, map[string]bool{}
+	for _, cont := range conts {
+		ids[cont.ID()] = true
+		if labels, err := cont.Labels(ctx); err == nil && labels[labelNetNS] != "" {
+			nss[labels[labelNetNS]] = true
+		}
+	}
+	return c.net.gc(ctx, ids, nss)
 }
 
 // Close closes the connection. Containers keep running.
@@ -194,6 +246,17 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if spec.LogPath != "" {
 		labels[labelLogPath] = spec.LogPath
 	}
+	nsPath := ""
+	if c.net != nil {
+		// The namespace is made before the container, which records it,
+		// and attached after, so that a Start that dies half-way leaves a
+		// container whose Remove finds all of it.
+		if nsPath, err = c.net.newNetNS(); err != nil {
+			return fmt.Errorf("start container %s: %w", spec.ID, err)
+		}
+		labels[labelNetNS] = nsPath
+		labels[labelPublish] = encodePublish(spec.Publish)
+	}
 	copts := []containerd.NewContainerOpts{
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(c.opts.Snapshotter),
@@ -203,7 +266,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if c.opts.RuntimeBinary != "" {
 		copts = append(copts, containerd.WithRuntime("io.containerd.runc.v2", &options.Options{BinaryName: c.opts.RuntimeBinary}))
 	}
-	copts = append(copts, containerd.WithNewSpec(c.specOpts(img, spec, uid, gid)...))
+	copts = append(copts, containerd.WithNewSpec(c.specOpts(img, spec, uid, gid, nsPath)...))
 
 	cont, err := c.client.NewContainer(ctx, spec.ID, copts...)
 	if errdefs.IsAlreadyExists(err) {
@@ -215,10 +278,22 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 		cont, err = c.client.NewContainer(ctx, spec.ID, copts...)
 	}
 	if err != nil {
+		if nsPath != "" {
+			_ = c.net.teardown(context.WithoutCancel(ctx), spec.ID, nsPath, nil)
+		}
 		if errdefs.IsAlreadyExists(err) {
 			return fmt.Errorf("start container %s: %w", spec.ID, ErrExists)
 		}
 		return fmt.Errorf("create container %s: %w", spec.ID, err)
+	}
+	started := map[string]string{}
+	if c.net != nil {
+		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec.Publish, spec.Reach)
+		if err != nil {
+			_ = c.removeContainer(context.WithoutCancel(ctx), cont)
+			return fmt.Errorf("start container %s: %w", spec.ID, err)
+		}
+		started[labelIP] = ip
 	}
 	creator := cio.NullIO
 	if spec.LogPath != "" {
@@ -232,12 +307,13 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 		}
 	}
 	if err != nil {
-		_ = cont.Delete(context.WithoutCancel(ctx), containerd.WithSnapshotCleanup)
+		_ = c.removeContainer(context.WithoutCancel(ctx), cont)
 		return fmt.Errorf("start container %s: %w", spec.ID, err)
 	}
 	// Until this label is written, a running task says it started; once the
 	// task is gone, only the label does.
-	if _, err := cont.SetLabels(context.WithoutCancel(ctx), map[string]string{labelStarted: time.Now().UTC().Format(time.RFC3339Nano)}); err != nil {
+	started[labelStarted] = time.Now().UTC().Format(time.RFC3339Nano)
+	if _, err := cont.SetLabels(context.WithoutCancel(ctx), started); err != nil {
 		c.log.Warn("mark container started", "id", spec.ID, "err", err)
 	}
 	c.log.Debug("container started", "id", spec.ID, "pid", task.Pid())
@@ -273,8 +349,9 @@ func (c *Containerd) lockID(id string) func() {
 
 // specOpts builds the OCI spec: containerd's defaults (capabilities,
 // masked paths, no new privileges) plus the default seccomp profile, the
-// host's network, the user, the limits, the mounts and the devices.
-func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32) []oci.SpecOpts {
+// network (the namespace at nsPath, else the host's), the user, the
+// limits, the mounts and the devices.
+func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32, nsPath string) []oci.SpecOpts {
 	env := make([]string, 0, len(spec.Env))
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
@@ -286,7 +363,7 @@ func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32) 
 		oci.WithImageConfig(img),
 		oci.WithEnv(env),
 		oci.WithUIDGID(uid, gid),
-		oci.WithHostNamespace(specs.NetworkNamespace),
+		withNetwork(nsPath),
 		oci.WithHostHostsFile,
 		oci.WithHostResolvconf,
 		oci.WithNoNewPrivileges,
@@ -332,6 +409,26 @@ func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32) 
 	return opts
 }
 
+// withNetwork joins the network namespace at nsPath, with IPv6 off in it
+// (the CNI network is IPv4; a link-local IPv6 path to the host is one the
+// firewall would not see), or the host's namespace when nsPath is empty.
+func withNetwork(nsPath string) oci.SpecOpts {
+	if nsPath == "" {
+		return oci.WithHostNamespace(specs.NetworkNamespace)
+	}
+	return func(ctx context.Context, cl oci.Client, cont *containers.Container, s *oci.Spec) error {
+		if err := oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: nsPath})(ctx, cl, cont, s); err != nil {
+			return err
+		}
+		if s.Linux.Sysctl == nil {
+			s.Linux.Sysctl = map[string]string{}
+		}
+		s.Linux.Sysctl["net.ipv6.conf.all.disable_ipv6"] = "1"
+		s.Linux.Sysctl["net.ipv6.conf.default.disable_ipv6"] = "1"
+		return nil
+	}
+}
+
 // withCDIDevices injects CDI devices with a cache read fresh for this
 // container, so a spec written since the last start is seen.
 func withCDIDevices(dirs, devices []string) oci.SpecOpts {
@@ -358,14 +455,47 @@ func prepareHost(spec Spec, uid, gid uint32) error {
 		if !m.Create {
 			continue
 		}
-		if _, err := os.Stat(m.Source); err == nil {
+		if fi, err := os.Stat(m.Source); err == nil {
+			if err := ownDir(m.Source, fi, uid, gid); err != nil {
+				return err
+			}
 			continue
 		}
-		if err := os.MkdirAll(m.Source, 0o750); err != nil {
+		if err := os.MkdirAll(m.Source, 0o700); err != nil {
 			return fmt.Errorf("create mount source %s: %w", m.Source, err)
 		}
 		if err := os.Chown(m.Source, int(uid), int(gid)); err != nil {
 			return fmt.Errorf("chown mount source %s: %w", m.Source, err)
+		}
+	}
+	return nil
+}
+
+// ownDir gives an existing created mount source (a home) to uid, mode
+// 0700: a home made before its owner had a user id of their own is handed
+// over, all of it, once.
+func ownDir(dir string, fi os.FileInfo, uid, gid uint32) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if st.Uid != uid {
+		err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if err := os.Lchown(p, int(uid), int(gid)); err != nil {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("hand mount source %s to uid %d: %w", dir, uid, err)
+		}
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("chmod mount source %s: %w", dir, err)
 		}
 	}
 	return nil
@@ -391,9 +521,11 @@ func (c *Containerd) info(ctx context.Context, cont containerd.Container) (Info,
 	if err != nil {
 		return Info{}, fmt.Errorf("status of container %s: %w", cont.ID(), err)
 	}
-	in := Info{ID: ci.ID, Image: ci.Image, Labels: cloneLabels(ci.Labels), LogPath: ci.Labels[labelLogPath], State: StateStopped, ExitCode: -1, Started: ci.CreatedAt}
-	delete(in.Labels, labelLogPath)
-	delete(in.Labels, labelStarted)
+	in := Info{ID: ci.ID, Image: ci.Image, Labels: cloneLabels(ci.Labels), LogPath: ci.Labels[labelLogPath], State: StateStopped, ExitCode: -1, Started: ci.CreatedAt,
+		IP: ci.Labels[labelIP]}
+	for _, l := range []string{labelLogPath, labelStarted, labelNetNS, labelPublish, labelIP} {
+		delete(in.Labels, l)
+	}
 	task, err := cont.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
 		if _, started := ci.Labels[labelStarted]; !started {
@@ -525,6 +657,13 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
+	return c.removeContainer(ctx, cont)
+}
+
+// removeContainer kills the container's task, tears its network down and
+// deletes it.
+func (c *Containerd) removeContainer(ctx context.Context, cont containerd.Container) error {
+	id := cont.ID()
 	task, err := cont.Task(ctx, nil)
 	switch {
 	case err == nil:
@@ -533,6 +672,17 @@ func (c *Containerd) Remove(ctx context.Context, id string) error {
 		}
 	case !errdefs.IsNotFound(err):
 		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if c.net != nil {
+		labels, err := cont.Labels(ctx)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove container %s: %w", id, err)
+		}
+		if ns := labels[labelNetNS]; ns != "" {
+			if err := c.net.teardown(ctx, id, ns, decodePublish(labels[labelPublish])); err != nil {
+				return fmt.Errorf("remove container %s: %w", id, err)
+			}
+		}
 	}
 	if err := cont.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("remove container %s: %w", id, err)

@@ -17,7 +17,7 @@ import (
 var BusyboxApplets = []string{
 	"sh", "cat", "echo", "env", "id", "ls", "mkdir", "sleep", "httpd", "wget",
 	"touch", "true", "false", "test", "printf", "head", "tail", "wc", "stat",
-	"kill", "ps", "grep", "seq", "nc",
+	"kill", "ps", "grep", "seq", "nc", "timeout", "base64",
 }
 
 // jupyterStandIn is the busybox image's /bin/jupyter: not Jupyter, but a
@@ -37,11 +37,41 @@ trap 'kill $!; exit 0' TERM INT
 wait
 `
 
+// rayStandIn is the busybox image's /bin/ray: not Ray, but busybox httpd
+// on the ports `ray start` is given (GCS, client server, node and object
+// managers; never the dashboard's, which real Ray serves on the
+// container's loopback only), and, for a worker (--address), a connection
+// to its head, retried for a minute, so that gang tests can tell whether
+// the parts of a session reach each other.
+const rayStandIn = `#!/bin/sh
+# Voyager's busybox image: a STAND-IN for Ray (busybox httpd on Ray's ports), not Ray.
+mode=worker; ports=""; addr=""; block=""
+for a in "$@"; do case "$a" in
+--head) mode=head;;
+--port=*|--ray-client-server-port=*|--node-manager-port=*|--object-manager-port=*) ports="$ports ${a#*=}";;
+--address=*) addr="${a#--address=}";;
+--block) block=1;;
+esac; done
+mkdir -p /tmp/ray
+echo "ray $mode of $VOYAGER_SESSION" > /tmp/ray/index.html
+for p in $ports; do httpd -p "$p" -h /tmp/ray || exit 1; done
+if [ -n "$addr" ]; then
+n=0
+until timeout 3 wget -q -O /tmp/ray/head "http://$addr/" 2>/dev/null; do
+n=$((n+1)); if [ $n -ge 30 ]; then echo "ray stand-in: head $addr unreachable" >&2; exit 1; fi; sleep 1
+done
+echo "ray stand-in: joined head $addr: $(cat /tmp/ray/head)"
+fi
+if [ -n "$block" ]; then trap 'exit 0' TERM INT; sleep 2147483647 & wait; fi
+exit 0
+`
+
 // WriteBusyboxImage writes a one-layer docker-archive image named ref to w
 // from a static busybox binary at busybox (Debian's busybox-static installs
 // it at /bin/busybox): /bin with busybox and its applets, /etc/passwd with
-// root and jovyan (1000:100), /tmp and /home, and /bin/jupyter, a stand-in
-// that serves a page with busybox httpd on its --port. No registry is needed: import
+// root and jovyan (1000:100), /tmp and /home, /bin/jupyter, a stand-in
+// that serves a page with busybox httpd on its --port, and /bin/ray, a
+// stand-in that listens on Ray's ports (rayStandIn). No registry is needed: import
 // the archive with Containerd.Import. It is the image of tests and of
 // `voyager dev` on a machine without one.
 func WriteBusyboxImage(w io.Writer, busybox, ref string) error {
@@ -66,6 +96,7 @@ func WriteBusyboxImage(w io.Writer, busybox, ref string) error {
 		{hdr: tar.Header{Name: "etc/group", Typeflag: tar.TypeReg, Mode: 0o644},
 			body: []byte("root:x:0:\nusers:x:100:\n")},
 		{hdr: tar.Header{Name: "bin/jupyter", Typeflag: tar.TypeReg, Mode: 0o755}, body: []byte(jupyterStandIn)},
+		{hdr: tar.Header{Name: "bin/ray", Typeflag: tar.TypeReg, Mode: 0o755}, body: []byte(rayStandIn)},
 	}
 	for _, a := range BusyboxApplets {
 		entries = append(entries, struct {

@@ -23,6 +23,9 @@ var (
 	ErrImageNotImported = fmt.Errorf("not imported (images under %s/ are imported, never pulled): %w", LocalRegistry, ErrImageNotFound)
 	// ErrInvalidSpec means a Spec failed Validate.
 	ErrInvalidSpec = errors.New("invalid container spec")
+	// ErrNetworkSetup means the isolated network could not be set up
+	// (a CNI plugin or iptables missing): containerd itself answered.
+	ErrNetworkSetup = errors.New("cannot set up the sessions' network")
 )
 
 // Runtime runs containers. Implementations are safe for concurrent use.
@@ -84,6 +87,9 @@ type Info struct {
 	LogPath string
 	// Started is when the process started, zero if unknown.
 	Started time.Time
+	// IP is the container's own address when it has its own network
+	// (NetworkIsolated); empty on the host's network.
+	IP string
 }
 
 // Mount is a host directory bind-mounted into the container.
@@ -94,14 +100,16 @@ type Mount struct {
 	// Target is the path inside the container.
 	Target   string
 	ReadOnly bool
-	// Create makes Source, owned by the container's UID and GID, if it does
-	// not exist; an existing directory is left as it is.
+	// Create makes Source, owned by the container's UID and GID, mode
+	// 0700, if it does not exist; an existing one is given to them (all of
+	// it, when its owner differs) and made 0700.
 	Create bool
 }
 
-// Spec describes one container. The container always uses the host's
-// network (the caller allocates its ports), runs without privilege under
-// the default seccomp profile and capability set, and as UID/GID, which
+// Spec describes one container. The container runs on the runtime's
+// network (the host's, or a namespace of its own: NetworkOptions; the
+// caller allocates its ports either way), without privilege under the
+// default seccomp profile and capability set, and as UID/GID, which
 // default to DefaultUID/DefaultGID: never root unless asked for.
 type Spec struct {
 	// ID names the container: 1-76 letters, digits, '_', '.' or '-'.
@@ -129,6 +137,13 @@ type Spec struct {
 	// CDIDevices are fully qualified CDI device names
 	// ("nvidia.com/gpu=0") injected from the runtime's CDI spec dirs.
 	CDIDevices []string
+	// Publish are the ports reachable from outside the node, on the node's
+	// addresses at the same numbers, when the container has its own
+	// network. On the host's network every port it listens on is open.
+	Publish []Published
+	// Reach are endpoints the container may reach although its network
+	// blocks their ports (NetworkOptions.BlockedPorts).
+	Reach []Endpoint
 	// LogPath receives stdout and stderr, appended; its directory is
 	// created. Empty discards output. TrimLog keeps its size bounded.
 	LogPath string

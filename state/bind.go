@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -14,12 +15,15 @@ import (
 // the ledger is still at ReadRevision (0: it must not exist yet) and the
 // node's inventory key is still at NodeRevision: the key the placement was
 // computed from, under the same live lease (an expired lease deletes it, a
-// re-registration rewrites it).
+// re-registration rewrites it); and the node's cordon key is still at
+// CordonRevision (0: the node must still be uncordoned), so a node cordoned
+// or drained after the plan read it refuses the bind.
 type LedgerWrite struct {
-	Node         string
-	ReadRevision int64
-	NodeRevision int64
-	Ledger       Ledger
+	Node           string
+	ReadRevision   int64
+	NodeRevision   int64
+	CordonRevision int64
+	Ledger         Ledger
 }
 
 // Placement binds one queued session: its queue entry, read at
@@ -35,19 +39,20 @@ type Placement struct {
 }
 
 // BindOps builds the bind transaction for a batch: compares that every
-// pending entry, every touched ledger and every touched node's inventory key
-// are unchanged since read, and the operations that consume the entries,
+// pending entry, every touched ledger and every touched node's inventory and
+// cordon keys are unchanged since read, and the operations that consume the entries,
 // write the ledgers, bindings and statuses. Either all of the batch commits
 // or none of it: a gang session's parts are always in one batch. Each quota
 // that a placement was checked against is guarded once per batch
 // (QuotaGuard). Its size is BindSize plus QuotaGuardSize of the batch.
 func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []clientv3.Op, error) {
-	cmps := make([]clientv3.Cmp, 0, 2*len(ledgers)+len(ps))
+	cmps := make([]clientv3.Cmp, 0, 3*len(ledgers)+len(ps))
 	ops := make([]clientv3.Op, 0, len(ledgers)+3*len(ps))
 	for _, lw := range ledgers {
 		key := k.Ledger(lw.Node)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision),
-			clientv3.Compare(clientv3.ModRevision(k.Node(lw.Node)), "=", lw.NodeRevision))
+			clientv3.Compare(clientv3.ModRevision(k.Node(lw.Node)), "=", lw.NodeRevision),
+			clientv3.Compare(clientv3.ModRevision(k.Cordon(lw.Node)), "=", lw.CordonRevision))
 		v, err := Encode(lw.Ledger)
 		if err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
@@ -58,6 +63,14 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 		pk := k.Pending(p.Session)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pk), "=", p.PendingRevision))
 		ops = append(ops, clientv3.OpDelete(pk))
+		// The queue entry exists only while the status is Pending (every
+		// writer of one writes the other in the same txn), so comparing
+		// its revision is the Bind event's guard.
+		phase, err := Next(PhasePending, EventBind, Facts{Queued: true})
+		if err != nil {
+			return nil, nil, fmt.Errorf("build bind txn: %w", err)
+		}
+		p.Status.Phase = phase
 		st, err := Encode(p.Status)
 		if err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
@@ -95,13 +108,32 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 // that a release racing placers' binds on a busy node gets through.
 const maxReleaseAttempts = 24
 
-// Release gives back what session id holds on node: in one transaction it
-// removes the allocation from the ledger, deletes the binding and, when st
-// is not nil, writes st as the session's status. It is idempotent: releasing
-// an allocation that is already gone only deletes the binding and writes st.
-// The agent calls it after the containers stopped.
-func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, st *Status) error {
-	lk := k.Ledger(node)
+// ErrStale means the writer's binding is gone or was replaced by a newer
+// binding of the same session: what it would write belongs to someone
+// else now, so nothing was written.
+var ErrStale = errors.New("binding gone or replaced")
+
+// Finalizer decides a released session's final status from its spec and
+// current status, both read in the same round trip as the ledger and the
+// binding and compared by the release's transaction. It returns the event
+// (EventSucceed, EventFail, EventHalt, EventBackOff, EventPreempt) and the
+// status to write; Release sets the phase that the state machine gives.
+type Finalizer func(spec Session, cur Status) (Event, Status, error)
+
+// Release gives back what session id holds on node for the binding created
+// at bindingRev: in one transaction it removes the allocation from the
+// ledger, deletes the binding and, when final is not nil, writes the status
+// final decides. The transaction compares everything the decision came
+// from: the ledger's mod revision, the binding's create revision, the
+// status's and the spec's mod revisions; a conflict re-reads and decides
+// again. When the binding is gone or is a newer one (a node-loss re-queue
+// took it, or a new bind of the same session on the same node), nothing is
+// written and ErrStale is returned: a stale worker can neither overwrite
+// the re-queue nor free the newer binding's allocation. A final status that
+// the state machine refuses is an error wrapping ErrIllegalTransition. The
+// agent calls Release after the containers stopped.
+func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindingRev int64, final Finalizer) error {
+	lk, bk, sk, pk := k.Ledger(node), k.Binding(node, id), k.Status(id), k.Session(id)
 	pause := time.Millisecond
 	for attempt := 0; attempt < maxReleaseAttempts; attempt++ {
 		if attempt > 0 {
@@ -114,31 +146,72 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, st *S
 			}
 			pause = min(2*pause, 64*time.Millisecond)
 		}
-		l, rev, err := Get[Ledger](ctx, kv, lk)
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		read, err := kv.Txn(ctx).Then(clientv3.OpGet(lk), clientv3.OpGet(bk), clientv3.OpGet(sk), clientv3.OpGet(pk)).Commit()
+		if err != nil {
 			return fmt.Errorf("release %s on %s: %w", id, node, err)
 		}
-		ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id))}
-		if _, held := l.Allocations[id]; held {
-			delete(l.Allocations, id)
-			if len(l.Allocations) == 0 {
-				ops = append(ops, clientv3.OpDelete(lk))
-			} else {
-				v, err := Encode(l)
-				if err != nil {
-					return fmt.Errorf("release %s on %s: %w", id, node, err)
+		kvs := func(i int) *mvccpb.KeyValue {
+			if r := read.Responses[i].GetResponseRange().Kvs; len(r) > 0 {
+				return r[0]
+			}
+			return nil
+		}
+		lkv, bkv, skv, pkv := kvs(0), kvs(1), kvs(2), kvs(3)
+		if bkv == nil || bkv.CreateRevision != bindingRev {
+			return fmt.Errorf("release %s on %s (binding of revision %d): %w", id, node, bindingRev, ErrStale)
+		}
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(lk), "=", modRev(lkv)),
+			clientv3.Compare(clientv3.CreateRevision(bk), "=", bindingRev),
+		}
+		ops := []clientv3.Op{clientv3.OpDelete(bk)}
+		if lkv != nil {
+			l, err := Decode[Ledger](lkv.Value)
+			if err != nil {
+				return fmt.Errorf("release %s on %s: %w", id, node, err)
+			}
+			if _, held := l.Allocations[id]; held {
+				delete(l.Allocations, id)
+				if len(l.Allocations) == 0 {
+					ops = append(ops, clientv3.OpDelete(lk))
+				} else {
+					v, err := Encode(l)
+					if err != nil {
+						return fmt.Errorf("release %s on %s: %w", id, node, err)
+					}
+					ops = append(ops, clientv3.OpPut(lk, v))
 				}
-				ops = append(ops, clientv3.OpPut(lk, v))
 			}
 		}
-		if st != nil {
+		if final != nil && pkv != nil {
+			spec, err := Decode[Session](pkv.Value)
+			if err != nil {
+				return fmt.Errorf("release %s on %s: %w", id, node, err)
+			}
+			var cur Status
+			if skv != nil {
+				if cur, err = Decode[Status](skv.Value); err != nil {
+					return fmt.Errorf("release %s on %s: %w", id, node, err)
+				}
+			}
+			ev, st, err := final(spec, cur)
+			if err != nil {
+				return fmt.Errorf("release %s on %s: %w", id, node, err)
+			}
+			st.Phase, err = Next(cur.Phase, ev, Facts{Bound: true, DesiredStopped: spec.Desired == DesiredStopped,
+				RestartsLeft: spec.RestartsLeft(cur.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue})
+			if err != nil {
+				return fmt.Errorf("release %s on %s: %w", id, node, err)
+			}
 			v, err := Encode(st)
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
-			ops = append(ops, clientv3.OpPut(k.Status(id), v))
+			ops = append(ops, clientv3.OpPut(sk, v))
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(sk), "=", modRev(skv)),
+				clientv3.Compare(clientv3.ModRevision(pk), "=", pkv.ModRevision))
 		}
-		resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).Then(ops...).Commit()
+		resp, err := kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("release %s on %s: %w", id, node, err)
 		}
@@ -147,4 +220,18 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, st *S
 		}
 	}
 	return fmt.Errorf("release %s on %s: %w after %d attempts", id, node, ErrConflict, maxReleaseAttempts)
+}
+
+func modRev(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
+}
+
+// RestartsLeft reports whether a session whose status counts attempt
+// restarts may restart again: its policy is OnFailure and it restarted
+// fewer than MaxRestarts times.
+func (s Session) RestartsLeft(attempt int) bool {
+	return s.Restart.Policy == RestartOnFailure && attempt < s.Restart.MaxRestarts
 }

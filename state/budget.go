@@ -118,9 +118,9 @@ func NestedSize(compares, ops, bytes int) TxnSize {
 // (the caller adds its estimate) and quota guards (QuotaGuardSize).
 func BindSize(nodes, placements, bindings int) TxnSize {
 	return TxnSize{
-		// Per node its ledger and its inventory key; per session its
-		// queue entry.
-		Compares: 2*nodes + placements,
+		// Per node its ledger, its inventory key and its cordon key; per
+		// session its queue entry.
+		Compares: 3*nodes + placements,
 		// Per node its ledger; per session delete pending, put status;
 		// one put per binding.
 		Then: nodes + 2*placements + bindings,

@@ -75,8 +75,10 @@ var docTypes = map[string]any{
 	"Profile":    state.Profile{},
 	"Placer":     state.Placer{},
 	"Warning":    state.Warning{},
+	"UsageMark":  state.UsageMark{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
+	"UIDRecord":         state.UIDRecord{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.

@@ -24,6 +24,7 @@ const (
 	dirPlacers  = "placers"
 	dirIdem     = "idempotency"
 	dirWarnings = "warnings"
+	dirUIDs     = "uids"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;

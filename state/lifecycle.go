@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -81,17 +82,20 @@ const (
 const maxStopAttempts = 16
 
 // StopSession asks session id to stop. A pending session is cancelled in
-// one transaction: its queue entry is deleted, its desired state set to
-// stopped and its status set to Stopped, on condition that neither the spec
-// nor the queue entry changed since read, so a placer binding it at the
-// same moment either wins (and the stop becomes a desired-state change) or
-// loses (its bind transaction finds the entry gone). A bound or running
-// session gets desired=stopped; its agent stops the containers. A session
-// waiting to run again (Status.Waiting: back-off or preempted) has neither
-// a queue entry nor an agent, so its status becomes Stopped in the same
-// transaction as the spec, on condition that the status is unchanged. by names
-// who asked, for the status message. It returns ErrNotFound for an
-// unknown id.
+// one transaction (EventCancel): its queue entry is deleted, its desired
+// state set to stopped and its status set to Stopped, on condition that
+// neither the spec nor the queue entry changed since read, so a placer
+// binding it at the same moment either wins (and the stop becomes a
+// desired-state change) or loses (its bind transaction finds the entry
+// gone). A bound or running session gets desired=stopped; its agent stops
+// the containers. A session waiting to run again (Status.Waiting: back-off
+// or preempted) has neither a queue entry nor an agent, so its status
+// becomes Stopped (EventCancel) in the same transaction as the spec, on
+// condition that the status is unchanged — also when its desired state is
+// already stopped, which happens when the stop landed while its agent was
+// releasing it: a repeated stop ends it rather than leaving it waiting
+// forever. by names who asked, for the status message. It returns
+// ErrNotFound for an unknown id.
 func StopSession(ctx context.Context, kv clientv3.KV, k Keys, id, by string, now time.Time) (StopOutcome, error) {
 	for attempt := 0; attempt < maxStopAttempts; attempt++ {
 		resp, err := kv.Txn(ctx).Then(
@@ -113,12 +117,15 @@ func StopSession(ctx context.Context, kv clientv3.KV, k Keys, id, by string, now
 			return "", fmt.Errorf("stop session %s: %w", id, err)
 		}
 		var st Status
+		var statRev int64
 		if len(statKVs) > 0 {
 			if st, err = Decode[Status](statKVs[0].Value); err != nil {
 				return "", fmt.Errorf("stop session %s: %w", id, err)
 			}
+			statRev = statKVs[0].ModRevision
 		}
-		if st.Phase.Terminal() || (s.Desired == DesiredStopped && len(pendKVs) == 0) {
+		queued, waiting := len(pendKVs) > 0, st.Waiting()
+		if st.Phase.Terminal() || (s.Desired == DesiredStopped && !queued && !waiting) {
 			return StopAlready, nil
 		}
 		s.Desired = DesiredStopped
@@ -126,12 +133,24 @@ func StopSession(ctx context.Context, kv clientv3.KV, k Keys, id, by string, now
 		if err != nil {
 			return "", fmt.Errorf("stop session %s: %w", id, err)
 		}
-		specCmp := clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specKVs[0].ModRevision)
-		if len(pendKVs) > 0 {
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specKVs[0].ModRevision),
+			clientv3.Compare(clientv3.ModRevision(k.Pending(id)), "=", modRevOf(pendKVs)),
+		}
+		ops := []clientv3.Op{clientv3.OpPut(k.Session(id), spec)}
+		if queued || waiting {
+			// No agent holds it: the stop ends it here.
+			next, err := Next(st.Phase, EventCancel, Facts{Queued: queued, Waiting: waiting, DesiredStopped: true})
+			if err != nil {
+				return "", fmt.Errorf("stop session %s: %w", id, err)
+			}
 			fin := now.UTC()
-			st.Session, st.Phase, st.Reason = id, PhaseStopped, "Cancelled"
+			st.Session, st.Phase, st.Reason = id, next, "Cancelled"
 			st.Message = "cancelled while pending by " + by
-			st.QueuePosition, st.Updated, st.Finished = 0, fin, &fin
+			if waiting {
+				st.Message = "cancelled while waiting to restart by " + by
+			}
+			st.QueuePosition, st.RetryAt, st.Updated, st.Finished = 0, nil, fin, &fin
 			if st.Created.IsZero() {
 				st.Created = s.Created
 			}
@@ -139,49 +158,31 @@ func StopSession(ctx context.Context, kv clientv3.KV, k Keys, id, by string, now
 			if err != nil {
 				return "", fmt.Errorf("stop session %s: %w", id, err)
 			}
-			r, err := kv.Txn(ctx).If(specCmp,
-				clientv3.Compare(clientv3.ModRevision(k.Pending(id)), "=", pendKVs[0].ModRevision),
-			).Then(
-				clientv3.OpPut(k.Session(id), spec),
-				clientv3.OpDelete(k.Pending(id)),
-				clientv3.OpPut(k.Status(id), sv),
-			).Commit()
-			if err != nil {
-				return "", fmt.Errorf("stop session %s: %w", id, err)
-			}
-			if r.Succeeded {
-				return StopCancelled, nil
-			}
-			continue
-		}
-		ops := []clientv3.Op{clientv3.OpPut(k.Session(id), spec)}
-		cmps := []clientv3.Cmp{specCmp, clientv3.Compare(clientv3.CreateRevision(k.Pending(id)), "=", 0)}
-		if st.Waiting() {
-			// Between attempts (back-off or preempted): no agent holds it
-			// and no queue entry exists, so the stop ends it here, unless
-			// the lifecycle controller re-queues it first.
-			fin := now.UTC()
-			st.Phase, st.Reason, st.Message = PhaseStopped, "Cancelled", "cancelled while waiting to restart by "+by
-			st.RetryAt, st.Updated, st.Finished = nil, fin, &fin
-			sv, err := Encode(st)
-			if err != nil {
-				return "", fmt.Errorf("stop session %s: %w", id, err)
-			}
 			ops = append(ops, clientv3.OpPut(k.Status(id), sv))
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(id)), "=", statKVs[0].ModRevision))
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(id)), "=", statRev))
+			if queued {
+				ops = append(ops, clientv3.OpDelete(k.Pending(id)))
+			}
 		}
 		r, err := kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return "", fmt.Errorf("stop session %s: %w", id, err)
 		}
 		if r.Succeeded {
-			if st.Phase == PhaseStopped {
+			if queued || waiting {
 				return StopCancelled, nil
 			}
 			return StopRequested, nil
 		}
 	}
 	return "", fmt.Errorf("stop session %s: %w after %d attempts", id, ErrConflict, maxStopAttempts)
+}
+
+func modRevOf(kvs []*mvccpb.KeyValue) int64 {
+	if len(kvs) == 0 {
+		return 0
+	}
+	return kvs[0].ModRevision
 }
 
 // Waiting reports whether the session waits to run again with no queue
@@ -195,13 +196,19 @@ func (st Status) Waiting() bool {
 // carried an eviction, the spec without it. It applies only if the spec
 // and the status are at the revisions read and no queue entry exists, so a
 // stop racing it wins or loses whole. It returns false, writing nothing,
-// when something changed.
+// when something changed, and an error wrapping ErrIllegalTransition when
+// the state machine refuses EventRequeue (the session is not waiting, or
+// its owner asked it to stop).
 func Requeue(ctx context.Context, kv clientv3.KV, k Keys, s Session, specRev int64, st Status, statusRev int64, attempt int, msg string, now time.Time) (bool, error) {
 	now = now.UTC()
+	next, err := Next(st.Phase, EventRequeue, Facts{Waiting: st.Waiting(), DesiredStopped: s.Desired == DesiredStopped})
+	if err != nil {
+		return false, fmt.Errorf("requeue session %s: %w", s.ID, err)
+	}
 	e := NewQueueEntry(s, now)
 	e.Attempt = attempt
 	s.Eviction = nil
-	st.Phase, st.Reason, st.Message = PhasePending, "Queued", msg
+	st.Phase, st.Reason, st.Message = next, "Queued", msg
 	st.Attempt, st.RetryAt, st.Updated = attempt, nil, now
 	st.Nodes, st.URLs, st.Bound, st.Started, st.Finished, st.Activity = nil, nil, nil, nil, nil, nil
 	spec, err := Encode(s)

@@ -201,20 +201,44 @@ func TestCreateSessionIsAtomicAndUnique(t *testing.T) {
 	}
 }
 
+// seedBound writes session id as bound on node n1 (spec, status Running,
+// binding) and returns the binding's create revision.
+func seedBound(t *testing.T, cli *clientv3.Client, k state.Keys, id string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := state.Put(ctx, cli, k.Session(id), state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Desired: state.DesiredRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.Put(ctx, cli, k.Status(id), state.Status{Session: id, Phase: state.PhaseRunning}); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := state.Put(ctx, cli, k.Binding("n1", id), state.Binding{Session: id, Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// succeed is a Finalizer that ends a batch session with exit code 0.
+func succeed(_ state.Session, cur state.Status) (state.Event, state.Status, error) {
+	code := 0
+	cur.ExitCode = &code
+	return state.EventSucceed, cur, nil
+}
+
 // TestReleaseIsAtomicIdempotentAndSurvivesContention releases 40 sessions
 // of one node at once: every allocation and binding goes, nothing else
-// does, and releasing again changes nothing.
+// does, and releasing again writes nothing (the binding is gone: ErrStale).
 func TestReleaseIsAtomicIdempotentAndSurvivesContention(t *testing.T) {
 	cli := etcdtest.New(t)
 	ctx := context.Background()
 	k := state.MustKeys(state.DefaultPrefix)
 	l := state.Ledger{Node: "n1", Allocations: map[string]state.Allocation{}}
+	revs := map[string]int64{}
 	for i := 0; i < 41; i++ {
 		id := fmt.Sprintf("s%02d", i)
 		l.Allocations[id] = state.Allocation{Owner: "ada", Role: state.RoleSingle, GPUs: []string{"GPU-" + id}, CPUMilli: 1000}
-		if _, err := state.Put(ctx, cli, k.Binding("n1", id), state.Binding{Session: id, Node: "n1"}); err != nil {
-			t.Fatal(err)
-		}
+		revs[id] = seedBound(t, cli, k, id)
 	}
 	if _, err := state.Put(ctx, cli, k.Ledger("n1"), l); err != nil {
 		t.Fatal(err)
@@ -225,8 +249,7 @@ func TestReleaseIsAtomicIdempotentAndSurvivesContention(t *testing.T) {
 		wg.Add(1)
 		go func(id string) {
 			defer wg.Done()
-			code := 0
-			errs <- state.Release(ctx, cli, k, "n1", id, &state.Status{Session: id, Phase: state.PhaseSucceeded, ExitCode: &code})
+			errs <- state.Release(ctx, cli, k, "n1", id, revs[id], succeed)
 		}(fmt.Sprintf("s%02d", i))
 	}
 	wg.Wait()
@@ -251,13 +274,18 @@ func TestReleaseIsAtomicIdempotentAndSurvivesContention(t *testing.T) {
 	if err != nil || st.Phase != state.PhaseSucceeded {
 		t.Errorf("status of a released session = %+v, %v", st, err)
 	}
-	// Idempotent; the last release deletes the emptied ledger.
-	for _, id := range []string{"s07", "s40", "s40"} {
-		if err := state.Release(ctx, cli, k, "n1", id, nil); err != nil {
-			t.Fatal(err)
-		}
+	// A repeat finds its binding gone and writes nothing; the last
+	// release deletes the emptied ledger.
+	if err := state.Release(ctx, cli, k, "n1", "s07", revs["s07"], succeed); !errors.Is(err, state.ErrStale) {
+		t.Errorf("second release = %v, want ErrStale", err)
+	}
+	if err := state.Release(ctx, cli, k, "n1", "s40", revs["s40"], nil); err != nil {
+		t.Fatal(err)
 	}
 	if _, _, err := state.Get[state.Ledger](ctx, cli, k.Ledger("n1")); !errors.Is(err, state.ErrNotFound) {
 		t.Errorf("empty ledger not deleted: %v", err)
+	}
+	if st, _, _ := state.Get[state.Status](ctx, cli, k.Status("s40")); st.Phase != state.PhaseRunning {
+		t.Errorf("a release without a finalizer (a Ray worker) wrote the status: %s", st.Phase)
 	}
 }

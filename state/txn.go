@@ -95,12 +95,13 @@ func Put(ctx context.Context, kv clientv3.KV, key string, v any) (int64, error) 
 	return resp.Header.Revision, nil
 }
 
-// NewStatus is the status a session starts with: Pending, waiting for the
-// placer.
+// NewStatus is the status a session starts with (EventSubmit): Pending,
+// waiting for the placer.
 func NewStatus(s Session, now time.Time) Status {
+	phase, _ := Next("", EventSubmit, Facts{}) // Submit has no guard: Pending
 	return Status{
 		Session: s.ID,
-		Phase:   PhasePending,
+		Phase:   phase,
 		Reason:  "Queued",
 		Message: "waiting for the placer",
 		Created: s.Created,

@@ -150,8 +150,12 @@ const (
 // Limits.MaxRuntime (an owner's extension), and the lifecycle controller
 // sets Eviction, and clears it when it re-queues the session.
 type Session struct {
-	ID      string      `json:"id"`
-	Owner   string      `json:"owner"`
+	ID    string `json:"id"`
+	Owner string `json:"owner"`
+	// UID is the user id the session's containers run as: the owner's
+	// own (EnsureUID), so homes are protected by file permissions. Nil in
+	// sessions from before per-owner ids: the agent's default.
+	UID     *uint32     `json:"uid,omitempty"`
 	Groups  []string    `json:"groups,omitempty"`
 	Name    string      `json:"name,omitempty"` // a label, e.g. a JupyterHub server name
 	Kind    SessionKind `json:"kind"`

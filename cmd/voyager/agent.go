@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,9 +32,11 @@ import (
 // agentEnvs are the settings the node agent reads.
 var agentEnvs = []string{
 	config.EnvAgentNode, config.EnvAgentAddress, config.EnvAgentContainerd, config.EnvAgentNamespace,
-	config.EnvAgentLeaseTTL, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
+	config.EnvAgentLeaseTTL, config.EnvAgentFenceAfter, config.EnvAgentFenceGrace, config.EnvAgentSimulateGPUs, config.EnvAgentGPUMode, config.EnvAgentCDISpecDirs,
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
+	config.EnvAgentNetwork, config.EnvAgentNetworkName, config.EnvAgentNetworkSubnet, config.EnvAgentNetworkDeny,
+	config.EnvAgentNetworkAllow, config.EnvAgentCNIPluginDirs,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
 	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention,
 }
@@ -41,7 +45,9 @@ const agentLong = `Runs the node agent of this machine until SIGINT or SIGTERM: 
 the machine's GPUs (from NVML, or made up by VOYAGER_AGENT_SIMULATE_GPUS) under
 a lease, and runs in containerd exactly the sessions bound to this node. Run one
 per GPU machine, as root. Stopping it leaves the containers running; started
-again, it adopts them. It serves /healthz, /readyz and /metrics on
+again, it adopts them. Cut off from etcd for VOYAGER_AGENT_FENCE_AFTER (half
+the lease), it stops and removes the node's containers before its lease can
+expire and the sessions run elsewhere (fencing). It serves /healthz, /readyz and /metrics on
 VOYAGER_HTTP_ADDR.`
 
 func newAgentCmd() *cobra.Command {
@@ -81,7 +87,7 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 	mux := http.NewServeMux()
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(parts.agent.Collectors()...)
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
@@ -171,9 +177,10 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	if home == "" {
 		home = filepath.Join(cfg.DataDir, "homes")
 	}
+	instance := agentInstance(node, cfg)
 	cdiDirs := cfg.AgentCDISpecDirs
 	if simulated && cfg.AgentGPUMode == nodeagent.GPUModeCDI {
-		dir, err := writeSimulatedCDISpec(node, gpus)
+		dir, err := writeSimulatedCDISpec(instance, gpus)
 		if err != nil {
 			return nil, err
 		}
@@ -182,11 +189,22 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	parts := &agentParts{node: node, gpus: gpus, simulated: simulated}
 	ropts := runtime.ContainerdOptions{
 		Address: cfg.AgentContainerd, Namespace: cfg.AgentNamespace, CDISpecDirs: cdiDirs, Logger: log,
+		Network: runtime.NetworkOptions{
+			Mode: cfg.AgentNetwork, Name: instance, Subnet: cfg.AgentNetworkSubnet,
+			PluginDirs: cfg.AgentCNIPluginDirs, DenyCIDRs: cfg.AgentNetworkDeny,
+			BlockedPorts: [2]int{first, last}, Allow: allowEndpoints(cfg.AgentNetworkAllow),
+		},
+	}
+	if cfg.AgentNetwork == runtime.NetworkHost {
+		log.Warn("sessions run on the machine's network: they reach etcd, the agent, the API and each other (" + config.EnvAgentNetwork + "=host is for debugging only)")
 	}
 	if cfg.AgentGPUMode == nodeagent.GPUModeEnv {
 		ropts.RuntimeBinary = "nvidia-container-runtime"
 	}
 	rt, err := runtime.NewContainerd(ctx, ropts)
+	if errors.Is(err, runtime.ErrNetworkSetup) {
+		return nil, fmt.Errorf("%w (set %s=host to run sessions without isolation, for debugging only)", err, config.EnvAgentNetwork)
+	}
 	if err != nil && dev {
 		dir := devContainerdDir(cfg)
 		log.Debug("no containerd answers; starting a private one", "socket", cfg.AgentContainerd, "dir", dir, "err", err)
@@ -222,7 +240,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		parts.nvml, sampler = nv, nv
 	}
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
+	fenceAfter, fenceGrace := cfg.FenceTimings()
 	parts.agent = nodeagent.New(nodeagent.Config{
+		FenceAfter: fenceAfter, FenceGrace: fenceGrace,
 		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
@@ -285,15 +305,41 @@ func ensureDevImage(ctx context.Context, rt *runtime.Containerd, image string, l
 	return nil
 }
 
+// allowEndpoints reads VOYAGER_AGENT_NETWORK_ALLOW's ip:port list (Load
+// validated it).
+func allowEndpoints(list []string) []runtime.Endpoint {
+	var out []runtime.Endpoint
+	for _, a := range list {
+		host, port, _ := net.SplitHostPort(a)
+		n, _ := strconv.Atoi(port)
+		out = append(out, runtime.Endpoint{Addr: host, Ports: []int{n}})
+	}
+	return out
+}
+
+// agentInstance names this agent among others on the machine: the
+// configured network name, else a hash of node, containerd namespace and
+// data directory. It names the session network and the simulated CDI
+// spec's directory, so that agents on one machine (tests, several dev
+// instances) never share either.
+func agentInstance(node string, cfg config.Config) string {
+	if cfg.AgentNetworkName != "" {
+		return cfg.AgentNetworkName
+	}
+	sum := sha256.Sum256([]byte(node + "\x00" + cfg.AgentNamespace + "\x00" + cfg.DataDir))
+	return "a" + hex.EncodeToString(sum[:6])
+}
+
 // writeSimulatedCDISpec writes a CDI spec for simulated GPUs, each
 // /dev/null seen as /dev/nvidia<index> in the container, so that a session on
 // a simulated GPU starts, with a device node that does nothing. It is
-// runtime state, made again at every start: it goes to /run/voyager/cdi
-// (root), else to the temporary directory, and returns the directory.
-func writeSimulatedCDISpec(node string, gpus []state.GPU) (string, error) {
-	dir := "/run/voyager/cdi"
+// runtime state of this agent instance, made again at every start: it goes
+// to /run/voyager/cdi/<instance> (root), else to the temporary directory,
+// and returns the directory. Another instance on the machine has its own.
+func writeSimulatedCDISpec(instance string, gpus []state.GPU) (string, error) {
+	dir := filepath.Join("/run/voyager/cdi", instance)
 	if os.MkdirAll(dir, 0o755) != nil {
-		dir = filepath.Join(os.TempDir(), "voyager-cdi-"+node)
+		dir = filepath.Join(os.TempDir(), "voyager-cdi-"+instance)
 	}
 	var b strings.Builder
 	b.WriteString("# Written by voyager for SIMULATED GPUs: the device nodes are /dev/null.\n")

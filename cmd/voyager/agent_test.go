@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/internal/testreq"
+	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -103,8 +105,10 @@ func TestAgentKillE2E(t *testing.T) {
 		"VOYAGER_DATA_DIR="+home+"/data",
 		"VOYAGER_AGENT_NODE=e2e-node", "VOYAGER_AGENT_ADDRESS=127.0.0.1",
 		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
+		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_FENCE_AFTER=1500ms", "VOYAGER_AGENT_FENCE_GRACE=300ms",
+		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
+		"VOYAGER_AGENT_NETWORK_NAME="+sessionNetwork(t))
 	startAgent := func() *proc {
 		p := start(t, append(slices.Clone(agentEnv), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "agent")
 		p.waitFor(`msg="node registered"`, 30*time.Second)
@@ -183,4 +187,46 @@ func TestAgentKillE2E(t *testing.T) {
 		t.Errorf("agent exit code %d after SIGTERM", code)
 	}
 	pl.stop()
+}
+
+// TestSimulatedCDISpecPerInstance: two agents on one machine (one node
+// name, other data directories) write their simulated GPUs' CDI specs to
+// directories of their own, so that one never rewrites the other's.
+func TestSimulatedCDISpecPerInstance(t *testing.T) {
+	a := config.Config{AgentNamespace: "voyager", DataDir: t.TempDir()}
+	b := config.Config{AgentNamespace: "voyager", DataDir: t.TempDir()}
+	ia, ib := agentInstance("gpu-01", a), agentInstance("gpu-01", b)
+	if ia == ib {
+		t.Fatalf("two data directories give one instance name %q", ia)
+	}
+	if again := agentInstance("gpu-01", a); again != ia {
+		t.Fatalf("instance name not stable: %q then %q", ia, again)
+	}
+	ga, gb := simulatedGPUs(t, "1xA100-80GB"), simulatedGPUs(t, "2xH100-80GB")
+	da, err := writeSimulatedCDISpec(ia, ga)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := writeSimulatedCDISpec(ib, gb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(da); _ = os.RemoveAll(db) })
+	if da == db {
+		t.Fatalf("both instances write to %s", da)
+	}
+	sa, _ := os.ReadFile(filepath.Join(da, "voyager-simulated.yaml"))
+	sb, _ := os.ReadFile(filepath.Join(db, "voyager-simulated.yaml"))
+	if strings.Count(string(sa), "- name:") != 1 || strings.Count(string(sb), "- name:") != 2 {
+		t.Fatalf("specs after both wrote:\n%s\n---\n%s", sa, sb)
+	}
+}
+
+func simulatedGPUs(t *testing.T, spec string) []state.GPU {
+	t.Helper()
+	g, err := nodeagent.SimulatedGPUs("gpu-01", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

@@ -30,6 +30,7 @@ var apiEnvs = []string{
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap,
 	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
+	config.EnvAPIRegistries, config.EnvAPIMaxQueued,
 }
 
 const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
@@ -79,7 +80,7 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(a.Collectors()...)
 	mux := http.NewServeMux()
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	a.Mount(mux)
 	if err := console.Mount(a.Engine(), mux, console.Config{Logger: log}); err != nil {
 		log.Error("voyager api failed", "err", err)
@@ -132,11 +133,13 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		// The lifecycle controller (voyager placer) reads the same two
 		// settings: they must agree, or extensions and runsUntil would
 		// count from another limit than the one enforced.
-		MaxRuntime:    cfg.MaxRuntime,
-		MaxRuntimeCap: cfg.MaxRuntimeCap,
-		MinCPUMilli:   cfg.MinCPUMilli,
-		MinMemoryMiB:  cfg.MinMemoryMiB,
-		Logger:        log,
+		MaxRuntime:        cfg.MaxRuntime,
+		MaxRuntimeCap:     cfg.MaxRuntimeCap,
+		MinCPUMilli:       cfg.MinCPUMilli,
+		MinMemoryMiB:      cfg.MinMemoryMiB,
+		AllowedRegistries: cfg.APIAllowedRegistries,
+		MaxQueuedPerUser:  cfg.APIMaxQueuedPerUser,
+		Logger:            log,
 	})
 }
 

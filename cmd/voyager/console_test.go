@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/voyager-gpu/voyager/internal/testreq"
 )
 
 // browserTab is one tab of a headless Chromium, driven over the DevTools
@@ -23,14 +25,12 @@ type browserTab struct {
 
 // newBrowser starts Debian's Chromium headless for the test and returns
 // its first tab. Without Chromium the test is skipped, saying how to
-// install it.
+// install it (a failure where testreq.Env requires it).
 func newBrowser(t *testing.T, name string) *browserTab {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
-		// TODO(testreq): route through internal/testreq once it lands, so
-		// that VOYAGER_TEST_REQUIRE=all turns this skip into a failure.
-		t.Skip("browser test needs Debian's chromium: apt-get install -y chromium")
+		testreq.Missing(t, "chromium", "the browser test drives Debian's chromium: apt-get install -y chromium")
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
@@ -87,6 +87,28 @@ func (b *browserTab) open(url string) {
 	b.t.Helper()
 	b.do("open "+url, chromedp.Navigate(url))
 	b.waitJS("view of "+url, `document.querySelector('#view').getAttribute('aria-busy') === 'false'`, 30*time.Second)
+	b.labelled()
+}
+
+// labelled fails the test if a field of the page has no label: every
+// input, select and textarea must be named for screen readers.
+func (b *browserTab) labelled() {
+	b.t.Helper()
+	if bare := js[[]string](b, `[...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
+		.filter(el => el.labels.length === 0).map(el => el.outerHTML)`); len(bare) > 0 {
+		b.t.Errorf("%s: fields without a label: %v", b.name, bare)
+	}
+}
+
+// signInByKeyboard signs in with the keyboard alone: the page puts the
+// focus in the token field; Tab reaches the button, Enter presses it.
+func (b *browserTab) signInByKeyboard(url, token string) {
+	b.t.Helper()
+	b.do("open sign-in", chromedp.Navigate(url), chromedp.WaitVisible("#token"))
+	b.waitJS("focus in the token field", `document.activeElement === document.querySelector('#token')`, 10*time.Second)
+	b.do("type the token, Tab, Enter", chromedp.KeyEvent(token), chromedp.KeyEvent("\t"), chromedp.KeyEvent("\r"))
+	b.waitJS("view after sign-in", `document.querySelector('#view').getAttribute('aria-busy') === 'false'`, 30*time.Second)
+	b.labelled()
 }
 
 // signIn opens url, pastes token into the sign-in form and waits for the
@@ -99,6 +121,7 @@ func (b *browserTab) signIn(url, token string, shots string) {
 	}
 	b.do("sign in", chromedp.SetValue("#token", token), chromedp.Click("#signin-form button"))
 	b.waitJS("view after sign-in", `document.querySelector('#view').getAttribute('aria-busy') === 'false'`, 30*time.Second)
+	b.labelled()
 }
 
 // shot writes a full-page PNG of the tab to dir/name.png.
@@ -195,7 +218,7 @@ func TestConsoleBrowserE2E(t *testing.T) {
 
 	// Another user sees neither the session nor the admin page.
 	bob := adminTab.tab("bob")
-	bob.signIn(base+"queue", bobToken, "")
+	bob.signInByKeyboard(base+"queue", bobToken)
 	if text := js[string](bob, "document.body.innerText"); strings.Contains(text, nb) || !strings.Contains(text, "(another user)") {
 		t.Errorf("bob's queue shows ada's session id, or no anonymous entry:\n%s", text)
 	}
@@ -226,6 +249,12 @@ func TestConsoleBrowserE2E(t *testing.T) {
 	if text := js[string](bob, "document.querySelector('#nodes').innerText"); strings.Contains(text, nb) || !strings.Contains(text, "(another user)") || !strings.Contains(text, "SIMULATED") {
 		t.Errorf("bob's cluster page: want the held GPU anonymous and the node SIMULATED, got:\n%s", text)
 	}
+	bob.shot(shots, "cluster-as-another-user")
+	adminTab.open(base + "cluster")
+	if text := js[string](adminTab, "document.querySelector('#nodes').innerText"); !strings.Contains(text, "ada/"+nb) {
+		t.Errorf("the admin's cluster page does not name the holder ada/%s:\n%s", nb, text)
+	}
+	adminTab.shot(shots, "cluster-as-admin")
 	bob.open(base + "sessions")
 	if strings.Contains(js[string](bob, "document.body.innerText"), nb) {
 		t.Error("bob's sessions page shows ada's session")

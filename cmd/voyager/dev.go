@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -21,6 +22,7 @@ import (
 	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdembed"
+	"github.com/voyager-gpu/voyager/internal/etcdhealth"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
 	"github.com/voyager-gpu/voyager/nodeagent"
 )
@@ -82,10 +84,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	pl := newPlacer(store.client, cfg, log)
 	registry.MustRegister(pl.Collectors()...)
 	mux := http.NewServeMux()
-	httpserver.Routes(mux, httpserver.Probes{
-		Ready:    etcdReady(store.client, cfg.EtcdPrefix),
-		Gatherer: registry,
-	})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	secret, err := devAPISecret(cfg, store.server != nil, log)
 	if err != nil {
 		return err
@@ -217,6 +216,10 @@ func startEmbedded(ctx context.Context, cfg config.Config, log *slog.Logger) (*s
 		Dir:        etcdDir,
 		ClientAddr: cfg.EtcdClientAddr,
 		PeerAddr:   cfg.EtcdPeerAddr,
+		// Without compaction every status and ledger write stays in the
+		// history until the quota makes etcd read-only.
+		CompactionRetention: cfg.EtcdCompaction,
+		QuotaBytes:          cfg.EtcdQuotaMiB << 20,
 	})
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use") {
@@ -251,15 +254,12 @@ func explainListen(err error, what, addr, envName string) error {
 	return fmt.Errorf("listen %s on %s (set by %s): %w", what, addr, envName, err)
 }
 
-// etcdReady reports ready when etcd answers a linearizable read, which
-// needs a leader and a quorum.
-func etcdReady(cli *clientv3.Client, prefix string) httpserver.ReadyFunc {
-	return func(ctx context.Context) error {
-		if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly()); err != nil {
-			return fmt.Errorf("read etcd: %w", err)
-		}
-		return nil
-	}
+// etcdProbes registers etcd's gauges (alarms, database size) on registry
+// and returns the process's probes: ready while etcd answers a
+// linearizable read and raises no alarm (etcdhealth).
+func etcdProbes(registry *prometheus.Registry, cli *clientv3.Client, prefix string) httpserver.Probes {
+	registry.MustRegister(etcdhealth.NewCollector(cli))
+	return httpserver.Probes{Ready: etcdhealth.Ready(cli, prefix), Gatherer: registry}
 }
 
 // jupyterImageRef is the notebook image make image builds from Debian's

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -208,6 +210,9 @@ func (h *hub) statusThroughProxy(user string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// port is the port of a host:port address.
+func port(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+
 // TestJupyterHubE2E: a real JupyterHub (Debian's) with the VoyagerSpawner
 // and a dummy authenticator, against `voyager dev` with its real agent on a
 // real containerd. A user's server starts through the hub's REST API in a
@@ -232,8 +237,14 @@ func TestJupyterHubE2E(t *testing.T) {
 	}
 	f.Close()
 
+	// The hub's API listens on the machine's own address, which sessions
+	// (in their own network namespaces) reach only because the agent is
+	// told to allow it: single-user servers call the hub back.
+	hubIP := runtimetest.MachineAddr(t)
+	hubPort := net.JoinHostPort(hubIP, port(freeAddr(t)))
 	env := newDevEnv(t)
 	environ := append(env.environ(),
+		"VOYAGER_AGENT_NETWORK_ALLOW="+hubPort,
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
 		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s",
 		"VOYAGER_AGENT_PORTS=44000-44099") // apart from the ports other packages' containerd tests use at the same time
@@ -244,9 +255,8 @@ func TestJupyterHubE2E(t *testing.T) {
 	root, _ := filepath.Abs("../..")
 	dir := t.TempDir()
 	adminTok := randomHex(t)
-	hubPort, proxyPort, apiPort := freeAddr(t), freeAddr(t), freeAddr(t)
+	proxyPort, apiPort := freeAddr(t), freeAddr(t)
 	config := filepath.Join(dir, "jupyterhub_config.py")
-	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
 import sys
 sys.path.insert(0, %q)
@@ -254,7 +264,7 @@ c.JupyterHub.spawner_class = "voyager_spawner.VoyagerSpawner"
 c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = %s
-c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_ip = %q
 c.JupyterHub.hub_port = %s
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:%s"
 c.JupyterHub.db_url = "sqlite:///%s/jupyterhub.sqlite"
@@ -274,7 +284,7 @@ c.VoyagerSpawner.voyager_token = %q
 c.VoyagerSpawner.gpus = 1
 c.VoyagerSpawner.cpu_milli = 1000
 c.VoyagerSpawner.memory_mib = 1024
-`, filepath.Join(root, "deploy", "jupyterhub"), port(proxyPort), port(hubPort), port(apiPort), dir, dir, adminTok,
+`, filepath.Join(root, "deploy", "jupyterhub"), port(proxyPort), hubIP, port(hubPort), port(apiPort), dir, dir, adminTok,
 		env.httpAddr, svcTok)), 0o600); err != nil {
 		t.Fatal(err)
 	}

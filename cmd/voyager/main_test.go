@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	vrt "github.com/voyager-gpu/voyager/runtime"
 )
 
 // Values stamped into the test binary, checked by TestVersionE2E.
@@ -75,10 +78,31 @@ func needBinary(t *testing.T) {
 // data dir and free loopback ports, nothing inherited from the test.
 type devEnv struct {
 	home, clientAddr, peerAddr, httpAddr string
+	// network names the agent's session network, removed when the test
+	// ends (after the dev it runs stops): tests leave no bridges, firewall
+	// chains or NAT rules behind.
+	network string
 }
 
+// devNetworks numbers the session networks of this test binary.
+var devNetworks atomic.Int64
+
 func newDevEnv(t *testing.T) devEnv {
-	return devEnv{home: t.TempDir(), clientAddr: freeAddr(t), peerAddr: freeAddr(t), httpAddr: freeAddr(t)}
+	return devEnv{home: t.TempDir(), clientAddr: freeAddr(t), peerAddr: freeAddr(t), httpAddr: freeAddr(t), network: sessionNetwork(t)}
+}
+
+// sessionNetwork names a session network for an agent the test runs
+// (VOYAGER_AGENT_NETWORK_NAME) and removes it when the test ends, after
+// the agent stopped: tests leave no bridges, firewall chains or NAT rules
+// behind.
+func sessionNetwork(t *testing.T) string {
+	name := fmt.Sprintf("cmdtest-%d-%d", os.Getpid(), devNetworks.Add(1))
+	if os.Geteuid() == 0 {
+		t.Cleanup(func() {
+			_ = vrt.RemoveNetwork(context.Background(), vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: name}, slog.New(slog.DiscardHandler))
+		})
+	}
+	return name
 }
 
 func (e devEnv) environ() []string {
@@ -88,6 +112,7 @@ func (e devEnv) environ() []string {
 		"VOYAGER_ETCD_CLIENT_ADDR=" + e.clientAddr,
 		"VOYAGER_ETCD_PEER_ADDR=" + e.peerAddr,
 		"VOYAGER_HTTP_ADDR=" + e.httpAddr,
+		"VOYAGER_AGENT_NETWORK_NAME=" + e.network,
 		"VOYAGER_LOG_LEVEL=debug", // the tests wait for routine events
 	}
 }
@@ -271,9 +296,10 @@ func TestDevE2E(t *testing.T) {
 			t.Errorf("GET %s = %d %q, want 200", path, code, body)
 		}
 	}
-	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "voyager_placer_passes_total") {
-		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v", code,
-			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"))
+	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "voyager_placer_passes_total") ||
+		!strings.Contains(body, `voyager_etcd_alarm{alarm="NOSPACE"} 0`) {
+		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v, has etcd's alarms: %v", code,
+			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"), strings.Contains(body, "voyager_etcd_alarm"))
 	}
 	// The placer runs inside dev: a queued session gets its reason.
 	sessionWaitsForNodes(t, ctx, cli)
@@ -416,6 +442,9 @@ func TestRun(t *testing.T) {
 			"Environment (a flag given explicitly wins over its variable):",
 			"VOYAGER_ETCD_ENDPOINTS", "VOYAGER_ETCD_PREFIX", "VOYAGER_ETCD_DIAL_TIMEOUT", "VOYAGER_DATA_DIR", "VOYAGER_ETCD_CLIENT_ADDR",
 			"VOYAGER_ETCD_PEER_ADDR", "VOYAGER_HTTP_ADDR", "VOYAGER_LOG_LEVEL", "VOYAGER_LOG_FORMAT",
+		}},
+		{name: "check --help", args: []string{"check", "--help"}, code: 0, stdout: []string{
+			"voyager check [flags]", "--start", "--end", "--follow", "VOYAGER_ETCD_ENDPOINTS", "state machine",
 		}},
 		{name: "dev bad flag", args: []string{"dev", "--nope"}, code: 2, stderr: []string{"unknown flag: --nope", "voyager dev --help"}, dontStdout: true},
 		{name: "dev bad single-dash flag", args: []string{"dev", "-nope"}, code: 2, stderr: []string{"unknown shorthand flag: 'n' in -nope"}, dontStdout: true},

@@ -64,7 +64,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 	lc := newLifecycle(store.client, cfg, log)
 	registry.MustRegister(lc.Collectors()...)
 	mux := http.NewServeMux()
-	httpserver.Routes(mux, httpserver.Probes{Ready: etcdReady(store.client, cfg.EtcdPrefix), Gatherer: registry})
+	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
 	if err != nil {
 		log.Error("voyager placer failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))

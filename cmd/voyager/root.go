@@ -30,6 +30,7 @@ var subcommands = []func() *cobra.Command{
 	newQueueCmd,
 	newTokenCmd,
 	newImageCmd,
+	newCheckCmd,
 	newVersionCmd,
 }
 

@@ -28,6 +28,8 @@ const (
 	EnvDataDir         = "VOYAGER_DATA_DIR"
 	EnvEtcdClientAddr  = "VOYAGER_ETCD_CLIENT_ADDR"
 	EnvEtcdPeerAddr    = "VOYAGER_ETCD_PEER_ADDR"
+	EnvEtcdCompaction  = "VOYAGER_ETCD_COMPACTION_RETENTION"
+	EnvEtcdQuotaMiB    = "VOYAGER_ETCD_QUOTA_MIB"
 	EnvHTTPAddr        = "VOYAGER_HTTP_ADDR"
 	EnvLogLevel        = "VOYAGER_LOG_LEVEL"
 	EnvLogFormat       = "VOYAGER_LOG_FORMAT"
@@ -53,6 +55,8 @@ const (
 	EnvAPIRate           = "VOYAGER_API_RATE"
 	EnvAPIBurst          = "VOYAGER_API_BURST"
 	EnvAPIIdempotencyTTL = "VOYAGER_API_IDEMPOTENCY_TTL"
+	EnvAPIRegistries     = "VOYAGER_API_ALLOWED_REGISTRIES"
+	EnvAPIMaxQueued      = "VOYAGER_API_MAX_QUEUED_PER_USER"
 )
 
 // Names of the node agent's variables.
@@ -62,6 +66,8 @@ const (
 	EnvAgentContainerd   = "VOYAGER_AGENT_CONTAINERD"
 	EnvAgentNamespace    = "VOYAGER_AGENT_NAMESPACE"
 	EnvAgentLeaseTTL     = "VOYAGER_AGENT_LEASE_TTL"
+	EnvAgentFenceAfter   = "VOYAGER_AGENT_FENCE_AFTER"
+	EnvAgentFenceGrace   = "VOYAGER_AGENT_FENCE_GRACE"
 	EnvAgentSimulateGPUs = "VOYAGER_AGENT_SIMULATE_GPUS"
 	EnvAgentGPUMode      = "VOYAGER_AGENT_GPU_MODE"
 	EnvAgentCDISpecDirs  = "VOYAGER_AGENT_CDI_SPEC_DIRS"
@@ -72,6 +78,13 @@ const (
 	EnvAgentUID          = "VOYAGER_AGENT_UID"
 	EnvAgentGID          = "VOYAGER_AGENT_GID"
 	EnvAgentLogMaxMiB    = "VOYAGER_AGENT_LOG_MAX_MIB"
+
+	EnvAgentNetwork       = "VOYAGER_AGENT_NETWORK"
+	EnvAgentNetworkName   = "VOYAGER_AGENT_NETWORK_NAME"
+	EnvAgentNetworkSubnet = "VOYAGER_AGENT_NETWORK_SUBNET"
+	EnvAgentNetworkDeny   = "VOYAGER_AGENT_NETWORK_DENY"
+	EnvAgentNetworkAllow  = "VOYAGER_AGENT_NETWORK_ALLOW"
+	EnvAgentCNIPluginDirs = "VOYAGER_AGENT_CNI_PLUGIN_DIRS"
 
 	EnvAgentActivityEvery  = "VOYAGER_AGENT_ACTIVITY_EVERY"
 	EnvAgentGPUBusyPercent = "VOYAGER_AGENT_GPU_BUSY_PERCENT"
@@ -114,6 +127,11 @@ type Config struct {
 	EtcdClientAddr string `env:"VOYAGER_ETCD_CLIENT_ADDR" envDefault:"127.0.0.1:23790" doc:"client listener of the embedded etcd (voyager dev only)"`
 	// EtcdPeerAddr is the embedded etcd's raft peer listener.
 	EtcdPeerAddr string `env:"VOYAGER_ETCD_PEER_ADDR" envDefault:"127.0.0.1:23800" doc:"peer listener of the embedded etcd (voyager dev only)"`
+	// EtcdCompaction is the embedded etcd's periodic auto-compaction
+	// retention: history older than this is compacted away.
+	EtcdCompaction time.Duration `env:"VOYAGER_ETCD_COMPACTION_RETENTION" envDefault:"1h" doc:"history the embedded etcd keeps: it compacts revisions older than this, periodically (voyager dev only; 0 turns compaction off)"`
+	// EtcdQuotaMiB is the embedded etcd's backend quota.
+	EtcdQuotaMiB int64 `env:"VOYAGER_ETCD_QUOTA_MIB" envDefault:"2048" doc:"space quota of the embedded etcd's database in MiB; past it etcd raises a NOSPACE alarm and refuses writes (voyager dev only)"`
 	// HTTPAddr is where the HTTP server (health, readiness, metrics, API)
 	// listens.
 	HTTPAddr string `env:"VOYAGER_HTTP_ADDR" envDefault:"127.0.0.1:7070" doc:"HTTP listener: /healthz, /readyz, /metrics and the API"`
@@ -167,6 +185,10 @@ type Config struct {
 	APIBurst int `env:"VOYAGER_API_BURST" envDefault:"100" doc:"requests per token subject allowed in a burst"`
 	// APIIdempotencyTTL is how long an Idempotency-Key is remembered.
 	APIIdempotencyTTL time.Duration `env:"VOYAGER_API_IDEMPOTENCY_TTL" envDefault:"24h" doc:"how long a create's Idempotency-Key is remembered"`
+	// APIAllowedRegistries are the registries session images may name.
+	APIAllowedRegistries []string `env:"VOYAGER_API_ALLOWED_REGISTRIES" envSeparator:"," docDefault:"empty" doc:"comma-separated registries session images may come from (docker.io, registry.example.com:5000); empty: any"`
+	// APIMaxQueuedPerUser caps one user's queued sessions.
+	APIMaxQueuedPerUser int `env:"VOYAGER_API_MAX_QUEUED_PER_USER" envDefault:"100" doc:"most sessions one user may have queued at once; a create beyond it is refused; 0: no cap"`
 
 	// The node agent (voyager agent, and the agent inside voyager dev).
 
@@ -180,6 +202,12 @@ type Config struct {
 	AgentNamespace string `env:"VOYAGER_AGENT_NAMESPACE" envDefault:"voyager" doc:"containerd namespace of session containers"`
 	// AgentLeaseTTL is the TTL of the node's lease.
 	AgentLeaseTTL time.Duration `env:"VOYAGER_AGENT_LEASE_TTL" envDefault:"10s" doc:"TTL of the node's lease: a node whose agent is silent this long is lost"`
+	// AgentFenceAfter is how long after its last lease renewal an agent
+	// that cannot renew fences (0: half the lease TTL).
+	AgentFenceAfter time.Duration `env:"VOYAGER_AGENT_FENCE_AFTER" envDefault:"0s" doc:"an agent that has not renewed its lease for this long (counted from the last renewal's send) stops and removes the node's running containers, before the lease can expire; 0: half the lease TTL"`
+	// AgentFenceGrace is the SIGTERM-to-SIGKILL grace of a fence (0: a
+	// fifth of the lease TTL).
+	AgentFenceGrace time.Duration `env:"VOYAGER_AGENT_FENCE_GRACE" envDefault:"0s" doc:"time between SIGTERM and SIGKILL when a fence stops containers; fence after + fence grace must be below the lease TTL; 0: a fifth of the lease TTL"`
 	// AgentSimulateGPUs, when set, replaces NVML with a made-up inventory.
 	AgentSimulateGPUs string `env:"VOYAGER_AGENT_SIMULATE_GPUS" docDefault:"empty" doc:"made-up GPUs such as 8xA100-80GB or 4xA100-80GB,2xH100-80GB, marked simulated (dev, benchmarks); empty: read NVML (voyager dev simulates 8xA100-80GB where NVML is absent)"`
 	// AgentGPUMode is cdi or env.
@@ -201,6 +229,21 @@ type Config struct {
 	AgentGID int `env:"VOYAGER_AGENT_GID" envDefault:"100" doc:"group id that runs session containers"`
 	// AgentLogMaxMiB caps each container's log file.
 	AgentLogMaxMiB int `env:"VOYAGER_AGENT_LOG_MAX_MIB" envDefault:"10" doc:"size cap of each session's log file (<data dir>/logs), in MiB; older output is trimmed"`
+
+	// AgentNetwork is isolated (a network namespace per session, CNI) or
+	// host (the machine's network: debugging only).
+	AgentNetwork string `env:"VOYAGER_AGENT_NETWORK" envDefault:"isolated" doc:"sessions' network: isolated (each its own network namespace on a CNI bridge; only published ports are reachable, and sessions reach neither the machine's listeners nor each other) or host (the machine's network, no isolation: debugging only)"`
+	// AgentNetworkName names this agent's bridge, subnet and firewall
+	// chains; empty derives one from the node, namespace and data dir.
+	AgentNetworkName string `env:"VOYAGER_AGENT_NETWORK_NAME" docDefault:"derived from node, namespace and data dir" doc:"name of this agent's session network (bridge vy<hash>, CNI network voyager-<name>, firewall chains VY<hash>-…): unique per agent on a machine"`
+	// AgentNetworkSubnet is the IPv4 subnet of the sessions' addresses.
+	AgentNetworkSubnet string `env:"VOYAGER_AGENT_NETWORK_SUBNET" docDefault:"a /24 in 10.128.0.0/10 derived from the name" doc:"IPv4 subnet (CIDR) the sessions' addresses come from"`
+	// AgentNetworkDeny are networks sessions may never reach.
+	AgentNetworkDeny []string `env:"VOYAGER_AGENT_NETWORK_DENY" envSeparator:"," envDefault:"169.254.0.0/16" doc:"comma-separated networks (CIDR) sessions may not reach at all: the control plane's (etcd, API), the cloud metadata service's"`
+	// AgentNetworkAllow are ip:port endpoints every session may reach.
+	AgentNetworkAllow []string `env:"VOYAGER_AGENT_NETWORK_ALLOW" envSeparator:"," docDefault:"empty" doc:"comma-separated ip:port endpoints every session may reach although the network rules refuse them, such as JupyterHub's API (its hub_connect_url) on this machine"`
+	// AgentCNIPluginDirs are searched for the CNI plugins.
+	AgentCNIPluginDirs []string `env:"VOYAGER_AGENT_CNI_PLUGIN_DIRS" envSeparator:"," envDefault:"/usr/lib/cni,/opt/cni/bin" doc:"comma-separated directories of the CNI plugins bridge, host-local, portmap, firewall and loopback (apt-get install containernetworking-plugins)"`
 
 	// AgentActivityEvery is how often the agent samples each session's
 	// Jupyter and GPU activity.
@@ -438,6 +481,12 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 			errs = append(errs, invalid(a.env, wantFor(a.env)))
 		}
 	}
+	if cfg.EtcdCompaction < 0 {
+		errs = append(errs, invalid(EnvEtcdCompaction, wantFor(EnvEtcdCompaction)))
+	}
+	if cfg.EtcdQuotaMiB < 16 || cfg.EtcdQuotaMiB > 8192 {
+		errs = append(errs, invalid(EnvEtcdQuotaMiB, wantFor(EnvEtcdQuotaMiB)))
+	}
 	if _, ok := levels[cfg.LogLevel]; !ok {
 		errs = append(errs, invalid(EnvLogLevel, wantFor(EnvLogLevel)))
 	}
@@ -457,10 +506,10 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	if cfg.PlacerLeaseTTL < time.Second {
 		errs = append(errs, invalid(EnvPlacerLeaseTTL, wantFor(EnvPlacerLeaseTTL)))
 	}
-	if cfg.MinCPUMilli < 1 {
+	if cfg.MinCPUMilli < 10 { // CFS enforces no quota under 1 ms per 100 ms period
 		errs = append(errs, invalid(EnvMinCPUMilli, wantFor(EnvMinCPUMilli)))
 	}
-	if cfg.MinMemoryMiB < 1 {
+	if cfg.MinMemoryMiB < 4 { // the least a container was seen to start in
 		errs = append(errs, invalid(EnvMinMemoryMiB, wantFor(EnvMinMemoryMiB)))
 	}
 	if cfg.MaxSessionsPerNode < 1 || cfg.MaxSessionsPerNode > MaxSessionsPerNodeLimit {
@@ -492,6 +541,16 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	if cfg.APIIdempotencyTTL < time.Minute {
 		errs = append(errs, invalid(EnvAPIIdempotencyTTL, wantFor(EnvAPIIdempotencyTTL)))
 	}
+	cfg.APIAllowedRegistries = cleanList(cfg.APIAllowedRegistries)
+	for _, r := range cfg.APIAllowedRegistries {
+		if strings.ContainsAny(r, "/ @") {
+			errs = append(errs, invalid(EnvAPIRegistries, wantFor(EnvAPIRegistries)))
+			break
+		}
+	}
+	if cfg.APIMaxQueuedPerUser < 0 {
+		errs = append(errs, invalid(EnvAPIMaxQueued, wantFor(EnvAPIMaxQueued)))
+	}
 	if cfg.AgentNode != "" && state.ValidateName("node name", cfg.AgentNode) != nil {
 		errs = append(errs, invalid(EnvAgentNode, wantFor(EnvAgentNode)))
 	}
@@ -503,6 +562,12 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	}
 	if cfg.AgentLeaseTTL < 2*time.Second {
 		errs = append(errs, invalid(EnvAgentLeaseTTL, wantFor(EnvAgentLeaseTTL)))
+	}
+	if after, grace := cfg.FenceTimings(); cfg.AgentFenceAfter < 0 || after+grace >= cfg.AgentLeaseTTL {
+		errs = append(errs, invalid(EnvAgentFenceAfter, wantFor(EnvAgentFenceAfter)))
+	}
+	if cfg.AgentFenceGrace < 0 {
+		errs = append(errs, invalid(EnvAgentFenceGrace, wantFor(EnvAgentFenceGrace)))
 	}
 	cfg.AgentGPUMode = strings.ToLower(cfg.AgentGPUMode)
 	if cfg.AgentGPUMode != "cdi" && cfg.AgentGPUMode != "env" {
@@ -524,6 +589,7 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	if cfg.AgentLogMaxMiB < 1 {
 		errs = append(errs, invalid(EnvAgentLogMaxMiB, wantFor(EnvAgentLogMaxMiB)))
 	}
+	errs = append(errs, validateNetwork(&cfg, func(e string) error { return invalid(e, wantFor(e)) })...)
 	if cfg.Retention < time.Minute {
 		errs = append(errs, invalid(EnvRetention, wantFor(EnvRetention)))
 	}
@@ -579,9 +645,9 @@ func wantFor(envName string) string {
 	case EnvPlacerLeaseTTL:
 		return "a duration of at least 1s, such as 10s"
 	case EnvMinCPUMilli:
-		return "a whole number of milli-cores of at least 1, such as 100"
+		return "a whole number of milli-cores of at least 10 (the least CFS enforces: 1 ms per 100 ms), such as 100"
 	case EnvMinMemoryMiB:
-		return "a whole number of MiB of at least 1, such as 64"
+		return "a whole number of MiB of at least 4 (a container needs a few to start), such as 64"
 	case EnvMaxSessionsPerNode:
 		return fmt.Sprintf("a whole number from 1 to %d, such as 256", MaxSessionsPerNodeLimit)
 	case EnvJWTSecret:
@@ -600,6 +666,10 @@ func wantFor(envName string) string {
 		return "a whole number of at least 1, such as 100"
 	case EnvAPIIdempotencyTTL:
 		return "a duration of at least 1m, such as 24h"
+	case EnvAPIRegistries:
+		return "comma-separated registry hosts such as docker.io,registry.example.com:5000, or empty"
+	case EnvAPIMaxQueued:
+		return "a whole number of 0 (no cap) or more, such as 100"
 	case EnvAgentNode:
 		return "1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit, such as gpu-07"
 	case EnvAgentContainerd:
@@ -608,6 +678,14 @@ func wantFor(envName string) string {
 		return "a containerd namespace of lower-case letters, digits, '.', '_' or '-', such as voyager"
 	case EnvAgentLeaseTTL:
 		return "a duration of at least 2s, such as 10s"
+	case EnvAgentFenceAfter:
+		return "a duration of 0 or more, such that it plus " + EnvAgentFenceGrace + " is less than " + EnvAgentLeaseTTL + ", such as 5s (0: half the lease TTL)"
+	case EnvAgentFenceGrace:
+		return "a duration of 0 or more, such as 2s (0: a fifth of the lease TTL)"
+	case EnvEtcdCompaction:
+		return "a duration of 0 or more, such as 1h or 10m (0 turns compaction off)"
+	case EnvEtcdQuotaMiB:
+		return "a whole number of MiB from 16 to 8192, such as 2048"
 	case EnvAgentGPUMode:
 		return "one of cdi, env"
 	case EnvAgentPorts:
@@ -620,6 +698,18 @@ func wantFor(envName string) string {
 		return "a whole number of 0 or more, such as 1000"
 	case EnvAgentLogMaxMiB:
 		return "a whole number of MiB of at least 1, such as 10"
+	case EnvAgentNetwork:
+		return "one of isolated, host"
+	case EnvAgentNetworkName:
+		return "1-40 letters, digits, '-' or '_', such as gpu07, or empty"
+	case EnvAgentNetworkSubnet:
+		return "an IPv4 CIDR such as 10.128.7.0/24, or empty"
+	case EnvAgentNetworkDeny:
+		return "comma-separated CIDRs such as 169.254.0.0/16,10.0.0.0/24"
+	case EnvAgentNetworkAllow:
+		return "comma-separated IPv4 ip:port endpoints such as 10.0.0.5:8081"
+	case EnvAgentCNIPluginDirs:
+		return "comma-separated absolute directories such as /usr/lib/cni,/opt/cni/bin"
 	case EnvAgentActivityEvery:
 		return "a duration of at least 100ms, such as 30s"
 	case EnvAgentGPUBusyPercent:
@@ -629,6 +719,47 @@ func wantFor(envName string) string {
 		return "a duration of 0 or more, such as 15m or 2h"
 	}
 	return "a valid value"
+}
+
+// validateNetwork checks the agent's network settings.
+func validateNetwork(cfg *Config, invalid func(envName string) error) []error {
+	var errs []error
+	cfg.AgentNetwork = strings.ToLower(cfg.AgentNetwork)
+	if cfg.AgentNetwork != "isolated" && cfg.AgentNetwork != "host" {
+		errs = append(errs, invalid(EnvAgentNetwork))
+	}
+	if n := cfg.AgentNetworkName; n != "" && (len(n) > 40 || strings.Trim(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "") {
+		errs = append(errs, invalid(EnvAgentNetworkName))
+	}
+	if s := cfg.AgentNetworkSubnet; s != "" {
+		if ip, _, err := net.ParseCIDR(s); err != nil || ip.To4() == nil {
+			errs = append(errs, invalid(EnvAgentNetworkSubnet))
+		}
+	}
+	cfg.AgentNetworkDeny = cleanList(cfg.AgentNetworkDeny)
+	for _, c := range cfg.AgentNetworkDeny {
+		if _, _, err := net.ParseCIDR(c); err != nil {
+			errs = append(errs, invalid(EnvAgentNetworkDeny))
+			break
+		}
+	}
+	cfg.AgentNetworkAllow = cleanList(cfg.AgentNetworkAllow)
+	for _, a := range cfg.AgentNetworkAllow {
+		host, port, err := net.SplitHostPort(a)
+		n, perr := strconv.Atoi(port)
+		if ip := net.ParseIP(host); err != nil || ip == nil || ip.To4() == nil || perr != nil || n < 1 || n > 65535 {
+			errs = append(errs, invalid(EnvAgentNetworkAllow))
+			break
+		}
+	}
+	cfg.AgentCNIPluginDirs = cleanList(cfg.AgentCNIPluginDirs)
+	for _, d := range cfg.AgentCNIPluginDirs {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, invalid(EnvAgentCNIPluginDirs))
+			break
+		}
+	}
+	return errs
 }
 
 func settingOfField(field string) (Setting, bool) {
@@ -705,6 +836,20 @@ func ParsePortRange(s string) (first, last int, err error) {
 		return 0, 0, fmt.Errorf("parse port range %q: want first-last within 1024-65535, such as 40000-40999", s)
 	}
 	return first, last, nil
+}
+
+// FenceTimings returns the agent's fence deadline and fence grace, with
+// their zero values replaced by their defaults: half and a fifth of the
+// lease TTL.
+func (c Config) FenceTimings() (after, grace time.Duration) {
+	after, grace = c.AgentFenceAfter, c.AgentFenceGrace
+	if after == 0 {
+		after = c.AgentLeaseTTL / 2
+	}
+	if grace == 0 {
+		grace = c.AgentLeaseTTL / 5
+	}
+	return after, grace
 }
 
 // RequireEndpoints returns an error that says how to set

@@ -34,6 +34,14 @@ type Config struct {
 	// StartTimeout bounds how long Start waits for the server to be ready.
 	// Zero means 30 seconds.
 	StartTimeout time.Duration
+	// CompactionRetention turns on etcd's periodic auto-compaction: it
+	// keeps this much history and compacts older revisions (etcd checks
+	// every tenth of the retention, at most hourly). Zero keeps all history.
+	// Watchers that fall behind a compaction relist (watcher/).
+	CompactionRetention time.Duration
+	// QuotaBytes is the backend's space quota; past it etcd raises a
+	// NOSPACE alarm and refuses writes. Zero means etcd's default (2 GiB).
+	QuotaBytes int64
 }
 
 // Server is a running embedded etcd.
@@ -102,6 +110,11 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.AdvertisePeerUrls = []url.URL{*purl}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.UnsafeNoFsync = cfg.NoFsync
+	if cfg.CompactionRetention > 0 {
+		ec.AutoCompactionMode = embed.CompactorModePeriodic
+		ec.AutoCompactionRetention = cfg.CompactionRetention.String()
+	}
+	ec.QuotaBackendBytes = cfg.QuotaBytes
 	ec.LogLevel = cfg.LogLevel
 	if ec.LogLevel == "" {
 		ec.LogLevel = "error"

@@ -1,4 +1,6 @@
 // Package etcdtest gives tests a real etcd: an embedded server in the test
 // process with its own temporary data directory and loopback ports, torn
-// down when the test ends.
+// down when the test ends; Debian's etcd in its own process
+// (StartExternal); and a TCP proxy in front of either that a test can cut
+// like a network partition (NewProxy).
 package etcdtest

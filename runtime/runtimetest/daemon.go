@@ -176,6 +176,9 @@ func New(t testing.TB, opts runtime.ContainerdOptions) *runtime.Containerd {
 		for _, in := range infos {
 			_ = c.Remove(ctx, in.ID)
 		}
+		if err := c.RemoveNetwork(); err != nil {
+			t.Errorf("remove the test network: %v", err)
+		}
 		_ = c.Close()
 	})
 	BusyboxImage(t, c)

@@ -1,0 +1,314 @@
+package history
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// Rules, as Violation.Rule names them.
+const (
+	RuleGPUShared           = "gpu-shared"
+	RuleNodeOver            = "node-over"
+	RuleBindingNoAlloc      = "binding-without-allocation"
+	RuleAllocNoBinding      = "allocation-without-binding"
+	RulePhaseEdge           = "phase-edge"
+	RuleFinishedRequeued    = "finished-requeued"
+	RuleUndecodable         = "undecodable"
+	RuleQueuedButNotPending = "queued-not-pending"
+)
+
+// Violation is one broken rule: at Revision, Key is in a state Rule forbids.
+type Violation struct {
+	Revision int64
+	Key      string
+	Rule     string
+	Detail   string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("revision %d key %s rule %s: %s", v.Revision, v.Key, v.Rule, v.Detail)
+}
+
+// Change is one key's change in a revision: Value is nil for a delete.
+type Change struct {
+	Key   string
+	Value []byte
+}
+
+// Checker is the model the rules are checked against. It is not safe for
+// concurrent use; Watch drives one from a single goroutine.
+type Checker struct {
+	k        state.Keys
+	nodes    map[string]state.Node
+	ledgers  map[string]state.Ledger
+	bindings map[string]map[string]bool // node → session ids
+	pending  map[string]bool
+	statuses map[string]state.Status
+	gpus     map[string]map[string]bool // device UUID → holders ("node/session")
+	rev      int64
+	binds    int64
+}
+
+// New returns a Checker of an empty keyspace under k's prefix.
+func New(k state.Keys) *Checker {
+	return &Checker{k: k, nodes: map[string]state.Node{}, ledgers: map[string]state.Ledger{},
+		bindings: map[string]map[string]bool{}, pending: map[string]bool{},
+		statuses: map[string]state.Status{}, gpus: map[string]map[string]bool{}}
+}
+
+// Revision is the last revision applied.
+func (c *Checker) Revision() int64 { return c.rev }
+
+// Binds counts the binds applied: statuses that became Bound.
+func (c *Checker) Binds() int64 { return c.binds }
+
+// Load sets the model to the keyspace as listed at revision rev, without
+// checking transitions (a history has to start somewhere), and returns the
+// violations that state already holds.
+func (c *Checker) Load(rev int64, kvs []Change) []Violation {
+	return c.apply(rev, kvs, false)
+}
+
+// Apply applies the changes of one revision, which must be later than the
+// last applied, and returns the violations after it.
+func (c *Checker) Apply(rev int64, changes []Change) []Violation {
+	return c.apply(rev, changes, true)
+}
+
+// touched collects what a revision changed, to check only that.
+type touched struct {
+	pairs    map[[2]string]bool // node, session: binding ⇔ allocation
+	nodes    map[string]bool    // capacity
+	sessions map[string]bool    // queue entry ⇔ status
+	ledgers  []string           // indexed after every old value left the index
+}
+
+func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violation {
+	var out []Violation
+	bad := func(key, rule, format string, args ...any) {
+		out = append(out, Violation{Revision: rev, Key: key, Rule: rule, Detail: fmt.Sprintf(format, args...)})
+	}
+	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}}
+	k := c.k
+	for _, ch := range changes {
+		key := ch.Key
+		switch {
+		case strings.HasPrefix(key, k.Ledgers()):
+			name, ok := k.NodeName(key)
+			if !ok {
+				continue
+			}
+			old := c.ledgers[name]
+			c.unindex(name, old)
+			for id := range old.Allocations {
+				t.pairs[[2]string{name, id}] = true
+			}
+			if ch.Value == nil {
+				delete(c.ledgers, name)
+			} else {
+				l, err := state.Decode[state.Ledger](ch.Value)
+				if err != nil {
+					bad(key, RuleUndecodable, "%v", err)
+					continue
+				}
+				c.ledgers[name] = l
+				for id := range l.Allocations {
+					t.pairs[[2]string{name, id}] = true
+				}
+			}
+			t.nodes[name] = true
+			t.ledgers = append(t.ledgers, name)
+		case strings.HasPrefix(key, k.Nodes()):
+			name, ok := k.NodeName(key)
+			if !ok {
+				continue
+			}
+			if ch.Value == nil {
+				delete(c.nodes, name)
+				continue
+			}
+			n, err := state.Decode[state.Node](ch.Value)
+			if err != nil {
+				bad(key, RuleUndecodable, "%v", err)
+				continue
+			}
+			c.nodes[name] = n
+			t.nodes[name] = true
+		case strings.HasPrefix(key, k.AllBindings()):
+			node, id, ok := k.BindingKey(key)
+			if !ok {
+				continue
+			}
+			if c.bindings[node] == nil {
+				c.bindings[node] = map[string]bool{}
+			}
+			if ch.Value == nil {
+				delete(c.bindings[node], id)
+			} else {
+				c.bindings[node][id] = true
+			}
+			t.pairs[[2]string{node, id}] = true
+		case strings.HasPrefix(key, k.PendingDir()):
+			id, ok := k.SessionID(key)
+			if !ok {
+				continue
+			}
+			c.pending[id] = ch.Value != nil
+			if ch.Value == nil {
+				delete(c.pending, id)
+			}
+			t.sessions[id] = true
+		case strings.HasPrefix(key, k.StatusDir()):
+			id, ok := k.SessionID(key)
+			if !ok {
+				continue
+			}
+			old, existed := c.statuses[id]
+			if ch.Value == nil {
+				delete(c.statuses, id)
+				if transitions {
+					if ok, _ := state.Edge(old.Phase, ""); !ok {
+						bad(key, RulePhaseEdge, "status of a live session (%s) deleted", old.Phase)
+					}
+				}
+				continue
+			}
+			st, err := state.Decode[state.Status](ch.Value)
+			if err != nil {
+				bad(key, RuleUndecodable, "%v", err)
+				continue
+			}
+			c.statuses[id] = st
+			t.sessions[id] = true
+			if !transitions {
+				continue
+			}
+			if st.Phase == state.PhaseBound && old.Phase != state.PhaseBound {
+				c.binds++
+			}
+			switch {
+			case !existed && st.Phase != state.PhasePending:
+				bad(key, RulePhaseEdge, "a new session's first phase is %s, want Pending", st.Phase)
+			case existed && old.Phase.Terminal() && !st.Phase.Terminal():
+				bad(key, RuleFinishedRequeued, "finished session (%s) is %s again", old.Phase, st.Phase)
+			case existed:
+				if ok, _ := state.Edge(old.Phase, st.Phase); !ok {
+					bad(key, RulePhaseEdge, "%s → %s is no edge of the state machine", old.Phase, st.Phase)
+				}
+			}
+		}
+	}
+	for _, name := range t.ledgers {
+		if l, ok := c.ledgers[name]; ok {
+			for _, v := range c.index(name, l) {
+				bad(k.Ledger(name), RuleGPUShared, "%s", v)
+			}
+		}
+	}
+	for p := range t.pairs {
+		node, id := p[0], p[1]
+		_, alloc := c.ledgers[node].Allocations[id]
+		bound := c.bindings[node][id]
+		switch {
+		case bound && !alloc:
+			bad(k.Binding(node, id), RuleBindingNoAlloc, "binding of %s on %s has no allocation in the ledger", id, node)
+		case alloc && !bound:
+			bad(k.Ledger(node), RuleAllocNoBinding, "allocation of %s on %s has no binding", id, node)
+		}
+	}
+	for name := range t.nodes {
+		for _, d := range c.over(name) {
+			bad(k.Ledger(name), RuleNodeOver, "%s", d)
+		}
+	}
+	for id := range t.sessions {
+		st, has := c.statuses[id]
+		if !c.pending[id] || !has {
+			continue
+		}
+		switch {
+		case st.Phase.Terminal():
+			bad(k.Pending(id), RuleFinishedRequeued, "finished session (%s) has a queue entry", st.Phase)
+		case st.Phase != state.PhasePending:
+			bad(k.Pending(id), RuleQueuedButNotPending, "session with a queue entry is %s", st.Phase)
+		}
+	}
+	c.rev = rev
+	return out
+}
+
+// index records l's devices and describes each device that another
+// allocation holds too.
+func (c *Checker) index(node string, l state.Ledger) []string {
+	var shared []string
+	ids := make([]string, 0, len(l.Allocations))
+	for id := range l.Allocations {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		holder := node + "/" + id
+		for _, g := range l.Allocations[id].GPUs {
+			hs := c.gpus[g]
+			if hs == nil {
+				hs = map[string]bool{}
+				c.gpus[g] = hs
+			}
+			hs[holder] = true
+			if len(hs) > 1 {
+				others := make([]string, 0, len(hs))
+				for h := range hs {
+					if h != holder {
+						others = append(others, h)
+					}
+				}
+				sort.Strings(others)
+				shared = append(shared, fmt.Sprintf("GPU %s held by %s and %s", g, holder, strings.Join(others, ", ")))
+			}
+		}
+	}
+	return shared
+}
+
+func (c *Checker) unindex(node string, l state.Ledger) {
+	for id, a := range l.Allocations {
+		for _, g := range a.GPUs {
+			delete(c.gpus[g], node+"/"+id)
+			if len(c.gpus[g]) == 0 {
+				delete(c.gpus, g)
+			}
+		}
+	}
+}
+
+// over describes how node's ledger exceeds its inventory; nothing when the
+// node has no inventory now (its lease expired: its ledger is being
+// cleared).
+func (c *Checker) over(name string) []string {
+	n, ok := c.nodes[name]
+	l := c.ledgers[name]
+	if !ok || len(l.Allocations) == 0 {
+		return nil
+	}
+	var out []string
+	cpu, mem := l.Used()
+	if cpu > n.CPUMilli {
+		out = append(out, fmt.Sprintf("CPU %dm allocated of %dm", cpu, n.CPUMilli))
+	}
+	if mem > n.MemoryMiB {
+		out = append(out, fmt.Sprintf("memory %d MiB allocated of %d MiB", mem, n.MemoryMiB))
+	}
+	ports := l.UsedPorts()
+	for i, p := range ports {
+		if i > 0 && ports[i-1] == p {
+			out = append(out, fmt.Sprintf("port %d allocated twice", p))
+		}
+		if p < n.Ports.First || p > n.Ports.Last {
+			out = append(out, fmt.Sprintf("port %d outside the node's range %d-%d", p, n.Ports.First, n.Ports.Last))
+		}
+	}
+	return out
+}

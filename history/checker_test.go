@@ -1,0 +1,316 @@
+package history_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/history"
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// put is one key's value in a history step; nil deletes the key.
+type put struct {
+	key string
+	v   any
+}
+
+// write commits one step (one transaction, one revision) and returns its revision.
+func write(t *testing.T, cli *clientv3.Client, ps ...put) int64 {
+	t.Helper()
+	ops := make([]clientv3.Op, 0, len(ps))
+	for _, p := range ps {
+		if p.v == nil {
+			ops = append(ops, clientv3.OpDelete(p.key))
+			continue
+		}
+		v, err := state.Encode(p.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, clientv3.OpPut(p.key, v))
+	}
+	r, err := cli.Txn(context.Background()).Then(ops...).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Header.Revision
+}
+
+func node(name string) state.Node {
+	return state.Node{Name: name, CPUMilli: 4000, MemoryMiB: 8192, Ports: state.PortRange{First: 40000, Last: 40009},
+		GPUs: []state.GPU{{UUID: "GPU-" + name + "-0"}, {UUID: "GPU-" + name + "-1"}}}
+}
+
+func alloc(cpu int64, ports []int, gpus ...string) state.Allocation {
+	return state.Allocation{Owner: "ada", Role: state.RoleSingle, GPUs: gpus, CPUMilli: cpu, MemoryMiB: 1024, Ports: ports}
+}
+
+func ledger(name string, as map[string]state.Allocation) state.Ledger {
+	return state.Ledger{Node: name, Allocations: as}
+}
+
+func status(id string, p state.Phase) state.Status { return state.Status{Session: id, Phase: p} }
+
+// TestCheckerFindsEachBrokenRule writes histories into a real etcd, each
+// made to break one rule at one revision, and checks that Watch reports
+// that rule at that revision and key, and nothing else.
+func TestCheckerFindsEachBrokenRule(t *testing.T) {
+	cli := etcdtest.New(t)
+	for i, tc := range []struct {
+		name string
+		// steps writes the history and returns the breaking revision.
+		steps func(t *testing.T, k state.Keys) int64
+		rule  string
+		key   func(k state.Keys) string
+	}{
+		{"one GPU in two allocations on two nodes", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Node("n2"), node("n2")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
+			return write(t, cli, put{k.Ledger("n2"), ledger("n2", map[string]state.Allocation{"s2": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n2", "s2"), state.Binding{Session: "s2"}})
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n2") }},
+		{"one GPU twice in one ledger", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0"), "s2": alloc(100, nil, "GPU-n1-1", "GPU-n1-0")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2"}})
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }},
+		{"node over its CPU", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(3000, nil), "s2": alloc(1001, nil)})},
+				put{k.Binding("n1", "s1"), state.Binding{}}, put{k.Binding("n1", "s2"), state.Binding{}})
+		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }},
+		{"node over its memory", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			a := alloc(1, nil)
+			a.MemoryMiB = 8193
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": a})}, put{k.Binding("n1", "s1"), state.Binding{}})
+		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }},
+		{"one port twice", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40001})})}, put{k.Binding("n1", "s1"), state.Binding{}})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40001}), "s2": alloc(1, []int{40002, 40001})})}, put{k.Binding("n1", "s2"), state.Binding{}})
+		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }},
+		{"a port outside the node's range", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40010})})}, put{k.Binding("n1", "s1"), state.Binding{}})
+		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }},
+		{"a binding without an allocation", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			return write(t, cli, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
+		}, history.RuleBindingNoAlloc, func(k state.Keys) string { return k.Binding("n1", "s1") }},
+		{"an allocation released without its binding", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{}})
+			return write(t, cli, put{k.Ledger("n1"), nil})
+		}, history.RuleBindingNoAlloc, func(k state.Keys) string { return k.Binding("n1", "s1") }},
+		{"an allocation without a binding", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})})
+		}, history.RuleAllocNoBinding, func(k state.Keys) string { return k.Ledger("n1") }},
+		{"Stopping back to Running", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseStopping)})
+			return write(t, cli, put{k.Status("s1"), status("s1", state.PhaseRunning)})
+		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }},
+		{"Pending straight to Running", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
+			return write(t, cli, put{k.Status("s1"), status("s1", state.PhaseRunning)})
+		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }},
+		{"a session born Running", func(t *testing.T, k state.Keys) int64 {
+			return write(t, cli, put{k.Status("s1"), status("s1", state.PhaseRunning)})
+		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }},
+		{"a live session's status deleted", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
+			return write(t, cli, put{k.Status("s1"), nil})
+		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }},
+		{"a finished session re-queued", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseSucceeded)})
+			return write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)}, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
+		}, history.RuleFinishedRequeued, func(k state.Keys) string { return k.Status("s1") }},
+		{"a queue entry for a finished session", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseFailed)})
+			return write(t, cli, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
+		}, history.RuleFinishedRequeued, func(k state.Keys) string { return k.Pending("s1") }},
+		{"a queue entry for a running session", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
+			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
+			return write(t, cli, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
+		}, history.RuleQueuedButNotPending, func(k state.Keys) string { return k.Pending("s1") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := state.MustKeys(fmt.Sprintf("/case%d", i))
+			start := write(t, cli, put{k.Profile("marker"), state.Profile{Name: "marker"}})
+			at := tc.steps(t, k)
+			write(t, cli, put{k.Profile("marker"), nil}) // a revision after the break, to read past it
+			end := write(t, cli, put{k.Profile("marker"), state.Profile{Name: "end"}})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res, err := history.Watch(ctx, cli, k, history.Options{Start: start, End: end})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Last < end {
+				t.Fatalf("checked up to %d, want %d", res.Last, end)
+			}
+			if res.Count != len(res.Violations) || res.Count == 0 {
+				t.Fatalf("violations %d (kept %d), want some", res.Count, len(res.Violations))
+			}
+			for _, v := range res.Violations {
+				if v.Rule != tc.rule || v.Revision != at || v.Key != tc.key(k) {
+					t.Errorf("violation %s; want rule %s at revision %d, key %s", v, tc.rule, at, tc.key(k))
+				}
+			}
+		})
+	}
+}
+
+// TestCheckerPassesALegalHistory runs one session through its life with
+// the state package's own transactions: create, bind, start, a NodeLost
+// re-queue, a second bind, a release. No rule is broken.
+func TestCheckerPassesALegalHistory(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys("/legal")
+	start := write(t, cli, put{k.Node("n1"), node("n1")})
+	now := time.Now().UTC()
+	s := state.Session{ID: "s1", Owner: "ada", Kind: state.KindBatch, Desired: state.DesiredRunning, Created: now,
+		Restart: state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 2}}
+	if _, err := state.CreateSession(ctx, cli, k, s, now); err != nil {
+		t.Fatal(err)
+	}
+	bindOnce := func(gpu string) int64 {
+		pr, err := cli.Get(ctx, k.Pending("s1"))
+		if err != nil || len(pr.Kvs) == 0 {
+			t.Fatalf("pending: %v", err)
+		}
+		lr, err := cli.Get(ctx, k.Ledger("n1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lrev int64
+		if len(lr.Kvs) > 0 {
+			lrev = lr.Kvs[0].ModRevision
+		}
+		cmps, ops, err := state.BindOps(k, []state.LedgerWrite{{Node: "n1", ReadRevision: lrev, NodeRevision: start, Ledger: ledger("n1", map[string]state.Allocation{"s1": alloc(100, []int{40001}, gpu)})}},
+			[]state.Placement{{Session: "s1", PendingRevision: pr.Kvs[0].ModRevision, Bindings: []state.Binding{{Session: "s1", Node: "n1", GPUs: []string{gpu}}},
+				Status: state.Status{Session: "s1"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil || !r.Succeeded {
+			t.Fatalf("bind: %v", err)
+		}
+		return r.Header.Revision
+	}
+	bindOnce("GPU-n1-0")
+	write(t, cli, put{k.Status("s1"), status("s1", state.PhaseRunning)})
+	// The node is lost and the session re-queued, in one txn (as the placer does).
+	write(t, cli, put{k.Binding("n1", "s1"), nil}, put{k.Ledger("n1"), nil},
+		put{k.Pending("s1"), state.NewQueueEntry(s, now)}, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhasePending, Attempt: 1}})
+	rev := bindOnce("GPU-n1-1")
+	if err := state.Release(ctx, cli, k, "n1", "s1", rev, func(_ state.Session, st state.Status) (state.Event, state.Status, error) {
+		return state.EventSucceed, st, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	end := write(t, cli, put{k.Profile("end"), state.Profile{Name: "end"}})
+	res, err := history.Watch(ctx, cli, k, history.Options{Start: start, End: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Count != 0 {
+		t.Errorf("a legal history broke rules: %v", res.Violations)
+	}
+	if res.Binds != 2 {
+		t.Errorf("counted %d binds, want 2", res.Binds)
+	}
+	if res.Revisions < 6 {
+		t.Errorf("applied %d revisions, want every one of the history", res.Revisions)
+	}
+}
+
+// TestCheckerToleratesCompactionBehindItsStart: history before the start
+// revision is compacted; a check from there works, one from before it says
+// the history is gone.
+func TestCheckerToleratesCompactionBehindItsStart(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys("/compact")
+	for i := 0; i < 5; i++ {
+		write(t, cli, put{k.Status("old"), status("old", state.PhasePending)})
+	}
+	start := write(t, cli, put{k.Node("n1"), node("n1")})
+	if _, err := cli.Compact(ctx, start); err != nil {
+		t.Fatal(err)
+	}
+	at := write(t, cli, put{k.Binding("n1", "s1"), state.Binding{}})
+	res, err := history.Watch(ctx, cli, k, history.Options{Start: start, End: at})
+	if err != nil {
+		t.Fatalf("check from the compaction revision: %v", err)
+	}
+	if res.Count != 1 || res.Violations[0].Rule != history.RuleBindingNoAlloc || res.Violations[0].Revision != at {
+		t.Errorf("violations %v, want the binding without allocation at %d", res.Violations, at)
+	}
+	if _, err := history.Watch(ctx, cli, k, history.Options{Start: start - 2, End: at}); !errors.Is(err, history.ErrCompacted) {
+		t.Errorf("check from a compacted revision = %v, want ErrCompacted", err)
+	}
+}
+
+// TestCheckerFollowsLive starts at the current revision, as `voyager
+// check` does against a live cluster, and sees a break written after.
+func TestCheckerFollowsLive(t *testing.T) {
+	cli := etcdtest.New(t)
+	k := state.MustKeys("/live")
+	write(t, cli, put{k.Node("n1"), node("n1")})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	found := make(chan history.Violation, 1)
+	done := make(chan error, 1)
+	started := make(chan int64, 1)
+	go func() {
+		_, err := history.Watch(ctx, cli, k, history.Options{
+			OnRevision: func(rev, _ int64) {
+				select {
+				case started <- rev:
+				default:
+				}
+			},
+			OnViolation: func(v history.Violation) { found <- v; cancel() },
+		})
+		done <- err
+	}()
+	// Progress notifications come only on request in a live follow; write
+	// until the checker has applied something, then break a rule.
+	for {
+		write(t, cli, put{k.Profile("tick"), state.Profile{Name: "tick"}})
+		select {
+		case <-started:
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	at := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s9": alloc(1, nil)})})
+	select {
+	case v := <-found:
+		if v.Rule != history.RuleAllocNoBinding || v.Revision != at {
+			t.Errorf("violation %s, want allocation-without-binding at %d", v, at)
+		}
+	case <-ctx.Done():
+		t.Fatal("the live checker saw nothing")
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Watch after cancel = %v, want nil", err)
+	}
+}

@@ -1,0 +1,19 @@
+// Package history checks Voyager's safety invariants over etcd's history:
+// every revision of the keyspace, in order, with previous values, not only
+// the final state. A Checker holds a model of nodes, ledgers, bindings,
+// queue entries and statuses, applies each revision's changes to it, and
+// reports every revision after which a rule is broken:
+//
+//   - gpu-shared: a GPU (or MIG device) UUID is in two allocations;
+//   - node-over: a node's allocations exceed its CPU or memory, or hold a
+//     port twice or outside its range;
+//   - binding-without-allocation / allocation-without-binding: a binding
+//     and its ledger allocation do not come and go together;
+//   - phase-edge: a session's phase moved along no edge of the state
+//     machine (state.Machine);
+//   - finished-requeued: a finished session is queued or Pending again.
+//
+// Watch follows a live cluster read-only from a start revision; it needs
+// only the revisions from there on, so compaction behind its start does not
+// matter. `voyager check` runs it from the command line.
+package history

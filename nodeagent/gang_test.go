@@ -1,0 +1,201 @@
+package nodeagent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/nodeagent"
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// machine is a simulated machine: a network namespace with its own
+// address on a bridge of the test host.
+type machine struct {
+	name, addr, netns string
+}
+
+// ipCmd runs ip with args.
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// machines makes n machines on a bridge of their own, removed when t ends.
+func machines(t *testing.T, n int) []machine {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("simulated machines need root (network namespaces)")
+	}
+	tag := fmt.Sprintf("%05d", os.Getpid()%100000)
+	net3 := fmt.Sprintf("10.251.%d", os.Getpid()%250+1)
+	br := "vymb" + tag
+	ipCmd(t, "link", "add", br, "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", br).Run() })
+	ipCmd(t, "addr", "add", net3+".1/24", "dev", br)
+	ipCmd(t, "link", "set", br, "up")
+	var ms []machine
+	for i := 1; i <= n; i++ {
+		m := machine{name: fmt.Sprintf("m%d", i), addr: fmt.Sprintf("%s.%d", net3, 10+i), netns: fmt.Sprintf("isolation-%s-m%d", tag, i)}
+		veth := fmt.Sprintf("vymv%s%d", tag, i)
+		name := m.netns
+		ipCmd(t, "netns", "add", name)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
+		ipCmd(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", m.netns)
+		ipCmd(t, "link", "set", veth, "master", br, "up")
+		ipCmd(t, "-n", m.netns, "addr", "add", m.addr+"/24", "dev", "eth0")
+		ipCmd(t, "-n", m.netns, "link", "set", "eth0", "up")
+		ipCmd(t, "-n", m.netns, "link", "set", "lo", "up")
+		ipCmd(t, "-n", m.netns, "route", "add", "default", "via", net3+".1")
+		m.netns = "/var/run/netns/" + m.netns
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// bindParts creates session s and binds its parts, each on its node, in
+// one transaction as a placer does (all or nothing).
+func bindParts(t *testing.T, cli *clientv3.Client, s state.Session, parts []state.Binding) []state.Binding {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	s.Created, s.Desired = now, state.DesiredRunning
+	if _, err := state.CreateSession(ctx, cli, keys, s, now); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := cli.Get(ctx, keys.Pending(s.ID))
+	if err != nil || len(pr.Kvs) == 0 {
+		t.Fatalf("read pending: %v", err)
+	}
+	for attempt := 0; attempt < 10; attempt++ {
+		var lws []state.LedgerWrite
+		var nodes []string
+		for i := range parts {
+			b := &parts[i]
+			b.Session, b.QueueRevision, b.Bound = s.ID, pr.Kvs[0].ModRevision, now
+			l, rev, err := state.Get[state.Ledger](ctx, cli, keys.Ledger(b.Node))
+			if err != nil && !errors.Is(err, state.ErrNotFound) {
+				t.Fatal(err)
+			}
+			if l.Allocations == nil {
+				l = state.Ledger{Node: b.Node, Allocations: map[string]state.Allocation{}}
+			}
+			l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
+			nr, err := cli.Get(ctx, keys.Node(b.Node))
+			if err != nil || len(nr.Kvs) == 0 {
+				t.Fatalf("read node %s: %v", b.Node, err)
+			}
+			lws = append(lws, state.LedgerWrite{Node: b.Node, ReadRevision: rev, NodeRevision: nr.Kvs[0].ModRevision, Ledger: l})
+			nodes = append(nodes, b.Node)
+		}
+		cmps, ops, err := state.BindOps(keys, lws, []state.Placement{{
+			Session: s.ID, PendingRevision: pr.Kvs[0].ModRevision, Bindings: parts,
+			Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: nodes, Created: now, Updated: now, Bound: &now},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Succeeded {
+			return parts
+		}
+	}
+	t.Fatalf("bind %s: a ledger or node kept changing", s.ID)
+	return nil
+}
+
+// TestRayGangAcrossMachines: a Ray session's head on one machine and its
+// worker on another, each machine a network namespace with its own
+// address and its own agent network: the worker reaches the head's Ray
+// ports; another owner's session on the worker's machine reaches none of
+// them; from outside only Jupyter answers.
+func TestRayGangAcrossMachines(t *testing.T) {
+	cli := etcdtest.New(t)
+	ms := machines(t, 2)
+	const first, last = 45000, 45099
+	agents := map[string]nodeagent.Config{}
+	for _, m := range ms {
+		rt := runtimetest.New(t, runtime.ContainerdOptions{Network: runtime.NetworkOptions{
+			Mode: runtime.NetworkIsolated, Name: fmt.Sprintf("gang-%d-%s", os.Getpid(), m.name), StateDir: t.TempDir(),
+			HostNetNS: m.netns, BlockedPorts: [2]int{first, last},
+		}})
+		cfg := testConfig(t, cli, rt)
+		cfg.Node, cfg.Address, cfg.ProbeHost, cfg.Image = m.name, m.addr, m.addr, runtimetest.ImageRef
+		cfg.Ports = state.PortRange{First: first, Last: last}
+		runAgent(t, cfg)
+		agents[m.name] = cfg
+	}
+	m1, m2 := ms[0], ms[1]
+	waitFor(t, "both machines registered", 20*time.Second, func() (bool, string) {
+		r, _ := cli.Get(context.Background(), keys.Nodes(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return r != nil && r.Count == 2, ""
+	})
+
+	// ada's notebook with a Ray head on m1 (Jupyter, GCS, dashboard,
+	// client) and one worker on m2 (node and object managers).
+	parts := bindParts(t, cli, state.Session{ID: "gang", Owner: "ada", Kind: state.KindNotebook, Ray: &state.Ray{Workers: 1}}, []state.Binding{
+		{Node: m1.name, Role: state.RoleHead, CPUMilli: 200, MemoryMiB: 128, Ports: []int{45000, 45001, 45002, 45003}},
+		{Node: m2.name, Role: state.RoleWorker, Worker: 1, HeadNode: m1.name, CPUMilli: 200, MemoryMiB: 128, Ports: []int{45010, 45011}},
+	})
+	waitPhase(t, cli, "gang", state.PhaseRunning, 60*time.Second)
+	workerLog := filepath.Join(agents[m2.name].LogDir, nodeagent.ContainerID(parts[1])+".log")
+	waitFor(t, "the worker to join its head", 60*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(workerLog)
+		return strings.Contains(string(b), "joined head "+m1.addr+":45001: ray head of gang"), string(b)
+	})
+
+	// From outside (this host): Jupyter answers; Ray's ports do not.
+	c := http.Client{Timeout: 3 * time.Second}
+	if resp, err := c.Get("http://" + m1.addr + ":45000/"); err != nil {
+		t.Errorf("Jupyter on %s: %v", m1.addr, err)
+	} else {
+		resp.Body.Close()
+	}
+	for _, p := range []string{"45001", "45002", "45003"} {
+		if resp, err := c.Get("http://" + m1.addr + ":" + p + "/"); err == nil {
+			resp.Body.Close()
+			t.Errorf("port %s of the head answers from outside the gang", p)
+		}
+	}
+
+	// eve's session on m2, the worker's machine: none of the head's ports,
+	// though the world outside (here, a server on this host's address on
+	// the machines' network) answers it.
+	outside, err := net.Listen("tcp", m1.addr[:strings.LastIndexByte(m1.addr, '.')]+".1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "outside") })}
+	go func() { _ = srv.Serve(outside) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outside.Addr())
+	for _, p := range []string{"45000", "45001", "45002", "45003"} {
+		probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s:%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", m1.addr, p, p, p)
+	}
+	probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s:45011/ >/dev/null 2>&1; then echo REACHED worker; else echo REFUSED worker; fi", m2.addr)
+	eve := bindParts(t, cli, state.Session{ID: "eve-job", Owner: "eve", Kind: state.KindBatch, Command: []string{"sh", "-c", probe}},
+		[]state.Binding{{Node: m2.name, Role: state.RoleSingle, CPUMilli: 100, MemoryMiB: 64}})
+	waitPhase(t, cli, "eve-job", state.PhaseSucceeded, 60*time.Second)
+	out, _ := os.ReadFile(filepath.Join(agents[m2.name].LogDir, nodeagent.ContainerID(eve[0])+".log"))
+	if !strings.Contains(string(out), "OUTSIDE REACHED") || strings.Contains(string(out), "\nREACHED") || strings.Count(string(out), "REFUSED") != 5 {
+		t.Errorf("another owner's session reached the gang:\n%s", out)
+	}
+}

@@ -1,0 +1,179 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
+)
+
+// isolatedRuntime is a runtime whose containers get their own network, on
+// a bridge of a name no other test process uses.
+func isolatedRuntime(t *testing.T, blocked [2]int) *runtime.Containerd {
+	t.Helper()
+	return runtimetest.New(t, runtime.ContainerdOptions{Network: runtime.NetworkOptions{
+		Mode: runtime.NetworkIsolated, Name: fmt.Sprintf("isolation-rt-%d", os.Getpid()),
+		StateDir: t.TempDir(), BlockedPorts: blocked,
+	}})
+}
+
+// serve starts a container whose httpd answers on port, published.
+func serve(t *testing.T, rt runtime.Runtime, id string, port int) runtime.Info {
+	t.Helper()
+	ctx := context.Background()
+	err := rt.Start(ctx, runtime.Spec{ID: id, Image: runtimetest.ImageRef,
+		Args:    []string{"sh", "-c", fmt.Sprintf("echo %s > /tmp/index.html && exec httpd -f -p %d -h /tmp", id, port)},
+		Publish: []runtime.Published{{Port: port}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := rt.Status(ctx, id)
+	if err != nil || in.IP == "" {
+		t.Fatalf("Status(%s) = %+v, %v; want an address", id, in, err)
+	}
+	return in
+}
+
+// get fetches url from the host until it answers (20s at most).
+func get(t *testing.T, url string) string {
+	t.Helper()
+	c := http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return strings.TrimSpace(string(b))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestIsolatedNetworkPublishesOnlyWhatIsAsked(t *testing.T) {
+	pa, pb := freePort(t), freePort(t)
+	rt := isolatedRuntime(t, [2]int{min(pa, pb), max(pa, pb)})
+	a := serve(t, rt, "net-a", pa)
+	b := serve(t, rt, "net-b", pb)
+	if a.IP == b.IP {
+		t.Fatalf("two containers share address %s", a.IP)
+	}
+	// Published: reachable on the host's loopback and its own address.
+	if got := get(t, fmt.Sprintf("http://127.0.0.1:%d/", pa)); got != "net-a" {
+		t.Fatalf("published port of net-a answers %q", got)
+	}
+	node := runtimetest.MachineAddr(t)
+	if got := get(t, fmt.Sprintf("http://%s:%d/", node, pb)); got != "net-b" {
+		t.Fatalf("published port of net-b on %s answers %q", node, got)
+	}
+
+	// A host listener on every address, as etcd or the agent would be.
+	l, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.0 200 OK\r\n\r\nhost-secret\n")
+			c.Close()
+		}
+	}()
+	hostPort := l.Addr().(*net.TCPAddr).Port
+	gw := a.IP[:strings.LastIndexByte(a.IP, '.')] + ".1"
+
+	// From inside net-b: nothing but the outside world.
+	script := ""
+	for _, target := range []string{
+		fmt.Sprintf("%s:%d", a.IP, pa),       // another container, directly
+		fmt.Sprintf("%s:%d", node, pa),       // another container's published port
+		fmt.Sprintf("%s:%d", gw, hostPort),   // the host, through the gateway
+		fmt.Sprintf("%s:%d", node, hostPort), // the host, at its own address
+	} {
+		script += fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", target, target, target)
+	}
+	code, out := runBatch(t, rt, runtime.Spec{ID: "net-probe", Image: runtimetest.ImageRef, Args: []string{"sh", "-c", script},
+		LogPath: filepath.Join(t.TempDir(), "probe.log")})
+	if code != 0 {
+		t.Fatalf("probe exited %d:\n%s", code, out)
+	}
+	if strings.Contains(out, "REACHED") || strings.Count(out, "REFUSED") != 4 {
+		t.Fatalf("a container reached what it must not:\n%s", out)
+	}
+}
+
+// TestIsolatedNetworkCollectsGoneContainers: a container removed behind
+// the runtime's back leaves its published port's NAT rule; the next
+// runtime over the namespace tears it down, so the port serves a new
+// container.
+func TestIsolatedNetworkCollectsGoneContainers(t *testing.T) {
+	port := freePort(t)
+	opts := runtime.ContainerdOptions{Network: runtime.NetworkOptions{
+		Mode: runtime.NetworkIsolated, Name: fmt.Sprintf("isolation-gc-%d", os.Getpid()), StateDir: t.TempDir(),
+	}}
+	rt := runtimetest.New(t, opts)
+	serve(t, rt, "gone", port)
+	if got := get(t, fmt.Sprintf("http://127.0.0.1:%d/", port)); got != "gone" {
+		t.Fatalf("published port answers %q", got)
+	}
+	// Behind the runtime's back: containerd's own client deletes it.
+	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
+	cli, err := containerd.New(rt.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	cont, err := cli.LoadContainer(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task, err := cont.Task(ctx, nil); err == nil {
+		_, _ = task.Delete(ctx, containerd.WithProcessKill)
+	}
+	if err := cont.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
+		t.Fatal(err)
+	}
+	natHas := func() bool {
+		out, _ := exec.Command("iptables", "-t", "nat", "-S").CombinedOutput()
+		return strings.Contains(string(out), fmt.Sprintf("--dport %d ", port))
+	}
+	if !natHas() {
+		t.Fatal("no NAT rule for the published port after a removal behind the runtime's back: nothing to collect, the test cannot tell")
+	}
+	opts.Namespace, opts.Address = rt.Namespace(), rt.Address()
+	again, err := runtime.NewContainerd(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if natHas() {
+		t.Fatal("the NAT rule of a gone container survived a new runtime")
+	}
+	serve(t, again, "next", port)
+	if got := get(t, fmt.Sprintf("http://127.0.0.1:%d/", port)); got != "next" {
+		t.Fatalf("the port serves %q; want the new container", got)
+	}
+	if err := again.Remove(context.Background(), "next"); err != nil {
+		t.Fatal(err)
+	}
+}
