@@ -11,7 +11,6 @@
 # jupyterhub is the real hub the spawner is tested under; debootstrap builds
 # the notebook image from Debian's packages (deploy/images/jupyter/build.sh);
 # chromium runs the web console's browser tests; containernetworking-plugins,
-# iptables and iproute2 give each session its own network (docs/networking.md); containernetworking-plugins,
 # iptables and iproute2 give each session its own network (docs/networking.md);
 # bash-completion and zsh load the CLI's completion scripts; gcc and
 # libc6-dev build the race detector's cgo parts; git stamps the version.
