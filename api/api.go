@@ -90,6 +90,9 @@ type API struct {
 	status  *watcher.Cache[state.Status]
 	// warns holds warnings/: the metrics count them by reason.
 	warns *watcher.Cache[state.Warning]
+	// secrets holds secrets/: the URLs with tokens, joined into owners'
+	// views only.
+	secrets *watcher.Cache[state.Secrets]
 
 	leaseMu    sync.Mutex
 	lease      clientv3.LeaseID
@@ -166,6 +169,7 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		quotas:  watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
 		status:  watcher.New(cli, k.StatusDir(), watcher.JSON[state.Status], wopt("status")),
 		warns:   watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
+		secrets: watcher.New(cli, k.SecretsDir(), watcher.JSON[state.Secrets], wopt("secrets")),
 	}
 	a.metrics.cluster = a
 	a.streams, a.endStreams = context.WithCancel(context.Background())
@@ -212,6 +216,7 @@ func (a *API) Run(ctx context.Context) error {
 	g.Go(func() error { return a.quotas.Run(ctx) })
 	g.Go(func() error { return a.status.Run(ctx) })
 	g.Go(func() error { return a.warns.Run(ctx) })
+	g.Go(func() error { return a.secrets.Run(ctx) })
 	// The idempotency lease is not revoked: its records must outlive this
 	// process, and etcd expires the lease by itself.
 	err := g.Wait()
@@ -223,7 +228,7 @@ func (a *API) Run(ctx context.Context) error {
 
 // WaitSynced blocks until every cache has its first list, or ctx ends.
 func (a *API) WaitSynced(ctx context.Context) error {
-	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status, a.warns} {
+	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status, a.warns, a.secrets} {
 		if err := w.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("wait for api caches: %w", err)
 		}

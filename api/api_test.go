@@ -98,8 +98,19 @@ func TestStopRunningSessionSetsDesired(t *testing.T) {
 	if _, err := h.cli.Delete(context.Background(), h.keys.Pending(v.ID)); err != nil {
 		t.Fatal(err)
 	}
-	h.putStatus(state.Status{Session: v.ID, Phase: state.PhaseRunning, Nodes: []string{"gpu-1"},
-		URLs: map[string]string{"jupyter": "http://gpu-1:40001/lab?token=sekrit", "logs": "http://gpu-1:7071/logs/" + v.ID}})
+	// As the agent writes it: the token under secrets/gpu-1/, not in the
+	// status that operators read.
+	ops, err := state.StatusOps(h.keys, "gpu-1", state.Status{Session: v.ID, Phase: state.PhaseRunning, Nodes: []string{"gpu-1"},
+		URLs: map[string]string{"jupyter": "http://gpu-1:40001/lab?token=sekrit", "logs": "http://gpu-1:7071/logs/" + v.ID + "?key=k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := state.Get[state.Status](context.Background(), h.cli, h.keys.Status(v.ID)); st.URLs["jupyter"] != "http://gpu-1:40001/lab" || st.URLs["logs"] != "http://gpu-1:7071/logs/"+v.ID {
+		t.Fatalf("stored status URLs %v, want them without token and key", st.URLs)
+	}
 
 	g := decode[api.SessionView](t, want(t, h.do("GET", "/api/v1/sessions/"+v.ID, ada, nil), http.StatusOK))
 	if g.Status.URLs["jupyter"] != "http://gpu-1:40001/lab?token=sekrit" {
@@ -518,7 +529,8 @@ func TestNodesQueueAdmin(t *testing.T) {
 		return strings.Contains(string(h.do("GET", "/api/v1/nodes", ada, nil).body), `"used":1`)
 	})
 	nodes := decode[struct{ Items []api.NodeSummary }](t, want(t, h.do("GET", "/api/v1/nodes", ada, nil), http.StatusOK))
-	if n := nodes.Items[0]; n.GPUs != (api.GPUCounts{Total: 2, Used: 1, Free: 1}) || !n.Simulated || n.Sessions != 1 {
+	if n := nodes.Items[0]; n.GPUs != (api.GPUCounts{Total: 2, Used: 1, Free: 1}) || !n.Simulated || n.Sessions != 1 ||
+		n.ModelsFree["NVIDIA A100-SXM4-80GB"] != 1 || len(n.ModelsFree) != 1 {
 		t.Errorf("node %+v", n)
 	}
 
@@ -619,10 +631,13 @@ func TestNodesQueueAdmin(t *testing.T) {
 
 	// Quotas.
 	want(t, h.do("PUT", "/api/v1/quotas/users/ada", root, map[string]any{"gpus": 4}), http.StatusOK)
-	want(t, h.do("PUT", "/api/v1/quotas/groups/vision", root, map[string]any{"memoryMiB": 1024}), http.StatusOK)
+	want(t, h.do("PUT", "/api/v1/quotas/groups/vision", root, map[string]any{"memoryMiB": 1024, "weight": 3}), http.StatusOK)
 	ql := decode[api.QuotaList](t, want(t, h.do("GET", "/api/v1/quotas", root, nil), http.StatusOK))
-	if *ql.Users["ada"].GPUs != 4 || *ql.Groups["vision"].MemoryMiB != 1024 {
+	if *ql.Users["ada"].GPUs != 4 || *ql.Groups["vision"].MemoryMiB != 1024 || ql.Groups["vision"].Weight == nil || *ql.Groups["vision"].Weight != 3 {
 		t.Errorf("quotas %+v", ql)
+	}
+	if r := want(t, h.do("PUT", "/api/v1/quotas/groups/vision", root, map[string]any{"weight": 0}), http.StatusUnprocessableEntity); !strings.Contains(string(r.body), "fair-share weight above 0") {
+		t.Errorf("weight 0: %s", r.body)
 	}
 	want(t, h.do("PUT", "/api/v1/quotas/teams/x", root, map[string]any{"gpus": 1}), http.StatusUnprocessableEntity)
 	want(t, h.do("PUT", "/api/v1/quotas/users/ada", root, map[string]any{"gpus": -1}), http.StatusUnprocessableEntity)

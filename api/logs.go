@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // logsURLKey is the key in status.urls under which the node agent that
@@ -48,7 +50,7 @@ func (a *API) sessionLogs(c *gin.Context) {
 		}
 		follow = b
 	}
-	raw := v.Status.URLs[logsURLKey]
+	raw := state.JoinSecrets(v.Status.URLs, a.secretsOf(v.Status))[logsURLKey]
 	if raw == "" {
 		c.Header("Retry-After", "2")
 		a.problem(c, http.StatusServiceUnavailable, "Logs unavailable",

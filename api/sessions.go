@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -267,6 +269,9 @@ func (a *API) presentAs(p Principal, v SessionView, live bool) SessionView {
 		}
 	}
 	if len(v.Status.URLs) > 0 {
+		if p.Subject == v.Owner {
+			v.Status.URLs = state.JoinSecrets(v.Status.URLs, a.secretsOf(v.Status))
+		}
 		urls := make(map[string]string, len(v.Status.URLs))
 		for k, u := range v.Status.URLs {
 			if k == logsURLKey {
@@ -287,6 +292,28 @@ func (a *API) presentAs(p Principal, v SessionView, live bool) SessionView {
 		v.RunsUntil = &until
 	}
 	return v
+}
+
+// secretsOf returns the secrets that the agents of st's nodes published
+// (secrets/<node>/<id>): from the cache, else, when the status is newer
+// than the cache, read from etcd.
+func (a *API) secretsOf(st state.Status) state.Secrets {
+	if slices.ContainsFunc(slices.Collect(maps.Values(st.URLs)), state.HasSecretParams) {
+		return state.Secrets{} // written before secrets/ existed: complete
+	}
+	for _, n := range st.Nodes {
+		key := a.keys.Secret(n, st.Session)
+		if sec, ok := a.secrets.Get(key); ok {
+			return sec
+		}
+		ctx, cancel := context.WithTimeout(a.streams, 2*time.Second)
+		sec, _, err := state.Get[state.Secrets](ctx, a.cli, key)
+		cancel()
+		if err == nil {
+			return sec
+		}
+	}
+	return state.Secrets{}
 }
 
 // stripToken removes a token query parameter from a URL.

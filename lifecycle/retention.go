@@ -296,7 +296,7 @@ func elect(ctx context.Context, cli *clientv3.Client, keys state.Keys, name stri
 		return nil, fmt.Errorf("create %s lease: %w", name, err)
 	}
 	host, _ := os.Hostname()
-	if err := concurrency.NewElection(s, keys.Prefix()+"/elections/"+name).Campaign(ctx, host); err != nil {
+	if err := concurrency.NewElection(s, keys.Elections()+name).Campaign(ctx, host); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("campaign for %s: %w", name, err)
 	}

@@ -569,6 +569,11 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 		} else if n > 0 {
 			a.log.Info("removed old session logs", "files", n, "olderThan", a.cfg.LogRetention)
 		}
+		if n, err := a.pruneSecrets(ctx); err != nil {
+			a.log.Warn("prune session secrets", "err", err)
+		} else if n > 0 {
+			a.log.Info("removed the secrets of retired sessions", "sessions", n)
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

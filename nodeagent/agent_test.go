@@ -60,8 +60,13 @@ func TestAgentRunsNotebookUntilStopped(t *testing.T) {
 	if want := nodeagent.JupyterArgs(jport); !slices.Equal(spec.Args, want) {
 		t.Errorf("args %v; want %v", spec.Args, want)
 	}
-	if st.URLs["jupyter"] != "http://127.0.0.1:"+itoa(jport)+"/?token="+token || st.Started == nil || st.Bound == nil {
+	// The status, which operators read, has the URL without its token;
+	// the token is under secrets/ (node's part), for the API alone.
+	if st.URLs["jupyter"] != "http://127.0.0.1:"+itoa(jport)+"/" || st.Started == nil || st.Bound == nil {
 		t.Errorf("Running status %+v", st)
+	}
+	if u := secretURL(t, cli, "nb1", "jupyter"); u != "http://127.0.0.1:"+itoa(jport)+"/?token="+token {
+		t.Errorf("secret Jupyter URL %q", u)
 	}
 	if spec.Env["WANDB_MODE"] != "offline" || spec.Labels[nodeagent.LabelOwner] != "ada" || spec.Labels[nodeagent.LabelSession] != "nb1" ||
 		!slices.Equal(spec.CDIDevices, []string{"nvidia.com/gpu=" + gpus[0]}) || spec.MemoryBytes != 512<<20 || spec.CPUMilli != 1000 ||

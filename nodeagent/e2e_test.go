@@ -86,9 +86,12 @@ func TestE2EAgentOnContainerd(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if strings.TrimSpace(string(body)) != "hello" || !strings.HasPrefix(st.URLs["jupyter"], fmt.Sprintf("http://127.0.0.1:%d/?token=", port)) {
-		t.Fatalf("notebook: %q, status %+v", body, st)
+	full := secretURL(t, cli, "nb", "jupyter")
+	if strings.TrimSpace(string(body)) != "hello" || st.URLs["jupyter"] != fmt.Sprintf("http://127.0.0.1:%d/", port) ||
+		!strings.HasPrefix(full, fmt.Sprintf("http://127.0.0.1:%d/?token=", port)) {
+		t.Fatalf("notebook: %q, status %+v, secret URL %q", body, st, full)
 	}
+	token := strings.SplitN(full, "token=", 2)[1]
 	id := nodeagent.ContainerID(b)
 	in, err := rt.Status(ctx, id)
 	if err != nil {
@@ -102,13 +105,13 @@ func TestE2EAgentOnContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := strings.Split(string(environ), "\x00")
-	for _, want := range []string{"EXPERIMENT=e2e", "HOME=/home/jovyan", fmt.Sprintf("PORT=%d", port), "JUPYTER_TOKEN=" + strings.SplitN(st.URLs["jupyter"], "token=", 2)[1]} {
+	for _, want := range []string{"EXPERIMENT=e2e", "HOME=/home/jovyan", fmt.Sprintf("PORT=%d", port), "JUPYTER_TOKEN=" + token} {
 		if !containsStr(env, want) {
 			t.Errorf("environment lacks %q: %q", want, env)
 		}
 	}
 	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", in.Pid))
-	if strings.Contains(string(cmdline), "JUPYTER_TOKEN") || strings.Contains(string(cmdline), strings.SplitN(st.URLs["jupyter"], "token=", 2)[1]) {
+	if strings.Contains(string(cmdline), "JUPYTER_TOKEN") || strings.Contains(string(cmdline), token) {
 		t.Errorf("the token is on the command line: %q", cmdline)
 	}
 

@@ -208,3 +208,14 @@ func logLevel() slog.Level {
 	}
 	return slog.LevelWarn
 }
+
+// secretURL returns the full URL name of session id that the agent of
+// node published under secrets/, failing the test if there is none.
+func secretURL(t testing.TB, cli *clientv3.Client, id, name string) string {
+	t.Helper()
+	sec, _, err := state.Get[state.Secrets](context.Background(), cli, keys.Secret(node, id))
+	if err != nil || sec.URLs[name] == "" {
+		t.Fatalf("secrets of %s on %s: %+v, %v; want a %s URL", id, node, sec, err, name)
+	}
+	return sec.URLs[name]
+}

@@ -121,13 +121,13 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 	victim := bind(t, cli, state.Session{ID: "victim", Owner: "bob", UID: &bobUID, Kind: state.KindNotebook, Ray: &state.Ray{},
 		Command: []string{"sh", "-c", "echo bob-private > $HOME/secret; echo bob-log-line; exec jupyter --port=$PORT"}},
 		state.Binding{Role: state.RoleHead, CPUMilli: 200, MemoryMiB: 128, Ports: ports})
-	st := waitPhase(t, cli, "victim", state.PhaseRunning, 60*time.Second)
-	u := st.URLs["jupyter"]
+	waitPhase(t, cli, "victim", state.PhaseRunning, 60*time.Second)
+	u := secretURL(t, cli, "victim", "jupyter")
 	token := u[strings.Index(u, "token=")+len("token="):]
 	if len(token) < 32 {
 		t.Fatalf("victim's Jupyter URL %q has no token", u)
 	}
-	logsURL := st.URLs["logs"]
+	logsURL := secretURL(t, cli, "victim", "logs")
 	// bob's home is his alone, by file permissions as well as by mounts.
 	if fi, err := os.Stat(secretHome); err != nil {
 		t.Fatal(err)

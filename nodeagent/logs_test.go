@@ -31,9 +31,10 @@ func TestAgentServesLogs(t *testing.T) {
 	b := bind(t, cli, state.Session{ID: "job1", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sh", "-c", "train"}},
 		state.Binding{CPUMilli: 500, MemoryMiB: 256})
 	st := waitPhase(t, cli, "job1", state.PhaseRunning, 10*time.Second)
-	logs := st.URLs["logs"]
-	if !strings.HasPrefix(logs, srv.URL+nodeagent.LogsPath) || !strings.Contains(logs, "key=") {
-		t.Fatalf("status.urls.logs = %q, want a signed URL on the agent", logs)
+	// The signed URL is under secrets/; the status has it without its key.
+	logs := secretURL(t, cli, "job1", "logs")
+	if !strings.HasPrefix(logs, srv.URL+nodeagent.LogsPath) || !strings.Contains(logs, "key=") || strings.Contains(st.URLs["logs"], "key=") {
+		t.Fatalf("status.urls.logs = %q, secret %q; want the signed URL on the agent under secrets/ only", st.URLs["logs"], logs)
 	}
 	id := nodeagent.ContainerID(b)
 	spec, _ := rt.Spec(id)
@@ -199,7 +200,8 @@ func TestLogURLsExpire(t *testing.T) {
 
 	bind(t, cli, state.Session{ID: "long", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sleep", "1d"}},
 		state.Binding{CPUMilli: 500, MemoryMiB: 256})
-	first := waitPhase(t, cli, "long", state.PhaseRunning, 10*time.Second).URLs["logs"]
+	waitPhase(t, cli, "long", state.PhaseRunning, 10*time.Second)
+	first := secretURL(t, cli, "long", "logs")
 	status := func(u string) int {
 		resp, err := http.Get(u)
 		if err != nil {
@@ -212,10 +214,10 @@ func TestLogURLsExpire(t *testing.T) {
 		t.Fatalf("fresh log URL: %d", got)
 	}
 	var fresh string
-	waitFor(t, "a re-signed log URL in the status", 30*time.Second, func() (bool, string) {
-		st, _, _ := state.Get[state.Status](context.Background(), cli, keys.Status("long"))
-		fresh = st.URLs["logs"]
-		return fresh != first, fresh
+	waitFor(t, "a re-signed log URL in the secrets", 30*time.Second, func() (bool, string) {
+		sec, _, _ := state.Get[state.Secrets](context.Background(), cli, keys.Secret(node, "long"))
+		fresh = sec.URLs["logs"]
+		return fresh != "" && fresh != first, fresh
 	})
 	waitFor(t, "the first URL to expire", 10*time.Second, func() (bool, string) {
 		code := status(first)

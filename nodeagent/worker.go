@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -77,11 +78,14 @@ func (w *worker) run() {
 		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
 	}
 	stopReq := make(chan struct{})
+	stop := &stopSignal{w: w, ch: stopReq}
 	if sess.Stopping() {
-		w.stopWith = sess
-		close(stopReq)
+		stop.fire(sess)
 	} else {
-		go w.watchSession(ctx, rev, stopReq)
+		go w.watchSession(ctx, rev, stop)
+		if b.Role == state.RoleWorker {
+			go w.watchHeadEnd(ctx, stop)
+		}
 	}
 
 	info, err := rt.Status(ctx, w.id)
@@ -224,10 +228,25 @@ func (w *worker) ended() {
 	}
 }
 
-// watchSession closes stopReq when the session is to stop (its owner
-// stopped it, or it was evicted: Session.Stopping) or is deleted, after
-// recording the session in w.stopWith.
-func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struct{}) {
+// stopSignal closes a worker's stopReq once, recording in w.stopWith the
+// session as it was: the spec's watch and, for a Ray worker, the head's end
+// may both fire.
+type stopSignal struct {
+	once sync.Once
+	w    *worker
+	ch   chan struct{}
+}
+
+func (s *stopSignal) fire(with state.Session) {
+	s.once.Do(func() {
+		s.w.stopWith = with
+		close(s.ch)
+	})
+}
+
+// watchSession fires stop when the session is to stop (its owner stopped
+// it, or it was evicted: Session.Stopping) or is deleted.
+func (w *worker) watchSession(ctx context.Context, rev int64, stop *stopSignal) {
 	key := w.a.cfg.Keys.Session(w.item.Value.Session)
 	deleted := state.Session{ID: w.item.Value.Session, Desired: state.DesiredStopped}
 	for ctx.Err() == nil {
@@ -239,13 +258,11 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struc
 			for _, ev := range resp.Events {
 				rev = ev.Kv.ModRevision
 				if ev.Type == clientv3.EventTypeDelete {
-					w.stopWith = deleted
-					close(stopReq)
+					stop.fire(deleted)
 					return
 				}
 				if s, err := state.Decode[state.Session](ev.Kv.Value); err == nil && s.Stopping() {
-					w.stopWith = s
-					close(stopReq)
+					stop.fire(s)
 					return
 				}
 			}
@@ -254,17 +271,50 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stopReq chan struc
 		s, r, err := state.Get[state.Session](ctx, w.a.cfg.Client, key)
 		switch {
 		case errors.Is(err, state.ErrNotFound):
-			w.stopWith = deleted
-			close(stopReq)
+			stop.fire(deleted)
 			return
 		case err == nil && s.Stopping():
-			w.stopWith = s
-			close(stopReq)
+			stop.fire(s)
 			return
 		case err == nil:
 			rev = r
 		default:
 			ctxwait.Sleep(ctx, time.Second)
+		}
+	}
+}
+
+// watchHeadEnd fires stop when the session's status reaches a terminal
+// phase or goes. A Ray worker's session ends with its head: the head's agent
+// writes the final status (a batch head's command exited), and nothing
+// else would stop the worker, which would hold its GPUs until retention.
+func (w *worker) watchHeadEnd(ctx context.Context, stop *stopSignal) {
+	key := w.a.cfg.Keys.Status(w.item.Value.Session)
+	ended := state.Session{ID: w.item.Value.Session, Desired: state.DesiredStopped}
+	for ctx.Err() == nil {
+		st, rev, err := state.Get[state.Status](ctx, w.a.cfg.Client, key)
+		switch {
+		case errors.Is(err, state.ErrNotFound), err == nil && st.Phase.Terminal():
+			stop.fire(ended)
+			return
+		case err != nil:
+			ctxwait.Sleep(ctx, time.Second)
+			continue
+		}
+		for resp := range w.a.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(rev+1)) {
+			if resp.Err() != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					stop.fire(ended)
+					return
+				}
+				if st, err := state.Decode[state.Status](ev.Kv.Value); err == nil && st.Phase.Terminal() {
+					stop.fire(ended)
+					return
+				}
+			}
 		}
 	}
 }
@@ -750,7 +800,8 @@ func (w *worker) setStatus(ctx context.Context, ev state.Event, mutate func(*sta
 			return false
 		}
 		st.Updated = time.Now().UTC()
-		v, err := state.Encode(st)
+		st.Session = b.Session
+		ops, err := state.StatusOps(cfg.Keys, cfg.Node, st)
 		if err != nil {
 			w.log.Warn("write status", "err", err)
 			return false
@@ -758,7 +809,7 @@ func (w *worker) setStatus(ctx context.Context, ev state.Event, mutate func(*sta
 		resp, err := cfg.Client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision),
 				clientv3.Compare(clientv3.ModRevision(sk), "=", rev)).
-			Then(clientv3.OpPut(sk, v)).
+			Then(ops...).
 			Else(clientv3.OpGet(bk)).Commit()
 		if err != nil {
 			if ctx.Err() == nil {

@@ -203,11 +203,12 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
-			v, err := Encode(st)
+			st.Session = id
+			sops, err := StatusOps(k, node, st)
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
-			ops = append(ops, clientv3.OpPut(sk, v))
+			ops = append(ops, sops...)
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(sk), "=", modRev(skv)),
 				clientv3.Compare(clientv3.ModRevision(pk), "=", pkv.ModRevision))
 		}
@@ -234,4 +235,25 @@ func modRev(kv *mvccpb.KeyValue) int64 {
 // fewer than MaxRestarts times.
 func (s Session) RestartsLeft(attempt int) bool {
 	return s.Restart.Policy == RestartOnFailure && attempt < s.Restart.MaxRestarts
+}
+
+// StatusOps are the puts that write st, as node's agent reports it: the
+// status without secrets, and, when its URLs carry any, secrets/<node>/<id>
+// with the full URLs (SplitSecrets). The agent writes statuses only
+// through them, so no token reaches status/.
+func StatusOps(k Keys, node string, st Status) ([]clientv3.Op, error) {
+	public, secret := SplitSecrets(st)
+	v, err := Encode(public)
+	if err != nil {
+		return nil, fmt.Errorf("encode status: %w", err)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(k.Status(st.Session), v)}
+	if secret != nil {
+		sv, err := Encode(Secrets{Session: st.Session, Node: node, URLs: secret})
+		if err != nil {
+			return nil, fmt.Errorf("encode secrets: %w", err)
+		}
+		ops = append(ops, clientv3.OpPut(k.Secret(node, st.Session), sv))
+	}
+	return ops, nil
 }

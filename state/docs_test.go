@@ -75,6 +75,7 @@ var docTypes = map[string]any{
 	"Profile":    state.Profile{},
 	"Placer":     state.Placer{},
 	"Warning":    state.Warning{},
+	"Secrets":    state.Secrets{},
 	"UsageMark":  state.UsageMark{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},

@@ -24,6 +24,8 @@ const (
 	dirPlacers  = "placers"
 	dirIdem     = "idempotency"
 	dirWarnings = "warnings"
+	dirSecrets  = "secrets"
+	dirElection = "elections"
 	dirUIDs     = "uids"
 )
 
@@ -145,6 +147,26 @@ func (k Keys) Warnings() string { return k.dir(dirWarnings) }
 
 // Warning is the key of session id's lifecycle warning.
 func (k Keys) Warning(id string) string { return k.key(dirWarnings, id) }
+
+// SecretsDir is the prefix of every session secret. Only the API reads it
+// all; each agent reads and writes its own node's part (NodeSecrets); the
+// operator's etcd role does not read it (docs/deployment.md).
+func (k Keys) SecretsDir() string { return k.dir(dirSecrets) }
+
+// NodeSecrets is the prefix of the secrets of the sessions on node.
+func (k Keys) NodeSecrets(node string) string { return k.key(dirSecrets, node) + "/" }
+
+// Secret is the key of the secrets of session id's part on node: the
+// URLs that carry a token or a key.
+func (k Keys) Secret(node, id string) string { return k.key2(dirSecrets, node, id) }
+
+// Elections is the prefix of the placers' elections (etcd's election
+// recipe under it: elections/<name>/<lease>).
+func (k Keys) Elections() string { return k.dir(dirElection) }
+
+// UIDs is the prefix of the owners' container user ids (uids/owners/<owner>
+// and uids/numbers/<uid>; see EnsureUID).
+func (k Keys) UIDs() string { return k.dir(dirUIDs) }
 
 // SessionID returns the session id of a key under sessions/, pending/,
 // status/ or warnings/, and false for any other key.

@@ -228,6 +228,17 @@ type Warning struct {
 	By string `json:"by,omitempty"`
 }
 
+// Secrets are what a session's agent publishes that only the session's
+// owner may use, stored at secrets/<node>/<id>, apart from the status that
+// operators read: the URLs with their token or key (Jupyter's ?token=, the
+// log endpoint's ?key=). The API joins them into its owner's view.
+type Secrets struct {
+	Session string `json:"session"`
+	Node    string `json:"node"`
+	// URLs are the status URLs (same names) with their secret parts.
+	URLs map[string]string `json:"urls"`
+}
+
 // QueueEntry is a pending session's place in the queue, stored at
 // pending/<id>. It carries everything the placer needs, so the placer never
 // reads the spec.
@@ -495,10 +506,14 @@ const (
 
 // Quota caps what one user or group may hold at once, stored at
 // quotas/users/<name> or quotas/groups/<name>. A nil field is unlimited.
+// Weight is the subject's fair-share weight (nil: 1): the placer orders
+// owners by dominant share divided by weight, so a user or group of
+// weight 3 is served as if it held a third of what it holds.
 type Quota struct {
-	GPUs      *int64 `json:"gpus,omitempty"`
-	CPUMilli  *int64 `json:"cpuMilli,omitempty"`
-	MemoryMiB *int64 `json:"memoryMiB,omitempty"`
+	GPUs      *int64   `json:"gpus,omitempty"`
+	CPUMilli  *int64   `json:"cpuMilli,omitempty"`
+	MemoryMiB *int64   `json:"memoryMiB,omitempty"`
+	Weight    *float64 `json:"weight,omitempty"`
 }
 
 // Profile is a named, admin-defined session template, stored at

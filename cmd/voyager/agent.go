@@ -62,7 +62,7 @@ func newAgentCmd() *cobra.Command {
 	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvDataDir,
 		config.EnvHTTPAddr, config.EnvLogLevel, config.EnvLogFormat,
-	}, agentEnvs...)...)
+	}, append(agentEnvs, secureEnvs...)...)...)
 }
 
 func runAgent(cmd *cobra.Command, _ []string) error {
@@ -89,9 +89,9 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 	registry.MustRegister(parts.agent.Collectors()...)
 	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
-	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
-		log.Error("voyager agent failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
+		log.Error("voyager agent failed", "err", err)
 		return exitCode(exitError)
 	}
 	log.Info("http listening", "addr", hs.Addr())
@@ -248,7 +248,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
 		HomeDir: home, LogDir: filepath.Join(cfg.DataDir, "logs"), LogMaxBytes: int64(cfg.AgentLogMaxMiB) << 20,
 		LogRetention: cfg.Retention,
-		LogsBaseURL:  logsBaseURL(address, cfg.HTTPAddr),
+		LogsBaseURL:  logsBaseURL(cfg.HTTPScheme(), address, cfg.HTTPAddr),
 		StopGrace:    cfg.AgentStopGrace, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
 		Version: version, Logger: log, Usage: usage,
 		ActivityEvery: cfg.AgentActivityEvery, GPUSampler: sampler, GPUBusyPercent: cfg.AgentGPUBusyPercent,
@@ -375,10 +375,10 @@ func memTotalMiB() int64 {
 
 // logsBaseURL is where the API reaches this agent's log endpoint: the
 // node's address with the port of the agent's HTTP server.
-func logsBaseURL(address, httpAddr string) string {
+func logsBaseURL(scheme, address, httpAddr string) string {
 	_, port, err := net.SplitHostPort(httpAddr)
 	if err != nil {
 		return ""
 	}
-	return "http://" + net.JoinHostPort(address, port)
+	return scheme + "://" + net.JoinHostPort(address, port)
 }

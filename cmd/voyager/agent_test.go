@@ -46,7 +46,21 @@ func privateContainerd(t *testing.T, namespace string) *runtime.Containerd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := runtime.NewContainerd(ctx, runtime.ContainerdOptions{Address: d.Address, Namespace: namespace})
+	t.Cleanup(func() {
+		_ = d.Stop(10 * time.Second)
+		_ = os.RemoveAll(dir)
+	})
+	return namespaceRuntime(t, d.Address, namespace)
+}
+
+// namespaceRuntime is a client of the containerd at address for namespace,
+// with the test image imported there. At cleanup (before the daemon
+// stops) it removes the namespace's containers and the (empty) parent
+// cgroup runc leaves behind.
+func namespaceRuntime(t *testing.T, address, namespace string) *runtime.Containerd {
+	t.Helper()
+	ctx := context.Background()
+	rt, err := runtime.NewContainerd(ctx, runtime.ContainerdOptions{Address: address, Namespace: namespace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,9 +70,6 @@ func privateContainerd(t *testing.T, namespace string) *runtime.Containerd {
 			_ = rt.Remove(ctx, in.ID)
 		}
 		_ = rt.Close()
-		_ = d.Stop(10 * time.Second)
-		_ = os.RemoveAll(dir)
-		// runc leaves the namespace's (empty) parent cgroup behind.
 		cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", namespace))
 		for _, cg := range cgroups {
 			_ = syscall.Rmdir(cg)

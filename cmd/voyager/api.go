@@ -28,7 +28,7 @@ var apiEnvs = []string{
 	config.EnvJWTSecret, config.EnvJWTPublicKeys, config.EnvJWTAudience, config.EnvJWTIssuer,
 	config.EnvJWTRolesClaim, config.EnvJWTGroupsClaim, config.EnvJWTAdminRole, config.EnvJWTServiceRole,
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
-	config.EnvMaxRuntime, config.EnvMaxRuntimeCap,
+	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvHTTPPlain,
 	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
 	config.EnvAPIRegistries, config.EnvAPIMaxQueued,
 }
@@ -51,7 +51,7 @@ func newAPICmd() *cobra.Command {
 	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat, config.EnvPlacerStrategy, config.EnvPlacerReserveAfter,
-	}, apiEnvs...)...)
+	}, append(apiEnvs, secureEnvs...)...)...)
 }
 
 func runAPI(cmd *cobra.Command, _ []string) error {
@@ -62,6 +62,10 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 	if cfg.JWTSecret == "" && cfg.JWTPublicKeys == "" {
 		fmt.Fprintf(cmd.ErrOrStderr(), "%s: no token verification configured: set %s (HS256) or %s (RS256/ES256 keys, PEM or JWKS)\n",
 			cmd.CommandPath(), config.EnvJWTSecret, config.EnvJWTPublicKeys)
+		return exitCode(exitUsage)
+	}
+	if err := cfg.RequireSecureHTTP(); err != nil {
+		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
 		return exitCode(exitUsage)
 	}
 	ctx := cmd.Context()
@@ -86,12 +90,12 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 		log.Error("voyager api failed", "err", err)
 		return exitCode(exitError)
 	}
-	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
-		log.Error("voyager api failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
+		log.Error("voyager api failed", "err", err)
 		return exitCode(exitError)
 	}
-	log.Info("api listening", "url", "http://"+hs.Addr()+"/api/v1/")
+	log.Info("api listening", "url", cfg.HTTPScheme()+"://"+hs.Addr()+"/api/v1/")
 	err = supervise(ctx, log, []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
 		apiComponent(a),
@@ -123,8 +127,13 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		}
 		auth.PublicKeys = keys
 	}
+	logs, err := logsHTTPClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return api.New(cli, state.MustKeys(cfg.EtcdPrefix), api.Config{
 		Auth:           auth,
+		HTTPClient:     logs,
 		MaxBodyBytes:   cfg.APIMaxBodyBytes,
 		Rate:           cfg.APIRate,
 		Burst:          cfg.APIBurst,

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/config"
@@ -98,9 +97,9 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	if err := console.Mount(apiSrv.Engine(), mux, console.Config{Logger: log}); err != nil {
 		return err
 	}
-	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
-		return explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr)
+		return err
 	}
 	log.Debug("http listening", "addr", hs.Addr())
 
@@ -168,11 +167,11 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (*store
 
 func connectExternal(ctx context.Context, cfg config.Config, log *slog.Logger) (*store, error) {
 	endpoints := strings.Join(cfg.EtcdEndpoints, ",")
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   cfg.EtcdEndpoints,
-		DialTimeout: cfg.EtcdDialTimeout,
-		Logger:      zap.NewNop(),
-	})
+	cc, err := cfg.EtcdClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd at %s (%s): %w", endpoints, config.EnvEtcdEndpoints, err)
 	}

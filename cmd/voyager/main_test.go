@@ -141,8 +141,16 @@ type proc struct {
 
 func start(t *testing.T, environ []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: exec.Command(binary, args...), lines: make(chan string, 1024), exit: make(chan struct{})}
-	p.cmd.Env = environ
+	cmd := exec.Command(binary, args...)
+	cmd.Env = environ
+	return startCmd(t, cmd, strings.Join(args, " "))
+}
+
+// startCmd starts cmd (a voyager process, perhaps behind a wrapper such as
+// `ip netns exec`) and reads its stderr like start; name labels its log.
+func startCmd(t *testing.T, cmd *exec.Cmd, name string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: cmd, lines: make(chan string, 1024), exit: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatalf("stderr pipe: %v", err)
@@ -170,7 +178,7 @@ func start(t *testing.T, environ []string, args ...string) *proc {
 			<-p.exit
 		}
 		if t.Failed() {
-			t.Logf("voyager %s stderr:\n%s", strings.Join(args, " "), p.stderr())
+			t.Logf("voyager %s stderr:\n%s", name, p.stderr())
 		}
 	})
 	return p

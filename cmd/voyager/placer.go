@@ -35,14 +35,14 @@ func newPlacerCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE:    runPlacer,
 	}
-	return withSettings(cmd,
+	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
 		config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
 		config.EnvPreemptGrace, config.EnvPreemptNotebooks,
-	)
+	}, secureEnvs...)...)
 }
 
 func runPlacer(cmd *cobra.Command, _ []string) error {
@@ -65,9 +65,9 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 	registry.MustRegister(lc.Collectors()...)
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
-	hs, err := httpserver.Listen(cfg.HTTPAddr, mux, log)
+	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
-		log.Error("voyager placer failed", "err", explainListen(err, "http", cfg.HTTPAddr, config.EnvHTTPAddr))
+		log.Error("voyager placer failed", "err", err)
 		return exitCode(exitError)
 	}
 	log.Info("http listening", "addr", hs.Addr())

@@ -31,6 +31,8 @@ var subcommands = []func() *cobra.Command{
 	newTokenCmd,
 	newImageCmd,
 	newCheckCmd,
+	newCertsCmd,
+	newEtcdRolesCmd,
 	newVersionCmd,
 }
 
@@ -39,6 +41,7 @@ var subcommands = []func() *cobra.Command{
 const (
 	groupProcesses = "processes"
 	groupCLI       = "cli"
+	groupDeploy    = "deploy"
 )
 
 // Exit codes.
@@ -109,6 +112,7 @@ Flags may come before or after arguments; long flags take one dash or two
 	root.AddGroup(
 		&cobra.Group{ID: groupProcesses, Title: "Processes (run on the cluster's machines):"},
 		&cobra.Group{ID: groupCLI, Title: "Using Voyager (the CLI over the HTTP API):"},
+		&cobra.Group{ID: groupDeploy, Title: "Deploying (certificates, etcd users and roles; docs/deployment.md):"},
 	)
 	for _, newCmd := range subcommands {
 		root.AddCommand(newCmd())

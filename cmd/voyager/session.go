@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -116,10 +117,12 @@ func create(ctx context.Context, c *client, r api.SessionRequest, key string) (a
 		}
 		err = rerr
 		var ae *apiError
-		if errors.As(rerr, &ae) || ctx.Err() != nil {
-			return v, err // the API answered: retrying gives the same answer
+		// The API answered: retrying gives the same answer, except a 503
+		// (etcd did not answer, e.g. while it elects a leader).
+		if (errors.As(rerr, &ae) && ae.status != http.StatusServiceUnavailable) || ctx.Err() != nil {
+			return v, err
 		}
-		select { // the connection failed: the same key makes the retry safe
+		select { // the same key makes the retry safe
 		case <-ctx.Done():
 			return v, err
 		case <-time.After(time.Duration(attempt+1) * 500 * time.Millisecond):

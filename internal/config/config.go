@@ -25,6 +25,16 @@ const (
 	EnvEtcdEndpoints   = "VOYAGER_ETCD_ENDPOINTS"
 	EnvEtcdPrefix      = "VOYAGER_ETCD_PREFIX"
 	EnvEtcdDialTimeout = "VOYAGER_ETCD_DIAL_TIMEOUT"
+	EnvEtcdCA          = "VOYAGER_ETCD_CA"
+	EnvEtcdCert        = "VOYAGER_ETCD_CERT"
+	EnvEtcdKey         = "VOYAGER_ETCD_KEY"
+	EnvEtcdServerName  = "VOYAGER_ETCD_SERVER_NAME"
+	EnvEtcdUser        = "VOYAGER_ETCD_USER"
+	EnvEtcdPassword    = "VOYAGER_ETCD_PASSWORD_FILE"
+	EnvHTTPTLSCert     = "VOYAGER_HTTP_TLS_CERT"
+	EnvHTTPTLSKey      = "VOYAGER_HTTP_TLS_KEY"
+	EnvHTTPClientCA    = "VOYAGER_HTTP_CLIENT_CA"
+	EnvHTTPPlain       = "VOYAGER_HTTP_PLAIN"
 	EnvDataDir         = "VOYAGER_DATA_DIR"
 	EnvEtcdClientAddr  = "VOYAGER_ETCD_CLIENT_ADDR"
 	EnvEtcdPeerAddr    = "VOYAGER_ETCD_PEER_ADDR"
@@ -119,6 +129,21 @@ type Config struct {
 	EtcdPrefix string `env:"VOYAGER_ETCD_PREFIX" envDefault:"/voyager" doc:"etcd key prefix of all Voyager keys: /segments of letters, digits, '.', '_' or '-', no trailing /"`
 	// EtcdDialTimeout bounds connecting to etcd.
 	EtcdDialTimeout time.Duration `env:"VOYAGER_ETCD_DIAL_TIMEOUT" envDefault:"5s" doc:"how long to wait for etcd to answer when connecting"`
+	// EtcdCA is a PEM file of the CA that signs etcd's serving
+	// certificates; set, the client speaks TLS to every endpoint.
+	EtcdCA string `env:"VOYAGER_ETCD_CA" docDefault:"empty" doc:"PEM file of the CA that signed the etcd members' certificates; set (or any https:// endpoint): every etcd connection uses TLS and verifies the members against it"`
+	// EtcdCert and EtcdKey are this process's client certificate and key.
+	EtcdCert string `env:"VOYAGER_ETCD_CERT" docDefault:"empty" doc:"PEM file of this process's etcd client certificate (with VOYAGER_ETCD_KEY); with etcd's --client-cert-auth its CN is the etcd user when VOYAGER_ETCD_USER is empty"`
+	// EtcdKey is the private key of EtcdCert.
+	EtcdKey string `env:"VOYAGER_ETCD_KEY" docDefault:"empty" doc:"PEM file of the private key of VOYAGER_ETCD_CERT"`
+	// EtcdServerName overrides the name the members' certificates are
+	// checked against (default: each endpoint's host).
+	EtcdServerName string `env:"VOYAGER_ETCD_SERVER_NAME" docDefault:"each endpoint's host" doc:"name the etcd members' certificates must carry, when the endpoints' hosts are not in them (e.g. IPs behind a name)"`
+	// EtcdUser is the etcd user to authenticate as with a password.
+	EtcdUser string `env:"VOYAGER_ETCD_USER" docDefault:"empty" doc:"etcd user to log in as with the password in VOYAGER_ETCD_PASSWORD_FILE; empty: the client certificate's CN is the user (or etcd auth is off)"`
+	// EtcdPasswordFile holds EtcdUser's password, so that it is never in
+	// the environment or on a command line.
+	EtcdPasswordFile string `env:"VOYAGER_ETCD_PASSWORD_FILE" docDefault:"empty" doc:"file holding VOYAGER_ETCD_USER's password (first line); required when VOYAGER_ETCD_USER is set"`
 	// DataDir holds local state; the embedded etcd lives in DataDir/etcd.
 	// Load sets it to $XDG_DATA_HOME/voyager, else ~/.local/share/voyager,
 	// and leaves it empty only if neither XDG_DATA_HOME nor HOME is set.
@@ -135,6 +160,15 @@ type Config struct {
 	// HTTPAddr is where the HTTP server (health, readiness, metrics, API)
 	// listens.
 	HTTPAddr string `env:"VOYAGER_HTTP_ADDR" envDefault:"127.0.0.1:7070" doc:"HTTP listener: /healthz, /readyz, /metrics and the API"`
+	// HTTPTLSCert and HTTPTLSKey make the HTTP listener serve HTTPS.
+	HTTPTLSCert string `env:"VOYAGER_HTTP_TLS_CERT" docDefault:"empty" doc:"PEM certificate (chain) of the HTTP listener; with VOYAGER_HTTP_TLS_KEY it serves HTTPS only"`
+	// HTTPTLSKey is the private key of HTTPTLSCert.
+	HTTPTLSKey string `env:"VOYAGER_HTTP_TLS_KEY" docDefault:"empty" doc:"PEM private key of VOYAGER_HTTP_TLS_CERT"`
+	// HTTPClientCA, when set, makes the HTTPS listener require client
+	// certificates signed by it.
+	HTTPClientCA string `env:"VOYAGER_HTTP_CLIENT_CA" docDefault:"empty" doc:"PEM CA file: the HTTPS listener requires client certificates it signed (e.g. the agent's log endpoint behind the API); empty: no client certificates"`
+	// HTTPPlain allows plain HTTP on a non-loopback address.
+	HTTPPlain bool `env:"VOYAGER_HTTP_PLAIN" envDefault:"false" doc:"allow plain HTTP on a non-loopback VOYAGER_HTTP_ADDR (only behind a TLS-terminating proxy on a trusted network); voyager api refuses it otherwise"`
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string `env:"VOYAGER_LOG_LEVEL" envDefault:"info" doc:"log level: debug, info, warn or error"`
 	// LogFormat is text or json.
@@ -143,7 +177,7 @@ type Config struct {
 	// PlacerStrategy is binpack or spread.
 	PlacerStrategy string `env:"VOYAGER_PLACER_STRATEGY" envDefault:"binpack" doc:"placement strategy: binpack (keep whole machines free) or spread"`
 	// PlacerReserveAfter is how long a request waits before it holds capacity.
-	PlacerReserveAfter time.Duration `env:"VOYAGER_PLACER_RESERVE_AFTER" envDefault:"10m" doc:"a request pending this long is ordered first in its priority and holds the nodes closest to fitting it; 0 turns reservations off"`
+	PlacerReserveAfter time.Duration `env:"VOYAGER_PLACER_RESERVE_AFTER" envDefault:"10m" doc:"a request pending this long that fits no node holds the nodes closest to fitting it (one per owner, by fair share); 0 turns reservations off"`
 	// PlacerMaxTxnOps caps operations per bind transaction.
 	PlacerMaxTxnOps int `env:"VOYAGER_PLACER_MAX_TXN_OPS" envDefault:"128" doc:"operations per bind transaction; at most etcd's --max-txn-ops"`
 	// PlacerLeaseTTL is the TTL of a placer's membership lease.
@@ -472,6 +506,7 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	if cfg.EtcdDialTimeout <= 0 {
 		errs = append(errs, invalid(EnvEtcdDialTimeout, wantFor(EnvEtcdDialTimeout)))
 	}
+	errs = append(errs, validateTLS(cfg, invalid)...)
 	for _, a := range []struct{ env, val string }{
 		{EnvEtcdClientAddr, cfg.EtcdClientAddr},
 		{EnvEtcdPeerAddr, cfg.EtcdPeerAddr},
@@ -632,6 +667,12 @@ func wantFor(envName string) string {
 		return "a positive duration such as 5s, 500ms or 1m30s"
 	case EnvEtcdClientAddr, EnvEtcdPeerAddr, EnvHTTPAddr:
 		return "host:port with a port from 1 to 65535, such as 127.0.0.1:7070"
+	case EnvEtcdCA, EnvEtcdCert, EnvEtcdKey, EnvHTTPTLSCert, EnvHTTPTLSKey, EnvHTTPClientCA:
+		return "the path of a readable PEM file, or empty"
+	case EnvEtcdPassword:
+		return "the path of a readable file whose first line is the password (required when " + EnvEtcdUser + " is set)"
+	case EnvEtcdUser:
+		return "an etcd user name without ':' or spaces, such as voyager-api"
 	case EnvLogLevel:
 		return "one of debug, info, warn, error"
 	case EnvLogFormat:

@@ -12,6 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/voyager-gpu/voyager/internal/testreq"
 )
 
 // External is an etcd server in its own process: Debian's etcd-server
@@ -29,17 +31,10 @@ type External struct {
 // the test (with how to install it) if the binary is missing.
 func StartExternal(tb testing.TB) *External {
 	tb.Helper()
-	bin := os.Getenv("VOYAGER_TEST_ETCD")
-	if bin == "" {
-		bin = "etcd"
-	}
-	path, err := exec.LookPath(bin)
-	if err != nil {
-		tb.Fatalf("etcd server not found (%v): install Debian's etcd-server (.ci/run does) or set VOYAGER_TEST_ETCD", err)
-	}
+	path := etcdBinary(tb)
 	client, peer := freePort(tb), freePort(tb)
 	dir := tb.TempDir()
-	cmd := exec.Command(path,
+	cmd := runEtcd(tb, path, dir,
 		"--name", "test",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", "http://"+client,
@@ -50,6 +45,31 @@ func StartExternal(tb testing.TB) *External {
 		"--unsafe-no-fsync",
 		"--log-level", "error",
 	)
+	e := &External{Endpoint: "http://" + client, cmd: cmd}
+	waitAnswers(tb, e.Client(tb), dir)
+	return e
+}
+
+// etcdBinary finds Debian's etcd (or VOYAGER_TEST_ETCD), or stops tb
+// saying how to install it.
+func etcdBinary(tb testing.TB) string {
+	tb.Helper()
+	bin := os.Getenv("VOYAGER_TEST_ETCD")
+	if bin == "" {
+		bin = "etcd"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		testreq.Missing(tb, "etcd-server", fmt.Sprintf("etcd server not found (%v): install Debian's etcd-server (.ci/run does) or set VOYAGER_TEST_ETCD", err))
+	}
+	return path
+}
+
+// runEtcd starts etcd at path with args, its output in dir/etcd.log, and
+// kills it at cleanup.
+func runEtcd(tb testing.TB, path, dir string, args ...string) *exec.Cmd {
+	tb.Helper()
+	cmd := exec.Command(path, args...)
 	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
 	if err != nil {
 		tb.Fatal(err)
@@ -58,20 +78,25 @@ func StartExternal(tb testing.TB) *External {
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start etcd: %v", err)
 	}
-	e := &External{Endpoint: "http://" + client, cmd: cmd}
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		_ = logf.Close()
 	})
-	cli := e.Client(tb)
+	return cmd
+}
+
+// waitAnswers waits until etcd answers a read through cli, failing tb with
+// dir/etcd.log after 30 seconds.
+func waitAnswers(tb testing.TB, cli *clientv3.Client, dir string) {
+	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := cli.Get(ctx, "health")
 		cancel()
 		if err == nil {
-			return e
+			return
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))

@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,12 +84,20 @@ type Server struct {
 // claims to be ready, and returns a Server that serves h once Serve is
 // called. Errors go to log (nil means slog.Default()).
 func Listen(addr string, h http.Handler, log *slog.Logger) (*Server, error) {
+	return ListenTLS(addr, h, nil, log)
+}
+
+// ListenTLS is Listen serving HTTPS with tc; a nil tc serves plain HTTP.
+func ListenTLS(addr string, h http.Handler, tc *tls.Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen http: %w", err)
+	}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
 	}
 	return &Server{
 		ln: ln,

@@ -1,0 +1,737 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/voyager-gpu/voyager/internal/etcdrbac"
+	"github.com/voyager-gpu/voyager/internal/pki"
+	"github.com/voyager-gpu/voyager/internal/testreq"
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// secureCluster is a Voyager cluster with TLS everywhere and etcd
+// authentication on: its certificates (written by voyager certs), its
+// etcd members and the environment each identity runs with.
+type secureCluster struct {
+	t         *testing.T
+	pki       string
+	endpoints []string
+	members   map[string]*exec.Cmd
+	base      []string // environment every process shares
+}
+
+// runVoyager runs the built binary to completion (killed after two
+// minutes) and returns its exit code and output.
+func runVoyager(t *testing.T, environ []string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, binary, args...)
+	c.Env = environ
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	_ = c.Run()
+	return c.ProcessState.ExitCode(), out.String()
+}
+
+// etcdMember is one member to start: its name, the network namespace it
+// runs in ("" for the host's) and its client and peer host:port.
+type etcdMember struct{ name, ns, client, peer string }
+
+// startSecureEtcd writes the cluster's certificates with voyager certs for
+// the named nodes and starts n etcd members (Debian's etcd) on loopback.
+func startSecureEtcd(t *testing.T, n int, nodes []string) *secureCluster {
+	t.Helper()
+	var ms []etcdMember
+	for i := range n {
+		ms = append(ms, etcdMember{fmt.Sprintf("vdep-etcd-%d", i+1), "", freeAddr(t), freeAddr(t)})
+	}
+	args := []string{"--api-hosts", "127.0.0.1"}
+	for _, node := range nodes {
+		args = append(args, "--node", node+"=127.0.0.1")
+	}
+	return startSecureEtcdMembers(t, ms, args)
+}
+
+// startSecureEtcdMembers writes the certificates with voyager certs (the
+// members' and those certArgs ask for) and starts the members, serving
+// TLS to clients and peers with client-certificate authentication on both.
+func startSecureEtcdMembers(t *testing.T, ms []etcdMember, certArgs []string) *secureCluster {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		testreq.Missing(t, "etcd-server", fmt.Sprintf("etcd server not found (%v): install Debian's etcd-server", err))
+	}
+	dir := t.TempDir()
+	c := &secureCluster{t: t, pki: filepath.Join(dir, "pki"), members: map[string]*exec.Cmd{}}
+	args := append([]string{"certs", "--dir", c.pki, "--validity", "2h", "--ca-validity", "3h"}, certArgs...)
+	var cluster []string
+	for _, m := range ms {
+		host, _, _ := strings.Cut(m.client, ":")
+		args = append(args, "--etcd", m.name+"="+host)
+		cluster = append(cluster, m.name+"=https://"+m.peer)
+		c.endpoints = append(c.endpoints, "https://"+m.client)
+	}
+	if code, out := runVoyager(t, nil, args...); code != 0 {
+		t.Fatalf("voyager certs: exit %d\n%s", code, out)
+	}
+	ca := filepath.Join(c.pki, "ca.pem")
+	for _, m := range ms {
+		cert, key := filepath.Join(c.pki, "etcd", m.name+".pem"), filepath.Join(c.pki, "etcd", m.name+"-key.pem")
+		eargs := []string{
+			"--name", m.name, "--data-dir", filepath.Join(dir, m.name),
+			"--listen-client-urls", "https://" + m.client, "--advertise-client-urls", "https://" + m.client,
+			"--listen-peer-urls", "https://" + m.peer, "--initial-advertise-peer-urls", "https://" + m.peer,
+			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "vdep-" + filepath.Base(dir),
+			"--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
+			"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", ca, "--peer-client-cert-auth",
+			"--unsafe-no-fsync", "--log-level", "error"}
+		cmd := exec.Command(bin, eargs...)
+		if m.ns != "" {
+			cmd = inNetNS(m.ns, bin, eargs...)
+		}
+		logf, err := os.Create(filepath.Join(dir, m.name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start etcd: %v", err)
+		}
+		c.members[m.name] = cmd
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			_ = logf.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				t.Logf("%s log:\n%s", m.name, b)
+			}
+		})
+	}
+	c.base = []string{
+		"VOYAGER_ETCD_ENDPOINTS=" + strings.Join(c.endpoints, ","),
+		"VOYAGER_ETCD_CA=" + ca,
+		"VOYAGER_LOG_LEVEL=debug",
+	}
+	root := c.client(etcdrbac.Root)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := root.Get(ctx, "/voyager")
+		cancel()
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd cluster did not answer within 60s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// as is the environment of a process with identity user.
+func (c *secureCluster) as(user string, more ...string) []string {
+	env := append(slices.Clone(c.base),
+		"VOYAGER_ETCD_CERT="+filepath.Join(c.pki, user+".pem"),
+		"VOYAGER_ETCD_KEY="+filepath.Join(c.pki, user+"-key.pem"))
+	return append(env, more...)
+}
+
+// https is the environment of a process serving HTTPS at addr with user's
+// certificate.
+func (c *secureCluster) https(user, addr string) []string {
+	return []string{
+		"VOYAGER_HTTP_ADDR=" + addr,
+		"VOYAGER_HTTP_TLS_CERT=" + filepath.Join(c.pki, user+".pem"),
+		"VOYAGER_HTTP_TLS_KEY=" + filepath.Join(c.pki, user+"-key.pem"),
+	}
+}
+
+func (c *secureCluster) tlsConfig(user string) *tls.Config {
+	c.t.Helper()
+	pool := x509.NewCertPool()
+	b, err := os.ReadFile(filepath.Join(c.pki, "ca.pem"))
+	if err != nil || !pool.AppendCertsFromPEM(b) {
+		c.t.Fatalf("read CA: %v", err)
+	}
+	tc := &tls.Config{RootCAs: pool}
+	if user != "" {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(c.pki, user+".pem"), filepath.Join(c.pki, user+"-key.pem"))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc
+}
+
+// client is an etcd client authenticated as user by its certificate.
+func (c *secureCluster) client(user string) *clientv3.Client {
+	c.t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 5 * time.Second, TLS: c.tlsConfig(user), Logger: zap.NewNop()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// leader returns the name of the member that leads now, or "" while
+// none does.
+func (c *secureCluster) leader(ctx context.Context, cli *clientv3.Client) string {
+	c.t.Helper()
+	for _, ep := range c.endpoints {
+		sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		st, err := cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if st.Header.MemberId == st.Leader && st.Leader != 0 {
+			ml, err := cli.MemberList(ctx)
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			for _, m := range ml.Members {
+				if m.ID == st.Leader {
+					return m.Name
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// inNetNS is a command that runs bin in the network namespace named ns
+// (ip netns add). It enters the network namespace only: `ip netns exec`
+// also gives the process a mount namespace of its own, where the network
+// namespaces an agent makes for its containers would stay invisible to
+// containerd.
+func inNetNS(ns, bin string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", bin}, args...)...)
+}
+
+// voyagerIn starts the built binary with environ inside network namespace
+// ns, or on the host for "".
+func voyagerIn(t *testing.T, ns string, environ []string, args ...string) *proc {
+	t.Helper()
+	if ns == "" {
+		return start(t, environ, args...)
+	}
+	cmd := inNetNS(ns, binary, args...)
+	cmd.Env = environ
+	return startCmd(t, cmd, ns+": "+strings.Join(args, " "))
+}
+
+// setupRoles runs voyager etcd-roles setup and check as root for nodes.
+func (c *secureCluster) setupRoles(nodes []string) {
+	c.t.Helper()
+	args := []string{"etcd-roles", "setup"}
+	for _, n := range nodes {
+		args = append(args, "--node", n)
+	}
+	rootEnv := c.as(etcdrbac.Root)
+	if code, out := runVoyager(c.t, rootEnv, args...); code != 0 || !strings.Contains(out, "authentication: enabled") {
+		c.t.Fatalf("etcd-roles setup: exit %d\n%s", code, out)
+	}
+	args[1] = "check"
+	if code, out := runVoyager(c.t, rootEnv, args...); code != 0 || !strings.Contains(out, "ok:") {
+		c.t.Fatalf("etcd-roles check: exit %d\n%s", code, out)
+	}
+}
+
+// startAPI starts an API in ns serving HTTPS on addr.
+func (c *secureCluster) startAPI(ns, addr, secret string) *proc {
+	c.t.Helper()
+	p := voyagerIn(c.t, ns, c.as(etcdrbac.API, append(c.https(etcdrbac.API, addr), "VOYAGER_JWT_SECRET="+secret)...), "api")
+	p.waitFor(`msg="api listening"`, 30*time.Second)
+	return p
+}
+
+// startPlacer starts a placer in ns (spread, a 2 s membership lease).
+func (c *secureCluster) startPlacer(ns, httpAddr string) *proc {
+	c.t.Helper()
+	p := voyagerIn(c.t, ns, c.as(etcdrbac.Placer, "VOYAGER_HTTP_ADDR="+httpAddr, "VOYAGER_PLACER_STRATEGY=spread",
+		"VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_DATA_DIR="+c.t.TempDir()), "placer")
+	p.waitFor(`msg="placer caches synced"`, 30*time.Second)
+	return p
+}
+
+// startAgent starts node's agent in ns, reachable at address with its
+// HTTPS log endpoint on httpAddr (client certificates of the cluster CA
+// only), running sessions in containerd namespace node of rt with two
+// simulated GPUs and a 2 s lease. It returns the agent and the directory
+// of its users' homes.
+func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string) (*proc, string) {
+	c.t.Helper()
+	home := c.t.TempDir()
+	user := etcdrbac.Agent(node)
+	p := voyagerIn(c.t, ns, c.as(user, append(c.https(user, httpAddr),
+		"HOME="+home, "VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_CLIENT_CA="+filepath.Join(c.pki, "ca.pem"),
+		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS="+address,
+		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+node, "VOYAGER_AGENT_PORTS="+ports,
+		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")...), "agent")
+	p.waitFor(`msg="node registered"`, 60*time.Second)
+	return p, filepath.Join(home, "data", "homes")
+}
+
+// cliEnv is the environment of the CLI against the API at apiAddr, as
+// user ada: it trusts the cluster CA through Go's SSL_CERT_FILE.
+func (c *secureCluster) cliEnv(apiAddr, secret string) []string {
+	c.t.Helper()
+	env := []string{"HOME=" + c.t.TempDir(), "SSL_CERT_FILE=" + filepath.Join(c.pki, "ca.pem"),
+		envURL + "=https://" + apiAddr, "VOYAGER_JWT_SECRET=" + secret}
+	return append(env, envToken+"="+binaryToken(c.t, env, "--sub", "ada"))
+}
+
+// runJobs runs n `voyager run --gpus 2` jobs at once (each node has two
+// GPUs, so with spread each lands on its own node) and requires each to
+// print its output and exit 3, the job's code.
+func runJobs(t *testing.T, env []string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			code, out := runVoyager(t, env, "run", "--gpus", "2", "--", "sh", "-c", "sleep 1; echo hi from the job; exit 3")
+			if code != 3 || !strings.Contains(out, "hi from the job") {
+				t.Errorf("voyager run: exit %d, want 3 with its output:\n%s", code, out)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// nodesOfStatuses returns the nodes that the statuses under status/ name,
+// read with cli.
+func nodesOfStatuses(t *testing.T, ctx context.Context, cli *clientv3.Client) map[string]bool {
+	t.Helper()
+	resp, err := cli.Get(ctx, keys.StatusDir(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("read statuses: %v", err)
+	}
+	out := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		st, err := state.Decode[state.Status](kv.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range st.Nodes {
+			out[n] = true
+		}
+	}
+	return out
+}
+
+// checkRefusals: the operator reads no secrets, an agent cannot write
+// another node's binding, ledger or inventory, the API cannot write a
+// ledger, and an agent's log endpoint and etcd refuse a client without a
+// certificate of the cluster CA.
+func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agentHTTP string) {
+	t := c.t
+	t.Helper()
+	if _, err := c.client(etcdrbac.Operator).Get(ctx, keys.SecretsDir(), clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("operator reading secrets/: %v, want permission denied", err)
+	}
+	agentA := c.client(etcdrbac.Agent(nodes[0]))
+	for _, key := range []string{keys.Binding(nodes[1], "s-forged"), keys.Ledger(nodes[1]), keys.Node(nodes[1])} {
+		if _, err := agentA.Put(ctx, key, `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("agent %s writing %s: %v, want permission denied", nodes[0], key, err)
+		}
+	}
+	if _, err := c.client(etcdrbac.API).Put(ctx, keys.Ledger(nodes[0]), `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("api writing a ledger: %v, want permission denied", err)
+	}
+	other, err := pki.NewCA("another CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := other.Issue(pki.Request{CommonName: etcdrbac.API, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withForeign := c.tlsConfig("")
+	withForeign.Certificates = []tls.Certificate{foreign}
+	for _, cl := range []struct {
+		name string
+		tc   *tls.Config
+		ok   bool
+	}{
+		{"no certificate", c.tlsConfig(""), false},
+		{"another CA's certificate", withForeign, false},
+		{"the cluster CA's certificate", c.tlsConfig(etcdrbac.Operator), true},
+	} {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cl.tc}}
+		resp, err := hc.Get("https://" + agentHTTP + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		if (err == nil) != cl.ok {
+			t.Errorf("agent's log endpoint, client with %s: %v; want accepted %v", cl.name, err, cl.ok)
+		}
+	}
+	// etcd refuses the foreign certificate too, although its CN is a user.
+	fcli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 2 * time.Second, TLS: withForeign, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fcli.Close()
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := fcli.Get(fctx, keys.StatusDir(), clientv3.WithPrefix()); err == nil {
+		t.Error("etcd answered a client with another CA's certificate")
+	}
+}
+
+// killLeader kills the etcd leader and returns its name and how long the
+// others took to elect a new one.
+func (c *secureCluster) killLeader(ctx context.Context) (string, time.Duration) {
+	c.t.Helper()
+	root := c.client(etcdrbac.Root)
+	leader := c.leader(ctx, root)
+	killed := time.Now()
+	if err := c.members[leader].Process.Kill(); err != nil {
+		c.t.Fatal(err)
+	}
+	for {
+		if l := c.leader(ctx, root); l != "" && l != leader {
+			return leader, time.Since(killed)
+		}
+		if time.Since(killed) > 30*time.Second {
+			c.t.Fatal("no new etcd leader within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSecureClusterE2E runs Voyager as it is deployed, on loopback: three
+// etcd members with TLS (clients and peers) and authentication on, the
+// roles set up by voyager etcd-roles, an API serving HTTPS, two placers and
+// two agents on real containerd, each process with its own certificate and
+// etcd user. Jobs submitted with voyager run over HTTPS run on both nodes
+// and their logs come back through the agents' mutual-TLS log endpoints.
+// Then the etcd leader and a placer are killed, and the next jobs still
+// run. TestMultiMachineE2E does the same across network namespaces.
+func TestSecureClusterE2E(t *testing.T) {
+	needBinary(t)
+	nodes := []string{"vdep-a", "vdep-b"}
+	rt := privateContainerd(t, nodes[0])
+	namespaceRuntime(t, rt.Address(), nodes[1])
+	c := startSecureEtcd(t, 3, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c.setupRoles(nodes)
+
+	secret := "vdep-" + strings.Repeat("s", 40)
+	apiAddr := freeAddr(t)
+	c.startAPI("", apiAddr, secret)
+	placers := []*proc{c.startPlacer("", freeAddr(t)), c.startPlacer("", freeAddr(t))}
+	agentHTTP := map[string]string{}
+	for i, n := range nodes {
+		agentHTTP[n] = freeAddr(t)
+		_, _ = c.startAgent("", n, "127.0.0.1", agentHTTP[n], rt, fmt.Sprintf("%d-%d", 47100+50*i, 47149+50*i))
+	}
+	// Each process is ready: its /readyz reads etcd as its own user.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: c.tlsConfig(etcdrbac.Operator)}}
+	for what, addr := range map[string]string{"api": apiAddr, "agent": agentHTTP[nodes[0]]} {
+		resp, err := hc.Get("https://" + addr + "/readyz")
+		if err != nil {
+			t.Fatalf("%s /readyz: %v", what, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s /readyz: %d %s", what, resp.StatusCode, body)
+		}
+	}
+	cliEnv := c.cliEnv(apiAddr, secret)
+	runJobs(t, cliEnv, 2)
+	if on := nodesOfStatuses(t, ctx, c.client(etcdrbac.Operator)); len(on) != 2 {
+		t.Fatalf("jobs ran on %v; want one on each of %v", on, nodes)
+	}
+	c.checkRefusals(ctx, nodes, agentHTTP[nodes[0]])
+
+	// Kill the etcd leader and a placer. The remaining members elect a
+	// leader; the CLI retries a create that etcd could not answer
+	// meanwhile (same idempotency key), and the jobs run.
+	killed := time.Now()
+	leader, elected := c.killLeader(ctx)
+	if err := placers[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	runJobs(t, cliEnv, 2)
+	t.Logf("killed etcd leader %s and a placer: new leader after %s, two jobs ran to completion %s after the kills",
+		leader, elected.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// vnet is a network of "machines" on one host: a Linux bridge and, per
+// machine, a network namespace with its own address on it, reached
+// through a veth pair. Names are prefixed vdep- and made unique per test.
+type vnet struct {
+	t      *testing.T
+	id     string
+	bridge string
+	subnet string            // the first three octets, e.g. 10.213.7
+	ns     map[string]string // machine → namespace
+	ip     map[string]string // machine → address
+	veth   map[string]string // machine → host end of its veth
+}
+
+// ipCmd runs ip with args and fails the test on an error.
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// newVNet makes a machine per name. The host is .1 on the bridge.
+func newVNet(t *testing.T, names ...string) *vnet {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testreq.Missing(t, "root", "network namespaces need root")
+	}
+	id := fmt.Sprintf("%04x", time.Now().UnixNano()&0xffff)
+	n := &vnet{t: t, id: id, bridge: "vdep" + id, subnet: fmt.Sprintf("10.213.%d", 1+time.Now().UnixNano()%250),
+		ns: map[string]string{}, ip: map[string]string{}, veth: map[string]string{}}
+	ipCmd(t, "link", "add", n.bridge, "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", n.bridge).Run() })
+	ipCmd(t, "addr", "add", n.subnet+".1/24", "dev", n.bridge)
+	ipCmd(t, "link", "set", n.bridge, "up")
+	for i, name := range names {
+		ns, host, peer := "vdep-"+id+"-"+name, fmt.Sprintf("vd%s%d", id, i), fmt.Sprintf("vd%s%dp", id, i)
+		ipCmd(t, "netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		ipCmd(t, "link", "add", host, "type", "veth", "peer", "name", peer)
+		ipCmd(t, "link", "set", peer, "netns", ns)
+		ipCmd(t, "-n", ns, "link", "set", peer, "name", "eth0")
+		addr := fmt.Sprintf("%s.%d", n.subnet, 10+i)
+		ipCmd(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+		ipCmd(t, "-n", ns, "link", "set", "eth0", "up")
+		ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+		ipCmd(t, "link", "set", host, "master", n.bridge, "up")
+		n.ns[name], n.ip[name], n.veth[name] = ns, addr, host
+	}
+	return n
+}
+
+// TestMultiMachineE2E runs a secured cluster across eight "machines", each
+// a network namespace with its own address on a bridge: three etcd
+// members (TLS for clients and peers, authentication on), two control
+// machines with an API and a placer each, and three GPU machines with an
+// agent each, all on one real containerd. Every process has its own
+// certificate and etcd user. Jobs go through both APIs and run on every
+// GPU machine; a GPU machine is killed (its agent and its link) and its
+// session leaves Running within the lease TTL + 1 s; then the etcd leader
+// and a control machine's placer are killed and jobs still run.
+func TestMultiMachineE2E(t *testing.T) {
+	needBinary(t)
+	gpus := []string{"gpu-1", "gpu-2", "gpu-3"}
+	net := newVNet(t, "etcd-1", "etcd-2", "etcd-3", "ctl-1", "ctl-2", "gpu-1", "gpu-2", "gpu-3")
+	nodes := make([]string, len(gpus))
+	for i, g := range gpus {
+		nodes[i] = "vdep-" + net.id + "-" + g
+	}
+	rt := privateContainerd(t, nodes[0])
+	for _, n := range nodes[1:] {
+		namespaceRuntime(t, rt.Address(), n)
+	}
+	var ms []etcdMember
+	for _, m := range []string{"etcd-1", "etcd-2", "etcd-3"} {
+		ms = append(ms, etcdMember{m, net.ns[m], net.ip[m] + ":2379", net.ip[m] + ":2380"})
+	}
+	certArgs := []string{"--api-hosts", net.ip["ctl-1"] + "," + net.ip["ctl-2"]}
+	for i, g := range gpus {
+		certArgs = append(certArgs, "--node", nodes[i]+"="+net.ip[g])
+	}
+	c := startSecureEtcdMembers(t, ms, certArgs)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c.setupRoles(nodes)
+
+	secret := "vdep-" + strings.Repeat("m", 40)
+	apis := map[string]string{}
+	placers := map[string]*proc{}
+	for _, ctl := range []string{"ctl-1", "ctl-2"} {
+		apis[ctl] = net.ip[ctl] + ":7443"
+		c.startAPI(net.ns[ctl], apis[ctl], secret)
+		placers[ctl] = c.startPlacer(net.ns[ctl], net.ip[ctl]+":7070")
+	}
+	agents := map[string]*proc{}
+	for i, g := range gpus {
+		var homes string
+		agents[nodes[i]], homes = c.startAgent(net.ns[g], nodes[i], net.ip[g], net.ip[g]+":7071", rt, fmt.Sprintf("%d-%d", 47300+50*i, 47349+50*i))
+		writeRayStandIn(t, filepath.Join(homes, "ada"))
+	}
+
+	// Three 2-GPU jobs through ctl-1's API: one on each GPU machine, their
+	// output streamed back from each agent's log endpoint across the bridge.
+	runJobs(t, c.cliEnv(apis["ctl-1"], secret), 3)
+	operator, root := c.client(etcdrbac.Operator), c.client(etcdrbac.Root)
+	if on := nodesOfStatuses(t, ctx, operator); len(on) != 3 {
+		t.Fatalf("jobs ran on %v; want one on each of %v", on, nodes)
+	}
+	c.checkRefusals(ctx, nodes, net.ip["gpu-1"]+":7071")
+
+	// A gang: a Ray head and a worker of two GPUs each, so on two machines,
+	// bound in one transaction; the worker gets the head's address on the
+	// bridge (Ray itself is not packaged here: a stand-in on the user's
+	// PATH starts and blocks like it), and the head's exit ends both.
+	code, out := runVoyager(t, c.cliEnv(apis["ctl-1"], secret), "run", "--gpus", "2", "--ray-workers", "1",
+		"--env", "PATH=/home/jovyan/bin:/bin", "--", "sh", "-c", "echo gang head; exit 3")
+	m := regexp.MustCompile(`session (\S+) submitted`).FindStringSubmatch(out)
+	if code != 3 || !strings.Contains(out, "gang head") || m == nil {
+		t.Fatalf("gang: exit %d, want 3 with its output:\n%s", code, out)
+	}
+	gang, _, err := state.Get[state.Status](ctx, operator, keys.Status(m[1]))
+	if err != nil || len(gang.Nodes) != 2 || gang.Nodes[0] == gang.Nodes[1] {
+		t.Fatalf("gang status %+v (%v); want its head and worker on two machines", gang, err)
+	}
+	t.Logf("gang %s ran on %v", m[1], gang.Nodes)
+	// The head's end ends the gang: the worker is stopped and released too.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := root.Get(ctx, keys.AllBindings(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, kv := range resp.Kvs {
+			if _, id, ok := keys.BindingKey(string(kv.Key)); ok && id == m[1] {
+				left = append(left, string(kv.Key))
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gang ended %s but %v are still bound after 20s", gang.Phase, left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A long job, then its machine dies: agent killed, link down.
+	ctl2 := c.cliEnv(apis["ctl-2"], secret)
+	code, out = runVoyager(t, ctl2, "session", "create", "--kind", "batch", "--gpus", "2", "-o", "json", "--", "sleep", "600")
+	if code != 0 {
+		t.Fatalf("session create: exit %d\n%s", code, out)
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.ID == "" {
+		t.Fatalf("session create printed %q (%v)", out, err)
+	}
+	st := waitStatus(t, ctx, root, created.ID, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
+	victim := st.Nodes[0]
+	machine := strings.TrimPrefix(victim, "vdep-"+net.id+"-")
+	dead := time.Now()
+	if err := agents[victim].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ipCmd(t, "link", "set", net.veth[machine], "down")
+	st = waitStatus(t, ctx, root, created.ID, "no longer Running", func(st state.Status) bool { return st.Phase != state.PhaseRunning })
+	lost := time.Since(dead)
+	if lost > 3*time.Second {
+		t.Errorf("session on the dead machine %s became %s after %s; want within the lease TTL (2s) + 1s", machine, st.Phase, lost)
+	}
+	t.Logf("machine %s killed: its session %s after %s (%s)", machine, st.Phase, lost.Round(time.Millisecond), st.Reason)
+
+	// The etcd leader and ctl-1's placer die too, while a long job runs:
+	// it is not lost (etcd carries leases over to the new leader), binding
+	// resumes, and jobs through ctl-2's API run on the machines left.
+	// The lost session is re-queued; cancel it first, so that it takes no
+	// GPUs from the jobs below.
+	if code, out := runVoyager(t, ctl2, "session", "stop", created.ID); code != 0 {
+		t.Fatalf("stop the lost session: exit %d\n%s", code, out)
+	}
+	code, out = runVoyager(t, ctl2, "session", "create", "--kind", "batch", "--gpus", "2", "-o", "json", "--", "sleep", "600")
+	if err := json.Unmarshal([]byte(out), &created); code != 0 || err != nil {
+		t.Fatalf("session create: exit %d (%v)\n%s", code, err, out)
+	}
+	long := created.ID
+	waitStatus(t, ctx, root, long, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
+	killed := time.Now()
+	leader, elected := c.killLeader(ctx)
+	if err := placers["ctl-1"].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	probe := submitAfterFailover(t, ctx, root)
+	waitStatus(t, ctx, root, probe, "Bound", func(st state.Status) bool { return st.Bound != nil })
+	resumed := time.Since(killed)
+	runJobs(t, ctl2, 2)
+	if st, _, err := state.Get[state.Status](ctx, root, keys.Status(long)); err != nil || st.Phase != state.PhaseRunning {
+		t.Errorf("the long job across the leader's death: %s %s (%v); want Running", st.Phase, st.Reason, err)
+	}
+	t.Logf("killed etcd leader %s and ctl-1's placer: new leader after %s, a session bound %s after the kills, two jobs ran to completion %s after them",
+		leader, elected.Round(time.Millisecond), resumed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// submitAfterFailover creates a small batch session the way the API does,
+// retrying while etcd cannot answer (its leader just died), and returns
+// its id.
+func submitAfterFailover(t *testing.T, ctx context.Context, cli *clientv3.Client) string {
+	t.Helper()
+	for {
+		now := time.Now().UTC()
+		id, err := state.NewSessionID(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Desired: state.DesiredRunning, Created: now,
+			Command: []string{"true"}, Resources: state.Resources{CPUMilli: 100, MemoryMiB: 64}}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = state.CreateSession(cctx, cli, keys, s, now)
+		cancel()
+		if err == nil {
+			return id
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("create a session after the failover: %v", err)
+		}
+	}
+}
+
+// writeRayStandIn puts a stand-in for Ray's CLI in a user's home (bin/ray):
+// `ray start --block` (a worker) blocks, any other ray command succeeds.
+func writeRayStandIn(t *testing.T, home string) {
+	t.Helper()
+	script := "#!/bin/sh\ncase \" $* \" in *' --block '*) exec sleep 100000 ;; esac\nexit 0\n"
+	if err := os.MkdirAll(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "bin", "ray"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,151 @@
+package etcdrbac
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// Users and roles. Each role has one user of the same name.
+const (
+	// API is the role of `voyager api`.
+	API = "voyager-api"
+	// Placer is the role of `voyager placer` (with its lifecycle
+	// controller and retention).
+	Placer = "voyager-placer"
+	// Operator reads everything but secrets/: for etcdctl inspection.
+	Operator = "voyager-operator"
+	// agentPrefix + node name is the role of that node's agent.
+	agentPrefix = "voyager-agent-"
+	// Root is etcd's own administrator; Setup needs it to turn
+	// authentication on.
+	Root = "root"
+)
+
+// Agent is the role (and user) of node's agent.
+func Agent(node string) string { return agentPrefix + node }
+
+// Perm is one key range a role may read, write or both.
+type Perm struct {
+	// Key is the first key; with End empty, the only key.
+	Key string
+	// End is the range's end (exclusive): for a prefix, the prefix's
+	// successor (clientv3.GetPrefixRangeEnd).
+	End string
+	// Type is read, write or readwrite (clientv3.PermRead, …).
+	Type authpb.Permission_Type
+}
+
+// String is "read /voyager/nodes/*" or "readwrite /voyager/ledger/gpu-1".
+func (p Perm) String() string {
+	k := p.Key
+	if p.End != "" {
+		if p.End == clientv3.GetPrefixRangeEnd(p.Key) {
+			k += "*"
+		} else {
+			k += " .. " + p.End
+		}
+	}
+	return strings.ToLower(p.Type.String()) + " " + k
+}
+
+// Role is a role and the ranges it is granted.
+type Role struct {
+	Name  string
+	Perms []Perm
+}
+
+func prefix(t authpb.Permission_Type, p string) Perm {
+	return Perm{Key: p, End: clientv3.GetPrefixRangeEnd(p), Type: t}
+}
+
+func exact(t authpb.Permission_Type, key string) Perm { return Perm{Key: key, Type: t} }
+
+// Roles returns the role table for keys k and the named nodes (one agent
+// role each), in a stable order.
+//
+// Every role reads the bare prefix key (it holds nothing): the processes'
+// connection and readiness checks read it.
+func Roles(k state.Keys, nodes []string) []Role {
+	const (
+		r  = clientv3.PermRead
+		rw = clientv3.PermReadWrite
+	)
+	probe := exact(r, k.Prefix())
+	roles := []Role{
+		{Name: API, Perms: []Perm{
+			probe,
+			// Create and stop sessions (spec, queue entry, first status),
+			// extend limits; admin settings; idempotency records.
+			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
+			prefix(rw, k.Cordons()), prefix(rw, k.Quotas()), prefix(rw, k.Profiles()),
+			prefix(rw, k.IdempotencyDir()),
+			// Each owner's container user id, made at their first create.
+			prefix(rw, k.UIDs()),
+			// Views, the queue plan, events; the owner's URLs.
+			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
+			prefix(r, k.SecretsDir()),
+		}},
+		{Name: Placer, Perms: []Perm{
+			probe,
+			// Bind (ledgers, bindings, queue, status), node loss, re-queue,
+			// lifecycle evictions and warnings, retention, membership and
+			// elections.
+			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
+			prefix(rw, k.Warnings()), prefix(rw, k.Ledgers()), prefix(rw, k.AllBindings()),
+			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
+			// Quota usage marks, compared by every bind against a quota.
+			prefix(rw, k.UsageDir()),
+			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
+		}},
+		{Name: Operator, Perms: operatorPerms(k, probe)},
+	}
+	sorted := slices.Clone(nodes)
+	slices.Sort(sorted)
+	for _, n := range slices.Compact(sorted) {
+		roles = append(roles, Role{Name: Agent(n), Perms: []Perm{
+			probe,
+			// Its own node: inventory, ledger (release), bindings (delete
+			// on release), secrets.
+			exact(rw, k.Node(n)), exact(rw, k.Ledger(n)),
+			prefix(rw, k.Bindings(n)), prefix(rw, k.NodeSecrets(n)),
+			// Statuses of the sessions it runs. A prefix cannot name
+			// them, so every agent may write every status: the one right
+			// wider than its node (docs/deployment.md).
+			prefix(rw, k.StatusDir()),
+			// Specs of its sessions; the head's binding and node for Ray
+			// workers.
+			prefix(r, k.Sessions()), prefix(r, k.AllBindings()), prefix(r, k.Nodes()),
+		}})
+	}
+	return roles
+}
+
+// operatorPerms reads every directory but secrets/: one range per
+// directory, since a prefix range over the whole of k would include it.
+func operatorPerms(k state.Keys, probe Perm) []Perm {
+	out := []Perm{probe}
+	for _, d := range []string{
+		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
+		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(),
+	} {
+		out = append(out, prefix(clientv3.PermRead, d))
+	}
+	return out
+}
+
+// Find returns the role named name in roles.
+func Find(roles []Role, name string) (Role, error) {
+	for _, r := range roles {
+		if r.Name == name {
+			return r, nil
+		}
+	}
+	return Role{}, fmt.Errorf("find role %q: no such role in the table", name)
+}
