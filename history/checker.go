@@ -18,6 +18,7 @@ const (
 	RuleFinishedRequeued    = "finished-requeued"
 	RuleUndecodable         = "undecodable"
 	RuleQueuedButNotPending = "queued-not-pending"
+	RuleGap                 = "history-gap"
 )
 
 // Violation is one broken rule: at Revision, Key is in a state Rule forbids.
@@ -33,9 +34,13 @@ func (v Violation) String() string {
 }
 
 // Change is one key's change in a revision: Value is nil for a delete.
+// Prev, when not nil, is the key's value before the change as etcd's watch
+// reports it (WithPrevKV); the phase rule reads the previous status from it
+// rather than from the model, so a gap in the history cannot hide a move.
 type Change struct {
 	Key   string
 	Value []byte
+	Prev  []byte
 }
 
 // Checker is the model the rules are checked against. It is not safe for
@@ -167,6 +172,17 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				continue
 			}
 			old, existed := c.statuses[id]
+			if ch.Prev != nil {
+				prev, err := state.Decode[state.Status](ch.Prev)
+				if err != nil {
+					bad(key, RuleUndecodable, "previous value: %v", err)
+					continue
+				}
+				if existed && transitions && prev.Phase != old.Phase {
+					bad(key, RuleGap, "etcd's previous phase is %s, the checker's %s: a revision was missed", prev.Phase, old.Phase)
+				}
+				old, existed = prev, true
+			}
 			if ch.Value == nil {
 				delete(c.statuses, id)
 				if transitions {

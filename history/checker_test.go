@@ -286,7 +286,12 @@ func TestCheckerFollowsLive(t *testing.T) {
 				default:
 				}
 			},
-			OnViolation: func(v history.Violation) { found <- v; cancel() },
+			OnViolation: func(v history.Violation) {
+				select {
+				case found <- v:
+				default:
+				}
+			},
 		})
 		done <- err
 	}()
@@ -310,7 +315,34 @@ func TestCheckerFollowsLive(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the live checker saw nothing")
 	}
+	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Watch after cancel = %v, want nil", err)
+	}
+}
+
+// TestCheckerReadsPreviousValues: the phase rule reads the previous status
+// etcd reports with the change; one that differs from the model's means a
+// revision was missed, itself a violation.
+func TestCheckerReadsPreviousValues(t *testing.T) {
+	k := state.MustKeys("/prev")
+	enc := func(p state.Phase) []byte {
+		v, err := state.Encode(status("s1", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []byte(v)
+	}
+	c := history.New(k)
+	if vs := c.Apply(1, []history.Change{{Key: k.Status("s1"), Value: enc(state.PhasePending)}}); len(vs) != 0 {
+		t.Fatalf("create: %v", vs)
+	}
+	vs := c.Apply(3, []history.Change{{Key: k.Status("s1"), Value: enc(state.PhaseRunning), Prev: enc(state.PhaseBound)}})
+	if len(vs) != 1 || vs[0].Rule != history.RuleGap || vs[0].Revision != 3 {
+		t.Fatalf("violations %v, want one history-gap at 3 (Bound → Running is an edge; Pending → Bound was missed)", vs)
+	}
+	vs = c.Apply(4, []history.Change{{Key: k.Status("s1"), Value: enc(state.PhaseStarting), Prev: enc(state.PhaseRunning)}})
+	if len(vs) != 1 || vs[0].Rule != history.RulePhaseEdge {
+		t.Fatalf("violations %v, want phase-edge (Running → Starting)", vs)
 	}
 }

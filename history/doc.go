@@ -11,7 +11,9 @@
 //     and its ledger allocation do not come and go together;
 //   - phase-edge: a session's phase moved along no edge of the state
 //     machine (state.Machine);
-//   - finished-requeued: a finished session is queued or Pending again.
+//   - finished-requeued: a finished session is queued or Pending again;
+//   - history-gap: etcd's previous value of a status differs from the
+//     model's (a revision was missed).
 //
 // Watch follows a live cluster read-only from a start revision; it needs
 // only the revisions from there on, so compaction behind its start does not

@@ -49,7 +49,8 @@ var ErrCompacted = errors.New("history compacted")
 
 // Watch checks the history of the keyspace under k from opts.Start,
 // read-only: it lists the model's keys at Start, then watches every later
-// revision and applies each whole revision to a Checker. It returns when
+// revision, with previous values, and applies each whole revision to a
+// Checker. It returns when
 // opts.End is reached, or ctx ends (nil error then: following stops), or
 // the watch fails.
 func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options) (Result, error) {
@@ -97,7 +98,7 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := cli.Watch(wctx, k.All(), clientv3.WithPrefix(), clientv3.WithRev(start+1), clientv3.WithProgressNotify())
+	wch := cli.Watch(wctx, k.All(), clientv3.WithPrefix(), clientv3.WithRev(start+1), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
 	if opts.End != 0 {
 		// Progress notifications tell a range check that nothing more
 		// came up to End.
@@ -148,6 +149,9 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 			ch := Change{Key: string(ev.Kv.Key)}
 			if ev.Type == mvccpb.PUT {
 				ch.Value = ev.Kv.Value
+			}
+			if ev.PrevKv != nil {
+				ch.Prev = ev.PrevKv.Value
 			}
 			group = append(group, ch)
 		}

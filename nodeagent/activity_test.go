@@ -188,14 +188,24 @@ func TestAgentSamplesJupyterActivity(t *testing.T) {
 			if !settled.Equal(quiet.Truncate(time.Second)) {
 				t.Errorf("lastActive %v; want Jupyter's last activity %v", settled, quiet.Truncate(time.Second))
 			}
-			writes, _ := metric(t, reg, "voyager_agent_activity_writes_total", nil)
+			// The status key's revision, not the writes counter: the sample
+			// that wrote the idle status counts its write only after the
+			// write committed, so a counter read here could miss it.
+			before, err := cli.Get(context.Background(), keys.Status("nb"))
+			if err != nil || len(before.Kvs) == 0 {
+				t.Fatalf("read status: %v", err)
+			}
 			samples, _ := metric(t, reg, "voyager_agent_activity_samples_total", nil)
 			waitFor(t, "ten more samples", 10*time.Second, func() (bool, string) {
 				n, _ := metric(t, reg, "voyager_agent_activity_samples_total", nil)
 				return n >= samples+10, fmt.Sprint(n)
 			})
-			if w, _ := metric(t, reg, "voyager_agent_activity_writes_total", nil); w != writes {
-				t.Errorf("%v writes over ten unchanged samples; want none", w-writes)
+			after, err := cli.Get(context.Background(), keys.Status("nb"))
+			if err != nil || len(after.Kvs) == 0 {
+				t.Fatalf("read status: %v", err)
+			}
+			if after.Kvs[0].ModRevision != before.Kvs[0].ModRevision {
+				t.Errorf("the status was written over ten unchanged samples (revision %d → %d); want no write", before.Kvs[0].ModRevision, after.Kvs[0].ModRevision)
 			}
 			st, _, _ = state.Get[state.Status](context.Background(), cli, keys.Status("nb"))
 			if !st.Activity.LastActive.Equal(settled) {
