@@ -26,6 +26,7 @@ import (
 	"github.com/chromedp/chromedp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -808,9 +809,19 @@ c.Spawner.http_timeout = 60
 		time.Sleep(200 * time.Millisecond)
 		st, _, _ = state.Get[state.Status](context.Background(), cli, "/voyager/status/"+id)
 	}
-	u, err := url.Parse(st.URLs["jupyter"])
+	// etcd's status has the URL without its token (operators read it); the
+	// owner's view through the API has it (joined from secrets/).
+	if strings.Contains(st.URLs["jupyter"], "token=") {
+		t.Errorf("the status in etcd carries the token: %q", st.URLs["jupyter"])
+	}
+	code, view := dana.do("GET", "/api/v1/sessions/"+id, nil)
+	var v api.SessionView
+	if err := json.Unmarshal(view, &v); code != 200 || err != nil {
+		t.Fatalf("dana's view: %d %s (%v)", code, view, err)
+	}
+	u, err := url.Parse(v.Status.URLs["jupyter"])
 	if err != nil || u.Query().Get("token") == "" || u.Path != "/" {
-		t.Fatalf("jupyter URL %q: want / with a token", st.URLs["jupyter"])
+		t.Fatalf("jupyter URL %q: want / with a token", v.Status.URLs["jupyter"])
 	}
 	code, body := httpGet(t, "http://127.0.0.1:"+u.Port()+"/api/status?token="+u.Query().Get("token"))
 	if code != 200 || !strings.Contains(body, "last_activity") {
