@@ -518,7 +518,8 @@ func TestNodesQueueAdmin(t *testing.T) {
 		return strings.Contains(string(h.do("GET", "/api/v1/nodes", ada, nil).body), `"used":1`)
 	})
 	nodes := decode[struct{ Items []api.NodeSummary }](t, want(t, h.do("GET", "/api/v1/nodes", ada, nil), http.StatusOK))
-	if n := nodes.Items[0]; n.GPUs != (api.GPUCounts{Total: 2, Used: 1, Free: 1}) || !n.Simulated || n.Sessions != 1 {
+	if n := nodes.Items[0]; n.GPUs != (api.GPUCounts{Total: 2, Used: 1, Free: 1}) || !n.Simulated || n.Sessions != 1 ||
+		n.ModelsFree["NVIDIA A100-SXM4-80GB"] != 1 || len(n.ModelsFree) != 1 {
 		t.Errorf("node %+v", n)
 	}
 
@@ -619,10 +620,13 @@ func TestNodesQueueAdmin(t *testing.T) {
 
 	// Quotas.
 	want(t, h.do("PUT", "/api/v1/quotas/users/ada", root, map[string]any{"gpus": 4}), http.StatusOK)
-	want(t, h.do("PUT", "/api/v1/quotas/groups/vision", root, map[string]any{"memoryMiB": 1024}), http.StatusOK)
+	want(t, h.do("PUT", "/api/v1/quotas/groups/vision", root, map[string]any{"memoryMiB": 1024, "weight": 3}), http.StatusOK)
 	ql := decode[api.QuotaList](t, want(t, h.do("GET", "/api/v1/quotas", root, nil), http.StatusOK))
-	if *ql.Users["ada"].GPUs != 4 || *ql.Groups["vision"].MemoryMiB != 1024 {
+	if *ql.Users["ada"].GPUs != 4 || *ql.Groups["vision"].MemoryMiB != 1024 || ql.Groups["vision"].Weight == nil || *ql.Groups["vision"].Weight != 3 {
 		t.Errorf("quotas %+v", ql)
+	}
+	if r := want(t, h.do("PUT", "/api/v1/quotas/groups/vision", root, map[string]any{"weight": 0}), http.StatusUnprocessableEntity); !strings.Contains(string(r.body), "fair-share weight above 0") {
+		t.Errorf("weight 0: %s", r.body)
 	}
 	want(t, h.do("PUT", "/api/v1/quotas/teams/x", root, map[string]any{"gpus": 1}), http.StatusUnprocessableEntity)
 	want(t, h.do("PUT", "/api/v1/quotas/users/ada", root, map[string]any{"gpus": -1}), http.StatusUnprocessableEntity)

@@ -25,7 +25,11 @@ type NodeSummary struct {
 	Cordon    *state.Cordon `json:"cordon,omitempty"`
 	GPUs      GPUCounts     `json:"gpus"`
 	// Models counts the node's GPUs by model.
-	Models        map[string]int `json:"models,omitempty"`
+	Models map[string]int `json:"models,omitempty"`
+	// ModelsFree counts the free devices (as gpus.free does) by the model
+	// of the GPU they are on, so a node of mixed models tells how many of
+	// each are free (the JupyterHub spawner's form shows it).
+	ModelsFree    map[string]int `json:"modelsFree,omitempty"`
 	CPUMilli      int64          `json:"cpuMilli"`
 	CPUUsedMilli  int64          `json:"cpuUsedMilli"`
 	MemoryMiB     int64          `json:"memoryMiB"`
@@ -84,7 +88,7 @@ func (a *API) nodeSummaries() []NodeSummary {
 	var out []NodeSummary
 	for _, n := range a.liveNodes() {
 		s := NodeSummary{Name: n.Name, Address: n.Address, Labels: n.Labels, Simulated: n.Simulated,
-			CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, Agent: n.Agent, Registered: n.Registered, Models: map[string]int{}}
+			CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, Agent: n.Agent, Registered: n.Registered, Models: map[string]int{}, ModelsFree: map[string]int{}}
 		if c, ok := cordons.Get(a.keys.Cordon(n.Name)); ok {
 			s.Cordon = &c
 		}
@@ -108,6 +112,7 @@ func (a *API) nodeSummaries() []NodeSummary {
 					s.GPUs.Total++
 					if !held {
 						s.GPUs.Free++
+						s.ModelsFree[g.Model]++
 					}
 				}
 			}
@@ -575,6 +580,9 @@ func (a *API) putQuota(c *gin.Context) {
 		if f.v != nil && *f.v < 0 {
 			errs = append(errs, FieldError{Field: f.name, Message: fmt.Sprintf("got %d, want 0 or more (leave it out for no limit)", *f.v)})
 		}
+	}
+	if q.Weight != nil && !(*q.Weight > 0 && *q.Weight <= 1e6) {
+		errs = append(errs, FieldError{Field: "weight", Message: fmt.Sprintf("got %v, want a fair-share weight above 0 and at most 1000000 (leave it out for 1)", *q.Weight)})
 	}
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)

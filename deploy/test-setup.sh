@@ -8,7 +8,9 @@
 # (with python3-cryptography for RS256/ES256) mints tokens independently of
 # the API's own JWT library; busybox-static is the binary the runtime and
 # agent tests build their container image from (no registry is reachable);
-# jupyterhub is the real hub the spawner is tested under; debootstrap builds
+# jupyterhub is the real hub the spawner is tested under (python3-venv,
+# python3-pip and python3-setuptools install the spawner as its README
+# says: a venv that sees the system's packages, pip without PyPI); debootstrap builds
 # the notebook image from Debian's packages (deploy/images/jupyter/build.sh);
 # chromium runs the web console's browser tests; containernetworking-plugins,
 # iptables and iproute2 give each session its own network (docs/networking.md);
@@ -18,7 +20,7 @@ set -euo pipefail
 
 packages=(containerd runc etcd-client etcd-server python3-jwt python3-cryptography busybox-static
 	jupyterhub debootstrap chromium bash-completion zsh gcc libc6-dev git
-	containernetworking-plugins iptables iproute2)
+	containernetworking-plugins iptables iproute2 python3-venv python3-pip python3-setuptools)
 
 missing=()
 for p in "${packages[@]}"; do

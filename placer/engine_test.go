@@ -17,8 +17,13 @@ import (
 // settled reports whether the world's queue is stable: a fresh plan of
 // what is in etcd would bind nothing more.
 func (s *sim) settled(ctx context.Context, opt PlanOptions) (bool, world) {
+	return s.settledAt(ctx, opt, time.Now())
+}
+
+// settledAt is settled for placers whose clock reads now.
+func (s *sim) settledAt(ctx context.Context, opt PlanOptions, now time.Time) (bool, world) {
 	w := s.read(ctx)
-	snap := &Snapshot{Now: time.Now()}
+	snap := &Snapshot{Now: now}
 	resp, err := s.cli.Get(ctx, s.k.Nodes(), clientv3.WithPrefix())
 	if err != nil {
 		s.t.Fatal(err)

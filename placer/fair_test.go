@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -104,9 +105,26 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 	return r
 }
 
+// defaultReserveAfter is VOYAGER_PLACER_RESERVE_AFTER's default, read from
+// the settings table.
+func defaultReserveAfter(t *testing.T) time.Duration {
+	cfg, err := config.Load(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PlacerReserveAfter <= 0 {
+		t.Fatalf("default VOYAGER_PLACER_RESERVE_AFTER is %v: reservations are off by default", cfg.PlacerReserveAfter)
+	}
+	return cfg.PlacerReserveAfter
+}
+
 // TestFairShare: one user floods the queue and fills the cluster, a second
 // floods it later; as sessions finish, freed GPUs go to the user with the
-// smaller dominant share, and both end within 10% of each other.
+// smaller dominant share, and both end within 10% of each other. It runs
+// with the default reservation setting on placers whose clock runs 600×
+// fast, so the backlog is deeper than ReserveAfter within a second and
+// every request is aged, as in a real backlog (issue 17: ordering aged
+// requests by age gave the first user everything that freed).
 func TestFairShare(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	cli := c.Client(t)
@@ -114,8 +132,11 @@ func TestFairShare(t *testing.T) {
 	defer cancel()
 	s := newSim(t, cli)
 	s.addNodes(ctx, "gpu", 10, 8) // 80 GPUs
-	runPlacer(t, c.Server.Endpoint(), Config{})
-	runPlacer(t, c.Server.Endpoint(), Config{})
+	start := time.Now()
+	fast := func() time.Time { return start.Add(600 * time.Since(start)) }
+	opt := PlanOptions{ReserveAfter: defaultReserveAfter(t)}
+	runPlacer(t, c.Server.Endpoint(), Config{Plan: opt, Now: fast})
+	runPlacer(t, c.Server.Endpoint(), Config{Plan: opt, Now: fast})
 
 	ones := func(n int) []int {
 		out := make([]int, n)
@@ -126,7 +147,7 @@ func TestFairShare(t *testing.T) {
 	}
 	s.submit(ctx, "ada", ones(300), nil)
 	eventually(t, 30*time.Second, "ada to fill the cluster", func() bool {
-		ok, w := s.settled(ctx, PlanOptions{})
+		ok, w := s.settledAt(ctx, opt, fast())
 		return ok && gpusOf(w)["ada"] >= 79
 	})
 	s.submit(ctx, "bob", ones(300), nil)
@@ -134,7 +155,7 @@ func TestFairShare(t *testing.T) {
 	agents(t, ctx, cli, s.k, 10*time.Millisecond, 240)
 	var shares map[string]int
 	eventually(t, 60*time.Second, "240 sessions to finish and the queue to settle", func() bool {
-		ok, w := s.settled(ctx, PlanOptions{})
+		ok, w := s.settledAt(ctx, opt, fast())
 		shares = gpusOf(w)
 		return ok && finished(w) >= 240
 	})

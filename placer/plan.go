@@ -15,10 +15,11 @@ import (
 type PlanOptions struct {
 	// Strategy is Binpack (the default) or Spread.
 	Strategy Strategy
-	// ReserveAfter is how long a request may wait before it is ordered
-	// first within its priority and holds the nodes closest to fitting it,
-	// so a stream of small requests cannot starve a large one. Zero
-	// disables reservations.
+	// ReserveAfter is how long a request may wait before, if it fits no
+	// node, it holds the nodes closest to fitting it (one such request per
+	// owner, chosen by fair share), so a stream of small requests cannot
+	// starve a large one. It does not move the request ahead of the
+	// fair-share order. Zero disables reservations.
 	ReserveAfter time.Duration
 	// Candidates bounds how many feasible nodes are scored for one part;
 	// zero means 16. Like the Kubernetes scheduler's percentageOfNodesToScore
@@ -114,6 +115,12 @@ type planner struct {
 	// shape fails again.
 	failed map[string]failure
 	usage  usage
+	// ownerGroups caches groupsOf.
+	ownerGroups map[string][]string
+	// holding marks the sessions that hold nodes in this pass; holders
+	// counts them by owner.
+	holding map[string]bool
+	holders map[string]int
 }
 
 type failure struct{ reason, message string }
@@ -158,13 +165,14 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 			}
 		}
 	}
+	p.holdUnfit(plan)
 	order := p.order()
 	position := 0
 	for it := order.next(); it != nil; it = order.next() {
 		position++
 		if d, ok := p.place(it, position, plan); ok {
 			plan.Bound = append(plan.Bound, d)
-			order.placed(it.Entry.Owner)
+			order.placed(it.Entry.Owner, p.weightedShare)
 		}
 	}
 	// Positions among the still waiting, in processing order.
@@ -213,21 +221,15 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	var chosen []*nodeState
 	exclude := map[string]bool{}
 	for i := range reqs {
-		role := state.RoleSingle
-		if e.Workers > 0 {
-			role = state.RoleHead
-			if i > 0 {
-				role = state.RoleWorker
-			}
-		}
-		pt := &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session}
+		pt := partOf(e, reqs, i)
+		role := pt.role
 		n, devs, scores, fail := p.best(pt, exclude)
 		if n == nil {
 			for _, c := range chosen {
 				c.unreserve(e.Session)
 				p.reindex(c)
 			}
-			if p.aged(e) {
+			if p.aged(e) && !p.holding[e.Session] && p.holders[e.Owner] < maxHoldsPerOwner {
 				p.holdFor(e, reqs, plan)
 			}
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: fail.reason, Message: fail.message})
@@ -425,6 +427,80 @@ func (p *planner) largest(r *state.Resources) string {
 	return fmt.Sprintf("the largest node has %d matching GPUs, %s CPU and %d MiB memory", maxDev, milli(maxCPU), maxMem)
 }
 
+// maxHoldsPerOwner bounds the requests of one owner that hold nodes at
+// once: holding is a share of the cluster too, and an owner with more
+// large requests waiting must not hold more of it.
+const maxHoldsPerOwner = 1
+
+// holdUnfit lets every aged request that fits no node before anything is
+// placed hold the nodes closest to fitting it, before the queue order runs:
+// the capacity freed since the last pass on a node that is draining for a
+// large request stays there, instead of going to whichever smaller request
+// comes first in the fair-share order (issue 17). Holders are taken by
+// priority, then by their owner's weighted share, then by age.
+func (p *planner) holdUnfit(plan *Plan) {
+	if p.opt.ReserveAfter <= 0 {
+		return
+	}
+	var cands []*Pending
+	share := map[string]float64{}
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		if !p.aged(&it.Entry) {
+			continue
+		}
+		if _, ok := share[it.Entry.Owner]; !ok {
+			share[it.Entry.Owner], _ = p.weightedShare(it.Entry.Owner)
+		}
+		cands = append(cands, it)
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := &cands[i].Entry, &cands[j].Entry
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		if share[a.Owner] != share[b.Owner] {
+			return share[a.Owner] < share[b.Owner]
+		}
+		return olderFirst(cands[i], cands[j])
+	})
+	for _, it := range cands {
+		e := &it.Entry
+		if p.holding[e.Session] || p.holders[e.Owner] >= maxHoldsPerOwner || p.fits(e) {
+			continue
+		}
+		p.holdFor(e, e.Parts(), plan)
+	}
+}
+
+// partOf is part i of e, whose parts are reqs: the single part, or the
+// Ray head (0) and its workers.
+func partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
+	role := state.RoleSingle
+	if e.Workers > 0 {
+		role = state.RoleHead
+		if i > 0 {
+			role = state.RoleWorker
+		}
+	}
+	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session}
+}
+
+// fits reports whether every part of e finds a node now, each on its own.
+func (p *planner) fits(e *state.QueueEntry) bool {
+	reqs := e.Parts()
+	exclude := map[string]bool{}
+	for i := range reqs {
+		pt := partOf(e, reqs, i)
+		n, _, _, _ := p.best(pt, exclude)
+		if n == nil {
+			return false
+		}
+		exclude[n.name] = true
+	}
+	return true
+}
+
 // holdFor reserves, for an aged request that does not fit, the nodes
 // closest to fitting each part, so that later requests in the order cannot
 // take their free capacity.
@@ -449,6 +525,13 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 			continue
 		}
 		best.reservedFor = e.Session
+		if p.holding == nil {
+			p.holding, p.holders = map[string]bool{}, map[string]int{}
+		}
+		if !p.holding[e.Session] {
+			p.holders[e.Owner]++
+		}
+		p.holding[e.Session] = true
 		used[best.name] = true
 		plan.Reserved[best.name] = e.Session
 	}
@@ -504,25 +587,33 @@ func shapeKey(pt *part) string {
 // ---- queue order ----
 
 // queueOrder yields pending sessions in placement order: priority first;
-// within a priority, requests older than ReserveAfter by age; the rest by
-// dominant resource share of their owner (DRF), recomputed as the pass
-// places sessions, then by age.
+// within a priority, requests older than ReserveAfter (the aged tier)
+// before the rest; within each tier, the owner with the smallest weighted
+// dominant resource share (DRF) first, recomputed as the pass places
+// sessions, then the owner's oldest request. The aged tier is ordered by
+// fair share too (issue 17): in a backlog deeper than ReserveAfter every
+// request is aged, and an order by age hands a flooding user the cluster.
 type queueOrder struct {
 	levels []*level
 	cur    int
 }
 
+// level is one priority: its aged tier, then the rest, each a set of
+// owner queues ordered by weighted dominant share.
 type level struct {
-	aged   []*Pending
+	tiers [2]*tier
+}
+
+type tier struct {
 	owners ownerHeap
 	byName map[string]*ownerQueue
-	usage  *usage
 }
 
 type ownerQueue struct {
 	owner string
 	items []*Pending
-	share float64
+	share float64 // weighted share: orders owners
+	own   float64 // the owner's own share: breaks ties
 	index int
 }
 
@@ -533,18 +624,18 @@ func (p *planner) order() *queueOrder {
 		it := &p.snap.Pending[i]
 		lv, ok := byPrio[it.Entry.Priority]
 		if !ok {
-			lv = &level{byName: map[string]*ownerQueue{}, usage: &p.usage}
+			lv = &level{tiers: [2]*tier{{byName: map[string]*ownerQueue{}}, {byName: map[string]*ownerQueue{}}}}
 			byPrio[it.Entry.Priority] = lv
 			prios = append(prios, it.Entry.Priority)
 		}
+		tr := lv.tiers[1]
 		if p.aged(&it.Entry) {
-			lv.aged = append(lv.aged, it)
-			continue
+			tr = lv.tiers[0]
 		}
-		oq, ok := lv.byName[it.Entry.Owner]
+		oq, ok := tr.byName[it.Entry.Owner]
 		if !ok {
 			oq = &ownerQueue{owner: it.Entry.Owner}
-			lv.byName[it.Entry.Owner] = oq
+			tr.byName[it.Entry.Owner] = oq
 		}
 		oq.items = append(oq.items, it)
 	}
@@ -552,14 +643,15 @@ func (p *planner) order() *queueOrder {
 	q := &queueOrder{}
 	for _, pr := range prios {
 		lv := byPrio[pr]
-		sort.SliceStable(lv.aged, func(i, j int) bool { return olderFirst(lv.aged[i], lv.aged[j]) })
-		for _, oq := range lv.byName {
-			sort.SliceStable(oq.items, func(i, j int) bool { return olderFirst(oq.items[i], oq.items[j]) })
-			oq.share = p.usage.share(oq.owner)
-			oq.index = len(lv.owners)
-			lv.owners = append(lv.owners, oq)
+		for _, tr := range lv.tiers {
+			for _, oq := range tr.byName {
+				sort.SliceStable(oq.items, func(i, j int) bool { return olderFirst(oq.items[i], oq.items[j]) })
+				oq.share, oq.own = p.weightedShare(oq.owner)
+				oq.index = len(tr.owners)
+				tr.owners = append(tr.owners, oq)
+			}
+			heap.Init(&tr.owners)
 		}
-		heap.Init(&lv.owners)
 		q.levels = append(q.levels, lv)
 	}
 	return q
@@ -575,20 +667,17 @@ func olderFirst(a, b *Pending) bool {
 // next returns the next session to try, or nil when the queue is done.
 func (q *queueOrder) next() *Pending {
 	for q.cur < len(q.levels) {
-		lv := q.levels[q.cur]
-		if len(lv.aged) > 0 {
-			it := lv.aged[0]
-			lv.aged = lv.aged[1:]
-			return it
-		}
-		if len(lv.owners) > 0 {
-			oq := lv.owners[0]
+		for _, tr := range q.levels[q.cur].tiers {
+			if len(tr.owners) == 0 {
+				continue
+			}
+			oq := tr.owners[0]
 			it := oq.items[0]
 			oq.items = oq.items[1:]
 			if len(oq.items) == 0 {
-				heap.Pop(&lv.owners)
+				heap.Pop(&tr.owners)
 			} else {
-				heap.Fix(&lv.owners, 0) // its oldest request changed
+				heap.Fix(&tr.owners, 0) // its oldest request changed
 			}
 			return it
 		}
@@ -597,25 +686,76 @@ func (q *queueOrder) next() *Pending {
 	return nil
 }
 
-// placed tells the order that owner's share grew.
-func (q *queueOrder) placed(owner string) {
+// placed tells the order that owner's share grew; share computes it.
+func (q *queueOrder) placed(owner string, share func(string) (float64, float64)) {
 	if q.cur >= len(q.levels) {
 		return
 	}
-	lv := q.levels[q.cur]
-	if oq, ok := lv.byName[owner]; ok && oq.index >= 0 {
-		oq.share = lv.usage.share(owner)
-		heap.Fix(&lv.owners, oq.index)
+	for _, tr := range q.levels[q.cur].tiers {
+		if oq, ok := tr.byName[owner]; ok && oq.index >= 0 {
+			oq.share, oq.own = share(owner)
+			heap.Fix(&tr.owners, oq.index)
+		}
 	}
 }
 
-// ownerHeap orders owners by dominant share, then by their oldest request.
+// weightedShare is the share that orders owner, and the share that
+// breaks ties between owners of one equal first share. An owner in no
+// weighted group is ordered by its dominant share over its weight. An
+// owner in groups with a weight is ordered by the largest of each such
+// group's dominant share over the group's weight (and its own weighted
+// share, if it has a weight of its own), then by its own share: a group of
+// weight 3 is served as if its members together held a third of what they
+// hold, and its members share that evenly. Weights come from quotas
+// (state.Quota.Weight); absent, a weight is 1.
+func (p *planner) weightedShare(owner string) (float64, float64) {
+	own := p.usage.share(p.usage.users[owner])
+	first, grouped := own, false
+	for _, g := range p.groupsOf(owner) {
+		if q, ok := p.snap.GroupQuotas[g]; ok && q.Weight != nil && *q.Weight > 0 {
+			gs := p.usage.share(p.usage.groups[g]) / *q.Weight
+			if !grouped || gs > first {
+				first = gs
+			}
+			grouped = true
+		}
+	}
+	if q, ok := p.snap.UserQuotas[owner]; ok && q.Weight != nil && *q.Weight > 0 {
+		if !grouped {
+			first = own / *q.Weight
+		} else {
+			first = max(first, own / *q.Weight)
+		}
+	}
+	return first, own
+}
+
+// groupsOf is the groups of owner's requests, as the queue entries carry
+// them (the API copies them from the owner's identity).
+func (p *planner) groupsOf(owner string) []string {
+	if p.ownerGroups == nil {
+		p.ownerGroups = map[string][]string{}
+		for i := range p.snap.Pending {
+			e := &p.snap.Pending[i].Entry
+			if _, ok := p.ownerGroups[e.Owner]; !ok {
+				p.ownerGroups[e.Owner] = e.Groups
+			}
+		}
+	}
+	return p.ownerGroups[owner]
+}
+
+// ownerHeap orders owners by weighted share, then own share, then by their
+// oldest request.
 type ownerHeap []*ownerQueue
 
 func (h ownerHeap) Len() int { return len(h) }
 func (h ownerHeap) Less(i, j int) bool {
 	if h[i].share != h[j].share {
 		return h[i].share < h[j].share
+	}
+	if h[i].own != h[j].own {
+		return h[i].own < h[j].own
 	}
 	if !h[i].items[0].Entry.Created.Equal(h[j].items[0].Entry.Created) {
 		return h[i].items[0].Entry.Created.Before(h[j].items[0].Entry.Created)
@@ -696,10 +836,10 @@ func (u *usage) add(e *state.QueueEntry, reqs []state.Resources) {
 	}
 }
 
-// share is owner's dominant resource share of the cluster.
-func (u *usage) share(owner string) float64 {
-	a, ok := u.users[owner]
-	if !ok {
+// share is the dominant resource share of the cluster that a (a user's
+// or a group's holding; nil: nothing) amounts to.
+func (u *usage) share(a *amounts) float64 {
+	if a == nil {
 		return 0
 	}
 	s := 0.0

@@ -495,10 +495,14 @@ const (
 
 // Quota caps what one user or group may hold at once, stored at
 // quotas/users/<name> or quotas/groups/<name>. A nil field is unlimited.
+// Weight is the subject's fair-share weight (nil: 1): the placer orders
+// owners by dominant share divided by weight, so a user or group of
+// weight 3 is served as if it held a third of what it holds.
 type Quota struct {
-	GPUs      *int64 `json:"gpus,omitempty"`
-	CPUMilli  *int64 `json:"cpuMilli,omitempty"`
-	MemoryMiB *int64 `json:"memoryMiB,omitempty"`
+	GPUs      *int64   `json:"gpus,omitempty"`
+	CPUMilli  *int64   `json:"cpuMilli,omitempty"`
+	MemoryMiB *int64   `json:"memoryMiB,omitempty"`
+	Weight    *float64 `json:"weight,omitempty"`
 }
 
 // Profile is a named, admin-defined session template, stored at

@@ -14,7 +14,8 @@ ON_BEHALF_OF = "X-Voyager-On-Behalf-Of"
 class VoyagerError(Exception):
     """A refusal or failure from Voyager, with its plain-words reason.
 
-    status is the HTTP status (0 when Voyager could not be reached), title
+    status is the HTTP status (0 when Voyager could not be reached, -1 when
+    the hub has no usable credentials: its signing key cannot be read), title
     and detail come from the problem+json body.
     """
 
@@ -24,7 +25,9 @@ class VoyagerError(Exception):
 
 
 class Client:
-    """Calls /api/v1 of Voyager at url with token, as user."""
+    """Calls /api/v1 of Voyager at url as user. token is a function that
+    returns the bearer token to send: asked again for every request, so a
+    minted token is replaced before it expires."""
 
     def __init__(self, url, token, user, timeout=30):
         self.url = url.rstrip("/") + "/api/v1"
@@ -34,14 +37,18 @@ class Client:
         self.http = AsyncHTTPClient()
 
     def _headers(self, extra=None):
-        h = {"Authorization": f"Bearer {self.token}", ON_BEHALF_OF: self.user, "Accept": "application/json"}
+        h = {"Authorization": f"Bearer {self.token()}", ON_BEHALF_OF: self.user, "Accept": "application/json"}
         h.update(extra or {})
         return h
 
-    async def request(self, method, path, body=None, headers=None):
-        """Sends one request and returns the decoded JSON answer."""
+    async def request(self, method, path, body=None, headers=None, raw=False):
+        """Sends one request and returns the decoded JSON answer (the text
+        when raw)."""
         data = None if body is None else json.dumps(body)
-        hdrs = self._headers(headers)
+        try:
+            hdrs = self._headers(headers)
+        except ValueError as e:  # the signing key cannot be read
+            raise VoyagerError(-1, "No Voyager credentials", str(e)) from None
         if data is not None:
             hdrs["Content-Type"] = "application/json"
         req = HTTPRequest(self.url + path, method=method, body=data, headers=hdrs,
@@ -52,6 +59,8 @@ class Client:
             raise problem(e) from None
         except OSError as e:
             raise VoyagerError(0, "Voyager is unreachable", f"{self.url}: {e}") from None
+        if raw:
+            return resp.body.decode("utf-8", "replace")
         return json.loads(resp.body or b"null")
 
     async def create_session(self, body, idempotency_key):
@@ -63,8 +72,14 @@ class Client:
     async def stop_session(self, sid):
         return await self.request("POST", "/sessions/" + quote(sid, safe="") + "/stop")
 
+    async def logs(self, sid, tail=5):
+        return await self.request("GET", "/sessions/" + quote(sid, safe="") + f"/logs?tail={int(tail)}", raw=True)
+
     async def profiles(self):
         return await self.request("GET", "/profiles")
+
+    async def profile(self, name):
+        return await self.request("GET", "/profiles/" + quote(name, safe=""))
 
     async def nodes(self):
         return await self.request("GET", "/nodes")
@@ -79,7 +94,10 @@ class Client:
         open (a running session's) cleanly."""
         u = urlsplit(self.url + "/sessions/" + quote(sid, safe="") + "/events")
         port = u.port or (443 if u.scheme == "https" else 80)
-        hdrs = self._headers({"Accept": "text/event-stream", "Host": u.netloc, "Connection": "close"})
+        try:
+            hdrs = self._headers({"Accept": "text/event-stream", "Host": u.netloc, "Connection": "close"})
+        except ValueError as e:
+            raise VoyagerError(-1, "No Voyager credentials", str(e)) from None
         if last_event_id:
             hdrs["Last-Event-ID"] = str(last_event_id)
         try:

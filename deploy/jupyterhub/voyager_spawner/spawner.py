@@ -2,61 +2,164 @@
 
 start() creates the session through Voyager's API (as a service acting for
 the hub's user), follows its event stream until the session runs, and
-returns the server's URL. progress() relays those events (queue position,
-pending reason, image pull, start) as JupyterHub progress events. poll(),
-stop(), get_state() and load_state() map onto the session, so the hub
-remembers its servers across restarts.
+returns the server's URL. Every event is kept in the spawn's progress log,
+which progress() replays from its start for each reader (a reloaded page,
+a second tab), then follows. poll(), stop(), get_state() and load_state()
+map onto the session, so the hub remembers its servers across restarts.
+Failures raise SpawnError, whose jupyterhub_message is the reason in
+plain words, as the hub shows it on the spawn form and the error page.
 """
 
 import asyncio
 import html
+import inspect
 import os
 import re
 import uuid
 from urllib.parse import urlsplit
 
 from jupyterhub.spawner import Spawner
-from traitlets import Dict, Integer, Unicode, default
+from jupyterhub.utils import url_escape_path, url_path_join
+from tornado import web
+from traitlets import Any, Dict, Integer, List, Unicode, Union, default, validate
 
+from . import profiles as prof
 from .client import Client, VoyagerError
+from . import handlers
+from .handlers import CANCEL_PATH
+from .tokens import SigningKeyError, shared_minter
 
 # Phases in which a session may still become (or is) a running server.
 LIVE = {"Pending", "Bound", "Starting", "Running"}
 # Reasons that will never resolve by waiting: fail the spawn at once.
 HOPELESS = {"Quota", "Unsatisfiable"}
 
+# The exit code and first words of the line the server's command writes
+# when the image has no jupyterhub-singleuser.
+NO_SINGLEUSER_EXIT = 127
+NO_SINGLEUSER = "voyager-spawner: no jupyterhub-singleuser"
+
 # The single-user server listens on the port Voyager allocated, which the
-# node agent passes as $PORT; the hub's JUPYTERHUB_* variables do
-# the rest.
-SINGLEUSER = 'exec jupyterhub-singleuser --ip=0.0.0.0 --port="$PORT"'
+# node agent passes as $PORT; the hub's JUPYTERHUB_* variables do the rest.
+SINGLEUSER = (
+    "command -v jupyterhub-singleuser >/dev/null 2>&1 || "
+    f'{{ echo "{NO_SINGLEUSER} in this image (PATH=$PATH)" >&2; exit {NO_SINGLEUSER_EXIT}; }}; '
+    'exec jupyterhub-singleuser --ip=0.0.0.0 --port="$PORT"'
+)
+
+
+class SpawnError(web.HTTPError):
+    """A spawn that failed, with the reason the user reads.
+
+    JupyterHub shows jupyterhub_message on its error page and in the
+    progress stream ("Spawn failed: …"), and str() of an HTTPError on the
+    spawn form it renders again after a quick failure: all three say the
+    same plain words. voyager is the VoyagerError behind it, if any.
+    """
+
+    def __init__(self, message, status=500, voyager=None):
+        super().__init__(status, "%s", message)
+        self.jupyterhub_message = message
+        self.voyager = voyager
+
+    def __str__(self):
+        return self.jupyterhub_message
 
 
 class VoyagerSpawner(Spawner):
-    """Spawns single-user servers as Voyager notebook sessions."""
+    """Spawns single-user servers as Voyager notebook sessions.
+
+    Register with ``c.JupyterHub.spawner_class = "voyager"``. Every
+    option below is documented, with examples, in the package's README.
+    """
+
+    # ---- reaching Voyager ----
 
     voyager_url = Unicode(
-        os.environ.get("VOYAGER_URL", "http://127.0.0.1:7070"),
-        help="Base URL of Voyager's API. Default: $VOYAGER_URL.",
+        help="""Base URL of Voyager's API, as the hub reaches it (http://voyager-api:7070).
+        Default: $VOYAGER_URL, else http://127.0.0.1:7070.""",
     ).tag(config=True)
 
-    voyager_token = Unicode(
-        os.environ.get("VOYAGER_TOKEN", ""),
-        help="A Voyager token with the service role. Default: $VOYAGER_TOKEN.",
+    @default("voyager_url")
+    def _default_url(self):
+        return os.environ.get("VOYAGER_URL", "http://127.0.0.1:7070")
+
+    voyager_private_key_file = Unicode(
+        help="""PEM private key (EC P-256 or RSA) with which the spawner signs its own short-lived
+        Voyager service tokens (ES256 or RS256). Give Voyager the public half in
+        VOYAGER_JWT_PUBLIC_KEYS. `python3 -m voyager_spawner keygen PREFIX` writes a pair.
+        The file is read again when it changes. Default: $VOYAGER_PRIVATE_KEY_FILE.""",
     ).tag(config=True)
+
+    @default("voyager_private_key_file")
+    def _default_key_file(self):
+        return os.environ.get("VOYAGER_PRIVATE_KEY_FILE", "")
+
+    voyager_token = Unicode(
+        help="""A fixed Voyager token with the service role, used only when
+        voyager_private_key_file is empty. It expires like every Voyager token,
+        and every spawn fails from then on: meant for trials, not for a hub
+        that runs for days. Default: $VOYAGER_TOKEN.""",
+    ).tag(config=True)
+
+    @default("voyager_token")
+    def _default_token(self):
+        return os.environ.get("VOYAGER_TOKEN", "")
+
+    voyager_token_subject = Unicode(
+        "jupyterhub", help="The sub claim of the tokens the spawner mints: the service's name in Voyager's logs."
+    ).tag(config=True)
+    voyager_token_roles = List(
+        Unicode(), ["service"],
+        help="Roles put in minted tokens; Voyager's service role (VOYAGER_JWT_SERVICE_ROLE) lets the hub act for users.",
+    ).tag(config=True)
+    voyager_token_roles_claim = Unicode(
+        "roles", help="Claim that carries the roles (VOYAGER_JWT_ROLES_CLAIM); dots nest objects."
+    ).tag(config=True)
+    voyager_token_lifetime = Integer(
+        300, min=10,
+        help="Seconds a minted token is valid; a new one is minted when half of that has passed.",
+    ).tag(config=True)
+    voyager_token_audience = Unicode("", help="aud claim of minted tokens (VOYAGER_JWT_AUDIENCE); empty: none.").tag(config=True)
+    voyager_token_issuer = Unicode("", help="iss claim of minted tokens (VOYAGER_JWT_ISSUER); empty: none.").tag(config=True)
+    voyager_token_kid = Unicode("", help="kid header of minted tokens, when Voyager's key file is a JWKS with several keys.").tag(config=True)
+    voyager_request_timeout = Integer(30, min=1, help="Seconds one request to Voyager may take.").tag(config=True)
+
+    # ---- what a server gets ----
 
     image = Unicode(
         "voyager.local/jupyter:latest",
-        help="Container image of the single-user server, unless the profile sets one.",
+        help="Container image of the single-user server when the chosen profile names none. "
+        "It must contain jupyterhub-singleuser (`make image` builds one from Debian's packages).",
+    ).tag(config=True)
+    profile = Unicode(
+        "", help="Voyager profile (GET /api/v1/profiles) used when the user chooses none; empty: the traits below."
+    ).tag(config=True)
+    gpus = Integer(0, min=0, max=64, help="GPUs of a server whose profile sets none.").tag(config=True)
+    gpu_model = Unicode("", help='GPU model pattern ("*A100*") of a server whose profile sets none; empty: any.').tag(config=True)
+    cpu_milli = Integer(2000, min=1, help="CPU in thousandths of a core, of a server whose profile sets none.").tag(config=True)
+    memory_mib = Integer(8192, min=1, help="Memory in MiB of a server whose profile sets none.").tag(config=True)
+    idle_timeout = Unicode("", help='Idle timeout as a Go duration ("2h"); empty: the profile\'s, else the cluster default.').tag(config=True)
+    max_runtime = Unicode("", help='Maximum run time as a Go duration ("24h"); empty: the profile\'s, else none.').tag(config=True)
+    extra_env = Dict(help="More environment for every server (over the profile's).").tag(config=True)
+    profile_list = Union(
+        [List(Dict()), Any()],
+        default_value=[],
+        help="""Profiles offered on the spawn form, in KubeSpawner's shape: a list of dicts with
+        display_name, slug, description, default, voyager_override (image, gpus, gpu_model,
+        cpu_milli, memory_mib, idle_timeout, max_runtime, env, voyager_profile) and
+        profile_options ({name: {display_name, choices: {key: {display_name, default,
+        voyager_override}}}}); or a function (spawner) -> list, maybe async. Empty: the
+        profiles Voyager holds (GET /api/v1/profiles).""",
     ).tag(config=True)
 
-    profile = Unicode("", help="Default Voyager profile (GET /api/v1/profiles).").tag(config=True)
-
-    gpus = Integer(0, help="Default number of GPUs.").tag(config=True)
-    cpu_milli = Integer(2000, help="Default CPU, in thousandths of a core.").tag(config=True)
-    memory_mib = Integer(8192, help="Default memory in MiB.").tag(config=True)
-    idle_timeout = Unicode("", help='Idle timeout as a Go duration ("2h"); empty: the cluster default.').tag(config=True)
-    max_runtime = Unicode("", help='Maximum run time as a Go duration ("24h"); empty: none.').tag(config=True)
-    extra_env = Dict(help="More environment for the server.").tag(config=True)
+    @validate("profile_list")
+    def _check_profile_list(self, proposal):
+        v = proposal["value"]
+        if callable(v):
+            return v
+        prof.normalize_profile_list(v)  # refuse a bad list when the hub loads its config
+        return v
 
     # Keep JUPYTERHUB_* and what the server needs; the hub's own PATH and
     # PYTHONPATH mean nothing inside the container.
@@ -74,8 +177,10 @@ class VoyagerSpawner(Spawner):
         super().__init__(*args, **kwargs)
         self.session_id = ""
         self.idempotency_key = ""
-        self._events = asyncio.Queue()
-        self._last_event = None
+        self._progress = []
+        self._progress_done = False
+        self._progress_changed = asyncio.Event()
+        self._cancelled = False
 
     # ---- state ----
 
@@ -96,95 +201,176 @@ class VoyagerSpawner(Spawner):
         self.session_id = ""
         self.idempotency_key = ""
 
-    # ---- options ----
+    # ---- credentials ----
 
-    async def _options_form(self, spawner):
-        """Profiles from Voyager, a GPU count, and what is free now."""
-        client = self.client()
-        try:
-            answer = await client.profiles() or {}
-            profiles = answer.get("items", []) if isinstance(answer, dict) else answer
-        except VoyagerError as e:
-            self.log.warning("read Voyager profiles: %s", e)
-            profiles = []
-        try:
-            free = free_now((await client.nodes() or {}).get("items", []))
-        except VoyagerError as e:
-            self.log.warning("read Voyager nodes: %s", e)
-            free = "unknown (Voyager did not answer)"
-        opts = ['<option value="">(defaults)</option>']
-        for p in profiles:
-            name = html.escape(p.get("name", ""))
-            desc = html.escape(p.get("description", "") or name)
-            opts.append(f'<option value="{name}">{desc}</option>')
-        return (
-            '<label for="voyager-profile">Profile</label>'
-            f'<select class="form-control" name="profile" id="voyager-profile">{"".join(opts)}</select>'
-            '<label for="voyager-gpus">GPUs</label>'
-            f'<input class="form-control" type="number" min="0" max="64" name="gpus" id="voyager-gpus" value="{self.gpus}">'
-            f'<p class="help-block">Free now: {html.escape(free)}</p>'
-        )
-
-    def options_from_form(self, formdata):
-        opts = {}
-        profile = (formdata.get("profile") or [""])[0].strip()
-        if profile:
-            opts["profile"] = profile
-        gpus = (formdata.get("gpus") or [""])[0].strip()
-        if gpus:
-            if not gpus.isdigit() or int(gpus) > 64:
-                raise ValueError(f"GPUs must be a whole number from 0 to 64, not {gpus!r}")
-            opts["gpus"] = int(gpus)
-        return opts
-
-    # ---- the session ----
+    def _token(self):
+        if self.voyager_private_key_file:
+            return shared_minter(self.voyager_private_key_file, self.voyager_token_subject, self.voyager_token_roles,
+                                 self.voyager_token_lifetime, self.voyager_token_audience, self.voyager_token_issuer,
+                                 self.voyager_token_kid, self.voyager_token_roles_claim).token()
+        if not self.voyager_token:
+            raise SigningKeyError("the hub has no Voyager credentials: set VoyagerSpawner.voyager_private_key_file "
+                                  "(or, for a trial, voyager_token)")
+        return self.voyager_token
 
     def client(self):
-        return Client(self.voyager_url, self.voyager_token, self.user.name)
+        return Client(self.voyager_url, self._token, self.user.name, self.voyager_request_timeout)
 
-    def session_request(self):
-        """The body of POST /api/v1/sessions for this server."""
-        env = {k: v for k, v in self.get_env().items() if k not in self.drop_env}
-        env.update(self.extra_env)
+    # ---- profiles and the form ----
+
+    async def _profiles(self, client):
+        """(profiles, hub_profiles): the hub's profile_list, else Voyager's."""
+        pl = self.profile_list
+        if callable(pl):
+            pl = pl(self)
+            if inspect.isawaitable(pl):
+                pl = await pl
+        if pl:
+            return prof.normalize_profile_list(pl), True
+        answer = await client.profiles() or {}
+        items = answer.get("items", []) if isinstance(answer, dict) else answer
+        return prof.from_voyager(items), False
+
+    def _trait_fields(self):
+        f = {"image": self.image, "gpus": self.gpus, "cpu_milli": self.cpu_milli, "memory_mib": self.memory_mib}
+        for k in ("gpu_model", "idle_timeout", "max_runtime"):
+            if getattr(self, k):
+                f[k] = getattr(self, k)
+        return f
+
+    async def _options_form(self, spawner):
+        """Profiles, override fields, and what is free now by GPU model."""
+        client = self.client()
+        error = ""
+        try:
+            profiles, hub = await self._profiles(client)
+        except (VoyagerError, ValueError) as e:
+            self.log.warning("read profiles: %s", e)
+            profiles, hub, error = [], False, f"Profiles unavailable: {e}"
+        try:
+            free = prof.free_html((await client.nodes() or {}).get("items", []))
+        except VoyagerError as e:
+            self.log.warning("read Voyager nodes: %s", e)
+            free = "<p>Free now: unknown (Voyager did not answer).</p>"
+        return prof.form_html(profiles, hub, prof.summary(self._trait_fields()), free, error)
+
+    def options_from_form(self, formdata):
+        return prof.options_from_form(formdata)
+
+    async def resolve(self, client):
+        """The merged fields of this spawn and the Voyager profile it names
+        (see profiles.py for the rule). Raises ValueError for a choice
+        that does not exist or cannot be honoured."""
         opts = self.user_options or {}
+        fields = self._trait_fields()
+        profiles = []
+        if opts.get("profile") or self.profile_list:
+            profiles, _ = await self._profiles(client)
+        chosen, choices = prof.choose(profiles, opts)
+        override = {}
+        if chosen is not None:
+            override.update(chosen["override"])
+            for c in choices:
+                override.update(c["override"])
+        vname = override.pop("voyager_profile", "") or (self.profile if chosen is None else "")
+        vfields = {}
+        if vname:
+            vfields = prof.voyager_fields(await client.profile(vname))
+        fields.update(vfields)
+        fields.update(override)
+        asked = prof.user_fields(opts)
+        if asked.get("gpus") == 0 and vfields.get("gpus"):
+            raise ValueError(f"profile {vname!r} has {prof.plural(vfields['gpus'], 'GPU')}: "
+                             "choose a profile without GPUs for a server without them")
+        fields.update(asked)
+        return fields, vname
+
+    async def session_request(self, client):
+        """The body of POST /api/v1/sessions for this server."""
+        fields, vname = await self.resolve(client)
+        env = {k: v for k, v in self.get_env().items() if k not in self.drop_env}
+        env.update(fields.get("env") or {})
+        env.update(self.extra_env)
+        resources = {"gpus": fields["gpus"], "cpuMilli": fields["cpu_milli"], "memoryMiB": fields["memory_mib"]}
+        if fields.get("gpu_model"):
+            resources["gpuModel"] = fields["gpu_model"]
         body = {
             "kind": "notebook",
             "name": server_label(self.name),
+            "image": fields["image"],
             "command": ["/bin/sh", "-c", SINGLEUSER],
             "env": env,
-            "resources": {
-                "gpus": int(opts.get("gpus", self.gpus)),
-                "cpuMilli": self.cpu_milli,
-                "memoryMiB": self.memory_mib,
-            },
+            "resources": resources,
         }
-        profile = opts.get("profile", self.profile)
-        if profile:
-            body["profile"] = profile
-        else:
-            body["image"] = self.image
-        limits = {}
-        if self.idle_timeout:
-            limits["idleTimeout"] = self.idle_timeout
-        if self.max_runtime:
-            limits["maxRuntime"] = self.max_runtime
+        if vname:
+            body["profile"] = vname
+        limits = {k2: fields[k] for k, k2 in (("idle_timeout", "idleTimeout"), ("max_runtime", "maxRuntime")) if fields.get(k)}
         if limits:
             body["limits"] = limits
         return body
 
+    # ---- progress: one log per spawn, replayed to every reader ----
+
+    def _reset_progress(self):
+        self._progress = []
+        self._progress_done = False
+        self._progress_changed = asyncio.Event()
+
+    def _emit(self, event):
+        if self._progress and self._progress[-1] == event:
+            return
+        self._progress.append(event)
+        self._wake()
+
+    def _finish_progress(self):
+        self._progress_done = True
+        self._wake()
+
+    def _wake(self):
+        changed, self._progress_changed = self._progress_changed, asyncio.Event()
+        changed.set()
+
+    async def progress(self):
+        """This spawn's events from the first, then each new one, until the
+        spawn succeeds or fails; every reader gets all of them."""
+        i = 0
+        while True:
+            while i < len(self._progress):
+                yield self._progress[i]
+                i += 1
+            if self._progress_done:
+                return
+            await self._progress_changed.wait()
+
+    # ---- the session ----
+
     async def start(self):
+        self._reset_progress()
+        self._cancelled = False
+        try:
+            return await self._start()
+        except SpawnError:
+            raise
+        except VoyagerError as e:
+            raise self._spawn_error(e) from None
+        except ValueError as e:
+            raise SpawnError(f"Cannot start this server: {e}", 400) from None
+        finally:
+            self._finish_progress()
+
+    async def _start(self):
         client = self.client()
         if not self.idempotency_key:
             self.idempotency_key = str(uuid.uuid4())
+        body = await self.session_request(client)
         # A refusal (bad profile, impossible request) raises here, at once,
-        # with Voyager's reason: the hub shows it on the spawn page.
-        view = await client.create_session(self.session_request(), self.idempotency_key)
+        # with Voyager's reason.
+        view = await client.create_session(body, self.idempotency_key)
         self.session_id = view["id"]
+        self._image = view.get("image") or body["image"]
         self.log.info("Voyager session %s for %s", self.session_id, self._log_name)
-        # The hub may already be waiting in progress() on this queue: empty
-        # it of a previous start's leftovers, never replace it.
-        while not self._events.empty():
-            self._events.get_nowait()
+        if self._cancelled:  # the user left while the session was being created
+            await client.stop_session(self.session_id)
         status = await self._follow(client)
         return server_url(status)
 
@@ -194,8 +380,7 @@ class VoyagerSpawner(Spawner):
         outcome = {}
 
         def on_event(ev):
-            self._last_event = ev
-            self._events.put_nowait(ev)
+            self._emit(self._progress_event(ev))
             phase, reason = ev.get("phase"), ev.get("reason")
             if phase == "Running" and ev.get("status", {}).get("urls"):
                 outcome["running"] = ev["status"]
@@ -210,28 +395,69 @@ class VoyagerSpawner(Spawner):
             last_id = await client.events(self.session_id, on_event, last_id)
             if not outcome:  # stream ended early: read the status and resume
                 view = await client.get_session(self.session_id)
-                on_event({"phase": view["status"]["phase"], "reason": view["status"].get("reason"),
-                          "message": view["status"].get("message", ""), "status": view["status"],
-                          "terminal": view["status"]["phase"] not in LIVE})
+                st = view["status"]
+                on_event({"phase": st["phase"], "reason": st.get("reason"), "message": st.get("message", ""),
+                          "status": st, "terminal": st["phase"] not in LIVE})
         if "running" in outcome:
             return outcome["running"]
-        ev = outcome.get("ended") or outcome.get("hopeless")
         if "hopeless" in outcome:
+            ev = outcome["hopeless"]
             # Free the queue slot: the request can never be served as it is.
             await client.stop_session(self.session_id)
-        self._events.put_nowait(None)
-        raise VoyagerError(409, f"Voyager could not start the server ({ev.get('reason') or ev.get('phase')})",
-                           ev.get("message", ""))
+            raise SpawnError(f"Voyager cannot place this server: {status_words(ev)}", 409)
+        raise SpawnError(await self._ended_words(client, outcome["ended"]), 500)
 
-    async def progress(self):
-        """Relays Voyager's events in plain words."""
-        while True:
-            ev = await self._events.get()
-            if ev is None:
-                return
-            yield progress_event(ev)
-            if ev.get("phase") == "Running" or ev.get("terminal"):
-                return
+    async def _ended_words(self, client, ev):
+        """Why a session ended before its server was ready, in words."""
+        if self._cancelled:
+            return "You left the queue. Start your server again whenever you like."
+        st = ev.get("status") or {}
+        code = st.get("exitCode")
+        tail = ""
+        if code is not None:
+            try:
+                tail = (await client.logs(self.session_id, tail=5)).strip()
+            except VoyagerError as e:
+                self.log.debug("read logs of %s: %s", self.session_id, e)
+        if code == NO_SINGLEUSER_EXIT or NO_SINGLEUSER in tail:
+            return (f"The image {getattr(self, '_image', '') or '(unknown)'} has no jupyterhub-singleuser command, "
+                    "so it cannot run a JupyterHub server: choose another profile, or ask your administrator for "
+                    "an image with JupyterHub installed (`make image` builds one from Debian's packages).")
+        words = f"Your server stopped before it was ready: {status_words(ev)}"
+        if tail:
+            words += f". Its last log lines: {tail[-600:]}"
+        return words
+
+    def _spawn_error(self, e):
+        """A VoyagerError as the user should read it."""
+        if e.status == 0:
+            return SpawnError(f"Voyager, which runs the servers, is not answering ({e.detail or e.title}). "
+                              "Try again in a few minutes; tell your administrator if it lasts.", 503, e)
+        if e.status == -1 or e.status in (401, 403):
+            return SpawnError(f"Voyager refused the hub's credentials ({e}). This is for your administrator: "
+                              "check VoyagerSpawner.voyager_private_key_file and VOYAGER_JWT_PUBLIC_KEYS.", 502, e)
+        if e.status in (400, 404, 409, 422):
+            return SpawnError(f"Voyager refused this server: {e.detail or e.title}", 400 if e.status == 404 else e.status, e)
+        return SpawnError(f"Voyager failed ({e.status} {e.title}): {e.detail}", 502, e)
+
+    def _progress_event(self, ev):
+        """progress_event, with a "Leave the queue" button while the
+        session waits in the queue, where the hub serves the cancel page
+        (voyager_spawner.extra_handlers)."""
+        out = progress_event(ev)
+        if ev.get("phase") == "Pending" and handlers.registered:
+            action = url_path_join(self.hub.base_url, CANCEL_PATH, self.user.escaped_name, url_escape_path(self.name or ""))
+            out["html_message"] = (html.escape(out["message"]) +
+                                   f' <form method="post" action="{html.escape(action)}" style="display:inline">'
+                                   '<button type="submit" class="btn btn-xs btn-default">Leave the queue</button></form>')
+        return out
+
+    async def cancel(self):
+        """Leaves Voyager's queue: cancels the session of this pending
+        spawn, which then fails with "You left the queue"."""
+        self._cancelled = True
+        if self.session_id:
+            await self.client().stop_session(self.session_id)
 
     async def poll(self):
         if not self.session_id:
@@ -266,30 +492,10 @@ class VoyagerSpawner(Spawner):
         self.log.warning("Voyager session %s still stopping after 5 minutes", self.session_id)
 
 
-def free_now(nodes):
-    """What is free now, from GET /api/v1/nodes, in plain words:
-    "9 of 16 GPUs (NVIDIA A100-SXM4-80GB); largest on one node: 8"."""
-    total = free = largest = 0
-    models = set()
-    simulated = False
-    for n in nodes:
-        if n.get("cordon"):
-            continue
-        g = n.get("gpus") or {}
-        total += g.get("total", 0)
-        free += g.get("free", 0)
-        largest = max(largest, g.get("free", 0))
-        models.update((n.get("models") or {}).keys())
-        simulated = simulated or n.get("simulated", False)
-    if total == 0:
-        return "no GPUs registered"
-    text = f"{free} of {total} GPUs"
-    if models:
-        text += " (" + ", ".join(sorted(models)) + ")"
-    text += f"; largest on one node: {largest}"
-    if simulated:
-        text += " [simulated GPUs]"
-    return text
+def status_words(ev):
+    """The plain reason of an event: the status's message, else the event's."""
+    st = ev.get("status") or {}
+    return st.get("message") or ev.get("message") or ev.get("reason") or ev.get("phase") or "no reason given"
 
 
 def server_label(name):

@@ -1,0 +1,16 @@
+// Package sim is a discrete-event simulator of GPU placement under churn.
+//
+// It drives placer.NewPlan directly — no etcd, no agents — over a simulated
+// cluster of identical GPU nodes: sessions arrive by seeded Poisson
+// streams (steady users, a user who floods, bursts of large requests,
+// Ray gangs), each runs for a time drawn from a distribution, and every
+// Tick of simulated time the whole queue is planned once and the bound
+// decisions start. The same Config and seed always give the same Result.
+//
+// Result reports what a shared cluster is judged by when there are not
+// enough GPUs: Jain's fairness index over users with waiting work, each
+// user's share, queueing time by request size (mean and p99, sessions
+// still waiting at the end counted with their wait so far), utilisation
+// while work waits, idle GPUs by cause (held for a waiting request, or
+// fragmented), and the 8-GPU slots free against floor(free GPUs / 8).
+package sim

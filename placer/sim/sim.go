@@ -1,0 +1,446 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// Size is one request shape of a stream's mix: GPUs on the head (or
+// single) part and, for a Ray gang, Workers more parts of the same GPUs,
+// each on its own node. Share is its relative frequency in the mix.
+type Size struct {
+	GPUs    int
+	Workers int
+	Share   float64
+}
+
+// Label names the shape in reports: "8" for one 8-GPU part, "gang 3×8" for
+// a head and two workers of 8 GPUs each.
+func (s Size) Label() string {
+	if s.Workers == 0 {
+		return fmt.Sprint(s.GPUs)
+	}
+	return fmt.Sprintf("gang %d×%d", s.Workers+1, s.GPUs)
+}
+
+// DefaultMix is 1-, 2-, 4- and 8-GPU sessions at 40, 30, 20 and 10 %.
+var DefaultMix = []Size{{GPUs: 1, Share: 0.4}, {GPUs: 2, Share: 0.3}, {GPUs: 4, Share: 0.2}, {GPUs: 8, Share: 0.1}}
+
+// RuntimeKind is the distribution of a session's run time.
+type RuntimeKind string
+
+const (
+	// Exponential run times (memoryless), the default.
+	Exponential RuntimeKind = "exponential"
+	// Fixed run times: every session runs exactly Mean.
+	Fixed RuntimeKind = "fixed"
+	// LogNormal run times with shape Sigma: many short, a long tail.
+	LogNormal RuntimeKind = "lognormal"
+)
+
+// Runtime is a run-time distribution with mean Mean.
+type Runtime struct {
+	Kind  RuntimeKind
+	Mean  time.Duration
+	Sigma float64 // LogNormal only; zero means 1
+}
+
+func (r Runtime) draw(rng *rand.Rand) time.Duration {
+	mean := float64(r.Mean)
+	switch r.Kind {
+	case Fixed:
+		return r.Mean
+	case LogNormal:
+		s := r.Sigma
+		if s == 0 {
+			s = 1
+		}
+		mu := math.Log(mean) - s*s/2 // so that the mean is Mean
+		return time.Duration(math.Exp(mu + s*rng.NormFloat64()))
+	default:
+		return time.Duration(rng.ExpFloat64() * mean)
+	}
+}
+
+// Stream is one source of sessions: Poisson arrivals at Rate per hour
+// between Start and End (End zero: the whole run), each bringing Burst
+// sessions at once (zero means one), of shapes drawn from Sizes (empty:
+// DefaultMix) and run times drawn from Runtime.
+type Stream struct {
+	User    string
+	Groups  []string
+	Rate    float64
+	Start   time.Duration
+	End     time.Duration
+	Burst   int
+	Sizes   []Size
+	Runtime Runtime
+}
+
+// Config is one simulation: the cluster, the placer's options, the
+// workload and what to measure.
+type Config struct {
+	// Nodes of GPUsPerNode GPUs each (8 if zero).
+	Nodes       int
+	GPUsPerNode int
+	// Plan is given to placer.NewPlan on every pass.
+	Plan placer.PlanOptions
+	// Streams generate the sessions.
+	Streams []Stream
+	// Duration is how long arrivals are simulated; the run ends then,
+	// sessions still waiting counted with their wait so far.
+	Duration time.Duration
+	// Tick is the simulated time between planning passes (default 1m);
+	// a wait is measured from arrival to the pass that binds it.
+	Tick time.Duration
+	// Seed makes the run reproducible.
+	Seed uint64
+	// From and To bound the window in which fairness, shares, utilisation
+	// and idle capacity are measured (To zero: Duration).
+	From, To time.Duration
+	// UserWeights and GroupWeights are the admins' fair-share weights,
+	// given to the planner as quotas' Weight.
+	UserWeights  map[string]float64
+	GroupWeights map[string]float64
+}
+
+// Stats summarises the queueing times of one request shape, in minutes.
+type Stats struct {
+	N          int
+	Mean, P99  float64
+	StillWaits int // of N, still waiting at the end
+}
+
+// Result is what one run measured.
+type Result struct {
+	// Jain is the mean, over passes in the window with at least two users
+	// waiting, of Jain's index over those users' GPUs held, each divided
+	// by its user's weight: 1 is perfectly fair, 1/n one user holding all.
+	Jain float64
+	// Share is each user's mean fraction of the cluster's GPUs held over
+	// the window.
+	Share map[string]float64
+	// Wait is the queueing time by shape (Size.Label).
+	Wait map[string]Stats
+	// Util is the mean fraction of GPUs allocated over passes in the
+	// window that left work waiting; IdleHeld and IdleFragmented split the
+	// rest: free GPUs on nodes held for a waiting request, and elsewhere.
+	Util, IdleHeld, IdleFragmented float64
+	// QueuedFraction is the fraction of passes in the window that left
+	// work waiting.
+	QueuedFraction float64
+	// Slots8 is the mean number of nodes with 8 GPUs free, and Floor8 the
+	// mean of floor(free GPUs / 8), over passes that left work waiting.
+	Slots8, Floor8 float64
+	// Sessions arrived; Passes planned; PlanP50 and PlanP99 the wall time
+	// of one NewPlan call.
+	Sessions, Passes int
+	PlanP50, PlanP99 time.Duration
+}
+
+type session struct {
+	id      string
+	user    string
+	groups  []string
+	size    Size
+	arrive  time.Duration
+	runtime time.Duration
+}
+
+type running struct {
+	end   time.Duration
+	id    string
+	nodes []string
+}
+
+type endHeap []running
+
+func (h endHeap) Len() int { return len(h) }
+func (h endHeap) Less(i, j int) bool {
+	if h[i].end != h[j].end {
+		return h[i].end < h[j].end
+	}
+	return h[i].id < h[j].id
+}
+func (h endHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *endHeap) Push(x any)   { *h = append(*h, x.(running)) }
+func (h *endHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// epoch is the simulated wall clock at time zero.
+var epoch = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+
+// arrivals draws every session of every stream, in arrival order.
+func arrivals(cfg *Config, rng *rand.Rand) []session {
+	var out []session
+	for si, st := range cfg.Streams {
+		end := st.End
+		if end == 0 || end > cfg.Duration {
+			end = cfg.Duration
+		}
+		sizes := st.Sizes
+		if len(sizes) == 0 {
+			sizes = DefaultMix
+		}
+		total := 0.0
+		for _, s := range sizes {
+			total += s.Share
+		}
+		burst := max(st.Burst, 1)
+		if st.Rate <= 0 {
+			continue
+		}
+		t := st.Start
+		for n := 0; ; n++ {
+			t += time.Duration(rng.ExpFloat64() / st.Rate * float64(time.Hour))
+			if t >= end {
+				break
+			}
+			for b := 0; b < burst; b++ {
+				x := rng.Float64() * total
+				size := sizes[len(sizes)-1]
+				for _, s := range sizes {
+					if x < s.Share {
+						size = s
+						break
+					}
+					x -= s.Share
+				}
+				out = append(out, session{id: fmt.Sprintf("s%d-%06d-%d", si, n, b), user: st.User, groups: st.Groups,
+					size: size, arrive: t, runtime: st.Runtime.draw(rng)})
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].arrive != out[j].arrive {
+			return out[i].arrive < out[j].arrive
+		}
+		return out[i].id < out[j].id
+	})
+	return out
+}
+
+func gpuNode(i, gpus int) state.Node {
+	name := fmt.Sprintf("node-%04d", i)
+	n := state.Node{Name: name, CPUMilli: int64(gpus) * 16000, MemoryMiB: int64(gpus) << 17, Ports: state.PortRange{First: 40000, Last: 40999}}
+	for g := 0; g < gpus; g++ {
+		n.GPUs = append(n.GPUs, state.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", name, g), Model: "A100", MemoryMiB: 81920,
+			NUMANode: g * 2 / max(gpus, 1), Healthy: true})
+	}
+	return n
+}
+
+// Run simulates cfg and reports what it measured.
+func Run(cfg Config) Result {
+	if cfg.GPUsPerNode <= 0 {
+		cfg.GPUsPerNode = 8
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = time.Minute
+	}
+	if cfg.To == 0 {
+		cfg.To = cfg.Duration
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x766f7961676572)) // "voyager"
+	arr := arrivals(&cfg, rng)
+	bySession := make(map[string]*session, len(arr))
+	for i := range arr {
+		bySession[arr[i].id] = &arr[i]
+	}
+
+	views := make([]placer.NodeView, cfg.Nodes)
+	index := map[string]int{}
+	for i := range views {
+		n := gpuNode(i, cfg.GPUsPerNode)
+		views[i] = placer.NodeView{Node: n, NodeRevision: 1, Ledger: state.Ledger{Node: n.Name, Allocations: map[string]state.Allocation{}}}
+		index[n.Name] = i
+	}
+	capacity := cfg.Nodes * cfg.GPUsPerNode
+	users, groups := map[string]state.Quota{}, map[string]state.Quota{}
+	for u, w := range cfg.UserWeights {
+		users[u] = state.Quota{Weight: &w}
+	}
+	for g, w := range cfg.GroupWeights {
+		groups[g] = state.Quota{Weight: &w}
+	}
+	weight := func(u string) float64 {
+		if w, ok := cfg.UserWeights[u]; ok && w > 0 {
+			return w
+		}
+		return 1
+	}
+
+	var (
+		res      = Result{Share: map[string]float64{}, Wait: map[string]Stats{}, Sessions: len(arr)}
+		pending  []placer.Pending
+		ends     endHeap
+		held     = map[string]int{}       // GPUs held by user
+		waits    = map[string][]float64{} // minutes, by label
+		still    = map[string]int{}
+		planDur  []time.Duration
+		next     int
+		jainN    int
+		window   int
+		queued   int
+		shareSum = map[string]float64{}
+	)
+	for now := time.Duration(0); now < cfg.Duration; now += cfg.Tick {
+		for len(ends) > 0 && ends[0].end <= now {
+			r := heap.Pop(&ends).(running)
+			s := bySession[r.id]
+			for _, n := range r.nodes {
+				delete(views[index[n]].Ledger.Allocations, r.id)
+				views[index[n]].LedgerRevision++
+			}
+			held[s.user] -= s.size.GPUs * (s.size.Workers + 1)
+		}
+		for next < len(arr) && arr[next].arrive <= now {
+			s := &arr[next]
+			next++
+			created := epoch.Add(s.arrive)
+			e := state.QueueEntry{Session: s.id, Kind: state.KindBatch, Owner: s.user, Groups: s.groups, Created: created, Enqueued: created,
+				Request: state.Resources{GPUs: s.size.GPUs, CPUMilli: int64(s.size.GPUs) * 1000, MemoryMiB: int64(s.size.GPUs) << 13}}
+			if s.size.Workers > 0 {
+				e.Workers = s.size.Workers
+			}
+			pending = append(pending, placer.Pending{Entry: e, Revision: 1})
+		}
+		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now)}
+		start := time.Now()
+		plan := placer.NewPlan(snap, cfg.Plan)
+		planDur = append(planDur, time.Since(start))
+		res.Passes++
+		bound := make(map[string]bool, len(plan.Bound))
+		for _, d := range plan.Bound {
+			s := bySession[d.Pending.Entry.Session]
+			bound[s.id] = true
+			r := running{end: now + s.runtime, id: s.id}
+			for _, pp := range d.Parts {
+				v := &views[index[pp.Node]]
+				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Role: pp.Role,
+					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports}
+				v.LedgerRevision++
+				r.nodes = append(r.nodes, pp.Node)
+			}
+			heap.Push(&ends, r)
+			held[s.user] += s.size.GPUs * (s.size.Workers + 1)
+			waits[s.size.Label()] = append(waits[s.size.Label()], (now - s.arrive).Minutes())
+		}
+		if len(bound) > 0 {
+			kept := pending[:0]
+			for _, p := range pending {
+				if !bound[p.Entry.Session] {
+					kept = append(kept, p)
+				}
+			}
+			pending = kept
+		}
+		if now < cfg.From || now >= cfg.To {
+			continue
+		}
+		window++
+		used := 0
+		for u, g := range held {
+			shareSum[u] += float64(g) / float64(capacity)
+			used += g
+		}
+		if len(pending) == 0 {
+			continue
+		}
+		queued++
+		res.Util += float64(used) / float64(capacity)
+		slots, free := 0, 0
+		for _, v := range views {
+			f := cfg.GPUsPerNode
+			for _, a := range v.Ledger.Allocations {
+				f -= len(a.GPUs)
+			}
+			free += f
+			if f >= 8 {
+				slots++
+			}
+			if _, ok := plan.Reserved[v.Node.Name]; ok {
+				res.IdleHeld += float64(f) / float64(capacity)
+			} else {
+				res.IdleFragmented += float64(f) / float64(capacity)
+			}
+		}
+		res.Slots8 += float64(slots)
+		res.Floor8 += float64(free / 8)
+		waitingUsers := map[string]bool{}
+		for _, p := range pending {
+			waitingUsers[p.Entry.Owner] = true
+		}
+		if len(waitingUsers) >= 2 {
+			var sum, sq float64
+			for u := range waitingUsers {
+				x := float64(held[u]) / weight(u)
+				sum += x
+				sq += x * x
+			}
+			j := 1.0
+			if sq > 0 {
+				j = sum * sum / (float64(len(waitingUsers)) * sq)
+			}
+			res.Jain += j
+			jainN++
+		}
+	}
+	for _, p := range pending {
+		s := bySession[p.Entry.Session]
+		waits[s.size.Label()] = append(waits[s.size.Label()], (cfg.Duration - s.arrive).Minutes())
+		still[s.size.Label()]++
+	}
+	for label, w := range waits {
+		sort.Float64s(w)
+		sum := 0.0
+		for _, x := range w {
+			sum += x
+		}
+		res.Wait[label] = Stats{N: len(w), Mean: sum / float64(len(w)), P99: quantile(w, 0.99), StillWaits: still[label]}
+	}
+	if jainN > 0 {
+		res.Jain /= float64(jainN)
+	} else {
+		res.Jain = 1
+	}
+	if window > 0 {
+		for u, s := range shareSum {
+			res.Share[u] = s / float64(window)
+		}
+		res.QueuedFraction = float64(queued) / float64(window)
+	}
+	if queued > 0 {
+		res.Util /= float64(queued)
+		res.IdleHeld /= float64(queued)
+		res.IdleFragmented /= float64(queued)
+		res.Slots8 /= float64(queued)
+		res.Floor8 /= float64(queued)
+	}
+	sort.Slice(planDur, func(i, j int) bool { return planDur[i] < planDur[j] })
+	if len(planDur) > 0 {
+		res.PlanP50 = planDur[len(planDur)/2]
+		res.PlanP99 = planDur[min(len(planDur)-1, len(planDur)*99/100)]
+	}
+	return res
+}
+
+// quantile is the q-quantile of sorted xs (nearest rank).
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[max(0, min(i, len(xs)-1))]
+}
