@@ -591,7 +591,8 @@ func TestUnusedGPUsAndWarningMetrics(t *testing.T) {
 	}
 
 	h.waitFor("the warnings in the metrics", func() bool {
-		return strings.Contains(gather(t, h.api), `voyager_session_warnings{reason="IdleTimeout"} 2`)
+		m := gather(t, h.api)
+		return strings.Contains(m, `voyager_session_warnings{reason="IdleTimeout"} 2`) && strings.Contains(m, `voyager_session_warnings{reason="Preempted"} 1`)
 	})
 	m := gather(t, h.api)
 	for _, line := range []string{

@@ -481,7 +481,7 @@ func TestJupyterHubE2E(t *testing.T) {
 	environ := append(env.environ(), "VOYAGER_JWT_PUBLIC_KEYS="+pubKey, "VOYAGER_AGENT_NETWORK_ALLOW="+hubPort,
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
 		"VOYAGER_AGENT_SIMULATE_GPUS=4xA100-80GB,4xH100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s",
-		"VOYAGER_AGENT_PORTS="+freePortRange(t, 100)) // apart from the ports of other tests running at the same time
+		"VOYAGER_AGENT_PORTS="+runtimetest.FreePortRange(t, 100)) // apart from the ports of other tests running at the same time
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	admin := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "root", "-role", "admin")}
@@ -848,36 +848,6 @@ c.Spawner.http_timeout = 60
 	browser.do("start anyway", chromedp.Click(`#spawn_form input[type=submit]`))
 	waitPage(browser, "the page says Voyager is down", `document.body.innerText.includes('Voyager, which runs the servers, is not answering')`, 30*time.Second)
 	browser.shot(shots, "voyager-down")
-}
-
-// freePortRange returns "A-B", n ports from a random base that are free
-// now, for an agent whose sessions listen on the host's network: a fixed
-// range collides with other tests (other checkouts' too) run at the same
-// time, and a Jupyter server whose port is taken silently moves to
-// another.
-func freePortRange(t *testing.T, n int) string {
-	t.Helper()
-	for try := 0; try < 50; try++ {
-		var b [2]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			t.Fatal(err)
-		}
-		base := 45000 + (int(b[0])<<8|int(b[1]))%(15000/n)*n
-		free := true
-		for p := base; p < base+n && free; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", p))
-			if err != nil {
-				free = false
-				continue
-			}
-			l.Close()
-		}
-		if free {
-			return fmt.Sprintf("%d-%d", base, base+n-1)
-		}
-	}
-	t.Fatal("no free range of ports")
-	return ""
 }
 
 func randomHex(t *testing.T) string {
