@@ -50,9 +50,12 @@ soak:
 test-short:
 	go test -short -ldflags=$(LAZY) ./...
 
-## bench: every benchmark, each bounded by BENCHTIME (default 1s), one package at a time (a benchmark measures a quiet machine)
+## bench: every benchmark, each bounded by BENCHTIME (default 1s), one package at a time (a benchmark measures a quiet machine),
+## then one summary table of the figures benchmarks recorded (internal/benchsum) with their ratio to the ceiling measured in the same run
 bench:
-	go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m -ldflags=$(LAZY) ./...
+	@summary=$$(mktemp); \
+	BENCH_SUMMARY=$$summary go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m -ldflags=$(LAZY) ./...; rc=$$?; \
+	echo; go run ./internal/benchsum/benchtable $$summary; rm -f $$summary; exit $$rc
 
 ## lint: go vet, gofmt (lists unformatted files), staticcheck
 lint:

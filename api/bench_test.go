@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/benchsum"
 )
 
 // benchWorkers is how many clients send requests at once.
@@ -120,6 +121,8 @@ func BenchmarkAPILoopback(b *testing.B) {
 			b.ReportMetric(float64(n)/elapsed.Seconds(), "req/s")
 			b.ReportMetric(float64(lat[n/2].Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(lat[(n*99)/100].Microseconds())/1000, "p99-ms")
+			benchsum.Add(b, benchsum.Row{Figure: b.Name() + " throughput", Value: float64(n) / elapsed.Seconds(), Unit: "req/s"})
+			benchsum.Add(b, benchsum.Row{Figure: b.Name() + " p99", Value: float64(lat[(n*99)/100].Microseconds()) / 1000, Unit: "ms"})
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -125,6 +126,9 @@ func BenchmarkClusterPage(b *testing.B) {
 	b.ReportMetric(float64(viewBytes+shell)/1024, "page-KiB")
 	b.ReportMetric(float64(len(e.send("GET", "/console/view/cluster", tok, nil, "Accept-Encoding", "gzip").body))/1024, "view-gzip-KiB")
 	b.ReportMetric(float64(calls), "api-calls/refresh")
+	benchsum.Add(b, benchsum.Row{Figure: "console cluster view refresh",
+		Value: float64(viewTime.Microseconds()) / float64(b.N) / 1000, Unit: "ms",
+		Ceiling: float64(apiTime.Microseconds()) / float64(b.N) / 1000, CeilingName: "the nodes API call it wraps"})
 
 	path, err := exec.LookPath("chromium")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
@@ -119,4 +120,6 @@ func BenchmarkControllerPass(b *testing.B) {
 	per := time.Since(t0).Nanoseconds() / int64(b.N)
 	b.ReportMetric(float64(planNS/5)/1e6, "newplan-ms")
 	b.ReportMetric(float64(per)/float64(planNS/5), "pass/newplan")
+	benchsum.Add(b, benchsum.Row{Figure: "lifecycle controller pass, 1k nodes",
+		Value: float64(per) / 1e6, Unit: "ms", Ceiling: float64(planNS/5) / 1e6, CeilingName: "one NewPlan of the same snapshot"})
 }

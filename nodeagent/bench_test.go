@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	vrt "github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
@@ -49,6 +50,10 @@ func BenchmarkAgentBindToRunning(b *testing.B) {
 	b.ReportMetric(pct(iso, 0.99)/pct(host, 0.99), "p99-x-host")
 	b.ReportMetric(rssMiB, "rss-MiB")
 	b.ReportMetric(heapMiB, "heap-MiB")
+	for _, q := range []float64{0.50, 0.99} {
+		benchsum.Add(b, benchsum.Row{Figure: fmt.Sprintf("agent bind->Running p%.0f, isolated network (busybox stand-in, %d samples)", q*100, len(iso)),
+			Value: pct(iso, q), Unit: "ms", Ceiling: pct(host, q), CeilingName: "host network, same run"})
+	}
 }
 
 // pct is the p-quantile of lat in milliseconds.

@@ -41,7 +41,9 @@ func testConfig(t testing.TB, cli *clientv3.Client, rt runtime.Runtime) nodeagen
 	return nodeagent.Config{
 		Node: node, Address: "127.0.0.1", Keys: keys, Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: true, CPUMilli: 2000, MemoryMiB: 4096,
-		Ports: state.PortRange{First: 40000, Last: 40999}, LeaseTTL: 5 * time.Second, // 2s lost leases under a loaded CI machine
+		// Above the ephemeral range and apart from runtimetest.FreePort;
+		// a 5s lease: 2s leases were lost on a loaded CI machine.
+		Ports: state.PortRange{First: 61000, Last: 61999}, LeaseTTL: 5 * time.Second,
 		// A fence only after 3.5 s without a renewal: etcd stalls on the
 		// shared test machine; the fencing tests set their own timings.
 		FenceAfter: 3500 * time.Millisecond, FenceGrace: time.Second,
@@ -190,15 +192,11 @@ func listen(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// freePort returns a port that was free a moment ago.
+// freePort returns a port for a session to publish (runtimetest.FreePort:
+// above the ephemeral range, so no other test's server is given it).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return runtimetest.FreePort(t)
 }
 
 // logLevel is warn unless VOYAGER_TEST_LOG=debug asks for everything.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,15 +21,12 @@ import (
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 )
 
-// freePort returns a TCP port that was free a moment ago.
+// freePort returns a port for a container to publish
+// (runtimetest.FreePort: above the ephemeral range, so no other test's
+// server is given it).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return runtimetest.FreePort(t)
 }
 
 // runBatch starts spec, waits for its exit and returns the exit code and

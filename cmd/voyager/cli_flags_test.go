@@ -215,3 +215,20 @@ func TestCLIFollowsEveryAttempt(t *testing.T) {
 		t.Errorf("session logs -f: exit %d, stdout:\n%s\nwant:\n%s\nstderr: %s", code, stdout, want, stderr)
 	}
 }
+
+// TestImageLoadWithoutContainerd: with no containerd to load into, image
+// load says where it looked and what to do.
+func TestImageLoadWithoutContainerd(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("VOYAGER_AGENT_CONTAINERD", filepath.Join(dir, "none.sock"))
+	t.Setenv("VOYAGER_DATA_DIR", dir)
+	code, out, errOut := voyager(t, "image", "load", filepath.Join(dir, "x.tar"))
+	for _, want := range []string{filepath.Join(dir, "none.sock"), filepath.Join(dir, "containerd", "containerd.sock"), "start voyager dev first (make dev)"} {
+		if code != 1 || out != "" || !strings.Contains(errOut, want) {
+			t.Errorf("image load without containerd: exit %d, stdout %q, stderr %q; want 1 and a message with %q", code, out, errOut, want)
+		}
+	}
+	if code, _, errOut := voyager(t, "image", "load"); code != 2 || !strings.Contains(errOut, "requires at least 1 arg") {
+		t.Errorf("image load without an archive: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/chromedp/chromedp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -480,7 +481,7 @@ func TestJupyterHubE2E(t *testing.T) {
 	environ := append(env.environ(), "VOYAGER_JWT_PUBLIC_KEYS="+pubKey, "VOYAGER_AGENT_NETWORK_ALLOW="+hubPort,
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
 		"VOYAGER_AGENT_SIMULATE_GPUS=4xA100-80GB,4xH100-80GB", "VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_AGENT_ACTIVITY_EVERY=1s",
-		"VOYAGER_AGENT_PORTS="+freePortRange(t, 100)) // apart from the ports of other tests running at the same time
+		"VOYAGER_AGENT_PORTS="+runtimetest.FreePortRange(t, 100)) // apart from the ports of other tests running at the same time
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	admin := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "root", "-role", "admin")}
@@ -808,9 +809,19 @@ c.Spawner.http_timeout = 60
 		time.Sleep(200 * time.Millisecond)
 		st, _, _ = state.Get[state.Status](context.Background(), cli, "/voyager/status/"+id)
 	}
-	u, err := url.Parse(st.URLs["jupyter"])
+	// etcd's status has the URL without its token (operators read it); the
+	// owner's view through the API has it (joined from secrets/).
+	if strings.Contains(st.URLs["jupyter"], "token=") {
+		t.Errorf("the status in etcd carries the token: %q", st.URLs["jupyter"])
+	}
+	code, view := dana.do("GET", "/api/v1/sessions/"+id, nil)
+	var v api.SessionView
+	if err := json.Unmarshal(view, &v); code != 200 || err != nil {
+		t.Fatalf("dana's view: %d %s (%v)", code, view, err)
+	}
+	u, err := url.Parse(v.Status.URLs["jupyter"])
 	if err != nil || u.Query().Get("token") == "" || u.Path != "/" {
-		t.Fatalf("jupyter URL %q: want / with a token", st.URLs["jupyter"])
+		t.Fatalf("jupyter URL %q: want / with a token", v.Status.URLs["jupyter"])
 	}
 	code, body := httpGet(t, "http://127.0.0.1:"+u.Port()+"/api/status?token="+u.Query().Get("token"))
 	if code != 200 || !strings.Contains(body, "last_activity") {
@@ -837,36 +848,6 @@ c.Spawner.http_timeout = 60
 	browser.do("start anyway", chromedp.Click(`#spawn_form input[type=submit]`))
 	waitPage(browser, "the page says Voyager is down", `document.body.innerText.includes('Voyager, which runs the servers, is not answering')`, 30*time.Second)
 	browser.shot(shots, "voyager-down")
-}
-
-// freePortRange returns "A-B", n ports from a random base that are free
-// now, for an agent whose sessions listen on the host's network: a fixed
-// range collides with other tests (other checkouts' too) run at the same
-// time, and a Jupyter server whose port is taken silently moves to
-// another.
-func freePortRange(t *testing.T, n int) string {
-	t.Helper()
-	for try := 0; try < 50; try++ {
-		var b [2]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			t.Fatal(err)
-		}
-		base := 45000 + (int(b[0])<<8|int(b[1]))%(15000/n)*n
-		free := true
-		for p := base; p < base+n && free; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", p))
-			if err != nil {
-				free = false
-				continue
-			}
-			l.Close()
-		}
-		if free {
-			return fmt.Sprintf("%d-%d", base, base+n-1)
-		}
-	}
-	t.Fatal("no free range of ports")
-	return ""
 }
 
 func randomHex(t *testing.T) string {

@@ -251,7 +251,7 @@ type Config struct {
 	// AgentImage runs sessions that name no image.
 	AgentImage string `env:"VOYAGER_AGENT_IMAGE" envDefault:"voyager.local/busybox:latest" doc:"image of sessions that name none (deploy/dev-setup.sh imports a busybox one under this name)"`
 	// AgentPorts is the range of host ports handed to sessions.
-	AgentPorts string `env:"VOYAGER_AGENT_PORTS" envDefault:"40000-40999" doc:"host ports handed to sessions (Jupyter, Ray), as first-last"`
+	AgentPorts string `env:"VOYAGER_AGENT_PORTS" envDefault:"31000-31999" doc:"host ports handed to sessions (Jupyter, Ray), as first-last; keep them outside the ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default), as the default is"`
 	// AgentStopGrace is the time between SIGTERM and SIGKILL.
 	AgentStopGrace time.Duration `env:"VOYAGER_AGENT_STOP_GRACE" envDefault:"10s" doc:"time between SIGTERM and SIGKILL when a session stops"`
 	// AgentHomeDir holds one home directory per user; empty means
@@ -730,7 +730,7 @@ func wantFor(envName string) string {
 	case EnvAgentGPUMode:
 		return "one of cdi, env"
 	case EnvAgentPorts:
-		return "a port range first-last within 1024-65535, such as 40000-40999"
+		return "a port range first-last within 1024-65535, such as 31000-31999"
 	case EnvRetention:
 		return "a duration of at least 1m, such as 168h (7 days)"
 	case EnvAgentStopGrace:
@@ -874,7 +874,7 @@ func ParsePortRange(s string) (first, last int, err error) {
 		}
 	}
 	if !ok || err != nil || first < 1024 || last > 65535 || first > last {
-		return 0, 0, fmt.Errorf("parse port range %q: want first-last within 1024-65535, such as 40000-40999", s)
+		return 0, 0, fmt.Errorf("parse port range %q: want first-last within 1024-65535, such as 31000-31999", s)
 	}
 	return first, last, nil
 }

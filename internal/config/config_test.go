@@ -47,7 +47,7 @@ func defaults() Config {
 		AgentGPUMode:     "cdi",
 		AgentCDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
 		AgentImage:       "voyager.local/busybox:latest",
-		AgentPorts:       "40000-40999",
+		AgentPorts:       "31000-31999",
 		AgentStopGrace:   10 * time.Second,
 		AgentUID:         1000,
 		AgentGID:         100,
@@ -303,7 +303,7 @@ func TestLoadInvalid(t *testing.T) {
 		{
 			name: "agent ports",
 			env:  "VOYAGER_AGENT_PORTS=40000",
-			want: `invalid VOYAGER_AGENT_PORTS="40000": want a port range first-last within 1024-65535, such as 40000-40999`,
+			want: `invalid VOYAGER_AGENT_PORTS="40000": want a port range first-last within 1024-65535, such as 31000-31999`,
 		},
 		{
 			name: "agent gpu mode",

@@ -1,0 +1,316 @@
+package placer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// The placement ceiling: every bind transaction the placers committed is
+// recorded (compares, operations, revision) through a wrapper of the
+// placer's etcd KV, then committed again on the same etcd under another key
+// prefix with no planning: the same transactions (sizes, compares, values),
+// in the same order, with as many in flight as the placers had at most.
+// Bindings per second of that replay is the most any placer could reach
+// with this write pattern on this etcd; placement is reported as a
+// fraction of it.
+
+// recordedTxn is one committed bind transaction.
+type recordedTxn struct {
+	rev      int64 // the revision it committed at
+	cmps     []clientv3.Cmp
+	ops      []clientv3.Op
+	sessions int // queue entries it deleted: sessions bound
+}
+
+// txnRecorder collects the placers' committed bind transactions.
+type txnRecorder struct {
+	bindingDir []byte
+	mu         sync.Mutex
+	txns       []recordedTxn
+	inFlight   int
+	maxFlight  int
+}
+
+func (r *txnRecorder) sorted() []recordedTxn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := append([]recordedTxn(nil), r.txns...)
+	sort.Slice(out, func(i, j int) bool { return out[i].rev < out[j].rev })
+	return out
+}
+
+// recKV wraps a KV so that its transactions are recorded.
+type recKV struct {
+	clientv3.KV
+	r *txnRecorder
+}
+
+func (k recKV) Txn(ctx context.Context) clientv3.Txn {
+	return &recTxn{Txn: k.KV.Txn(ctx), r: k.r}
+}
+
+type recTxn struct {
+	clientv3.Txn
+	r    *txnRecorder
+	cmps []clientv3.Cmp
+	ops  []clientv3.Op
+}
+
+func (t *recTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.cmps = append(t.cmps, cs...)
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *recTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.ops = append(t.ops, ops...)
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *recTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *recTxn) Commit() (*clientv3.TxnResponse, error) {
+	bind := false
+	for _, op := range t.ops {
+		if op.IsPut() && bytes.HasPrefix(op.KeyBytes(), t.r.bindingDir) {
+			bind = true
+		}
+	}
+	if !bind {
+		return t.Txn.Commit()
+	}
+	t.r.mu.Lock()
+	t.r.inFlight++
+	t.r.maxFlight = max(t.r.maxFlight, t.r.inFlight)
+	t.r.mu.Unlock()
+	resp, err := t.Txn.Commit()
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	t.r.inFlight--
+	if err == nil && resp.Succeeded {
+		n := 0
+		for _, op := range t.ops {
+			if op.IsDelete() {
+				n++
+			}
+		}
+		t.r.txns = append(t.r.txns, recordedTxn{rev: resp.Header.Revision, cmps: t.cmps, ops: t.ops, sessions: n})
+	}
+	return resp, err
+}
+
+// startRecordedPlacers starts n placers whose bind transactions rec
+// records. It returns them and a func that stops them all.
+func startRecordedPlacers(b *testing.B, endpoint string, n int, cfg Config, rec *txnRecorder) ([]*Placer, func()) {
+	var ps []*Placer
+	var stops []func()
+	for i := 0; i < n; i++ {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cli.KV = recKV{KV: cli.KV, r: rec}
+		c := cfg
+		c.Logger = quietLogger()
+		p := New(cli, c)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		var once sync.Once
+		stop := func() {
+			once.Do(func() {
+				cancel()
+				if err := <-done; err != nil {
+					b.Errorf("placer %s: %v", p.ID(), err)
+				}
+				_ = cli.Close()
+			})
+		}
+		b.Cleanup(stop)
+		ps = append(ps, p)
+		stops = append(stops, stop)
+	}
+	return ps, func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+}
+
+// ceilingReplay commits txns again on cli under the prefix to instead of
+// from, with workers in flight, and returns sessions bound per second. The
+// keys the transactions compare are first copied as they were at revision
+// at (before placement began). Every compare of a mod revision r is
+// rewritten to the revision the replay wrote that key at for r, and a
+// transaction waits until every such revision exists, as a placer must see
+// a ledger before it can bind on it. A replayed transaction whose compares
+// fail is a broken replay, and fails the benchmark.
+func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from, to string, at int64, workers int) (rate float64, sessions int) {
+	ctx := context.Background()
+	type keyRev struct {
+		key string
+		rev int64
+	}
+	written := map[int64]bool{}
+	for _, t := range txns {
+		written[t.rev] = true
+	}
+	// What the transactions compare that placement did not write: queue
+	// entries and nodes as they were before placement.
+	need := map[string]bool{}
+	for _, t := range txns {
+		for _, c := range t.cmps {
+			pc := c.GetCompare()
+			if pc.Target != pb.Compare_MOD || pc.Result != pb.Compare_EQUAL {
+				b.Fatalf("replay: compare %v of %s is not mod revision =", pc.Target, pc.Key)
+			}
+			if r := pc.GetModRevision(); r != 0 && !written[r] {
+				need[string(pc.Key)] = true
+			}
+		}
+	}
+	mapped := map[keyRev]int64{}
+	resp, err := cli.Get(ctx, from+"/", clientv3.WithPrefix(), clientv3.WithRev(at))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ops []clientv3.Op
+	var keys []keyRev
+	flush := func() {
+		if len(ops) == 0 {
+			return
+		}
+		r, err := cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys {
+			mapped[k] = r.Header.Revision
+		}
+		ops, keys = ops[:0], keys[:0]
+	}
+	for _, kv := range resp.Kvs {
+		if !need[string(kv.Key)] {
+			continue
+		}
+		ops = append(ops, clientv3.OpPut(to+string(kv.Key[len(from):]), string(kv.Value)))
+		keys = append(keys, keyRev{string(kv.Key), kv.ModRevision})
+		if len(ops) == 100 {
+			flush()
+		}
+	}
+	flush()
+
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	broken := false // a replayed transaction failed: waiters give up
+	// build rewrites t for the replay prefix; it waits until every
+	// revision it compares has been written by the replay.
+	build := func(t recordedTxn) ([]clientv3.Cmp, []clientv3.Op, error) {
+		cmps := make([]clientv3.Cmp, len(t.cmps))
+		mu.Lock()
+		for i, c := range t.cmps {
+			pc := c.GetCompare()
+			key := string(pc.Key)
+			r := pc.GetModRevision()
+			nr := int64(0)
+			if r != 0 {
+				for {
+					var ok bool
+					if nr, ok = mapped[keyRev{key, r}]; ok {
+						break
+					}
+					if broken || !written[r] {
+						mu.Unlock()
+						return nil, nil, fmt.Errorf("replay: %s at revision %d was not copied, or the replay of its transaction failed", key, r)
+					}
+					cond.Wait()
+				}
+			}
+			cmps[i] = clientv3.Compare(clientv3.ModRevision(to+key[len(from):]), "=", nr)
+		}
+		mu.Unlock()
+		ops := make([]clientv3.Op, len(t.ops))
+		for i, op := range t.ops {
+			key := to + string(op.KeyBytes()[len(from):])
+			switch {
+			case op.IsPut():
+				ops[i] = clientv3.OpPut(key, string(op.ValueBytes()))
+			case op.IsDelete():
+				ops[i] = clientv3.OpDelete(key)
+			default:
+				return nil, nil, fmt.Errorf("replay: op on %s is neither put nor delete", op.KeyBytes())
+			}
+		}
+		return cmps, ops, nil
+	}
+	ch := make(chan recordedTxn)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range ch {
+				cmps, ops, err := build(t)
+				var r *clientv3.TxnResponse
+				if err == nil {
+					r, err = cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+				}
+				if err == nil && !r.Succeeded {
+					err = errors.New("refused: the replay is broken")
+				}
+				if err != nil {
+					b.Errorf("replay the transaction at revision %d: %v", t.rev, err)
+					mu.Lock()
+					broken = true
+					cond.Broadcast()
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				for _, op := range t.ops {
+					if op.IsPut() {
+						mapped[keyRev{string(op.KeyBytes()), t.rev}] = r.Header.Revision
+					}
+				}
+				cond.Broadcast()
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, t := range txns {
+		ch <- t
+		sessions += t.sessions
+	}
+	close(ch)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if b.Failed() {
+		b.FailNow()
+	}
+	return float64(sessions) / elapsed.Seconds(), sessions
+}
+
+// ceilingWorkers is how many replay transactions are in flight: as many as
+// the placers had at most, and at least one.
+func ceilingWorkers(rec *txnRecorder) int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return max(rec.maxFlight, 1)
+}
