@@ -194,7 +194,11 @@ func TestRayGangAcrossMachines(t *testing.T) {
 	eve := bindParts(t, cli, state.Session{ID: "eve-job", Owner: "eve", Kind: state.KindBatch, Command: []string{"sh", "-c", probe}},
 		[]state.Binding{{Node: m2.name, Role: state.RoleSingle, CPUMilli: 100, MemoryMiB: 64}})
 	waitPhase(t, cli, "eve-job", state.PhaseSucceeded, 60*time.Second)
-	out, _ := os.ReadFile(filepath.Join(agents[m2.name].LogDir, nodeagent.ContainerID(eve[0])+".log"))
+	var out []byte
+	waitFor(t, "eve's probe to report in its log", 10*time.Second, func() (bool, string) { // the shim may copy it a moment after the exit
+		out, _ = os.ReadFile(filepath.Join(agents[m2.name].LogDir, nodeagent.ContainerID(eve[0])+".log"))
+		return strings.Contains(string(out), " worker\n"), string(out) // the last probe's line
+	})
 	if !strings.Contains(string(out), "OUTSIDE REACHED") || strings.Contains(string(out), "\nREACHED") || strings.Count(string(out), "REFUSED") != 5 {
 		t.Errorf("another owner's session reached the gang:\n%s", out)
 	}

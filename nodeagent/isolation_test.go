@@ -177,10 +177,12 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 	if len(logs) != 1 {
 		t.Fatalf("attacker's log files: %v", logs)
 	}
-	out, err := os.ReadFile(logs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The shim may copy the last output to the log a moment after the exit.
+	var out []byte
+	waitFor(t, "every attack reported in the log", 10*time.Second, func() (bool, string) {
+		out, _ = os.ReadFile(logs[0])
+		return strings.Count(string(out), "ATTACK ") >= len(attacks), string(out)
+	})
 	got := map[string]bool{}
 	seen := 0
 	for _, line := range strings.Split(string(out), "\n") {
