@@ -27,6 +27,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/api/apitest"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -123,20 +124,7 @@ func startHarness(t testing.TB, cli *clientv3.Client, o harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	h.api = a
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("api Run: %v", err)
-		}
-	})
-	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	defer scancel()
-	if err := a.WaitSynced(sctx); err != nil {
-		t.Fatal(err)
-	}
+	apitest.Run(t, a)
 	mux := http.NewServeMux()
 	a.Mount(mux)
 	h.srv = httptest.NewServer(mux)

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/api/apitest"
 	"github.com/voyager-gpu/voyager/console"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
@@ -46,20 +47,7 @@ func newEnv(t testing.TB, cli *clientv3.Client) *env {
 		t.Fatal(err)
 	}
 	e.api = a
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("api Run: %v", err)
-		}
-	})
-	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	defer scancel()
-	if err := a.WaitSynced(sctx); err != nil {
-		t.Fatal(err)
-	}
+	apitest.Run(t, a)
 	mux := http.NewServeMux()
 	a.Mount(mux)
 	if err := console.Mount(a.Engine(), mux, console.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -304,21 +303,9 @@ func benchLatency(b *testing.B, placers int) {
 		}
 		return true
 	})
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	p50, p99, p999 := lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)*999/1000]
 	st := sumStats(ps)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(p50), "p50-ms")
-	b.ReportMetric(ms(p99), "p99-ms")
-	b.ReportMetric(ms(p999), "p99.9-ms")
+	p50, p99, p999 := reportLatency(b, lat, fmt.Sprintf("below full (nothing queues), %d placer(s), %d samples", placers, len(lat)))
 	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
-	for _, r := range []struct {
-		name string
-		d    time.Duration
-	}{{"p50", p50}, {"p99", p99}, {"p99.9", p999}} {
-		benchsum.Add(b, benchsum.Row{Figure: fmt.Sprintf("pending->bound %s below full (nothing queues), %d placer(s), %d samples", r.name, placers, len(lat)),
-			Value: ms(r.d), Unit: "ms"})
-	}
 	b.Logf("%d placers, %d sessions offered at %d/s (open loop, t0 = intended start): pending→bound p50 %s p99 %s p99.9 %s; %d txns, %d conflicts",
 		placers, len(sizes), rate, p50.Round(time.Millisecond), p99.Round(time.Millisecond), p999.Round(time.Millisecond), st.Txns, st.Conflicts)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -120,28 +119,7 @@ func startRecordedPlacers(b *testing.B, endpoint string, n int, cfg Config, rec 
 	var ps []*Placer
 	var stops []func()
 	for i := 0; i < n; i++ {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cli.KV = recKV{KV: cli.KV, r: rec}
-		c := cfg
-		c.Logger = quietLogger()
-		p := New(cli, c)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx) }()
-		var once sync.Once
-		stop := func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; err != nil {
-					b.Errorf("placer %s: %v", p.ID(), err)
-				}
-				_ = cli.Close()
-			})
-		}
-		b.Cleanup(stop)
+		p, stop, _ := runPlacer(b, endpoint, cfg, func(cli *clientv3.Client) { cli.KV = recKV{KV: cli.KV, r: rec} })
 		ps = append(ps, p)
 		stops = append(stops, stop)
 	}

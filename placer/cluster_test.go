@@ -192,12 +192,16 @@ func (w world) check(gpusPerNode int) error {
 }
 
 // runPlacer starts a placer with its own client (so it can be killed by
-// closing the client) and returns a stop func.
-func runPlacer(t testing.TB, endpoint string, cfg Config) (*Placer, func(), *clientv3.Client) {
+// closing the client) and returns a stop func. Each of prepare is applied
+// to the client before the placer is made (benchmarks wrap its KV).
+func runPlacer(t testing.TB, endpoint string, cfg Config, prepare ...func(*clientv3.Client)) (*Placer, func(), *clientv3.Client) {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range prepare {
+		f(cli)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()

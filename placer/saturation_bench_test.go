@@ -163,30 +163,34 @@ func benchSaturated(b *testing.B, placers int) {
 		lat = append(lat, t1.(time.Time).Sub(t0.(time.Time)))
 		return true
 	})
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	q := func(p float64) time.Duration { return lat[min(int(p*float64(len(lat))), len(lat)-1)] }
-	p50, p99, p999 := q(0.50), q(0.99), q(0.999)
 	meanDepth := float64(depthSum.Load()) / float64(max(depthN.Load(), 1))
 	st := sumStats(ps)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(p50), "p50-ms")
-	b.ReportMetric(ms(p99), "p99-ms")
-	b.ReportMetric(ms(p999), "p99.9-ms")
-	b.ReportMetric(float64(depthMin.Load()), "min-queue")
-	b.ReportMetric(meanDepth, "mean-queue")
-	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
 	saturated := "queue never emptied"
 	if depthMin.Load() == 0 {
 		saturated = "QUEUE EMPTIED: not saturated throughout"
 	}
-	for _, r := range []struct {
-		name string
-		d    time.Duration
-	}{{"p50", p50}, {"p99", p99}, {"p99.9", p999}} {
-		benchsum.Add(b, benchsum.Row{Figure: fmt.Sprintf("pending->bound %s at saturation, %d placer(s), %d samples, %s", r.name, placers, len(lat), saturated),
-			Value: ms(r.d), Unit: "ms"})
-	}
+	p50, p99, p999 := reportLatency(b, lat, fmt.Sprintf("at saturation, %d placer(s), %d samples, %s", placers, len(lat), saturated))
+	b.ReportMetric(float64(depthMin.Load()), "min-queue")
+	b.ReportMetric(meanDepth, "mean-queue")
+	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
 	b.Logf("%d placers, cluster full, %d sessions arriving at %d/s (open loop, t0 = intended start): pending→bound p50 %s p99 %s p99.9 %s over %d samples; queue depth min %d mean %.0f (%s); %d txns, %d conflicts",
 		placers, arrivals, rate, p50.Round(time.Millisecond), p99.Round(time.Millisecond), p999.Round(time.Millisecond), len(lat),
 		depthMin.Load(), meanDepth, saturated, st.Txns, st.Conflicts)
+}
+
+// reportLatency sorts lat and reports its p50, p99 and p99.9 as metrics
+// and as summary rows named "pending->bound pNN " + figure.
+func reportLatency(b *testing.B, lat []time.Duration, figure string) (p50, p99, p999 time.Duration) {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	for _, r := range []struct {
+		name string
+		q    float64
+		d    *time.Duration
+	}{{"p50", 0.50, &p50}, {"p99", 0.99, &p99}, {"p99.9", 0.999, &p999}} {
+		*r.d = lat[min(int(r.q*float64(len(lat))), len(lat)-1)]
+		ms := float64(r.d.Microseconds()) / 1000
+		b.ReportMetric(ms, r.name+"-ms")
+		benchsum.Add(b, benchsum.Row{Figure: "pending->bound " + r.name + " " + figure, Value: ms, Unit: "ms"})
+	}
+	return p50, p99, p999
 }

@@ -694,6 +694,11 @@ func TestMultiMachineE2E(t *testing.T) {
 	if st, _, err := state.Get[state.Status](ctx, root, keys.Status(long)); err != nil || st.Phase != state.PhaseRunning {
 		t.Errorf("the long job across the leader's death: %s %s (%v); want Running", st.Phase, st.Reason, err)
 	}
+	// Its agent stops it, so that no container outlives the test.
+	if code, out := runVoyager(t, ctl2, "session", "stop", long); code != 0 {
+		t.Fatalf("stop the long job: exit %d\n%s", code, out)
+	}
+	waitStatus(t, ctx, root, long, "Stopped", func(st state.Status) bool { return st.Phase == state.PhaseStopped })
 	t.Logf("killed etcd leader %s and ctl-1's placer: new leader after %s, a session bound %s after the kills, two jobs ran to completion %s after them",
 		leader, elected.Round(time.Millisecond), resumed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 }

@@ -3,6 +3,8 @@ package benchsum
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -11,7 +13,7 @@ import (
 // Env names the file rows are appended to; with it unset, Add does nothing.
 const Env = "BENCH_SUMMARY"
 
-// Row is one figure of the summary table.
+// Row is one figure of the summary table, from one run.
 type Row struct {
 	// Figure names what was measured, for example "placement 1 placer binpack".
 	Figure string
@@ -26,15 +28,29 @@ type Row struct {
 	CeilingName string
 }
 
-// Format renders r as one tab-separated line: figure, value, ceiling,
-// ratio of value to ceiling ("-" where there is no ceiling).
+// Format renders r as one line of the summary file: figure, value, unit,
+// ceiling and ceiling name, tab-separated.
 func (r Row) Format() string {
-	ceiling, ratio := "-", "-"
-	if r.Ceiling > 0 {
-		ceiling = fmt.Sprintf("%.4g %s (%s)", r.Ceiling, r.Unit, r.CeilingName)
-		ratio = fmt.Sprintf("%.2f", r.Value/r.Ceiling)
+	clean := func(s string) string { return strings.NewReplacer("\t", " ", "\n", " ").Replace(s) }
+	return strings.Join([]string{clean(r.Figure), strconv.FormatFloat(r.Value, 'g', -1, 64), clean(r.Unit),
+		strconv.FormatFloat(r.Ceiling, 'g', -1, 64), clean(r.CeilingName)}, "\t") + "\n"
+}
+
+// parse reads a line that Format wrote.
+func parse(line string) (Row, error) {
+	f := strings.Split(line, "\t")
+	if len(f) != 5 {
+		return Row{}, fmt.Errorf("parse bench summary line %q: want 5 tab-separated fields (figure, value, unit, ceiling, ceiling name), got %d", line, len(f))
 	}
-	return strings.Join([]string{r.Figure, fmt.Sprintf("%.4g %s", r.Value, r.Unit), ceiling, ratio}, "\t") + "\n"
+	v, err := strconv.ParseFloat(f[1], 64)
+	if err != nil {
+		return Row{}, fmt.Errorf("parse bench summary value %q: %w", f[1], err)
+	}
+	c, err := strconv.ParseFloat(f[3], 64)
+	if err != nil {
+		return Row{}, fmt.Errorf("parse bench summary ceiling %q: %w", f[3], err)
+	}
+	return Row{Figure: f[0], Value: v, Unit: f[2], Ceiling: c, CeilingName: f[4]}, nil
 }
 
 // Add appends r to the summary file named by $BENCH_SUMMARY, if set. A
@@ -58,18 +74,76 @@ func Add(tb testing.TB, r Row) {
 	}
 }
 
-// Table renders the rows of a summary file (as Add writes them) as one
-// aligned table with a header, under a title line.
-func Table(title string, summary []byte) string {
+// num renders v with no more digits than a noisy benchmark earns.
+func num(v float64) string {
+	if v >= 100 || v <= -100 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// spread renders the median of vs, with min–max and the count of runs
+// when there is more than one.
+func spread(vs []float64, unit string) string {
+	slices.Sort(vs)
+	med := vs[len(vs)/2]
+	if len(vs)%2 == 0 {
+		med = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+	}
+	s := num(med)
+	if unit != "" {
+		s += " " + unit
+	}
+	if len(vs) > 1 {
+		s += fmt.Sprintf(" (%s–%s, %d runs)", num(vs[0]), num(vs[len(vs)-1]), len(vs))
+	}
+	return s
+}
+
+// Table renders a summary file (as Add writes it) as one aligned table
+// under a title line: one row per figure, in the order figures first
+// appear. A figure measured in several runs shows the median with min–max
+// of its value, of its ceiling and of the per-run ratio value/ceiling.
+func Table(title string, summary []byte) (string, error) {
+	type agg struct {
+		unit, ceilingName   string
+		vals, ceils, ratios []float64
+	}
+	var order []string
+	figs := map[string]*agg{}
+	for _, line := range strings.Split(strings.TrimRight(string(summary), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		r, err := parse(line)
+		if err != nil {
+			return "", err
+		}
+		a, ok := figs[r.Figure]
+		if !ok {
+			a = &agg{unit: r.Unit, ceilingName: r.CeilingName}
+			figs[r.Figure] = a
+			order = append(order, r.Figure)
+		}
+		a.vals = append(a.vals, r.Value)
+		if r.Ceiling > 0 {
+			a.ceils = append(a.ceils, r.Ceiling)
+			a.ratios = append(a.ratios, r.Value/r.Ceiling)
+		}
+	}
 	var sb strings.Builder
 	sb.WriteString(title + "\n")
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "figure\tvalue\tceiling or floor (same run)\tvalue/ceiling\n")
-	for _, line := range strings.Split(strings.TrimRight(string(summary), "\n"), "\n") {
-		if line != "" {
-			fmt.Fprintln(tw, line)
+	for _, f := range order {
+		a := figs[f]
+		ceiling, ratio := "-", "-"
+		if len(a.ceils) > 0 {
+			ceiling = spread(a.ceils, a.unit) + ": " + a.ceilingName
+			ratio = spread(a.ratios, "")
 		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f, spread(a.vals, a.unit), ceiling, ratio)
 	}
 	_ = tw.Flush() // a strings.Builder does not fail
-	return sb.String()
+	return sb.String(), nil
 }

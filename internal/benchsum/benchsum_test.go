@@ -3,22 +3,37 @@ package benchsum
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
-func TestAddAppendsRowsWithRatio(t *testing.T) {
+func TestAddAppendsRowsThatParseBack(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "summary")
 	t.Setenv(Env, path)
-	Add(t, Row{Figure: "placement", Value: 800, Unit: "bindings/s", Ceiling: 1000, CeilingName: "replay"})
-	Add(t, Row{Figure: "latency p99", Value: 12.5, Unit: "ms"})
+	rows := []Row{
+		{Figure: "placement", Value: 800, Unit: "bindings/s", Ceiling: 1000, CeilingName: "replay"},
+		{Figure: "latency\tp99", Value: 12.5, Unit: "ms"},
+	}
+	for _, r := range rows {
+		Add(t, r)
+	}
 	got, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "placement\t800 bindings/s\t1000 bindings/s (replay)\t0.80\n" +
-		"latency p99\t12.5 ms\t-\t-\n"
-	if string(got) != want {
-		t.Fatalf("summary file:\n%q\nwant\n%q", got, want)
+	lines := strings.Split(strings.TrimSuffix(string(got), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("summary file has %d lines, want 2:\n%s", len(lines), got)
+	}
+	rows[1].Figure = "latency p99" // a tab inside a field becomes a space
+	for i, line := range lines {
+		r, err := parse(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r != rows[i] {
+			t.Errorf("line %d parsed as %+v, want %+v", i, r, rows[i])
+		}
 	}
 }
 
@@ -36,14 +51,31 @@ func TestAddWithoutEnvWritesNothing(t *testing.T) {
 	}
 }
 
-func TestTableAlignsRowsUnderHeader(t *testing.T) {
-	got := Table("title", []byte(Row{Figure: "a", Value: 1, Unit: "u", Ceiling: 2, CeilingName: "c"}.Format()+
-		Row{Figure: "longer figure", Value: 3, Unit: "ms"}.Format()))
+func TestTableShowsMedianMinMaxAndRatioPerFigure(t *testing.T) {
+	var in strings.Builder
+	for _, r := range []Row{
+		{Figure: "burst", Value: 800, Unit: "b/s", Ceiling: 1000, CeilingName: "replay"},
+		{Figure: "p99", Value: 12.5, Unit: "ms"},
+		{Figure: "burst", Value: 300, Unit: "b/s", Ceiling: 1200, CeilingName: "replay"},
+		{Figure: "burst", Value: 900, Unit: "b/s", Ceiling: 1000, CeilingName: "replay"},
+	} {
+		in.WriteString(r.Format())
+	}
+	got, err := Table("title", []byte(in.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := "title\n" +
-		"figure         value  ceiling or floor (same run)  value/ceiling\n" +
-		"a              1 u    2 u (c)                      0.50\n" +
-		"longer figure  3 ms   -                            -\n"
+		"figure  value                      ceiling or floor (same run)           value/ceiling\n" +
+		"burst   800 b/s (300–900, 3 runs)  1000 b/s (1000–1200, 3 runs): replay  0.8 (0.25–0.9, 3 runs)\n" +
+		"p99     12.5 ms                    -                                     -\n"
 	if got != want {
 		t.Fatalf("table:\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestTableRefusesAMalformedLine(t *testing.T) {
+	if _, err := Table("t", []byte("just a figure\n")); err == nil || !strings.Contains(err.Error(), "want 5 tab-separated fields") {
+		t.Fatalf("Table of a malformed line: err %v, want one naming the 5 fields", err)
 	}
 }

@@ -23,5 +23,10 @@ func main() {
 		load = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
 	host, _ := os.Hostname()
-	fmt.Print(benchsum.Table(fmt.Sprintf("bench summary (%s, load average %s at the end)", host, load), summary))
+	table, err := benchsum.Table(fmt.Sprintf("bench summary (%s, load average %s at the end)", host, load), summary)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Print(table)
 }
