@@ -26,7 +26,7 @@ func TestAgentRegistersSimulatedNodeUnderLease(t *testing.T) {
 		n, _, err = state.Get[state.Node](context.Background(), cli, keys.Node(node))
 		return err == nil, ""
 	})
-	if !n.Simulated || len(n.GPUs) != 2 || n.Address != "127.0.0.1" || n.Ports.First != 40000 {
+	if !n.Simulated || len(n.GPUs) != 2 || n.Address != "127.0.0.1" || n.Ports != cfg.Ports {
 		t.Fatalf("node record %+v", n)
 	}
 	resp, _ := cli.Get(context.Background(), keys.Node(node))
