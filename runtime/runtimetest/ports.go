@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 )
 
@@ -21,13 +22,27 @@ const (
 	freeRangeFirst, freeRangeLast = 64000, 65499
 )
 
+// handedOut holds the ports FreePort has returned in this process: none
+// is held open, so without it two calls could return the same port.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // FreePort returns a TCP port above the ephemeral range that was free on
-// every address a moment ago, for a session to publish.
+// every address a moment ago, for a session to publish; never one it has
+// returned before in this process.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
 	for range 100 {
 		p := freePortFirst + rand.IntN(freePortLast-freePortFirst+1)
-		if bindable(p) {
+		if !handedOut.ports[p] && bindable(p) {
+			handedOut.ports[p] = true
 			return p
 		}
 	}
