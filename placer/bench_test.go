@@ -237,11 +237,15 @@ func benchBurst(b *testing.B, placers int, strategy Strategy) {
 // stays below full and nothing queues (BenchmarkPlacementLatencySaturated
 // is the full cluster). Each session's t0 is its intended start on the
 // open-loop schedule. It reports pending→bound latency p50, p99 and p99.9.
-func BenchmarkPlacementLatency(b *testing.B) {
+func BenchmarkPlacementLatency(b *testing.B) { withPlacers(b, benchLatency) }
+
+// withPlacers runs run b.N times as a sub-benchmark each with one placer
+// and with three.
+func withPlacers(b *testing.B, run func(b *testing.B, placers int)) {
 	for _, placers := range []int{1, 3} {
 		b.Run(fmt.Sprintf("placers=%d", placers), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				benchLatency(b, placers)
+				run(b, placers)
 			}
 		})
 	}

@@ -25,15 +25,7 @@ import (
 // moment a submitter got to it, so a stalled submitter counts as latency
 // (no coordinated omission). The queue depth is sampled through the run:
 // its minimum says whether the cluster stayed saturated.
-func BenchmarkPlacementLatencySaturated(b *testing.B) {
-	for _, placers := range []int{1, 3} {
-		b.Run(fmt.Sprintf("placers=%d", placers), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				benchSaturated(b, placers)
-			}
-		})
-	}
-}
+func BenchmarkPlacementLatencySaturated(b *testing.B) { withPlacers(b, benchSaturated) }
 
 func benchSaturated(b *testing.B, placers int) {
 	const (
