@@ -139,6 +139,12 @@ type RestartPolicy struct {
 	Backoff Duration `json:"backoff,omitempty"`
 }
 
+// What a multi-node job does when one part fails (Session.OnPartFailure).
+const (
+	PartFailureStopAll  = "StopAll"
+	PartFailureContinue = "Continue"
+)
+
 // Restart policies.
 const (
 	RestartNever     = "Never"
@@ -161,8 +167,19 @@ type Session struct {
 	Kind    SessionKind `json:"kind"`
 	Profile string      `json:"profile,omitempty"`
 
-	Resources Resources         `json:"resources"`
-	Ray       *Ray              `json:"ray,omitempty"`
+	Resources Resources `json:"resources"`
+	Ray       *Ray      `json:"ray,omitempty"`
+	// Nodes is how many machines a batch job runs on, one part on each,
+	// every part with Resources: rank 0 is the head part, ranks 1 to
+	// Nodes-1 its workers, bound all-or-nothing like a Ray gang. Zero or
+	// one is a job on one machine.
+	Nodes int `json:"nodes,omitempty"`
+	// OnPartFailure is what a multi-node job does when one part fails:
+	// PartFailureStopAll (the default) ends the job with that part's exit
+	// code and stops the other parts; PartFailureContinue lets them run,
+	// and the job ends when rank 0 has ended.
+	OnPartFailure string `json:"onPartFailure,omitempty"`
+
 	Image     string            `json:"image,omitempty"`
 	Command   []string          `json:"command,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
