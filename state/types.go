@@ -180,9 +180,9 @@ type Session struct {
 	// and the job ends when rank 0 has ended.
 	OnPartFailure string `json:"onPartFailure,omitempty"`
 
-	Image     string            `json:"image,omitempty"`
-	Command   []string          `json:"command,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
+	Image   string            `json:"image,omitempty"`
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
 
 	Limits      Limits        `json:"limits"`
 	Priority    int           `json:"priority"`
