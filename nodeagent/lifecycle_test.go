@@ -251,9 +251,8 @@ func TestAgentRestartPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := idOf(tc.name)
 			b := bind(t, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}, Restart: tc.restart},
-				state.Binding{CPUMilli: 100, MemoryMiB: 64})
+				state.Binding{CPUMilli: 100, MemoryMiB: 64, Attempt: tc.attempt})
 			waitPhase(t, cli, id, state.PhaseRunning, 10*time.Second)
-			updateStatus(t, cli, id, func(st *state.Status) { st.Attempt = tc.attempt })
 			before := time.Now()
 			if err := rt.Finish(nodeagent.ContainerID(b), 1, "boom\n"); err != nil {
 				t.Fatal(err)

@@ -90,7 +90,7 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 				code := 0
 				var final state.Finalizer
 				if b.Role != state.RoleWorker {
-					final = func(_ state.Session, st state.Status) (state.Event, state.Status, error) {
+					final = func(_ state.Session, st state.PartStatus) (state.Event, state.PartStatus, error) {
 						st.ExitCode, st.Updated, st.Finished = &code, now, &now
 						return state.EventSucceed, st, nil
 					}

@@ -27,6 +27,7 @@ const (
 	dirSecrets  = "secrets"
 	dirElection = "elections"
 	dirUIDs     = "uids"
+	dirParts    = "parts"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;
@@ -167,6 +168,29 @@ func (k Keys) Elections() string { return k.dir(dirElection) }
 // UIDs is the prefix of the owners' container user ids (uids/owners/<owner>
 // and uids/numbers/<uid>; see EnsureUID).
 func (k Keys) UIDs() string { return k.dir(dirUIDs) }
+
+// Parts is the prefix of every part status of every node: what the
+// placers' status mergers watch.
+func (k Keys) Parts() string { return k.dir(dirParts) }
+
+// NodeParts is the prefix of the part statuses node's agent writes: the
+// only range of parts/ its etcd role may write.
+func (k Keys) NodeParts(node string) string { return k.key(dirParts, node) + "/" }
+
+// Part is the key of what node's agent observed of its part of session id.
+func (k Keys) Part(node, id string) string { return k.key2(dirParts, node, id) }
+
+// PartKey splits a key under parts/ into node and session id.
+func (k Keys) PartKey(key string) (node, id string, ok bool) {
+	if !k.hasDir(dirParts, key) {
+		return "", "", false
+	}
+	parts := k.splitIn(dirParts, key)
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
 
 // SessionID returns the session id of a key under sessions/, pending/,
 // status/ or warnings/, and false for any other key.
