@@ -41,7 +41,7 @@ func run(t *testing.T, cli *clientv3.Client, n int) []*merger.Merger {
 
 // bound creates session s and binds it to nodes the way a placer does,
 // and returns each binding's create revision by node.
-func bound(t *testing.T, cli *clientv3.Client, s state.Session, nodes ...string) map[string]state.Binding {
+func bound(t testing.TB, cli *clientv3.Client, s state.Session, nodes ...string) map[string]state.Binding {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now().UTC()
@@ -82,7 +82,7 @@ func bound(t *testing.T, cli *clientv3.Client, s state.Session, nodes ...string)
 }
 
 // report writes the part of b (created in the bind) as its agent does.
-func report(t *testing.T, cli *clientv3.Client, b state.Binding, mod func(*state.PartStatus)) {
+func report(t testing.TB, cli *clientv3.Client, b state.Binding, mod func(*state.PartStatus)) {
 	t.Helper()
 	ctx := context.Background()
 	r, err := cli.Get(ctx, keys.Binding(b.Node, b.Session))
@@ -103,7 +103,7 @@ func report(t *testing.T, cli *clientv3.Client, b state.Binding, mod func(*state
 
 // release reports the part's end and deletes its binding in one
 // transaction, as state.Release does.
-func release(t *testing.T, cli *clientv3.Client, b state.Binding, ph state.Phase, code int) {
+func release(t testing.TB, cli *clientv3.Client, b state.Binding, ph state.Phase, code int) {
 	t.Helper()
 	err := state.Release(context.Background(), cli, keys, b.Node, b.Session, bindingRev(t, cli, b),
 		func(_ state.Session, p state.PartStatus) (state.Event, state.PartStatus, error) {
@@ -117,7 +117,7 @@ func release(t *testing.T, cli *clientv3.Client, b state.Binding, ph state.Phase
 	}
 }
 
-func bindingRev(t *testing.T, cli *clientv3.Client, b state.Binding) int64 {
+func bindingRev(t testing.TB, cli *clientv3.Client, b state.Binding) int64 {
 	t.Helper()
 	r, err := cli.Get(context.Background(), keys.Binding(b.Node, b.Session))
 	if err != nil || len(r.Kvs) == 0 {

@@ -250,10 +250,11 @@ func (s Session) RestartsLeft(attempt int) bool {
 	return s.Restart.Policy == RestartOnFailure && attempt < s.Restart.MaxRestarts
 }
 
-// StatusOps are the puts that write st, as node's agent reports it: the
-// status without secrets, and, when its URLs carry any, secrets/<node>/<id>
-// with the full URLs (SplitSecrets). The agent writes statuses only
-// through them, so no token reaches status/.
+// StatusOps are the puts that write st with URLs of node: the status
+// without secrets, and, when its URLs carry any, secrets/<node>/<id> with
+// the full URLs (SplitSecrets), so no token reaches status/. Agents write
+// no status (they report parts: PartOps); this is for tools and tests
+// that stand in for the whole chain.
 func StatusOps(k Keys, node string, st Status) ([]clientv3.Op, error) {
 	public, secret := SplitSecrets(st)
 	v, err := Encode(public)
