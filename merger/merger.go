@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -67,8 +68,22 @@ func New(cli *clientv3.Client, cfg Config) *Merger {
 	return m
 }
 
-// Merges returns how many merges ran; Writes how many of them wrote.
+// Merges returns how many merges ran.
 func (m *Merger) Merges() int64 { return m.merges.Load() }
+
+// Collectors are the merger's Prometheus metrics, for the process's
+// registry.
+func (m *Merger) Collectors() []prometheus.Collector {
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "voyager", Subsystem: "merger", Name: name, Help: help},
+			func() float64 { return float64(f()) })
+	}
+	return []prometheus.Collector{
+		counter("merges_total", "Merges of a session's parts run.", m.merges.Load),
+		counter("writes_total", "Merges that wrote a status or deleted parts.", m.writes.Load),
+		counter("conflicts_total", "Merges refused because a status, spec or part moved since read; merged again.", m.conflicts.Load),
+	}
+}
 
 // Writes returns how many merges wrote a status or deleted a part.
 func (m *Merger) Writes() int64 { return m.writes.Load() }

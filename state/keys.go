@@ -181,16 +181,7 @@ func (k Keys) NodeParts(node string) string { return k.key(dirParts, node) + "/"
 func (k Keys) Part(node, id string) string { return k.key2(dirParts, node, id) }
 
 // PartKey splits a key under parts/ into node and session id.
-func (k Keys) PartKey(key string) (node, id string, ok bool) {
-	if !k.hasDir(dirParts, key) {
-		return "", "", false
-	}
-	parts := k.splitIn(dirParts, key)
-	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
-		return "", "", false
-	}
-	return parts[0], parts[1], true
-}
+func (k Keys) PartKey(key string) (node, id string, ok bool) { return k.nodeSession(dirParts, key) }
 
 // SessionID returns the session id of a key under sessions/, pending/,
 // status/ or warnings/, and false for any other key.
@@ -217,11 +208,14 @@ func (k Keys) NodeName(key string) (string, bool) {
 }
 
 // BindingKey splits a key under bindings/ into node and session id.
-func (k Keys) BindingKey(key string) (node, id string, ok bool) {
-	if !k.hasDir(dirBindings, key) {
+func (k Keys) BindingKey(key string) (node, id string, ok bool) { return k.nodeSession(dirBindings, key) }
+
+// nodeSession splits a key <dir>/<node>/<id> into node and session id.
+func (k Keys) nodeSession(dir, key string) (node, id string, ok bool) {
+	if !k.hasDir(dir, key) {
 		return "", "", false
 	}
-	parts := k.splitIn(dirBindings, key)
+	parts := k.splitIn(dir, key)
 	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
 		return "", "", false
 	}
