@@ -494,7 +494,9 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		now := time.Now().UTC()
 		st.Reason, st.Started = "Started", &now
 		st.Message = "running"
-		if logs, exp := w.a.logsURL(w.id); logs != "" {
+		// Only the head (or single) part's URLs reach the status (and
+		// the owner's secrets, which the API reads by the status's nodes).
+		if logs, exp := w.a.logsURL(w.id); logs != "" && b.Role != state.RoleWorker {
 			if st.URLs == nil {
 				st.URLs = map[string]string{}
 			}
