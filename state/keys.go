@@ -208,7 +208,9 @@ func (k Keys) NodeName(key string) (string, bool) {
 }
 
 // BindingKey splits a key under bindings/ into node and session id.
-func (k Keys) BindingKey(key string) (node, id string, ok bool) { return k.nodeSession(dirBindings, key) }
+func (k Keys) BindingKey(key string) (node, id string, ok bool) {
+	return k.nodeSession(dirBindings, key)
+}
 
 // nodeSession splits a key <dir>/<node>/<id> into node and session id.
 func (k Keys) nodeSession(dir, key string) (node, id string, ok bool) {
