@@ -31,21 +31,6 @@ func updateSession(t testing.TB, cli *clientv3.Client, id string, change func(*s
 	}
 }
 
-// updateStatus applies change to session id's status, as the lifecycle
-// controller does when it re-queues (Attempt).
-func updateStatus(t testing.TB, cli *clientv3.Client, id string, change func(*state.Status)) {
-	t.Helper()
-	ctx := context.Background()
-	st, _, err := state.Get[state.Status](ctx, cli, keys.Status(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	change(&st)
-	if _, err := state.Put(ctx, cli, keys.Status(id), st); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // released reports whether session id holds nothing on the node any more:
 // no binding, no ledger allocation.
 func released(t testing.TB, cli *clientv3.Client, id string) bool {
