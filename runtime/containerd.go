@@ -246,6 +246,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if spec.LogPath != "" {
 		labels[labelLogPath] = spec.LogPath
 	}
+	if spec.DenyEgress && c.net == nil {
+		return fmt.Errorf("start container %s: %w: denying egress needs a network of the container's own (VOYAGER_AGENT_NETWORK=isolated), not the host's", spec.ID, ErrInvalidSpec)
+	}
 	nsPath := ""
 	if c.net != nil {
 		// The namespace is made before the container, which records it,
@@ -288,7 +291,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	}
 	started := map[string]string{}
 	if c.net != nil {
-		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec.Publish, spec.Reach)
+		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec)
 		if err != nil {
 			_ = c.removeContainer(context.WithoutCancel(ctx), cont)
 			return fmt.Errorf("start container %s: %w", spec.ID, err)
