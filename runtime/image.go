@@ -39,15 +39,17 @@ wait
 
 // rayStandIn is the busybox image's /bin/ray: not Ray, but busybox httpd
 // on the ports `ray start` is given (GCS, client server, node and object
-// managers; never the dashboard's, which real Ray serves on the
-// container's loopback only), and, for a worker (--address), a connection
-// to its head, retried for a minute, so that gang tests can tell whether
-// the parts of a session reach each other.
+// managers), a page on the dashboard's --dashboard-host and
+// --dashboard-port as Ray's dashboard would be, and, for a worker
+// (--address), a connection to its head, retried for a minute, so that
+// gang tests can tell whether the parts of a session reach each other.
 const rayStandIn = `#!/bin/sh
 # Voyager's busybox image: a STAND-IN for Ray (busybox httpd on Ray's ports), not Ray.
-mode=worker; ports=""; addr=""; block=""
+mode=worker; ports=""; addr=""; block=""; dhost=127.0.0.1; dport=""
 for a in "$@"; do case "$a" in
 --head) mode=head;;
+--dashboard-host=*) dhost="${a#*=}";;
+--dashboard-port=*) dport="${a#*=}";;
 --port=*|--ray-client-server-port=*|--node-manager-port=*|--object-manager-port=*) ports="$ports ${a#*=}";;
 --address=*) addr="${a#--address=}";;
 --block) block=1;;
@@ -55,6 +57,12 @@ esac; done
 mkdir -p /tmp/ray
 echo "ray $mode of $VOYAGER_SESSION" > /tmp/ray/index.html
 for p in $ports; do httpd -p "$p" -h /tmp/ray || exit 1; done
+if [ -n "$dport" ]; then
+mkdir -p /tmp/ray-dashboard/api
+echo "ray dashboard stand-in of $VOYAGER_SESSION" > /tmp/ray-dashboard/index.html
+echo '{"ray_version": "stand-in"}' > /tmp/ray-dashboard/api/version
+httpd -p "$dhost:$dport" -h /tmp/ray-dashboard || exit 1
+fi
 if [ -n "$addr" ]; then
 n=0
 until timeout 3 wget -q -O /tmp/ray/head "http://$addr/" 2>/dev/null; do

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -61,6 +62,12 @@ type Runtime interface {
 	// only grows while the container runs. An unknown id is ErrNotFound;
 	// a container whose process has exited may report an error.
 	CPUUsage(ctx context.Context, id string) (time.Duration, error)
+}
+
+// LoopbackDialer is a Runtime that can connect to a port on a container's
+// own loopback (Containerd; not the fake, which runs no process).
+type LoopbackDialer interface {
+	DialLoopback(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 // State is a container's lifecycle state.
