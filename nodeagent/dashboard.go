@@ -2,6 +2,8 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -40,7 +42,7 @@ func (a *Agent) DashboardHandler() http.Handler {
 			http.Error(w, msg, code)
 			return
 		}
-		dial, code, msg := a.dashboardOf(r, id)
+		dial, token, code, msg := a.dashboardOf(r, id)
 		if code != 0 {
 			http.Error(w, msg, code)
 			return
@@ -61,6 +63,12 @@ func (a *Agent) DashboardHandler() http.Handler {
 				pr.Out.URL.RawQuery = q.Encode()
 				pr.Out.Header.Del("Authorization")
 				pr.Out.Header.Del("Cookie")
+				pr.Out.Header.Del("X-Ray-Authorization")
+				if token != "" {
+					// Ray's header for proxies (Ray 2.52+ with token
+					// authentication, which the session runs with).
+					pr.Out.Header.Set("X-Ray-Authorization", "Bearer "+token)
+				}
 			},
 			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 				a.log.Debug("proxy Ray dashboard", "container", id, "err", err)
@@ -71,26 +79,50 @@ func (a *Agent) DashboardHandler() http.Handler {
 	})
 }
 
+// rayToken is the Ray authentication token of session s (raytokens/<id>),
+// "" for a session that is no Ray gang or was made before Voyager gave
+// them tokens.
+func (a *Agent) rayToken(ctx context.Context, s state.Session) (string, error) {
+	if s.Ray == nil || s.Ray.Workers == 0 {
+		return "", nil
+	}
+	t, _, err := state.Get[state.RayToken](ctx, a.cfg.Client, a.cfg.Keys.RayToken(s.ID))
+	if errors.Is(err, state.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read Ray token of %s: %w", s.ID, err)
+	}
+	return t.Token, nil
+}
+
 // dashboardOf is how to reach container id's Ray dashboard, or the HTTP
 // status and message of why there is none here.
-func (a *Agent) dashboardOf(r *http.Request, id string) (func(ctx context.Context) (net.Conn, error), int, string) {
+func (a *Agent) dashboardOf(r *http.Request, id string) (dial func(ctx context.Context) (net.Conn, error), token string, code int, msg string) {
 	a.mu.Lock()
 	wk := a.workers[id]
 	a.mu.Unlock()
 	if wk == nil || wk.item.Value.Role != state.RoleHead {
-		return nil, http.StatusNotFound, "not found: no Ray head runs in container " + id + " on node " + a.cfg.Node
+		return nil, "", http.StatusNotFound, "not found: no Ray head runs in container " + id + " on node " + a.cfg.Node
+	}
+	sess, _, err := state.Get[state.Session](r.Context(), a.cfg.Client, a.cfg.Keys.Session(wk.item.Value.Session))
+	if err != nil {
+		return nil, "", http.StatusServiceUnavailable, "read the session of " + id + ": " + err.Error()
+	}
+	if token, err = a.rayToken(r.Context(), sess); err != nil {
+		return nil, "", http.StatusServiceUnavailable, err.Error()
 	}
 	dialer, ok := a.cfg.Runtime.(runtime.LoopbackDialer)
 	if !ok {
-		return nil, http.StatusNotImplemented, "this node's container runtime cannot reach a container's loopback"
+		return nil, "", http.StatusNotImplemented, "this node's container runtime cannot reach a container's loopback"
 	}
 	info, err := a.cfg.Runtime.Status(r.Context(), id)
 	if err != nil || info.State != runtime.StateRunning {
-		return nil, http.StatusServiceUnavailable, "the Ray head " + id + " is not running"
+		return nil, "", http.StatusServiceUnavailable, "the Ray head " + id + " is not running"
 	}
 	p, err := SplitPorts(state.SessionKind(info.Labels[LabelKind]), state.RoleHead, wk.item.Value.Ports)
 	if err != nil || p.RayDash == 0 {
-		return nil, http.StatusNotFound, "not found: container " + id + " has no dashboard port"
+		return nil, "", http.StatusNotFound, "not found: container " + id + " has no dashboard port"
 	}
-	return func(ctx context.Context) (net.Conn, error) { return dialer.DialLoopback(ctx, id, p.RayDash) }, 0, ""
+	return func(ctx context.Context) (net.Conn, error) { return dialer.DialLoopback(ctx, id, p.RayDash) }, token, 0, ""
 }

@@ -2,6 +2,8 @@ package nodeagent_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -169,9 +171,17 @@ func TestRayGangAcrossMachines(t *testing.T) {
 	})
 	waitPhase(t, cli, "gang", state.PhaseRunning, 60*time.Second)
 	workerLog := filepath.Join(agents[m2.name].LogDir, nodeagent.ContainerID(parts[1])+".log")
+	// Both parts run with the session's Ray token (the stand-in's head
+	// shows its fingerprint, and a worker with another is refused, as
+	// Ray's token authentication refuses it).
+	tok, _, err := state.Get[state.RayToken](context.Background(), cli, keys.RayToken("gang"))
+	if err != nil || len(tok.Token) < 32 {
+		t.Fatalf("Ray token of the gang: %+v, %v", tok, err)
+	}
+	sum := sha256.Sum256([]byte(tok.Token))
 	waitFor(t, "the worker to join its head", 60*time.Second, func() (bool, string) {
 		b, _ := os.ReadFile(workerLog)
-		return strings.Contains(string(b), "joined head "+m1.addr+":45001: ray head of gang"), string(b)
+		return strings.Contains(string(b), "joined head "+m1.addr+":45001: ray head of gang auth "+hex.EncodeToString(sum[:])[:16]), string(b)
 	})
 
 	// From outside (this host): Jupyter answers; Ray's ports do not.

@@ -566,6 +566,15 @@ type Profile struct {
 	Egress *Egress `json:"egress,omitempty"`
 }
 
+// RayToken is a Ray session's authentication token, stored at
+// raytokens/<id>: every part of the session runs with it as Ray's
+// RAY_AUTH_TOKEN (and RAY_AUTH_MODE=token), so Ray 2.52 and later refuse
+// whoever lacks it; the agent's dashboard proxy presents it.
+type RayToken struct {
+	Session string `json:"session"`
+	Token   string `json:"token"`
+}
+
 // Placer announces a live placer, stored at placers/<id> under the placer's
 // lease. Live placers split the nodes among themselves by rendezvous hashing.
 type Placer struct {
