@@ -392,6 +392,9 @@ func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32, 
 	if spec.ShmBytes > 0 {
 		opts = append(opts, oci.WithDevShmSize(spec.ShmBytes/1024))
 	}
+	if len(spec.Rlimits) > 0 {
+		opts = append(opts, withRlimits(spec.Rlimits))
+	}
 	if len(spec.Mounts) > 0 {
 		ms := make([]specs.Mount, 0, len(spec.Mounts))
 		for _, m := range spec.Mounts {
@@ -429,6 +432,21 @@ func withNetwork(nsPath string) oci.SpecOpts {
 	}
 }
 
+// withRlimits sets each of rs on the process, in place of the default
+// spec's limit of the same type.
+func withRlimits(rs []Rlimit) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		for _, r := range rs {
+			s.Process.Rlimits = slices.DeleteFunc(s.Process.Rlimits, func(p specs.POSIXRlimit) bool { return p.Type == r.Type })
+			s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: r.Type, Soft: r.Soft, Hard: r.Hard})
+		}
+		return nil
+	}
+}
+
 // withCDIDevices injects CDI devices with a cache read fresh for this
 // container, so a spec written since the last start is seen.
 func withCDIDevices(dirs, devices []string) oci.SpecOpts {
@@ -453,6 +471,11 @@ func prepareHost(spec Spec, uid, gid uint32) error {
 	}
 	for _, m := range spec.Mounts {
 		if !m.Create {
+			// runc's own error for a missing source names neither the
+			// mount nor the fix.
+			if _, err := os.Stat(m.Source); err != nil {
+				return fmt.Errorf("mount %s at %s: the source must exist on this node: %w", m.Source, m.Target, err)
+			}
 			continue
 		}
 		if fi, err := os.Stat(m.Source); err == nil {

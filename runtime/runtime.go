@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -133,7 +134,11 @@ type Spec struct {
 	PidsLimit int64
 	// ShmBytes sizes /dev/shm; 0 keeps the default 64 MiB.
 	ShmBytes int64
-	Mounts   []Mount
+	// Rlimits set resource limits of the container's processes; a type
+	// left out keeps the runtime's default (containerd's: RLIMIT_NOFILE
+	// 1024).
+	Rlimits []Rlimit
+	Mounts  []Mount
 	// CDIDevices are fully qualified CDI device names
 	// ("nvidia.com/gpu=0") injected from the runtime's CDI spec dirs.
 	CDIDevices []string
@@ -148,6 +153,23 @@ type Spec struct {
 	// created. Empty discards output. TrimLog keeps its size bounded.
 	LogPath string
 }
+
+// Rlimit is one resource limit of a container's processes.
+type Rlimit struct {
+	// Type is the limit's name as in the OCI spec and setrlimit(2),
+	// such as RLIMIT_NOFILE or RLIMIT_MEMLOCK.
+	Type string
+	// Soft and Hard are the limits; RlimitInfinity is unlimited.
+	Soft, Hard uint64
+}
+
+// RlimitInfinity is an unlimited Rlimit value (RLIM_INFINITY).
+const RlimitInfinity = ^uint64(0)
+
+// rlimitTypes are the limits a Spec may set.
+var rlimitTypes = []string{"RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE",
+	"RLIMIT_LOCKS", "RLIMIT_MEMLOCK", "RLIMIT_MSGQUEUE", "RLIMIT_NICE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
+	"RLIMIT_RSS", "RLIMIT_RTPRIO", "RLIMIT_RTTIME", "RLIMIT_SIGPENDING", "RLIMIT_STACK"}
 
 // DefaultUID and DefaultGID run a container whose Spec leaves UID and GID
 // nil: Jupyter's conventional unprivileged user.
@@ -168,6 +190,11 @@ func (s Spec) Validate() error {
 	}
 	if s.CPUMilli < 0 || s.MemoryBytes < 0 || s.PidsLimit < 0 || s.ShmBytes < 0 {
 		return fmt.Errorf("%w: container %s has a negative limit", ErrInvalidSpec, s.ID)
+	}
+	for _, r := range s.Rlimits {
+		if !slices.Contains(rlimitTypes, r.Type) || r.Soft > r.Hard {
+			return fmt.Errorf("%w: container %s: rlimit %s %d:%d: want one of %s with soft at most hard", ErrInvalidSpec, s.ID, r.Type, r.Soft, r.Hard, strings.Join(rlimitTypes, ", "))
+		}
 	}
 	for _, m := range s.Mounts {
 		if m.Source == "" || m.Target == "" || m.Target[0] != '/' {
