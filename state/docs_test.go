@@ -80,6 +80,7 @@ var docTypes = map[string]any{
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
 	"UIDRecord":         state.UIDRecord{},
+	"Volume":            state.Volume{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.
@@ -186,6 +187,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.UserQuota("ada"):                       values["Quota"],
 		k.GroupQuota("vision"):                   values["Quota"],
 		k.Profile("a100-small"):                  values["Profile"],
+		k.Volume("results"):                      values["Volume"],
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
@@ -200,7 +202,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "volumes": "Volume",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {
