@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -82,6 +83,9 @@ type Containerd struct {
 	// would otherwise see each other's half-made container.
 	mu       sync.Mutex
 	starting map[string]*idLock
+
+	// loweredOnce makes the first lowered limit a warning, later ones debug.
+	loweredOnce atomic.Bool
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -393,7 +397,15 @@ func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32, 
 		opts = append(opts, oci.WithDevShmSize(spec.ShmBytes/1024))
 	}
 	if len(spec.Rlimits) > 0 {
-		opts = append(opts, withRlimits(spec.Rlimits))
+		rs, lowered := Grantable(spec.Rlimits)
+		if lowered {
+			level := slog.LevelDebug
+			if c.loweredOnce.CompareAndSwap(false, true) {
+				level = slog.LevelWarn
+			}
+			c.log.Log(context.Background(), level, "container limits lowered to this host's: without CAP_SYS_RESOURCE no hard limit can be raised", "id", spec.ID, "asked", fmtRlimits(spec.Rlimits), "granted", fmtRlimits(rs))
+		}
+		opts = append(opts, withRlimits(rs))
 	}
 	if len(spec.Mounts) > 0 {
 		ms := make([]specs.Mount, 0, len(spec.Mounts))
@@ -445,6 +457,15 @@ func withRlimits(rs []Rlimit) oci.SpecOpts {
 		}
 		return nil
 	}
+}
+
+// fmtRlimits writes rs for a log: "RLIMIT_NOFILE=1024:1024 …".
+func fmtRlimits(rs []Rlimit) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s=%d:%d", r.Type, r.Soft, r.Hard)
+	}
+	return strings.Join(parts, " ")
 }
 
 // withCDIDevices injects CDI devices with a cache read fresh for this

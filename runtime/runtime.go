@@ -136,7 +136,8 @@ type Spec struct {
 	ShmBytes int64
 	// Rlimits set resource limits of the container's processes; a type
 	// left out keeps the runtime's default (containerd's: RLIMIT_NOFILE
-	// 1024).
+	// 1024). Containerd lowers a limit this host cannot grant to the
+	// most it can (Grantable) rather than fail the start.
 	Rlimits []Rlimit
 	Mounts  []Mount
 	// CDIDevices are fully qualified CDI device names
@@ -166,11 +167,6 @@ type Rlimit struct {
 // RlimitInfinity is an unlimited Rlimit value (RLIM_INFINITY).
 const RlimitInfinity = ^uint64(0)
 
-// rlimitTypes are the limits a Spec may set.
-var rlimitTypes = []string{"RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE",
-	"RLIMIT_LOCKS", "RLIMIT_MEMLOCK", "RLIMIT_MSGQUEUE", "RLIMIT_NICE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
-	"RLIMIT_RSS", "RLIMIT_RTPRIO", "RLIMIT_RTTIME", "RLIMIT_SIGPENDING", "RLIMIT_STACK"}
-
 // DefaultUID and DefaultGID run a container whose Spec leaves UID and GID
 // nil: Jupyter's conventional unprivileged user.
 const (
@@ -192,8 +188,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("%w: container %s has a negative limit", ErrInvalidSpec, s.ID)
 	}
 	for _, r := range s.Rlimits {
-		if !slices.Contains(rlimitTypes, r.Type) || r.Soft > r.Hard {
-			return fmt.Errorf("%w: container %s: rlimit %s %d:%d: want one of %s with soft at most hard", ErrInvalidSpec, s.ID, r.Type, r.Soft, r.Hard, strings.Join(rlimitTypes, ", "))
+		if _, ok := rlimitResources[r.Type]; !ok || r.Soft > r.Hard {
+			return fmt.Errorf("%w: container %s: rlimit %s %d:%d: want one of %s with soft at most hard", ErrInvalidSpec, s.ID, r.Type, r.Soft, r.Hard, strings.Join(slices.Sorted(maps.Keys(rlimitResources)), ", "))
 		}
 	}
 	for _, m := range s.Mounts {
