@@ -147,20 +147,28 @@ func (a *API) putVolume(c *gin.Context) {
 }
 
 func (a *API) deleteVolume(c *gin.Context) {
-	name := c.Param("name")
-	if state.ValidateName("volume", name) != nil {
-		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no volume %q", truncate(name, 64)))
-		return
+	if a.deleteNamed(c, "volume", a.keys.Volume) {
+		a.log.Info("volume deleted", "volume", c.Param("name"), "by", principalOf(c).Subject)
 	}
-	resp, err := a.cli.Delete(c.Request.Context(), a.keys.Volume(name))
+}
+
+// deleteNamed deletes the record of kind what named by the path's name at
+// key(name): 204, or 404 when there is none. It reports whether it deleted.
+func (a *API) deleteNamed(c *gin.Context, what string, key func(string) string) bool {
+	name := c.Param("name")
+	if state.ValidateName(what, name) != nil {
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no %s %q", what, truncate(name, 64)))
+		return false
+	}
+	resp, err := a.cli.Delete(c.Request.Context(), key(name))
 	if err != nil {
-		a.internal(c, "delete volume", err)
-		return
+		a.internal(c, "delete "+what, err)
+		return false
 	}
 	if resp.Deleted == 0 {
-		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no volume %q", name))
-		return
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no %s %q", what, name))
+		return false
 	}
-	a.log.Info("volume deleted", "volume", name, "by", principalOf(c).Subject)
 	c.Status(http.StatusNoContent)
+	return true
 }

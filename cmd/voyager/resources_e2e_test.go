@@ -1,28 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
-
-// runBinary runs the built binary with args against the API at httpAddr
-// as token, and returns its exit code, stdout and stderr.
-func runBinary(t *testing.T, environ []string, httpAddr, token string, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(environ, envURL+"=http://"+httpAddr, envToken+"="+token)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	_ = cmd.Run()
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
-}
 
 // TestVolumesAndShmE2E is the experiment runner's data path end to end,
 // nothing faked: `voyager dev` with its real agent on a real containerd;
@@ -33,13 +18,7 @@ func runBinary(t *testing.T, environ []string, httpAddr, token string, args ...s
 // does not see.
 func TestVolumesAndShmE2E(t *testing.T) {
 	needBinary(t)
-	rt := privateContainerd(t, "rs-volumes-e2e")
-	env := newDevEnv(t)
-	environ := append(env.environ(),
-		"VOYAGER_AGENT_NODE=rs-volumes", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
-	dev := start(t, environ, "dev")
-	dev.waitFor(`msg="node registered"`, 60*time.Second)
+	env, environ, dev := devWithAgent(t, "rs-volumes-e2e", "rs-volumes")
 
 	datasets, results := t.TempDir(), filepath.Join(t.TempDir(), "results")
 	if err := os.WriteFile(filepath.Join(datasets, "train.csv"), []byte("1,2,3\n"), 0o644); err != nil {
