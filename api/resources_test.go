@@ -118,6 +118,7 @@ func TestVolumes(t *testing.T) {
 		{"root", map[string]any{"hostPath": "/"}, "hostPath", "other than /"},
 		{"unclean", map[string]any{"hostPath": "/srv/../etc"}, "hostPath", "clean absolute"},
 		{"per-user without {user}", map[string]any{"hostPath": "/srv/results", "perUser": true}, "hostPath", "{user} once"},
+		{"{user} at the top", map[string]any{"hostPath": "/{user}", "perUser": true}, "hostPath", "below a directory of its own"},
 		{"{user} inside a segment", map[string]any{"hostPath": "/srv/r-{user}", "perUser": true}, "hostPath", "whole path segment"},
 		{"{user} without per-user", map[string]any{"hostPath": "/srv/{user}"}, "hostPath", "perUser is false"},
 		{"bad user name", map[string]any{"hostPath": "/srv/d", "users": []string{"a b"}}, "users", "invalid user"},

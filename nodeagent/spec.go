@@ -116,7 +116,7 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		spec.Mounts = []runtime.Mount{{Source: filepath.Join(cfg.HomeDir, s.Owner), Target: HomePath, Create: true}}
 	}
 	for _, v := range s.Volumes {
-		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: v.HostPath, Target: v.MountPath, ReadOnly: v.ReadOnly, Create: v.PerUser})
+		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: v.HostPath, Target: v.MountPath, ReadOnly: v.ReadOnly, Create: v.PerUser, Private: v.PerUser})
 	}
 	if len(b.GPUs) > 0 && cfg.LogDir != "" {
 		file, err := a.writeTopology(id, b.GPUs)

@@ -500,6 +500,9 @@ func prepareHost(spec Spec, uid, gid uint32) error {
 			continue
 		}
 		if fi, err := os.Stat(m.Source); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && m.Private && (st.Uid != uid || !fi.IsDir()) {
+				return fmt.Errorf("mount %s at %s: it exists but is not a directory of uid %d (owner %d); a private mount is never handed over", m.Source, m.Target, uid, st.Uid)
+			}
 			if err := ownDir(m.Source, fi, uid, gid); err != nil {
 				return err
 			}

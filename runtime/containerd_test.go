@@ -429,3 +429,34 @@ func TestContainerdRlimitsBeyondTheHostsAreCapped(t *testing.T) {
 		t.Errorf("exit %d, output %q; want 0 and %q (CAP_SYS_RESOURCE: %v)", code, out, want, canRaise)
 	}
 }
+
+// TestContainerdPrivateMountIsNeverHandedOver: a private created mount
+// (a per-user volume) is made for the container's user when missing, used
+// when it is already theirs, and refused, with nothing started, when it
+// belongs to someone else; a home (not private) is handed over.
+func TestContainerdPrivateMountIsNeverHandedOver(t *testing.T) {
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	uid := uint32(104217)
+	mine := filepath.Join(t.TempDir(), "results", "ada")
+	spec := func(id, src string, private bool) runtime.Spec {
+		return runtime.Spec{ID: id, Image: runtimetest.ImageRef, UID: &uid, Args: []string{"sh", "-c", "echo ok > /results/f"},
+			Mounts: []runtime.Mount{{Source: src, Target: "/results", Create: true, Private: private}}}
+	}
+	if code, out := runBatch(t, rt, spec("rs-private-new", mine, true)); code != 0 {
+		t.Fatalf("a missing private mount: exit %d\n%s", code, out)
+	}
+	if code, out := runBatch(t, rt, spec("rs-private-own", mine, true)); code != 0 {
+		t.Fatalf("the user's own private mount: exit %d\n%s", code, out)
+	}
+	theirs := t.TempDir() // root's
+	err := rt.Start(context.Background(), spec("rs-private-theirs", theirs, true))
+	if err == nil || !strings.Contains(err.Error(), "never handed over") {
+		t.Errorf("a private mount owned by another uid: %v; want a refusal", err)
+	}
+	if fi, err := os.Stat(theirs); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the refused directory changed owner: %v", err)
+	}
+	if code, out := runBatch(t, rt, spec("rs-home", theirs, false)); code != 0 {
+		t.Fatalf("a home handed over: exit %d\n%s", code, out)
+	}
+}

@@ -105,6 +105,10 @@ type Mount struct {
 	// 0700, if it does not exist; an existing one is given to them (all of
 	// it, when its owner differs) and made 0700.
 	Create bool
+	// Private, with Create, never hands an existing Source over: one not
+	// owned by the container's UID fails the start (a per-user volume
+	// whose path meets a directory that is someone else's).
+	Private bool
 }
 
 // Spec describes one container. The container runs on the runtime's

@@ -81,8 +81,10 @@ func (v Volume) Validate() []string {
 	segs := strings.Split(v.HostPath, "/")
 	whole := slices.Index(segs, UserPlaceholder) >= 0
 	switch n := strings.Count(v.HostPath, UserPlaceholder); {
-	case v.PerUser && (n != 1 || !whole):
-		errs = append(errs, fmt.Sprintf("hostPath: a per-user volume needs %s once, as one whole path segment, such as /srv/results/%s", UserPlaceholder, UserPlaceholder))
+	case v.PerUser && (n != 1 || !whole || slices.Index(segs, UserPlaceholder) < 2):
+		// Below a fixed directory: /{user} would make a user named etc
+		// the owner of /etc.
+		errs = append(errs, fmt.Sprintf("hostPath: a per-user volume needs %s once, as one whole path segment below a directory of its own, such as /srv/results/%s", UserPlaceholder, UserPlaceholder))
 	case !v.PerUser && n > 0:
 		errs = append(errs, fmt.Sprintf("hostPath: holds %s but perUser is false; set perUser, or name one directory", UserPlaceholder))
 	}
@@ -130,7 +132,8 @@ type VolumeMount struct {
 	// HostPath is the directory on the node ({user} already replaced).
 	HostPath string `json:"hostPath"`
 	// PerUser makes the agent create HostPath, owned by the session's
-	// user, mode 0700, when it is missing.
+	// user, mode 0700, when it is missing, and refuse one that exists but
+	// is another user's.
 	PerUser bool `json:"perUser,omitempty"`
 }
 
