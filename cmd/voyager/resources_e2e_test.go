@@ -84,3 +84,48 @@ func TestVolumesAndShmE2E(t *testing.T) {
 		t.Errorf("dev exit code %d", code)
 	}
 }
+
+// TestCLIVolumeAndResourceFlags: `voyager volume` administers volumes,
+// `session create` sends --shm, --ulimit and --volume, and `session get`
+// shows what was admitted; malformed flags are refused before any request.
+func TestCLIVolumeAndResourceFlags(t *testing.T) {
+	newCLIEnv(t)
+	loginAs(t, "ada")
+	if code, _, stderr := voyager(t, "volume", "create", "rs-cli", "--host-path", "/srv/cli/{user}", "--per-user"); code == 0 || !strings.Contains(stderr, "admin") {
+		t.Errorf("a user defined a volume: exit %d, %s", code, stderr)
+	}
+	code, tok, _ := voyager(t, "token", "-sub", "root", "-admin")
+	if code != 0 {
+		t.Fatal("token")
+	}
+	t.Setenv(envToken, strings.TrimSpace(tok))
+	if code, out, stderr := voyager(t, "volume", "create", "rs-cli", "--host-path", "/srv/cli/{user}", "--per-user", "--groups", "vision"); code != 0 || out != "volume rs-cli: /srv/cli/{user}\n" {
+		t.Fatalf("volume create: exit %d, %q, %s", code, out, stderr)
+	}
+	if code, out, _ := voyager(t, "volume", "list"); code != 0 || !strings.Contains(out, "rs-cli") || !strings.Contains(out, "per-user") || !strings.Contains(out, "group:vision") {
+		t.Errorf("volume list: exit %d\n%s", code, out)
+	}
+	loginAs(t, "ada")
+	if code, out, _ := voyager(t, "volume", "list", "-o", "name"); code != 0 || out != "" {
+		t.Errorf("ada, not in vision, sees %q", out)
+	}
+	_, tok, _ = voyager(t, "token", "-sub", "cyd", "-group", "vision")
+	t.Setenv(envToken, strings.TrimSpace(tok))
+	code, id, stderr := voyager(t, "session", "create", "--kind", "batch", "--memory", "2048", "--shm", "1024",
+		"--ulimit", "nofile=4096", "--ulimit", "memlock=unlimited", "--volume", "rs-cli:/results:ro", "-o", "name", "--", "true")
+	if code != 0 {
+		t.Fatalf("session create: exit %d\n%s", code, stderr)
+	}
+	code, out, _ := voyager(t, "session", "get", strings.TrimSpace(id))
+	for _, want := range []string{"Shared memory:", "1024 MiB", "nofile 4096, memlock unlimited", "Volume rs-cli:", "/results (read-only)"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("session get lacks %q (exit %d):\n%s", want, code, out)
+		}
+	}
+	for _, bad := range [][]string{{"--volume", "rs-cli"}, {"--volume", "rs-cli:/r:rx"}, {"--ulimit", "nofile=many"}, {"--ulimit", "stack=1"}} {
+		args := append([]string{"session", "create", "--kind", "batch"}, append(bad, "--", "true")...)
+		if code, _, stderr := voyager(t, args...); code == 0 || !strings.Contains(stderr, "invalid "+bad[0]) {
+			t.Errorf("%v: exit %d, %s", bad, code, stderr)
+		}
+	}
+}

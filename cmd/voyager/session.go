@@ -508,6 +508,23 @@ func writeSession(w io.Writer, s api.SessionView) {
 	}
 	row("GPUs", gpuText(s.Resources))
 	row("CPU", fmt.Sprintf("%g cores, %d MiB", float64(s.Resources.CPUMilli)/1000, s.Resources.MemoryMiB))
+	if s.ShmMiB > 0 {
+		row("Shared memory", fmt.Sprintf("%d MiB", s.ShmMiB))
+	}
+	if u := s.Ulimits; u != nil {
+		memlock := "unlimited"
+		if u.MemlockKiB != state.UlimitUnlimited {
+			memlock = fmt.Sprintf("%d KiB", u.MemlockKiB)
+		}
+		row("Ulimits", fmt.Sprintf("nofile %d, memlock %s", u.Nofile, memlock))
+	}
+	for _, v := range s.Volumes {
+		mode := "read-write"
+		if v.ReadOnly {
+			mode = "read-only"
+		}
+		row("Volume "+v.Name, fmt.Sprintf("%s (%s)", v.MountPath, mode))
+	}
 	row("Desired", string(s.Desired))
 	row("Phase", string(s.Status.Phase))
 	row("Reason", s.Status.Reason)
