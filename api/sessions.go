@@ -124,6 +124,22 @@ func (a *API) createSession(c *gin.Context) {
 		return
 	}
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
+	vols, verrs, volRevs, err := a.resolveVolumes(ctx, req.Volumes, p.Subject, p.Groups)
+	if err != nil {
+		a.internal(c, "create session", err)
+		return
+	}
+	if len(verrs) > 0 {
+		a.invalid(c, "Invalid request", verrs)
+		return
+	}
+	s.Volumes = vols
+	// The spec holds the volumes as read: the create commits only if
+	// their definitions are unchanged.
+	var guards []clientv3.Cmp
+	for key, rev := range volRevs {
+		guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+	}
 	uid, err := state.EnsureUID(ctx, a.cli, a.keys, p.Subject, now)
 	if err != nil {
 		a.internal(c, "create session", err)
@@ -132,8 +148,8 @@ func (a *API) createSession(c *gin.Context) {
 	s.UID = &uid
 
 	if idemKey == "" {
-		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now); err != nil {
-			a.internal(c, "create session", err)
+		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now, guards...); err != nil {
+			a.createFailed(c, err)
 			return
 		}
 		a.log.Info("session created", "session", id, "owner", s.Owner, "kind", s.Kind, "gpus", s.Resources.GPUs, "service", p.Service)
@@ -148,9 +164,9 @@ func (a *API) createSession(c *gin.Context) {
 		a.internal(c, "create session", err)
 		return
 	}
-	stored, created, err := state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease)
+	stored, created, err := state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease, guards...)
 	if err != nil {
-		a.internal(c, "create session", err)
+		a.createFailed(c, err)
 		return
 	}
 	if created {
@@ -174,6 +190,16 @@ func (a *API) createSession(c *gin.Context) {
 		return
 	}
 	a.respondCreated(c, v, true)
+}
+
+// createFailed answers a create whose transaction failed: a volume
+// redefined between its read and the write is a conflict to retry.
+func (a *API) createFailed(c *gin.Context, err error) {
+	if errors.Is(err, state.ErrConflict) {
+		a.problem(c, http.StatusConflict, "Conflict", "a volume the session names was redefined while it was being created; send the request again")
+		return
+	}
+	a.internal(c, "create session", err)
 }
 
 func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {

@@ -27,6 +27,7 @@ var subcommands = []func() *cobra.Command{
 	newSessionCmd,
 	newRunCmd,
 	newNodeCmd,
+	newVolumeCmd,
 	newQueueCmd,
 	newDashboardCmd,
 	newTokenCmd,

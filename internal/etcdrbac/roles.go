@@ -88,6 +88,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// Each owner's container user id, made at their first create;
 			// a Ray session's token, made with it.
 			prefix(rw, k.UIDs()), prefix(rw, k.RayTokens()),
+			// Volume definitions: admins write them; a create resolves a
+			// session's volumes into its spec, so no agent reads them.
+			prefix(rw, k.Volumes()),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -141,7 +144,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}
