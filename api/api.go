@@ -302,6 +302,10 @@ func (a *API) routes() *gin.Engine {
 	svc.DELETE("/sessions/:id", a.stopSession)
 	svc.GET("/sessions/:id/events", a.sessionEvents)
 	svc.GET("/sessions/:id/logs", a.sessionLogs)
+	svc.POST("/arrays", a.requireSynced, a.createArray)
+	svc.GET("/arrays", a.listArrays)
+	svc.GET("/arrays/:id", a.getArray)
+	svc.POST("/arrays/:id/stop", a.stopArray)
 	svc.GET("/profiles", a.listProfiles)
 	svc.GET("/profiles/:name", a.getProfile)
 	// What is free now: JupyterHub's spawn form shows it to the user.

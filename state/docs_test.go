@@ -80,6 +80,7 @@ var docTypes = map[string]any{
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
 	"UIDRecord":         state.UIDRecord{},
+	"Array":             state.Array{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.
@@ -189,6 +190,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
+		k.Array("s01jq2k9a0c3m5t7vb2"):           values["Array"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -200,7 +202,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "arrays": "Array",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

@@ -107,6 +107,10 @@ func namesOf(v any) ([]string, bool) {
 		return mapNames(x)
 	case []api.QueueEntry:
 		return mapNames(x)
+	case api.ArrayView:
+		return []string{x.ID}, true
+	case []api.ArrayView:
+		return mapNames(x)
 	}
 	return nil, false
 }

@@ -81,6 +81,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 		placerComponent(p),
 		{name: "retention", run: ret.Run},
 		{name: "lifecycle", run: lc.Run},
+		sweepComponent(store.client, cfg, log, registry),
 	})
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)

@@ -87,6 +87,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.IdempotencyDir()),
 			// Each owner's container user id, made at their first create.
 			prefix(rw, k.UIDs()),
+			// Job arrays: create, stop, summaries.
+			prefix(rw, k.Arrays()),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -101,6 +103,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
 			// Quota usage marks, compared by every bind against a quota.
 			prefix(rw, k.UsageDir()),
+			// The array controller: elements created, results folded in.
+			prefix(rw, k.Arrays()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
@@ -133,7 +137,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(), k.UIDs(), k.UsageDir(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Arrays(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}
