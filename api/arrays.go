@@ -273,7 +273,7 @@ func viewArray(arr state.Array, size int, live map[int]state.Status, elements bo
 			continue
 		}
 		v.Elements = append(v.Elements, ArrayElement{Index: n, Session: state.ElementID(arr.ID, n), Phase: r.Phase, Reason: r.Reason,
-			ExitCode: r.ExitCode, Attempt: r.Attempt, Started: r.Started, Finished: r.Finished})
+			ExitCode: r.ExitCode, Attempt: r.Attempt})
 	}
 	for n, st := range live {
 		v.Elements = append(v.Elements, ArrayElement{Index: n, Session: state.ElementID(arr.ID, n), Phase: st.Phase, Reason: st.Reason,

@@ -31,7 +31,7 @@ func TestArrayAdmission(t *testing.T) {
 	}{
 		{"no indices", "indices", "want an index set such as", func(m map[string]any) { delete(m, "indices") }},
 		{"bad index set", "indices", `range "9-1" runs backwards`, func(m map[string]any) { m["indices"] = "0-3,9-1" }},
-		{"too many elements", "indices", "more than 10000 elements", func(m map[string]any) { m["indices"] = "0-20000" }},
+		{"too many elements", "indices", "more than 1000 elements", func(m map[string]any) { m["indices"] = "0-20000" }},
 		{"indices and params", "params", "not both", func(m map[string]any) { m["params"] = []string{"a"} }},
 		{"empty params", "params", "empty", func(m map[string]any) { delete(m, "indices"); m["params"] = []string{} }},
 		{"param without params", "command", "{param}", func(m map[string]any) { m["command"] = []string{"train", "{param}"} }},

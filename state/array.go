@@ -30,10 +30,11 @@ func (k Keys) ArrayID(key string) (string, bool) {
 	return id, id != "" && !strings.Contains(id, "/")
 }
 
-// MaxArrayElements bounds the elements of one array, so that its record
-// (which keeps every finished element's result) stays far below etcd's
-// request size.
-const MaxArrayElements = 10000
+// MaxArrayElements bounds the elements of one array, so that its record,
+// which keeps every finished element's result and is rewritten as they
+// finish, stays small (about 60 bytes a result): Slurm's default
+// MaxArraySize is about the same.
+const MaxArrayElements = 1000
 
 // Environment variables every array element gets.
 const (
@@ -97,14 +98,14 @@ type ArrayStop struct {
 }
 
 // ElementResult is a finished element's outcome, kept in its array after
-// the element's own records are retired.
+// the element's own records are retired. Its times are the element's
+// status's (and, once retired, the history file's): the record is
+// rewritten as elements finish, so it keeps only what the summary needs.
 type ElementResult struct {
-	Phase    Phase      `json:"phase"`
-	Reason   string     `json:"reason,omitempty"`
-	ExitCode *int       `json:"exitCode,omitempty"`
-	Attempt  int        `json:"attempt,omitempty"`
-	Started  *time.Time `json:"started,omitempty"`
-	Finished *time.Time `json:"finished,omitempty"`
+	Phase    Phase  `json:"phase"`
+	Reason   string `json:"reason,omitempty"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Attempt  int    `json:"attempt,omitempty"`
 }
 
 // ParseIndexSet reads an index set: comma-separated items, each N, A-B
@@ -112,7 +113,7 @@ type ElementResult struct {
 // 999999, no index twice and at most MaxArrayElements in all.
 func ParseIndexSet(s string) ([]int, error) {
 	const maxIndex = 999999
-	want := `want items such as "0-99", "0-99:10" or "1,5,7-9" (indices 0-999999)`
+	want := `want items such as "0-99", "0-99:10" or "1,5,7-9" (indices 0-999999, at most 1000 of them)`
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("parse index set: empty; %s", want)
 	}
@@ -298,7 +299,7 @@ func StopArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, rev int64, 
 
 // ResultOf is the result an element ended with, from its final status.
 func ResultOf(st Status) ElementResult {
-	return ElementResult{Phase: st.Phase, Reason: st.Reason, ExitCode: st.ExitCode, Attempt: st.Attempt, Started: st.Started, Finished: st.Finished}
+	return ElementResult{Phase: st.Phase, Reason: st.Reason, ExitCode: st.ExitCode, Attempt: st.Attempt}
 }
 
 // ArraySummary counts an array's elements by where they are.
