@@ -21,6 +21,7 @@ import (
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/lifecycle"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/runtime"
@@ -83,6 +84,9 @@ func newCluster(t *testing.T) *cluster {
 
 	p := placer.New(cli, placer.Config{Keys: k, Logger: quiet()})
 	run("placer", p.Run)
+	// Restarts: the lifecycle controller re-queues failed OnFailure
+	// elements after their back-off.
+	run("lifecycle", lifecycle.NewController(cli, lifecycle.ControllerConfig{Keys: k, Every: 100 * time.Millisecond, Logger: quiet()}).Run)
 	for i := 0; i < 2; i++ {
 		ctrl := sweep.New(cli, sweep.Config{Keys: k, Logger: quiet()})
 		c.ctrls = append(c.ctrls, ctrl)
@@ -334,6 +338,62 @@ func TestSweepStopStopsAll(t *testing.T) {
 	}
 	if r.Count != 14 {
 		t.Errorf("%d element sessions exist, want the 14 made before the stop", r.Count)
+	}
+	c.checkHistory()
+}
+
+// TestSweepRestartsFollowPolicy: an element's retries follow its restart
+// policy (OnFailure, one restart): element 1 fails once and then succeeds,
+// element 3 fails twice and ends Failed; while an element waits to
+// restart it keeps its place under the cap (the history checker holds
+// the cap over every revision).
+func TestSweepRestartsFollowPolicy(t *testing.T) {
+	c := newCluster(t)
+	req := sweepRequest()
+	req["indices"], req["maxRunning"] = "0-3", 2
+	req["restart"] = map[string]any{"policy": "OnFailure", "maxRestarts": 1, "backoff": "100ms"}
+	var v api.ArrayView
+	c.call("POST", "/api/v1/arrays", req, &v, 201)
+	ended := map[string]bool{}
+	runs := map[int]int{}
+	c.eventually("the array done", 60*time.Second, func() bool {
+		for cid, idx := range c.running(v.ID) {
+			if ended[cid] {
+				continue
+			}
+			if len(c.running(v.ID)) > 2 {
+				t.Fatalf("more than 2 elements run at once")
+			}
+			code := 0
+			if idx == 3 || (idx == 1 && runs[1] == 0) {
+				code = 5
+			}
+			runs[idx]++
+			ended[cid] = true
+			if err := c.fake.Finish(cid, code, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.call("GET", "/api/v1/arrays/"+v.ID, nil, &v, 200)
+		return v.Summary.Done
+	})
+	if s := v.Summary; s.Succeeded != 3 || s.Failed != 1 {
+		t.Errorf("summary %+v, want 3 succeeded and 1 failed", s)
+	}
+	for _, e := range v.Elements {
+		wantAttempt, wantCode := 0, 0
+		switch e.Index {
+		case 1:
+			wantAttempt = 1
+		case 3:
+			wantAttempt, wantCode = 1, 5
+		}
+		if e.Attempt != wantAttempt || e.ExitCode == nil || *e.ExitCode != wantCode {
+			t.Errorf("element %d: attempt %d exit %v; want attempt %d exit %d", e.Index, e.Attempt, e.ExitCode, wantAttempt, wantCode)
+		}
+	}
+	if runs[0] != 1 || runs[1] != 2 || runs[2] != 1 || runs[3] != 2 || c.fake.Starts() != 6 {
+		t.Errorf("runs %v, %d starts; want 1, 2, 1, 2 and 6", runs, c.fake.Starts())
 	}
 	c.checkHistory()
 }
