@@ -197,11 +197,7 @@ func newArrayListCmd() *cobra.Command {
 		Short: "List job arrays with their summaries",
 		Args:  cobra.NoArgs,
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, _ []string) error {
-			var l api.ArrayList
-			if err := c.do(cmd.Context(), "GET", "/api/v1/arrays", nil, &l); err != nil {
-				return cliError(cmd, err)
-			}
-			return cf.show(cmd.OutOrStdout(), l.Items, func(w io.Writer, _ bool) {
+			return callShow(cmd, c, &cf, "GET", "/api/v1/arrays", func(l api.ArrayList) any { return l.Items }, func(w io.Writer, l api.ArrayList) {
 				tw := newTable(w)
 				fmt.Fprintln(tw, "ID\tOWNER\tSIZE\tMAX\tSUCCEEDED\tFAILED\tSTOPPED\tRUNNING\tPENDING\tWAITING\tDONE")
 				for _, v := range l.Items {
@@ -224,11 +220,7 @@ func newArrayGetCmd() *cobra.Command {
 		Short: "Print a job array's summary and every element's phase and exit code",
 		Args:  exactArgs(1),
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			var v api.ArrayView
-			if err := c.do(cmd.Context(), "GET", "/api/v1/arrays/"+url.PathEscape(args[0]), nil, &v); err != nil {
-				return cliError(cmd, err)
-			}
-			return cf.show(cmd.OutOrStdout(), v, func(w io.Writer, _ bool) { writeArray(w, v) })
+			return callShow(cmd, c, &cf, "GET", "/api/v1/arrays/"+url.PathEscape(args[0]), nil, writeArray)
 		}),
 	}
 	cf.register(cmd, true)
@@ -283,15 +275,25 @@ func newArrayStopCmd() *cobra.Command {
 		Short: "Stop a job array: no more elements, every unfinished one stopped",
 		Args:  exactArgs(1),
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			var r api.ArrayStopResult
-			if err := c.do(cmd.Context(), "POST", "/api/v1/arrays/"+url.PathEscape(args[0])+"/stop", nil, &r); err != nil {
-				return cliError(cmd, err)
-			}
-			return cf.show(cmd.OutOrStdout(), r, func(w io.Writer, _ bool) {
+			return callShow(cmd, c, &cf, "POST", "/api/v1/arrays/"+url.PathEscape(args[0])+"/stop", nil, func(w io.Writer, r api.ArrayStopResult) {
 				fmt.Fprintf(w, "%s: stopped; %d elements stopping\n%s\n", args[0], r.Stopping, arrayLine(r.Array))
 			})
 		}),
 	}
 	cf.register(cmd, true)
 	return cmd
+}
+
+// callShow calls the API without a body and shows the answer as -o asks:
+// structured (what pick makes of it, when not nil), or by table.
+func callShow[T any](cmd *cobra.Command, c *client, cf *clientFlags, method, path string, pick func(T) any, table func(io.Writer, T)) error {
+	var v T
+	if err := c.do(cmd.Context(), method, path, nil, &v); err != nil {
+		return cliError(cmd, err)
+	}
+	var shown any = v
+	if pick != nil {
+		shown = pick(v)
+	}
+	return cf.show(cmd.OutOrStdout(), shown, func(w io.Writer, _ bool) { table(w, v) })
 }

@@ -20,7 +20,8 @@ const runDesc = `Submits a batch session that runs COMMAND, shows its progress o
 its output on stdout, and exits with the command's exit code. Interrupting
 it (Ctrl-C) stops the session. At the end it prints one line on stderr:
 node, GPUs, wall time, GPU-hours, exit code; with -o json the job's output
-goes to stderr and stdout holds only that summary as one JSON object.
+goes to stderr and stdout holds only that summary as one JSON object (for
+an array: the array, with its summary and every element's exit code).
 
 With -array (an index set: 0-99, 0-99:10, 1,5,7-9) or -params FILE (one
 element per line) it submits a job array instead: one session per element,
@@ -51,6 +52,10 @@ func newRunCmd() *cobra.Command {
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
 			if len(args) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "voyager run: want a command after --, e.g. voyager run -- sh -c 'echo hi'")
+				return exitCode(exitUsage)
+			}
+			if cf.output != "" && cf.output != "json" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "voyager run: invalid -o %q: want json, or leave it out\n", cf.output)
 				return exitCode(exitUsage)
 			}
 			spec.kind = string(state.KindBatch)
