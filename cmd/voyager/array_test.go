@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -31,9 +35,11 @@ func runBinary(t *testing.T, environ []string, args ...string) (int, string, str
 // controller) and the built CLI: voyager run's end-of-job summary line and
 // its -o json object, then a 6-element sweep with a cap of 2 whose odd
 // elements fail: voyager run -array waits for it, exits 1 and prints the
-// summary, and voyager array get shows every element's exit code. The
-// 100-element scale test (sweep/) runs the same agent on the in-memory
-// runtime; this is the contract on real containers.
+// summary, and voyager array get shows every element's exit code; then a
+// parameter file; and the history checker finds no revision of dev's etcd
+// with more unfinished elements than the cap. The 100-element scale test
+// (sweep/) runs the same agent on the in-memory runtime; this is the
+// contract on real containers.
 func TestRunSummaryAndArrayRealAgentE2E(t *testing.T) {
 	needBinary(t)
 	rt := privateContainerd(t, "voyager-sw-e2e")
@@ -108,6 +114,25 @@ func TestRunSummaryAndArrayRealAgentE2E(t *testing.T) {
 	code, _, stderr = runBinary(t, environ, "run", "-params", params, "--", "sh", "-c", `test "$VOYAGER_ARRAY_PARAM" = "{param}"`)
 	if code != 0 || !strings.Contains(stderr, "2/2 ended (2 succeeded") {
 		t.Errorf("run -params: exit %d\n%s", code, stderr)
+	}
+	// The cap held at every revision of the whole history, on real
+	// containers as in the 100-element test on the in-memory runtime.
+	cli := etcdClient(t, env.clientAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := history.Watch(ctx, cli, state.MustKeys(state.DefaultPrefix), history.Options{Start: 1, End: r.Header.Revision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Violations {
+		t.Errorf("history: %s", v)
+	}
+	if res.Binds != 10 { // two single jobs, six elements, two params
+		t.Errorf("history saw %d binds, want 10", res.Binds)
 	}
 	if code := dev.stop(); code != 0 {
 		t.Errorf("dev exit code %d", code)
