@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/sweep"
 )
 
 // runBinary runs the built binary with environ and returns its exit code,
@@ -136,5 +139,51 @@ func TestRunSummaryAndArrayRealAgentE2E(t *testing.T) {
 	}
 	if code := dev.stop(); code != 0 {
 		t.Errorf("dev exit code %d", code)
+	}
+}
+
+// TestRunArrayInterruptedStopsIt: Ctrl-C during voyager run -array stops
+// the array: its queued elements are cancelled and no more are made.
+func TestRunArrayInterruptedStopsIt(t *testing.T) {
+	e := newCLIEnv(t)
+	loginAs(t, "ada")
+	ctrl := sweep.New(e.cli, sweep.Config{Keys: e.keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	rctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	stderr := &lineWriter{want: "0 running, 3 pending, 7 waiting", seen: make(chan struct{})}
+	codec := make(chan int, 1)
+	go func() {
+		codec <- run(rctx, []string{"run", "-array", "0-9", "-max-running", "3", "--", "true"}, io.Discard, stderr)
+	}()
+	select {
+	case <-stderr.seen: // no node: three queued, seven held back
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no progress line with three pending:\n%s", stderr.String())
+	}
+	interrupt()
+	if code := <-codec; code != exitRunInterrupted {
+		t.Fatalf("exit %d, want %d\n%s", code, exitRunInterrupted, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "interrupted; array") || !strings.Contains(stderr.String(), "stopped (") {
+		t.Errorf("stderr:\n%s", stderr.String())
+	}
+	r, err := e.cli.Get(ctx, e.keys.Arrays(), clientv3.WithPrefix())
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("arrays: %v", err)
+	}
+	a, err := state.Decode[state.Array](r.Kvs[0].Value)
+	if err != nil || a.Stop == nil || a.Next != 3 {
+		t.Fatalf("record %+v, %v; want stopped with 3 made", a, err)
+	}
+	for i := 0; i < 3; i++ {
+		st, _, err := state.Get[state.Status](ctx, e.cli, e.keys.Status(state.ElementID(a.ID, i)))
+		if err != nil || st.Phase != state.PhaseStopped {
+			t.Errorf("element %d: %s, %v; want Stopped", i, st.Phase, err)
+		}
 	}
 }
