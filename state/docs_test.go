@@ -76,6 +76,7 @@ var docTypes = map[string]any{
 	"Placer":     state.Placer{},
 	"Warning":    state.Warning{},
 	"Secrets":    state.Secrets{},
+	"PartStatus": state.PartStatus{},
 	"UsageMark":  state.UsageMark{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
@@ -190,6 +191,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
+		k.Part(binding.Node, sess.ID):            values["PartStatus"],
 		k.Array("s01jq2k9a0c3m5t7vb2"):           values["Array"],
 	}
 	for key, v := range puts {
@@ -202,7 +204,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning", "arrays": "Array",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "arrays": "Array",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

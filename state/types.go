@@ -310,8 +310,9 @@ func (q QueueEntry) Ports(role Role) int {
 }
 
 // Status is the observed state of a session, stored at status/<id>. The
-// API creates it, the placer writes Pending reasons and Bound, agents write
-// the rest.
+// API creates it, the placer writes Pending reasons, Bound and Lost, and
+// the placers' status merger writes the rest from the parts its agents
+// report (PartStatus, MergeParts): no agent writes a status.
 type Status struct {
 	Session string `json:"session"`
 	Phase   Phase  `json:"phase"`
@@ -324,11 +325,16 @@ type Status struct {
 	URLs          map[string]string `json:"urls,omitempty"`
 	ExitCode      *int              `json:"exitCode,omitempty"`
 	Attempt       int               `json:"attempt,omitempty"`
-	Created       time.Time         `json:"created"`
-	Updated       time.Time         `json:"updated"`
-	Bound         *time.Time        `json:"bound,omitempty"`
-	Started       *time.Time        `json:"started,omitempty"`
-	Finished      *time.Time        `json:"finished,omitempty"`
+	// QueueRevision is the mod revision of the queue entry the session's
+	// current bindings consumed (Binding.QueueRevision), written by the
+	// bind: the status merger folds in only the parts of this queueing.
+	// Zero before the first bind, and in statuses from before part keys.
+	QueueRevision int64      `json:"queueRevision,omitempty"`
+	Created       time.Time  `json:"created"`
+	Updated       time.Time  `json:"updated"`
+	Bound         *time.Time `json:"bound,omitempty"`
+	Started       *time.Time `json:"started,omitempty"`
+	Finished      *time.Time `json:"finished,omitempty"`
 	// RetryAt is when a session that waits to run again (Phase Pending,
 	// Reason BackOff or Preempted, no queue entry yet) is re-queued.
 	RetryAt *time.Time `json:"retryAt,omitempty"`

@@ -22,6 +22,7 @@ import (
 	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/lifecycle"
+	"github.com/voyager-gpu/voyager/merger"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/runtime"
@@ -31,8 +32,9 @@ import (
 
 const secret = "sweep-test-secret-0123456789abcdef-0123"
 
-// cluster is a whole Voyager on a real etcd: the API, a placer, two array
-// controllers (any number may run), and a real node agent with 16
+// cluster is a whole Voyager on a real etcd: the API, a placer with its
+// status merger and lifecycle controller, two array controllers (any
+// number may run), and a real node agent with 16
 // simulated GPUs on the in-memory runtime, whose jobs the test ends.
 type cluster struct {
 	t     *testing.T
@@ -84,6 +86,8 @@ func newCluster(t *testing.T) *cluster {
 
 	p := placer.New(cli, placer.Config{Keys: k, Logger: quiet()})
 	run("placer", p.Run)
+	// The agent reports parts; the merger writes the statuses.
+	run("merger", merger.New(cli, merger.Config{Keys: k, Logger: quiet()}).Run)
 	// Restarts: the lifecycle controller re-queues failed OnFailure
 	// elements after their back-off.
 	run("lifecycle", lifecycle.NewController(cli, lifecycle.ControllerConfig{Keys: k, Every: 100 * time.Millisecond, Logger: quiet()}).Run)

@@ -351,7 +351,8 @@ func nodesOfStatuses(t *testing.T, ctx context.Context, cli *clientv3.Client) ma
 }
 
 // checkRefusals: the operator reads no secrets, an agent cannot write
-// another node's binding, ledger or inventory, the API cannot write a
+// another node's binding, ledger, inventory or parts, nor any session's
+// status (also of the sessions it ran), the API cannot write a
 // ledger, and an agent's log endpoint and etcd refuse a client without a
 // certificate of the cluster CA.
 func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agentHTTP string) {
@@ -361,10 +362,33 @@ func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agent
 		t.Errorf("operator reading secrets/: %v, want permission denied", err)
 	}
 	agentA := c.client(etcdrbac.Agent(nodes[0]))
-	for _, key := range []string{keys.Binding(nodes[1], "s-forged"), keys.Ledger(nodes[1]), keys.Node(nodes[1])} {
+	// No status at all, not even of a session it ran: statuses are the
+	// placers' merger's, from the parts (parts/<node>/<id>).
+	forbidden := []string{keys.Binding(nodes[1], "s-forged"), keys.Ledger(nodes[1]), keys.Node(nodes[1]),
+		keys.Part(nodes[1], "s-forged"), keys.Status("s-forged")}
+	resp, err := c.client(etcdrbac.Operator).Get(ctx, keys.StatusDir(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		forbidden = append(forbidden, string(kv.Key))
+	}
+	if len(resp.Kvs) == 0 {
+		t.Error("no status to try to overwrite: the jobs left none")
+	}
+	for _, key := range forbidden {
 		if _, err := agentA.Put(ctx, key, `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Errorf("agent %s writing %s: %v, want permission denied", nodes[0], key, err)
 		}
+	}
+	for _, kv := range resp.Kvs {
+		if _, err := agentA.Delete(ctx, string(kv.Key)); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("agent %s deleting %s: %v, want permission denied", nodes[0], kv.Key, err)
+		}
+	}
+	// Its own node's parts it may write (the merger deletes a stray one).
+	if _, err := agentA.Put(ctx, keys.Part(nodes[0], "s-own"), `{}`); err != nil {
+		t.Errorf("agent %s writing its own part: %v", nodes[0], err)
 	}
 	if _, err := c.client(etcdrbac.API).Put(ctx, keys.Ledger(nodes[0]), `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("api writing a ledger: %v, want permission denied", err)
