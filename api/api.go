@@ -325,6 +325,10 @@ func (a *API) routes() *gin.Engine {
 	for _, m := range dashboardMethods {
 		svc.Handle(m, "/sessions/:id/ray/dashboard/*path", a.rayDashboard)
 	}
+	svc.POST("/arrays", a.requireSynced, a.createArray)
+	svc.GET("/arrays", a.listArrays)
+	svc.GET("/arrays/:id", a.getArray)
+	svc.POST("/arrays/:id/stop", a.stopArray)
 	svc.GET("/profiles", a.listProfiles)
 	svc.GET("/profiles/:name", a.getProfile)
 	svc.GET("/volumes", a.listVolumes)

@@ -82,36 +82,12 @@ func (a *API) createSession(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	var prof *state.Profile
-	if req.Profile != "" {
-		if err := state.ValidateName("profile", req.Profile); err != nil {
-			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: err.Error()}})
-			return
-		}
-		pv, _, err := state.Get[state.Profile](ctx, a.cli, a.keys.Profile(req.Profile))
-		switch {
-		case errors.Is(err, state.ErrNotFound):
-			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: fmt.Sprintf("no profile %q; GET /api/v1/profiles lists them (%s)", req.Profile, a.profileNames(c))}})
-			return
-		case err != nil:
-			a.internal(c, "read profile", err)
-			return
-		}
-		prof = &pv
-	}
-	s, errs := buildSession(req, prof, a.admission())
-	errs = append(errs, validateGroups(p.Groups)...)
-	errs = append(errs, admissionHoles(s, a.cfg.AllowedRegistries)...)
-	if len(errs) > 0 {
-		a.invalid(c, "Invalid request", errs)
-		return
-	}
 	now := a.cfg.Now().UTC()
-	if errs := feasibility(s, a.liveNodes(), a.cfg.Plan, now); len(errs) > 0 {
-		a.invalid(c, "Unsatisfiable request", errs)
+	s, ok := a.admit(c, req, now)
+	if !ok {
 		return
 	}
-	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser); err != nil {
+	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser, 1); err != nil {
 		a.internal(c, "create session", err)
 		return
 	} else if len(errs) > 0 {
@@ -200,6 +176,44 @@ func (a *API) createFailed(c *gin.Context, err error) {
 		return
 	}
 	a.internal(c, "create session", err)
+}
+
+// admit builds the session req asks for (with its profile, if it names
+// one) and checks it as every create does: the request's fields, the
+// caller's groups, what a node would only fail at start, and whether any
+// node could ever hold it. It answers the problem and returns false when
+// a check fails.
+func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Session, bool) {
+	ctx := c.Request.Context()
+	var prof *state.Profile
+	if req.Profile != "" {
+		if err := state.ValidateName("profile", req.Profile); err != nil {
+			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: err.Error()}})
+			return state.Session{}, false
+		}
+		pv, _, err := state.Get[state.Profile](ctx, a.cli, a.keys.Profile(req.Profile))
+		switch {
+		case errors.Is(err, state.ErrNotFound):
+			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: fmt.Sprintf("no profile %q; GET /api/v1/profiles lists them (%s)", req.Profile, a.profileNames(c))}})
+			return state.Session{}, false
+		case err != nil:
+			a.internal(c, "read profile", err)
+			return state.Session{}, false
+		}
+		prof = &pv
+	}
+	s, errs := buildSession(req, prof, a.admission())
+	errs = append(errs, validateGroups(principalOf(c).Groups)...)
+	errs = append(errs, admissionHoles(s, a.cfg.AllowedRegistries)...)
+	if len(errs) > 0 {
+		a.invalid(c, "Invalid request", errs)
+		return state.Session{}, false
+	}
+	if errs := feasibility(s, a.liveNodes(), a.cfg.Plan, now); len(errs) > 0 {
+		a.invalid(c, "Unsatisfiable request", errs)
+		return state.Session{}, false
+	}
+	return s, true
 }
 
 func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {

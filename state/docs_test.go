@@ -83,6 +83,7 @@ var docTypes = map[string]any{
 	"UIDRecord":         state.UIDRecord{},
 	"RayToken":          state.RayToken{},
 	"Volume":            state.Volume{},
+	"Array":             state.Array{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.
@@ -194,6 +195,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
 		k.Part(binding.Node, sess.ID):            values["PartStatus"],
+		k.Array("s01jq2k9a0c3m5t7vb2"):           values["Array"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -205,7 +207,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

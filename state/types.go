@@ -224,6 +224,9 @@ type Session struct {
 	// final status.
 	Eviction *Eviction `json:"eviction,omitempty"`
 	Created  time.Time `json:"created"`
+	// Array, when set, names the job array this session is an element
+	// of (arrays/<id>) and its index.
+	Array *ArrayMember `json:"array,omitempty"`
 }
 
 // Stopping reports whether the session's agents should stop it: its owner

@@ -111,6 +111,10 @@ func namesOf(v any) ([]string, bool) {
 		return []string{x.Name}, true
 	case []state.Volume:
 		return mapNames(x)
+	case api.ArrayView:
+		return []string{x.ID}, true
+	case []api.ArrayView:
+		return mapNames(x)
 	}
 	return nil, false
 }

@@ -26,6 +26,7 @@ var subcommands = []func() *cobra.Command{
 	newAPICmd,
 	newSessionCmd,
 	newRunCmd,
+	newArrayCmd,
 	newNodeCmd,
 	newVolumeCmd,
 	newQueueCmd,

@@ -340,11 +340,7 @@ stop it, its last activity and its GPUs' use.`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeSessionIDs(&cf),
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			var v api.SessionView
-			if err := c.do(cmd.Context(), "GET", "/api/v1/sessions/"+url.PathEscape(args[0]), nil, &v); err != nil {
-				return cliError(cmd, err)
-			}
-			return cf.show(cmd.OutOrStdout(), v, func(w io.Writer, _ bool) { writeSession(w, v) })
+			return callShow(cmd, c, &cf, "GET", "/api/v1/sessions/"+url.PathEscape(args[0]), nil, writeSession)
 		}),
 	}
 	cf.register(cmd, true)
