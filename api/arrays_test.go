@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
@@ -122,5 +123,37 @@ func TestArrayVisibilityAndStop(t *testing.T) {
 	sr = decode[api.ArrayStopResult](t, want(t, h.do("POST", "/api/v1/arrays/"+v.ID+"/stop", ada, nil), 202))
 	if !sr.Array.Stop.At.Equal(a.Stop.At) {
 		t.Errorf("a second stop moved the stop time")
+	}
+}
+
+// TestArrayMountsItsVolumes: an array's elements mount the volumes its
+// request names, resolved at admission as a session's are (a per-user
+// path made the owner's); a volume the owner may not use is refused with
+// nothing written.
+func TestArrayMountsItsVolumes(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.addNode("sw-n1", "NVIDIA A100-SXM4-80GB", 8)
+	admin, ada := h.token("root", "admin"), h.token("ada")
+	want(t, h.do("PUT", "/api/v1/volumes/sw-results", admin, map[string]any{"hostPath": "/srv/results/{user}", "perUser": true}), http.StatusOK)
+	want(t, h.do("PUT", "/api/v1/volumes/sw-bobs", admin, map[string]any{"hostPath": "/srv/bob", "users": []string{"bob"}}), http.StatusOK)
+
+	r := h.do("POST", "/api/v1/arrays", ada, sweep(func(m map[string]any) {
+		m["volumes"] = []map[string]any{{"name": "sw-bobs", "mountPath": "/data"}}
+	}))
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "sw-bobs") {
+		t.Fatalf("an array naming another user's volume: %d %s, want 422 naming it", r.status, r.body)
+	}
+	if n := h.countKeys(h.keys.Arrays()); n != 0 {
+		t.Errorf("%d arrays written by a refused request", n)
+	}
+	v := decode[api.ArrayView](t, want(t, h.do("POST", "/api/v1/arrays", ada, sweep(func(m map[string]any) {
+		m["volumes"] = []map[string]any{{"name": "sw-results", "mountPath": "/results"}}
+	})), http.StatusCreated))
+	arr, _, err := state.Get[state.Array](t.Context(), h.cli, h.keys.Array(v.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := arr.Template.Volumes; len(vs) != 1 || vs[0].MountPath != "/results" || vs[0].HostPath != "/srv/results/ada" {
+		t.Errorf("the array's template mounts %+v; want sw-results at /results from /srv/results/ada", vs)
 	}
 }
