@@ -26,21 +26,34 @@ type Row struct {
 	// what it was.
 	Ceiling     float64
 	CeilingName string
+	// Skipped, when set, says why the figure was not measured in this run
+	// and what would measure it (for example "no image: run make image");
+	// the row then carries no value, and the table shows the reason where
+	// no run measured the figure.
+	Skipped string
 }
 
 // Format renders r as one line of the summary file: figure, value, unit,
-// ceiling and ceiling name, tab-separated.
+// ceiling and ceiling name, tab-separated, and a sixth field, the reason,
+// for a skipped row.
 func (r Row) Format() string {
 	clean := func(s string) string { return strings.NewReplacer("\t", " ", "\n", " ").Replace(s) }
-	return strings.Join([]string{clean(r.Figure), strconv.FormatFloat(r.Value, 'g', -1, 64), clean(r.Unit),
-		strconv.FormatFloat(r.Ceiling, 'g', -1, 64), clean(r.CeilingName)}, "\t") + "\n"
+	f := []string{clean(r.Figure), strconv.FormatFloat(r.Value, 'g', -1, 64), clean(r.Unit),
+		strconv.FormatFloat(r.Ceiling, 'g', -1, 64), clean(r.CeilingName)}
+	if r.Skipped != "" {
+		f = append(f, clean(r.Skipped))
+	}
+	return strings.Join(f, "\t") + "\n"
 }
 
 // parse reads a line that Format wrote.
 func parse(line string) (Row, error) {
 	f := strings.Split(line, "\t")
-	if len(f) != 5 {
-		return Row{}, fmt.Errorf("parse bench summary line %q: want 5 tab-separated fields (figure, value, unit, ceiling, ceiling name), got %d", line, len(f))
+	if len(f) != 5 && len(f) != 6 {
+		return Row{}, fmt.Errorf("parse bench summary line %q: want 5 tab-separated fields (figure, value, unit, ceiling, ceiling name) and, for a skipped figure, a sixth (why), got %d", line, len(f))
+	}
+	if len(f) == 6 {
+		return Row{Figure: f[0], Unit: f[2], CeilingName: f[4], Skipped: f[5]}, nil
 	}
 	v, err := strconv.ParseFloat(f[1], 64)
 	if err != nil {
@@ -72,6 +85,15 @@ func Add(tb testing.TB, r Row) {
 	if err := f.Close(); err != nil {
 		tb.Fatalf("close bench summary: %v", err)
 	}
+}
+
+// Skip appends a row saying that figure was not measured in this run, and
+// why (with what would measure it), and logs the reason on tb: a figure
+// never silently disappears from the table.
+func Skip(tb testing.TB, figure, why string) {
+	tb.Helper()
+	tb.Logf("NOT MEASURED: %s: %s", figure, why)
+	Add(tb, Row{Figure: figure, Skipped: why})
 }
 
 // num renders v with no more digits than a noisy benchmark earns.
@@ -107,6 +129,7 @@ func spread(vs []float64, unit string) string {
 func Table(title string, summary []byte) (string, error) {
 	type agg struct {
 		unit, ceilingName   string
+		skipped             string
 		vals, ceils, ratios []float64
 	}
 	var order []string
@@ -125,6 +148,10 @@ func Table(title string, summary []byte) (string, error) {
 			figs[r.Figure] = a
 			order = append(order, r.Figure)
 		}
+		if r.Skipped != "" {
+			a.skipped = r.Skipped
+			continue
+		}
 		a.vals = append(a.vals, r.Value)
 		if r.Ceiling > 0 {
 			a.ceils = append(a.ceils, r.Ceiling)
@@ -137,6 +164,10 @@ func Table(title string, summary []byte) (string, error) {
 	fmt.Fprint(tw, "figure\tvalue\tceiling or floor (same run)\tvalue/ceiling\n")
 	for _, f := range order {
 		a := figs[f]
+		if len(a.vals) == 0 {
+			fmt.Fprintf(tw, "%s\tskipped: %s\t-\t-\n", f, a.skipped)
+			continue
+		}
 		ceiling, ratio := "-", "-"
 		if len(a.ceils) > 0 {
 			ceiling = spread(a.ceils, a.unit) + ": " + a.ceilingName

@@ -74,6 +74,29 @@ func TestTableShowsMedianMinMaxAndRatioPerFigure(t *testing.T) {
 	}
 }
 
+func TestTableShowsWhyAFigureWasSkipped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "summary")
+	t.Setenv(Env, path)
+	Skip(t, "jupyter p50", "no image: run make image")
+	Add(t, Row{Figure: "busybox p50", Value: 5, Unit: "ms"})
+	Skip(t, "busybox p50", "not this time") // a figure measured in another run shows its values
+	summary, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Table("title", summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "title\n" +
+		"figure       value                              ceiling or floor (same run)  value/ceiling\n" +
+		"jupyter p50  skipped: no image: run make image  -                            -\n" +
+		"busybox p50  5 ms                               -                            -\n"
+	if got != want {
+		t.Fatalf("table:\n%s\nwant\n%s", got, want)
+	}
+}
+
 func TestTableRefusesAMalformedLine(t *testing.T) {
 	if _, err := Table("t", []byte("just a figure\n")); err == nil || !strings.Contains(err.Error(), "want 5 tab-separated fields") {
 		t.Fatalf("Table of a malformed line: err %v, want one naming the 5 fields", err)

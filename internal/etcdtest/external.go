@@ -26,25 +26,44 @@ type External struct {
 	cmd      *exec.Cmd
 }
 
+// ExternalOptions adjust an external test server.
+type ExternalOptions struct {
+	// Fsync keeps etcd's fsync of its log and database on (a real data
+	// directory on disk, as in production). Tests default to fsync off
+	// for speed; benchmarks that report latency a user would see turn it
+	// on.
+	Fsync bool
+}
+
 // StartExternal starts Debian's etcd on free loopback ports with a fresh
-// data directory, waits until it answers, and stops it at cleanup. It fails
-// the test (with how to install it) if the binary is missing.
+// data directory and fsync off, waits until it answers, and stops it at
+// cleanup. It fails the test (with how to install it) if the binary is
+// missing.
 func StartExternal(tb testing.TB) *External {
+	tb.Helper()
+	return StartExternalWith(tb, ExternalOptions{})
+}
+
+// StartExternalWith is StartExternal with options.
+func StartExternalWith(tb testing.TB, opts ExternalOptions) *External {
 	tb.Helper()
 	path := etcdBinary(tb)
 	client, peer := freePort(tb), freePort(tb)
 	dir := tb.TempDir()
-	cmd := runEtcd(tb, path, dir,
+	args := []string{
 		"--name", "test",
 		"--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", "http://"+client,
-		"--advertise-client-urls", "http://"+client,
-		"--listen-peer-urls", "http://"+peer,
-		"--initial-advertise-peer-urls", "http://"+peer,
-		"--initial-cluster", "test=http://"+peer,
-		"--unsafe-no-fsync",
+		"--listen-client-urls", "http://" + client,
+		"--advertise-client-urls", "http://" + client,
+		"--listen-peer-urls", "http://" + peer,
+		"--initial-advertise-peer-urls", "http://" + peer,
+		"--initial-cluster", "test=http://" + peer,
 		"--log-level", "error",
-	)
+	}
+	if !opts.Fsync {
+		args = append(args, "--unsafe-no-fsync")
+	}
+	cmd := runEtcd(tb, path, dir, args...)
 	e := &External{Endpoint: "http://" + client, cmd: cmd}
 	waitAnswers(tb, e.Client(tb), dir)
 	return e
