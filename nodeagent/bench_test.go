@@ -2,185 +2,580 @@ package nodeagent_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
 	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
 	"os"
-	"runtime"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	containerd "github.com/containerd/containerd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/merger"
+	"github.com/voyager-gpu/voyager/nodeagent"
 	vrt "github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
-// benchSessions is how many sessions one iteration binds at once.
-const benchSessions = 50
+// agentBenchRounds is how many rounds of agentBenchBatch sessions the
+// benchmark runs per image, through the agent and directly each.
+var agentBenchRounds = flag.Int("agentbench.rounds", 25, "BenchmarkAgentBindToRunning: rounds of 8 sessions per image and path (25: 200 samples each)")
 
-// BenchmarkAgentBindToRunning binds 50 notebook sessions to the node at
-// once, on real containerd, and measures from each bind's commit to its
-// Running status (the container started and its port answering HTTP: the
-// busybox image's stand-in Jupyter), first with sessions on the host's
-// network, the ceiling, then each in its own network namespace on the CNI
-// bridge (the default, isolated). With all 50 running it reports the
-// memory at rest. Then it stops them all. Every iteration binds 50
-// sessions per mode: -benchtime 20x gives 1000 samples of each.
+// agentBenchBatch is how many sessions one round binds at once: one per
+// simulated GPU of the node, each with its own GPU.
+const agentBenchBatch = 8
+
+// jupyterImageRef is the image make image builds from Debian's packages.
+const jupyterImageRef = "voyager.local/jupyter:latest"
+
+// EnvBenchBinary names a built voyager binary for the benchmark to run
+// (make bench passes bin/voyager); unset, the benchmark builds one.
+const EnvBenchBinary = "VOYAGER_BENCH_BINARY"
+
+// BenchmarkAgentBindToRunning measures bind→Running on one node whose
+// agent is a real `voyager agent` process (bin/voyager) on real
+// containerd, against Debian's etcd in its own process with fsync on (its
+// data directory on disk). The node has 8 simulated GPUs; every session
+// binds one, injected through the CDI spec the agent writes (stand-in
+// device nodes: /dev/null as /dev/nvidia<i>), in its own network
+// namespace (the default, isolated networking). Two images, each its own
+// figures: the busybox stand-in (busybox httpd answering as Jupyter) and
+// real Jupyter Server from the Debian image that make image builds
+// (voyager.local/jupyter:latest; its archive from
+// deploy/images/jupyter/build.sh — absent, its figures are reported as
+// skipped, loudly).
 //
-// Metrics: p50-ms and p99-ms of bind→Running with isolated networking;
-// host-p50-ms and host-p99-ms on the host's network; p50-x-host and
-// p99-x-host their ratios (the cost of a network of one's own); rss-MiB is
-// this process's resident memory — the agent and the benchmark's few
-// watches, since etcd runs in its own process (Debian's etcd-server) and
-// containerd in its own — and heap-MiB the Go heap in use after a GC, both
-// in the host phase. hop-p50-ms and hop-p99-ms are the part of
-// bind→Running (isolated) that the status merger adds: from the agent's
-// Running part (parts/<node>/<id>) to the Running status the merger
-// writes, both seen on one watch in revision order; hop-share-p50 is the
-// median hop over the median bind→Running.
+// A round binds 8 sessions at once (the way a placer fills an 8-GPU node)
+// and times each from its bind's commit to its Running status (the
+// container started, its port answering HTTP, the part reported and the
+// status merger's status written, seen on a watch), then stops them and
+// waits for their containers to go. The ceiling is measured in the same
+// run, round for round (alternating which goes first): the same 8
+// containers — the agent's own ContainerSpec, image, command, CDI GPUs,
+// limits, published port and isolated network — started directly through
+// the runtime (runtime.Containerd, which the agent uses), no etcd, no
+// agent, no merger, timed from the start call until the port answers
+// HTTP (probed every 10 ms; the agent probes every 100 ms). Each path
+// gets agentbench.rounds × 8 samples per image (200 by default);
+// percentiles are nearest-rank over them.
+//
+// Metrics per image (busybox-, jupyter-): p50-ms, p99-ms through the
+// agent, direct-p50-ms, direct-p99-ms started directly, x-direct-p50 and
+// x-direct-p99 their ratios. agent-rss-MiB is the agent process's VmRSS
+// with 8 sessions of that image running; agent-hwm-MiB its peak (VmHWM)
+// over the whole run; agent-cpu-ms its CPU time (user+system) per session
+// from bind to the container's removal. hop-p50-ms and hop-p99-ms are the
+// status merger's part of bind→Running: from the agent's Running part to
+// the Running status, both seen on one watch in revision order.
 func BenchmarkAgentBindToRunning(b *testing.B) {
-	host, _, rssMiB, heapMiB := bindToRunning(b, vrt.NetworkOptions{})
-	iso, hops, _, _ := bindToRunning(b, vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: fmt.Sprintf("bench-%d", os.Getpid()), StateDir: b.TempDir()})
+	bin := benchBinary(b)
+	etcd := etcdtest.StartExternalWith(b, etcdtest.ExternalOptions{Fsync: true})
+	cli := etcd.Client(b)
+
+	// One containerd namespace for the agent and the direct starts, so the
+	// images are unpacked once; the agent only touches containers labelled
+	// with its node, the direct ones carry another node's label.
+	ns := fmt.Sprintf("ab-%d-%d", os.Getpid(), benchSeq.Add(1))
+	rt := runtimetest.New(b, vrt.ContainerdOptions{Namespace: ns})
+	images := []benchImage{{name: "busybox stand-in", short: "busybox", ref: runtimetest.ImageRef}}
+	jupyterFigure := "Jupyter (Debian image)"
+	if archive, ok := jupyterArchive(); ok {
+		importArchive(b, rt, archive)
+		images = append(images, benchImage{name: jupyterFigure, short: "jupyter", ref: jupyterImageRef})
+	} else {
+		for _, q := range []string{"p50", "p99"} {
+			benchsum.Skip(b, benchFigure(jupyterFigure, q), "no image archive at "+archive+": run make image (deploy/images/jupyter/build.sh, about 2 minutes)")
+		}
+	}
+
+	agentNet := fmt.Sprintf("ab%d-%d", os.Getpid(), benchSeq.Add(1))
+	agent := startAgentProcess(b, bin, etcd.Endpoint, runtimetest.Address(b), ns, agentNet)
+	n := waitNode(b, cli)
+	runMerger(b, cli)
+	cdiDir := filepath.Join("/run/voyager/cdi", agentNet) // where the agent wrote its simulated GPUs' spec
+	if _, err := os.Stat(filepath.Join(cdiDir, "voyager-simulated.yaml")); err != nil {
+		b.Fatalf("the agent's CDI spec for its simulated GPUs: %v", err)
+	}
+
+	// The direct path: its own runtime over the same namespace, with the
+	// agent's CDI spec and an isolated network of its own, and an agent
+	// (never run) to build the very spec the agent would.
+	directNet := fmt.Sprintf("ab%d-%d", os.Getpid(), benchSeq.Add(1))
+	direct := runtimetest.New(b, vrt.ContainerdOptions{Namespace: ns, CDISpecDirs: []string{cdiDir}, Logger: slog.New(slog.DiscardHandler),
+		Network: vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: directNet, StateDir: b.TempDir()}})
+	uid, gid := uint32(1000), uint32(100) // voyager agent's defaults
+	dir := b.TempDir()
+	builder := nodeagent.New(nodeagent.Config{Node: "ab-direct", Address: "127.0.0.1", Keys: keys, Client: cli, Runtime: direct,
+		GPUs: n.GPUs, Simulated: true, HomeDir: dir + "/home", LogDir: dir + "/logs", UID: &uid, GID: &gid,
+		Logger: slog.New(slog.DiscardHandler)})
+
+	agentPorts := n.Ports.First
+	directPorts := make([]int, agentBenchBatch)
+	for i := range directPorts {
+		directPorts[i] = freePort(b)
+	}
+	var hops []time.Duration
+	seq := 0
+	for _, img := range images {
+		var viaAgent, viaRuntime []time.Duration
+		var agentCPU time.Duration
+		for r := 0; r < *agentBenchRounds; r++ {
+			throughAgent := func() {
+				before := agent.cpu(b)
+				lat, h := agentRound(b, cli, rt, img.ref, seq, agentPorts, n.GPUs, r == 0)
+				seq++
+				viaAgent, hops = append(viaAgent, lat...), append(hops, h...)
+				if r == 0 {
+					b.ReportMetric(agent.memKiB(b, "VmRSS")/1024, img.short+"-agent-rss-MiB")
+				}
+				stopAgentRound(b, cli, rt, seq-1)
+				agentCPU += agent.cpu(b) - before
+			}
+			first, second := throughAgent, func() {
+				viaRuntime = append(viaRuntime, directRound(b, builder, direct, img.ref, fmt.Sprintf("d%d", seq), directPorts, n.GPUs, r == 0)...)
+				seq++
+			}
+			if r%2 == 1 {
+				first, second = second, first
+			}
+			first()
+			second()
+		}
+		for _, q := range []float64{0.50, 0.99} {
+			name := fmt.Sprintf("p%.0f", q*100)
+			b.ReportMetric(pct(viaAgent, q), img.short+"-"+name+"-ms")
+			b.ReportMetric(pct(viaRuntime, q), img.short+"-direct-"+name+"-ms")
+			b.ReportMetric(pct(viaAgent, q)/pct(viaRuntime, q), img.short+"-x-direct-"+name)
+			benchsum.Add(b, benchsum.Row{Figure: benchFigure(img.name, name), Value: pct(viaAgent, q), Unit: "ms",
+				Ceiling: pct(viaRuntime, q), CeilingName: fmt.Sprintf("the same containers started directly through containerd, same run (%d samples each)", len(viaRuntime))})
+		}
+		cpuMs := float64(agentCPU.Milliseconds()) / float64(len(viaAgent))
+		b.ReportMetric(cpuMs, img.short+"-agent-cpu-ms")
+		benchsum.Add(b, benchsum.Row{Figure: "agent CPU per session, bind to removal, " + img.name, Value: cpuMs, Unit: "ms"})
+	}
+	hwm := agent.memKiB(b, "VmHWM") / 1024
+	b.ReportMetric(hwm, "agent-hwm-MiB")
+	benchsum.Add(b, benchsum.Row{Figure: "agent peak resident memory (VmHWM of the voyager agent process), 8 sessions at a time", Value: hwm, Unit: "MiB"})
 	b.ReportMetric(pct(hops, 0.50), "hop-p50-ms")
 	b.ReportMetric(pct(hops, 0.99), "hop-p99-ms")
-	b.ReportMetric(pct(hops, 0.50)/pct(iso, 0.50), "hop-share-p50")
-	b.ReportMetric(pct(iso, 0.50), "p50-ms")
-	b.ReportMetric(pct(iso, 0.99), "p99-ms")
-	b.ReportMetric(pct(host, 0.50), "host-p50-ms")
-	b.ReportMetric(pct(host, 0.99), "host-p99-ms")
-	b.ReportMetric(pct(iso, 0.50)/pct(host, 0.50), "p50-x-host")
-	b.ReportMetric(pct(iso, 0.99)/pct(host, 0.99), "p99-x-host")
-	b.ReportMetric(rssMiB, "rss-MiB")
-	b.ReportMetric(heapMiB, "heap-MiB")
-	for _, q := range []float64{0.50, 0.99} {
-		benchsum.Add(b, benchsum.Row{Figure: fmt.Sprintf("agent bind->Running p%.0f, isolated network (busybox stand-in, %d samples)", q*100, len(iso)),
-			Value: pct(iso, q), Unit: "ms", Ceiling: pct(host, q), CeilingName: "host network, same run"})
-	}
 }
 
-// pct is the p-quantile of lat in milliseconds.
+// benchFigure names a bind→Running figure of the summary table.
+func benchFigure(image, quantile string) string {
+	return fmt.Sprintf("agent bind->Running %s, %s, 8 at once with CDI GPUs, etcd fsync (%d samples)", quantile, image, *agentBenchRounds*agentBenchBatch)
+}
+
+// benchImage is one image the benchmark runs sessions of.
+type benchImage struct{ name, short, ref string }
+
+// benchSeq numbers names within the benchmark binary.
+var benchSeq atomic.Int64
+
+// pct is the p-quantile (nearest rank) of lat in milliseconds.
 func pct(lat []time.Duration, p float64) float64 {
+	if len(lat) == 0 {
+		return math.NaN()
+	}
 	lat = slices.Clone(lat)
 	slices.Sort(lat)
-	return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	i := int(math.Ceil(p*float64(len(lat)))) - 1
+	return float64(lat[max(0, i)].Microseconds()) / 1000
 }
 
-// bindToRunning runs b.N rounds of 50 sessions on an agent whose runtime
-// has network net, and returns every bind→Running latency and the memory
-// at rest after the first round.
-func bindToRunning(b *testing.B, net vrt.NetworkOptions) (lat, hops []time.Duration, rssMiB, heapMiB float64) {
-	cli := etcdtest.StartExternal(b).Client(b)
-	rt := runtimetest.New(b, vrt.ContainerdOptions{Network: net})
-	cfg := testConfig(b, cli, rt)
-	cfg.Image = runtimetest.ImageRef
-	cfg.GPUs, cfg.StopGrace = nil, 2*time.Second
-	_, stop := runAgent(b, cfg)
-	defer stop()
-	ctx := context.Background()
-	for n := 0; n < b.N; n++ {
-		resp, err := cli.Get(ctx, "/", clientv3.WithCountOnly())
-		if err != nil {
-			b.Fatal(err)
-		}
-		// One watch over parts and statuses: their events come in
-		// revision order, so a part's Running precedes its status's.
-		wch := cli.Watch(ctx, keys.All(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		partRunning := map[string]time.Time{}
-		bound := map[string]time.Time{}
-		var ids []string
-		used := map[int]bool{} // freePort may hand out a port twice in a row
-		for i := range benchSessions {
-			id := fmt.Sprintf("b%d-%03d", n, i)
-			ids = append(ids, id)
-			port := freePort(b)
-			for used[port] {
-				port = freePort(b)
-			}
-			used[port] = true
-			bind(b, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindNotebook},
-				state.Binding{CPUMilli: 100, MemoryMiB: 64, Ports: []int{port}})
-			bound[id] = time.Now()
-		}
-		running := map[string]bool{}
-		deadline := time.After(5 * time.Minute)
-		for len(running) < benchSessions {
-			select {
-			case wr := <-wch:
-				for _, ev := range wr.Events {
-					key := string(ev.Kv.Key)
-					if _, id, ok := keys.PartKey(key); ok && ev.Type == clientv3.EventTypePut {
-						if p, err := state.Decode[state.PartStatus](ev.Kv.Value); err == nil && p.Phase == state.PhaseRunning && partRunning[id].IsZero() {
-							partRunning[id] = time.Now()
-						}
-						continue
-					}
-					if !strings.HasPrefix(key, keys.StatusDir()) {
-						continue
-					}
-					st, err := state.Decode[state.Status](ev.Kv.Value)
-					if err != nil || running[st.Session] {
-						continue
-					}
-					switch st.Phase {
-					case state.PhaseRunning:
-						running[st.Session] = true
-						lat = append(lat, time.Since(bound[st.Session]))
-						if at := partRunning[st.Session]; !at.IsZero() {
-							hops = append(hops, time.Since(at))
-						}
-					case state.PhaseFailed:
-						b.Fatalf("%s failed: %s", st.Session, st.Message)
-					}
-				}
-			case <-deadline:
-				b.Fatalf("%d of %d sessions Running after 5 minutes", len(running), benchSessions)
-			}
-		}
-		b.StopTimer()
-		if n == 0 {
-			rssMiB, heapMiB = memoryAtRest(b)
-			if infos, _ := rt.List(ctx, nil); len(infos) != benchSessions {
-				b.Fatalf("%d containers for %d sessions", len(infos), benchSessions)
-			}
-		}
-		for _, id := range ids {
-			s, _, _ := state.Get[state.Session](ctx, cli, keys.Session(id))
-			s.Desired = state.DesiredStopped
-			if _, err := state.Put(ctx, cli, keys.Session(id), s); err != nil {
-				b.Fatal(err)
-			}
-		}
-		waitFor(b, "every container removed", 5*time.Minute, func() (bool, string) {
-			infos, _ := rt.List(ctx, nil)
-			return len(infos) == 0, strconv.Itoa(len(infos))
-		})
-		b.StartTimer()
+// benchBinary is $VOYAGER_BENCH_BINARY, else a voyager built for tb.
+func benchBinary(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv(EnvBenchBinary); p != "" {
+		return p
 	}
-	return lat, hops, rssMiB, heapMiB
+	out := filepath.Join(tb.TempDir(), "voyager")
+	cmd := exec.Command("go", "build", "-o", out, "-ldflags", "-extldflags=-Wl,-z,lazy", "github.com/voyager-gpu/voyager/cmd/voyager")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("build voyager: %v\n%s", err, msg)
+	}
+	return out
 }
 
-// memoryAtRest waits a moment for the agent to settle, then reads the
-// process's resident memory and the Go heap in use after a GC.
-func memoryAtRest(b *testing.B) (rssMiB, heapMiB float64) {
-	settle := time.NewTimer(2 * time.Second)
-	<-settle.C
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	status, err := os.ReadFile("/proc/self/status")
+// jupyterArchive is where make image keeps the Jupyter image's archive
+// (VOYAGER_IMAGE_CACHE, else ~/.cache/voyager/images), and whether it is
+// there.
+func jupyterArchive() (string, bool) {
+	cache := os.Getenv("VOYAGER_IMAGE_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "voyager", "images")
+	}
+	path := filepath.Join(cache, "voyager.local-jupyter.tar")
+	_, err := os.Stat(path)
+	return path, err == nil
+}
+
+// importArchive imports an image archive into rt.
+func importArchive(tb testing.TB, rt *vrt.Containerd, path string) {
+	tb.Helper()
+	f, err := os.Open(path)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	start := time.Now()
+	if _, err := rt.Import(context.Background(), f); err != nil {
+		tb.Fatalf("import %s: %v", path, err)
+	}
+	tb.Logf("imported %s in %v", path, time.Since(start).Round(time.Second))
+}
+
+// agentProcess is a `voyager agent` running as its own process.
+type agentProcess struct{ pid int }
+
+// startAgentProcess runs `voyager agent` for node on containerd at addr,
+// namespace ns, with 8 simulated GPUs injected through CDI and sessions
+// each in an isolated network named network; it is stopped (SIGTERM) and
+// its network removed when tb ends.
+func startAgentProcess(tb testing.TB, bin, endpoint, addr, ns, network string) *agentProcess {
+	tb.Helper()
+	home := tb.TempDir()
+	logf, err := os.Create(filepath.Join(home, "agent.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, "agent")
+	cmd.Env = append(os.Environ(), "HOME="+home, "VOYAGER_DATA_DIR="+filepath.Join(home, "data"),
+		"VOYAGER_ETCD_ENDPOINTS="+endpoint, "VOYAGER_ETCD_PREFIX=/voyager", "VOYAGER_HTTP_ADDR="+freeAddr(tb),
+		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS=127.0.0.1",
+		"VOYAGER_AGENT_CONTAINERD="+addr, "VOYAGER_AGENT_NAMESPACE="+ns,
+		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_GPU_MODE=cdi",
+		"VOYAGER_AGENT_NETWORK=isolated", "VOYAGER_AGENT_NETWORK_NAME="+network,
+		"VOYAGER_AGENT_PORTS="+runtimetest.FreePortRange(tb, agentBenchBatch),
+		"VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_LOG_LEVEL=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start voyager agent: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logf.Close()
+		if tb.Failed() {
+			out, _ := os.ReadFile(logf.Name())
+			tb.Logf("voyager agent's log:\n%s", out)
+		}
+		_ = vrt.RemoveNetwork(context.Background(), vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: network}, slog.New(slog.DiscardHandler))
+		_ = os.RemoveAll(filepath.Join("/run/voyager/cdi", network))
+	})
+	return &agentProcess{pid: cmd.Process.Pid}
+}
+
+// memKiB reads a memory field (VmRSS, VmHWM) of the agent's
+// /proc/<pid>/status, in KiB.
+func (p *agentProcess) memKiB(tb testing.TB, field string) float64 {
+	tb.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
+	if err != nil {
+		tb.Fatalf("read the agent's memory: %v", err)
 	}
 	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			rssMiB = kb / 1024
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
 		}
 	}
-	return rssMiB, float64(ms.HeapInuse) / (1 << 20)
+	tb.Fatalf("no %s in /proc/%d/status", field, p.pid)
+	return 0
+}
+
+// cpu is the agent's CPU time so far, user and system.
+func (p *agentProcess) cpu(tb testing.TB) time.Duration {
+	tb.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+	if err != nil {
+		tb.Fatalf("read the agent's CPU time: %v", err)
+	}
+	// After the command name in parentheses, utime and stime are the
+	// 12th and 13th fields, in clock ticks (100 a second on Linux).
+	rest := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, _ := strconv.ParseInt(rest[11], 10, 64)
+	stime, _ := strconv.ParseInt(rest[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// runMerger runs a status merger, as a placer process does, until tb
+// ends: the agent reports parts, the merger writes the statuses.
+func runMerger(tb testing.TB, cli *clientv3.Client) {
+	m := merger.New(cli, merger.Config{Keys: keys, Logger: quietLogger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("merger Run: %v", err)
+		}
+	})
+}
+
+// waitNode waits for the agent's node record and returns it.
+func waitNode(tb testing.TB, cli *clientv3.Client) state.Node {
+	tb.Helper()
+	var n state.Node
+	waitFor(tb, "the agent's node record", time.Minute, func() (bool, string) {
+		var err error
+		n, _, err = state.Get[state.Node](context.Background(), cli, keys.Node(node))
+		return err == nil && len(n.GPUs) == agentBenchBatch, fmt.Sprint(err)
+	})
+	return n
+}
+
+// agentRound binds 8 notebook sessions of image to the agent's node, each
+// with one GPU and a port from first on, and returns each one's time from
+// its bind's commit to its Running status, and the status merger's hop
+// (the Running part to the Running status). check asserts that the
+// containers got their GPUs through CDI.
+func agentRound(tb testing.TB, cli *clientv3.Client, rt *vrt.Containerd, image string, round, first int, gpus []state.GPU, check bool) (lat, hops []time.Duration) {
+	tb.Helper()
+	ctx := context.Background()
+	resp, err := cli.Get(ctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// One watch over parts and statuses: their events come in revision
+	// order, so a part's Running precedes its status's.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := cli.Watch(wctx, keys.All(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	partRunning := map[string]time.Time{}
+	bound := map[string]time.Time{}
+	for i := range agentBenchBatch {
+		id := fmt.Sprintf("ab%d-%d", round, i)
+		bind(tb, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindNotebook, Image: image},
+			state.Binding{CPUMilli: 1000, MemoryMiB: 1024, GPUs: []string{gpus[i].UUID}, Ports: []int{first + i}})
+		bound[id] = time.Now()
+	}
+	running := map[string]bool{}
+	deadline := time.After(3 * time.Minute)
+	for len(running) < agentBenchBatch {
+		select {
+		case wr := <-wch:
+			for _, ev := range wr.Events {
+				key := string(ev.Kv.Key)
+				if _, id, ok := keys.PartKey(key); ok && ev.Type == clientv3.EventTypePut {
+					if p, err := state.Decode[state.PartStatus](ev.Kv.Value); err == nil && p.Phase == state.PhaseRunning && partRunning[id].IsZero() {
+						partRunning[id] = time.Now()
+					}
+					continue
+				}
+				if !strings.HasPrefix(key, keys.StatusDir()) {
+					continue
+				}
+				st, err := state.Decode[state.Status](ev.Kv.Value)
+				if err != nil || running[st.Session] || bound[st.Session].IsZero() {
+					continue
+				}
+				switch st.Phase {
+				case state.PhaseRunning:
+					running[st.Session] = true
+					lat = append(lat, time.Since(bound[st.Session]))
+					if at := partRunning[st.Session]; !at.IsZero() {
+						hops = append(hops, time.Since(at))
+					}
+				case state.PhaseFailed:
+					tb.Fatalf("%s failed: %s", st.Session, st.Message)
+				}
+			}
+		case <-deadline:
+			tb.Fatalf("%d of %d sessions Running after 3 minutes", len(running), agentBenchBatch)
+		}
+	}
+	if check {
+		checkCDIDevices(tb, rt, map[string]string{nodeagent.LabelNode: node})
+	}
+	return lat, hops
+}
+
+// stopAgentRound stops the sessions of round and waits until the agent
+// removed their containers (after releasing their bindings).
+func stopAgentRound(tb testing.TB, cli *clientv3.Client, rt *vrt.Containerd, round int) {
+	tb.Helper()
+	ctx := context.Background()
+	for i := range agentBenchBatch {
+		id := fmt.Sprintf("ab%d-%d", round, i)
+		s, _, err := state.Get[state.Session](ctx, cli, keys.Session(id))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s.Desired = state.DesiredStopped
+		if _, err := state.Put(ctx, cli, keys.Session(id), s); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	waitFor(tb, "the round's containers removed", 5*time.Minute, func() (bool, string) {
+		infos, err := rt.List(ctx, map[string]string{nodeagent.LabelNode: node})
+		return err == nil && len(infos) == 0, fmt.Sprint(len(infos), err)
+	})
+}
+
+// directRound starts 8 containers at once, as the agent would for 8
+// notebook sessions of image (builder's ContainerSpec, command, CDI GPUs,
+// published ports), directly through rt, and returns each one's time from
+// the start call until its port answers HTTP; then removes them. check
+// asserts that they got their GPUs through CDI.
+func directRound(tb testing.TB, builder *nodeagent.Agent, rt *vrt.Containerd, image, prefix string, ports []int, gpus []state.GPU, check bool) []time.Duration {
+	tb.Helper()
+	ctx := context.Background()
+	lat := make([]time.Duration, agentBenchBatch)
+	errs := make([]error, agentBenchBatch)
+	ids := make([]string, agentBenchBatch)
+	var wg sync.WaitGroup
+	for i := range agentBenchBatch {
+		s := state.Session{ID: fmt.Sprintf("%s-%d", prefix, i), Owner: "ada", Kind: state.KindNotebook, Image: image}
+		bd := state.Binding{Session: s.ID, Node: "ab-direct", Role: state.RoleSingle, QueueRevision: 1,
+			CPUMilli: 1000, MemoryMiB: 1024, GPUs: []string{gpus[i].UUID}, Ports: []int{ports[i]}}
+		args, err := nodeagent.Command(s, bd, nodeagent.Head{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		spec, err := builder.ContainerSpec(s, bd, args, randomToken(tb))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p, err := nodeagent.SplitPorts(s.Kind, bd.Role, bd.Ports)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		spec.Publish, spec.Reach = nodeagent.NetworkRules(p, nil)
+		ids[i] = spec.ID
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			if err := rt.Start(ctx, spec); err != nil {
+				errs[i] = err
+				return
+			}
+			errs[i] = awaitHTTP(ctx, p.Jupyter, 5*time.Minute)
+			lat[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			tb.Fatalf("start directly: %v", err)
+		}
+	}
+	if check {
+		checkCDIDevices(tb, rt, map[string]string{nodeagent.LabelNode: "ab-direct"})
+	}
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rt.Stop(ctx, id, 2*time.Second)
+			if err := rt.Remove(ctx, id); err != nil {
+				tb.Errorf("remove %s: %v", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return lat
+}
+
+// awaitHTTP probes 127.0.0.1:port every 10 ms until it answers HTTP.
+func awaitHTTP(ctx context.Context, port int, within time.Duration) error {
+	client := &http.Client{Timeout: time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/"
+	deadline := time.After(within)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-deadline:
+			return fmt.Errorf("port %d did not answer HTTP within %v", port, within)
+		case <-tick.C:
+		}
+	}
+}
+
+// freeAddr is a loopback address free a moment ago.
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// randomToken is a Jupyter token for a container started directly.
+func randomToken(tb testing.TB) string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		tb.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// checkCDIDevices asserts that every container of rt with labels has its
+// GPU as a device node /dev/nvidia<i> in its OCI spec: injected from the
+// CDI spec, not merely named.
+func checkCDIDevices(tb testing.TB, rt *vrt.Containerd, labels map[string]string) {
+	tb.Helper()
+	ctx := context.Background()
+	cli, err := containerd.New(rt.Address(), containerd.WithDefaultNamespace(rt.Namespace()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cli.Close()
+	infos, err := rt.List(ctx, labels)
+	if err != nil || len(infos) != agentBenchBatch {
+		tb.Fatalf("%d containers labelled %v (%v), want %d", len(infos), labels, err, agentBenchBatch)
+	}
+	for _, in := range infos {
+		c, err := cli.LoadContainer(ctx, in.ID)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		spec, err := c.Spec(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		found := false
+		if spec.Linux != nil {
+			for _, d := range spec.Linux.Devices {
+				found = found || strings.HasPrefix(d.Path, "/dev/nvidia")
+			}
+		}
+		if !found {
+			tb.Fatalf("container %s has no /dev/nvidia* device: its GPU was not injected through CDI", in.ID)
+		}
+	}
 }
