@@ -52,11 +52,17 @@ soak:
 test-short:
 	go test -short -ldflags=$(LAZY) ./...
 
-## bench: every benchmark, each bounded by BENCHTIME (default 1s), one package at a time (a benchmark measures a quiet machine),
-## then one summary table of the figures benchmarks recorded (internal/benchsum) with their ratio to the ceiling measured in the same run
-bench:
+## bench: build, the Jupyter image's archive if missing (deploy/images/jupyter/build.sh, cached in IMAGE_CACHE; root, about
+## 2 minutes; if it cannot be built the agent benchmark reports its Jupyter figures as skipped), then every benchmark, each
+## bounded by BENCHTIME (default 1s), one package at a time (a benchmark measures a quiet machine), the agent's with
+## bin/voyager as its own process; then one summary table of the figures benchmarks recorded (internal/benchsum) with their
+## ratio to the ceiling measured in the same run
+bench: build
+	@deploy/images/jupyter/build.sh $(IMAGE_CACHE)/voyager.local-jupyter.tar || \
+		echo "make bench: the Jupyter image could not be built: the agent benchmark reports its Jupyter figures as skipped"
 	@summary=$$(mktemp); \
-	BENCH_SUMMARY=$$summary go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 60m -ldflags=$(LAZY) ./...; rc=$$?; \
+	VOYAGER_IMAGE_CACHE=$(IMAGE_CACHE) VOYAGER_BENCH_BINARY=$(CURDIR)/bin/voyager BENCH_SUMMARY=$$summary \
+		go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 60m -ldflags=$(LAZY) ./...; rc=$$?; \
 	echo; go run ./internal/benchsum/benchtable $$summary; rm -f $$summary; exit $$rc
 
 ## bench-scale: the large-site placement run (placer/scale_bench_test.go): a load generator registers SCALE_NODES
