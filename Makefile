@@ -62,7 +62,7 @@ bench: build
 		echo "make bench: the Jupyter image could not be built: the agent benchmark reports its Jupyter figures as skipped"
 	@summary=$$(mktemp); \
 	VOYAGER_IMAGE_CACHE=$(IMAGE_CACHE) VOYAGER_BENCH_BINARY=$(CURDIR)/bin/voyager BENCH_SUMMARY=$$summary \
-		go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 60m -ldflags=$(LAZY) ./...; rc=$$?; \
+		go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 120m -ldflags=$(LAZY) ./...; rc=$$?; \
 	echo; go run ./internal/benchsum/benchtable $$summary; rm -f $$summary; exit $$rc
 
 ## bench-scale: the large-site placement run (placer/scale_bench_test.go): a load generator registers SCALE_NODES
