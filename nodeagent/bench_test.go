@@ -62,8 +62,8 @@ const EnvBenchBinary = "VOYAGER_BENCH_BINARY"
 // deploy/images/jupyter/build.sh — absent, its figures are reported as
 // skipped, loudly).
 //
-// A round binds 8 sessions at once (the way a placer fills an 8-GPU node)
-// and times each from its bind's commit to its Running status (the
+// A round binds 8 sessions in one transaction (the way a placer fills an
+// 8-GPU node) and times each from the bind's commit to its Running status (the
 // container started, its port answering HTTP, the part reported and the
 // status merger's status written, seen on a watch), then stops them and
 // waits for their containers to go. The ceiling is measured in the same
@@ -369,11 +369,16 @@ func agentRound(tb testing.TB, cli *clientv3.Client, rt *vrt.Containerd, image s
 	wch := cli.Watch(wctx, keys.All(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	partRunning := map[string]time.Time{}
 	bound := map[string]time.Time{}
+	var ss []state.Session
+	var bs []state.Binding
 	for i := range agentBenchBatch {
-		id := fmt.Sprintf("ab%d-%d", round, i)
-		bind(tb, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindNotebook, Image: image},
-			state.Binding{CPUMilli: 1000, MemoryMiB: 1024, GPUs: []string{gpus[i].UUID}, Ports: []int{first + i}})
-		bound[id] = time.Now()
+		ss = append(ss, state.Session{ID: fmt.Sprintf("ab%d-%d", round, i), Owner: "ada", Kind: state.KindNotebook, Image: image})
+		bs = append(bs, state.Binding{CPUMilli: 1000, MemoryMiB: 1024, GPUs: []string{gpus[i].UUID}, Ports: []int{first + i}})
+	}
+	bindAll(tb, cli, ss, bs) // one transaction, as a placer binds a batch: all 8 start at once, as the direct ones do
+	at := time.Now()
+	for _, s := range ss {
+		bound[s.ID] = at
 	}
 	running := map[string]bool{}
 	deadline := time.After(3 * time.Minute)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -87,26 +88,38 @@ func runAgent(t testing.TB, cfg nodeagent.Config) (a *nodeagent.Agent, stop func
 // the binding and a Bound status.
 func bind(t testing.TB, cli *clientv3.Client, s state.Session, b state.Binding) state.Binding {
 	t.Helper()
+	return bindAll(t, cli, []state.Session{s}, []state.Binding{b})[0]
+}
+
+// bindAll creates sessions ss and binds each to node with its binding of
+// bs in one transaction, as a placer binds a batch: every queue entry
+// consumed, the ledger allocations, bindings and Bound statuses written.
+func bindAll(t testing.TB, cli *clientv3.Client, ss []state.Session, bs []state.Binding) []state.Binding {
+	t.Helper()
 	ctx := context.Background()
 	now := time.Now().UTC()
-	if s.Created.IsZero() {
-		s.Created = now
+	bs = slices.Clone(bs)
+	for i := range ss {
+		s, b := &ss[i], &bs[i]
+		if s.Created.IsZero() {
+			s.Created = now
+		}
+		if s.Desired == "" {
+			s.Desired = state.DesiredRunning
+		}
+		if _, err := state.CreateSession(ctx, cli, keys, *s, now); err != nil {
+			t.Fatal(err)
+		}
+		pr, err := cli.Get(ctx, keys.Pending(s.ID))
+		if err != nil || len(pr.Kvs) == 0 {
+			t.Fatalf("read pending: %v", err)
+		}
+		b.Session, b.Node, b.QueueRevision = s.ID, node, pr.Kvs[0].ModRevision
+		if b.Role == "" {
+			b.Role = state.RoleSingle
+		}
+		b.Bound = now
 	}
-	if s.Desired == "" {
-		s.Desired = state.DesiredRunning
-	}
-	if _, err := state.CreateSession(ctx, cli, keys, s, now); err != nil {
-		t.Fatal(err)
-	}
-	pr, err := cli.Get(ctx, keys.Pending(s.ID))
-	if err != nil || len(pr.Kvs) == 0 {
-		t.Fatalf("read pending: %v", err)
-	}
-	b.Session, b.Node, b.QueueRevision = s.ID, node, pr.Kvs[0].ModRevision
-	if b.Role == "" {
-		b.Role = state.RoleSingle
-	}
-	b.Bound = now
 	for attempt := 0; ; attempt++ {
 		l, rev, err := state.Get[state.Ledger](ctx, cli, keys.Ledger(node))
 		if err != nil && !errors.Is(err, state.ErrNotFound) {
@@ -115,7 +128,15 @@ func bind(t testing.TB, cli *clientv3.Client, s state.Session, b state.Binding) 
 		if l.Allocations == nil {
 			l = state.Ledger{Node: node, Allocations: map[string]state.Allocation{}}
 		}
-		l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, GPUs: b.GPUs, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
+		var placements []state.Placement
+		for i, s := range ss {
+			b := bs[i]
+			l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, GPUs: b.GPUs, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
+			placements = append(placements, state.Placement{
+				Session: s.ID, PendingRevision: b.QueueRevision, Bindings: []state.Binding{b},
+				Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: []string{node}, Attempt: b.Attempt, Created: s.Created, Updated: now, Bound: &now},
+			})
+		}
 		nr, err := cli.Get(ctx, keys.Node(node))
 		if err != nil {
 			t.Fatal(err)
@@ -124,10 +145,7 @@ func bind(t testing.TB, cli *clientv3.Client, s state.Session, b state.Binding) 
 		if len(nr.Kvs) > 0 {
 			nodeRev = nr.Kvs[0].ModRevision
 		}
-		cmps, ops, err := state.BindOps(keys, []state.LedgerWrite{{Node: node, ReadRevision: rev, NodeRevision: nodeRev, Ledger: l}}, []state.Placement{{
-			Session: s.ID, PendingRevision: b.QueueRevision, Bindings: []state.Binding{b},
-			Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: []string{node}, Attempt: b.Attempt, Created: s.Created, Updated: now, Bound: &now},
-		}})
+		cmps, ops, err := state.BindOps(keys, []state.LedgerWrite{{Node: node, ReadRevision: rev, NodeRevision: nodeRev, Ledger: l}}, placements)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +154,7 @@ func bind(t testing.TB, cli *clientv3.Client, s state.Session, b state.Binding) 
 			t.Fatal(err)
 		}
 		if resp.Succeeded {
-			return b
+			return bs
 		}
 		if attempt > 10 {
 			t.Fatal("bind: ledger kept changing")
