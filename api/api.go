@@ -302,6 +302,9 @@ func (a *API) routes() *gin.Engine {
 	svc.DELETE("/sessions/:id", a.stopSession)
 	svc.GET("/sessions/:id/events", a.sessionEvents)
 	svc.GET("/sessions/:id/logs", a.sessionLogs)
+	for _, m := range dashboardMethods {
+		svc.Handle(m, "/sessions/:id/ray/dashboard/*path", a.rayDashboard)
+	}
 	svc.GET("/profiles", a.listProfiles)
 	svc.GET("/profiles/:name", a.getProfile)
 	// What is free now: JupyterHub's spawn form shows it to the user.

@@ -683,6 +683,7 @@ func TestMetricsAndOpenAPI(t *testing.T) {
 		for _, seg := range []string{"id", "name", "scope"} {
 			p = strings.ReplaceAll(p, ":"+seg, "{"+seg+"}")
 		}
+		p = strings.ReplaceAll(p, "*path", "{path}")
 		item, ok := paths[p].(map[string]any)
 		if !ok || item[strings.ToLower(rt.Method)] == nil {
 			t.Errorf("route %s %s is not in the OpenAPI document", rt.Method, rt.Path)

@@ -476,6 +476,7 @@ func (a *API) putProfile(c *gin.Context) {
 		add("image", "got %q, want an image reference such as docker.io/library/python:3.12", truncate(p.Image, 80))
 	}
 	validateResources("resources", p.Resources, add)
+	validateEgress("egress", p.Egress, add)
 	for _, k := range sortedKeys(p.Env) {
 		if !envNameRE.MatchString(k) {
 			add("env."+k, "want a variable name of letters, digits and '_', not starting with a digit")

@@ -30,6 +30,11 @@ type param struct {
 
 var idParam = param{"path", "id", "session id"}
 
+// dashPathParam and dashboardSummary describe the Ray dashboard proxy.
+var dashPathParam = param{"path", "path", "the dashboard's own path and query (its pages, /api/jobs/ of Ray's Jobs API)"}
+
+const dashboardSummary = "The session's Ray dashboard (its pages and Ray's Jobs API), proxied through the agent of its head, which reaches it inside the head's container: it is published nowhere. The owner only (not admins: it runs code as the session); the caller's Authorization and Cookie headers are not passed on; responses carry a sandboxing Content-Security-Policy. 404 without a Ray cluster, 503 while the head is not running. `voyager dashboard` serves it on a local port for a browser."
+
 // operations lists every route; TestOpenAPICoversEveryRoute keeps it equal
 // to the router.
 var operations = []operation{
@@ -48,6 +53,10 @@ var operations = []operation{
 		params: []param{idParam, {"header", "Last-Event-ID", "resume after this event id"}}},
 	{method: "GET", path: "/api/v1/sessions/{id}/logs", summary: "The container's output, proxied from the node agent that runs it (text/plain). 503 until an agent publishes the session's log endpoint.", access: "user or service", status: 200, produces: "text/plain",
 		params: []param{idParam, {"query", "tail", "only the last N lines (0: all)"}, {"query", "follow", "true: stream until the container exits"}}},
+	{method: "GET", path: "/api/v1/sessions/{id}/ray/dashboard/{path}", summary: dashboardSummary, access: "user or service (the owner only)", status: 200, produces: "text/html", params: []param{idParam, dashPathParam}},
+	{method: "POST", path: "/api/v1/sessions/{id}/ray/dashboard/{path}", summary: dashboardSummary, access: "user or service (the owner only)", status: 200, params: []param{idParam, dashPathParam}},
+	{method: "PUT", path: "/api/v1/sessions/{id}/ray/dashboard/{path}", summary: dashboardSummary, access: "user or service (the owner only)", status: 200, params: []param{idParam, dashPathParam}},
+	{method: "DELETE", path: "/api/v1/sessions/{id}/ray/dashboard/{path}", summary: dashboardSummary, access: "user or service (the owner only)", status: 200, params: []param{idParam, dashPathParam}},
 	{method: "GET", path: "/api/v1/profiles", summary: "Session profiles.", access: "user or service", response: ProfileList{}, status: 200},
 	{method: "GET", path: "/api/v1/profiles/{name}", summary: "One profile.", access: "user or service", response: state.Profile{}, status: 200, params: []param{{"path", "name", "profile name"}}},
 	{method: "PUT", path: "/api/v1/profiles/{name}", summary: "Create or replace a profile.", access: "admin", request: state.Profile{}, response: state.Profile{}, status: 200, params: []param{{"path", "name", "profile name"}}},

@@ -44,6 +44,10 @@ type SessionRequest struct {
 	Preemptible bool `json:"preemptible,omitempty"`
 	// Restart is the restart policy of batch sessions.
 	Restart *state.RestartPolicy `json:"restart,omitempty"`
+	// Egress limits where the session's containers may connect:
+	// {"deny": true, "allow": ["10.20.0.0/16"]}. A profile that denies
+	// egress binds its sessions; they may narrow its allow list only.
+	Egress *state.Egress `json:"egress,omitempty"`
 }
 
 // Limits of a request, so that one request cannot exhaust etcd or a node.
@@ -163,6 +167,7 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 		s.Env[k] = v
 	}
 	s.Command, s.Ray, s.Priority, s.Preemptible = req.Command, req.Ray, req.Priority, req.Preemptible
+	s.Egress = mergeEgress(prof, req.Egress, add)
 	if req.Restart != nil {
 		s.Restart = *req.Restart
 	}

@@ -91,6 +91,9 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 			LabelQueueRev: strconv.FormatInt(b.QueueRevision, 10),
 		},
 	}
+	if e := s.Egress; e != nil && e.Deny {
+		spec.DenyEgress, spec.EgressAllow = true, slices.Clone(e.Allow)
+	}
 	if spec.Image == "" {
 		spec.Image = cfg.Image
 	}

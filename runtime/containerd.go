@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +26,7 @@ import (
 	"github.com/containerd/containerd/contrib/seccomp"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/errdefs"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -246,6 +249,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if spec.LogPath != "" {
 		labels[labelLogPath] = spec.LogPath
 	}
+	if spec.DenyEgress && c.net == nil {
+		return fmt.Errorf("start container %s: %w: denying egress needs a network of the container's own (VOYAGER_AGENT_NETWORK=isolated), not the host's", spec.ID, ErrInvalidSpec)
+	}
 	nsPath := ""
 	if c.net != nil {
 		// The namespace is made before the container, which records it,
@@ -288,7 +294,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	}
 	started := map[string]string{}
 	if c.net != nil {
-		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec.Publish, spec.Reach)
+		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec)
 		if err != nil {
 			_ = c.removeContainer(context.WithoutCancel(ctx), cont)
 			return fmt.Errorf("start container %s: %w", spec.ID, err)
@@ -797,4 +803,39 @@ func cpuFromMetrics(typeURL string, b []byte) (time.Duration, error) {
 		return time.Duration(m.CPU.UsageUsec) * time.Microsecond, nil
 	}
 	return 0, fmt.Errorf("decode container metrics: unknown type %q", typeURL)
+}
+
+// DialLoopback opens a TCP connection to port on the loopback of
+// container id: from inside the container's own network namespace when it
+// has one, so that what listens there (a Ray dashboard) needs no address
+// any other session could reach; on the host's network, the host's
+// loopback. The connection works from any thread once made.
+func (c *Containerd) DialLoopback(ctx context.Context, id string, port int) (net.Conn, error) {
+	cont, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("dial container %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s: %w", id, err)
+	}
+	labels, err := cont.Labels(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s: %w", id, err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var d net.Dialer
+	nsPath := labels[labelNetNS]
+	if nsPath == "" {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	var conn net.Conn
+	err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var derr error
+		conn, derr = d.DialContext(ctx, "tcp", addr)
+		return derr
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s: %w", id, err)
+	}
+	return conn, nil
 }

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -324,5 +325,24 @@ func TestContainerdTellsNeverStartedFromGone(t *testing.T) {
 	}
 	if len(in.Labels) != 0 {
 		t.Errorf("labels %v: the runtime's own marks leaked", in.Labels)
+	}
+}
+
+// TestContainerdRefusesDeniedEgressOnTheHostNetwork: a container on the
+// host's network cannot have its egress denied, so Start refuses the spec
+// with the setting that would make it possible, and leaves no container.
+func TestContainerdRefusesDeniedEgressOnTheHostNetwork(t *testing.T) {
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	ctx := context.Background()
+	err := rt.Start(ctx, runtime.Spec{ID: "egress-host", Image: runtimetest.ImageRef, Args: []string{"true"}, DenyEgress: true})
+	if !errors.Is(err, runtime.ErrInvalidSpec) || !strings.Contains(err.Error(), "VOYAGER_AGENT_NETWORK=isolated") {
+		t.Fatalf("Start = %v; want ErrInvalidSpec naming VOYAGER_AGENT_NETWORK=isolated", err)
+	}
+	if _, err := rt.Status(ctx, "egress-host"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("Status after a refused start = %v; want ErrNotFound", err)
+	}
+	bad := runtime.Spec{ID: "egress-bad", Image: runtimetest.ImageRef, DenyEgress: true, EgressAllow: []string{"mirror.example.org"}}
+	if err := bad.Validate(); !errors.Is(err, runtime.ErrInvalidSpec) {
+		t.Fatalf("Validate of a host name as a network = %v; want ErrInvalidSpec", err)
 	}
 }

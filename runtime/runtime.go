@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/netip"
 	"regexp"
 	"strings"
 	"time"
@@ -60,6 +62,12 @@ type Runtime interface {
 	// only grows while the container runs. An unknown id is ErrNotFound;
 	// a container whose process has exited may report an error.
 	CPUUsage(ctx context.Context, id string) (time.Duration, error)
+}
+
+// LoopbackDialer is a Runtime that can connect to a port on a container's
+// own loopback (Containerd; not the fake, which runs no process).
+type LoopbackDialer interface {
+	DialLoopback(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 // State is a container's lifecycle state.
@@ -144,6 +152,15 @@ type Spec struct {
 	// Reach are endpoints the container may reach although its network
 	// blocks their ports (NetworkOptions.BlockedPorts).
 	Reach []Endpoint
+	// DenyEgress refuses every connection the container opens but to
+	// EgressAllow's networks, Reach's endpoints and the network's Allow
+	// endpoints; replies to connections made to it still flow. It needs
+	// a network of the container's own (NetworkIsolated): Start refuses it
+	// on the host's.
+	DenyEgress bool
+	// EgressAllow are IPv4 networks in CIDR form ("10.0.0.0/8") a
+	// container with DenyEgress still reaches.
+	EgressAllow []string
 	// LogPath receives stdout and stderr, appended; its directory is
 	// created. Empty discards output. TrimLog keeps its size bounded.
 	LogPath string
@@ -168,6 +185,11 @@ func (s Spec) Validate() error {
 	}
 	if s.CPUMilli < 0 || s.MemoryBytes < 0 || s.PidsLimit < 0 || s.ShmBytes < 0 {
 		return fmt.Errorf("%w: container %s has a negative limit", ErrInvalidSpec, s.ID)
+	}
+	for _, c := range s.EgressAllow {
+		if p, err := netip.ParsePrefix(c); err != nil || !p.Addr().Is4() {
+			return fmt.Errorf("%w: container %s: egress network %q: want an IPv4 network such as 10.0.0.0/8", ErrInvalidSpec, s.ID, c)
+		}
 	}
 	for _, m := range s.Mounts {
 		if m.Source == "" || m.Target == "" || m.Target[0] != '/' {

@@ -81,6 +81,7 @@ var docTypes = map[string]any{
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
 	"UIDRecord":         state.UIDRecord{},
+	"RayToken":          state.RayToken{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.

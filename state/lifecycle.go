@@ -37,7 +37,12 @@ func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Sess
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}
+	ray, err := rayTokenOps(k, s)
+	if err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
+	}
 	ops := append(createOps(k, s.ID, spec, entry, st), clientv3.OpPut(idemKey, r, clientv3.WithLease(lease)))
+	ops = append(ops, ray...)
 	resp, err := kv.Txn(ctx).
 		If(
 			clientv3.Compare(clientv3.CreateRevision(idemKey), "=", 0),

@@ -2,6 +2,8 @@ package state
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -51,9 +53,13 @@ func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now t
 	if err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
+	ray, err := rayTokenOps(k, s)
+	if err != nil {
+		return 0, fmt.Errorf("create session: %w", err)
+	}
 	resp, err := kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0)).
-		Then(createOps(k, s.ID, spec, entry, st)...).Commit()
+		Then(append(createOps(k, s.ID, spec, entry, st), ray...)...).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("create session %s: %w", s.ID, err)
 	}
@@ -128,4 +134,21 @@ func createOps(k Keys, id, spec, entry, st string) []clientv3.Op {
 		clientv3.OpPut(k.Pending(id), entry),
 		clientv3.OpPut(k.Status(id), st),
 	}
+}
+
+// rayTokenOps are the operations that give a Ray session (one with Ray
+// workers) its authentication token, written with the session.
+func rayTokenOps(k Keys, s Session) ([]clientv3.Op, error) {
+	if s.Ray == nil || s.Ray.Workers == 0 {
+		return nil, nil
+	}
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("make Ray token: %w", err)
+	}
+	v, err := Encode(RayToken{Session: s.ID, Token: hex.EncodeToString(b[:])})
+	if err != nil {
+		return nil, err
+	}
+	return []clientv3.Op{clientv3.OpPut(k.RayToken(s.ID), v)}, nil
 }

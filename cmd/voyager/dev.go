@@ -126,6 +126,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 		defer parts.close()
 		registry.MustRegister(parts.agent.Collectors()...)
 		mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
+		mux.Handle(nodeagent.DashboardPath, parts.agent.DashboardHandler())
 		comps = append(comps, parts.component())
 	}
 	if store.server != nil {

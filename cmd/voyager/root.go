@@ -28,6 +28,7 @@ var subcommands = []func() *cobra.Command{
 	newRunCmd,
 	newNodeCmd,
 	newQueueCmd,
+	newDashboardCmd,
 	newTokenCmd,
 	newImageCmd,
 	newCheckCmd,

@@ -35,6 +35,8 @@ type specFlags struct {
 	restart                    string
 	maxRestarts                int
 	idempotencyKey             string
+	denyEgress                 bool
+	egressAllow                []string
 }
 
 func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
@@ -61,6 +63,8 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.StringVar(&s.restart, "restart", "", "restart policy of batch sessions: Never or OnFailure")
 	_ = cmd.RegisterFlagCompletionFunc("restart", cobra.FixedCompletions([]cobra.Completion{"Never", "OnFailure"}, cobra.ShellCompDirectiveNoFileComp))
 	fs.IntVar(&s.maxRestarts, "max-restarts", 0, "restarts allowed with --restart OnFailure")
+	fs.BoolVar(&s.denyEgress, "deny-egress", false, "the session opens no connection but to --egress-allow networks (a profile may deny egress for you)")
+	fs.StringArrayVar(&s.egressAllow, "egress-allow", nil, "an IPv4 network (CIDR) a session with denied egress still reaches, e.g. 10.20.0.0/16 (repeatable; implies --deny-egress)")
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "makes a retried create return the first session (default: a random key)")
 }
 
@@ -92,6 +96,9 @@ func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 	}
 	if s.restart != "" || s.maxRestarts != 0 {
 		r.Restart = &state.RestartPolicy{Policy: s.restart, MaxRestarts: s.maxRestarts}
+	}
+	if s.denyEgress || len(s.egressAllow) > 0 {
+		r.Egress = &state.Egress{Deny: true, Allow: s.egressAllow}
 	}
 	return r, nil
 }

@@ -85,8 +85,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
 			prefix(rw, k.Cordons()), prefix(rw, k.Quotas()), prefix(rw, k.Profiles()),
 			prefix(rw, k.IdempotencyDir()),
-			// Each owner's container user id, made at their first create.
-			prefix(rw, k.UIDs()),
+			// Each owner's container user id, made at their first create;
+			// a Ray session's token, made with it.
+			prefix(rw, k.UIDs()), prefix(rw, k.RayTokens()),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -103,6 +104,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
 			// Quota usage marks, compared by every bind against a quota.
 			prefix(rw, k.UsageDir()),
+			// Retention deletes a retired Ray session's token.
+			prefix(rw, k.RayTokens()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
@@ -123,12 +126,15 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// their session; where the other parts run); the head's
 			// binding and node for Ray workers.
 			prefix(r, k.Sessions()), prefix(r, k.StatusDir()), prefix(r, k.AllBindings()), prefix(r, k.Nodes()),
+			// Ray tokens (a read as wide as the specs': a gang's parts run
+			// on nodes no prefix names).
+			prefix(r, k.RayTokens()),
 		}})
 	}
 	return roles
 }
 
-// operatorPerms reads every directory but secrets/: one range per
+// operatorPerms reads every directory but secrets/ and raytokens/: one range per
 // directory, since a prefix range over the whole of k would include it.
 func operatorPerms(k state.Keys, probe Perm) []Perm {
 	out := []Perm{probe}
