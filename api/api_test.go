@@ -330,7 +330,7 @@ func TestVisibilityAndRoles(t *testing.T) {
 	// ...and nothing else.
 	for _, path := range []string{"/api/v1/queue", "/api/v1/quotas"} {
 		p := want(t, h.do("GET", path, hub, nil, api.OnBehalfOfHeader, "ada"), http.StatusForbidden).problem(t)
-		if p.Detail != `a "service" token may only act on behalf of a user on /sessions and /profiles, and read /nodes` {
+		if p.Detail != `a "service" token may only act on behalf of a user on /sessions, /profiles and /volumes, and read /nodes` {
 			t.Errorf("service on %s: %q", path, p.Detail)
 		}
 	}

@@ -252,8 +252,8 @@ func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 const logPruneEvery = time.Hour
 
 // pruneLogs removes the log files in LogDir of containers not in live
-// that nothing wrote to for LogRetention, and returns how many it removed.
-// The log-URL key and other files stay.
+// that nothing wrote to for LogRetention, with their GPU topology files,
+// and returns how many it removed. The log-URL key and other files stay.
 func (a *Agent) pruneLogs(now time.Time, live map[string]bool) (int, error) {
 	entries, err := os.ReadDir(a.cfg.LogDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -266,6 +266,9 @@ func (a *Agent) pruneLogs(now time.Time, live map[string]bool) (int, error) {
 	var errs []error
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".log")
+		if !ok {
+			id, ok = strings.CutSuffix(e.Name(), topologySuffix)
+		}
 		if !ok || e.IsDir() || live[id] {
 			continue
 		}

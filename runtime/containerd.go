@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -85,6 +86,9 @@ type Containerd struct {
 	// would otherwise see each other's half-made container.
 	mu       sync.Mutex
 	starting map[string]*idLock
+
+	// loweredOnce makes the first lowered limit a warning, later ones debug.
+	loweredOnce atomic.Bool
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -398,6 +402,17 @@ func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32, 
 	if spec.ShmBytes > 0 {
 		opts = append(opts, oci.WithDevShmSize(spec.ShmBytes/1024))
 	}
+	if len(spec.Rlimits) > 0 {
+		rs, lowered := Grantable(spec.Rlimits)
+		if lowered {
+			level := slog.LevelDebug
+			if c.loweredOnce.CompareAndSwap(false, true) {
+				level = slog.LevelWarn
+			}
+			c.log.Log(context.Background(), level, "container limits lowered to this host's: without CAP_SYS_RESOURCE no hard limit can be raised", "id", spec.ID, "asked", fmtRlimits(spec.Rlimits), "granted", fmtRlimits(rs))
+		}
+		opts = append(opts, withRlimits(rs))
+	}
 	if len(spec.Mounts) > 0 {
 		ms := make([]specs.Mount, 0, len(spec.Mounts))
 		for _, m := range spec.Mounts {
@@ -435,6 +450,30 @@ func withNetwork(nsPath string) oci.SpecOpts {
 	}
 }
 
+// withRlimits sets each of rs on the process, in place of the default
+// spec's limit of the same type.
+func withRlimits(rs []Rlimit) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		for _, r := range rs {
+			s.Process.Rlimits = slices.DeleteFunc(s.Process.Rlimits, func(p specs.POSIXRlimit) bool { return p.Type == r.Type })
+			s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: r.Type, Soft: r.Soft, Hard: r.Hard})
+		}
+		return nil
+	}
+}
+
+// fmtRlimits writes rs for a log: "RLIMIT_NOFILE=1024:1024 …".
+func fmtRlimits(rs []Rlimit) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s=%d:%d", r.Type, r.Soft, r.Hard)
+	}
+	return strings.Join(parts, " ")
+}
+
 // withCDIDevices injects CDI devices with a cache read fresh for this
 // container, so a spec written since the last start is seen.
 func withCDIDevices(dirs, devices []string) oci.SpecOpts {
@@ -459,9 +498,17 @@ func prepareHost(spec Spec, uid, gid uint32) error {
 	}
 	for _, m := range spec.Mounts {
 		if !m.Create {
+			// runc's own error for a missing source names neither the
+			// mount nor the fix.
+			if _, err := os.Stat(m.Source); err != nil {
+				return fmt.Errorf("mount %s at %s: the source must exist on this node: %w", m.Source, m.Target, err)
+			}
 			continue
 		}
 		if fi, err := os.Stat(m.Source); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && m.Private && (st.Uid != uid || !fi.IsDir()) {
+				return fmt.Errorf("mount %s at %s: it exists but is not a directory of uid %d (owner %d); a private mount is never handed over", m.Source, m.Target, uid, st.Uid)
+			}
 			if err := ownDir(m.Source, fi, uid, gid); err != nil {
 				return err
 			}

@@ -44,8 +44,10 @@ func NewQueueEntry(s Session, now time.Time) QueueEntry {
 
 // CreateSession writes a new session in one transaction: its spec, its queue
 // entry and a Pending status. It fails with ErrExists, writing nothing, if
-// the id is taken. It returns the revision of the write.
-func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time) (int64, error) {
+// the id is taken, and with ErrConflict if a guard fails (the records the
+// spec was built from, such as its volumes' definitions, changed since
+// they were read). It returns the revision of the write.
+func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time, guards ...clientv3.Cmp) (int64, error) {
 	if err := ValidateName("session id", s.ID); err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
@@ -58,12 +60,16 @@ func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now t
 		return 0, fmt.Errorf("create session: %w", err)
 	}
 	resp, err := kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0)).
-		Then(append(createOps(k, s.ID, spec, entry, st), ray...)...).Commit()
+		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0)}, guards...)...).
+		Then(append(createOps(k, s.ID, spec, entry, st), ray...)...).
+		Else(clientv3.OpGet(k.Session(s.ID), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("create session %s: %w", s.ID, err)
 	}
 	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return 0, fmt.Errorf("create session %s: %w", s.ID, ErrConflict)
+		}
 		return 0, fmt.Errorf("create session %s: %w", s.ID, ErrExists)
 	}
 	return resp.Header.Revision, nil

@@ -201,6 +201,16 @@ type Session struct {
 	// open (from its profile, or asked by the owner). Nil: they reach
 	// the world outside the node.
 	Egress *Egress `json:"egress,omitempty"`
+	// ShmMiB sizes the containers' /dev/shm, a tmpfs whose pages count
+	// against the session's memory. Zero (sessions from before it): the
+	// agent's default.
+	ShmMiB int64 `json:"shmMiB,omitempty"`
+	// Ulimits are the containers' memlock and open-file limits; nil
+	// (sessions from before them): the runtime's defaults.
+	Ulimits *Ulimits `json:"ulimits,omitempty"`
+	// Volumes are the operator's volumes mounted into the containers, as
+	// the API resolved them at admission.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 
 	Limits      Limits        `json:"limits"`
 	Priority    int           `json:"priority"`
@@ -214,6 +224,9 @@ type Session struct {
 	// final status.
 	Eviction *Eviction `json:"eviction,omitempty"`
 	Created  time.Time `json:"created"`
+	// Array, when set, names the job array this session is an element
+	// of (arrays/<id>) and its index.
+	Array *ArrayMember `json:"array,omitempty"`
 }
 
 // Stopping reports whether the session's agents should stop it: its owner

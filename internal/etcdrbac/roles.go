@@ -88,6 +88,11 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// Each owner's container user id, made at their first create;
 			// a Ray session's token, made with it.
 			prefix(rw, k.UIDs()), prefix(rw, k.RayTokens()),
+			// Volume definitions: admins write them; a create resolves a
+			// session's volumes into its spec, so no agent reads them.
+			prefix(rw, k.Volumes()),
+			// Job arrays: create, stop, summaries.
+			prefix(rw, k.Arrays()),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -106,6 +111,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.UsageDir()),
 			// Retention deletes a retired Ray session's token.
 			prefix(rw, k.RayTokens()),
+			// The array controller: elements created, results folded in.
+			prefix(rw, k.Arrays()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
@@ -141,7 +148,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}
