@@ -107,7 +107,7 @@ func (a *API) createSession(c *gin.Context) {
 		return
 	}
 	now := a.cfg.Now().UTC()
-	if errs := feasibility(s, a.liveNodes(), a.cfg.Plan, now); len(errs) > 0 {
+	if errs := feasibility(s, a.feasibilityNodes(), a.cfg.Plan, now); len(errs) > 0 {
 		a.invalid(c, "Unsatisfiable request", errs)
 		return
 	}
