@@ -97,6 +97,8 @@ type API struct {
 	// queue estimates read the max runtimes of the GPUs' holders from it,
 	// never from etcd per request.
 	runtimes *watcher.Cache[sessionLimits]
+	// queued counts each owner's queued sessions, from pending's events.
+	queued *queuedIndex
 
 	leaseMu    sync.Mutex
 	lease      clientv3.LeaseID
@@ -178,6 +180,8 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		runtimes: watcher.New(cli, k.Sessions(), watcher.JSON[sessionLimits], wopt("session-limits")),
 	}
 	a.metrics.cluster = a
+	a.queued = newQueuedIndex()
+	a.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) { a.queued.apply(k, ev) })
 	a.streams, a.endStreams = context.WithCancel(context.Background())
 	a.router = a.routes()
 	return a, nil

@@ -351,9 +351,9 @@ const syncPlanBudget = 20 * time.Millisecond
 // change reasons). A stale plan that was cheap is planned again at once,
 // so a small cluster always answers from current caches; a stale plan that
 // was not is served as it is while one background pass plans again, at
-// most once per second and never more often than twice its own duration,
-// so queue positions at a large site are at most a pass or two old and
-// no request pays for a plan.
+// most once per second and at most once in three times its own duration
+// (planning takes at most a third of a core): queue positions at a large
+// site are a few passes old at most, and no request pays for a plan.
 func (a *API) queuePlan() *queuePlan {
 	revs := [5]int64{a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision()}
 	pc := &a.plans
@@ -365,7 +365,7 @@ func (a *API) queuePlan() *queuePlan {
 		return cur
 	}
 	if cur != nil && cur.took > syncPlanBudget {
-		if !pc.refreshing && time.Since(cur.finished) >= max(time.Second, 2*cur.took) {
+		if !pc.refreshing && time.Since(cur.finished) >= max(time.Second, 3*cur.took) {
 			pc.refreshing = true
 			go func() {
 				qp := a.planQueue(revs)

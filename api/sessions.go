@@ -111,18 +111,21 @@ func (a *API) createSession(c *gin.Context) {
 		a.invalid(c, "Unsatisfiable request", errs)
 		return
 	}
-	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser); err != nil {
-		a.internal(c, "create session", err)
-		return
-	} else if len(errs) > 0 {
-		a.invalid(c, "Too many queued sessions", errs)
-		return
-	}
 	id, err := state.NewSessionID(now)
 	if err != nil {
 		a.internal(c, "make session id", err)
 		return
 	}
+	if errs := a.queued.admit(p.Subject, id, a.cfg.MaxQueuedPerUser, now); len(errs) > 0 {
+		a.invalid(c, "Too many queued sessions", errs)
+		return
+	}
+	created := false
+	defer func() {
+		if !created {
+			a.queued.release(id)
+		}
+	}()
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
 	uid, err := state.EnsureUID(ctx, a.cli, a.keys, p.Subject, now)
 	if err != nil {
@@ -136,6 +139,7 @@ func (a *API) createSession(c *gin.Context) {
 			a.internal(c, "create session", err)
 			return
 		}
+		created = true
 		a.log.Info("session created", "session", id, "owner", s.Owner, "kind", s.Kind, "gpus", s.Resources.GPUs, "service", p.Service)
 		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
 		return
@@ -148,7 +152,8 @@ func (a *API) createSession(c *gin.Context) {
 		a.internal(c, "create session", err)
 		return
 	}
-	stored, created, err := state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease)
+	var stored state.IdempotencyRecord
+	stored, created, err = state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease)
 	if err != nil {
 		a.internal(c, "create session", err)
 		return
