@@ -144,6 +144,13 @@ type Placer struct {
 	passes, bound, txns, conflicts, lost, statuses atomic.Int64
 	// lastBind is the revision of this placer's newest bind transaction.
 	lastBind atomic.Int64
+	// own are this placer's binds its caches do not show yet, laid over
+	// them in every snapshot.
+	own *ownWrites
+	// quotaStale counts decisions left out because their quota check read
+	// ledgers older than this placer's last bind: the next pass then waits
+	// for the caches to show that bind.
+	quotaStale atomic.Int64
 
 	// advice carries the latest pass's waiting sessions to the advisory
 	// writer (a mailbox of one: a newer pass replaces what is unwritten).
@@ -182,6 +189,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		ready:    make(chan struct{}),
 		advice:   make(chan advice, 1),
 		written:  map[string]writtenStatus{},
+		own:      newOwnWrites(),
 	}
 	p.advisoryKV = cli
 	kick := func() {
@@ -327,7 +335,14 @@ func (p *Placer) loop(ctx context.Context) error {
 		failures           int
 	)
 	for {
-		if err := p.catchUp(ctx, bindRev, ledgerRev); err != nil {
+		// Own binds are laid over the caches (ownWrites): wait for the
+		// caches to show them only when a quota check needs ledgers that
+		// new (it reads LedgersAt, the cache's own revision).
+		waitBind := int64(0)
+		if p.quotaStale.Swap(0) > 0 {
+			waitBind = bindRev
+		}
+		if err := p.catchUp(ctx, waitBind, ledgerRev); err != nil {
 			return nil
 		}
 		started := time.Now()
@@ -374,8 +389,9 @@ func (p *Placer) loop(ctx context.Context) error {
 }
 
 // catchUp waits until the caches have seen this placer's own writes (binds
-// reach pending/ and ledger/, lost-node clean-ups ledger/), so a pass never
-// replans what this placer just bound.
+// reach pending/ and ledger/, lost-node clean-ups ledger/): the bind
+// revision it is given only when a quota check needs the caches themselves
+// to show the binds, since snapshots lay own binds over the caches.
 func (p *Placer) catchUp(ctx context.Context, bindRev, ledgerRev int64) error {
 	if p.pending.Revision() >= bindRev && p.ledgers.Revision() >= max(bindRev, ledgerRev) {
 		return nil
@@ -397,10 +413,13 @@ func (p *Placer) catchUp(ctx context.Context, bindRev, ledgerRev int64) error {
 
 // snapshot reads the caches into one planning snapshot.
 func (p *Placer) snapshot() *Snapshot {
-	return SnapshotOf(p.cfg.Keys, Caches{
+	c := Caches{
 		Nodes: p.nodes.Snapshot(), Ledgers: p.ledgers.Snapshot(), Cordons: p.cordons.Snapshot(),
 		Quotas: p.quotas.Snapshot(), Pending: p.pending.Snapshot(), Warnings: p.warnings.Snapshot(),
-	}, p.cfg.Now())
+	}
+	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
+	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
+	return s
 }
 
 // Caches are the watcher snapshots that a planning snapshot is read from.
@@ -783,7 +802,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 		v := nodes[node]
 		lw := &state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, CordonRevision: v.CordonRevision, ReadRevision: v.LedgerRevision,
 			Ledger: state.Ledger{Node: node, Allocations: maps.Clone(v.Ledger.Allocations)}}
-		if it, ok := fresh.Item(k.Ledger(node)); ok && it.ModRevision != v.LedgerRevision {
+		if it, ok := p.freshLedger(fresh, node); ok && it.ModRevision != v.LedgerRevision {
 			lw.ReadRevision, lw.Ledger.Allocations = it.ModRevision, maps.Clone(it.Value.Allocations)
 		} else if !ok && v.LedgerRevision != 0 {
 			lw.ReadRevision, lw.Ledger.Allocations = 0, nil // released to empty and deleted
@@ -801,6 +820,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 		scopes := quotaScopes(&e, snap)
 		if len(scopes) > 0 && snap.LedgersAt < prior {
 			stale++ // plan again once the caches show our last binds
+			p.quotaStale.Add(1)
 			continue
 		}
 		allocs := make([]state.Allocation, len(d.Parts))
@@ -876,6 +896,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 	if !resp.Succeeded {
 		return 0, 0, stale, nil
 	}
+	p.own.record(lws, ps, resp.Header.Revision)
 	return len(ps), resp.Header.Revision, stale, nil
 }
 
