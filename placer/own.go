@@ -101,3 +101,9 @@ func (p *Placer) freshLedger(fresh *watcher.Snapshot[state.Ledger], node string)
 	}
 	return fresh.Item(p.cfg.Keys.Ledger(node))
 }
+
+// cacheLag is how many revisions the pending or ledger cache trails this
+// placer's newest bind; 0 when both show it.
+func (p *Placer) cacheLag() int64 {
+	return max(0, p.lastBind.Load()-min(p.pending.Revision(), p.ledgers.Revision()))
+}

@@ -1,11 +1,13 @@
 package placer
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"math/rand"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,9 +133,16 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 		<-exited
 	}()
 
-	// Full: every GPU bound, or no binding for 3 s after the first.
+	// Full: every GPU bound, or no binding for 3 s after the first. The
+	// placer's metrics are read every 100 ms for its cache lag.
 	deadline := time.Now().Add(30 * time.Minute)
+	var maxLag, conflicts, txns float64
+	metrics := &http.Client{Timeout: 5 * time.Second}
 	for {
+		if m, err := placerMetrics(metrics, "http://"+addr+"/metrics"); err == nil {
+			maxLag = max(maxLag, m["voyager_placer_cache_lag_revisions"])
+			conflicts, txns = m["voyager_placer_conflicts_total"], m["voyager_placer_bind_transactions_total"]
+		}
 		mu.Lock()
 		full := gpus == nodes*8 || (bound > 0 && time.Since(last) > 3*time.Second)
 		mu.Unlock()
@@ -151,6 +160,11 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	hwm, cpu := procUsage(b, cmd.Process.Pid)
+	st, err := cli.Status(ctx, c.Server.Endpoint())
+	if err != nil {
+		b.Fatal(err)
+	}
+	dbMiB := float64(st.DbSize) / (1 << 20)
 	mu.Lock()
 	n, g, toFirst, toFull, span := bound, gpus, first.Sub(procStart), last.Sub(procStart), last.Sub(first)
 	mu.Unlock()
@@ -160,13 +174,19 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 	b.ReportMetric(rate, "bindings/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(max(n, 1)), "placer-cpu-us/binding")
 	b.ReportMetric(float64(hwm)/1024, "placer-peak-rss-MiB")
+	b.ReportMetric(maxLag, "max-cache-lag-revs")
+	b.ReportMetric(conflicts, "conflicts")
+	b.ReportMetric(dbMiB, "etcd-db-MiB")
 	label := fmt.Sprintf("scale %d nodes x 8 GPUs, %d queued", nodes, sessions)
 	benchsum.Add(b, benchsum.Row{Figure: label + ": bindings/s", Value: rate, Unit: "bindings/s"})
 	benchsum.Add(b, benchsum.Row{Figure: label + ": time to full (from placer start)", Value: toFull.Seconds(), Unit: "s"})
 	benchsum.Add(b, benchsum.Row{Figure: label + ": placer peak RSS", Value: float64(hwm) / 1024, Unit: "MiB"})
-	b.Logf("%s: voyager placer's first binding %s after start, full (%d sessions, %d of %d GPUs) %s after start; %.0f bindings/s; placer CPU %s (%.0f µs/binding), peak RSS %.0f MiB",
+	benchsum.Add(b, benchsum.Row{Figure: label + ": placer CPU per binding", Value: float64(cpu.Microseconds()) / float64(max(n, 1)), Unit: "µs"})
+	benchsum.Add(b, benchsum.Row{Figure: label + ": placer cache lag at most", Value: maxLag, Unit: "revisions"})
+	benchsum.Add(b, benchsum.Row{Figure: label + ": etcd db size", Value: dbMiB, Unit: "MiB"})
+	b.Logf("%s: voyager placer's first binding %s after start, full (%d sessions, %d of %d GPUs) %s after start; %.0f bindings/s; placer CPU %s (%.0f µs/binding), peak RSS %.0f MiB; %.0f bind txns, %.0f conflicts; cache lag at most %.0f revisions; etcd db %.0f MiB",
 		label, toFirst.Round(time.Millisecond), n, g, nodes*8, toFull.Round(time.Millisecond), rate, cpu.Round(time.Millisecond),
-		float64(cpu.Microseconds())/float64(max(n, 1)), float64(hwm)/1024)
+		float64(cpu.Microseconds())/float64(max(n, 1)), float64(hwm)/1024, txns, conflicts, maxLag, dbMiB)
 }
 
 // procUsage reads a live process's peak resident memory (VmHWM, KiB) and
@@ -191,4 +211,33 @@ func procUsage(b *testing.B, pid int) (hwmKiB int64, cpu time.Duration) {
 	utime, _ := strconv.ParseInt(rest[11], 10, 64)
 	stime, _ := strconv.ParseInt(rest[12], 10, 64)
 	return hwmKiB, time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// placerMetrics reads the unlabelled sums of a Prometheus text page: each
+// metric's samples added up across labels.
+func placerMetrics(client *http.Client, url string) (map[string]float64, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name, _, _ := strings.Cut(f[0], "{")
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			out[name] += v
+		}
+	}
+	return out, sc.Err()
 }
