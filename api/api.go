@@ -228,6 +228,14 @@ func (a *API) Run(ctx context.Context) error {
 	g.Go(func() error { return a.warns.Run(ctx) })
 	g.Go(func() error { return a.secrets.Run(ctx) })
 	g.Go(func() error { return a.runtimes.Run(ctx) })
+	g.Go(func() error {
+		// Plan the queue once the caches are in, so that the first
+		// requests at a large site find a plan instead of waiting for one.
+		if a.WaitSynced(ctx) == nil {
+			a.queuePlan()
+		}
+		return nil
+	})
 	// The idempotency lease is not revoked: its records must outlive this
 	// process, and etcd expires the lease by itself.
 	err := g.Wait()
