@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,17 +8,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +22,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/internal/scalebench"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -199,37 +194,10 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 	cli := c.Client(b)
 	k := state.MustKeys(state.DefaultPrefix)
 
-	// Load generator: nodes under leases it keeps alive, 100 to a lease
-	// and to a transaction; then the queue, 32 creates at a time.
+	// Load generator: nodes under leases it keeps alive (100 to a lease
+	// and to a transaction), then the queue, 32 creates at a time.
 	genStart := time.Now()
-	var lease clientv3.LeaseID
-	var ops []clientv3.Op
-	for i := 0; i < nodes; i++ {
-		if i%100 == 0 {
-			l, err := cli.Grant(ctx, 30)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ka, err := cli.KeepAlive(ctx, l.ID)
-			if err != nil {
-				b.Fatal(err)
-			}
-			go func() {
-				for range ka {
-				}
-			}()
-			lease = l.ID
-		}
-		n := scaleNode(fmt.Sprintf("sim%05d", i))
-		v, _ := state.Encode(n)
-		ops = append(ops, clientv3.OpPut(k.Node(n.Name), v, clientv3.WithLease(lease)))
-		if len(ops) == 100 || i == nodes-1 {
-			if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-				b.Fatal(err)
-			}
-			ops = ops[:0]
-		}
-	}
+	scalebench.RegisterNodes(b, ctx, cli, k, nodes, func(i int) state.Node { return scaleNode(fmt.Sprintf("sim%05d", i)) })
 	sizes := []int{1, 1, 1, 2, 2, 4, 8}
 	rng := rand.New(rand.NewSource(42))
 	gpus := make([]int, queued)
@@ -287,33 +255,11 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 	})
 
 	// The API process.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	logf, err := os.Create(filepath.Join(b.TempDir(), "api.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer logf.Close()
 	secret := "scale-bench-secret-0123456789abcdef-0123456789"
-	cmd := exec.Command(bin, "api")
-	cmd.Env = append(os.Environ(), "HOME="+b.TempDir(), "VOYAGER_ETCD_ENDPOINTS="+c.Server.Endpoint(), "VOYAGER_HTTP_ADDR="+addr,
+	proc := scalebench.Start(b, bin, "api", c.Server.Endpoint(),
 		"VOYAGER_JWT_SECRET="+secret, "VOYAGER_API_RATE=1000000", "VOYAGER_API_BURST=1000000", "VOYAGER_LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	procStart := time.Now()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-exited
-	}()
-	base := "http://" + addr
+	procStart := proc.Started
+	base := "http://" + proc.Addr
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	for {
 		resp, err := client.Get(base + "/readyz")
@@ -325,27 +271,28 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 			}
 		}
 		select {
-		case err := <-exited:
-			b.Fatalf("voyager api exited before it was ready: %v (log %s)", err, logf.Name())
+		case err := <-proc.Exited:
+			b.Fatalf("voyager api exited before it was ready: %v (log %s)", err, proc.Log)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Since(procStart) > 10*time.Minute {
-			b.Fatalf("voyager api not ready in 10 minutes (log %s)", logf.Name())
+			b.Fatalf("voyager api not ready in 10 minutes (log %s)", proc.Log)
 		}
 	}
 	ready := time.Since(procStart)
 	// Steady state: the API plans the queue once its caches are in; the
 	// requests measured start after that first plan.
-	for metricCount(b, client, base+"/metrics", "voyager_api_queue_plan_seconds") == 0 {
+	for metric(b, proc, client, "voyager_api_queue_plan_seconds_count") == 0 {
 		select {
-		case err := <-exited:
-			b.Fatalf("voyager api exited before its first queue plan: %v (log %s)", err, logf.Name())
+		case err := <-proc.Exited:
+			b.Fatalf("voyager api exited before its first queue plan: %v (log %s)", err, proc.Log)
 		case <-time.After(500 * time.Millisecond): // a scrape counts the whole cluster: not too often
 		}
 	}
 	planned := time.Since(procStart)
 	toks := make([]string, scaleUsers)
 	for u := range toks {
+		var err error
 		if toks[u], err = jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": fmt.Sprintf("bench%d", u), "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(secret)); err != nil {
 			b.Fatal(err)
 		}
@@ -406,8 +353,8 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 		}
 		return nil
 	})
-	hwm := vmHWM(b, cmd.Process.Pid)
-	planMean := metricMean(b, client, base+"/metrics", "voyager_api_queue_plan_seconds")
+	hwm, _ := proc.Usage(b)
+	planMean := time.Duration(metric(b, proc, client, "voyager_api_queue_plan_seconds_sum") / max(1, metric(b, proc, client, "voyager_api_queue_plan_seconds_count")) * float64(time.Second))
 
 	label := fmt.Sprintf("api at %d nodes x 8 GPUs, %d queued", nodes, queued)
 	rate, ceilRate := float64(scaleCreates)/api.elapsed.Seconds(), float64(scaleCreates)/ceil.elapsed.Seconds()
@@ -435,59 +382,11 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 	}
 }
 
-// vmHWM reads a live process's peak resident memory (KiB).
-func vmHWM(b *testing.B, pid int) int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// metric reads one sample of the process's metrics (0 when absent).
+func metric(b *testing.B, p *scalebench.Proc, client *http.Client, name string) float64 {
+	m, err := p.Metrics(client)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			v, _ := strconv.ParseInt(f[1], 10, 64)
-			return v
-		}
-	}
-	b.Fatalf("no VmHWM in /proc/%d/status", pid)
-	return 0
-}
-
-// metricMean reads a histogram's sum and count from a Prometheus text
-// page and returns their quotient (0 when the count is 0).
-func metricMean(b *testing.B, client *http.Client, url, name string) time.Duration {
-	sum, count := histogram(b, client, url, name)
-	if count == 0 {
-		return 0
-	}
-	return time.Duration(sum / count * float64(time.Second))
-}
-
-// metricCount reads a histogram's count from a Prometheus text page.
-func metricCount(b *testing.B, client *http.Client, url, name string) float64 {
-	_, count := histogram(b, client, url, name)
-	return count
-}
-
-// histogram reads a histogram's sum and count from a Prometheus text page.
-func histogram(b *testing.B, client *http.Client, url, name string) (sum, count float64) {
-	resp, err := client.Get(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 {
-			continue
-		}
-		v, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case name + "_sum":
-			sum = v
-		case name + "_count":
-			count = v
-		}
-	}
-	return sum, count
+	return m[name]
 }
