@@ -30,6 +30,11 @@ type Config struct {
 	ID string
 	// Keys is the key schema (prefix). Default: state.DefaultPrefix.
 	Keys state.Keys
+	// Shared, when set, are the process's caches of the queue, nodes,
+	// ledgers, cordons, quotas and warnings, which the placer reads and
+	// its caller runs (SharedCaches.Run); build it with the same Keys. Nil:
+	// the placer keeps and runs caches of its own.
+	Shared *SharedCaches
 	// Plan tunes planning (strategy, reservations, candidates).
 	Plan PlanOptions
 	// MaxTxnOps caps operations per transaction; it must not exceed the
@@ -137,6 +142,9 @@ type Placer struct {
 	placers *watcher.Cache[state.Placer]
 	// warnings tells which nodes are held for preempting sessions.
 	warnings *watcher.Cache[state.Warning]
+	// shared is set when the caches above but placers are the process's
+	// (Config.Shared), which its owner runs; nil: the placer runs its own.
+	shared *SharedCaches
 
 	kick  chan struct{}
 	ready chan struct{} // closed when the caches first synced
@@ -174,17 +182,22 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	k := cfg.Keys
 	log := cfg.Logger.With("component", "placer", "placer", cfg.ID)
 	wopt := func(name string) watcher.Options { return watcher.Options{Name: name, Logger: log} }
+	sc := cfg.Shared
+	if sc == nil {
+		sc = NewSharedCaches(cli, k, log)
+	}
 	p := &Placer{
 		cfg:      cfg,
 		cli:      cli,
 		log:      log,
-		pending:  watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
-		nodes:    watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
-		ledgers:  watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
-		cordons:  watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
-		quotas:   watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
+		pending:  sc.Pending,
+		nodes:    sc.Nodes,
+		ledgers:  sc.Ledgers,
+		cordons:  sc.Cordons,
+		quotas:   sc.Quotas,
 		placers:  watcher.New(cli, k.Placers(), watcher.JSON[state.Placer], wopt("placers")),
-		warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
+		warnings: sc.Warnings,
+		shared:   cfg.Shared,
 		kick:     make(chan struct{}, 1),
 		ready:    make(chan struct{}),
 		advice:   make(chan advice, 1),
@@ -237,13 +250,15 @@ func (p *Placer) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	runCache(p.pending.Run)
-	runCache(p.nodes.Run)
-	runCache(p.ledgers.Run)
-	runCache(p.cordons.Run)
-	runCache(p.quotas.Run)
+	if p.shared == nil {
+		runCache(p.pending.Run)
+		runCache(p.nodes.Run)
+		runCache(p.ledgers.Run)
+		runCache(p.cordons.Run)
+		runCache(p.quotas.Run)
+		runCache(p.warnings.Run)
+	}
 	runCache(p.placers.Run)
-	runCache(p.warnings.Run)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
