@@ -62,14 +62,21 @@ func (x *queuedIndex) add(owner string, d int) {
 	}
 }
 
-// admit reserves a place in the queue for session id of owner, or explains
-// why owner has no place left (max 0: no cap).
-func (x *queuedIndex) admit(owner, id string, max int, now time.Time) []FieldError {
+// check explains why owner may not add adding sessions to the queue, or
+// returns nil (max 0: no cap). A job array adds as many as it may hold
+// unfinished at once; its controller creates them later, so nothing is
+// reserved for them.
+func (x *queuedIndex) check(owner string, max, adding int, now time.Time) []FieldError {
 	if max <= 0 {
 		return nil
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.over(owner, max, adding, now)
+}
+
+// over is check with x.mu held.
+func (x *queuedIndex) over(owner string, max, adding int, now time.Time) []FieldError {
 	n := x.counts[owner]
 	for rid, r := range x.reserved {
 		switch {
@@ -79,8 +86,25 @@ func (x *queuedIndex) admit(owner, id string, max int, now time.Time) []FieldErr
 			n++
 		}
 	}
-	if n >= max {
-		return []FieldError{{Field: "", Message: fmt.Sprintf("you have %d sessions queued, the most allowed per user is %d; wait for some to start, or cancel some", n, max)}}
+	if n+adding <= max {
+		return nil
+	}
+	if adding > 1 {
+		return []FieldError{{Field: "maxRunning", Message: fmt.Sprintf("you have %d sessions queued and this array may queue %d at once; the most allowed per user is %d: lower maxRunning to %d or less, or wait for some to start", n, adding, max, max-n)}}
+	}
+	return []FieldError{{Field: "", Message: fmt.Sprintf("you have %d sessions queued, the most allowed per user is %d; wait for some to start, or cancel some", n, max)}}
+}
+
+// admit reserves a place in the queue for session id of owner, or explains
+// why owner has no place left (max 0: no cap).
+func (x *queuedIndex) admit(owner, id string, max int, now time.Time) []FieldError {
+	if max <= 0 {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if errs := x.over(owner, max, 1, now); errs != nil {
+		return errs
 	}
 	x.reserved[id] = reservation{owner: owner, at: now}
 	return nil

@@ -76,10 +76,14 @@ var docTypes = map[string]any{
 	"Placer":     state.Placer{},
 	"Warning":    state.Warning{},
 	"Secrets":    state.Secrets{},
+	"PartStatus": state.PartStatus{},
 	"UsageMark":  state.UsageMark{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
 	"UIDRecord":         state.UIDRecord{},
+	"RayToken":          state.RayToken{},
+	"Volume":            state.Volume{},
+	"Array":             state.Array{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.
@@ -186,9 +190,12 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.UserQuota("ada"):                       values["Quota"],
 		k.GroupQuota("vision"):                   values["Quota"],
 		k.Profile("a100-small"):                  values["Profile"],
+		k.Volume("results"):                      values["Volume"],
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
+		k.Part(binding.Node, sess.ID):            values["PartStatus"],
+		k.Array("s01jq2k9a0c3m5t7vb2"):           values["Array"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -200,7 +207,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

@@ -27,6 +27,8 @@ const (
 	dirSecrets  = "secrets"
 	dirElection = "elections"
 	dirUIDs     = "uids"
+	dirParts    = "parts"
+	dirRay      = "raytokens"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;
@@ -160,6 +162,15 @@ func (k Keys) NodeSecrets(node string) string { return k.key(dirSecrets, node) +
 // URLs that carry a token or a key.
 func (k Keys) Secret(node, id string) string { return k.key2(dirSecrets, node, id) }
 
+// RayTokens is the prefix of the Ray sessions' authentication tokens
+// (raytokens/<id>): the API writes one with the session, every agent
+// reads them (a Ray gang's parts run on nodes no prefix can name), the
+// placer's retention deletes them; the operator's role does not read them.
+func (k Keys) RayTokens() string { return k.dir(dirRay) }
+
+// RayToken is the key of session id's Ray token.
+func (k Keys) RayToken(id string) string { return k.key(dirRay, id) }
+
 // Elections is the prefix of the placers' elections (etcd's election
 // recipe under it: elections/<name>/<lease>).
 func (k Keys) Elections() string { return k.dir(dirElection) }
@@ -167,6 +178,20 @@ func (k Keys) Elections() string { return k.dir(dirElection) }
 // UIDs is the prefix of the owners' container user ids (uids/owners/<owner>
 // and uids/numbers/<uid>; see EnsureUID).
 func (k Keys) UIDs() string { return k.dir(dirUIDs) }
+
+// Parts is the prefix of every part status of every node: what the
+// placers' status mergers watch.
+func (k Keys) Parts() string { return k.dir(dirParts) }
+
+// NodeParts is the prefix of the part statuses node's agent writes: the
+// only range of parts/ its etcd role may write.
+func (k Keys) NodeParts(node string) string { return k.key(dirParts, node) + "/" }
+
+// Part is the key of what node's agent observed of its part of session id.
+func (k Keys) Part(node, id string) string { return k.key2(dirParts, node, id) }
+
+// PartKey splits a key under parts/ into node and session id.
+func (k Keys) PartKey(key string) (node, id string, ok bool) { return k.nodeSession(dirParts, key) }
 
 // SessionID returns the session id of a key under sessions/, pending/,
 // status/ or warnings/, and false for any other key.
@@ -194,10 +219,15 @@ func (k Keys) NodeName(key string) (string, bool) {
 
 // BindingKey splits a key under bindings/ into node and session id.
 func (k Keys) BindingKey(key string) (node, id string, ok bool) {
-	if !k.hasDir(dirBindings, key) {
+	return k.nodeSession(dirBindings, key)
+}
+
+// nodeSession splits a key <dir>/<node>/<id> into node and session id.
+func (k Keys) nodeSession(dir, key string) (node, id string, ok bool) {
+	if !k.hasDir(dir, key) {
 		return "", "", false
 	}
-	parts := k.splitIn(dirBindings, key)
+	parts := k.splitIn(dir, key)
 	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
 		return "", "", false
 	}

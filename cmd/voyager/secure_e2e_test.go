@@ -351,7 +351,8 @@ func nodesOfStatuses(t *testing.T, ctx context.Context, cli *clientv3.Client) ma
 }
 
 // checkRefusals: the operator reads no secrets, an agent cannot write
-// another node's binding, ledger or inventory, the API cannot write a
+// another node's binding, ledger, inventory or parts, nor any session's
+// status (also of the sessions it ran), the API cannot write a
 // ledger, and an agent's log endpoint and etcd refuse a client without a
 // certificate of the cluster CA.
 func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agentHTTP string) {
@@ -361,10 +362,33 @@ func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agent
 		t.Errorf("operator reading secrets/: %v, want permission denied", err)
 	}
 	agentA := c.client(etcdrbac.Agent(nodes[0]))
-	for _, key := range []string{keys.Binding(nodes[1], "s-forged"), keys.Ledger(nodes[1]), keys.Node(nodes[1])} {
+	// No status at all, not even of a session it ran: statuses are the
+	// placers' merger's, from the parts (parts/<node>/<id>).
+	forbidden := []string{keys.Binding(nodes[1], "s-forged"), keys.Ledger(nodes[1]), keys.Node(nodes[1]),
+		keys.Part(nodes[1], "s-forged"), keys.Status("s-forged")}
+	resp, err := c.client(etcdrbac.Operator).Get(ctx, keys.StatusDir(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		forbidden = append(forbidden, string(kv.Key))
+	}
+	if len(resp.Kvs) == 0 {
+		t.Error("no status to try to overwrite: the jobs left none")
+	}
+	for _, key := range forbidden {
 		if _, err := agentA.Put(ctx, key, `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Errorf("agent %s writing %s: %v, want permission denied", nodes[0], key, err)
 		}
+	}
+	for _, kv := range resp.Kvs {
+		if _, err := agentA.Delete(ctx, string(kv.Key)); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("agent %s deleting %s: %v, want permission denied", nodes[0], kv.Key, err)
+		}
+	}
+	// Its own node's parts it may write (the merger deletes a stray one).
+	if _, err := agentA.Put(ctx, keys.Part(nodes[0], "s-own"), `{}`); err != nil {
+		t.Errorf("agent %s writing its own part: %v", nodes[0], err)
 	}
 	if _, err := c.client(etcdrbac.API).Put(ctx, keys.Ledger(nodes[0]), `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("api writing a ledger: %v, want permission denied", err)
@@ -641,6 +665,8 @@ func TestMultiMachineE2E(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	checkRayDashboard(t, ctx, c.cliEnv(apis["ctl-1"], secret), root)
+
 	// A long job, then its machine dies: agent killed, link down.
 	ctl2 := c.cliEnv(apis["ctl-2"], secret)
 	code, out = runVoyager(t, ctl2, "session", "create", "--kind", "batch", "--gpus", "2", "-o", "json", "--", "sleep", "600")
@@ -701,6 +727,61 @@ func TestMultiMachineE2E(t *testing.T) {
 	waitStatus(t, ctx, root, long, "Stopped", func(st state.Status) bool { return st.Phase == state.PhaseStopped })
 	t.Logf("killed etcd leader %s and ctl-1's placer: new leader after %s, a session bound %s after the kills, two jobs ran to completion %s after them",
 		leader, elected.Round(time.Millisecond), resumed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// checkRayDashboard: a Ray notebook's dashboard, published nowhere, is
+// served to its owner by `voyager dashboard` on a local port, through the
+// API and the agent of the head, which reaches it inside the head's
+// container; another user's `voyager dashboard` is refused.
+func checkRayDashboard(t *testing.T, ctx context.Context, ada []string, root *clientv3.Client) {
+	t.Helper()
+	code, out := runVoyager(t, ada, "session", "create", "--kind", "notebook", "--gpus", "2", "--ray-workers", "1", "-o", "json")
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &created); code != 0 || err != nil || created.ID == "" {
+		t.Fatalf("create a Ray notebook: exit %d (%v)\n%s", code, err, out)
+	}
+	id := created.ID
+	waitStatus(t, ctx, root, id, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
+	dash := start(t, ada, "dashboard", id, "--listen", "127.0.0.1:0")
+	m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(dash.waitFor("Ray dashboard of session "+id, 30*time.Second))
+	if m == nil {
+		t.Fatal("voyager dashboard printed no local URL")
+	}
+	hc := http.Client{Timeout: 10 * time.Second}
+	for path, want := range map[string]string{"": "ray dashboard stand-in of " + id, "api/version": `"ray_version": "stand-in"`} {
+		resp, err := hc.Get(m[1] + path)
+		if err != nil {
+			t.Fatalf("dashboard %s: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+			t.Errorf("dashboard /%s through voyager dashboard: %s %q, want 200 with %q", path, resp.Status, b, want)
+		}
+	}
+	// Addressed by a name (DNS rebinding), the local proxy refuses.
+	req, _ := http.NewRequest("GET", m[1], nil)
+	req.Host = "attacker.example:80"
+	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("dashboard asked for by a name: %v %v, want 403", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	eve := slices.Clone(ada)
+	for i, kv := range eve {
+		if strings.HasPrefix(kv, envToken+"=") {
+			eve[i] = envToken + "=" + binaryToken(t, ada, "--sub", "eve")
+		}
+	}
+	if code, out := runVoyager(t, eve, "dashboard", id, "--listen", "127.0.0.1:0"); code == 0 || !strings.Contains(out, "no session") {
+		t.Errorf("another user's voyager dashboard: exit %d, want a refusal naming no session:\n%s", code, out)
+	}
+	if code, out := runVoyager(t, ada, "session", "stop", id); code != 0 {
+		t.Fatalf("stop the Ray notebook: exit %d\n%s", code, out)
+	}
+	waitStatus(t, ctx, root, id, "Stopped", func(st state.Status) bool { return st.Phase == state.PhaseStopped })
 }
 
 // submitAfterFailover creates a small batch session the way the API does,

@@ -85,8 +85,14 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
 			prefix(rw, k.Cordons()), prefix(rw, k.Quotas()), prefix(rw, k.Profiles()),
 			prefix(rw, k.IdempotencyDir()),
-			// Each owner's container user id, made at their first create.
-			prefix(rw, k.UIDs()),
+			// Each owner's container user id, made at their first create;
+			// a Ray session's token, made with it.
+			prefix(rw, k.UIDs()), prefix(rw, k.RayTokens()),
+			// Volume definitions: admins write them; a create resolves a
+			// session's volumes into its spec, so no agent reads them.
+			prefix(rw, k.Volumes()),
+			// Job arrays: create, stop, summaries.
+			prefix(rw, k.Arrays()),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -95,12 +101,18 @@ func Roles(k state.Keys, nodes []string) []Role {
 			probe,
 			// Bind (ledgers, bindings, queue, status), node loss, re-queue,
 			// lifecycle evictions and warnings, retention, membership and
-			// elections.
+			// elections; the status merger (reads the agents' parts,
+			// writes statuses, deletes parts done with).
 			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
+			prefix(rw, k.Parts()),
 			prefix(rw, k.Warnings()), prefix(rw, k.Ledgers()), prefix(rw, k.AllBindings()),
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
 			// Quota usage marks, compared by every bind against a quota.
 			prefix(rw, k.UsageDir()),
+			// Retention deletes a retired Ray session's token.
+			prefix(rw, k.RayTokens()),
+			// The array controller: elements created, results folded in.
+			prefix(rw, k.Arrays()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
@@ -111,29 +123,32 @@ func Roles(k state.Keys, nodes []string) []Role {
 		roles = append(roles, Role{Name: Agent(n), Perms: []Perm{
 			probe,
 			// Its own node: inventory, ledger (release), bindings (delete
-			// on release), secrets.
+			// on release), secrets, and the parts it reports of its
+			// sessions (parts/<node>/): the placers' merger turns them
+			// into statuses, which no agent writes.
 			exact(rw, k.Node(n)), exact(rw, k.Ledger(n)),
 			prefix(rw, k.Bindings(n)), prefix(rw, k.NodeSecrets(n)),
-			// Statuses of the sessions it runs. A prefix cannot name
-			// them, so every agent may write every status: the one right
-			// wider than its node (docs/deployment.md).
-			prefix(rw, k.StatusDir()),
-			// Specs of its sessions; the head's binding and node for Ray
-			// workers.
-			prefix(r, k.Sessions()), prefix(r, k.AllBindings()), prefix(r, k.Nodes()),
+			prefix(rw, k.NodeParts(n)),
+			// Specs of its sessions; statuses (a gang's parts end with
+			// their session; where the other parts run); the head's
+			// binding and node for Ray workers.
+			prefix(r, k.Sessions()), prefix(r, k.StatusDir()), prefix(r, k.AllBindings()), prefix(r, k.Nodes()),
+			// Ray tokens (a read as wide as the specs': a gang's parts run
+			// on nodes no prefix names).
+			prefix(r, k.RayTokens()),
 		}})
 	}
 	return roles
 }
 
-// operatorPerms reads every directory but secrets/: one range per
+// operatorPerms reads every directory but secrets/ and raytokens/: one range per
 // directory, since a prefix range over the whole of k would include it.
 func operatorPerms(k state.Keys, probe Perm) []Perm {
 	out := []Perm{probe}
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(), k.UIDs(), k.UsageDir(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}
