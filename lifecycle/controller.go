@@ -118,14 +118,7 @@ func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
 	wopt := func(name string) watcher.Options { return watcher.Options{Name: "lifecycle-" + name, Logger: log} }
 	sc := cfg.Shared
 	if sc == nil {
-		sc = &placer.SharedCaches{
-			Warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
-			Pending:  watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
-			Nodes:    watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
-			Ledgers:  watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
-			Cordons:  watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
-			Quotas:   watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
-		}
+		sc = placer.NewSharedCaches(cli, k, log)
 	}
 	c := &Controller{
 		cfg:      cfg,
