@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/internal/scalebench"
 	"github.com/voyager-gpu/voyager/merger"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	vrt "github.com/voyager-gpu/voyager/runtime"
@@ -138,15 +138,15 @@ func BenchmarkAgentBindToRunning(b *testing.B) {
 		var agentCPU time.Duration
 		for r := 0; r < *agentBenchRounds; r++ {
 			throughAgent := func() {
-				before := agent.cpu(b)
+				before := cpu(b, agent)
 				lat, h := agentRound(b, cli, rt, img.ref, seq, agentPorts, n.GPUs, r == 0)
 				seq++
 				viaAgent, hops = append(viaAgent, lat...), append(hops, h...)
 				if r == 0 {
-					b.ReportMetric(agent.memKiB(b, "VmRSS")/1024, img.short+"-agent-rss-MiB")
+					b.ReportMetric(float64(agent.RSS(b))/1024, img.short+"-agent-rss-MiB")
 				}
 				stopAgentRound(b, cli, rt, seq-1)
-				agentCPU += agent.cpu(b) - before
+				agentCPU += cpu(b, agent) - before
 			}
 			first, second := throughAgent, func() {
 				viaRuntime = append(viaRuntime, directRound(b, builder, direct, img.ref, fmt.Sprintf("d%d", seq), directPorts, n.GPUs, r == 0)...)
@@ -170,7 +170,8 @@ func BenchmarkAgentBindToRunning(b *testing.B) {
 		b.ReportMetric(cpuMs, img.short+"-agent-cpu-ms")
 		benchsum.Add(b, benchsum.Row{Figure: "agent CPU per session, bind to removal, " + img.name, Value: cpuMs, Unit: "ms"})
 	}
-	hwm := agent.memKiB(b, "VmHWM") / 1024
+	hwmKiB, _ := agent.Usage(b)
+	hwm := float64(hwmKiB) / 1024
 	b.ReportMetric(hwm, "agent-hwm-MiB")
 	benchsum.Add(b, benchsum.Row{Figure: "agent peak resident memory (VmHWM of the voyager agent process), 8 sessions at a time", Value: hwm, Unit: "MiB"})
 	b.ReportMetric(pct(hops, 0.50), "hop-p50-ms")
@@ -242,85 +243,38 @@ func importArchive(tb testing.TB, rt *vrt.Containerd, path string) {
 	tb.Logf("imported %s in %v", path, time.Since(start).Round(time.Second))
 }
 
-// agentProcess is a `voyager agent` running as its own process.
-type agentProcess struct{ pid int }
-
-// startAgentProcess runs `voyager agent` for node on containerd at addr,
-// namespace ns, with 8 simulated GPUs injected through CDI and sessions
-// each in an isolated network named network; it is stopped (SIGTERM) and
-// its network removed when tb ends.
-func startAgentProcess(tb testing.TB, bin, endpoint, addr, ns, network string) *agentProcess {
+// startAgentProcess runs `voyager agent` (scalebench.Start) for node on
+// containerd at addr, namespace ns, with 8 simulated GPUs injected through
+// CDI and sessions each in an isolated network named network; it is
+// stopped (SIGTERM) and its network removed when tb ends.
+func startAgentProcess(tb testing.TB, bin, endpoint, addr, ns, network string) *scalebench.Proc {
 	tb.Helper()
-	home := tb.TempDir()
-	logf, err := os.Create(filepath.Join(home, "agent.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(bin, "agent")
-	cmd.Env = append(os.Environ(), "HOME="+home, "VOYAGER_DATA_DIR="+filepath.Join(home, "data"),
-		"VOYAGER_ETCD_ENDPOINTS="+endpoint, "VOYAGER_ETCD_PREFIX=/voyager", "VOYAGER_HTTP_ADDR="+freeAddr(tb),
+	// Registered first, so it runs after the process stopped.
+	tb.Cleanup(func() {
+		_ = vrt.RemoveNetwork(context.Background(), vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: network}, slog.New(slog.DiscardHandler))
+		_ = os.RemoveAll(filepath.Join("/run/voyager/cdi", network))
+	})
+	p := scalebench.Start(tb, bin, "agent", endpoint, "VOYAGER_ETCD_PREFIX=/voyager",
 		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS=127.0.0.1",
 		"VOYAGER_AGENT_CONTAINERD="+addr, "VOYAGER_AGENT_NAMESPACE="+ns,
 		"VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB", "VOYAGER_AGENT_GPU_MODE=cdi",
 		"VOYAGER_AGENT_NETWORK=isolated", "VOYAGER_AGENT_NETWORK_NAME="+network,
 		"VOYAGER_AGENT_PORTS="+runtimetest.FreePortRange(tb, agentBenchBatch),
 		"VOYAGER_AGENT_STOP_GRACE=2s", "VOYAGER_LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start voyager agent: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	tb.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		_ = logf.Close()
 		if tb.Failed() {
-			out, _ := os.ReadFile(logf.Name())
+			out, _ := os.ReadFile(p.Log)
 			tb.Logf("voyager agent's log:\n%s", out)
 		}
-		_ = vrt.RemoveNetwork(context.Background(), vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: network}, slog.New(slog.DiscardHandler))
-		_ = os.RemoveAll(filepath.Join("/run/voyager/cdi", network))
 	})
-	return &agentProcess{pid: cmd.Process.Pid}
+	return p
 }
 
-// memKiB reads a memory field (VmRSS, VmHWM) of the agent's
-// /proc/<pid>/status, in KiB.
-func (p *agentProcess) memKiB(tb testing.TB, field string) float64 {
+// cpu is p's CPU time so far, user and system.
+func cpu(tb testing.TB, p *scalebench.Proc) time.Duration {
 	tb.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
-	if err != nil {
-		tb.Fatalf("read the agent's memory: %v", err)
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v
-		}
-	}
-	tb.Fatalf("no %s in /proc/%d/status", field, p.pid)
-	return 0
-}
-
-// cpu is the agent's CPU time so far, user and system.
-func (p *agentProcess) cpu(tb testing.TB) time.Duration {
-	tb.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
-	if err != nil {
-		tb.Fatalf("read the agent's CPU time: %v", err)
-	}
-	// After the command name in parentheses, utime and stime are the
-	// 12th and 13th fields, in clock ticks (100 a second on Linux).
-	rest := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	utime, _ := strconv.ParseInt(rest[11], 10, 64)
-	stime, _ := strconv.ParseInt(rest[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	_, t := p.Usage(tb)
+	return t
 }
 
 // runMerger runs a status merger, as a placer process does, until tb
@@ -527,17 +481,6 @@ func awaitHTTP(ctx context.Context, port int, within time.Duration) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// freeAddr is a loopback address free a moment ago.
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // randomToken is a Jupyter token for a container started directly.

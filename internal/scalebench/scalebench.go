@@ -115,15 +115,7 @@ func Start(tb testing.TB, bin, sub, endpoint string, env ...string) *Proc {
 func (p *Proc) Usage(tb testing.TB) (hwmKiB int64, cpu time.Duration) {
 	tb.Helper()
 	pid := p.cmd.Process.Pid
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			hwmKiB, _ = strconv.ParseInt(f[1], 10, 64)
-		}
-	}
+	hwmKiB = p.statusKiB(tb, "VmHWM")
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		tb.Fatal(err)
@@ -134,6 +126,29 @@ func (p *Proc) Usage(tb testing.TB) (hwmKiB int64, cpu time.Duration) {
 	utime, _ := strconv.ParseInt(rest[11], 10, 64)
 	stime, _ := strconv.ParseInt(rest[12], 10, 64)
 	return hwmKiB, time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// RSS reads the process's resident memory now (VmRSS, in KiB).
+func (p *Proc) RSS(tb testing.TB) int64 {
+	tb.Helper()
+	return p.statusKiB(tb, "VmRSS")
+}
+
+// statusKiB reads a memory field of the process's /proc/<pid>/status.
+func (p *Proc) statusKiB(tb testing.TB, field string) int64 {
+	tb.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
+			kib, _ := strconv.ParseInt(f[1], 10, 64)
+			return kib
+		}
+	}
+	tb.Fatalf("no %s in /proc/%d/status", field, p.cmd.Process.Pid)
+	return 0
 }
 
 // Metrics reads the process's /metrics: each sample name (labels dropped,
