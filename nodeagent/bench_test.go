@@ -253,6 +253,7 @@ func startAgentProcess(tb testing.TB, bin, endpoint, addr, ns, network string) *
 	tb.Cleanup(func() {
 		_ = vrt.RemoveNetwork(context.Background(), vrt.NetworkOptions{Mode: vrt.NetworkIsolated, Name: network}, slog.New(slog.DiscardHandler))
 		_ = os.RemoveAll(filepath.Join("/run/voyager/cdi", network))
+		_ = os.RemoveAll(filepath.Join("/run/voyager/net", network)) // its state directory, empty by now
 	})
 	p := scalebench.Start(tb, bin, "agent", endpoint, "VOYAGER_ETCD_PREFIX=/voyager",
 		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS=127.0.0.1",
