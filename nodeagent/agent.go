@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"os"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -655,5 +656,7 @@ func (a *Agent) removeContainer(ctx context.Context, id string) {
 	}
 	if err := a.cfg.Runtime.Remove(ctx, id); err != nil {
 		a.log.Warn("remove container", "container", id, "err", err)
+	} else if path := a.hostfilePath(id); path != "" {
+		_ = os.Remove(path) // a multi-node job's part's, if any
 	}
 }

@@ -37,9 +37,13 @@ type worker struct {
 	// token is the Jupyter token of a notebook's head (or single) part,
 	// set before the container starts or is adopted.
 	token string
-	// logsExp is when the log URL last written to the status expires
-	// (zero: none written by this worker).
+	// logsExp is when the log URL last written to the status (or, for a
+	// worker part of a multi-node job, to its secrets) expires (zero: none
+	// written by this worker).
 	logsExp time.Time
+	// jobWorker is set for a worker part (rank 1 or more) of a multi-node
+	// job: it publishes its own log URL (publishPartLogs).
+	jobWorker bool
 
 	// stopWith is the session as it was when stopReq closed: whether its
 	// owner stopped it or the lifecycle controller evicted it decides the
@@ -77,6 +81,7 @@ func (w *worker) run() {
 	if gone {
 		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
 	}
+	w.jobWorker = sess.MultiNode() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
 	if sess.Stopping() {
@@ -401,11 +406,16 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	if err != nil {
 		return err
 	}
-	peers, err := w.peers(ctx, sess)
+	var peers []Peer
+	if sess.MultiNode() {
+		peers, err = w.withJob(ctx, sess, &spec)
+	} else {
+		peers, err = w.peers(ctx, sess)
+	}
 	if err != nil {
 		return err
 	}
-	if p, err := SplitPorts(sess.Kind, b.Role, b.Ports); err == nil {
+	if p, err := PartPorts(sess, b.Role, b.Ports); err == nil {
 		spec.Publish, spec.Reach = NetworkRules(p, peers)
 	}
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
@@ -479,6 +489,9 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 			}
 		}
 	}
+	if w.jobWorker {
+		w.publishPartLogs(ctx)
+	}
 	w.setStatus(ctx, state.EventStart, func(st *state.Status) {
 		if adopted && st.Phase == state.PhaseRunning {
 			return
@@ -507,7 +520,14 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 // once half its life has passed (or none was written by this worker: an
 // adopted container's), so that it works for as long as the session runs.
 func (w *worker) refreshLogsURL(ctx context.Context) {
-	if w.item.Value.Role == state.RoleWorker || time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
+	if time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
+		return
+	}
+	if w.jobWorker {
+		w.publishPartLogs(ctx)
+		return
+	}
+	if w.item.Value.Role == state.RoleWorker {
 		return
 	}
 	logs, exp := w.a.logsURL(w.id)
@@ -690,6 +710,10 @@ func (w *worker) stop(ctx context.Context) {
 func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
+	if w.jobWorker {
+		// The part's log outlives it, as the head's does in the status.
+		w.publishPartLogs(ctx)
+	}
 	var final state.Finalizer
 	if b.Role != state.RoleWorker {
 		final = func(spec state.Session, cur state.Status) (state.Event, state.Status, error) {
