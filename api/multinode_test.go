@@ -2,8 +2,11 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -84,4 +87,54 @@ func TestMultiNodeAdmission(t *testing.T) {
 	if v.Nodes != 0 || v.OnPartFailure != "" {
 		t.Errorf("one-machine job: nodes %d, onPartFailure %q; want 0 and none", v.Nodes, v.OnPartFailure)
 	}
+}
+
+// TestMultiNodeJobLogs: the logs of a multi-node job are every part's,
+// each line prefixed with its rank, read from each part's own agent (rank
+// 0's URL in the status, the others' in their nodes' secrets); ?rank=N is
+// one part's, unprefixed. A followed log of a running job waits until
+// every part has published its log.
+func TestMultiNodeJobLogs(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ada := h.token("ada")
+	v := decode[api.SessionView](t, want(t, h.do("POST", "/api/v1/sessions", ada, mnJob(3)), http.StatusCreated))
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		part := strings.TrimPrefix(r.URL.Path, "/logs/")
+		fmt.Fprintf(w, "hello from %s\nfollow=%s\npartial line of %s", part, r.URL.Query().Get("follow"), part)
+	}))
+	defer agent.Close()
+	nodes := []string{"mn-a", "mn-b", "mn-c"}
+	h.putStatus(state.Status{Session: v.ID, Phase: state.PhaseRunning, Nodes: nodes, URLs: map[string]string{"logs": agent.URL + "/logs/p0"}})
+	putSecret := func(rank int) {
+		sec := state.Secrets{Session: v.ID, Node: nodes[rank], URLs: map[string]string{"logs": fmt.Sprintf("%s/logs/p%d?key=k%d", agent.URL, rank, rank)}}
+		if _, err := state.Put(context.Background(), h.cli, h.keys.Secret(nodes[rank], v.ID), sec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putSecret(1)
+	p := want(t, h.do("GET", "/api/v1/sessions/"+v.ID+"/logs?follow=true", ada, nil), http.StatusServiceUnavailable).problem(t)
+	if !strings.Contains(p.Detail, "missing: rank 2") {
+		t.Errorf("detail %q, want rank 2 named as missing", p.Detail)
+	}
+	putSecret(2)
+	var r response
+	h.waitFor("every part's log", func() bool {
+		r = h.do("GET", "/api/v1/sessions/"+v.ID+"/logs?follow=true", ada, nil)
+		return r.status == http.StatusOK
+	})
+	lines := strings.Split(strings.TrimSuffix(string(r.body), "\n"), "\n")
+	sort.Strings(lines)
+	var wantLines []string
+	for rank := 0; rank < 3; rank++ {
+		wantLines = append(wantLines, fmt.Sprintf("[rank %d] hello from p%d", rank, rank), fmt.Sprintf("[rank %d] follow=true", rank), fmt.Sprintf("[rank %d] partial line of p%d", rank, rank))
+	}
+	sort.Strings(wantLines)
+	if !reflect.DeepEqual(lines, wantLines) {
+		t.Errorf("job logs:\n%s\nwant the lines:\n%s", strings.Join(lines, "\n"), strings.Join(wantLines, "\n"))
+	}
+	r = want(t, h.do("GET", "/api/v1/sessions/"+v.ID+"/logs?rank=2", ada, nil), http.StatusOK)
+	if string(r.body) != "hello from p2\nfollow=false\npartial line of p2\n" {
+		t.Errorf("rank 2's log %q", r.body)
+	}
+	want(t, h.do("GET", "/api/v1/sessions/"+v.ID+"/logs?rank=3", ada, nil), http.StatusUnprocessableEntity)
 }
