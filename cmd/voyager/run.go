@@ -40,9 +40,9 @@ func newRunCmd() *cobra.Command {
 		quiet bool
 	)
 	cmd := &cobra.Command{
-		Use:     "run [flags] -- COMMAND [ARGS…]",
-		Short:   "Run a batch command on GPUs and exit with its exit code",
-		Long:    runDesc,
+		Use:   "run [flags] -- COMMAND [ARGS…]",
+		Short: "Run a batch command on GPUs and exit with its exit code",
+		Long:  runDesc,
 		Example: "  voyager run --gpus 1 -- python train.py\n  voyager run -- sh -c 'echo hi; exit 3'; echo $?   # hi, then 3\n" +
 			"  voyager run -nodes 4 -gpus 8 -- torchrun train.py   # 4 machines; each line of output says its rank",
 		GroupID: groupCLI,
