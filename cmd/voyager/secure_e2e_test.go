@@ -28,6 +28,7 @@ import (
 	"github.com/voyager-gpu/voyager/internal/pki"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -593,6 +594,7 @@ func TestMultiMachineE2E(t *testing.T) {
 		var homes string
 		agents[nodes[i]], homes = c.startAgent(net.ns[g], nodes[i], net.ip[g], net.ip[g]+":7071", rt, fmt.Sprintf("%d-%d", 47300+50*i, 47349+50*i))
 		writeRayStandIn(t, filepath.Join(homes, "ada"))
+		writeRendezvous(t, filepath.Join(homes, "ada"))
 	}
 
 	// Three 2-GPU jobs through ctl-1's API: one on each GPU machine, their
@@ -639,6 +641,22 @@ func TestMultiMachineE2E(t *testing.T) {
 			t.Fatalf("the gang ended %s but %v are still bound after 20s", gang.Phase, left)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A multi-node job, one part of two GPUs on each GPU machine: the
+	// parts rendezvous at rank 0's MASTER_ADDR:MASTER_PORT and reach each
+	// other's peer ports across the bridge (the test image's stand-in of
+	// torchrun's rendezvous, on ada's PATH), and voyager run prints every
+	// part's output, rank-prefixed, read from each machine's agent.
+	code, out = runVoyager(t, c.cliEnv(apis["ctl-1"], secret), "run", "-nodes", "3", "-gpus", "2",
+		"-env", "PATH=/home/jovyan/bin:/bin", "--", "rendezvous", "-timeout", "60s")
+	if code != 0 {
+		t.Fatalf("multi-node job: exit %d, want 0:\n%s", code, out)
+	}
+	for r := 0; r < 3; r++ {
+		if line := fmt.Sprintf("[rank %d] rendezvous: rank %d of 3: connected to every other rank", r, r); !strings.Contains(out, line) {
+			t.Errorf("multi-node job's output lacks %q:\n%s", line, out)
+		}
 	}
 
 	// A long job, then its machine dies: agent killed, link down.
@@ -737,6 +755,18 @@ func writeRayStandIn(t *testing.T, home string) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(home, "bin", "ray"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeRendezvous puts the test image's rendezvous stand-in (a static
+// program) in a user's home (bin/rendezvous).
+func writeRendezvous(t *testing.T, home string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "bin", "rendezvous"), runtimetest.RendezvousProgram(t), 0o755); err != nil {
 		t.Fatal(err)
 	}
 }
