@@ -466,6 +466,9 @@ func writeSession(w io.Writer, s api.SessionView) {
 	}
 	row("GPUs", gpuText(s.Resources))
 	row("CPU", fmt.Sprintf("%g cores, %d MiB", float64(s.Resources.CPUMilli)/1000, s.Resources.MemoryMiB))
+	if s.MultiNode() {
+		row("Parts", fmt.Sprintf("%d machines, each with the above; on part failure: %s", s.Nodes, s.OnPartFailureOrDefault()))
+	}
 	row("Desired", string(s.Desired))
 	row("Phase", string(s.Status.Phase))
 	row("Reason", s.Status.Reason)
@@ -473,7 +476,7 @@ func writeSession(w io.Writer, s api.SessionView) {
 	if s.Status.QueuePosition > 0 {
 		row("Queue", fmt.Sprintf("position %d", s.Status.QueuePosition))
 	}
-	row("Nodes", strings.Join(s.Status.Nodes, ", "))
+	row("Nodes", strings.Join(s.Status.Nodes, ", ")) // a multi-node job's in rank order
 	for _, k := range sortedMapKeys(s.Status.URLs) {
 		row("URL "+k, s.Status.URLs[k])
 	}
