@@ -51,16 +51,7 @@ func TestMultiNodeAdmission(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := mnJob(3)
 			c.edit(r)
-			p := want(t, h.do("POST", "/api/v1/sessions", ada, r), http.StatusUnprocessableEntity).problem(t)
-			found := false
-			for _, e := range p.Errors {
-				if e.Field == c.wantField && strings.Contains(e.Message, c.wantText) {
-					found = true
-				}
-			}
-			if !found {
-				t.Errorf("errors %+v, want %s: …%s…", p.Errors, c.wantField, c.wantText)
-			}
+			wantFieldError(t, want(t, h.do("POST", "/api/v1/sessions", ada, r), http.StatusUnprocessableEntity).problem(t), c.wantField, c.wantText)
 		})
 	}
 

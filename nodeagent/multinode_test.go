@@ -3,7 +3,6 @@ package nodeagent_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/nodeagent"
-	"github.com/voyager-gpu/voyager/runtime"
-	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -55,22 +52,7 @@ func TestMultiNodeJobAcrossMachines(t *testing.T) {
 	cli := etcdtest.New(t)
 	ms := machines(t, 3)
 	const first, last = 46000, 46199
-	agents := map[string]nodeagent.Config{}
-	for _, m := range ms {
-		rt := runtimetest.New(t, runtime.ContainerdOptions{Network: runtime.NetworkOptions{
-			Mode: runtime.NetworkIsolated, Name: fmt.Sprintf("mn-%d-%s", os.Getpid(), m.name), StateDir: t.TempDir(),
-			HostNetNS: m.netns, BlockedPorts: [2]int{first, last},
-		}})
-		cfg := testConfig(t, cli, rt)
-		cfg.Node, cfg.Address, cfg.ProbeHost, cfg.Image = m.name, m.addr, m.addr, runtimetest.ImageRef
-		cfg.Ports = state.PortRange{First: first, Last: last}
-		runAgent(t, cfg)
-		agents[m.name] = cfg
-	}
-	waitFor(t, "three machines registered", 20*time.Second, func() (bool, string) {
-		r, _ := cli.Get(context.Background(), keys.Nodes(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		return r != nil && r.Count == 3, ""
-	})
+	agents := machineAgents(t, cli, ms, "mn", first, last)
 	logOf := func(b state.Binding) string {
 		out, _ := os.ReadFile(filepath.Join(agents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
 		return string(out)
@@ -122,14 +104,7 @@ exec sleep 600`
 
 	// eve's sessions on the job's worker machines: the world outside
 	// answers them; MASTER_PORT and the parts' peer ports do not.
-	outside, err := net.Listen("tcp", ms[0].addr[:strings.LastIndexByte(ms[0].addr, '.')]+".1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "outside") })}
-	go func() { _ = srv.Serve(outside) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outside.Addr())
+	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outsideServer(t, ms[0]))
 	targets := []string{master, fmt.Sprintf("%s:%d", ms[1].addr, first+120)}
 	for _, target := range targets {
 		probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", target, target, target)
