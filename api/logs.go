@@ -55,7 +55,7 @@ func (a *API) sessionLogs(c *gin.Context) {
 		}
 		follow = b
 	}
-	if v.MultiNode() {
+	if v.Gang() {
 		a.jobLogs(c, v, tail, follow)
 		return
 	}

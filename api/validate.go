@@ -446,7 +446,7 @@ func feasibility(s state.Session, nodes []state.Node, plan placer.PlanOptions, n
 			if s.Ray != nil && s.Ray.Workers > 0 {
 				field = "ray"
 			}
-			if s.MultiNode() {
+			if s.Gang() {
 				field = "nodes"
 			}
 			errs = append(errs, FieldError{Field: field, Message: w.Message + "; the request asks for " + describeRequest(q)})

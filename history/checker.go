@@ -19,6 +19,7 @@ const (
 	RuleUndecodable         = "undecodable"
 	RuleQueuedButNotPending = "queued-not-pending"
 	RuleGap                 = "history-gap"
+	RulePartUnbound         = "part-without-binding"
 )
 
 // Violation is one broken rule: at Revision, Key is in a state Rule forbids.
@@ -49,7 +50,7 @@ type Checker struct {
 	k        state.Keys
 	nodes    map[string]state.Node
 	ledgers  map[string]state.Ledger
-	bindings map[string]map[string]bool // node → session ids
+	bindings map[string]map[string]int64 // node → session id → the binding's create revision (0: unknown, listed by Load)
 	pending  map[string]bool
 	statuses map[string]state.Status
 	gpus     map[string]map[string]bool // device UUID → holders ("node/session")
@@ -60,7 +61,7 @@ type Checker struct {
 // New returns a Checker of an empty keyspace under k's prefix.
 func New(k state.Keys) *Checker {
 	return &Checker{k: k, nodes: map[string]state.Node{}, ledgers: map[string]state.Ledger{},
-		bindings: map[string]map[string]bool{}, pending: map[string]bool{},
+		bindings: map[string]map[string]int64{}, pending: map[string]bool{},
 		statuses: map[string]state.Status{}, gpus: map[string]map[string]bool{}}
 }
 
@@ -89,6 +90,17 @@ type touched struct {
 	nodes    map[string]bool    // capacity
 	sessions map[string]bool    // queue entry ⇔ status
 	ledgers  []string           // indexed after every old value left the index
+	// unbound are the bindings this revision deleted (node, session →
+	// create revision): a release writes its part as it deletes them.
+	unbound map[[2]string]int64
+	parts   []partWrite
+}
+
+// partWrite is a part put by a revision, checked once the whole revision
+// is applied.
+type partWrite struct {
+	key, node, id string
+	p             state.PartStatus
 }
 
 func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violation {
@@ -96,7 +108,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 	bad := func(key, rule, format string, args ...any) {
 		out = append(out, Violation{Revision: rev, Key: key, Rule: rule, Detail: fmt.Sprintf(format, args...)})
 	}
-	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}}
+	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}, unbound: map[[2]string]int64{}}
 	k := c.k
 	for _, ch := range changes {
 		key := ch.Key
@@ -148,14 +160,34 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				continue
 			}
 			if c.bindings[node] == nil {
-				c.bindings[node] = map[string]bool{}
+				c.bindings[node] = map[string]int64{}
 			}
-			if ch.Value == nil {
+			created, had := c.bindings[node][id]
+			switch {
+			case ch.Value == nil:
+				if had {
+					t.unbound[[2]string{node, id}] = created
+				}
 				delete(c.bindings[node], id)
-			} else {
-				c.bindings[node][id] = true
+			case !had && transitions:
+				c.bindings[node][id] = rev
+			case !had:
+				c.bindings[node][id] = 0 // listed: its create revision is not known
 			}
 			t.pairs[[2]string{node, id}] = true
+		case strings.HasPrefix(key, k.Parts()):
+			node, id, ok := k.PartKey(key)
+			if !ok || ch.Value == nil {
+				continue // the merger deletes parts at will
+			}
+			p, err := state.Decode[state.PartStatus](ch.Value)
+			if err != nil {
+				bad(key, RuleUndecodable, "%v", err)
+				continue
+			}
+			if transitions {
+				t.parts = append(t.parts, partWrite{key: key, node: node, id: id, p: p})
+			}
 		case strings.HasPrefix(key, k.PendingDir()):
 			id, ok := k.SessionID(key)
 			if !ok {
@@ -227,12 +259,24 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 	for p := range t.pairs {
 		node, id := p[0], p[1]
 		_, alloc := c.ledgers[node].Allocations[id]
-		bound := c.bindings[node][id]
+		_, bound := c.bindings[node][id]
 		switch {
 		case bound && !alloc:
 			bad(k.Binding(node, id), RuleBindingNoAlloc, "binding of %s on %s has no allocation in the ledger", id, node)
 		case alloc && !bound:
 			bad(k.Ledger(node), RuleAllocNoBinding, "allocation of %s on %s has no binding", id, node)
+		}
+	}
+	for _, w := range t.parts {
+		cur, bound := c.bindings[w.node][w.id]
+		gone, released := t.unbound[[2]string{w.node, w.id}]
+		switch {
+		case w.p.Node != w.node || w.p.Session != w.id:
+			bad(w.key, RulePartUnbound, "part says session %s on %s", w.p.Session, w.p.Node)
+		case bound && (cur == 0 || cur == w.p.BindingRevision):
+		case released && (gone == 0 || gone == w.p.BindingRevision):
+		default:
+			bad(w.key, RulePartUnbound, "part of %s on %s written for the binding of revision %d, which %s does not hold", w.id, w.node, w.p.BindingRevision, w.node)
 		}
 	}
 	for name := range t.nodes {

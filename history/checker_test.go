@@ -146,6 +146,21 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
 			return write(t, cli, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
 		}, history.RuleQueuedButNotPending, func(k state.Keys) string { return k.Pending("s1") }},
+		{"a part for a binding the node does not hold", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
+			write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseRunning, BindingRevision: b}})
+			return write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseRunning, BindingRevision: b - 1}})
+		}, history.RulePartUnbound, func(k state.Keys) string { return k.Part("n1", "s1") }},
+		{"a part written after its binding was released", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
+			// The release's own report of the end is legal ...
+			write(t, cli, put{k.Ledger("n1"), nil}, put{k.Binding("n1", "s1"), nil},
+				put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseSucceeded, BindingRevision: b}})
+			// ... a later write for the gone binding is not.
+			return write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseRunning, BindingRevision: b}})
+		}, history.RulePartUnbound, func(k state.Keys) string { return k.Part("n1", "s1") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := state.MustKeys(fmt.Sprintf("/case%d", i))
@@ -219,8 +234,8 @@ func TestCheckerPassesALegalHistory(t *testing.T) {
 	write(t, cli, put{k.Binding("n1", "s1"), nil}, put{k.Ledger("n1"), nil},
 		put{k.Pending("s1"), state.NewQueueEntry(s, now)}, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhasePending, Attempt: 1}})
 	rev := bindOnce("GPU-n1-1")
-	if err := state.Release(ctx, cli, k, "n1", "s1", rev, func(_ state.Session, st state.Status) (state.Event, state.Status, error) {
-		return state.EventSucceed, st, nil
+	if err := state.Release(ctx, cli, k, "n1", "s1", rev, func(_ state.Session, p state.PartStatus) (state.Event, state.PartStatus, error) {
+		return state.EventSucceed, p, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/lifecycle"
+	"github.com/voyager-gpu/voyager/merger"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/runtime"
@@ -173,8 +174,13 @@ func TestSoak(t *testing.T) {
 	}
 	placerProc := func() *soakProc {
 		return run(func(ctx context.Context, cli *clientv3.Client) {
+			// A placer process runs the status merger beside the placer.
+			m := merger.New(cli, merger.Config{Keys: k, Logger: quiet})
+			merged := make(chan struct{})
+			go func() { defer close(merged); _ = m.Run(ctx) }()
 			p := placer.New(cli, placer.Config{Keys: k, LeaseTTL: soakPlacerTTL, Logger: quiet, Tick: 200 * time.Millisecond})
 			_ = p.Run(ctx)
+			<-merged
 		})
 	}
 	var mu sync.Mutex

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/merger"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/runtime"
@@ -68,6 +69,7 @@ func newChain(t testing.TB, cfg ControllerConfig, agentOpts ...func(*nodeagent.C
 	run(nodeagent.New(acfg).Run)
 	pl := placer.New(cli, placer.Config{Keys: keys, Logger: quiet, Tick: 200 * time.Millisecond})
 	run(pl.Run)
+	run(merger.New(cli, merger.Config{Keys: keys, Logger: quiet}).Run)
 	cfg.Keys, cfg.Logger = keys, quiet
 	if cfg.Every == 0 {
 		cfg.Every = 50 * time.Millisecond

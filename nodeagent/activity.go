@@ -138,7 +138,7 @@ func (act *activity) sample(ctx context.Context) {
 	if !activityChanged(act.last, &cur, cfg.GPUBusyPercent) {
 		return
 	}
-	if w.setStatus(ctx, state.EventObserve, func(st *state.Status) { st.Activity = &cur }) {
+	if w.setPart(ctx, state.EventObserve, func(st *state.PartStatus) { st.Activity = &cur }) {
 		w.a.activityWrites.Add(1)
 		act.last = &cur
 	}
@@ -148,7 +148,7 @@ func (act *activity) sample(ctx context.Context) {
 // what a previous agent wrote of this run (an adopted container), so that
 // idle times survive an agent restart.
 func (act *activity) seed(ctx context.Context) bool {
-	st, err := act.w.currentStatus(ctx)
+	st, _, err := act.w.currentPart(ctx)
 	if err != nil {
 		act.problem("read status", err)
 		return false

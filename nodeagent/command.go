@@ -104,7 +104,7 @@ type Head struct {
 // runs `ray start --head` first, a Ray worker joins head and blocks. Every
 // part of a multi-node job runs the job's command (JobEnv tells it its rank).
 func Command(s state.Session, b state.Binding, head Head) ([]string, error) {
-	if s.MultiNode() {
+	if s.Gang() {
 		if len(s.Command) == 0 {
 			return nil, fmt.Errorf("build command of %s: a batch session needs a command", s.ID)
 		}

@@ -1,7 +1,8 @@
 // Package nodeagent is the agent of one GPU machine: it registers the
 // machine's inventory under a lease, watches the machine's bindings and
-// drives a runtime.Runtime to run exactly what is bound, reporting each
-// session's status.
+// drives a runtime.Runtime to run exactly what is bound, reporting what
+// it sees of each session's part at parts/<node>/<id> (state.PartStatus),
+// which the placers' status merger folds into the session's status.
 //
 // The lease is the context of the agent's work and its right to run
 // containers. The agent renews it itself and, when no renewal has succeeded

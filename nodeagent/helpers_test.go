@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/merger"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
@@ -52,18 +53,28 @@ func testConfig(t testing.TB, cli *clientv3.Client, rt runtime.Runtime) nodeagen
 	}
 }
 
-// runAgent runs an agent until the test ends (or stop is called).
+// runAgent runs an agent until the test ends (or stop is called), with a
+// status merger beside it, as a placer process runs one: the agent
+// reports parts, the merger writes the statuses that tests read. Agents
+// of one test each bring their own; mergers are safe side by side.
 func runAgent(t testing.TB, cfg nodeagent.Config) (a *nodeagent.Agent, stop func()) {
 	a = nodeagent.New(cfg)
+	m := merger.New(cfg.Client, merger.Config{Keys: cfg.Keys, Logger: cfg.Logger})
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	mctx, mcancel := context.WithCancel(context.Background())
+	done, mdone := make(chan error, 1), make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
+	go func() { mdone <- m.Run(mctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
 				t.Errorf("agent Run: %v", err)
+			}
+			mcancel()
+			if err := <-mdone; err != nil {
+				t.Errorf("merger Run: %v", err)
 			}
 		})
 	}
@@ -115,7 +126,7 @@ func bind(t testing.TB, cli *clientv3.Client, s state.Session, b state.Binding) 
 		}
 		cmps, ops, err := state.BindOps(keys, []state.LedgerWrite{{Node: node, ReadRevision: rev, NodeRevision: nodeRev, Ledger: l}}, []state.Placement{{
 			Session: s.ID, PendingRevision: b.QueueRevision, Bindings: []state.Binding{b},
-			Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: []string{node}, Created: s.Created, Updated: now, Bound: &now},
+			Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: []string{node}, Attempt: b.Attempt, Created: s.Created, Updated: now, Bound: &now},
 		}})
 		if err != nil {
 			t.Fatal(err)

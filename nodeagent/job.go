@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -47,7 +45,7 @@ func RankOf(b state.Binding) int {
 // part has MASTER_PORT first (rank 0 only) and then its peer ports; any
 // other session's are split by SplitPorts.
 func PartPorts(s state.Session, role state.Role, ports []int) (Ports, error) {
-	if !s.MultiNode() || role == state.RoleSingle {
+	if !s.Gang() || role == state.RoleSingle {
 		return SplitPorts(s.Kind, role, ports)
 	}
 	need := state.QueueEntry{Kind: s.Kind, Nodes: s.Nodes}.Ports(role)
@@ -185,34 +183,4 @@ func (w *worker) withJob(ctx context.Context, sess state.Session, spec *runtime.
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: path, Target: HostfilePath, ReadOnly: true})
 	}
 	return jobPeers(parts, w.a.cfg.Node), nil
-}
-
-// publishPartLogs writes the log URL of a worker part (one that writes no
-// status) to secrets/<node>/<id>, where the API finds each part's log, if
-// the binding is still this worker's. It reports whether it wrote.
-func (w *worker) publishPartLogs(ctx context.Context) bool {
-	cfg := w.a.cfg
-	b := w.item.Value
-	logs, exp := w.a.logsURL(w.id)
-	if logs == "" {
-		return false
-	}
-	v, err := state.Encode(state.Secrets{Session: b.Session, Node: cfg.Node, URLs: map[string]string{"logs": logs}})
-	if err != nil {
-		return false
-	}
-	bk := cfg.Keys.Binding(cfg.Node, b.Session)
-	resp, err := cfg.Client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision)).
-		Then(clientv3.OpPut(cfg.Keys.Secret(cfg.Node, b.Session), v)).Commit()
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("publish the part's log", "err", err)
-		}
-		return false
-	}
-	if resp.Succeeded {
-		w.logsExp = exp
-	}
-	return resp.Succeeded
 }

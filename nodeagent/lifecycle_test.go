@@ -31,21 +31,6 @@ func updateSession(t testing.TB, cli *clientv3.Client, id string, change func(*s
 	}
 }
 
-// updateStatus applies change to session id's status, as the lifecycle
-// controller does when it re-queues (Attempt).
-func updateStatus(t testing.TB, cli *clientv3.Client, id string, change func(*state.Status)) {
-	t.Helper()
-	ctx := context.Background()
-	st, _, err := state.Get[state.Status](ctx, cli, keys.Status(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	change(&st)
-	if _, err := state.Put(ctx, cli, keys.Status(id), st); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // released reports whether session id holds nothing on the node any more:
 // no binding, no ledger allocation.
 func released(t testing.TB, cli *clientv3.Client, id string) bool {
@@ -251,9 +236,8 @@ func TestAgentRestartPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := idOf(tc.name)
 			b := bind(t, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}, Restart: tc.restart},
-				state.Binding{CPUMilli: 100, MemoryMiB: 64})
+				state.Binding{CPUMilli: 100, MemoryMiB: 64, Attempt: tc.attempt})
 			waitPhase(t, cli, id, state.PhaseRunning, 10*time.Second)
-			updateStatus(t, cli, id, func(st *state.Status) { st.Attempt = tc.attempt })
 			before := time.Now()
 			if err := rt.Finish(nodeagent.ContainerID(b), 1, "boom\n"); err != nil {
 				t.Fatal(err)

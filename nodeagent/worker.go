@@ -42,7 +42,8 @@ type worker struct {
 	// written by this worker).
 	logsExp time.Time
 	// jobWorker is set for a worker part (rank 1 or more) of a multi-node
-	// job: it publishes its own log URL (publishPartLogs).
+	// job: its part keeps its log URL fresh (its key in the node's
+	// secrets), where the API finds each part's log, as a head's is.
 	jobWorker bool
 
 	// stopWith is the session as it was when stopReq closed: whether its
@@ -81,14 +82,14 @@ func (w *worker) run() {
 	if gone {
 		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
 	}
-	w.jobWorker = sess.MultiNode() && b.Role == state.RoleWorker
+	w.jobWorker = sess.Gang() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
 	if sess.Stopping() {
 		stop.fire(sess)
 	} else {
 		go w.watchSession(ctx, rev, stop)
-		if b.Role == state.RoleWorker {
+		if b.Role == state.RoleWorker || b.Role == state.RoleHead {
 			go w.watchHeadEnd(ctx, stop)
 		}
 	}
@@ -161,8 +162,8 @@ func (w *worker) run() {
 
 	trim := time.NewTicker(10 * time.Second)
 	defer trim.Stop()
-	// The head (or single) part samples the session's activity; Ray
-	// workers write no status.
+	// The head (or single) part samples the session's activity; a
+	// worker's part reports only its phases and its end.
 	var sampleC <-chan time.Time
 	var act *activity
 	if b.Role != state.RoleWorker {
@@ -289,17 +290,25 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stop *stopSignal) 
 	}
 }
 
-// watchHeadEnd fires stop when the session's status reaches a terminal
-// phase or goes. A Ray worker's session ends with its head: the head's agent
-// writes the final status (a batch head's command exited), and nothing
-// else would stop the worker, which would hold its GPUs until retention.
+// watchHeadEnd fires stop when the session's status shows that the
+// session ended for this binding: it is terminal, waits to run again
+// (Pending: released), names another queueing, or is gone. The parts of a
+// gang end with their session: a Ray worker's when its head ended, a
+// multi-node job's when the status merger ended the job (rank 0 ended, or
+// a part failed under StopAll: state.MergeParts); nothing else would stop
+// them, and they would hold their GPUs until retention.
 func (w *worker) watchHeadEnd(ctx context.Context, stop *stopSignal) {
 	key := w.a.cfg.Keys.Status(w.item.Value.Session)
+	qrev := w.item.Value.QueueRevision
 	ended := state.Session{ID: w.item.Value.Session, Desired: state.DesiredStopped}
+	over := func(st state.Status) bool {
+		return st.Phase.Terminal() || st.Phase == state.PhasePending ||
+			(st.QueueRevision != 0 && qrev != 0 && st.QueueRevision != qrev)
+	}
 	for ctx.Err() == nil {
 		st, rev, err := state.Get[state.Status](ctx, w.a.cfg.Client, key)
 		switch {
-		case errors.Is(err, state.ErrNotFound), err == nil && st.Phase.Terminal():
+		case errors.Is(err, state.ErrNotFound), err == nil && over(st):
 			stop.fire(ended)
 			return
 		case err != nil:
@@ -315,7 +324,7 @@ func (w *worker) watchHeadEnd(ctx context.Context, stop *stopSignal) {
 					stop.fire(ended)
 					return
 				}
-				if st, err := state.Decode[state.Status](ev.Kv.Value); err == nil && st.Phase.Terminal() {
+				if st, err := state.Decode[state.Status](ev.Kv.Value); err == nil && over(st) {
 					stop.fire(ended)
 					return
 				}
@@ -382,7 +391,7 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	if image == "" {
 		image = cfg.Image
 	}
-	w.setStatus(ctx, state.EventCreate, func(st *state.Status) {
+	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
 		st.Reason, st.Message = "Pulling", "pulling image "+image
 	})
 	if err := cfg.Runtime.EnsureImage(ctx, image); err != nil {
@@ -407,7 +416,7 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 		return err
 	}
 	var peers []Peer
-	if sess.MultiNode() {
+	if sess.Gang() {
 		peers, err = w.withJob(ctx, sess, &spec)
 	} else {
 		peers, err = w.peers(ctx, sess)
@@ -423,7 +432,7 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	}
 	w.a.starts.Add(1)
 	w.log.Info("container started", "image", spec.Image)
-	w.setStatus(ctx, state.EventCreate, func(st *state.Status) {
+	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
 		st.Reason, st.Message = "Created", "container started"
 	})
 	return nil
@@ -489,10 +498,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 			}
 		}
 	}
-	if w.jobWorker {
-		w.publishPartLogs(ctx)
-	}
-	w.setStatus(ctx, state.EventStart, func(st *state.Status) {
+	w.setPart(ctx, state.EventStart, func(st *state.PartStatus) {
 		if adopted && st.Phase == state.PhaseRunning {
 			return
 		}
@@ -520,21 +526,14 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 // once half its life has passed (or none was written by this worker: an
 // adopted container's), so that it works for as long as the session runs.
 func (w *worker) refreshLogsURL(ctx context.Context) {
-	if time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
-		return
-	}
-	if w.jobWorker {
-		w.publishPartLogs(ctx)
-		return
-	}
-	if w.item.Value.Role == state.RoleWorker {
+	if (w.item.Value.Role == state.RoleWorker && !w.jobWorker) || time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
 		return
 	}
 	logs, exp := w.a.logsURL(w.id)
 	if logs == "" {
 		return
 	}
-	ok := w.setStatus(ctx, state.EventObserve, func(st *state.Status) {
+	ok := w.setPart(ctx, state.EventObserve, func(st *state.PartStatus) {
 		if st.URLs == nil {
 			st.URLs = map[string]string{}
 		}
@@ -558,10 +557,10 @@ type outcome struct {
 // decider chooses the outcome from the session's spec and current status,
 // read afresh on each attempt of the release and compared by its
 // transaction; an error retries it.
-type decider func(spec state.Session, cur *state.Status) (outcome, error)
+type decider func(spec state.Session, cur *state.PartStatus) (outcome, error)
 
 func fixed(o outcome) decider {
-	return func(state.Session, *state.Status) (outcome, error) { return o, nil }
+	return func(state.Session, *state.PartStatus) (outcome, error) { return o, nil }
 }
 
 // exited records the end of a container that stopped by itself, releases
@@ -596,7 +595,7 @@ func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, s
 // reason BackOff until RetryAt, when the lifecycle controller re-queues it
 // and counts the attempt (the agent never does).
 func (w *worker) failed(sess state.Session, stopReq chan struct{}, reason, msg string) decider {
-	return func(spec state.Session, cur *state.Status) (outcome, error) {
+	return func(spec state.Session, cur *state.PartStatus) (outcome, error) {
 		delay, ok := w.restartDelay(spec, stopReq, cur.Attempt)
 		if !ok {
 			return outcome{phase: state.PhaseFailed, reason: reason, msg: msg}, nil
@@ -657,7 +656,7 @@ func (w *worker) stop(ctx context.Context) {
 	if ev != nil {
 		reason, msg = ev.Reason, "stopping: "+ev.Message
 	}
-	w.setStatus(ctx, state.EventStop, func(st *state.Status) {
+	w.setPart(ctx, state.EventStop, func(st *state.PartStatus) {
 		st.Reason, st.Message = reason, msg
 	})
 	var code *int
@@ -671,7 +670,7 @@ func (w *worker) stop(ctx context.Context) {
 			return
 		}
 	}
-	decide := func(spec state.Session, _ *state.Status) (outcome, error) {
+	decide := func(spec state.Session, _ *state.PartStatus) (outcome, error) {
 		o := outcome{phase: state.PhaseStopped, reason: "StopRequested", msg: "stopped on request"}
 		ev := ev
 		if spec.Desired == state.DesiredStopped {
@@ -699,52 +698,43 @@ func (w *worker) stop(ctx context.Context) {
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 }
 
-// finish writes the final status that decide chooses, and releases the
+// finish writes how the part ended, as decide chooses, and releases the
 // binding and the ledger allocation in one transaction (state.Release),
-// retrying until it succeeds or ctx ends. A Pending outcome (waiting to
-// run again) is not finished: no Finished time, and the Jupyter URL and
-// activity of the gone container are dropped. Ray workers release without
-// writing a status: the head owns the session's status. A binding that is
-// gone or replaced (state.ErrStale) has nothing left to release: a node
-// loss took it, or this release committed and its reply was lost.
+// retrying until it succeeds or ctx ends. The part goes to
+// parts/<node>/<id>; the placers' status merger folds it into the
+// session's status (state.MergeParts). A Pending outcome (waiting to run
+// again) is not finished: no Finished time, and the Jupyter URL and
+// activity of the gone container are dropped. A binding that is gone or
+// replaced (state.ErrStale) has nothing left to release: a node loss took
+// it, or this release committed and its reply was lost.
 func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
-	if w.jobWorker {
-		// The part's log outlives it, as the head's does in the status.
-		w.publishPartLogs(ctx)
-	}
-	var final state.Finalizer
-	if b.Role != state.RoleWorker {
-		final = func(spec state.Session, cur state.Status) (state.Event, state.Status, error) {
-			if cur.Session == "" {
-				cur = state.Status{Session: b.Session, Created: time.Now().UTC(), Nodes: []string{cfg.Node}}
-			}
-			o, err := decide(spec, &cur)
-			if err != nil {
-				return "", cur, err
-			}
-			ev, err := state.EventOf(o.phase, o.reason)
-			if err != nil {
-				return "", cur, err
-			}
-			now := time.Now().UTC()
-			cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.reason, o.msg, code, now
-			cur.Finished, cur.RetryAt = &now, nil
-			if o.phase == state.PhasePending {
-				cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
-				delete(cur.URLs, "jupyter")
-			}
-			// The log outlives the container: a job that ended before
-			// anyone saw it run can still be read.
-			if logs, _ := w.a.logsURL(w.id); logs != "" {
-				if cur.URLs == nil {
-					cur.URLs = map[string]string{}
-				}
-				cur.URLs["logs"] = logs
-			}
-			return ev, cur, nil
+	final := func(spec state.Session, cur state.PartStatus) (state.Event, state.PartStatus, error) {
+		o, err := decide(spec, &cur)
+		if err != nil {
+			return "", cur, err
 		}
+		ev, err := state.EventOf(o.phase, o.reason)
+		if err != nil {
+			return "", cur, err
+		}
+		now := time.Now().UTC()
+		cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.reason, o.msg, code, now
+		cur.Finished, cur.RetryAt = &now, nil
+		if o.phase == state.PhasePending {
+			cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
+			delete(cur.URLs, "jupyter")
+		}
+		// The log outlives the container: a job that ended before
+		// anyone saw it run can still be read.
+		if logs, _ := w.a.logsURL(w.id); logs != "" && (b.Role != state.RoleWorker || w.jobWorker) {
+			if cur.URLs == nil {
+				cur.URLs = map[string]string{}
+			}
+			cur.URLs["logs"] = logs
+		}
+		return ev, cur, nil
 	}
 	for attempt := 0; ; attempt++ {
 		err := state.Release(ctx, cfg.Client, cfg.Keys, cfg.Node, b.Session, w.item.CreateRevision, final)
@@ -774,70 +764,75 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 	}
 }
 
-func (w *worker) currentStatus(ctx context.Context) (state.Status, error) {
+// currentPart reads the part this worker reports, or, when it reported
+// nothing yet (or the part is another binding's), the part of its binding
+// before any report.
+func (w *worker) currentPart(ctx context.Context) (state.PartStatus, int64, error) {
 	cfg := w.a.cfg
-	id := w.item.Value.Session
-	st, _, err := state.Get[state.Status](ctx, cfg.Client, cfg.Keys.Status(id))
-	if errors.Is(err, state.ErrNotFound) {
-		return state.Status{Session: id, Created: time.Now().UTC(), Nodes: []string{cfg.Node}}, nil
+	b := w.item.Value
+	p, rev, err := state.Get[state.PartStatus](ctx, cfg.Client, cfg.Keys.Part(cfg.Node, b.Session))
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		return state.NewPartStatus(b, w.item.CreateRevision), 0, nil
+	case err != nil:
+		return state.PartStatus{}, 0, err
+	case p.BindingRevision != w.item.CreateRevision:
+		return state.NewPartStatus(b, w.item.CreateRevision), rev, nil
 	}
-	return st, err
+	return p, rev, nil
 }
 
-// maxStatusAttempts bounds setStatus's read-modify-write retries when
-// another writer of the same status (the activity sampler, a transition)
+// maxStatusAttempts bounds setPart's read-modify-write retries when
+// another writer of the same part (the activity sampler, a transition)
 // got in between.
 const maxStatusAttempts = 5
 
-// setStatus applies event ev and then mutate to the session's status, if
-// this binding still exists (a binding deleted and bound again elsewhere is
-// another worker's) and the state machine allows ev from the phase read:
-// the transaction compares the binding's create revision and the status's
-// mod revision, so a status that moved on (to Stopping, say) is never
-// written back. Ray workers write nothing. Failures are logged: status is
+// setPart applies event ev and then mutate to this binding's part
+// (parts/<node>/<id>), if the binding still exists (a binding deleted and
+// bound again elsewhere is another worker's) and the state machine allows
+// ev from the part's phase: the transaction compares the binding's create
+// revision and the part's mod revision, so a part that moved on (to
+// Stopping, say) is never written back. The placers' status merger folds
+// the part into the session's status. Failures are logged: a part is
 // advisory, the next transition or the final release writes it again. It
 // reports whether it wrote.
-func (w *worker) setStatus(ctx context.Context, ev state.Event, mutate func(*state.Status)) bool {
+func (w *worker) setPart(ctx context.Context, ev state.Event, mutate func(*state.PartStatus)) bool {
 	cfg := w.a.cfg
 	b := w.item.Value
-	if b.Role == state.RoleWorker {
-		return false
-	}
-	sk, bk := cfg.Keys.Status(b.Session), cfg.Keys.Binding(cfg.Node, b.Session)
+	pk, bk := cfg.Keys.Part(cfg.Node, b.Session), cfg.Keys.Binding(cfg.Node, b.Session)
 	for attempt := 0; attempt < maxStatusAttempts; attempt++ {
-		st, rev, err := state.Get[state.Status](ctx, cfg.Client, sk)
+		p, rev, err := w.currentPart(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("read status", "err", err)
+				w.log.Warn("read part", "err", err)
 			}
 			return false
 		}
-		next, err := state.Next(st.Phase, ev, state.Facts{Bound: true})
+		next, err := state.Next(p.Phase, ev, state.Facts{Bound: true})
 		if err != nil {
-			w.log.Debug("status not written", "err", err)
+			w.log.Debug("part not written", "err", err)
 			return false
 		}
-		before, _ := state.Encode(st)
-		mutate(&st)
-		st.Phase = next
-		if after, _ := state.Encode(st); after == before {
+		before, _ := state.Encode(p)
+		mutate(&p)
+		p.Phase = next
+		if after, _ := state.Encode(p); after == before {
 			return false
 		}
-		st.Updated = time.Now().UTC()
-		st.Session = b.Session
-		ops, err := state.StatusOps(cfg.Keys, cfg.Node, st)
+		p.Updated = time.Now().UTC()
+		ops, err := state.PartOps(cfg.Keys, p)
 		if err != nil {
-			w.log.Warn("write status", "err", err)
+			w.log.Warn("write part", "err", err)
 			return false
 		}
 		resp, err := cfg.Client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision),
-				clientv3.Compare(clientv3.ModRevision(sk), "=", rev)).
+				clientv3.Compare(clientv3.ModRevision(pk), "=", rev)).
 			Then(ops...).
 			Else(clientv3.OpGet(bk)).Commit()
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("write status", "err", err)
+				w.log.Warn("write part", "err", err)
 			}
 			return false
 		}

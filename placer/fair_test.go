@@ -12,6 +12,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/merger"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
@@ -52,9 +53,16 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 		work <- bound{ev.Value, ev.Revision}
 	})
 	// One agent per node releases one session at a time, as a real one
-	// reconciling its node would.
+	// reconciling its node would; a status merger, as a placer process
+	// runs one, turns the released parts into final statuses.
 	var nodeMu sync.Map
 	var wg sync.WaitGroup
+	m := merger.New(cli, merger.Config{Keys: k, Logger: quietLogger()})
+	wg.Go(func() {
+		if err := m.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -90,7 +98,7 @@ func agents(t *testing.T, ctx context.Context, cli *clientv3.Client, k state.Key
 				code := 0
 				var final state.Finalizer
 				if b.Role != state.RoleWorker {
-					final = func(_ state.Session, st state.Status) (state.Event, state.Status, error) {
+					final = func(_ state.Session, st state.PartStatus) (state.Event, state.PartStatus, error) {
 						st.ExitCode, st.Updated, st.Finished = &code, now, &now
 						return state.EventSucceed, st, nil
 					}

@@ -100,12 +100,12 @@ func (p *Placer) evict(ctx context.Context, node string, ledger state.Ledger, le
 	budget := p.budget()
 	for _, id := range ids {
 		// Room for this session (compares of its spec, status, queue entry
-		// and other ledgers; deletes of its bindings, its status and queue
-		// entry) and for the ledger writes at the end, its other nodes'
-		// included. Checked before lostSessionOps, which releases the
-		// session's parts in others.
+		// and other ledgers; deletes of its bindings and reported parts,
+		// its status and queue entry) and for the ledger writes at the
+		// end, its other nodes' included. Checked before lostSessionOps,
+		// which releases the session's parts in others.
 		gang := p.otherNodes(node, id)
-		need := state.TxnSize{Compares: len(cmps) + 3 + gang, Then: len(ops) + 3 + gang + len(others) + gang}
+		need := state.TxnSize{Compares: len(cmps) + 3 + gang, Then: len(ops) + 4 + 2*gang + len(others) + gang}
 		if handled > 0 && !budget.Fits(need) {
 			break
 		}
@@ -164,7 +164,10 @@ func (p *Placer) otherNodes(node, id string) int {
 // what happened. Whether it is re-queued follows its restart policy.
 func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map[string]*state.LedgerWrite, now time.Time) ([]clientv3.Op, []clientv3.Cmp, error) {
 	k := p.cfg.Keys
-	ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id))}
+	// The parts its agents reported go with the bindings: a part outlives
+	// no binding but through the merger, and a fenced agent cannot write
+	// one again (its writes compare the binding).
+	ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id)), clientv3.OpDelete(k.Part(node, id))}
 	var cmps []clientv3.Cmp
 	// The other parts of a Ray session go too: all or nothing.
 	for _, it := range p.ledgers.List() {
@@ -188,7 +191,7 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 			others[name] = lw
 		}
 		delete(lw.Ledger.Allocations, id)
-		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)))
+		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)), clientv3.OpDelete(k.Part(name, id)))
 	}
 	// What is decided below rests on the spec and status as read: the
 	// transaction requires both unchanged (0: still absent), so a stop or

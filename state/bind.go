@@ -71,6 +71,7 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
 		p.Status.Phase = phase
+		p.Status.QueueRevision = p.PendingRevision
 		st, err := Encode(p.Status)
 		if err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
@@ -113,27 +114,31 @@ const maxReleaseAttempts = 24
 // else now, so nothing was written.
 var ErrStale = errors.New("binding gone or replaced")
 
-// Finalizer decides a released session's final status from its spec and
-// current status, both read in the same round trip as the ledger and the
-// binding and compared by the release's transaction. It returns the event
-// (EventSucceed, EventFail, EventHalt, EventBackOff, EventPreempt) and the
-// status to write; Release sets the phase that the state machine gives.
-type Finalizer func(spec Session, cur Status) (Event, Status, error)
+// Finalizer decides how a released part ended from the session's spec
+// and the part as its agent last reported it (a part never reported is
+// NewPartStatus of the binding, phase Bound), both read in the same round
+// trip as the ledger and the binding and compared by the release's
+// transaction. It returns the event (EventSucceed, EventFail, EventHalt,
+// EventBackOff, EventPreempt) and the part to write; Release sets the
+// phase that the state machine gives.
+type Finalizer func(spec Session, cur PartStatus) (Event, PartStatus, error)
 
 // Release gives back what session id holds on node for the binding created
 // at bindingRev: in one transaction it removes the allocation from the
-// ledger, deletes the binding and, when final is not nil, writes the status
-// final decides. The transaction compares everything the decision came
-// from: the ledger's mod revision, the binding's create revision, the
-// status's and the spec's mod revisions; a conflict re-reads and decides
-// again. When the binding is gone or is a newer one (a node-loss re-queue
-// took it, or a new bind of the same session on the same node), nothing is
-// written and ErrStale is returned: a stale worker can neither overwrite
-// the re-queue nor free the newer binding's allocation. A final status that
-// the state machine refuses is an error wrapping ErrIllegalTransition. The
-// agent calls Release after the containers stopped.
+// ledger, deletes the binding and, when final is not nil, writes the part
+// (parts/<node>/<id>) that final decides: how the part ended, which the
+// placers' status merger folds into the session's status (MergeParts).
+// The transaction compares everything the decision came from: the
+// ledger's mod revision, the binding's create revision, the part's and the
+// spec's mod revisions; a conflict re-reads and decides again. When the
+// binding is gone or is a newer one (a node-loss re-queue took it, or a
+// new bind of the same session on the same node), nothing is written and
+// ErrStale is returned: a stale worker can neither report for the newer
+// binding nor free its allocation. A final part that the state machine
+// refuses is an error wrapping ErrIllegalTransition. The agent calls
+// Release after the containers stopped; it writes nothing under status/.
 func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindingRev int64, final Finalizer) error {
-	lk, bk, sk, pk := k.Ledger(node), k.Binding(node, id), k.Status(id), k.Session(id)
+	lk, bk, tk, pk := k.Ledger(node), k.Binding(node, id), k.Part(node, id), k.Session(id)
 	pause := time.Millisecond
 	for attempt := 0; attempt < maxReleaseAttempts; attempt++ {
 		if attempt > 0 {
@@ -146,7 +151,7 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			}
 			pause = min(2*pause, 64*time.Millisecond)
 		}
-		read, err := kv.Txn(ctx).Then(clientv3.OpGet(lk), clientv3.OpGet(bk), clientv3.OpGet(sk), clientv3.OpGet(pk)).Commit()
+		read, err := kv.Txn(ctx).Then(clientv3.OpGet(lk), clientv3.OpGet(bk), clientv3.OpGet(tk), clientv3.OpGet(pk)).Commit()
 		if err != nil {
 			return fmt.Errorf("release %s on %s: %w", id, node, err)
 		}
@@ -156,7 +161,7 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			}
 			return nil
 		}
-		lkv, bkv, skv, pkv := kvs(0), kvs(1), kvs(2), kvs(3)
+		lkv, bkv, tkv, pkv := kvs(0), kvs(1), kvs(2), kvs(3)
 		if bkv == nil || bkv.CreateRevision != bindingRev {
 			return fmt.Errorf("release %s on %s (binding of revision %d): %w", id, node, bindingRev, ErrStale)
 		}
@@ -188,28 +193,36 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
-			var cur Status
-			if skv != nil {
-				if cur, err = Decode[Status](skv.Value); err != nil {
+			b, err := Decode[Binding](bkv.Value)
+			if err != nil {
+				return fmt.Errorf("release %s on %s: %w", id, node, err)
+			}
+			cur := NewPartStatus(b, bindingRev)
+			if tkv != nil {
+				p, err := Decode[PartStatus](tkv.Value)
+				if err != nil {
 					return fmt.Errorf("release %s on %s: %w", id, node, err)
 				}
+				if p.BindingRevision == bindingRev {
+					cur = p
+				}
 			}
-			ev, st, err := final(spec, cur)
+			ev, part, err := final(spec, cur)
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
-			st.Phase, err = Next(cur.Phase, ev, Facts{Bound: true, DesiredStopped: spec.Desired == DesiredStopped,
-				RestartsLeft: spec.RestartsLeft(cur.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue})
+			part.Phase, err = Next(cur.Phase, ev, Facts{Bound: true, DesiredStopped: spec.Desired == DesiredStopped,
+				RestartsLeft: spec.RestartsLeft(b.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue})
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
-			st.Session = id
-			sops, err := StatusOps(k, node, st)
+			part.Session, part.Node, part.BindingRevision = id, node, bindingRev
+			sops, err := PartOps(k, part)
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
 			ops = append(ops, sops...)
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(sk), "=", modRev(skv)),
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tk), "=", modRev(tkv)),
 				clientv3.Compare(clientv3.ModRevision(pk), "=", pkv.ModRevision))
 		}
 		resp, err := kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
@@ -237,10 +250,11 @@ func (s Session) RestartsLeft(attempt int) bool {
 	return s.Restart.Policy == RestartOnFailure && attempt < s.Restart.MaxRestarts
 }
 
-// StatusOps are the puts that write st, as node's agent reports it: the
-// status without secrets, and, when its URLs carry any, secrets/<node>/<id>
-// with the full URLs (SplitSecrets). The agent writes statuses only
-// through them, so no token reaches status/.
+// StatusOps are the puts that write st with URLs of node: the status
+// without secrets, and, when its URLs carry any, secrets/<node>/<id> with
+// the full URLs (SplitSecrets), so no token reaches status/. Agents write
+// no status (they report parts: PartOps); this is for tools and tests
+// that stand in for the whole chain.
 func StatusOps(k Keys, node string, st Status) ([]clientv3.Op, error) {
 	public, secret := SplitSecrets(st)
 	v, err := Encode(public)

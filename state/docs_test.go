@@ -76,6 +76,7 @@ var docTypes = map[string]any{
 	"Placer":     state.Placer{},
 	"Warning":    state.Warning{},
 	"Secrets":    state.Secrets{},
+	"PartStatus": state.PartStatus{},
 	"UsageMark":  state.UsageMark{},
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
@@ -189,6 +190,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
+		k.Part(binding.Node, sess.ID):            values["PartStatus"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -200,7 +202,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

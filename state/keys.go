@@ -27,6 +27,7 @@ const (
 	dirSecrets  = "secrets"
 	dirElection = "elections"
 	dirUIDs     = "uids"
+	dirParts    = "parts"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;
@@ -168,6 +169,20 @@ func (k Keys) Elections() string { return k.dir(dirElection) }
 // and uids/numbers/<uid>; see EnsureUID).
 func (k Keys) UIDs() string { return k.dir(dirUIDs) }
 
+// Parts is the prefix of every part status of every node: what the
+// placers' status mergers watch.
+func (k Keys) Parts() string { return k.dir(dirParts) }
+
+// NodeParts is the prefix of the part statuses node's agent writes: the
+// only range of parts/ its etcd role may write.
+func (k Keys) NodeParts(node string) string { return k.key(dirParts, node) + "/" }
+
+// Part is the key of what node's agent observed of its part of session id.
+func (k Keys) Part(node, id string) string { return k.key2(dirParts, node, id) }
+
+// PartKey splits a key under parts/ into node and session id.
+func (k Keys) PartKey(key string) (node, id string, ok bool) { return k.nodeSession(dirParts, key) }
+
 // SessionID returns the session id of a key under sessions/, pending/,
 // status/ or warnings/, and false for any other key.
 func (k Keys) SessionID(key string) (string, bool) {
@@ -194,10 +209,15 @@ func (k Keys) NodeName(key string) (string, bool) {
 
 // BindingKey splits a key under bindings/ into node and session id.
 func (k Keys) BindingKey(key string) (node, id string, ok bool) {
-	if !k.hasDir(dirBindings, key) {
+	return k.nodeSession(dirBindings, key)
+}
+
+// nodeSession splits a key <dir>/<node>/<id> into node and session id.
+func (k Keys) nodeSession(dir, key string) (node, id string, ok bool) {
+	if !k.hasDir(dir, key) {
 		return "", "", false
 	}
-	parts := k.splitIn(dirBindings, key)
+	parts := k.splitIn(dir, key)
 	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
 		return "", "", false
 	}

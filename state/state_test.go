@@ -219,8 +219,8 @@ func seedBound(t *testing.T, cli *clientv3.Client, k state.Keys, id string) int6
 	return rev
 }
 
-// succeed is a Finalizer that ends a batch session with exit code 0.
-func succeed(_ state.Session, cur state.Status) (state.Event, state.Status, error) {
+// succeed is a Finalizer that ends a batch part with exit code 0.
+func succeed(_ state.Session, cur state.PartStatus) (state.Event, state.PartStatus, error) {
 	code := 0
 	cur.ExitCode = &code
 	return state.EventSucceed, cur, nil
@@ -270,9 +270,13 @@ func TestReleaseIsAtomicIdempotentAndSurvivesContention(t *testing.T) {
 	if err != nil || resp.Count != 1 {
 		t.Fatalf("%d bindings left (err %v), want 1", resp.Count, err)
 	}
-	st, _, err := state.Get[state.Status](ctx, cli, k.Status("s07"))
-	if err != nil || st.Phase != state.PhaseSucceeded {
-		t.Errorf("status of a released session = %+v, %v", st, err)
+	// The release reports the part's end; the status is the merger's.
+	p, _, err := state.Get[state.PartStatus](ctx, cli, k.Part("n1", "s07"))
+	if err != nil || p.Phase != state.PhaseSucceeded || p.ExitCode == nil || *p.ExitCode != 0 || p.BindingRevision != revs["s07"] {
+		t.Errorf("part of a released session = %+v, %v", p, err)
+	}
+	if st, _, _ := state.Get[state.Status](ctx, cli, k.Status("s07")); st.Phase != state.PhaseRunning {
+		t.Errorf("a release wrote the status: %s", st.Phase)
 	}
 	// A repeat finds its binding gone and writes nothing; the last
 	// release deletes the emptied ledger.
@@ -285,7 +289,7 @@ func TestReleaseIsAtomicIdempotentAndSurvivesContention(t *testing.T) {
 	if _, _, err := state.Get[state.Ledger](ctx, cli, k.Ledger("n1")); !errors.Is(err, state.ErrNotFound) {
 		t.Errorf("empty ledger not deleted: %v", err)
 	}
-	if st, _, _ := state.Get[state.Status](ctx, cli, k.Status("s40")); st.Phase != state.PhaseRunning {
-		t.Errorf("a release without a finalizer (a Ray worker) wrote the status: %s", st.Phase)
+	if _, _, err := state.Get[state.PartStatus](ctx, cli, k.Part("n1", "s40")); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("a release without a finalizer wrote a part: %v", err)
 	}
 }

@@ -285,19 +285,6 @@ type QueueEntry struct {
 // the first: MASTER_PORT.
 const JobPeerPorts = 8
 
-// MultiNode reports whether s is a multi-node batch job: Nodes parts, each
-// on its own machine.
-func (s Session) MultiNode() bool { return s.Kind == KindBatch && s.Nodes > 1 }
-
-// OnPartFailureOrDefault returns s.OnPartFailure, PartFailureStopAll when
-// unset.
-func (s Session) OnPartFailureOrDefault() string {
-	if s.OnPartFailure == "" {
-		return PartFailureStopAll
-	}
-	return s.OnPartFailure
-}
-
 // Parts returns the requests of every node the session needs: the head (or
 // single) part first, then one per Ray worker.
 func (q QueueEntry) Parts() []Resources {
@@ -339,8 +326,9 @@ func (q QueueEntry) Ports(role Role) int {
 }
 
 // Status is the observed state of a session, stored at status/<id>. The
-// API creates it, the placer writes Pending reasons and Bound, agents write
-// the rest.
+// API creates it, the placer writes Pending reasons, Bound and Lost, and
+// the placers' status merger writes the rest from the parts its agents
+// report (PartStatus, MergeParts): no agent writes a status.
 type Status struct {
 	Session string `json:"session"`
 	Phase   Phase  `json:"phase"`
@@ -353,11 +341,16 @@ type Status struct {
 	URLs          map[string]string `json:"urls,omitempty"`
 	ExitCode      *int              `json:"exitCode,omitempty"`
 	Attempt       int               `json:"attempt,omitempty"`
-	Created       time.Time         `json:"created"`
-	Updated       time.Time         `json:"updated"`
-	Bound         *time.Time        `json:"bound,omitempty"`
-	Started       *time.Time        `json:"started,omitempty"`
-	Finished      *time.Time        `json:"finished,omitempty"`
+	// QueueRevision is the mod revision of the queue entry the session's
+	// current bindings consumed (Binding.QueueRevision), written by the
+	// bind: the status merger folds in only the parts of this queueing.
+	// Zero before the first bind, and in statuses from before part keys.
+	QueueRevision int64      `json:"queueRevision,omitempty"`
+	Created       time.Time  `json:"created"`
+	Updated       time.Time  `json:"updated"`
+	Bound         *time.Time `json:"bound,omitempty"`
+	Started       *time.Time `json:"started,omitempty"`
+	Finished      *time.Time `json:"finished,omitempty"`
 	// RetryAt is when a session that waits to run again (Phase Pending,
 	// Reason BackOff or Preempted, no queue entry yet) is re-queued.
 	RetryAt *time.Time `json:"retryAt,omitempty"`

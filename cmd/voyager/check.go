@@ -19,8 +19,9 @@ const checkLong = `Checks Voyager's safety rules over etcd's history, read-only:
 revision (default: now) it applies every revision of the keyspace to a model
 and reports each revision after which a GPU is in two allocations, a node
 is over its CPU, memory or ports, a binding has no allocation or the
-reverse, a session's phase moved along no edge of the state machine, or a
-finished session was queued again (history/README.md). Each violation is a
+reverse, a session's phase moved along no edge of the state machine, a
+finished session was queued again, or an agent reported a part
+(parts/<node>/<id>) for a binding its node does not hold (history/README.md). Each violation is a
 line "revision N key K rule R: detail" on stdout. Without --end or --follow
 it checks up to the revision current when it started; --follow keeps
 checking the live cluster until SIGINT. The start revision must not be

@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
 	"github.com/voyager-gpu/voyager/lifecycle"
+	"github.com/voyager-gpu/voyager/merger"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -81,6 +83,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 		placerComponent(p),
 		{name: "retention", run: ret.Run},
 		{name: "lifecycle", run: lc.Run},
+		mergerComponent(store.client, cfg, log, registry),
 	})
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)
@@ -107,6 +110,14 @@ func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *place
 		LeaseTTL:  cfg.PlacerLeaseTTL,
 		Logger:    log,
 	})
+}
+
+// mergerComponent folds the parts agents report into session statuses
+// (package merger): every placer process runs one, as does dev.
+func mergerComponent(cli *clientv3.Client, cfg config.Config, log *slog.Logger, reg *prometheus.Registry) component {
+	m := merger.New(cli, merger.Config{Keys: state.MustKeys(cfg.EtcdPrefix), Logger: log})
+	reg.MustRegister(m.Collectors()...)
+	return component{name: "merger", run: m.Run}
 }
 
 func placerComponent(p *placer.Placer) component {

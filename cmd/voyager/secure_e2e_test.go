@@ -352,7 +352,8 @@ func nodesOfStatuses(t *testing.T, ctx context.Context, cli *clientv3.Client) ma
 }
 
 // checkRefusals: the operator reads no secrets, an agent cannot write
-// another node's binding, ledger or inventory, the API cannot write a
+// another node's binding, ledger, inventory or parts, nor any session's
+// status (also of the sessions it ran), the API cannot write a
 // ledger, and an agent's log endpoint and etcd refuse a client without a
 // certificate of the cluster CA.
 func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agentHTTP string) {
@@ -362,10 +363,33 @@ func (c *secureCluster) checkRefusals(ctx context.Context, nodes []string, agent
 		t.Errorf("operator reading secrets/: %v, want permission denied", err)
 	}
 	agentA := c.client(etcdrbac.Agent(nodes[0]))
-	for _, key := range []string{keys.Binding(nodes[1], "s-forged"), keys.Ledger(nodes[1]), keys.Node(nodes[1])} {
+	// No status at all, not even of a session it ran: statuses are the
+	// placers' merger's, from the parts (parts/<node>/<id>).
+	forbidden := []string{keys.Binding(nodes[1], "s-forged"), keys.Ledger(nodes[1]), keys.Node(nodes[1]),
+		keys.Part(nodes[1], "s-forged"), keys.Status("s-forged")}
+	resp, err := c.client(etcdrbac.Operator).Get(ctx, keys.StatusDir(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		forbidden = append(forbidden, string(kv.Key))
+	}
+	if len(resp.Kvs) == 0 {
+		t.Error("no status to try to overwrite: the jobs left none")
+	}
+	for _, key := range forbidden {
 		if _, err := agentA.Put(ctx, key, `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Errorf("agent %s writing %s: %v, want permission denied", nodes[0], key, err)
 		}
+	}
+	for _, kv := range resp.Kvs {
+		if _, err := agentA.Delete(ctx, string(kv.Key)); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("agent %s deleting %s: %v, want permission denied", nodes[0], kv.Key, err)
+		}
+	}
+	// Its own node's parts it may write (the merger deletes a stray one).
+	if _, err := agentA.Put(ctx, keys.Part(nodes[0], "s-own"), `{}`); err != nil {
+		t.Errorf("agent %s writing its own part: %v", nodes[0], err)
 	}
 	if _, err := c.client(etcdrbac.API).Put(ctx, keys.Ledger(nodes[0]), `{}`); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("api writing a ledger: %v, want permission denied", err)
@@ -622,26 +646,7 @@ func TestMultiMachineE2E(t *testing.T) {
 	}
 	t.Logf("gang %s ran on %v", m[1], gang.Nodes)
 	// The head's end ends the gang: the worker is stopped and released too.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := root.Get(ctx, keys.AllBindings(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var left []string
-		for _, kv := range resp.Kvs {
-			if _, id, ok := keys.BindingKey(string(kv.Key)); ok && id == m[1] {
-				left = append(left, string(kv.Key))
-			}
-		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gang ended %s but %v are still bound after 20s", gang.Phase, left)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitReleased(t, ctx, root, m[1], 20*time.Second)
 
 	// A multi-node job, one part of two GPUs on each GPU machine: the
 	// parts rendezvous at rank 0's MASTER_ADDR:MASTER_PORT and reach each
@@ -657,6 +662,17 @@ func TestMultiMachineE2E(t *testing.T) {
 		if line := fmt.Sprintf("[rank %d] rendezvous: rank %d of 3: connected to every other rank", r, r); !strings.Contains(out, line) {
 			t.Errorf("multi-node job's output lacks %q:\n%s", line, out)
 		}
+	}
+
+	// One part of a multi-node job fails while the others run on: the
+	// job ends with that part's exit code (onPartFailure StopAll, the
+	// default) and the other parts are stopped and released.
+	code, out = runVoyager(t, c.cliEnv(apis["ctl-1"], secret), "run", "-nodes", "3", "-gpus", "2", "--",
+		"sh", "-c", `if [ "$NODE_RANK" = 2 ]; then echo failing; exit 7; fi; exec sleep 600`)
+	if m := regexp.MustCompile(`session (\S+) submitted`).FindStringSubmatch(out); code != 7 || !strings.Contains(out, "[rank 2] failing") || m == nil {
+		t.Fatalf("multi-node job with a failing part: exit %d, want 7 with the part's output:\n%s", code, out)
+	} else {
+		waitReleased(t, ctx, root, m[1], 20*time.Second)
 	}
 
 	// A long job, then its machine dies: agent killed, link down.
@@ -768,5 +784,30 @@ func writeRendezvous(t *testing.T, home string) {
 	}
 	if err := os.WriteFile(filepath.Join(home, "bin", "rendezvous"), runtimetest.RendezvousProgram(t), 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitReleased waits until no binding of session id is left, at most d.
+func waitReleased(t *testing.T, ctx context.Context, cli *clientv3.Client, id string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := cli.Get(ctx, keys.AllBindings(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, kv := range resp.Kvs {
+			if _, bid, ok := keys.BindingKey(string(kv.Key)); ok && bid == id {
+				left = append(left, string(kv.Key))
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s ended but %v are still bound after %s", id, left, d)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -466,8 +466,12 @@ func writeSession(w io.Writer, s api.SessionView) {
 	}
 	row("GPUs", gpuText(s.Resources))
 	row("CPU", fmt.Sprintf("%g cores, %d MiB", float64(s.Resources.CPUMilli)/1000, s.Resources.MemoryMiB))
-	if s.MultiNode() {
-		row("Parts", fmt.Sprintf("%d machines, each with the above; on part failure: %s", s.Nodes, s.OnPartFailureOrDefault()))
+	if s.Gang() {
+		onFailure := state.PartFailureContinue
+		if s.StopsAll() {
+			onFailure = state.PartFailureStopAll
+		}
+		row("Parts", fmt.Sprintf("%d machines, each with the above; on part failure: %s", s.Nodes, onFailure))
 	}
 	row("Desired", string(s.Desired))
 	row("Phase", string(s.Status.Phase))

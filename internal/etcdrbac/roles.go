@@ -95,8 +95,10 @@ func Roles(k state.Keys, nodes []string) []Role {
 			probe,
 			// Bind (ledgers, bindings, queue, status), node loss, re-queue,
 			// lifecycle evictions and warnings, retention, membership and
-			// elections.
+			// elections; the status merger (reads the agents' parts,
+			// writes statuses, deletes parts done with).
 			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
+			prefix(rw, k.Parts()),
 			prefix(rw, k.Warnings()), prefix(rw, k.Ledgers()), prefix(rw, k.AllBindings()),
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
 			// Quota usage marks, compared by every bind against a quota.
@@ -111,16 +113,16 @@ func Roles(k state.Keys, nodes []string) []Role {
 		roles = append(roles, Role{Name: Agent(n), Perms: []Perm{
 			probe,
 			// Its own node: inventory, ledger (release), bindings (delete
-			// on release), secrets.
+			// on release), secrets, and the parts it reports of its
+			// sessions (parts/<node>/): the placers' merger turns them
+			// into statuses, which no agent writes.
 			exact(rw, k.Node(n)), exact(rw, k.Ledger(n)),
 			prefix(rw, k.Bindings(n)), prefix(rw, k.NodeSecrets(n)),
-			// Statuses of the sessions it runs. A prefix cannot name
-			// them, so every agent may write every status: the one right
-			// wider than its node (docs/deployment.md).
-			prefix(rw, k.StatusDir()),
-			// Specs of its sessions; the head's binding and node for Ray
-			// workers.
-			prefix(r, k.Sessions()), prefix(r, k.AllBindings()), prefix(r, k.Nodes()),
+			prefix(rw, k.NodeParts(n)),
+			// Specs of its sessions; statuses (a gang's parts end with
+			// their session; where the other parts run); the head's
+			// binding and node for Ray workers.
+			prefix(r, k.Sessions()), prefix(r, k.StatusDir()), prefix(r, k.AllBindings()), prefix(r, k.Nodes()),
 		}})
 	}
 	return roles
@@ -133,7 +135,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(), k.UIDs(), k.UsageDir(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}

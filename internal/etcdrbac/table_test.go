@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdrbac"
 	"github.com/voyager-gpu/voyager/state"
@@ -83,5 +86,42 @@ func TestTableCoversDocumentedKeys(t *testing.T) {
 	}
 	if dirs < 10 {
 		t.Fatalf("read %d directories from docs/state.md's key table; the table moved?", dirs)
+	}
+}
+
+// TestAgentWritesOnlyItsNode: every range an agent's role may write is
+// its own node's (its node key, its ledger, or a prefix under
+// <dir>/<node>/): no status, and nothing of another node.
+func TestAgentWritesOnlyItsNode(t *testing.T) {
+	k := state.MustKeys(state.DefaultPrefix)
+	roles := etcdrbac.Roles(k, []string{"gpu-1", "gpu-10"})
+	agent, err := etcdrbac.Find(roles, etcdrbac.Agent("gpu-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	for _, p := range agent.Perms {
+		if p.Type.String() == "READ" {
+			continue
+		}
+		writes++
+		own := p.End == "" && (p.Key == k.Node("gpu-1") || p.Key == k.Ledger("gpu-1"))
+		own = own || (strings.HasSuffix(p.Key, "/gpu-1/") && p.End == clientv3.GetPrefixRangeEnd(p.Key))
+		if !own {
+			t.Errorf("the agent of gpu-1 may %s: not its node's", p)
+		}
+		if strings.HasPrefix(p.Key, k.StatusDir()) {
+			t.Errorf("the agent of gpu-1 may write statuses: %s", p)
+		}
+	}
+	if writes < 5 {
+		t.Errorf("the agent writes %d ranges, want its node, ledger, bindings, secrets and parts", writes)
+	}
+	placer, err := etcdrbac.Find(roles, etcdrbac.Placer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(placer.Perms, func(p etcdrbac.Perm) bool { return p.Key == k.Parts() && p.Type.String() == "READWRITE" }) {
+		t.Error("the placer's role cannot run the status merger: no readwrite on parts/")
 	}
 }

@@ -1,0 +1,17 @@
+// Package merger writes sessions' statuses from the parts their agents
+// report. An agent's etcd role may write only its own node's keys, and a
+// session's status (status/<id>) belongs to no node, so each agent reports
+// what it sees of its part of a session at parts/<node>/<id>
+// (state.PartStatus); a Merger watches parts/ and folds the parts of each
+// session into its status with state.MergeParts, through the session
+// state machine.
+//
+// Every placer process (and `voyager dev`) runs one. Any number may run at
+// once: each merge reads the status, the spec and the session's parts in
+// one round trip and writes in a transaction that compares the mod
+// revision of every one of them, so two mergers never write a status from
+// different reads, and a part that changed meanwhile is merged again.
+// A Merger also deletes the parts it has done with: a part whose end is
+// in the status, and a stale part (of another queueing, or of a session
+// whose status is gone).
+package merger

@@ -1,0 +1,348 @@
+package merger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// Config configures a Merger.
+type Config struct {
+	Keys state.Keys
+	// Workers is how many sessions are merged at once (default 4).
+	Workers int
+	// Resync is how often every known part is merged again, which deletes
+	// parts left behind by a status that went away (default 30 s).
+	Resync time.Duration
+	Logger *slog.Logger
+}
+
+// Merger folds part statuses into session statuses. Build one with New
+// and call Run.
+type Merger struct {
+	cli   *clientv3.Client
+	cfg   Config
+	log   *slog.Logger
+	parts *watcher.Cache[state.PartStatus]
+
+	mu    sync.Mutex
+	dirty map[string]map[string]bool // session → nodes whose parts changed
+	busy  map[string]bool
+	wake  chan struct{}
+
+	merges, writes, conflicts atomic.Int64
+}
+
+// New returns a Merger over cli. It does nothing until Run.
+func New(cli *clientv3.Client, cfg Config) *Merger {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Merger{cli: cli, cfg: cfg, log: cfg.Logger.With("component", "merger"),
+		dirty: map[string]map[string]bool{}, busy: map[string]bool{}, wake: make(chan struct{}, 1)}
+	m.parts = watcher.New(cli, cfg.Keys.Parts(), watcher.JSON[state.PartStatus], watcher.Options{Name: "parts", Logger: cfg.Logger})
+	m.parts.AddHandler(func(ev watcher.Event[state.PartStatus]) {
+		if node, id, ok := cfg.Keys.PartKey(ev.Key); ok {
+			m.enqueue(id, node)
+		}
+	})
+	return m
+}
+
+// Merges returns how many merges ran.
+func (m *Merger) Merges() int64 { return m.merges.Load() }
+
+// Collectors are the merger's Prometheus metrics, for the process's
+// registry.
+func (m *Merger) Collectors() []prometheus.Collector {
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "voyager", Subsystem: "merger", Name: name, Help: help},
+			func() float64 { return float64(f()) })
+	}
+	return []prometheus.Collector{
+		counter("merges_total", "Merges of a session's parts run.", m.merges.Load),
+		counter("writes_total", "Merges that wrote a status or deleted parts.", m.writes.Load),
+		counter("conflicts_total", "Merges refused because a status, spec or part moved since read; merged again.", m.conflicts.Load),
+	}
+}
+
+// Writes returns how many merges wrote a status or deleted a part.
+func (m *Merger) Writes() int64 { return m.writes.Load() }
+
+// Run watches parts/ and merges until ctx ends.
+func (m *Merger) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errc <- m.parts.Run(ctx)
+	}()
+	for range m.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.work(ctx)
+		}()
+	}
+	tick := time.NewTicker(m.cfg.Resync)
+	defer tick.Stop()
+	var err error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-errc:
+			break loop
+		case <-tick.C:
+			for _, it := range m.parts.List() {
+				if node, id, ok := m.cfg.Keys.PartKey(it.Key); ok {
+					m.enqueue(id, node)
+				}
+			}
+		}
+	}
+	cancel()
+	wg.Wait()
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("watch parts: %w", err)
+	}
+	return nil
+}
+
+func (m *Merger) enqueue(id, node string) {
+	m.mu.Lock()
+	if m.dirty[id] == nil {
+		m.dirty[id] = map[string]bool{}
+	}
+	m.dirty[id][node] = true
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns a dirty session that no other worker merges, and the nodes
+// whose parts changed.
+func (m *Merger) take() (string, []string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, nodes := range m.dirty {
+		if m.busy[id] {
+			continue
+		}
+		delete(m.dirty, id)
+		m.busy[id] = true
+		var ns []string
+		for n := range nodes {
+			ns = append(ns, n)
+		}
+		if len(m.dirty) > 0 {
+			select {
+			case m.wake <- struct{}{}:
+			default:
+			}
+		}
+		return id, ns, true
+	}
+	return "", nil, false
+}
+
+func (m *Merger) done(id string) {
+	m.mu.Lock()
+	delete(m.busy, id)
+	again := len(m.dirty[id]) > 0
+	m.mu.Unlock()
+	if again {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (m *Merger) work(ctx context.Context) {
+	for {
+		id, nodes, ok := m.take()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.wake:
+				continue
+			}
+		}
+		for attempt := 0; ctx.Err() == nil; attempt++ {
+			err := m.Merge(ctx, id, nodes...)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, state.ErrConflict) && attempt < 16 {
+				m.conflicts.Add(1)
+				continue
+			}
+			if ctx.Err() == nil {
+				m.log.Warn("merge parts; retrying", "session", id, "err", err)
+				ctxwait.Sleep(ctx, time.Second)
+				m.enqueue(id, nodes[0])
+			}
+			break
+		}
+		m.done(id)
+	}
+}
+
+// Merge reads session id's status, spec and parts (those of the status's
+// nodes, and of the extra nodes whose parts changed) and, in one
+// transaction that compares them all, writes the status the parts give
+// (state.MergeParts) and deletes the parts done with. It returns
+// state.ErrConflict, writing nothing, when something changed since read.
+func (m *Merger) Merge(ctx context.Context, id string, extra ...string) error {
+	m.merges.Add(1)
+	k := m.cfg.Keys
+	sk, pk := k.Status(id), k.Session(id)
+	// One round trip reads the status, the spec and the parts that
+	// changed; a gang's other parts, named by the status, follow at the
+	// same revision, so that the decision rests on one snapshot.
+	nodes := slices.Compact(slices.Sorted(slices.Values(extra)))
+	ops := []clientv3.Op{clientv3.OpGet(sk), clientv3.OpGet(pk)}
+	for _, n := range nodes {
+		ops = append(ops, clientv3.OpGet(k.Part(n, id)))
+	}
+	read, err := m.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("merge %s: %w", id, err)
+	}
+	var kvs []*mvccpb.KeyValue
+	for _, r := range read.Responses {
+		var kv *mvccpb.KeyValue
+		if got := r.GetResponseRange().Kvs; len(got) > 0 {
+			kv = got[0]
+		}
+		kvs = append(kvs, kv)
+	}
+	skv, pkv := kvs[0], kvs[1]
+	partKVs := kvs[2:]
+	var st state.Status
+	if skv != nil {
+		if st, err = state.Decode[state.Status](skv.Value); err != nil {
+			return fmt.Errorf("merge %s: %w", id, err)
+		}
+	}
+	var more []clientv3.Op
+	for _, n := range st.Nodes {
+		if !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+			more = append(more, clientv3.OpGet(k.Part(n, id), clientv3.WithRev(read.Header.Revision)))
+		}
+	}
+	if len(more) > 0 {
+		r, err := m.cli.Txn(ctx).Then(more...).Commit()
+		if err != nil {
+			return fmt.Errorf("merge %s: %w", id, err)
+		}
+		for _, rr := range r.Responses {
+			var kv *mvccpb.KeyValue
+			if got := rr.GetResponseRange().Kvs; len(got) > 0 {
+				kv = got[0]
+			}
+			partKVs = append(partKVs, kv)
+		}
+	}
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(sk), "=", modRev(skv)),
+		clientv3.Compare(clientv3.ModRevision(pk), "=", modRev(pkv)),
+	}
+	var wops []clientv3.Op
+	var current []state.PartStatus
+	currentKey := map[string]string{}
+	for i, n := range nodes {
+		key, kv := k.Part(n, id), partKVs[i]
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", modRev(kv)))
+		if kv == nil {
+			continue
+		}
+		p, err := state.Decode[state.PartStatus](kv.Value)
+		if err != nil || skv == nil || pkv == nil || !st.Current(p) {
+			wops = append(wops, clientv3.OpDelete(key)) // stale or unreadable
+			continue
+		}
+		current = append(current, p)
+		currentKey[p.Node] = key
+	}
+	next := st
+	if skv != nil && pkv != nil {
+		spec, err := state.Decode[state.Session](pkv.Value)
+		if err != nil {
+			return fmt.Errorf("merge %s: %w", id, err)
+		}
+		ev, s, changed, err := state.MergeParts(spec, st, current, time.Now().UTC())
+		switch {
+		case errors.Is(err, state.ErrIllegalTransition):
+			m.log.Debug("parts not merged", "session", id, "err", err)
+		case err != nil:
+			return fmt.Errorf("merge %s: %w", id, err)
+		case changed:
+			public, _ := state.SplitSecrets(s) // parts carry none; never let one through
+			v, err := state.Encode(public)
+			if err != nil {
+				return fmt.Errorf("merge %s: %w", id, err)
+			}
+			wops = append(wops, clientv3.OpPut(sk, v))
+			next = s
+			m.log.Debug("status merged", "session", id, "event", ev, "phase", s.Phase)
+		}
+	}
+	if next.Phase.Terminal() || next.Phase == state.PhasePending {
+		// The session ended for these parts: those that ended too are
+		// done with; the others are deleted when their agents report
+		// their end.
+		for _, p := range current {
+			if p.Ended() {
+				wops = append(wops, clientv3.OpDelete(currentKey[p.Node]))
+			}
+		}
+	}
+	if len(wops) == 0 {
+		return nil
+	}
+	resp, err := m.cli.Txn(ctx).If(cmps...).Then(wops...).Commit()
+	if err != nil {
+		return fmt.Errorf("merge %s: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("merge %s: %w", id, state.ErrConflict)
+	}
+	m.writes.Add(1)
+	return nil
+}
+
+func modRev(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
+}
