@@ -17,8 +17,9 @@ import (
 	"github.com/voyager-gpu/voyager/state"
 )
 
-// mnPorts are the ports of a 3-part job's parts on mnFirst..: rank 0
-// MASTER_PORT and its peer ports, the others their peer ports.
+// mnPorts are the ports of a multi-node job's part from base on, as a
+// placer gives them: MASTER_PORT and the peer ports for rank 0 (master),
+// the peer ports for the others.
 func mnPorts(base int, master bool) []int {
 	var ps []int
 	n := state.JobPeerPorts
