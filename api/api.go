@@ -61,13 +61,24 @@ type Config struct {
 	// MinCPUMilli and MinMemoryMiB are the least a session or Ray worker
 	// may ask for. Defaults 100 and 64.
 	MinCPUMilli, MinMemoryMiB int64
+	// DefaultShmMiB sizes /dev/shm of sessions that name no shmMiB (at
+	// most half their memory). Default 8192.
+	DefaultShmMiB int64
+	// UlimitNofile is the open-file limit sessions get and the most they
+	// may ask for. Default 1048576.
+	UlimitNofile int64
+	// UlimitMemlockKiB is the locked-memory limit sessions get and the
+	// most they may ask for, state.UlimitUnlimited (the default, as 0) for
+	// none.
+	UlimitMemlockKiB int64
 }
 
 // admission returns the request bounds of a's configuration. The most Ray
 // workers derives from Plan.MaxTxnOps, the placers' transaction limit.
 func (a *API) admission() admission {
 	return admission{maxRuntimeCap: a.cfg.MaxRuntimeCap, minCPU: a.cfg.MinCPUMilli, minMemory: a.cfg.MinMemoryMiB,
-		maxWorkers: placer.MaxRayWorkers(a.cfg.Plan.MaxTxnOps, 0), maxTxnOps: a.cfg.Plan.MaxTxnOps}
+		maxWorkers: placer.MaxRayWorkers(a.cfg.Plan.MaxTxnOps, 0), maxTxnOps: a.cfg.Plan.MaxTxnOps,
+		defaultShm: a.cfg.DefaultShmMiB, nofile: a.cfg.UlimitNofile, memlock: a.cfg.UlimitMemlockKiB}
 }
 
 // API is the HTTP API. Build it with New, serve Handler, and run Run for
@@ -125,6 +136,15 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 	}
 	if cfg.MinMemoryMiB <= 0 {
 		cfg.MinMemoryMiB = 64
+	}
+	if cfg.DefaultShmMiB <= 0 {
+		cfg.DefaultShmMiB = 8192
+	}
+	if cfg.UlimitNofile <= 0 {
+		cfg.UlimitNofile = 1 << 20
+	}
+	if cfg.UlimitMemlockKiB == 0 {
+		cfg.UlimitMemlockKiB = state.UlimitUnlimited
 	}
 	if cfg.Plan.MaxTxnOps <= 0 {
 		cfg.Plan.MaxTxnOps = state.DefaultMaxTxnOps
@@ -302,8 +322,17 @@ func (a *API) routes() *gin.Engine {
 	svc.DELETE("/sessions/:id", a.stopSession)
 	svc.GET("/sessions/:id/events", a.sessionEvents)
 	svc.GET("/sessions/:id/logs", a.sessionLogs)
+	for _, m := range dashboardMethods {
+		svc.Handle(m, "/sessions/:id/ray/dashboard/*path", a.rayDashboard)
+	}
+	svc.POST("/arrays", a.requireSynced, a.createArray)
+	svc.GET("/arrays", a.listArrays)
+	svc.GET("/arrays/:id", a.getArray)
+	svc.POST("/arrays/:id/stop", a.stopArray)
 	svc.GET("/profiles", a.listProfiles)
 	svc.GET("/profiles/:name", a.getProfile)
+	svc.GET("/volumes", a.listVolumes)
+	svc.GET("/volumes/:name", a.getVolume)
 	// What is free now: JupyterHub's spawn form shows it to the user.
 	svc.GET("/nodes", a.requireSynced, a.listNodes)
 
@@ -319,6 +348,8 @@ func (a *API) routes() *gin.Engine {
 	adm.GET("/quotas", a.listQuotas)
 	adm.PUT("/quotas/:scope/:name", a.putQuota)
 	adm.DELETE("/quotas/:scope/:name", a.deleteQuota)
+	adm.PUT("/volumes/:name", a.putVolume)
+	adm.DELETE("/volumes/:name", a.deleteVolume)
 	return r
 }
 
@@ -383,11 +414,11 @@ func (a *API) allowService(c *gin.Context) {
 }
 
 // denyService refuses service tokens: they may only act for users on
-// session and profile routes.
+// session, profile and volume routes.
 func (a *API) denyService(c *gin.Context) {
 	p := principalOf(c)
 	if p.serviceOnly || p.Service != "" {
-		a.problem(c, http.StatusForbidden, "Forbidden", fmt.Sprintf("a %q token may only act on behalf of a user on /sessions and /profiles, and read /nodes", a.auth.cfg.ServiceRole))
+		a.problem(c, http.StatusForbidden, "Forbidden", fmt.Sprintf("a %q token may only act on behalf of a user on /sessions, /profiles and /volumes, and read /nodes", a.auth.cfg.ServiceRole))
 		return
 	}
 	c.Next()

@@ -330,7 +330,7 @@ func TestVisibilityAndRoles(t *testing.T) {
 	// ...and nothing else.
 	for _, path := range []string{"/api/v1/queue", "/api/v1/quotas"} {
 		p := want(t, h.do("GET", path, hub, nil, api.OnBehalfOfHeader, "ada"), http.StatusForbidden).problem(t)
-		if p.Detail != `a "service" token may only act on behalf of a user on /sessions and /profiles, and read /nodes` {
+		if p.Detail != `a "service" token may only act on behalf of a user on /sessions, /profiles and /volumes, and read /nodes` {
 			t.Errorf("service on %s: %q", path, p.Detail)
 		}
 	}
@@ -683,6 +683,7 @@ func TestMetricsAndOpenAPI(t *testing.T) {
 		for _, seg := range []string{"id", "name", "scope"} {
 			p = strings.ReplaceAll(p, ":"+seg, "{"+seg+"}")
 		}
+		p = strings.ReplaceAll(p, "*path", "{path}")
 		item, ok := paths[p].(map[string]any)
 		if !ok || item[strings.ToLower(rt.Method)] == nil {
 			t.Errorf("route %s %s is not in the OpenAPI document", rt.Method, rt.Path)

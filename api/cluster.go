@@ -476,6 +476,7 @@ func (a *API) putProfile(c *gin.Context) {
 		add("image", "got %q, want an image reference such as docker.io/library/python:3.12", truncate(p.Image, 80))
 	}
 	validateResources("resources", p.Resources, add)
+	validateEgress("egress", p.Egress, add)
 	for _, k := range sortedKeys(p.Env) {
 		if !envNameRE.MatchString(k) {
 			add("env."+k, "want a variable name of letters, digits and '_', not starting with a digit")
@@ -499,21 +500,7 @@ func (a *API) putProfile(c *gin.Context) {
 }
 
 func (a *API) deleteProfile(c *gin.Context) {
-	name := c.Param("name")
-	if state.ValidateName("profile", name) != nil {
-		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no profile %q", truncate(name, 64)))
-		return
-	}
-	resp, err := a.cli.Delete(c.Request.Context(), a.keys.Profile(name))
-	if err != nil {
-		a.internal(c, "delete profile", err)
-		return
-	}
-	if resp.Deleted == 0 {
-		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no profile %q", name))
-		return
-	}
-	c.Status(http.StatusNoContent)
+	a.deleteNamed(c, "profile", a.keys.Profile)
 }
 
 // QuotaList is GET /api/v1/quotas: quotas by user and by group.

@@ -59,6 +59,8 @@ type harnessOpts struct {
 	// MaxQueuedPerUser.
 	registries []string
 	maxQueued  int
+	// memlockKiB is api.Config's UlimitMemlockKiB (0: unlimited).
+	memlockKiB int64
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -118,6 +120,7 @@ func startHarness(t testing.TB, cli *clientv3.Client, o harnessOpts) *harness {
 		MaxRuntimeCap:     o.maxRuntimeCap,
 		AllowedRegistries: o.registries,
 		MaxQueuedPerUser:  o.maxQueued,
+		UlimitMemlockKiB:  o.memlockKiB,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

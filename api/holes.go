@@ -64,11 +64,12 @@ func imageAllowed(ref string, registries []string) string {
 	return fmt.Sprintf("registry %s is not allowed here; want an image from %s", host, strings.Join(registries, ", "))
 }
 
-// queuedLimit refuses a create when owner already has max sessions queued
-// (0: no limit). It counts at admission, so two creates at the same
+// queuedLimit refuses a create that adds adding queued sessions when
+// owner's queued sessions and those would exceed max (0: no limit); a job
+// array adds as many as it may hold unfinished at once. It counts at admission, so two creates at the same
 // instant may pass one over the limit: it bounds what one user can pile up
 // in etcd, not an exact quota (quotas bound what runs).
-func queuedLimit(ctx context.Context, cli *clientv3.Client, keys state.Keys, owner string, max int) ([]FieldError, error) {
+func queuedLimit(ctx context.Context, cli *clientv3.Client, keys state.Keys, owner string, max, adding int) ([]FieldError, error) {
 	if max <= 0 {
 		return nil, nil
 	}
@@ -82,7 +83,10 @@ func queuedLimit(ctx context.Context, cli *clientv3.Client, keys state.Keys, own
 			n++
 		}
 	}
-	if n >= max {
+	if n+adding > max {
+		if adding > 1 {
+			return []FieldError{{Field: "maxRunning", Message: fmt.Sprintf("you have %d sessions queued and this array may queue %d at once; the most allowed per user is %d: lower maxRunning to %d or less, or wait for some to start", n, adding, max, max-n)}}, nil
+		}
 		return []FieldError{{Field: "", Message: fmt.Sprintf("you have %d sessions queued, the most allowed per user is %d; wait for some to start, or cancel some", n, max)}}, nil
 	}
 	return nil, nil

@@ -30,6 +30,11 @@ type param struct {
 
 var idParam = param{"path", "id", "session id"}
 
+// dashPathParam and dashboardSummary describe the Ray dashboard proxy.
+var dashPathParam = param{"path", "path", "the dashboard's own path and query (its pages, /api/jobs/ of Ray's Jobs API)"}
+
+const dashboardSummary = "The session's Ray dashboard (its pages and Ray's Jobs API), proxied through the agent of its head, which reaches it inside the head's container: it is published nowhere. The owner only (not admins: it runs code as the session); the caller's Authorization and Cookie headers are not passed on; responses carry a sandboxing Content-Security-Policy. 404 without a Ray cluster, 503 while the head is not running. `voyager dashboard` serves it on a local port for a browser."
+
 // operations lists every route; TestOpenAPICoversEveryRoute keeps it equal
 // to the router.
 var operations = []operation{
@@ -48,10 +53,22 @@ var operations = []operation{
 		params: []param{idParam, {"header", "Last-Event-ID", "resume after this event id"}}},
 	{method: "GET", path: "/api/v1/sessions/{id}/logs", summary: "The container's output, proxied from the node agent that runs it (text/plain). 503 until an agent publishes the session's log endpoint. A multi-node job's is every part's, read from each part's agent, each line prefixed \"[rank R] \" (a followed one: 503 until every part has published its log).", access: "user or service", status: 200, produces: "text/plain",
 		params: []param{idParam, {"query", "tail", "only the last N lines (0: all)"}, {"query", "follow", "true: stream until the container exits"}, {"query", "rank", "a multi-node job's part: only its output, unprefixed"}}},
+	{method: "GET", path: "/api/v1/sessions/{id}/ray/dashboard/{path}", summary: dashboardSummary, access: "user or service (the owner only)", status: 200, produces: "text/html", params: []param{idParam, dashPathParam}},
+	{method: "POST", path: "/api/v1/sessions/{id}/ray/dashboard/{path}", summary: dashboardSummary, access: "user or service (the owner only)", status: 200, params: []param{idParam, dashPathParam}},
+	{method: "PUT", path: "/api/v1/sessions/{id}/ray/dashboard/{path}", summary: dashboardSummary, access: "user or service (the owner only)", status: 200, params: []param{idParam, dashPathParam}},
+	{method: "DELETE", path: "/api/v1/sessions/{id}/ray/dashboard/{path}", summary: dashboardSummary, access: "user or service (the owner only)", status: 200, params: []param{idParam, dashPathParam}},
+	{method: "POST", path: "/api/v1/arrays", summary: "Create a job array (a sweep): one batch session per index of indices (\"0-99\", \"0-99:10\", \"1,5,7-9\") or per value of params, made from the session fields with {index} and {param} replaced in the command and environment values and VOYAGER_ARRAY_ID, VOYAGER_ARRAY_INDEX, VOYAGER_ARRAY_SIZE (and VOYAGER_ARRAY_PARAM) set. At most maxRunning elements are unfinished at once (0: no cap); the system creates them as others end. Every element is checked at admission; the array is written in one transaction and its elements by the array controller, so a refused request writes nothing. It counts min(maxRunning, size) against VOYAGER_API_MAX_QUEUED_PER_USER.", access: "user or service", request: ArrayRequest{}, response: ArrayView{}, status: 201},
+	{method: "GET", path: "/api/v1/arrays", summary: "Job arrays with their summaries: yours, or everyone's for admins.", access: "user or service", response: ArrayList{}, status: 200},
+	{method: "GET", path: "/api/v1/arrays/{id}", summary: "One job array: its summary (succeeded, failed, stopped, running, pending, waiting for the cap, skipped after a stop) and every created element's phase and exit code.", access: "user or service", response: ArrayView{}, status: 200, params: []param{{"path", "id", "array id"}}},
+	{method: "POST", path: "/api/v1/arrays/{id}/stop", summary: "Stop a job array: no more elements are created, and every unfinished one is stopped (queued ones cancelled).", access: "user or service", response: ArrayStopResult{}, status: 202, params: []param{{"path", "id", "array id"}}},
 	{method: "GET", path: "/api/v1/profiles", summary: "Session profiles.", access: "user or service", response: ProfileList{}, status: 200},
 	{method: "GET", path: "/api/v1/profiles/{name}", summary: "One profile.", access: "user or service", response: state.Profile{}, status: 200, params: []param{{"path", "name", "profile name"}}},
 	{method: "PUT", path: "/api/v1/profiles/{name}", summary: "Create or replace a profile.", access: "admin", request: state.Profile{}, response: state.Profile{}, status: 200, params: []param{{"path", "name", "profile name"}}},
 	{method: "DELETE", path: "/api/v1/profiles/{name}", summary: "Delete a profile.", access: "admin", status: 204, params: []param{{"path", "name", "profile name"}}},
+	{method: "GET", path: "/api/v1/volumes", summary: "The volumes the caller may mount into sessions (every volume for admins).", access: "user or service", response: VolumeList{}, status: 200},
+	{method: "GET", path: "/api/v1/volumes/{name}", summary: "One volume; 404 for one the caller may not mount.", access: "user or service", response: state.Volume{}, status: 200, params: []param{{"path", "name", "volume name"}}},
+	{method: "PUT", path: "/api/v1/volumes/{name}", summary: "Define or replace a volume: a host path on every node (or a per-user path with {user}), read-only or not, for the users and groups it names (none: everyone). Sessions that already mount it keep the definition they were admitted with.", access: "admin", request: state.Volume{}, response: state.Volume{}, status: 200, params: []param{{"path", "name", "volume name"}}},
+	{method: "DELETE", path: "/api/v1/volumes/{name}", summary: "Delete a volume's definition (its files stay on the nodes).", access: "admin", status: 204, params: []param{{"path", "name", "volume name"}}},
 	{method: "GET", path: "/api/v1/nodes", summary: "Live nodes with GPUs total, used, free and allocated-but-unused (with the sessions holding them; others' anonymous except for admins), and whether each is simulated or cordoned; with devices=true every device with its holder (anonymous as above) and sampled use.", access: "user", response: NodeList{}, status: 200,
 		params: []param{{"query", "devices", "true: list each node's devices (the web console's cluster page)"}}},
 	{method: "POST", path: "/api/v1/nodes/{name}/cordon", summary: "Cordon a node: no new sessions land on it.", access: "admin", request: CordonRequest{}, response: CordonResult{}, status: 200, params: []param{{"path", "name", "node name"}}},

@@ -82,36 +82,12 @@ func (a *API) createSession(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	var prof *state.Profile
-	if req.Profile != "" {
-		if err := state.ValidateName("profile", req.Profile); err != nil {
-			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: err.Error()}})
-			return
-		}
-		pv, _, err := state.Get[state.Profile](ctx, a.cli, a.keys.Profile(req.Profile))
-		switch {
-		case errors.Is(err, state.ErrNotFound):
-			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: fmt.Sprintf("no profile %q; GET /api/v1/profiles lists them (%s)", req.Profile, a.profileNames(c))}})
-			return
-		case err != nil:
-			a.internal(c, "read profile", err)
-			return
-		}
-		prof = &pv
-	}
-	s, errs := buildSession(req, prof, a.admission())
-	errs = append(errs, validateGroups(p.Groups)...)
-	errs = append(errs, admissionHoles(s, a.cfg.AllowedRegistries)...)
-	if len(errs) > 0 {
-		a.invalid(c, "Invalid request", errs)
-		return
-	}
 	now := a.cfg.Now().UTC()
-	if errs := feasibility(s, a.liveNodes(), a.cfg.Plan, now); len(errs) > 0 {
-		a.invalid(c, "Unsatisfiable request", errs)
+	s, ok := a.admit(c, req, now)
+	if !ok {
 		return
 	}
-	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser); err != nil {
+	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser, 1); err != nil {
 		a.internal(c, "create session", err)
 		return
 	} else if len(errs) > 0 {
@@ -124,6 +100,22 @@ func (a *API) createSession(c *gin.Context) {
 		return
 	}
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
+	vols, verrs, volRevs, err := a.resolveVolumes(ctx, req.Volumes, p.Subject, p.Groups)
+	if err != nil {
+		a.internal(c, "create session", err)
+		return
+	}
+	if len(verrs) > 0 {
+		a.invalid(c, "Invalid request", verrs)
+		return
+	}
+	s.Volumes = vols
+	// The spec holds the volumes as read: the create commits only if
+	// their definitions are unchanged.
+	var guards []clientv3.Cmp
+	for key, rev := range volRevs {
+		guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+	}
 	uid, err := state.EnsureUID(ctx, a.cli, a.keys, p.Subject, now)
 	if err != nil {
 		a.internal(c, "create session", err)
@@ -132,8 +124,8 @@ func (a *API) createSession(c *gin.Context) {
 	s.UID = &uid
 
 	if idemKey == "" {
-		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now); err != nil {
-			a.internal(c, "create session", err)
+		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now, guards...); err != nil {
+			a.createFailed(c, err)
 			return
 		}
 		a.log.Info("session created", "session", id, "owner", s.Owner, "kind", s.Kind, "gpus", s.Resources.GPUs, "service", p.Service)
@@ -148,9 +140,9 @@ func (a *API) createSession(c *gin.Context) {
 		a.internal(c, "create session", err)
 		return
 	}
-	stored, created, err := state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease)
+	stored, created, err := state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease, guards...)
 	if err != nil {
-		a.internal(c, "create session", err)
+		a.createFailed(c, err)
 		return
 	}
 	if created {
@@ -174,6 +166,54 @@ func (a *API) createSession(c *gin.Context) {
 		return
 	}
 	a.respondCreated(c, v, true)
+}
+
+// createFailed answers a create whose transaction failed: a volume
+// redefined between its read and the write is a conflict to retry.
+func (a *API) createFailed(c *gin.Context, err error) {
+	if errors.Is(err, state.ErrConflict) {
+		a.problem(c, http.StatusConflict, "Conflict", "a volume the session names was redefined while it was being created; send the request again")
+		return
+	}
+	a.internal(c, "create session", err)
+}
+
+// admit builds the session req asks for (with its profile, if it names
+// one) and checks it as every create does: the request's fields, the
+// caller's groups, what a node would only fail at start, and whether any
+// node could ever hold it. It answers the problem and returns false when
+// a check fails.
+func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Session, bool) {
+	ctx := c.Request.Context()
+	var prof *state.Profile
+	if req.Profile != "" {
+		if err := state.ValidateName("profile", req.Profile); err != nil {
+			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: err.Error()}})
+			return state.Session{}, false
+		}
+		pv, _, err := state.Get[state.Profile](ctx, a.cli, a.keys.Profile(req.Profile))
+		switch {
+		case errors.Is(err, state.ErrNotFound):
+			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: fmt.Sprintf("no profile %q; GET /api/v1/profiles lists them (%s)", req.Profile, a.profileNames(c))}})
+			return state.Session{}, false
+		case err != nil:
+			a.internal(c, "read profile", err)
+			return state.Session{}, false
+		}
+		prof = &pv
+	}
+	s, errs := buildSession(req, prof, a.admission())
+	errs = append(errs, validateGroups(principalOf(c).Groups)...)
+	errs = append(errs, admissionHoles(s, a.cfg.AllowedRegistries)...)
+	if len(errs) > 0 {
+		a.invalid(c, "Invalid request", errs)
+		return state.Session{}, false
+	}
+	if errs := feasibility(s, a.liveNodes(), a.cfg.Plan, now); len(errs) > 0 {
+		a.invalid(c, "Unsatisfiable request", errs)
+		return state.Session{}, false
+	}
+	return s, true
 }
 
 func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {

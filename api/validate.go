@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -52,6 +53,31 @@ type SessionRequest struct {
 	Preemptible bool `json:"preemptible,omitempty"`
 	// Restart is the restart policy of batch sessions.
 	Restart *state.RestartPolicy `json:"restart,omitempty"`
+	// Egress limits where the session's containers may connect:
+	// {"deny": true, "allow": ["10.20.0.0/16"]}. A profile that denies
+	// egress binds its sessions; they may narrow its allow list only.
+	Egress *state.Egress `json:"egress,omitempty"`
+	// ShmMiB sizes /dev/shm, at most resources.memoryMiB (its pages count
+	// against the session's memory). 0: the cluster default
+	// (VOYAGER_DEFAULT_SHM_MIB, at most half of memoryMiB).
+	ShmMiB int64 `json:"shmMiB,omitempty"`
+	// Ulimits ask for memlock and open-file limits up to the cluster's
+	// (VOYAGER_ULIMIT_MEMLOCK, VOYAGER_ULIMIT_NOFILE); a field left 0
+	// gets the cluster's.
+	Ulimits *state.Ulimits `json:"ulimits,omitempty"`
+	// Volumes are operator-defined volumes (GET /api/v1/volumes) to mount.
+	Volumes []VolumeRequest `json:"volumes,omitempty"`
+}
+
+// VolumeRequest asks for one volume in a session.
+type VolumeRequest struct {
+	// Name is the volume's (volumes/<name>).
+	Name string `json:"name"`
+	// MountPath is where it appears in the containers, e.g. /data.
+	MountPath string `json:"mountPath"`
+	// ReadOnly mounts a read-write volume read-only; a read-only volume
+	// is always mounted read-only.
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // Limits of a request, so that one request cannot exhaust etcd or a node.
@@ -82,6 +108,12 @@ type admission struct {
 	maxWorkers int
 	// maxTxnOps is the transaction limit maxWorkers derives from.
 	maxTxnOps int
+	// defaultShm is the /dev/shm of sessions that name none, capped at
+	// half their memory.
+	defaultShm int64
+	// nofile and memlock are the ulimits sessions get, and the most they
+	// may ask for (memlock state.UlimitUnlimited: none).
+	nofile, memlock int64
 }
 
 var (
@@ -172,6 +204,7 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 	}
 	s.Command, s.Ray, s.Priority, s.Preemptible = req.Command, req.Ray, req.Priority, req.Preemptible
 	s.Nodes, s.OnPartFailure = req.Nodes, req.OnPartFailure
+	s.Egress = mergeEgress(prof, req.Egress, add)
 	if req.Restart != nil {
 		s.Restart = *req.Restart
 	}
@@ -285,6 +318,12 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 	if s.Restart.Policy == "" {
 		s.Restart.Policy = state.RestartNever
 	}
+	s.ShmMiB, s.Ulimits = adm.resources(s, req.ShmMiB, req.Ulimits, add)
+	if len(req.Volumes) > maxVolumes {
+		add("volumes", "has %d volumes, want at most %d", len(req.Volumes), maxVolumes)
+	} else {
+		validateVolumeRequests(req.Volumes, add)
+	}
 	return s, errs
 }
 
@@ -325,6 +364,97 @@ func (adm admission) validateNodes(s *state.Session, add func(field, format stri
 	}
 	if s.Nodes == 1 {
 		s.Nodes = 0 // one machine, as without nodes
+	}
+}
+
+// maxVolumes bounds the volumes of one session.
+const maxVolumes = 16
+
+// resources sizes /dev/shm and the ulimits of session s from what its
+// request asked for (shm 0, a nil ulimits or a zero field: the cluster's
+// default). /dev/shm is a tmpfs whose pages are charged to the
+// container's memory cgroup, so it may not exceed the memory of any part
+// of the session; the default takes at most half of it.
+func (adm admission) resources(s state.Session, shm int64, u *state.Ulimits, add func(field, format string, args ...any)) (int64, *state.Ulimits) {
+	mem := s.Resources.MemoryMiB
+	if s.Ray != nil && s.Ray.WorkerResources != nil && s.Ray.WorkerResources.MemoryMiB > 0 {
+		mem = min(mem, s.Ray.WorkerResources.MemoryMiB)
+	}
+	switch {
+	case shm < 0:
+		add("shmMiB", "got %d, want 0 (the cluster default) or MiB above 0, e.g. 8192", shm)
+	case shm == 0:
+		shm = max(min(adm.defaultShm, mem/2), 1)
+	case shm > mem:
+		add("shmMiB", "got %d MiB, above the session's memoryMiB (%d): /dev/shm is a tmpfs whose pages count against the session's memory limit; ask for at most %d, or for more memoryMiB", shm, mem, mem)
+	}
+	out := state.Ulimits{Nofile: adm.nofile, MemlockKiB: adm.memlock}
+	if u != nil {
+		switch {
+		case u.Nofile < 0 || u.Nofile > adm.nofile:
+			add("ulimits.nofile", "got %d, want 0 (the cluster's %d) or 64 to %d (VOYAGER_ULIMIT_NOFILE)", u.Nofile, adm.nofile, adm.nofile)
+		case u.Nofile > 0 && u.Nofile < 64:
+			add("ulimits.nofile", "got %d, want at least 64: a process needs a few descriptors to start", u.Nofile)
+		case u.Nofile > 0:
+			out.Nofile = u.Nofile
+		}
+		unlimited := adm.memlock == state.UlimitUnlimited
+		switch {
+		case u.MemlockKiB == 0:
+		case u.MemlockKiB < state.UlimitUnlimited || (u.MemlockKiB == state.UlimitUnlimited && !unlimited) || (!unlimited && u.MemlockKiB > adm.memlock):
+			most := "unlimited (-1)"
+			if !unlimited {
+				most = fmt.Sprintf("%d KiB", adm.memlock)
+			}
+			add("ulimits.memlockKiB", "got %d, want 0 (the cluster's), -1 (unlimited) or KiB, at most %s (VOYAGER_ULIMIT_MEMLOCK)", u.MemlockKiB, most)
+		default:
+			out.MemlockKiB = u.MemlockKiB
+		}
+	}
+	return shm, &out
+}
+
+// reservedMounts are container paths a volume may neither cover nor sit
+// under: the system's, and where Voyager mounts its own files.
+var reservedMounts = []string{"/proc", "/sys", "/dev", "/etc", "/run", "/var/run", "/usr", "/bin", "/sbin",
+	"/lib", "/lib32", "/lib64", "/libx32", "/boot"}
+
+// coveringMounts are container paths a volume may sit under but not cover:
+// the home (nodeagent.HomePath) and the directories that hold it.
+var coveringMounts = []string{"/", "/home", "/home/jovyan", "/tmp", "/var"}
+
+// validateVolumeRequests checks the names and mount paths of a session's
+// volumes; whether each exists and the owner may mount it is checked
+// against etcd when they are resolved.
+func validateVolumeRequests(vs []VolumeRequest, add func(field, format string, args ...any)) {
+	seen := map[string]bool{}
+	for i, v := range vs {
+		f := fmt.Sprintf("volumes[%d]", i)
+		if err := state.ValidateName("volume", v.Name); err != nil {
+			add(f+".name", "got %q, want a volume's name (1-63 lower-case letters, digits, '.', '_' or '-'); GET /api/v1/volumes lists those you may mount", truncate(v.Name, 64))
+		} else if seen[v.Name] {
+			add(f+".name", "volume %q is asked for twice; mount it once", v.Name)
+		}
+		seen[v.Name] = true
+		p := v.MountPath
+		switch {
+		case !path.IsAbs(p) || path.Clean(p) != p || len(p) > 256 || strings.ContainsAny(p, ":,\x00"):
+			add(f+".mountPath", "got %q, want a clean absolute path of at most 256 characters without ':' or ',', such as /data", truncate(p, 80))
+			continue
+		case slices.Contains(coveringMounts, p):
+			add(f+".mountPath", "got %q, which would hide the container's own files or its home; want a directory of its own such as /data or /home/jovyan/data", p)
+			continue
+		}
+		for _, r := range reservedMounts {
+			if p == r || strings.HasPrefix(p, r+"/") {
+				add(f+".mountPath", "got %q, under the system directory %s; want a directory of its own such as /data", p, r)
+			}
+		}
+		for j, o := range vs[:i] {
+			if o.MountPath == p || strings.HasPrefix(p, o.MountPath+"/") || strings.HasPrefix(o.MountPath, p+"/") {
+				add(f+".mountPath", "got %q, which overlaps volumes[%d].mountPath %q; want separate directories", p, j, o.MountPath)
+			}
+		}
 	}
 }
 

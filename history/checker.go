@@ -20,6 +20,7 @@ const (
 	RuleQueuedButNotPending = "queued-not-pending"
 	RuleGap                 = "history-gap"
 	RulePartUnbound         = "part-without-binding"
+	RuleArrayOverCap        = "array-over-cap"
 )
 
 // Violation is one broken rule: at Revision, Key is in a state Rule forbids.
@@ -54,6 +55,8 @@ type Checker struct {
 	pending  map[string]bool
 	statuses map[string]state.Status
 	gpus     map[string]map[string]bool // device UUID → holders ("node/session")
+	arrays   map[string]int             // array id → its cap (maxRunning)
+	members  map[string]map[string]bool // array id → its elements' session ids
 	rev      int64
 	binds    int64
 }
@@ -62,7 +65,8 @@ type Checker struct {
 func New(k state.Keys) *Checker {
 	return &Checker{k: k, nodes: map[string]state.Node{}, ledgers: map[string]state.Ledger{},
 		bindings: map[string]map[string]int64{}, pending: map[string]bool{},
-		statuses: map[string]state.Status{}, gpus: map[string]map[string]bool{}}
+		statuses: map[string]state.Status{}, gpus: map[string]map[string]bool{},
+		arrays: map[string]int{}, members: map[string]map[string]bool{}}
 }
 
 // Revision is the last revision applied.
@@ -90,6 +94,7 @@ type touched struct {
 	nodes    map[string]bool    // capacity
 	sessions map[string]bool    // queue entry ⇔ status
 	ledgers  []string           // indexed after every old value left the index
+	arrays   map[string]bool    // arrays whose unfinished elements to count
 	// unbound are the bindings this revision deleted (node, session →
 	// create revision): a release writes its part as it deletes them.
 	unbound map[[2]string]int64
@@ -108,7 +113,8 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 	bad := func(key, rule, format string, args ...any) {
 		out = append(out, Violation{Revision: rev, Key: key, Rule: rule, Detail: fmt.Sprintf(format, args...)})
 	}
-	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}, unbound: map[[2]string]int64{}}
+	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}, unbound: map[[2]string]int64{},
+		arrays: map[string]bool{}}
 	k := c.k
 	for _, ch := range changes {
 		key := ch.Key
@@ -138,6 +144,40 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			}
 			t.nodes[name] = true
 			t.ledgers = append(t.ledgers, name)
+		case strings.HasPrefix(key, k.Arrays()):
+			id, ok := k.ArrayID(key)
+			if !ok {
+				continue
+			}
+			if ch.Value == nil {
+				delete(c.arrays, id)
+				continue
+			}
+			a, err := state.Decode[state.Array](ch.Value)
+			if err != nil {
+				bad(key, RuleUndecodable, "%v", err)
+				continue
+			}
+			c.arrays[id] = a.MaxRunning
+			t.arrays[id] = true
+		case strings.HasPrefix(key, k.Sessions()):
+			// Only array membership is modelled: an element's spec says
+			// which array it counts against.
+			if ch.Value == nil {
+				continue
+			}
+			s, err := state.Decode[state.Session](ch.Value)
+			if err != nil {
+				bad(key, RuleUndecodable, "%v", err)
+				continue
+			}
+			if s.Array != nil {
+				if c.members[s.Array.ID] == nil {
+					c.members[s.Array.ID] = map[string]bool{}
+				}
+				c.members[s.Array.ID][s.ID] = true
+				t.arrays[s.Array.ID] = true
+			}
 		case strings.HasPrefix(key, k.Nodes()):
 			name, ok := k.NodeName(key)
 			if !ok {
@@ -231,6 +271,9 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			}
 			c.statuses[id] = st
 			t.sessions[id] = true
+			if i := strings.LastIndexByte(id, '-'); i > 0 && c.members[id[:i]][id] {
+				t.arrays[id[:i]] = true
+			}
 			if !transitions {
 				continue
 			}
@@ -296,8 +339,24 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			bad(k.Pending(id), RuleQueuedButNotPending, "session with a queue entry is %s", st.Phase)
 		}
 	}
+	for id := range t.arrays {
+		if n, limit := c.unfinished(id); limit > 0 && n > limit {
+			bad(k.Array(id), RuleArrayOverCap, "%d elements unfinished, the cap is %d", n, limit)
+		}
+	}
 	c.rev = rev
 	return out
+}
+
+// unfinished counts the elements of array id that exist and have not
+// ended, and returns the array's cap (0: none, or no record seen).
+func (c *Checker) unfinished(id string) (n, limit int) {
+	for sid := range c.members[id] {
+		if st, ok := c.statuses[sid]; ok && !st.Phase.Terminal() {
+			n++
+		}
+	}
+	return n, c.arrays[id]
 }
 
 // index records l's devices and describes each device that another

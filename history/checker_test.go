@@ -146,6 +146,17 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
 			return write(t, cli, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
 		}, history.RuleQueuedButNotPending, func(k state.Keys) string { return k.Pending("s1") }},
+		{"a job array over its cap", func(t *testing.T, k state.Keys) int64 {
+			el := func(i int) []put {
+				id := state.ElementID("a", i)
+				return []put{{k.Session(id), state.Session{ID: id, Array: &state.ArrayMember{ID: "a", Index: i}}}, {k.Status(id), status(id, state.PhasePending)}}
+			}
+			write(t, cli, append([]put{{k.Array("a"), state.Array{ID: "a", Indices: "0-9", MaxRunning: 2}}}, append(el(0), el(1)...)...)...)
+			// One ended: one more may exist (two unfinished, the cap).
+			write(t, cli, put{k.Status("a-0"), status("a-0", state.PhaseStopped)})
+			write(t, cli, el(2)...)
+			return write(t, cli, el(3)...)
+		}, history.RuleArrayOverCap, func(k state.Keys) string { return k.Array("a") }},
 		{"a part for a binding the node does not hold", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})

@@ -69,8 +69,9 @@ func JupyterArgs(port int) []string {
 }
 
 // RayHeadArgs starts a Ray head in the background with the session's GPUs
-// and ports. The dashboard listens on loopback only, so it is not open to
-// other machines' sessions.
+// and ports. The dashboard listens on the container's loopback only, so no
+// other session reaches it; its owner reaches it through the agent, which
+// connects from inside the container's network (DashboardHandler).
 func RayHeadArgs(p Ports, gpus int) []string {
 	return []string{"ray", "start", "--head",
 		"--port=" + strconv.Itoa(p.RayGCS),

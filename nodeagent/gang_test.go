@@ -2,10 +2,14 @@ package nodeagent_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,7 +174,28 @@ func TestRayGangAcrossMachines(t *testing.T) {
 	cli := etcdtest.New(t)
 	ms := machines(t, 2)
 	const first, last = 45000, 45099
-	agents := machineAgents(t, cli, ms, "gang", first, last)
+	agents := map[string]nodeagent.Config{}
+	// The agents' HTTP servers (logs and the Ray dashboard proxy), on
+	// this host.
+	handlers := map[string]http.Handler{}
+	for _, m := range ms {
+		rt := runtimetest.New(t, runtime.ContainerdOptions{Network: runtime.NetworkOptions{
+			Mode: runtime.NetworkIsolated, Name: fmt.Sprintf("gang-%d-%s", os.Getpid(), m.name), StateDir: t.TempDir(),
+			HostNetNS: m.netns, BlockedPorts: [2]int{first, last},
+		}})
+		cfg := testConfig(t, cli, rt)
+		cfg.Node, cfg.Address, cfg.ProbeHost, cfg.Image = m.name, m.addr, m.addr, runtimetest.ImageRef
+		cfg.Ports = state.PortRange{First: first, Last: last}
+		mux := http.NewServeMux()
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		cfg.LogsBaseURL = srv.URL
+		a, _ := runAgent(t, cfg)
+		mux.Handle(nodeagent.LogsPath, a.LogsHandler())
+		mux.Handle(nodeagent.DashboardPath, a.DashboardHandler())
+		handlers[m.name] = mux
+		agents[m.name] = cfg
+	}
 	m1, m2 := ms[0], ms[1]
 
 	// ada's notebook with a Ray head on m1 (Jupyter, GCS, dashboard,
@@ -181,9 +206,17 @@ func TestRayGangAcrossMachines(t *testing.T) {
 	})
 	waitPhase(t, cli, "gang", state.PhaseRunning, 60*time.Second)
 	workerLog := filepath.Join(agents[m2.name].LogDir, nodeagent.ContainerID(parts[1])+".log")
+	// Both parts run with the session's Ray token (the stand-in's head
+	// shows its fingerprint, and a worker with another is refused, as
+	// Ray's token authentication refuses it).
+	tok, _, err := state.Get[state.RayToken](context.Background(), cli, keys.RayToken("gang"))
+	if err != nil || len(tok.Token) < 32 {
+		t.Fatalf("Ray token of the gang: %+v, %v", tok, err)
+	}
+	sum := sha256.Sum256([]byte(tok.Token))
 	waitFor(t, "the worker to join its head", 60*time.Second, func() (bool, string) {
 		b, _ := os.ReadFile(workerLog)
-		return strings.Contains(string(b), "joined head "+m1.addr+":45001: ray head of gang"), string(b)
+		return strings.Contains(string(b), "joined head "+m1.addr+":45001: ray head of gang auth "+hex.EncodeToString(sum[:])[:16]), string(b)
 	})
 
 	// From outside (this host): Jupyter answers; Ray's ports do not.
@@ -197,6 +230,57 @@ func TestRayGangAcrossMachines(t *testing.T) {
 		if resp, err := c.Get("http://" + m1.addr + ":" + p + "/"); err == nil {
 			resp.Body.Close()
 			t.Errorf("port %s of the head answers from outside the gang", p)
+		}
+	}
+
+	// The dashboard (on the container's address, published nowhere)
+	// through the head's agent, opened by the key of the head's log URL;
+	// without it, or with another container's, refused.
+	sec, _, err := state.Get[state.Secrets](context.Background(), cli, keys.Secret(m1.name, "gang"))
+	if err != nil || sec.URLs["logs"] == "" {
+		t.Fatalf("secrets of the head: %+v, %v; want a log URL", sec, err)
+	}
+	dash, err := state.DashboardURL(sec.URLs["logs"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page string
+	waitFor(t, "the dashboard through the agent", 20*time.Second, func() (bool, string) {
+		resp, err := c.Get(dash.String())
+		if err != nil {
+			return false, err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page = string(b)
+		return resp.StatusCode == http.StatusOK, resp.Status + ": " + page
+	})
+	if !strings.Contains(page, "ray dashboard stand-in of gang") {
+		t.Errorf("dashboard page %q", page)
+	}
+	api := *dash
+	api.Path += "api/version"
+	if resp, err := c.Get(api.String()); err != nil {
+		t.Errorf("dashboard API: %v", err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `"ray_version": "stand-in"`) {
+			t.Errorf("dashboard API answered %s %q", resp.Status, b)
+		}
+	}
+	for name, u := range map[string]string{
+		"no key":                   strings.Split(dash.String(), "?")[0],
+		"a forged key":             strings.Replace(dash.String(), "key=", "key=0", 1),
+		"another container's path": strings.Replace(dash.String(), nodeagent.ContainerID(parts[0]), "eve-job-q1", 1),
+	} {
+		resp, err := c.Get(u)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("dashboard with %s: %s, want 403 Forbidden", name, resp.Status)
 		}
 	}
 

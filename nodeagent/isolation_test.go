@@ -91,7 +91,10 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 	logPort := logL.Addr().(*net.TCPAddr).Port
 	cfg.LogsBaseURL = fmt.Sprintf("http://%s:%d", addr, logPort)
 	a, _ := runAgent(t, cfg)
-	logSrv := &http.Server{Handler: a.LogsHandler(), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle(nodeagent.LogsPath, a.LogsHandler())
+	mux.Handle(nodeagent.DashboardPath, a.DashboardHandler())
+	logSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = logSrv.Serve(logL) }()
 	t.Cleanup(func() { _ = logSrv.Close() })
 
@@ -138,7 +141,10 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jup, gcs, client := strconv.Itoa(ports[0]), strconv.Itoa(ports[1]), strconv.Itoa(ports[3])
+	jup, gcs, dash, client := strconv.Itoa(ports[0]), strconv.Itoa(ports[1]), strconv.Itoa(ports[2]), strconv.Itoa(ports[3])
+	// The dashboard through the agent without the key: the log URL's
+	// path under the dashboard's route.
+	dashNoKey := strings.Replace(strings.Split(logsURL, "?")[0], nodeagent.LogsPath, nodeagent.DashboardPath, 1) + "/"
 	// The attacker knows addresses and ports (they are no secret), never
 	// the victim's token: the script must not hold it.
 	get := func(url string) string { return "timeout 3 wget -q -O - '" + url + "'" }
@@ -156,6 +162,9 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 		{"ray-gcs-node-address", get("http://" + addr + ":" + gcs + "/"), contains("ray head")},
 		{"ray-client-node-address", get("http://" + addr + ":" + client + "/"), contains("ray head")},
 		{"ray-gcs-loopback", get("http://127.0.0.1:" + gcs + "/"), contains("ray head")},
+		{"ray-dashboard-node-address", get("http://" + addr + ":" + dash + "/"), contains("ray dashboard stand-in")},
+		{"ray-dashboard-loopback", get("http://127.0.0.1:" + dash + "/"), contains("ray dashboard stand-in")},
+		{"ray-dashboard-agent-without-key", get(dashNoKey), contains("ray dashboard stand-in")},
 		{"home-of-another-user", "cat " + secretHome + "/secret /home/bob/secret /home/jovyan/../bob/secret", contains("bob-private")},
 		{"token-in-env-or-proc", "env; cat /proc/*/environ; ps -o args", contains(token)},
 		{"run-as-victims-uid", "id -u", contains(strconv.FormatUint(uint64(bobUID), 10))},
@@ -163,7 +172,8 @@ func runAttacks(t *testing.T, mode string) map[string]bool {
 	if vin.IP != "" {
 		attacks = append(attacks,
 			attack{"jupyter-container-address", get("http://" + vin.IP + ":" + jup + "/"), contains("Voyager session victim")},
-			attack{"ray-gcs-container-address", get("http://" + vin.IP + ":" + gcs + "/"), contains("ray head")})
+			attack{"ray-gcs-container-address", get("http://" + vin.IP + ":" + gcs + "/"), contains("ray head")},
+			attack{"ray-dashboard-container-address", get("http://" + vin.IP + ":" + dash + "/"), contains("ray dashboard stand-in")})
 	}
 
 	// The attacker: eve's batch session.
@@ -226,10 +236,14 @@ func TestTenantIsolationAttackSuite(t *testing.T) {
 		got := runAttacks(t, runtime.NetworkHost)
 		// On the host's network a tenant reads every key of etcd, the
 		// victim's token among them, and reaches its Jupyter and Ray.
-		for _, name := range []string{"etcd-gateway-read-all", "etcd-token", "agent-logs-node-address", "api-loopback", "jupyter-loopback", "ray-gcs-loopback"} {
+		for _, name := range []string{"etcd-gateway-read-all", "etcd-token", "agent-logs-node-address", "api-loopback", "jupyter-loopback", "ray-gcs-loopback", "ray-dashboard-loopback"} {
 			if !got[name] {
 				t.Errorf("with isolation off, attack %s failed: the suite cannot tell isolation from none", name)
 			}
+		}
+		// The agent's dashboard proxy wants the key on any network.
+		if got["ray-dashboard-agent-without-key"] {
+			t.Error("the agent served the Ray dashboard without its key")
 		}
 	})
 }

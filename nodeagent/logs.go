@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // LogsPath is the route under which the agent serves session logs:
@@ -35,7 +36,7 @@ import (
 // authentication of its own. A URL stops working at E (LogURLTTL after it
 // was made); the agent re-signs a running session's URL in its status
 // before it expires.
-const LogsPath = "/agent/v1/logs/"
+const LogsPath = state.AgentLogsPath
 
 // logKeyFile holds the agent's log-URL secret, in LogDir, so that URLs
 // published before a restart keep working after it.
@@ -108,6 +109,27 @@ func (a *Agent) logsURL(id string) (string, time.Time) {
 	return strings.TrimRight(a.cfg.LogsBaseURL, "/") + LogsPath + url.PathEscape(id) + "?exp=" + strconv.FormatInt(exp.Unix(), 10) + "&key=" + sig, exp
 }
 
+// checkKey checks the exp and key query parameters of a request for
+// container id's log (or its Ray dashboard, which the same key opens): it
+// returns 0, or the HTTP status and message of a refusal.
+func (a *Agent) checkKey(id string, q url.Values) (int, string) {
+	exp, err := strconv.ParseInt(q.Get("exp"), 10, 64)
+	if err != nil {
+		return http.StatusForbidden, "forbidden: the URL has no expiry (exp); use the one in the session's status.urls.logs"
+	}
+	if time.Now().Unix() > exp {
+		return http.StatusForbidden, "forbidden: this URL expired at " + time.Unix(exp, 0).UTC().Format(time.RFC3339) + "; the session's status.urls.logs has a fresh one while the log is kept"
+	}
+	want, err := a.logSignature(id, exp)
+	if err != nil {
+		return http.StatusServiceUnavailable, "logs unavailable: " + err.Error()
+	}
+	if !hmac.Equal([]byte(q.Get("key")), []byte(want)) {
+		return http.StatusForbidden, "forbidden: the key does not match this container"
+	}
+	return 0, ""
+}
+
 // LogsHandler serves session logs at LogsPath; mount it on the agent's
 // HTTP server.
 func (a *Agent) LogsHandler() http.Handler {
@@ -121,22 +143,8 @@ func (a *Agent) LogsHandler() http.Handler {
 			http.Error(w, "not found: want "+LogsPath+"<container id>", http.StatusNotFound)
 			return
 		}
-		exp, err := strconv.ParseInt(r.URL.Query().Get("exp"), 10, 64)
-		if err != nil {
-			http.Error(w, "forbidden: the URL has no expiry (exp); use the one in the session's status.urls.logs", http.StatusForbidden)
-			return
-		}
-		if time.Now().Unix() > exp {
-			http.Error(w, "forbidden: this log URL expired at "+time.Unix(exp, 0).UTC().Format(time.RFC3339)+"; the session's status.urls.logs has a fresh one while the log is kept", http.StatusForbidden)
-			return
-		}
-		want, err := a.logSignature(id, exp)
-		if err != nil {
-			http.Error(w, "logs unavailable: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if !hmac.Equal([]byte(r.URL.Query().Get("key")), []byte(want)) {
-			http.Error(w, "forbidden: the key does not match this log", http.StatusForbidden)
+		if code, msg := a.checkKey(id, r.URL.Query()); code != 0 {
+			http.Error(w, msg, code)
 			return
 		}
 		q := r.URL.Query()
@@ -244,8 +252,8 @@ func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 const logPruneEvery = time.Hour
 
 // pruneLogs removes the log files in LogDir of containers not in live
-// that nothing wrote to for LogRetention, and returns how many it removed.
-// The log-URL key and other files stay.
+// that nothing wrote to for LogRetention, with their GPU topology files,
+// and returns how many it removed. The log-URL key and other files stay.
 func (a *Agent) pruneLogs(now time.Time, live map[string]bool) (int, error) {
 	entries, err := os.ReadDir(a.cfg.LogDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -258,6 +266,9 @@ func (a *Agent) pruneLogs(now time.Time, live map[string]bool) (int, error) {
 	var errs []error
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".log")
+		if !ok {
+			id, ok = strings.CutSuffix(e.Name(), topologySuffix)
+		}
 		if !ok || e.IsDir() || live[id] {
 			continue
 		}

@@ -128,9 +128,9 @@ func get(t *testing.T, u string) string {
 	return string(b)
 }
 
-// TestAgentPrunesOldLogs: with a log retention, the log files of
-// containers that are gone and were not written to for longer are
-// removed; a recent one, a live container's old one and the log-URL key
+// TestAgentPrunesOldLogs: with a log retention, the log files (and GPU
+// topology files) of containers that are gone and were not written to for
+// longer are removed; a recent one, a live container's old one and the log-URL key
 // stay.
 func TestAgentPrunesOldLogs(t *testing.T) {
 	cli := etcdtest.New(t)
@@ -152,6 +152,7 @@ func TestAgentPrunesOldLogs(t *testing.T) {
 		return p
 	}
 	gone := write("s-gone-q7.log", old)
+	goneTopology := write("s-gone-q7.gpu-topology.json", old)
 	recent := write("s-recent-q8.log", time.Now())
 	key := write(".logs-key", old)
 	_, stop := runAgent(t, cfg)
@@ -169,6 +170,7 @@ func TestAgentPrunesOldLogs(t *testing.T) {
 		}
 	}
 	waitGone(gone)
+	waitGone(goneTopology)
 	// A quiet running job's log is old too, but its container lives: the
 	// next agent's first prune (at its start) keeps it.
 	b := bind(t, cli, state.Session{ID: "quiet", Owner: "ada", Kind: state.KindBatch, Image: "busybox", Command: []string{"sleep", "1d"}},

@@ -91,6 +91,9 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 			LabelQueueRev: strconv.FormatInt(b.QueueRevision, 10),
 		},
 	}
+	if e := s.Egress; e != nil && e.Deny {
+		spec.DenyEgress, spec.EgressAllow = true, slices.Clone(e.Allow)
+	}
 	if spec.Image == "" {
 		spec.Image = cfg.Image
 	}
@@ -100,6 +103,12 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 	if b.MemoryMiB > 0 && b.MemoryMiB < cfg.ShmMiB {
 		spec.ShmBytes = b.MemoryMiB << 20
 	}
+	if s.ShmMiB > 0 { // admission bounded it by the session's memory
+		spec.ShmBytes = s.ShmMiB << 20
+	}
+	if u := s.Ulimits; u != nil {
+		spec.Rlimits = ulimits(*u)
+	}
 	if cfg.LogDir != "" {
 		spec.LogPath = filepath.Join(cfg.LogDir, id+".log")
 	}
@@ -108,6 +117,17 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 			return runtime.Spec{}, fmt.Errorf("build container of %s: owner %q cannot name a home directory", s.ID, s.Owner)
 		}
 		spec.Mounts = []runtime.Mount{{Source: filepath.Join(cfg.HomeDir, s.Owner), Target: HomePath, Create: true}}
+	}
+	for _, v := range s.Volumes {
+		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: v.HostPath, Target: v.MountPath, ReadOnly: v.ReadOnly, Create: v.PerUser, Private: v.PerUser})
+	}
+	if len(b.GPUs) > 0 && cfg.LogDir != "" {
+		file, err := a.writeTopology(id, b.GPUs)
+		if err != nil {
+			return runtime.Spec{}, fmt.Errorf("build container of %s: %w", s.ID, err)
+		}
+		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: file, Target: TopologyPath, ReadOnly: true})
+		spec.Env["VOYAGER_GPU_TOPOLOGY"] = TopologyPath
 	}
 	switch cfg.GPUMode {
 	case GPUModeEnv:
@@ -121,6 +141,20 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		}
 	}
 	return spec, nil
+}
+
+// ulimits are a session's limits as the runtime's: soft and hard alike.
+func ulimits(u state.Ulimits) []runtime.Rlimit {
+	var out []runtime.Rlimit
+	if u.MemlockKiB == state.UlimitUnlimited {
+		out = append(out, runtime.Rlimit{Type: "RLIMIT_MEMLOCK", Soft: runtime.RlimitInfinity, Hard: runtime.RlimitInfinity})
+	} else if u.MemlockKiB > 0 {
+		out = append(out, runtime.Rlimit{Type: "RLIMIT_MEMLOCK", Soft: uint64(u.MemlockKiB) << 10, Hard: uint64(u.MemlockKiB) << 10})
+	}
+	if u.Nofile > 0 {
+		out = append(out, runtime.Rlimit{Type: "RLIMIT_NOFILE", Soft: uint64(u.Nofile), Hard: uint64(u.Nofile)})
+	}
+	return out
 }
 
 // Peer is another part of the same session (a Ray head or worker, or a

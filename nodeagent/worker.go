@@ -415,6 +415,13 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	if err != nil {
 		return err
 	}
+	tok, err := w.a.rayToken(ctx, sess)
+	if err != nil {
+		return err
+	}
+	if tok != "" {
+		spec.Env["RAY_AUTH_MODE"], spec.Env["RAY_AUTH_TOKEN"] = "token", tok
+	}
 	var peers []Peer
 	if sess.Gang() {
 		peers, err = w.withJob(ctx, sess, &spec)

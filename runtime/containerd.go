@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,6 +27,7 @@ import (
 	"github.com/containerd/containerd/contrib/seccomp"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/errdefs"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -82,6 +86,9 @@ type Containerd struct {
 	// would otherwise see each other's half-made container.
 	mu       sync.Mutex
 	starting map[string]*idLock
+
+	// loweredOnce makes the first lowered limit a warning, later ones debug.
+	loweredOnce atomic.Bool
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -246,6 +253,9 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	if spec.LogPath != "" {
 		labels[labelLogPath] = spec.LogPath
 	}
+	if spec.DenyEgress && c.net == nil {
+		return fmt.Errorf("start container %s: %w: denying egress needs a network of the container's own (VOYAGER_AGENT_NETWORK=isolated), not the host's", spec.ID, ErrInvalidSpec)
+	}
 	nsPath := ""
 	if c.net != nil {
 		// The namespace is made before the container, which records it,
@@ -288,7 +298,7 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	}
 	started := map[string]string{}
 	if c.net != nil {
-		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec.Publish, spec.Reach)
+		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec)
 		if err != nil {
 			_ = c.removeContainer(context.WithoutCancel(ctx), cont)
 			return fmt.Errorf("start container %s: %w", spec.ID, err)
@@ -392,6 +402,17 @@ func (c *Containerd) specOpts(img containerd.Image, spec Spec, uid, gid uint32, 
 	if spec.ShmBytes > 0 {
 		opts = append(opts, oci.WithDevShmSize(spec.ShmBytes/1024))
 	}
+	if len(spec.Rlimits) > 0 {
+		rs, lowered := Grantable(spec.Rlimits)
+		if lowered {
+			level := slog.LevelDebug
+			if c.loweredOnce.CompareAndSwap(false, true) {
+				level = slog.LevelWarn
+			}
+			c.log.Log(context.Background(), level, "container limits lowered to this host's: without CAP_SYS_RESOURCE no hard limit can be raised", "id", spec.ID, "asked", fmtRlimits(spec.Rlimits), "granted", fmtRlimits(rs))
+		}
+		opts = append(opts, withRlimits(rs))
+	}
 	if len(spec.Mounts) > 0 {
 		ms := make([]specs.Mount, 0, len(spec.Mounts))
 		for _, m := range spec.Mounts {
@@ -429,6 +450,30 @@ func withNetwork(nsPath string) oci.SpecOpts {
 	}
 }
 
+// withRlimits sets each of rs on the process, in place of the default
+// spec's limit of the same type.
+func withRlimits(rs []Rlimit) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		for _, r := range rs {
+			s.Process.Rlimits = slices.DeleteFunc(s.Process.Rlimits, func(p specs.POSIXRlimit) bool { return p.Type == r.Type })
+			s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: r.Type, Soft: r.Soft, Hard: r.Hard})
+		}
+		return nil
+	}
+}
+
+// fmtRlimits writes rs for a log: "RLIMIT_NOFILE=1024:1024 …".
+func fmtRlimits(rs []Rlimit) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s=%d:%d", r.Type, r.Soft, r.Hard)
+	}
+	return strings.Join(parts, " ")
+}
+
 // withCDIDevices injects CDI devices with a cache read fresh for this
 // container, so a spec written since the last start is seen.
 func withCDIDevices(dirs, devices []string) oci.SpecOpts {
@@ -453,9 +498,17 @@ func prepareHost(spec Spec, uid, gid uint32) error {
 	}
 	for _, m := range spec.Mounts {
 		if !m.Create {
+			// runc's own error for a missing source names neither the
+			// mount nor the fix.
+			if _, err := os.Stat(m.Source); err != nil {
+				return fmt.Errorf("mount %s at %s: the source must exist on this node: %w", m.Source, m.Target, err)
+			}
 			continue
 		}
 		if fi, err := os.Stat(m.Source); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && m.Private && (st.Uid != uid || !fi.IsDir()) {
+				return fmt.Errorf("mount %s at %s: it exists but is not a directory of uid %d (owner %d); a private mount is never handed over", m.Source, m.Target, uid, st.Uid)
+			}
 			if err := ownDir(m.Source, fi, uid, gid); err != nil {
 				return err
 			}
@@ -797,4 +850,39 @@ func cpuFromMetrics(typeURL string, b []byte) (time.Duration, error) {
 		return time.Duration(m.CPU.UsageUsec) * time.Microsecond, nil
 	}
 	return 0, fmt.Errorf("decode container metrics: unknown type %q", typeURL)
+}
+
+// DialLoopback opens a TCP connection to port on the loopback of
+// container id: from inside the container's own network namespace when it
+// has one, so that what listens there (a Ray dashboard) needs no address
+// any other session could reach; on the host's network, the host's
+// loopback. The connection works from any thread once made.
+func (c *Containerd) DialLoopback(ctx context.Context, id string, port int) (net.Conn, error) {
+	cont, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("dial container %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s: %w", id, err)
+	}
+	labels, err := cont.Labels(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s: %w", id, err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var d net.Dialer
+	nsPath := labels[labelNetNS]
+	if nsPath == "" {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	var conn net.Conn
+	err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var derr error
+		conn, derr = d.DialContext(ctx, "tcp", addr)
+		return derr
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s: %w", id, err)
+	}
+	return conn, nil
 }

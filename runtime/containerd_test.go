@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -324,5 +325,158 @@ func TestContainerdTellsNeverStartedFromGone(t *testing.T) {
 	}
 	if len(in.Labels) != 0 {
 		t.Errorf("labels %v: the runtime's own marks leaked", in.Labels)
+	}
+}
+
+// TestContainerdRefusesDeniedEgressOnTheHostNetwork: a container on the
+// host's network cannot have its egress denied, so Start refuses the spec
+// with the setting that would make it possible, and leaves no container.
+func TestContainerdRefusesDeniedEgressOnTheHostNetwork(t *testing.T) {
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	ctx := context.Background()
+	err := rt.Start(ctx, runtime.Spec{ID: "egress-host", Image: runtimetest.ImageRef, Args: []string{"true"}, DenyEgress: true})
+	if !errors.Is(err, runtime.ErrInvalidSpec) || !strings.Contains(err.Error(), "VOYAGER_AGENT_NETWORK=isolated") {
+		t.Fatalf("Start = %v; want ErrInvalidSpec naming VOYAGER_AGENT_NETWORK=isolated", err)
+	}
+	if _, err := rt.Status(ctx, "egress-host"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("Status after a refused start = %v; want ErrNotFound", err)
+	}
+	bad := runtime.Spec{ID: "egress-bad", Image: runtimetest.ImageRef, DenyEgress: true, EgressAllow: []string{"mirror.example.org"}}
+	if err := bad.Validate(); !errors.Is(err, runtime.ErrInvalidSpec) {
+		t.Fatalf("Validate of a host name as a network = %v; want ErrInvalidSpec", err)
+	}
+}
+
+// TestContainerdRlimitsAndVolumes: a container's rlimits are what its spec
+// asks (ulimit reads them inside), a read-only bind mount refuses writes
+// while a read-write one takes them, and a mount whose source is missing
+// fails the start with the path named.
+func TestContainerdRlimitsAndVolumes(t *testing.T) {
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	data, results := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "in"), []byte("dataset\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(results, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Join([]string{
+		"echo nofile=$(ulimit -n) memlock=$(ulimit -l)",
+		"cat /data/in",
+		"if echo x > /data/out 2>/dev/null; then echo ro-written; else echo ro-refused; fi",
+		"echo result > /results/out && echo rw-written",
+		"df -k /dev/shm | tail -n 1",
+	}, "\n")
+	code, out := runBatch(t, rt, runtime.Spec{
+		ID: "rs-rlimits", Image: runtimetest.ImageRef, Args: []string{"sh", "-c", script},
+		MemoryBytes: 512 << 20, ShmBytes: 300 << 20,
+		// Below any host's hard limits, so granted exactly everywhere.
+		Rlimits: []runtime.Rlimit{
+			{Type: "RLIMIT_NOFILE", Soft: 4096, Hard: 4096},
+			{Type: "RLIMIT_MEMLOCK", Soft: 1024 << 10, Hard: 1024 << 10},
+		},
+		Mounts: []runtime.Mount{{Source: data, Target: "/data", ReadOnly: true}, {Source: results, Target: "/results"}},
+	})
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"nofile=4096 memlock=1024", "dataset", "ro-refused", "rw-written", fmt.Sprintf(" %d ", 300<<10)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(results, "out")); err != nil || string(b) != "result\n" {
+		t.Errorf("the read-write mount's file on the host: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "out")); err == nil {
+		t.Error("the read-only mount was written on the host")
+	}
+
+	missing := filepath.Join(t.TempDir(), "absent")
+	err := rt.Start(context.Background(), runtime.Spec{ID: "rs-missing", Image: runtimetest.ImageRef, Args: []string{"true"},
+		Mounts: []runtime.Mount{{Source: missing, Target: "/data"}}})
+	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "must exist") {
+		t.Errorf("start with a missing mount source: %v; want an error naming %s", err, missing)
+	}
+	if _, err := rt.Status(context.Background(), "rs-missing"); err == nil {
+		t.Error("a container was left by the failed start")
+	}
+	if err := (runtime.Spec{ID: "x", Image: "i", Rlimits: []runtime.Rlimit{{Type: "RLIMIT_BOGUS"}}}).Validate(); err == nil {
+		t.Error("an unknown rlimit type passed Validate")
+	}
+}
+
+// TestContainerdRlimitsBeyondTheHostsAreCapped: limits above what this
+// host may grant (an unprivileged sandbox's root lacks CAP_SYS_RESOURCE)
+// start the container with the host's hard limits instead of failing; a
+// host with the capability grants them as asked.
+func TestContainerdRlimitsBeyondTheHostsAreCapped(t *testing.T) {
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	canRaise := false
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			var caps uint64
+			fmt.Sscanf(strings.TrimSpace(v), "%x", &caps)
+			canRaise = caps&(1<<24) != 0 // CAP_SYS_RESOURCE
+		}
+	}
+	var nofile, memlock syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Getrlimit(8 /* RLIMIT_MEMLOCK */, &memlock); err != nil {
+		t.Fatal(err)
+	}
+	wantNofile, wantMemlock := "1048576", "unlimited"
+	if !canRaise {
+		wantNofile = fmt.Sprint(min(nofile.Max, 1048576))
+		if memlock.Max != ^uint64(0) {
+			wantMemlock = fmt.Sprint(memlock.Max >> 10)
+		}
+	}
+	code, out := runBatch(t, rt, runtime.Spec{
+		ID: "rs-capped", Image: runtimetest.ImageRef, Args: []string{"sh", "-c", "echo nofile=$(ulimit -n) memlock=$(ulimit -l)"},
+		Rlimits: []runtime.Rlimit{
+			{Type: "RLIMIT_NOFILE", Soft: 1048576, Hard: 1048576},
+			{Type: "RLIMIT_MEMLOCK", Soft: runtime.RlimitInfinity, Hard: runtime.RlimitInfinity},
+		},
+	})
+	if want := "nofile=" + wantNofile + " memlock=" + wantMemlock; code != 0 || strings.TrimSpace(out) != want {
+		t.Errorf("exit %d, output %q; want 0 and %q (CAP_SYS_RESOURCE: %v)", code, out, want, canRaise)
+	}
+}
+
+// TestContainerdPrivateMountIsNeverHandedOver: a private created mount
+// (a per-user volume) is made for the container's user when missing, used
+// when it is already theirs, and refused, with nothing started, when it
+// belongs to someone else; a home (not private) is handed over.
+func TestContainerdPrivateMountIsNeverHandedOver(t *testing.T) {
+	rt := runtimetest.New(t, runtime.ContainerdOptions{})
+	uid := uint32(104217)
+	mine := filepath.Join(t.TempDir(), "results", "ada")
+	spec := func(id, src string, private bool) runtime.Spec {
+		return runtime.Spec{ID: id, Image: runtimetest.ImageRef, UID: &uid, Args: []string{"sh", "-c", "echo ok > /results/f"},
+			Mounts: []runtime.Mount{{Source: src, Target: "/results", Create: true, Private: private}}}
+	}
+	if code, out := runBatch(t, rt, spec("rs-private-new", mine, true)); code != 0 {
+		t.Fatalf("a missing private mount: exit %d\n%s", code, out)
+	}
+	if code, out := runBatch(t, rt, spec("rs-private-own", mine, true)); code != 0 {
+		t.Fatalf("the user's own private mount: exit %d\n%s", code, out)
+	}
+	theirs := t.TempDir() // root's
+	err := rt.Start(context.Background(), spec("rs-private-theirs", theirs, true))
+	if err == nil || !strings.Contains(err.Error(), "never handed over") {
+		t.Errorf("a private mount owned by another uid: %v; want a refusal", err)
+	}
+	if fi, err := os.Stat(theirs); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the refused directory changed owner: %v", err)
+	}
+	if code, out := runBatch(t, rt, spec("rs-home", theirs, false)); code != 0 {
+		t.Fatalf("a home handed over: exit %d\n%s", code, out)
 	}
 }

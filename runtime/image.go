@@ -17,7 +17,7 @@ import (
 var BusyboxApplets = []string{
 	"sh", "cat", "echo", "env", "id", "ls", "mkdir", "sleep", "httpd", "wget",
 	"touch", "true", "false", "test", "printf", "head", "tail", "wc", "stat",
-	"kill", "ps", "grep", "seq", "nc", "timeout", "base64",
+	"kill", "ps", "grep", "seq", "nc", "timeout", "base64", "sha256sum", "cut",
 }
 
 // jupyterStandIn is the busybox image's /bin/jupyter: not Jupyter, but a
@@ -39,28 +39,46 @@ wait
 
 // rayStandIn is the busybox image's /bin/ray: not Ray, but busybox httpd
 // on the ports `ray start` is given (GCS, client server, node and object
-// managers; never the dashboard's, which real Ray serves on the
-// container's loopback only), and, for a worker (--address), a connection
-// to its head, retried for a minute, so that gang tests can tell whether
-// the parts of a session reach each other.
+// managers), a page on the dashboard's --dashboard-host and
+// --dashboard-port as Ray's dashboard would be, and, for a worker
+// (--address), a connection to its head, retried for a minute, so that
+// gang tests can tell whether the parts of a session reach each other. With
+// RAY_AUTH_MODE=token the head's page shows a fingerprint of its
+// RAY_AUTH_TOKEN and a worker with another token exits 1, as Ray's token
+// authentication refuses it.
 const rayStandIn = `#!/bin/sh
 # Voyager's busybox image: a STAND-IN for Ray (busybox httpd on Ray's ports), not Ray.
-mode=worker; ports=""; addr=""; block=""
+mode=worker; ports=""; addr=""; block=""; dhost=127.0.0.1; dport=""
 for a in "$@"; do case "$a" in
 --head) mode=head;;
+--dashboard-host=*) dhost="${a#*=}";;
+--dashboard-port=*) dport="${a#*=}";;
 --port=*|--ray-client-server-port=*|--node-manager-port=*|--object-manager-port=*) ports="$ports ${a#*=}";;
 --address=*) addr="${a#--address=}";;
 --block) block=1;;
 esac; done
+# Ray's token authentication (RAY_AUTH_MODE=token): the head shows a
+# fingerprint of its token and a worker joins only with the same one.
+fp=""
+if [ "$RAY_AUTH_MODE" = token ]; then fp=$(printf %s "$RAY_AUTH_TOKEN" | sha256sum | cut -c1-16); fi
 mkdir -p /tmp/ray
-echo "ray $mode of $VOYAGER_SESSION" > /tmp/ray/index.html
+echo "ray $mode of $VOYAGER_SESSION${fp:+ auth $fp}" > /tmp/ray/index.html
 for p in $ports; do httpd -p "$p" -h /tmp/ray || exit 1; done
+if [ -n "$dport" ]; then
+mkdir -p /tmp/ray-dashboard/api
+echo "ray dashboard stand-in of $VOYAGER_SESSION" > /tmp/ray-dashboard/index.html
+echo '{"ray_version": "stand-in"}' > /tmp/ray-dashboard/api/version
+httpd -p "$dhost:$dport" -h /tmp/ray-dashboard || exit 1
+fi
 if [ -n "$addr" ]; then
 n=0
 until timeout 3 wget -q -O /tmp/ray/head "http://$addr/" 2>/dev/null; do
 n=$((n+1)); if [ $n -ge 30 ]; then echo "ray stand-in: head $addr unreachable" >&2; exit 1; fi; sleep 1
 done
-echo "ray stand-in: joined head $addr: $(cat /tmp/ray/head)"
+hp=$(cat /tmp/ray/head); want=""
+case "$hp" in *" auth "*) want="${hp##* auth }";; esac
+if [ "$want" != "$fp" ]; then echo "ray stand-in: head $addr refused this worker's authentication token" >&2; exit 1; fi
+echo "ray stand-in: joined head $addr: $hp"
 fi
 if [ -n "$block" ]; then trap 'exit 0' TERM INT; sleep 2147483647 & wait; fi
 exit 0

@@ -414,9 +414,9 @@ func resolve(ctx context.Context, addr string) (string, error) {
 
 // setup attaches the container's namespace to the network, publishes its
 // ports and installs its own rules. It returns the container's address.
-func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, publish []Published, reach []Endpoint) (ip string, err error) {
+func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, spec Spec) (ip string, err error) {
 	err = n.inHost(func() error {
-		ip, err = n.setupHere(ctx, id, nsPath, publish, reach)
+		ip, err = n.setupHere(ctx, id, nsPath, spec)
 		return err
 	})
 	return ip, err
@@ -425,7 +425,8 @@ func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, publish []Pub
 // setupHere is setup in the machine's namespace. The plugins run one
 // after another on this thread (go-cni's Setup would run them on other
 // goroutines, outside HostNetNS).
-func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, publish []Published, reach []Endpoint) (string, error) {
+func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, spec Spec) (string, error) {
+	publish, reach := spec.Publish, spec.Reach
 	res, err := n.cni.SetupSerially(ctx, id, nsPath, gocni.WithCapabilityPortMap(portMaps(publish)))
 	if err != nil {
 		return "", fmt.Errorf("set up network of %s: %w", id, err)
@@ -448,8 +449,8 @@ func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, publish [
 		}
 	}
 	// Its own chain holds what is not the same for every container: ports
-	// published to some sources only, and endpoints it may reach in the
-	// blocked ports. Most containers need none.
+	// published to some sources only, endpoints it may reach in the
+	// blocked ports, and a denied egress. Most containers need none.
 	var rules []rule
 	for _, p := range publish {
 		if len(p.From) == 0 {
@@ -473,6 +474,17 @@ func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, publish [
 		for _, p := range e.Ports {
 			rules = append(rules, r("-s "+ip+"/32 -d "+addr+" -i "+n.bridge+" -p tcp -m tcp --dport "+strconv.Itoa(p)+" -j ACCEPT"))
 		}
+	}
+	if spec.DenyEgress {
+		// After the reach rules (its gang's ports): the allowed networks,
+		// replies to what reached it (a browser on Jupyter), then nothing.
+		// The instance's allowed endpoints are accepted before this chain.
+		for _, c := range spec.EgressAllow {
+			rules = append(rules, r("-s "+ip+"/32 -d "+c+" -i "+n.bridge+" -j ACCEPT"))
+		}
+		rules = append(rules,
+			r("-s "+ip+"/32 -i "+n.bridge+" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
+			r("-s "+ip+"/32 -i "+n.bridge+" -j DROP"))
 	}
 	if len(rules) == 0 {
 		return ip, nil

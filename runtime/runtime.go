@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -62,6 +65,12 @@ type Runtime interface {
 	CPUUsage(ctx context.Context, id string) (time.Duration, error)
 }
 
+// LoopbackDialer is a Runtime that can connect to a port on a container's
+// own loopback (Containerd; not the fake, which runs no process).
+type LoopbackDialer interface {
+	DialLoopback(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
 // State is a container's lifecycle state.
 type State string
 
@@ -104,6 +113,10 @@ type Mount struct {
 	// 0700, if it does not exist; an existing one is given to them (all of
 	// it, when its owner differs) and made 0700.
 	Create bool
+	// Private, with Create, never hands an existing Source over: one not
+	// owned by the container's UID fails the start (a per-user volume
+	// whose path meets a directory that is someone else's).
+	Private bool
 }
 
 // Spec describes one container. The container runs on the runtime's
@@ -133,7 +146,12 @@ type Spec struct {
 	PidsLimit int64
 	// ShmBytes sizes /dev/shm; 0 keeps the default 64 MiB.
 	ShmBytes int64
-	Mounts   []Mount
+	// Rlimits set resource limits of the container's processes; a type
+	// left out keeps the runtime's default (containerd's: RLIMIT_NOFILE
+	// 1024). Containerd lowers a limit this host cannot grant to the
+	// most it can (Grantable) rather than fail the start.
+	Rlimits []Rlimit
+	Mounts  []Mount
 	// CDIDevices are fully qualified CDI device names
 	// ("nvidia.com/gpu=0") injected from the runtime's CDI spec dirs.
 	CDIDevices []string
@@ -144,10 +162,31 @@ type Spec struct {
 	// Reach are endpoints the container may reach although its network
 	// blocks their ports (NetworkOptions.BlockedPorts).
 	Reach []Endpoint
+	// DenyEgress refuses every connection the container opens but to
+	// EgressAllow's networks, Reach's endpoints and the network's Allow
+	// endpoints; replies to connections made to it still flow. It needs
+	// a network of the container's own (NetworkIsolated): Start refuses it
+	// on the host's.
+	DenyEgress bool
+	// EgressAllow are IPv4 networks in CIDR form ("10.0.0.0/8") a
+	// container with DenyEgress still reaches.
+	EgressAllow []string
 	// LogPath receives stdout and stderr, appended; its directory is
 	// created. Empty discards output. TrimLog keeps its size bounded.
 	LogPath string
 }
+
+// Rlimit is one resource limit of a container's processes.
+type Rlimit struct {
+	// Type is the limit's name as in the OCI spec and setrlimit(2),
+	// such as RLIMIT_NOFILE or RLIMIT_MEMLOCK.
+	Type string
+	// Soft and Hard are the limits; RlimitInfinity is unlimited.
+	Soft, Hard uint64
+}
+
+// RlimitInfinity is an unlimited Rlimit value (RLIM_INFINITY).
+const RlimitInfinity = ^uint64(0)
 
 // DefaultUID and DefaultGID run a container whose Spec leaves UID and GID
 // nil: Jupyter's conventional unprivileged user.
@@ -168,6 +207,16 @@ func (s Spec) Validate() error {
 	}
 	if s.CPUMilli < 0 || s.MemoryBytes < 0 || s.PidsLimit < 0 || s.ShmBytes < 0 {
 		return fmt.Errorf("%w: container %s has a negative limit", ErrInvalidSpec, s.ID)
+	}
+	for _, c := range s.EgressAllow {
+		if p, err := netip.ParsePrefix(c); err != nil || !p.Addr().Is4() {
+			return fmt.Errorf("%w: container %s: egress network %q: want an IPv4 network such as 10.0.0.0/8", ErrInvalidSpec, s.ID, c)
+		}
+	}
+	for _, r := range s.Rlimits {
+		if _, ok := rlimitResources[r.Type]; !ok || r.Soft > r.Hard {
+			return fmt.Errorf("%w: container %s: rlimit %s %d:%d: want one of %s with soft at most hard", ErrInvalidSpec, s.ID, r.Type, r.Soft, r.Hard, strings.Join(slices.Sorted(maps.Keys(rlimitResources)), ", "))
+		}
 	}
 	for _, m := range s.Mounts {
 		if m.Source == "" || m.Target == "" || m.Target[0] != '/' {

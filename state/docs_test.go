@@ -81,6 +81,9 @@ var docTypes = map[string]any{
 
 	"IdempotencyRecord": state.IdempotencyRecord{},
 	"UIDRecord":         state.UIDRecord{},
+	"RayToken":          state.RayToken{},
+	"Volume":            state.Volume{},
+	"Array":             state.Array{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.
@@ -187,10 +190,12 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.UserQuota("ada"):                       values["Quota"],
 		k.GroupQuota("vision"):                   values["Quota"],
 		k.Profile("a100-small"):                  values["Profile"],
+		k.Volume("results"):                      values["Volume"],
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
 		k.Part(binding.Node, sess.ID):            values["PartStatus"],
+		k.Array("s01jq2k9a0c3m5t7vb2"):           values["Array"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -202,7 +207,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

@@ -28,6 +28,7 @@ const (
 	dirElection = "elections"
 	dirUIDs     = "uids"
 	dirParts    = "parts"
+	dirRay      = "raytokens"
 )
 
 // Keys builds every etcd key under one prefix. The zero value is not usable;
@@ -160,6 +161,15 @@ func (k Keys) NodeSecrets(node string) string { return k.key(dirSecrets, node) +
 // Secret is the key of the secrets of session id's part on node: the
 // URLs that carry a token or a key.
 func (k Keys) Secret(node, id string) string { return k.key2(dirSecrets, node, id) }
+
+// RayTokens is the prefix of the Ray sessions' authentication tokens
+// (raytokens/<id>): the API writes one with the session, every agent
+// reads them (a Ray gang's parts run on nodes no prefix can name), the
+// placer's retention deletes them; the operator's role does not read them.
+func (k Keys) RayTokens() string { return k.dir(dirRay) }
+
+// RayToken is the key of session id's Ray token.
+func (k Keys) RayToken(id string) string { return k.key(dirRay, id) }
 
 // Elections is the prefix of the placers' elections (etcd's election
 // recipe under it: elections/<name>/<lease>).

@@ -25,7 +25,8 @@ type IdempotencyRecord struct {
 // under lease, in the same transaction and only if idemKey does not exist
 // yet. When it exists, nothing is written and the stored record is
 // returned with created false: the caller answers the repeat with it.
-func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time, idemKey string, rec IdempotencyRecord, lease clientv3.LeaseID) (stored IdempotencyRecord, created bool, err error) {
+// guards are compared as by CreateSession (ErrConflict when one fails).
+func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time, idemKey string, rec IdempotencyRecord, lease clientv3.LeaseID, guards ...clientv3.Cmp) (stored IdempotencyRecord, created bool, err error) {
 	if err := ValidateName("session id", s.ID); err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}
@@ -37,14 +38,19 @@ func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Sess
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}
+	ray, err := rayTokenOps(k, s)
+	if err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
+	}
 	ops := append(createOps(k, s.ID, spec, entry, st), clientv3.OpPut(idemKey, r, clientv3.WithLease(lease)))
+	ops = append(ops, ray...)
 	resp, err := kv.Txn(ctx).
-		If(
+		If(append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(idemKey), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0),
-		).
+		}, guards...)...).
 		Then(ops...).
-		Else(clientv3.OpGet(idemKey)).Commit()
+		Else(clientv3.OpGet(idemKey), clientv3.OpGet(k.Session(s.ID), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, err)
 	}
@@ -52,7 +58,11 @@ func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Sess
 		return rec, true, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 { // the session id was taken, not the key
+	if len(kvs) == 0 {
+		if resp.Responses[1].GetResponseRange().Count == 0 { // a guard failed
+			return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, ErrConflict)
+		}
+		// the session id was taken, not the key
 		return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, ErrExists)
 	}
 	old, err := Decode[IdempotencyRecord](kvs[0].Value)

@@ -2,6 +2,8 @@ package state
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -47,8 +49,10 @@ func NewQueueEntry(s Session, now time.Time) QueueEntry {
 
 // CreateSession writes a new session in one transaction: its spec, its queue
 // entry and a Pending status. It fails with ErrExists, writing nothing, if
-// the id is taken. It returns the revision of the write.
-func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time) (int64, error) {
+// the id is taken, and with ErrConflict if a guard fails (the records the
+// spec was built from, such as its volumes' definitions, changed since
+// they were read). It returns the revision of the write.
+func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time, guards ...clientv3.Cmp) (int64, error) {
 	if err := ValidateName("session id", s.ID); err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
@@ -56,13 +60,21 @@ func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now t
 	if err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
+	ray, err := rayTokenOps(k, s)
+	if err != nil {
+		return 0, fmt.Errorf("create session: %w", err)
+	}
 	resp, err := kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0)).
-		Then(createOps(k, s.ID, spec, entry, st)...).Commit()
+		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0)}, guards...)...).
+		Then(append(createOps(k, s.ID, spec, entry, st), ray...)...).
+		Else(clientv3.OpGet(k.Session(s.ID), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("create session %s: %w", s.ID, err)
 	}
 	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return 0, fmt.Errorf("create session %s: %w", s.ID, ErrConflict)
+		}
 		return 0, fmt.Errorf("create session %s: %w", s.ID, ErrExists)
 	}
 	return resp.Header.Revision, nil
@@ -133,4 +145,21 @@ func createOps(k Keys, id, spec, entry, st string) []clientv3.Op {
 		clientv3.OpPut(k.Pending(id), entry),
 		clientv3.OpPut(k.Status(id), st),
 	}
+}
+
+// rayTokenOps are the operations that give a Ray session (one with Ray
+// workers) its authentication token, written with the session.
+func rayTokenOps(k Keys, s Session) ([]clientv3.Op, error) {
+	if s.Ray == nil || s.Ray.Workers == 0 {
+		return nil, nil
+	}
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("make Ray token: %w", err)
+	}
+	v, err := Encode(RayToken{Session: s.ID, Token: hex.EncodeToString(b[:])})
+	if err != nil {
+		return nil, err
+	}
+	return []clientv3.Op{clientv3.OpPut(k.RayToken(s.ID), v)}, nil
 }

@@ -145,6 +145,20 @@ const (
 	PartFailureContinue = "Continue"
 )
 
+// Egress limits where a session's containers may open connections.
+type Egress struct {
+	// Deny refuses every connection the session opens but those to
+	// Allow's networks, to its own gang's parts, and to the endpoints the
+	// node's operator opens to every session (VOYAGER_AGENT_NETWORK_ALLOW,
+	// e.g. JupyterHub's API). Replies to connections made to the session
+	// (a browser on Jupyter) still flow.
+	Deny bool `json:"deny,omitempty"`
+	// Allow lists the IPv4 networks ("10.20.0.0/16", "192.0.2.7/32") a
+	// denied session still reaches: a package mirror, a dataset store,
+	// its DNS server.
+	Allow []string `json:"allow,omitempty"`
+}
+
 // Restart policies.
 const (
 	RestartNever     = "Never"
@@ -183,6 +197,20 @@ type Session struct {
 	Image   string            `json:"image,omitempty"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// Egress, when set, limits the connections the session's containers
+	// open (from its profile, or asked by the owner). Nil: they reach
+	// the world outside the node.
+	Egress *Egress `json:"egress,omitempty"`
+	// ShmMiB sizes the containers' /dev/shm, a tmpfs whose pages count
+	// against the session's memory. Zero (sessions from before it): the
+	// agent's default.
+	ShmMiB int64 `json:"shmMiB,omitempty"`
+	// Ulimits are the containers' memlock and open-file limits; nil
+	// (sessions from before them): the runtime's defaults.
+	Ulimits *Ulimits `json:"ulimits,omitempty"`
+	// Volumes are the operator's volumes mounted into the containers, as
+	// the API resolved them at admission.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 
 	Limits      Limits        `json:"limits"`
 	Priority    int           `json:"priority"`
@@ -196,6 +224,9 @@ type Session struct {
 	// final status.
 	Eviction *Eviction `json:"eviction,omitempty"`
 	Created  time.Time `json:"created"`
+	// Array, when set, names the job array this session is an element
+	// of (arrays/<id>) and its index.
+	Array *ArrayMember `json:"array,omitempty"`
 }
 
 // Stopping reports whether the session's agents should stop it: its owner
@@ -568,6 +599,18 @@ type Profile struct {
 	Resources   Resources         `json:"resources"`
 	Env         map[string]string `json:"env,omitempty"`
 	Limits      Limits            `json:"limits"`
+	// Egress, when it denies, binds every session of the profile: its
+	// owner may narrow Allow but not widen it.
+	Egress *Egress `json:"egress,omitempty"`
+}
+
+// RayToken is a Ray session's authentication token, stored at
+// raytokens/<id>: every part of the session runs with it as Ray's
+// RAY_AUTH_TOKEN (and RAY_AUTH_MODE=token), so Ray 2.52 and later refuse
+// whoever lacks it; the agent's dashboard proxy presents it.
+type RayToken struct {
+	Session string `json:"session"`
+	Token   string `json:"token"`
 }
 
 // Placer announces a live placer, stored at placers/<id> under the placer's

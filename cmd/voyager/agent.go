@@ -89,6 +89,7 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 	registry.MustRegister(parts.agent.Collectors()...)
 	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
+	mux.Handle(nodeagent.DashboardPath, parts.agent.DashboardHandler())
 	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)

@@ -31,6 +31,7 @@ var apiEnvs = []string{
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvHTTPPlain,
 	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
 	config.EnvAPIRegistries, config.EnvAPIMaxQueued,
+	config.EnvDefaultShmMiB, config.EnvUlimitNofile, config.EnvUlimitMemlock,
 }
 
 const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
@@ -148,6 +149,9 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		MinMemoryMiB:      cfg.MinMemoryMiB,
 		AllowedRegistries: cfg.APIAllowedRegistries,
 		MaxQueuedPerUser:  cfg.APIMaxQueuedPerUser,
+		DefaultShmMiB:     cfg.DefaultShmMiB,
+		UlimitNofile:      cfg.UlimitNofile,
+		UlimitMemlockKiB:  cfg.MemlockKiB(),
 		Logger:            log,
 	})
 }

@@ -390,14 +390,36 @@ func binaryToken(t *testing.T, environ []string, args ...string) string {
 func runHiExit3(t *testing.T, environ []string, httpAddr, token string, runArgs ...string) {
 	t.Helper()
 	args := append(append([]string{"run"}, runArgs...), "--", "sh", "-c", "echo hi; exit 3")
-	runCmd := exec.Command(binary, args...)
-	runCmd.Env = append(environ, envURL+"=http://"+httpAddr, envToken+"="+token)
-	var stdout, stderr bytes.Buffer
-	runCmd.Stdout, runCmd.Stderr = &stdout, &stderr
-	err := runCmd.Run()
-	if code := runCmd.ProcessState.ExitCode(); code != 3 || stdout.String() != "hi\n" {
-		t.Fatalf("voyager run: exit %d (%v), stdout %q\nstderr:\n%s", code, err, stdout.String(), stderr.String())
+	if code, stdout, stderr := runBinary(t, environ, httpAddr, token, args...); code != 3 || stdout != "hi\n" {
+		t.Fatalf("voyager run: exit %d, stdout %q\nstderr:\n%s", code, stdout, stderr)
 	}
+}
+
+// runBinary runs the built binary with args against the API at httpAddr
+// as token, and returns its exit code, stdout and stderr.
+func runBinary(t *testing.T, environ []string, httpAddr, token string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(environ, envURL+"=http://"+httpAddr, envToken+"="+token)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	_ = cmd.Run()
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// devWithAgent starts the built binary's `voyager dev` with its real agent
+// (node name node) on a private containerd whose namespace is namespace,
+// and waits for the node to register.
+func devWithAgent(t *testing.T, namespace, node string) (devEnv, []string, *proc) {
+	t.Helper()
+	rt := privateContainerd(t, namespace)
+	env := newDevEnv(t)
+	environ := append(env.environ(),
+		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
+		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
+	dev := start(t, environ, "dev")
+	dev.waitFor(`msg="node registered"`, 60*time.Second)
+	return env, environ, dev
 }
 
 // TestRunAgainstDevE2E runs the built binary: `voyager dev`, then
@@ -423,13 +445,7 @@ func TestRunAgainstDevE2E(t *testing.T) {
 // from the agent's log endpoint) and exits 3.
 func TestRunRealAgentE2E(t *testing.T) {
 	needBinary(t)
-	rt := privateContainerd(t, "voyager-run-e2e")
-	env := newDevEnv(t)
-	environ := append(env.environ(),
-		"VOYAGER_AGENT_NODE=run-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
-	dev := start(t, environ, "dev")
-	dev.waitFor(`msg="node registered"`, 60*time.Second)
+	env, environ, dev := devWithAgent(t, "voyager-run-e2e", "run-e2e")
 
 	runHiExit3(t, environ, env.httpAddr, binaryToken(t, environ, "-sub", "ada"))
 	if code := dev.stop(); code != 0 {

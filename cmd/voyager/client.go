@@ -107,6 +107,14 @@ func namesOf(v any) ([]string, bool) {
 		return mapNames(x)
 	case []api.QueueEntry:
 		return mapNames(x)
+	case state.Volume:
+		return []string{x.Name}, true
+	case []state.Volume:
+		return mapNames(x)
+	case api.ArrayView:
+		return []string{x.ID}, true
+	case []api.ArrayView:
+		return mapNames(x)
 	}
 	return nil, false
 }

@@ -115,7 +115,8 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	comps = append(comps, component{name: "retention", run: ret.Run})
 	lc := newLifecycle(store.client, cfg, log)
 	registry.MustRegister(lc.Collectors()...)
-	comps = append(comps, component{name: "lifecycle", run: lc.Run}, mergerComponent(store.client, cfg, log, registry))
+	comps = append(comps, component{name: "lifecycle", run: lc.Run}, mergerComponent(store.client, cfg, log, registry),
+		sweepComponent(store.client, cfg, log, registry))
 	// The agent: where it cannot run (no containerd and not root), dev
 	// says why and goes on without it; sessions then wait in the queue.
 	parts, err := newAgent(ctx, store.client, cfg, log, true)
@@ -126,6 +127,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 		defer parts.close()
 		registry.MustRegister(parts.agent.Collectors()...)
 		mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
+		mux.Handle(nodeagent.DashboardPath, parts.agent.DashboardHandler())
 		comps = append(comps, parts.component())
 	}
 	if store.server != nil {

@@ -84,6 +84,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 		{name: "retention", run: ret.Run},
 		{name: "lifecycle", run: lc.Run},
 		mergerComponent(store.client, cfg, log, registry),
+		sweepComponent(store.client, cfg, log, registry),
 	})
 	if err != nil {
 		log.Error("voyager placer failed", "err", err)

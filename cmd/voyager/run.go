@@ -18,7 +18,18 @@ import (
 
 const runDesc = `Submits a batch session that runs COMMAND, shows its progress on stderr and
 its output on stdout, and exits with the command's exit code. Interrupting
-it (Ctrl-C) stops the session.
+it (Ctrl-C) stops the session. At the end it prints one line on stderr:
+node, GPUs, wall time, GPU-hours, exit code; with -o json the job's output
+goes to stderr and stdout holds only that summary as one JSON object (for
+an array: the array, with its summary and every element's exit code).
+
+With -array (an index set: 0-99, 0-99:10, 1,5,7-9) or -params FILE (one
+element per line) it submits a job array instead: one session per element,
+{index} and {param} replaced in the command and --env values, at most
+-max-running unfinished at once (the cluster enforces it). It waits for
+the whole array, prints its summary, and exits 1 if any element did not
+succeed; Ctrl-C stops every element. voyager array lists, reads, waits
+for and stops arrays.
 
 With --nodes N the job runs on N machines, one part each with the
 resources asked for, started together or not at all; every part runs
@@ -38,6 +49,7 @@ func newRunCmd() *cobra.Command {
 		cf    clientFlags
 		spec  specFlags
 		quiet bool
+		arr   arrayFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARGS…]",
@@ -51,19 +63,28 @@ func newRunCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), "voyager run: want a command after --, e.g. voyager run -- sh -c 'echo hi'")
 				return exitCode(exitUsage)
 			}
+			if cf.output != "" && cf.output != "json" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "voyager run: invalid -o %q: want json, or leave it out\n", cf.output)
+				return exitCode(exitUsage)
+			}
 			spec.kind = string(state.KindBatch)
-			return withCode(runBatch(cmd.Context(), c, &spec, args, quiet, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+			if arr.set() {
+				return withCode(runArray(cmd.Context(), c, &spec, &arr, args, quiet, cf.output == "json", cmd.OutOrStdout(), cmd.ErrOrStderr()))
+			}
+			return withCode(runBatch(cmd.Context(), c, &spec, args, quiet, cf.output == "json", cmd.OutOrStdout(), cmd.ErrOrStderr()))
 		}),
 	}
 	cf.register(cmd, false)
 	spec.register(cmd, false)
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress messages, only the command's output")
+	cmd.Flags().StringVarP(&cf.output, "output", "o", "", "json: print the summary as one JSON object on stdout (the job's output goes to stderr)")
+	arr.register(cmd)
 	return cmd
 }
 
 // runBatch submits the batch session, follows it to its end and returns
 // the exit code of voyager run.
-func runBatch(ctx context.Context, c *client, spec *specFlags, command []string, quiet bool, stdout, stderr io.Writer) int {
+func runBatch(ctx context.Context, c *client, spec *specFlags, command []string, quiet, asJSON bool, stdout, stderr io.Writer) int {
 	req, err := spec.request(command)
 	if err != nil {
 		fmt.Fprintf(stderr, "voyager run: %v\n", err)
@@ -82,7 +103,11 @@ func runBatch(ctx context.Context, c *client, spec *specFlags, command []string,
 		return cliFail(stderr, "run", err)
 	}
 	progress("session %s submitted", v.ID)
-	r := &runner{c: c, id: v.ID, stdout: stdout, progress: progress}
+	out := stdout
+	if asJSON { // stdout is the summary's alone
+		out = stderr
+	}
+	r := &runner{c: c, id: v.ID, stdout: out, progress: progress}
 	code := r.follow(ctx)
 	if ctx.Err() != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -95,6 +120,9 @@ func runBatch(ctx context.Context, c *client, spec *specFlags, command []string,
 		}
 		return exitRunInterrupted
 	}
+	if r.last.Terminal {
+		summarize(v.Session, r.last.Status).report(asJSON, stdout, progress)
+	}
 	return code
 }
 
@@ -104,6 +132,8 @@ type runner struct {
 	id       string
 	stdout   io.Writer
 	progress func(string, ...any)
+
+	last api.Event // the last status event seen
 
 	logsOnce sync.Once
 	logsDone chan struct{}
@@ -120,12 +150,11 @@ func (r *runner) follow(ctx context.Context) int {
 	r.changed = make(chan struct{}, 1)
 	lctx, stopLogs := context.WithCancel(ctx)
 	defer stopLogs()
-	var last api.Event
 	lastID := ""
-	for !last.Terminal {
+	for !r.last.Terminal {
 		var err error
 		lastID, err = r.c.follow(ctx, r.id, lastID, func(ev api.Event) bool {
-			last = ev
+			r.last = ev
 			r.progress("%s", ev.Message)
 			select {
 			case r.changed <- struct{}{}:
@@ -169,14 +198,14 @@ func (r *runner) follow(ctx context.Context) int {
 		stopLogs()
 		<-r.logsDone
 	}
-	st := last.Status
+	st := r.last.Status
 	switch {
 	case st.ExitCode != nil:
 		return *st.ExitCode & 0xff
-	case last.Phase == state.PhaseSucceeded:
+	case r.last.Phase == state.PhaseSucceeded:
 		return exitOK
 	}
-	r.progress("session %s ended %s without an exit code", r.id, last.Phase)
+	r.progress("session %s ended %s without an exit code", r.id, r.last.Phase)
 	return exitError
 }
 

@@ -675,6 +675,8 @@ func TestMultiMachineE2E(t *testing.T) {
 		waitReleased(t, ctx, root, m[1], 20*time.Second)
 	}
 
+	checkRayDashboard(t, ctx, c.cliEnv(apis["ctl-1"], secret), root)
+
 	// A long job, then its machine dies: agent killed, link down.
 	ctl2 := c.cliEnv(apis["ctl-2"], secret)
 	code, out = runVoyager(t, ctl2, "session", "create", "--kind", "batch", "--gpus", "2", "-o", "json", "--", "sleep", "600")
@@ -735,6 +737,61 @@ func TestMultiMachineE2E(t *testing.T) {
 	waitStatus(t, ctx, root, long, "Stopped", func(st state.Status) bool { return st.Phase == state.PhaseStopped })
 	t.Logf("killed etcd leader %s and ctl-1's placer: new leader after %s, a session bound %s after the kills, two jobs ran to completion %s after them",
 		leader, elected.Round(time.Millisecond), resumed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// checkRayDashboard: a Ray notebook's dashboard, published nowhere, is
+// served to its owner by `voyager dashboard` on a local port, through the
+// API and the agent of the head, which reaches it inside the head's
+// container; another user's `voyager dashboard` is refused.
+func checkRayDashboard(t *testing.T, ctx context.Context, ada []string, root *clientv3.Client) {
+	t.Helper()
+	code, out := runVoyager(t, ada, "session", "create", "--kind", "notebook", "--gpus", "2", "--ray-workers", "1", "-o", "json")
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &created); code != 0 || err != nil || created.ID == "" {
+		t.Fatalf("create a Ray notebook: exit %d (%v)\n%s", code, err, out)
+	}
+	id := created.ID
+	waitStatus(t, ctx, root, id, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
+	dash := start(t, ada, "dashboard", id, "--listen", "127.0.0.1:0")
+	m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(dash.waitFor("Ray dashboard of session "+id, 30*time.Second))
+	if m == nil {
+		t.Fatal("voyager dashboard printed no local URL")
+	}
+	hc := http.Client{Timeout: 10 * time.Second}
+	for path, want := range map[string]string{"": "ray dashboard stand-in of " + id, "api/version": `"ray_version": "stand-in"`} {
+		resp, err := hc.Get(m[1] + path)
+		if err != nil {
+			t.Fatalf("dashboard %s: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+			t.Errorf("dashboard /%s through voyager dashboard: %s %q, want 200 with %q", path, resp.Status, b, want)
+		}
+	}
+	// Addressed by a name (DNS rebinding), the local proxy refuses.
+	req, _ := http.NewRequest("GET", m[1], nil)
+	req.Host = "attacker.example:80"
+	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("dashboard asked for by a name: %v %v, want 403", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	eve := slices.Clone(ada)
+	for i, kv := range eve {
+		if strings.HasPrefix(kv, envToken+"=") {
+			eve[i] = envToken + "=" + binaryToken(t, ada, "--sub", "eve")
+		}
+	}
+	if code, out := runVoyager(t, eve, "dashboard", id, "--listen", "127.0.0.1:0"); code == 0 || !strings.Contains(out, "no session") {
+		t.Errorf("another user's voyager dashboard: exit %d, want a refusal naming no session:\n%s", code, out)
+	}
+	if code, out := runVoyager(t, ada, "session", "stop", id); code != 0 {
+		t.Fatalf("stop the Ray notebook: exit %d\n%s", code, out)
+	}
+	waitStatus(t, ctx, root, id, "Stopped", func(st state.Status) bool { return st.Phase == state.PhaseStopped })
 }
 
 // submitAfterFailover creates a small batch session the way the API does,

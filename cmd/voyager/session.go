@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,10 @@ type specFlags struct {
 	restart                    string
 	maxRestarts                int
 	idempotencyKey             string
+	denyEgress                 bool
+	egressAllow                []string
+	shmMiB                     int64
+	ulimits, volumes           []string
 }
 
 func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
@@ -66,7 +71,38 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.StringVar(&s.restart, "restart", "", "restart policy of batch sessions: Never or OnFailure")
 	_ = cmd.RegisterFlagCompletionFunc("restart", cobra.FixedCompletions([]cobra.Completion{"Never", "OnFailure"}, cobra.ShellCompDirectiveNoFileComp))
 	fs.IntVar(&s.maxRestarts, "max-restarts", 0, "restarts allowed with --restart OnFailure")
+	fs.BoolVar(&s.denyEgress, "deny-egress", false, "the session opens no connection but to --egress-allow networks (a profile may deny egress for you)")
+	fs.StringArrayVar(&s.egressAllow, "egress-allow", nil, "an IPv4 network (CIDR) a session with denied egress still reaches, e.g. 10.20.0.0/16 (repeatable; implies --deny-egress)")
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "makes a retried create return the first session (default: a random key)")
+	fs.Int64Var(&s.shmMiB, "shm", 0, "/dev/shm in MiB, at most --memory (default: the cluster's, at most half of --memory)")
+	fs.StringArrayVar(&s.ulimits, "ulimit", nil, "nofile=N or memlock=KiB|unlimited, up to the cluster's limits (repeatable; default: the cluster's)")
+	fs.StringArrayVar(&s.volumes, "volume", nil, "NAME:/mount/path[:ro], a volume of `voyager volume list` (repeatable)")
+}
+
+// parseVolume reads --volume NAME:/mount/path[:ro].
+func parseVolume(v string) (api.VolumeRequest, error) {
+	parts := strings.Split(v, ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" || (len(parts) == 3 && parts[2] != "ro" && parts[2] != "rw") {
+		return api.VolumeRequest{}, fmt.Errorf("invalid --volume %q: want NAME:/mount/path, or NAME:/mount/path:ro for read-only", v)
+	}
+	return api.VolumeRequest{Name: parts[0], MountPath: parts[1], ReadOnly: len(parts) == 3 && parts[2] == "ro"}, nil
+}
+
+// parseUlimit reads --ulimit nofile=N or memlock=KiB|unlimited into u.
+func parseUlimit(u *state.Ulimits, v string) error {
+	k, val, _ := strings.Cut(v, "=")
+	n, err := strconv.ParseInt(val, 10, 64)
+	switch {
+	case k == "memlock" && val == "unlimited":
+		u.MemlockKiB = state.UlimitUnlimited
+	case k == "memlock" && err == nil && n > 0:
+		u.MemlockKiB = n
+	case k == "nofile" && err == nil && n > 0:
+		u.Nofile = n
+	default:
+		return fmt.Errorf("invalid --ulimit %q: want nofile=N or memlock=KiB (or memlock=unlimited)", v)
+	}
+	return nil
 }
 
 // request builds the create request; command may be empty.
@@ -98,6 +134,25 @@ func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 	}
 	if s.restart != "" || s.maxRestarts != 0 {
 		r.Restart = &state.RestartPolicy{Policy: s.restart, MaxRestarts: s.maxRestarts}
+	}
+	if s.denyEgress || len(s.egressAllow) > 0 {
+		r.Egress = &state.Egress{Deny: true, Allow: s.egressAllow}
+	}
+	r.ShmMiB = s.shmMiB
+	for _, u := range s.ulimits {
+		if r.Ulimits == nil {
+			r.Ulimits = &state.Ulimits{}
+		}
+		if err := parseUlimit(r.Ulimits, u); err != nil {
+			return r, err
+		}
+	}
+	for _, v := range s.volumes {
+		vr, err := parseVolume(v)
+		if err != nil {
+			return r, err
+		}
+		r.Volumes = append(r.Volumes, vr)
 	}
 	return r, nil
 }
@@ -291,11 +346,7 @@ stop it, its last activity and its GPUs' use.`,
 		Args:              exactArgs(1),
 		ValidArgsFunction: completeSessionIDs(&cf),
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			var v api.SessionView
-			if err := c.do(cmd.Context(), "GET", "/api/v1/sessions/"+url.PathEscape(args[0]), nil, &v); err != nil {
-				return cliError(cmd, err)
-			}
-			return cf.show(cmd.OutOrStdout(), v, func(w io.Writer, _ bool) { writeSession(w, v) })
+			return callShow(cmd, c, &cf, "GET", "/api/v1/sessions/"+url.PathEscape(args[0]), nil, writeSession)
 		}),
 	}
 	cf.register(cmd, true)
@@ -472,6 +523,23 @@ func writeSession(w io.Writer, s api.SessionView) {
 			onFailure = state.PartFailureStopAll
 		}
 		row("Parts", fmt.Sprintf("%d machines, each with the above; on part failure: %s", s.Nodes, onFailure))
+	}
+	if s.ShmMiB > 0 {
+		row("Shared memory", fmt.Sprintf("%d MiB", s.ShmMiB))
+	}
+	if u := s.Ulimits; u != nil {
+		memlock := "unlimited"
+		if u.MemlockKiB != state.UlimitUnlimited {
+			memlock = fmt.Sprintf("%d KiB", u.MemlockKiB)
+		}
+		row("Ulimits", fmt.Sprintf("nofile %d, memlock %s", u.Nofile, memlock))
+	}
+	for _, v := range s.Volumes {
+		mode := "read-write"
+		if v.ReadOnly {
+			mode = "read-only"
+		}
+		row("Volume "+v.Name, fmt.Sprintf("%s (%s)", v.MountPath, mode))
 	}
 	row("Desired", string(s.Desired))
 	row("Phase", string(s.Status.Phase))

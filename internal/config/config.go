@@ -67,6 +67,9 @@ const (
 	EnvAPIIdempotencyTTL = "VOYAGER_API_IDEMPOTENCY_TTL"
 	EnvAPIRegistries     = "VOYAGER_API_ALLOWED_REGISTRIES"
 	EnvAPIMaxQueued      = "VOYAGER_API_MAX_QUEUED_PER_USER"
+	EnvDefaultShmMiB     = "VOYAGER_DEFAULT_SHM_MIB"
+	EnvUlimitNofile      = "VOYAGER_ULIMIT_NOFILE"
+	EnvUlimitMemlock     = "VOYAGER_ULIMIT_MEMLOCK"
 )
 
 // Names of the node agent's variables.
@@ -223,6 +226,14 @@ type Config struct {
 	APIAllowedRegistries []string `env:"VOYAGER_API_ALLOWED_REGISTRIES" envSeparator:"," docDefault:"empty" doc:"comma-separated registries session images may come from (docker.io, registry.example.com:5000); empty: any"`
 	// APIMaxQueuedPerUser caps one user's queued sessions.
 	APIMaxQueuedPerUser int `env:"VOYAGER_API_MAX_QUEUED_PER_USER" envDefault:"100" doc:"most sessions one user may have queued at once; a create beyond it is refused; 0: no cap"`
+	// DefaultShmMiB sizes /dev/shm of sessions that name no shmMiB.
+	DefaultShmMiB int64 `env:"VOYAGER_DEFAULT_SHM_MIB" envDefault:"8192" doc:"/dev/shm of a session that names no shmMiB, in MiB, at most half its memoryMiB (shm pages count against the session's memory): room for PyTorch DataLoader workers, which pass batches through /dev/shm"`
+	// UlimitNofile is the open-file limit sessions get and the most they
+	// may ask for.
+	UlimitNofile int64 `env:"VOYAGER_ULIMIT_NOFILE" envDefault:"1048576" doc:"open-file limit (ulimit -n, soft and hard) of session processes, and the most a session may ask for (NCCL and data loaders open many); at most the nodes' fs.nr_open"`
+	// UlimitMemlock is the locked-memory limit sessions get and the most
+	// they may ask for: "unlimited" or KiB.
+	UlimitMemlock string `env:"VOYAGER_ULIMIT_MEMLOCK" envDefault:"unlimited" doc:"locked-memory limit (ulimit -l, soft and hard) of session processes, and the most a session may ask for: unlimited (what RDMA and NCCL's pinned buffers need) or a whole number of KiB"`
 
 	// The node agent (voyager agent, and the agent inside voyager dev).
 
@@ -586,6 +597,15 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	if cfg.APIMaxQueuedPerUser < 0 {
 		errs = append(errs, invalid(EnvAPIMaxQueued, wantFor(EnvAPIMaxQueued)))
 	}
+	if cfg.DefaultShmMiB < 1 {
+		errs = append(errs, invalid(EnvDefaultShmMiB, wantFor(EnvDefaultShmMiB)))
+	}
+	if cfg.UlimitNofile < 1024 || cfg.UlimitNofile > 1<<30 {
+		errs = append(errs, invalid(EnvUlimitNofile, wantFor(EnvUlimitNofile)))
+	}
+	if _, err := ParseMemlock(cfg.UlimitMemlock); err != nil {
+		errs = append(errs, invalid(EnvUlimitMemlock, wantFor(EnvUlimitMemlock)))
+	}
 	if cfg.AgentNode != "" && state.ValidateName("node name", cfg.AgentNode) != nil {
 		errs = append(errs, invalid(EnvAgentNode, wantFor(EnvAgentNode)))
 	}
@@ -711,6 +731,12 @@ func wantFor(envName string) string {
 		return "comma-separated registry hosts such as docker.io,registry.example.com:5000, or empty"
 	case EnvAPIMaxQueued:
 		return "a whole number of 0 (no cap) or more, such as 100"
+	case EnvDefaultShmMiB:
+		return "a whole number of MiB of at least 1, such as 8192"
+	case EnvUlimitNofile:
+		return "a whole number from 1024 to 1073741824 (and at most the nodes' fs.nr_open), such as 1048576"
+	case EnvUlimitMemlock:
+		return "unlimited, or a whole number of KiB of at least 64, such as 65536"
 	case EnvAgentNode:
 		return "1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit, such as gpu-07"
 	case EnvAgentContainerd:
@@ -877,6 +903,27 @@ func ParsePortRange(s string) (first, last int, err error) {
 		return 0, 0, fmt.Errorf("parse port range %q: want first-last within 1024-65535, such as 31000-31999", s)
 	}
 	return first, last, nil
+}
+
+// ParseMemlock reads a locked-memory limit: "unlimited" (-1) or a whole
+// number of KiB of at least 64.
+func ParseMemlock(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "unlimited") {
+		return state.UlimitUnlimited, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 64 || n > 1<<40 {
+		return 0, fmt.Errorf("parse memlock limit %q: want unlimited or a whole number of KiB of at least 64", s)
+	}
+	return n, nil
+}
+
+// MemlockKiB returns VOYAGER_ULIMIT_MEMLOCK in KiB, -1 for unlimited
+// (Load has validated it).
+func (c Config) MemlockKiB() int64 {
+	n, _ := ParseMemlock(c.UlimitMemlock)
+	return n
 }
 
 // FenceTimings returns the agent's fence deadline and fence grace, with

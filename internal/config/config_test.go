@@ -55,6 +55,9 @@ func defaults() Config {
 
 		AgentNetwork:        "isolated",
 		APIMaxQueuedPerUser: 100,
+		DefaultShmMiB:       8192,
+		UlimitNofile:        1 << 20,
+		UlimitMemlock:       "unlimited",
 		AgentNetworkDeny:    []string{"169.254.0.0/16"},
 		AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 
@@ -164,6 +167,9 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_MIN_CPU_MILLI=10",
 				"VOYAGER_MIN_MEMORY_MIB=16",
 				"VOYAGER_MAX_SESSIONS_PER_NODE=64",
+				"VOYAGER_DEFAULT_SHM_MIB=2048",
+				"VOYAGER_ULIMIT_NOFILE=65536",
+				"VOYAGER_ULIMIT_MEMLOCK=65536",
 			},
 			edit: func(c *Config) {
 				*c = Config{
@@ -216,6 +222,9 @@ func TestLoad(t *testing.T) {
 					AgentLogMaxMiB:      1,
 					AgentNetwork:        "isolated",
 					APIMaxQueuedPerUser: 100,
+					DefaultShmMiB:       2048,
+					UlimitNofile:        65536,
+					UlimitMemlock:       "65536",
 					AgentNetworkDeny:    []string{"169.254.0.0/16"},
 					AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 					Retention:           time.Hour,
@@ -304,6 +313,21 @@ func TestLoadInvalid(t *testing.T) {
 			name: "agent ports",
 			env:  "VOYAGER_AGENT_PORTS=40000",
 			want: `invalid VOYAGER_AGENT_PORTS="40000": want a port range first-last within 1024-65535, such as 31000-31999`,
+		},
+		{
+			name: "shm default",
+			env:  "VOYAGER_DEFAULT_SHM_MIB=0",
+			want: `invalid VOYAGER_DEFAULT_SHM_MIB="0": want a whole number of MiB of at least 1, such as 8192`,
+		},
+		{
+			name: "nofile",
+			env:  "VOYAGER_ULIMIT_NOFILE=100",
+			want: `invalid VOYAGER_ULIMIT_NOFILE="100": want a whole number from 1024 to 1073741824 (and at most the nodes' fs.nr_open), such as 1048576`,
+		},
+		{
+			name: "memlock",
+			env:  "VOYAGER_ULIMIT_MEMLOCK=lots",
+			want: `invalid VOYAGER_ULIMIT_MEMLOCK="lots": want unlimited, or a whole number of KiB of at least 64, such as 65536`,
 		},
 		{
 			name: "agent gpu mode",

@@ -117,6 +117,9 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			deny(put(func(k state.Keys) string { return k.Pending("s1") })),
 			deny(put(func(k state.Keys) string { return k.Cordon("gpu-a") })),
 			deny(list(func(k state.Keys) string { return k.All() })),
+			// A session's volumes are in its spec: agents never read
+			// the definitions.
+			deny(get(func(k state.Keys) string { return k.Volume("data") })),
 		}},
 		{etcdrbac.Operator, []probe{
 			allow(list(func(k state.Keys) string { return k.Sessions() })),
@@ -125,6 +128,7 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			allow(list(func(k state.Keys) string { return k.Elections() })),
 			allow(list(func(k state.Keys) string { return k.Parts() })),
 			deny(put(func(k state.Keys) string { return k.Part("gpu-a", "s1") })),
+			allow(list(func(k state.Keys) string { return k.Volumes() })),
 			deny(list(func(k state.Keys) string { return k.SecretsDir() })),
 			deny(get(func(k state.Keys) string { return k.Secret("gpu-a", "s1") })),
 			deny(list(func(k state.Keys) string { return k.All() })),
@@ -137,6 +141,7 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			allow(put(func(k state.Keys) string { return k.Cordon("gpu-a") })),
 			allow(list(func(k state.Keys) string { return k.SecretsDir() })),
 			allow(list(func(k state.Keys) string { return k.Ledgers() })),
+			allow(put(func(k state.Keys) string { return k.Volume("data") })),
 			deny(put(func(k state.Keys) string { return k.Ledger("gpu-a") })),
 			deny(put(func(k state.Keys) string { return k.Binding("gpu-a", "s1") })),
 			deny(put(func(k state.Keys) string { return k.Node("gpu-a") })),

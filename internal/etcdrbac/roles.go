@@ -85,8 +85,14 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
 			prefix(rw, k.Cordons()), prefix(rw, k.Quotas()), prefix(rw, k.Profiles()),
 			prefix(rw, k.IdempotencyDir()),
-			// Each owner's container user id, made at their first create.
-			prefix(rw, k.UIDs()),
+			// Each owner's container user id, made at their first create;
+			// a Ray session's token, made with it.
+			prefix(rw, k.UIDs()), prefix(rw, k.RayTokens()),
+			// Volume definitions: admins write them; a create resolves a
+			// session's volumes into its spec, so no agent reads them.
+			prefix(rw, k.Volumes()),
+			// Job arrays: create, stop, summaries.
+			prefix(rw, k.Arrays()),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -103,6 +109,10 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
 			// Quota usage marks, compared by every bind against a quota.
 			prefix(rw, k.UsageDir()),
+			// Retention deletes a retired Ray session's token.
+			prefix(rw, k.RayTokens()),
+			// The array controller: elements created, results folded in.
+			prefix(rw, k.Arrays()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
@@ -123,19 +133,22 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// their session; where the other parts run); the head's
 			// binding and node for Ray workers.
 			prefix(r, k.Sessions()), prefix(r, k.StatusDir()), prefix(r, k.AllBindings()), prefix(r, k.Nodes()),
+			// Ray tokens (a read as wide as the specs': a gang's parts run
+			// on nodes no prefix names).
+			prefix(r, k.RayTokens()),
 		}})
 	}
 	return roles
 }
 
-// operatorPerms reads every directory but secrets/: one range per
+// operatorPerms reads every directory but secrets/ and raytokens/: one range per
 // directory, since a prefix range over the whole of k would include it.
 func operatorPerms(k state.Keys, probe Perm) []Perm {
 	out := []Perm{probe}
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}
