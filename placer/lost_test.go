@@ -51,6 +51,17 @@ func TestNodeLoss(t *testing.T) {
 			worker = b.Node
 		}
 	}
+	// The agents' reports of the parts that will be lost (parts/<node>/<id>).
+	reported := []string{s.k.Part(head, gang), s.k.Part(worker, gang)}
+	for _, id := range never {
+		reported = append(reported, s.k.Part(smallNode, id))
+	}
+	for _, key := range reported {
+		node, id, _ := s.k.PartKey(key)
+		if _, err := state.Put(ctx, cli, key, state.PartStatus{Session: id, Node: node, Phase: state.PhaseRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s.killNode(ctx, smallNode)
 	s.killNode(ctx, worker)
 
@@ -70,6 +81,13 @@ func TestNodeLoss(t *testing.T) {
 	})
 	if err := w.check(8); err != nil {
 		t.Fatal(err)
+	}
+	// Node loss deletes the lost sessions' parts with their bindings, the
+	// gang's part on its live head node too.
+	for _, key := range reported {
+		if r, err := cli.Get(ctx, key); err != nil || len(r.Kvs) != 0 {
+			t.Errorf("part %s left after its node was lost (%v)", key, err)
+		}
 	}
 	for _, id := range retry {
 		st := w.status[id]

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -390,21 +391,16 @@ func binaryToken(t *testing.T, environ []string, args ...string) string {
 func runHiExit3(t *testing.T, environ []string, httpAddr, token string, runArgs ...string) {
 	t.Helper()
 	args := append(append([]string{"run"}, runArgs...), "--", "sh", "-c", "echo hi; exit 3")
-	if code, stdout, stderr := runBinary(t, environ, httpAddr, token, args...); code != 3 || stdout != "hi\n" {
+	if code, stdout, stderr := runBinaryAs(t, environ, httpAddr, token, args...); code != 3 || stdout != "hi\n" {
 		t.Fatalf("voyager run: exit %d, stdout %q\nstderr:\n%s", code, stdout, stderr)
 	}
 }
 
-// runBinary runs the built binary with args against the API at httpAddr
+// runBinaryAs runs the built binary with args against the API at httpAddr
 // as token, and returns its exit code, stdout and stderr.
-func runBinary(t *testing.T, environ []string, httpAddr, token string, args ...string) (int, string, string) {
+func runBinaryAs(t *testing.T, environ []string, httpAddr, token string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(environ, envURL+"=http://"+httpAddr, envToken+"="+token)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	_ = cmd.Run()
-	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	return runBinary(t, append(slices.Clone(environ), envURL+"=http://"+httpAddr, envToken+"="+token), args...)
 }
 
 // devWithAgent starts the built binary's `voyager dev` with its real agent

@@ -33,14 +33,14 @@ func TestVolumesAndShmE2E(t *testing.T) {
 		{"volume", "create", "rs-data", "--host-path", datasets, "--read-only"},
 		{"volume", "create", "rs-results", "--host-path", filepath.Join(results, "{user}"), "--per-user"},
 	} {
-		if code, out, errOut := runBinary(t, environ, env.httpAddr, admin, args...); code != 0 {
+		if code, out, errOut := runBinaryAs(t, environ, env.httpAddr, admin, args...); code != 0 {
 			t.Fatalf("voyager %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
 		}
 	}
-	if code, out, _ := runBinary(t, environ, env.httpAddr, ada, "volume", "list", "-o", "name"); code != 0 || out != "rs-data\nrs-results\n" {
+	if code, out, _ := runBinaryAs(t, environ, env.httpAddr, ada, "volume", "list", "-o", "name"); code != 0 || out != "rs-data\nrs-results\n" {
 		t.Errorf("voyager volume list as ada: exit %d, %q", code, out)
 	}
-	if code, _, errOut := runBinary(t, environ, env.httpAddr, ada, "volume", "create", "rs-mine", "--host-path", "/tmp"); code == 0 || !strings.Contains(errOut, "admin") {
+	if code, _, errOut := runBinaryAs(t, environ, env.httpAddr, ada, "volume", "create", "rs-mine", "--host-path", "/tmp"); code == 0 || !strings.Contains(errOut, "admin") {
 		t.Errorf("a user defined a volume: exit %d\n%s", code, errOut)
 	}
 
@@ -50,7 +50,7 @@ func TestVolumesAndShmE2E(t *testing.T) {
 		"if touch /data/x 2>/dev/null; then echo ro-written; else echo ro-refused; fi",
 		"echo from-first > /results/out && echo rw-written",
 	}, "; ")
-	code, out, errOut := runBinary(t, environ, env.httpAddr, ada, "run", "--memory", "512", "--shm", "300",
+	code, out, errOut := runBinaryAs(t, environ, env.httpAddr, ada, "run", "--memory", "512", "--shm", "300",
 		"--volume", "rs-data:/data", "--volume", "rs-results:/results", "--", "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("first run: exit %d\n%s\n%s", code, out, errOut)
@@ -69,15 +69,15 @@ func TestVolumesAndShmE2E(t *testing.T) {
 	}
 
 	// The same user's next session reads it; another user's does not see it.
-	if code, out, errOut := runBinary(t, environ, env.httpAddr, ada, "run", "--volume", "rs-results:/results:ro", "--", "cat", "/results/out"); code != 0 || out != "from-first\n" {
+	if code, out, errOut := runBinaryAs(t, environ, env.httpAddr, ada, "run", "--volume", "rs-results:/results:ro", "--", "cat", "/results/out"); code != 0 || out != "from-first\n" {
 		t.Errorf("ada's second run: exit %d, output %q; want 0, from-first\n%s", code, out, errOut)
 	}
-	if code, out, _ := runBinary(t, environ, env.httpAddr, bob, "run", "--volume", "rs-results:/results", "--", "sh", "-c", "ls -A /results; cat /results/out"); code == 0 || strings.Contains(out, "from-first") {
+	if code, out, _ := runBinaryAs(t, environ, env.httpAddr, bob, "run", "--volume", "rs-results:/results", "--", "sh", "-c", "ls -A /results; cat /results/out"); code == 0 || strings.Contains(out, "from-first") {
 		t.Errorf("bob's run: exit %d, output %q; want a failure, without ada's result", code, out)
 	}
 
 	// Admission: more shm than memory is refused, saying why.
-	if code, _, errOut := runBinary(t, environ, env.httpAddr, ada, "run", "--memory", "512", "--shm", "1024", "--", "true"); code == 0 || !strings.Contains(errOut, "shmMiB") || !strings.Contains(errOut, "memory") {
+	if code, _, errOut := runBinaryAs(t, environ, env.httpAddr, ada, "run", "--memory", "512", "--shm", "1024", "--", "true"); code == 0 || !strings.Contains(errOut, "shmMiB") || !strings.Contains(errOut, "memory") {
 		t.Errorf("shm above memory: exit %d\n%s", code, errOut)
 	}
 	if code := dev.stop(); code != 0 {
