@@ -59,15 +59,18 @@ bench:
 	BENCH_SUMMARY=$$summary go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 60m -ldflags=$(LAZY) ./...; rc=$$?; \
 	echo; go run ./internal/benchsum/benchtable $$summary; rm -f $$summary; exit $$rc
 
-## bench-scale: the large-site placement run (placer/scale_bench_test.go): a load generator registers SCALE_NODES
-## lease-backed 8-GPU nodes and queues SCALE_SESSIONS sessions on a real etcd, then one real `voyager placer`
-## (bin/voyager) fills the cluster; reports time to full, bindings/s, placer CPU per binding and peak RSS
+## bench-scale: the large-site runs against one real etcd each: a load generator registers SCALE_NODES lease-backed
+## 8-GPU nodes and queues SCALE_SESSIONS sessions, then one real `voyager placer` (bin/voyager) fills the cluster
+## (placer/scale_bench_test.go: time to full, bindings/s, placer CPU per binding, peak RSS, cache lag, etcd db size),
+## and one real `voyager api` takes creates and GETs beside the etcd ceiling (api/scale_bench_test.go)
 SCALE_NODES ?= 1000
 SCALE_SESSIONS ?= 20000
 bench-scale: build
 	@summary=$$(mktemp); \
 	BENCH_SUMMARY=$$summary go test -run '^$$' -bench '^BenchmarkPlacementScale$$' -benchtime 1x -timeout 60m -ldflags=$(LAZY) ./placer/ \
 		-args -scale.bin=$(CURDIR)/bin/voyager -scale.nodes=$(SCALE_NODES) -scale.sessions=$(SCALE_SESSIONS); rc=$$?; \
+	BENCH_SUMMARY=$$summary go test -run '^$$' -bench '^BenchmarkAPIScale$$' -benchtime 1x -timeout 60m -ldflags=$(LAZY) ./api/ \
+		-args -scale.bin=$(CURDIR)/bin/voyager -scale.nodes=$(SCALE_NODES) -scale.sessions=$(SCALE_SESSIONS) || rc=$$?; \
 	echo; go run ./internal/benchsum/benchtable $$summary; rm -f $$summary; exit $$rc
 
 ## lint: go vet, gofmt (lists unformatted files), staticcheck

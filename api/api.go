@@ -104,6 +104,12 @@ type API struct {
 	// secrets holds secrets/: the URLs with tokens, joined into owners'
 	// views only.
 	secrets *watcher.Cache[state.Secrets]
+	// runtimes holds, of each spec under sessions/, only its limits: the
+	// queue estimates read the max runtimes of the GPUs' holders from it,
+	// never from etcd per request.
+	runtimes *watcher.Cache[sessionLimits]
+	// queued counts each owner's queued sessions, from pending's events.
+	queued *queuedIndex
 
 	leaseMu    sync.Mutex
 	lease      clientv3.LeaseID
@@ -114,10 +120,10 @@ type API struct {
 	streams    context.Context
 	endStreams context.CancelFunc
 
-	planMu   sync.Mutex
-	planRevs [5]int64
-	planAt   time.Time
-	plan     *queuePlan
+	// shapes is the admission check's index of node shapes.
+	shapes shapeIndex
+	// plans is the queue plan that positions and reasons are read from.
+	plans planCache
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -190,8 +196,12 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		status:  watcher.New(cli, k.StatusDir(), watcher.JSON[state.Status], wopt("status")),
 		warns:   watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
 		secrets: watcher.New(cli, k.SecretsDir(), watcher.JSON[state.Secrets], wopt("secrets")),
+		// Decoding a spec into sessionLimits keeps its limits alone.
+		runtimes: watcher.New(cli, k.Sessions(), watcher.JSON[sessionLimits], wopt("session-limits")),
 	}
 	a.metrics.cluster = a
+	a.queued = newQueuedIndex()
+	a.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) { a.queued.apply(k, ev) })
 	a.streams, a.endStreams = context.WithCancel(context.Background())
 	a.router = a.routes()
 	return a, nil
@@ -237,6 +247,15 @@ func (a *API) Run(ctx context.Context) error {
 	g.Go(func() error { return a.status.Run(ctx) })
 	g.Go(func() error { return a.warns.Run(ctx) })
 	g.Go(func() error { return a.secrets.Run(ctx) })
+	g.Go(func() error { return a.runtimes.Run(ctx) })
+	g.Go(func() error {
+		// Plan the queue once the caches are in, so that the first
+		// requests at a large site find a plan instead of waiting for one.
+		if a.WaitSynced(ctx) == nil {
+			a.queuePlan()
+		}
+		return nil
+	})
 	// The idempotency lease is not revoked: its records must outlive this
 	// process, and etcd expires the lease by itself.
 	err := g.Wait()
@@ -248,7 +267,7 @@ func (a *API) Run(ctx context.Context) error {
 
 // WaitSynced blocks until every cache has its first list, or ctx ends.
 func (a *API) WaitSynced(ctx context.Context) error {
-	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status, a.warns, a.secrets} {
+	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status, a.warns, a.secrets, a.runtimes} {
 		if err := w.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("wait for api caches: %w", err)
 		}

@@ -167,10 +167,7 @@ func (a *API) createArray(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser, limit); err != nil {
-		a.internal(c, "create array", err)
-		return
-	} else if len(errs) > 0 {
+	if errs := a.queued.check(p.Subject, a.cfg.MaxQueuedPerUser, limit, now); len(errs) > 0 {
 		a.invalid(c, "Too many queued sessions", errs)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -323,24 +324,77 @@ type QueueView struct {
 type queuePlan struct {
 	plan    *placer.Plan
 	waiting map[string]placer.Waiting
+	// revs are the revisions of the caches it was planned from (pending,
+	// nodes, ledgers, cordons, quotas); at is when, took how long it took.
+	revs     [5]int64
+	at       time.Time
+	took     time.Duration
+	finished time.Time
 }
 
-// queuePlan plans the queue as the placer would, at most once per second
-// and only again when something it reads changed.
+// planCache holds the latest queue plan. Requests read it; they never wait
+// for a plan that takes long (see queuePlan).
+type planCache struct {
+	mu         sync.Mutex
+	cur        *queuePlan
+	refreshing bool
+}
+
+// syncPlanBudget is the longest a plan may have taken for a request to
+// plan again itself when the plan is stale. A plan that took longer (a
+// large queue on many nodes: hundreds of milliseconds at 10,000 nodes) is
+// planned again in the background and requests answer from the last one.
+const syncPlanBudget = 20 * time.Millisecond
+
+// queuePlan returns the placer's plan of the queue over the caches. A plan
+// is stale when a cache it read moved or a second has passed (waiting ages
+// change reasons). A stale plan that was cheap is planned again at once,
+// so a small cluster always answers from current caches; a stale plan that
+// was not is served as it is while one background pass plans again, at
+// most once per second and at most once in three times its own duration
+// (planning takes at most a third of a core): queue positions at a large
+// site are a few passes old at most, and no request pays for a plan.
 func (a *API) queuePlan() *queuePlan {
 	revs := [5]int64{a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision()}
-	a.planMu.Lock()
-	defer a.planMu.Unlock()
+	pc := &a.plans
+	pc.mu.Lock()
 	now := a.cfg.Now()
-	if a.plan != nil && revs == a.planRevs && now.Sub(a.planAt) < time.Second {
-		return a.plan
+	cur := pc.cur
+	if cur != nil && (cur.revs == revs && now.Sub(cur.at) < time.Second) {
+		pc.mu.Unlock()
+		return cur
 	}
+	if cur != nil && cur.took > syncPlanBudget {
+		if !pc.refreshing && time.Since(cur.finished) >= max(time.Second, 3*cur.took) {
+			pc.refreshing = true
+			go func() {
+				qp := a.planQueue(revs)
+				pc.mu.Lock()
+				pc.cur, pc.refreshing = qp, false
+				pc.mu.Unlock()
+			}()
+		}
+		pc.mu.Unlock()
+		return cur
+	}
+	defer pc.mu.Unlock()
+	qp := a.planQueue(revs)
+	pc.cur = qp
+	return qp
+}
+
+// planQueue plans the queue over the caches, which were at revs or later.
+func (a *API) planQueue(revs [5]int64) *queuePlan {
+	now := a.cfg.Now()
+	start := time.Now()
 	p := placer.NewPlan(a.snapshot(now), a.cfg.Plan)
-	qp := &queuePlan{plan: p, waiting: make(map[string]placer.Waiting, len(p.Waiting))}
+	qp := &queuePlan{plan: p, waiting: make(map[string]placer.Waiting, len(p.Waiting)), revs: revs, at: now}
 	for _, w := range p.Waiting {
 		qp.waiting[w.Pending.Entry.Session] = w
 	}
-	a.plan, a.planRevs, a.planAt = qp, revs, now
+	qp.finished = time.Now()
+	qp.took = qp.finished.Sub(start)
+	a.metrics.observePlan(qp.took)
 	return qp
 }
 
@@ -369,7 +423,7 @@ func (a *API) queue(c *gin.Context) {
 	for _, d := range qp.plan.Bound {
 		out = append(out, entry(d.Pending.Entry, 0, "Placing", "fits now: the placer binds it on its next pass"))
 	}
-	est := a.newEstimator(c.Request.Context())
+	est := a.newEstimator()
 	for _, w := range qp.plan.Waiting {
 		q := entry(w.Pending.Entry, w.Position, w.Reason, w.Message)
 		if q.Mine {

@@ -1,13 +1,10 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"path"
 	"sort"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -26,15 +23,14 @@ type QueueEstimate struct {
 }
 
 // estimator answers estimates for the waiting sessions of one queue view,
-// reading the specs of GPU holders from etcd once, on first need.
+// from the caches alone: the holders' max runtimes come from the runtimes
+// cache, looked up once, on first need.
 type estimator struct {
 	a     *API
-	ctx   context.Context
 	now   time.Time
 	nodes []estNode
 	ends  map[string]*time.Time // session id → when its max runtime ends; nil: never
 	read  bool
-	err   error
 }
 
 type estNode struct {
@@ -42,8 +38,8 @@ type estNode struct {
 	devices []GPUDevice
 }
 
-func (a *API) newEstimator(ctx context.Context) *estimator {
-	e := &estimator{a: a, ctx: ctx, now: a.cfg.Now()}
+func (a *API) newEstimator() *estimator {
+	e := &estimator{a: a, now: a.cfg.Now()}
 	ledgers, cordons, statuses := a.ledgers.Snapshot(), a.cordons.Snapshot(), a.status.Snapshot()
 	all := Principal{Admin: true}
 	for _, n := range a.liveNodes() {
@@ -70,62 +66,50 @@ func estMatches(d GPUDevice, r state.Resources) bool {
 	return true
 }
 
-// readEnds reads the specs and statuses of every session that holds a
-// device, in transactions of at most 100 reads.
-func (e *estimator) readEnds() error {
+// sessionLimits is the part of a session spec the estimates need.
+type sessionLimits struct {
+	Limits state.Limits `json:"limits"`
+}
+
+// readEnds finds when every session that holds a device reaches its max
+// runtime, from the runtimes cache (a spec not in it yet counts as one with
+// no limit).
+func (e *estimator) readEnds() {
 	if e.read {
-		return e.err
+		return
 	}
 	e.read = true
 	e.ends = map[string]*time.Time{}
-	var ids []string
-	seen := map[string]bool{}
+	statuses, limits := e.a.status.Snapshot(), e.a.runtimes.Snapshot()
 	for _, n := range e.nodes {
 		for _, d := range n.devices {
-			if d.Session != "" && !seen[d.Session] {
-				seen[d.Session] = true
-				ids = append(ids, d.Session)
-			}
-		}
-	}
-	sort.Strings(ids)
-	statuses := e.a.status.Snapshot()
-	for start := 0; start < len(ids); start += 50 {
-		batch := ids[start:min(start+50, len(ids))]
-		ops := make([]clientv3.Op, 0, len(batch))
-		for _, id := range batch {
-			ops = append(ops, clientv3.OpGet(e.a.keys.Session(id)))
-		}
-		resp, err := e.a.cli.Txn(e.ctx).Then(ops...).Commit()
-		if err != nil {
-			e.err = fmt.Errorf("read session specs: %w", err)
-			return e.err
-		}
-		for i, r := range resp.Responses {
-			kvs := r.GetResponseRange().Kvs
-			if len(kvs) == 0 {
+			id := d.Session
+			if id == "" {
 				continue
 			}
-			spec, err := state.Decode[state.Session](kvs[0].Value)
-			if err != nil {
+			if _, done := e.ends[id]; done {
 				continue
 			}
-			limit := e.a.effectiveMaxRuntime(spec)
+			sl, ok := limits.Get(e.a.keys.Session(id))
+			if !ok {
+				e.ends[id] = nil
+				continue
+			}
+			limit := e.a.effectiveMaxRuntime(state.Session{Limits: sl.Limits})
 			if limit <= 0 {
-				e.ends[batch[i]] = nil
+				e.ends[id] = nil
 				continue
 			}
 			// Not started yet (bound, starting): it cannot end later than
 			// its limit from now.
 			from := e.now
-			if st, ok := statuses.Get(e.a.keys.Status(batch[i])); ok && st.Started != nil {
+			if st, ok := statuses.Get(e.a.keys.Status(id)); ok && st.Started != nil {
 				from = *st.Started
 			}
 			end := from.Add(limit)
-			e.ends[batch[i]] = &end
+			e.ends[id] = &end
 		}
 	}
-	return nil
 }
 
 // estimate answers for a waiting entry q at queue position pos.
@@ -138,9 +122,7 @@ func (e *estimator) estimate(q state.QueueEntry, pos int) *QueueEstimate {
 	if r.GPUs == 0 {
 		return &QueueEstimate{Message: "cannot be estimated: it needs no GPU, and only GPU holders' max runtimes are counted"}
 	}
-	if err := e.readEnds(); err != nil {
-		return &QueueEstimate{Message: "cannot be estimated now: " + err.Error()}
-	}
+	e.readEnds()
 	var best *time.Time
 	unknown := 0
 	for _, n := range e.nodes {

@@ -1,12 +1,10 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
 	"github.com/distribution/reference"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -62,32 +60,4 @@ func imageAllowed(ref string, registries []string) string {
 		}
 	}
 	return fmt.Sprintf("registry %s is not allowed here; want an image from %s", host, strings.Join(registries, ", "))
-}
-
-// queuedLimit refuses a create that adds adding queued sessions when
-// owner's queued sessions and those would exceed max (0: no limit); a job
-// array adds as many as it may hold unfinished at once. It counts at admission, so two creates at the same
-// instant may pass one over the limit: it bounds what one user can pile up
-// in etcd, not an exact quota (quotas bound what runs).
-func queuedLimit(ctx context.Context, cli *clientv3.Client, keys state.Keys, owner string, max, adding int) ([]FieldError, error) {
-	if max <= 0 {
-		return nil, nil
-	}
-	resp, err := cli.Get(ctx, keys.PendingDir(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("count queued sessions: %w", err)
-	}
-	n := 0
-	for _, kv := range resp.Kvs {
-		if q, err := state.Decode[state.QueueEntry](kv.Value); err == nil && q.Owner == owner {
-			n++
-		}
-	}
-	if n+adding > max {
-		if adding > 1 {
-			return []FieldError{{Field: "maxRunning", Message: fmt.Sprintf("you have %d sessions queued and this array may queue %d at once; the most allowed per user is %d: lower maxRunning to %d or less, or wait for some to start", n, adding, max, max-n)}}, nil
-		}
-		return []FieldError{{Field: "", Message: fmt.Sprintf("you have %d sessions queued, the most allowed per user is %d; wait for some to start, or cancel some", n, max)}}, nil
-	}
-	return nil, nil
 }

@@ -15,7 +15,9 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
-	cluster  *API
+	// plans times the queue plans that positions and reasons come from.
+	plans   prometheus.Histogram
+	cluster *API
 
 	sessionsDesc, pendingDesc, gpusDesc, unusedDesc, warningsDesc *prometheus.Desc
 }
@@ -31,6 +33,11 @@ func newMetrics() *metrics {
 			Help:    "API request latency by route pattern and method (streams count until they end).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route", "method"}),
+		plans: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "voyager_api_queue_plan_seconds",
+			Help:    "Time to plan the queue over the API's caches (for queue positions and reasons); requests wait for it only while it stays short.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
 		sessionsDesc: prometheus.NewDesc("voyager_sessions", "Sessions by phase, from status/ in etcd.", []string{"phase"}, nil),
 		pendingDesc:  prometheus.NewDesc("voyager_pending_sessions", "Pending sessions by reason (Queued, Capacity, Quota, Unsatisfiable, Cordoned…).", []string{"reason"}, nil),
 		gpusDesc:     prometheus.NewDesc("voyager_gpus", "GPU devices of live nodes: allocated and total (healthy whole GPUs and MIG devices).", []string{"state"}, nil),
@@ -42,7 +49,7 @@ func newMetrics() *metrics {
 // Collectors returns the API's collectors, to register on the process's
 // Prometheus registry.
 func (a *API) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics}
+	return []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics.plans, a.metrics}
 }
 
 // Describe implements prometheus.Collector.
@@ -89,6 +96,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.warningsDesc, prometheus.GaugeValue, float64(n), r)
 	}
 }
+
+func (m *metrics) observePlan(d time.Duration) { m.plans.Observe(d.Seconds()) }
 
 // observe counts every request by its route pattern, never its raw path,
 // so label cardinality stays bounded.

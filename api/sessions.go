@@ -87,18 +87,21 @@ func (a *API) createSession(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if errs, err := queuedLimit(ctx, a.cli, a.keys, p.Subject, a.cfg.MaxQueuedPerUser, 1); err != nil {
-		a.internal(c, "create session", err)
-		return
-	} else if len(errs) > 0 {
-		a.invalid(c, "Too many queued sessions", errs)
-		return
-	}
 	id, err := state.NewSessionID(now)
 	if err != nil {
 		a.internal(c, "make session id", err)
 		return
 	}
+	if errs := a.queued.admit(p.Subject, id, a.cfg.MaxQueuedPerUser, now); len(errs) > 0 {
+		a.invalid(c, "Too many queued sessions", errs)
+		return
+	}
+	created := false
+	defer func() {
+		if !created {
+			a.queued.release(id)
+		}
+	}()
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
 	vols, verrs, volRevs, err := a.resolveVolumes(ctx, req.Volumes, p.Subject, p.Groups)
 	if err != nil {
@@ -128,6 +131,7 @@ func (a *API) createSession(c *gin.Context) {
 			a.createFailed(c, err)
 			return
 		}
+		created = true
 		a.log.Info("session created", "session", id, "owner", s.Owner, "kind", s.Kind, "gpus", s.Resources.GPUs, "service", p.Service)
 		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
 		return
@@ -140,7 +144,8 @@ func (a *API) createSession(c *gin.Context) {
 		a.internal(c, "create session", err)
 		return
 	}
-	stored, created, err := state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease, guards...)
+	var stored state.IdempotencyRecord
+	stored, created, err = state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease, guards...)
 	if err != nil {
 		a.createFailed(c, err)
 		return
@@ -209,7 +214,7 @@ func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Se
 		a.invalid(c, "Invalid request", errs)
 		return state.Session{}, false
 	}
-	if errs := feasibility(s, a.liveNodes(), a.cfg.Plan, now); len(errs) > 0 {
+	if errs := feasibility(s, a.feasibilityNodes(), a.cfg.Plan, now); len(errs) > 0 {
 		a.invalid(c, "Unsatisfiable request", errs)
 		return state.Session{}, false
 	}

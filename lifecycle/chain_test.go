@@ -19,7 +19,7 @@ import (
 )
 
 // chain is a whole control plane on a real etcd: a placer, the lifecycle
-// controller and one node agent (8 simulated GPUs) over the Fake runtime,
+// controller (sharing their caches) and one node agent (8 simulated GPUs) over the Fake runtime,
 // so that tests end batch jobs when they choose.
 type chain struct {
 	t   testing.TB
@@ -67,15 +67,20 @@ func newChain(t testing.TB, cfg ControllerConfig, agentOpts ...func(*nodeagent.C
 		o(&acfg)
 	}
 	run(nodeagent.New(acfg).Run)
-	pl := placer.New(cli, placer.Config{Keys: keys, Logger: quiet, Tick: 200 * time.Millisecond})
+	// The placer and the controller share the caches of the queue, nodes,
+	// ledgers, cordons, quotas and warnings, as in `voyager placer`; they
+	// run once both have added their handlers.
+	shared := placer.NewSharedCaches(cli, keys, quiet)
+	pl := placer.New(cli, placer.Config{Keys: keys, Logger: quiet, Tick: 200 * time.Millisecond, Shared: shared})
 	run(pl.Run)
 	run(merger.New(cli, merger.Config{Keys: keys, Logger: quiet}).Run)
-	cfg.Keys, cfg.Logger = keys, quiet
+	cfg.Keys, cfg.Logger, cfg.Shared = keys, quiet, shared
 	if cfg.Every == 0 {
 		cfg.Every = 50 * time.Millisecond
 	}
 	ctl := NewController(cli, cfg)
 	run(ctl.Run)
+	run(shared.Run)
 	return &chain{t: t, cli: cli, rt: rt, ctl: ctl}
 }
 

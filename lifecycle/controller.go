@@ -43,6 +43,11 @@ type ControllerConfig struct {
 	// Plan are the placers' planning options: preemption plans the queue
 	// the way they do.
 	Plan placer.PlanOptions
+	// Shared, when set, are the process's caches of the queue, nodes,
+	// ledgers, cordons, quotas and warnings (a placer in the same process
+	// reads them too); the caller runs them. Nil: the controller keeps and
+	// runs its own.
+	Shared *placer.SharedCaches
 	// Every is the longest time between passes; changes in etcd start one
 	// sooner. Default 1 second.
 	Every time.Duration
@@ -72,6 +77,8 @@ type Controller struct {
 	ledgers  *watcher.Cache[state.Ledger]
 	cordons  *watcher.Cache[state.Cordon]
 	quotas   *watcher.Cache[state.Quota]
+	// shared is Config.Shared: those caches are run by the caller.
+	shared bool
 
 	kick    chan struct{}
 	leading atomic.Bool
@@ -109,18 +116,23 @@ func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
 	k := cfg.Keys
 	log := cfg.Logger.With("component", "lifecycle")
 	wopt := func(name string) watcher.Options { return watcher.Options{Name: "lifecycle-" + name, Logger: log} }
+	sc := cfg.Shared
+	if sc == nil {
+		sc = placer.NewSharedCaches(cli, k, log)
+	}
 	c := &Controller{
 		cfg:      cfg,
 		cli:      cli,
 		log:      log,
 		sessions: watcher.New(cli, k.Sessions(), watcher.JSON[state.Session], wopt("sessions")),
 		statuses: watcher.New(cli, k.StatusDir(), watcher.JSON[state.Status], wopt("status")),
-		warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
-		pending:  watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
-		nodes:    watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
-		ledgers:  watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
-		cordons:  watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
-		quotas:   watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
+		warnings: sc.Warnings,
+		pending:  sc.Pending,
+		nodes:    sc.Nodes,
+		ledgers:  sc.Ledgers,
+		cordons:  sc.Cordons,
+		quotas:   sc.Quotas,
+		shared:   cfg.Shared != nil,
 		kick:     make(chan struct{}, 1),
 	}
 	kick := func() {
@@ -184,14 +196,24 @@ func (c *Controller) Collectors() []prometheus.Collector {
 	}
 }
 
-func (c *Controller) caches() []interface {
+// cache is what the controller does with each of its caches.
+type cache interface {
 	Run(context.Context) error
 	WaitSynced(context.Context) error
-} {
-	return []interface {
-		Run(context.Context) error
-		WaitSynced(context.Context) error
-	}{c.sessions, c.statuses, c.warnings, c.pending, c.nodes, c.ledgers, c.cordons, c.quotas}
+}
+
+// caches lists every cache the controller reads.
+func (c *Controller) caches() []cache {
+	return []cache{c.sessions, c.statuses, c.warnings, c.pending, c.nodes, c.ledgers, c.cordons, c.quotas}
+}
+
+// owned lists the caches the controller runs: all of them, or, with
+// Config.Shared, its own sessions and statuses only.
+func (c *Controller) owned() []cache {
+	if c.shared {
+		return []cache{c.sessions, c.statuses}
+	}
+	return c.caches()
 }
 
 // Run keeps the caches and, while this process holds the lifecycle
@@ -202,7 +224,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
-	for _, cache := range c.caches() {
+	for _, cache := range c.owned() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

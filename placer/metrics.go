@@ -22,5 +22,9 @@ func (p *Placer) Collectors() []prometheus.Collector {
 			Namespace: "voyager", Subsystem: "placer", Name: "queue_length", ConstLabels: labels,
 			Help: "Sessions pending, as this placer's cache sees them.",
 		}, func() float64 { return float64(p.pending.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "voyager", Subsystem: "placer", Name: "cache_lag_revisions", ConstLabels: labels,
+			Help: "How many revisions this placer's pending or ledger cache trails its newest bind (0: both show it); its own binds are laid over the caches meanwhile.",
+		}, func() float64 { return float64(p.cacheLag()) }),
 	}
 }

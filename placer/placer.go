@@ -30,6 +30,11 @@ type Config struct {
 	ID string
 	// Keys is the key schema (prefix). Default: state.DefaultPrefix.
 	Keys state.Keys
+	// Shared, when set, are the process's caches of the queue, nodes,
+	// ledgers, cordons, quotas and warnings, which the placer reads and
+	// its caller runs (SharedCaches.Run); build it with the same Keys. Nil:
+	// the placer keeps and runs caches of its own.
+	Shared *SharedCaches
 	// Plan tunes planning (strategy, reservations, candidates).
 	Plan PlanOptions
 	// MaxTxnOps caps operations per transaction; it must not exceed the
@@ -137,6 +142,9 @@ type Placer struct {
 	placers *watcher.Cache[state.Placer]
 	// warnings tells which nodes are held for preempting sessions.
 	warnings *watcher.Cache[state.Warning]
+	// shared is set when the caches above but placers are the process's
+	// (Config.Shared), which its owner runs; nil: the placer runs its own.
+	shared *SharedCaches
 
 	kick  chan struct{}
 	ready chan struct{} // closed when the caches first synced
@@ -144,6 +152,13 @@ type Placer struct {
 	passes, bound, txns, conflicts, lost, statuses atomic.Int64
 	// lastBind is the revision of this placer's newest bind transaction.
 	lastBind atomic.Int64
+	// own are this placer's binds its caches do not show yet, laid over
+	// them in every snapshot.
+	own *ownWrites
+	// quotaStale counts decisions left out because their quota check read
+	// ledgers older than this placer's last bind: the next pass then waits
+	// for the caches to show that bind.
+	quotaStale atomic.Int64
 
 	// advice carries the latest pass's waiting sessions to the advisory
 	// writer (a mailbox of one: a newer pass replaces what is unwritten).
@@ -167,21 +182,27 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	k := cfg.Keys
 	log := cfg.Logger.With("component", "placer", "placer", cfg.ID)
 	wopt := func(name string) watcher.Options { return watcher.Options{Name: name, Logger: log} }
+	sc := cfg.Shared
+	if sc == nil {
+		sc = NewSharedCaches(cli, k, log)
+	}
 	p := &Placer{
 		cfg:      cfg,
 		cli:      cli,
 		log:      log,
-		pending:  watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
-		nodes:    watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
-		ledgers:  watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
-		cordons:  watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
-		quotas:   watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
+		pending:  sc.Pending,
+		nodes:    sc.Nodes,
+		ledgers:  sc.Ledgers,
+		cordons:  sc.Cordons,
+		quotas:   sc.Quotas,
 		placers:  watcher.New(cli, k.Placers(), watcher.JSON[state.Placer], wopt("placers")),
-		warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
+		warnings: sc.Warnings,
+		shared:   cfg.Shared,
 		kick:     make(chan struct{}, 1),
 		ready:    make(chan struct{}),
 		advice:   make(chan advice, 1),
 		written:  map[string]writtenStatus{},
+		own:      newOwnWrites(),
 	}
 	p.advisoryKV = cli
 	kick := func() {
@@ -229,13 +250,15 @@ func (p *Placer) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	runCache(p.pending.Run)
-	runCache(p.nodes.Run)
-	runCache(p.ledgers.Run)
-	runCache(p.cordons.Run)
-	runCache(p.quotas.Run)
+	if p.shared == nil {
+		runCache(p.pending.Run)
+		runCache(p.nodes.Run)
+		runCache(p.ledgers.Run)
+		runCache(p.cordons.Run)
+		runCache(p.quotas.Run)
+		runCache(p.warnings.Run)
+	}
 	runCache(p.placers.Run)
-	runCache(p.warnings.Run)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -327,7 +350,14 @@ func (p *Placer) loop(ctx context.Context) error {
 		failures           int
 	)
 	for {
-		if err := p.catchUp(ctx, bindRev, ledgerRev); err != nil {
+		// Own binds are laid over the caches (ownWrites): wait for the
+		// caches to show them only when a quota check needs ledgers that
+		// new (it reads LedgersAt, the cache's own revision).
+		waitBind := int64(0)
+		if p.quotaStale.Swap(0) > 0 {
+			waitBind = bindRev
+		}
+		if err := p.catchUp(ctx, waitBind, ledgerRev); err != nil {
 			return nil
 		}
 		started := time.Now()
@@ -374,8 +404,9 @@ func (p *Placer) loop(ctx context.Context) error {
 }
 
 // catchUp waits until the caches have seen this placer's own writes (binds
-// reach pending/ and ledger/, lost-node clean-ups ledger/), so a pass never
-// replans what this placer just bound.
+// reach pending/ and ledger/, lost-node clean-ups ledger/): the bind
+// revision it is given only when a quota check needs the caches themselves
+// to show the binds, since snapshots lay own binds over the caches.
 func (p *Placer) catchUp(ctx context.Context, bindRev, ledgerRev int64) error {
 	if p.pending.Revision() >= bindRev && p.ledgers.Revision() >= max(bindRev, ledgerRev) {
 		return nil
@@ -397,10 +428,13 @@ func (p *Placer) catchUp(ctx context.Context, bindRev, ledgerRev int64) error {
 
 // snapshot reads the caches into one planning snapshot.
 func (p *Placer) snapshot() *Snapshot {
-	return SnapshotOf(p.cfg.Keys, Caches{
+	c := Caches{
 		Nodes: p.nodes.Snapshot(), Ledgers: p.ledgers.Snapshot(), Cordons: p.cordons.Snapshot(),
 		Quotas: p.quotas.Snapshot(), Pending: p.pending.Snapshot(), Warnings: p.warnings.Snapshot(),
-	}, p.cfg.Now())
+	}
+	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
+	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
+	return s
 }
 
 // Caches are the watcher snapshots that a planning snapshot is read from.
@@ -783,7 +817,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 		v := nodes[node]
 		lw := &state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, CordonRevision: v.CordonRevision, ReadRevision: v.LedgerRevision,
 			Ledger: state.Ledger{Node: node, Allocations: maps.Clone(v.Ledger.Allocations)}}
-		if it, ok := fresh.Item(k.Ledger(node)); ok && it.ModRevision != v.LedgerRevision {
+		if it, ok := p.freshLedger(fresh, node); ok && it.ModRevision != v.LedgerRevision {
 			lw.ReadRevision, lw.Ledger.Allocations = it.ModRevision, maps.Clone(it.Value.Allocations)
 		} else if !ok && v.LedgerRevision != 0 {
 			lw.ReadRevision, lw.Ledger.Allocations = 0, nil // released to empty and deleted
@@ -801,6 +835,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 		scopes := quotaScopes(&e, snap)
 		if len(scopes) > 0 && snap.LedgersAt < prior {
 			stale++ // plan again once the caches show our last binds
+			p.quotaStale.Add(1)
 			continue
 		}
 		allocs := make([]state.Allocation, len(d.Parts))
@@ -876,6 +911,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 	if !resp.Succeeded {
 		return 0, 0, stale, nil
 	}
+	p.own.record(lws, ps, resp.Header.Revision)
 	return len(ps), resp.Header.Revision, stale, nil
 }
 

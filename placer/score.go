@@ -70,7 +70,7 @@ func scoreLocality(_ *part, n *nodeState, devs []int) float64 {
 			if da.numa != db.numa {
 				numa = false
 			}
-			if da.parent != db.parent && !n.peers[da.parent][db.parent] {
+			if !n.linked(da, db) {
 				nvlink = false
 			}
 		}
@@ -124,7 +124,7 @@ func chooseDevices(n *nodeState, r *state.Resources) []int {
 	chosen := []int{first}
 	var rest []int
 	for _, i := range pool[1:] {
-		if n.peers[n.devices[first].parent][n.devices[i].parent] {
+		if n.nvlink[n.devices[first].gpu*n.gpus+n.devices[i].gpu] {
 			chosen = append(chosen, i)
 		} else {
 			rest = append(rest, i)

@@ -60,8 +60,8 @@ type device struct {
 	memoryMiB int64
 	mig       string // MIG profile, "" for a whole GPU
 	numa      int
-	index     int    // parent GPU index
-	parent    string // parent GPU uuid (itself for whole GPUs)
+	index     int // parent GPU index
+	gpu       int // position of the parent GPU in the node's GPUs, by index
 	healthy   bool
 }
 
@@ -69,11 +69,15 @@ type device struct {
 // pass has proposed on it. Reserve changes it; nothing is written to etcd
 // until the engine commits the plan.
 type nodeState struct {
-	view     *NodeView
-	name     string
-	devices  []device
-	taken    []bool // parallel to devices
-	peers    map[string]map[string]bool
+	view    *NodeView
+	name    string
+	devices []device
+	taken   []bool // parallel to devices
+	// nvlink[a*gpus+b] says GPU a reaches GPU b over NVLink (positions
+	// as device.gpu): indexes, not UUID-keyed maps, since every pass
+	// builds every node's state.
+	nvlink   []bool
+	gpus     int
 	freeCPU  int64
 	freeMem  int64
 	ports    map[int]bool // used
@@ -99,26 +103,30 @@ func newNodeState(v *NodeView) *nodeState {
 	n := &nodeState{
 		view:    v,
 		name:    v.Node.Name,
-		peers:   map[string]map[string]bool{},
 		freeCPU: v.Node.CPUMilli,
 		freeMem: v.Node.MemoryMiB,
 		ports:   map[int]bool{},
 	}
 	gpus := append([]state.GPU(nil), v.Node.GPUs...)
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
-	for _, g := range gpus {
-		peers := map[string]bool{}
+	n.gpus = len(gpus)
+	n.nvlink = make([]bool, n.gpus*n.gpus)
+	for a, g := range gpus {
 		for _, p := range g.NVLinkPeers {
-			peers[p] = true
+			for b := range gpus {
+				if gpus[b].UUID == p {
+					n.nvlink[a*n.gpus+b] = true
+					break
+				}
+			}
 		}
-		n.peers[g.UUID] = peers
 		if g.MIGEnabled {
 			for _, m := range g.MIGDevices {
-				n.devices = append(n.devices, device{uuid: m.UUID, model: g.Model, memoryMiB: m.MemoryMiB, mig: m.Profile, numa: g.NUMANode, index: g.Index, parent: g.UUID, healthy: g.Healthy})
+				n.devices = append(n.devices, device{uuid: m.UUID, model: g.Model, memoryMiB: m.MemoryMiB, mig: m.Profile, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy})
 			}
 			continue
 		}
-		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, parent: g.UUID, healthy: g.Healthy})
+		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy})
 	}
 	n.taken = make([]bool, len(n.devices))
 	owners := v.Ledger.GPUOwners()
@@ -140,6 +148,12 @@ func newNodeState(v *NodeView) *nodeState {
 		n.ports[p] = true
 	}
 	return n
+}
+
+// linked reports whether devices a and b are on one GPU or on GPUs joined
+// by NVLink.
+func (n *nodeState) linked(a, b *device) bool {
+	return a.gpu == b.gpu || n.nvlink[a.gpu*n.gpus+b.gpu]
 }
 
 // freeDevices counts the free devices that match r.

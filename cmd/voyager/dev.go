@@ -80,7 +80,8 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	}()
 
 	registry := httpserver.NewRegistry()
-	pl := newPlacer(store.client, cfg, log)
+	shared := newSharedCaches(store.client, cfg, log)
+	pl := newPlacer(store.client, cfg, log, shared)
 	registry.MustRegister(pl.Collectors()...)
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
@@ -105,6 +106,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 
 	comps := []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
+		{name: "caches", run: shared.Run},
 		placerComponent(pl),
 		apiComponent(apiSrv),
 	}
@@ -113,7 +115,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 		return err
 	}
 	comps = append(comps, component{name: "retention", run: ret.Run})
-	lc := newLifecycle(store.client, cfg, log)
+	lc := newLifecycle(store.client, cfg, log, shared)
 	registry.MustRegister(lc.Collectors()...)
 	comps = append(comps, component{name: "lifecycle", run: lc.Run}, mergerComponent(store.client, cfg, log, registry),
 		sweepComponent(store.client, cfg, log, registry))

@@ -61,9 +61,10 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 	}
 	defer store.close()
 	registry := httpserver.NewRegistry()
-	p := newPlacer(store.client, cfg, log)
+	shared := newSharedCaches(store.client, cfg, log)
+	p := newPlacer(store.client, cfg, log, shared)
 	registry.MustRegister(p.Collectors()...)
-	lc := newLifecycle(store.client, cfg, log)
+	lc := newLifecycle(store.client, cfg, log, shared)
 	registry.MustRegister(lc.Collectors()...)
 	mux := http.NewServeMux()
 	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
@@ -80,6 +81,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 	}
 	err = supervise(ctx, log, []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
+		{name: "caches", run: shared.Run},
 		placerComponent(p),
 		{name: "retention", run: ret.Run},
 		{name: "lifecycle", run: lc.Run},
@@ -102,9 +104,17 @@ func planOptions(cfg config.Config) placer.PlanOptions {
 		MaxSessionsPerNode: cfg.MaxSessionsPerNode, MaxTxnOps: cfg.PlacerMaxTxnOps}
 }
 
-// newPlacer builds a placer from the process configuration.
-func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *placer.Placer {
+// newSharedCaches builds the caches that the process's placer and
+// lifecycle controller share; run them as a component beside both.
+func newSharedCaches(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *placer.SharedCaches {
+	return placer.NewSharedCaches(cli, state.MustKeys(cfg.EtcdPrefix), log) // Load validated the prefix
+}
+
+// newPlacer builds a placer from the process configuration, reading the
+// process's shared caches.
+func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger, shared *placer.SharedCaches) *placer.Placer {
 	return placer.New(cli, placer.Config{
+		Shared:    shared,
 		Keys:      state.MustKeys(cfg.EtcdPrefix), // Load validated the prefix
 		Plan:      planOptions(cfg),
 		MaxTxnOps: cfg.PlacerMaxTxnOps,
@@ -126,9 +136,11 @@ func placerComponent(p *placer.Placer) component {
 }
 
 // newLifecycle builds the lifecycle controller from the process
-// configuration; it plans preemptions the way the placers plan.
-func newLifecycle(cli *clientv3.Client, cfg config.Config, log *slog.Logger) *lifecycle.Controller {
+// configuration, reading the process's shared caches; it plans preemptions
+// the way the placers plan.
+func newLifecycle(cli *clientv3.Client, cfg config.Config, log *slog.Logger, shared *placer.SharedCaches) *lifecycle.Controller {
 	return lifecycle.NewController(cli, lifecycle.ControllerConfig{
+		Shared:           shared,
 		Keys:             state.MustKeys(cfg.EtcdPrefix),
 		IdleTimeout:      cfg.IdleTimeout,
 		StopWarning:      cfg.StopWarning,

@@ -1,0 +1,66 @@
+package placer
+
+import (
+	"testing"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// TestOwnWritesOverlay: a placer's committed bind is laid over caches that
+// are older than it (its ledger replaces the cached one, its session leaves
+// the queue, so the next pass neither re-plans it nor writes over a stale
+// ledger), and forgotten once the caches reach its revision; a session
+// queued again after the bind stays queued.
+func TestOwnWritesOverlay(t *testing.T) {
+	n := gpuNode("n1", 8, "A100")
+	bound := holding(view(n), "s1", "ada", 4).Ledger
+	bind := func(o *ownWrites) {
+		o.record([]state.LedgerWrite{{Node: "n1", Ledger: bound}}, []state.Placement{{Session: "s1"}}, 10)
+	}
+	cases := []struct {
+		name                    string
+		ledgersRev, pendingRev  int64
+		pendingS1Rev            int64 // s1's pending entry in the cache (its ModRevision)
+		wantLedgerRev           int64
+		wantS1Queued            bool
+		wantLedgersKept, wantS1 bool // still remembered afterwards
+	}{
+		{name: "caches older than the bind", ledgersRev: 9, pendingRev: 9, pendingS1Rev: 3, wantLedgerRev: 10, wantS1Queued: false, wantLedgersKept: true, wantS1: true},
+		{name: "caches at the bind", ledgersRev: 10, pendingRev: 10, wantLedgerRev: 5, wantS1Queued: false},
+		{name: "ledgers caught up, pending not", ledgersRev: 12, pendingRev: 9, pendingS1Rev: 3, wantLedgerRev: 5, wantS1Queued: false, wantS1: true},
+		{name: "queued again after the bind", ledgersRev: 14, pendingRev: 14, pendingS1Rev: 13, wantLedgerRev: 5, wantS1Queued: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newOwnWrites()
+			bind(o)
+			v := view(n)
+			v.LedgerRevision = 5
+			s := snap([]NodeView{v}, req("s2", "bob", 1, 0))
+			if tc.pendingS1Rev > 0 {
+				p := req("s1", "ada", 4, 0)
+				p.Revision = tc.pendingS1Rev
+				s.Pending = append(s.Pending, p)
+			}
+			o.overlay(s, tc.ledgersRev, tc.pendingRev)
+			if got := s.Nodes[0].LedgerRevision; got != tc.wantLedgerRev {
+				t.Errorf("ledger revision %d, want %d", got, tc.wantLedgerRev)
+			}
+			if tc.wantLedgerRev == 10 && len(s.Nodes[0].Ledger.Allocations["s1"].GPUs) != 4 {
+				t.Errorf("overlaid ledger %+v, want s1 holding 4 GPUs", s.Nodes[0].Ledger)
+			}
+			queued := map[string]bool{}
+			for _, p := range s.Pending {
+				queued[p.Entry.Session] = true
+			}
+			if !queued["s2"] || queued["s1"] != tc.wantS1Queued {
+				t.Errorf("queued %v, want s2 and s1=%v", queued, tc.wantS1Queued)
+			}
+			_, _, kept := o.ledger("n1", 0)
+			_, s1 := o.bound["s1"]
+			if kept != tc.wantLedgersKept || s1 != tc.wantS1 {
+				t.Errorf("remembered ledger %v, s1 %v; want %v, %v", kept, s1, tc.wantLedgersKept, tc.wantS1)
+			}
+		})
+	}
+}
