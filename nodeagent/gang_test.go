@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,10 +99,12 @@ func machineAgents(t *testing.T, cli *clientv3.Client, ms []machine, tag string,
 
 // outsideServer serves "outside" on this host's address on the machines'
 // network (the world outside, as a session sees it) until t ends, and
-// returns its address.
+// returns its address. Its port is above the ephemeral range: one the
+// kernel handed out could fall in the machines' node port range, which
+// sessions may not reach.
 func outsideServer(t *testing.T, m machine) string {
 	t.Helper()
-	outside, err := net.Listen("tcp", m.addr[:strings.LastIndexByte(m.addr, '.')]+".1:0")
+	outside, err := net.Listen("tcp", net.JoinHostPort(m.addr[:strings.LastIndexByte(m.addr, '.')]+".1", strconv.Itoa(runtimetest.FreePort(t))))
 	if err != nil {
 		t.Fatal(err)
 	}
