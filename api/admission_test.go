@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/voyager-gpu/voyager/api"
 )
 
 // TestAdmissionBounds is findings 2 and 8 of issue 11: a request the
@@ -44,16 +46,7 @@ func TestAdmissionBounds(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := notebook()
 			c.edit(r)
-			p := want(t, h.do("POST", "/api/v1/sessions", ada, r), http.StatusUnprocessableEntity).problem(t)
-			found := false
-			for _, e := range p.Errors {
-				if e.Field == c.wantField && strings.Contains(e.Message, c.wantText) {
-					found = true
-				}
-			}
-			if !found {
-				t.Errorf("errors %+v, want %s: …%s…", p.Errors, c.wantField, c.wantText)
-			}
+			wantFieldError(t, want(t, h.do("POST", "/api/v1/sessions", ada, r), http.StatusUnprocessableEntity).problem(t), c.wantField, c.wantText)
 		})
 	}
 	// The largest gang that fits one transaction is admitted.
@@ -72,4 +65,16 @@ func TestAdmissionBounds(t *testing.T) {
 	if !strings.Contains(p.Detail, "VOYAGER_JWT_GROUPS_CLAIM") {
 		t.Errorf("groups: %q", p.Detail)
 	}
+}
+
+// wantFieldError fails unless p has an error on field whose message holds
+// text.
+func wantFieldError(t *testing.T, p api.Problem, field, text string) {
+	t.Helper()
+	for _, e := range p.Errors {
+		if e.Field == field && strings.Contains(e.Message, text) {
+			return
+		}
+	}
+	t.Errorf("errors %+v, want %s: …%s…", p.Errors, field, text)
 }

@@ -35,6 +35,14 @@ type SessionRequest struct {
 	Resources *state.Resources `json:"resources,omitempty"`
 	// Ray asks for Ray workers on more nodes.
 	Ray *state.Ray `json:"ray,omitempty"`
+	// Nodes runs a batch session as a multi-node job: this many parts,
+	// each with Resources on its own machine (rank 0 to Nodes-1), bound
+	// all-or-nothing. 0 or 1: one machine.
+	Nodes int `json:"nodes,omitempty"`
+	// OnPartFailure is what a multi-node job does when one part fails:
+	// "StopAll" (the default) ends the job and stops the other parts;
+	// "Continue" lets them run until rank 0 ends.
+	OnPartFailure string `json:"onPartFailure,omitempty"`
 	// Limits bound the session's life. With a profile, each field that is
 	// set (non-zero) overrides the profile's, so {"maxRuntime": "4h"}
 	// keeps the profile's idleTimeout.
@@ -195,6 +203,7 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 		s.Env[k] = v
 	}
 	s.Command, s.Ray, s.Priority, s.Preemptible = req.Command, req.Ray, req.Priority, req.Preemptible
+	s.Nodes, s.OnPartFailure = req.Nodes, req.OnPartFailure
 	s.Egress = mergeEgress(prof, req.Egress, add)
 	if req.Restart != nil {
 		s.Restart = *req.Restart
@@ -267,6 +276,7 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 			s.Ray = nil
 		}
 	}
+	adm.validateNodes(&s, add)
 	switch {
 	case s.Limits.MaxRuntime < 0:
 		add("limits.maxRuntime", "got %s, want 0 (no limit) or a positive duration such as \"8h\"", s.Limits.MaxRuntime.Std())
@@ -315,6 +325,46 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 		validateVolumeRequests(req.Volumes, add)
 	}
 	return s, errs
+}
+
+// validateNodes checks a multi-node job's nodes and onPartFailure, and
+// sets the default onPartFailure (StopAll) of one.
+func (adm admission) validateNodes(s *state.Session, add func(field, format string, args ...any)) {
+	// Ranks 1 to nodes-1 bind as a Ray session's workers do, in the same
+	// one transaction.
+	limit := maxWorkers + 1
+	if adm.maxWorkers > 0 {
+		limit = min(limit, adm.maxWorkers+1)
+	}
+	switch {
+	case s.Nodes < 0:
+		add("nodes", "got %d, want 0 or 1 (one machine) or 2 to %d machines for a multi-node job", s.Nodes, limit)
+	case s.Nodes > 1 && s.Kind != state.KindBatch && s.Kind != "":
+		add("nodes", "got %d for a %s session; want a batch session (kind \"batch\") for a multi-node job, or ray.workers for a notebook's Ray cluster across machines", s.Nodes, s.Kind)
+	case s.Nodes > 1 && s.Ray != nil && s.Ray.Workers > 0:
+		add("nodes", "got %d with ray.workers %d; a multi-node job and a Ray cluster are two ways to use several machines: ask for one (nodes for torchrun, DeepSpeed, Horovod or MPI; ray.workers for Ray)", s.Nodes, s.Ray.Workers)
+	case s.Nodes > limit && limit < maxWorkers+1:
+		add("nodes", "got %d, want at most %d: a multi-node job binds every part, each on its own node, in one etcd transaction, and %d parts need more than the %d operations one may hold (VOYAGER_PLACER_MAX_TXN_OPS, at most etcd's --max-txn-ops)",
+			s.Nodes, limit, s.Nodes, adm.maxTxnOps)
+	case s.Nodes > limit:
+		add("nodes", "got %d, want 0 to %d", s.Nodes, limit)
+	}
+	switch s.OnPartFailure {
+	case "":
+		if s.Nodes > 1 {
+			s.OnPartFailure = state.PartFailureStopAll
+		}
+	case state.PartFailureStopAll, state.PartFailureContinue:
+		if s.Nodes <= 1 {
+			add("onPartFailure", "applies to multi-node jobs only; want nodes of 2 or more, or leave onPartFailure out")
+		}
+	default:
+		add("onPartFailure", "got %q, want %q (one part failing ends the job and stops the rest) or %q (the rest run on until rank 0 ends)",
+			s.OnPartFailure, state.PartFailureStopAll, state.PartFailureContinue)
+	}
+	if s.Nodes == 1 {
+		s.Nodes = 0 // one machine, as without nodes
+	}
 }
 
 // maxVolumes bounds the volumes of one session.
@@ -525,6 +575,9 @@ func feasibility(s state.Session, nodes []state.Node, plan placer.PlanOptions, n
 			field := "resources"
 			if s.Ray != nil && s.Ray.Workers > 0 {
 				field = "ray"
+			}
+			if s.Gang() {
+				field = "nodes"
 			}
 			errs = append(errs, FieldError{Field: field, Message: w.Message + "; the request asks for " + describeRequest(q)})
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -655,5 +656,7 @@ func (a *Agent) removeContainer(ctx context.Context, id string) {
 	}
 	if err := a.cfg.Runtime.Remove(ctx, id); err != nil {
 		a.log.Warn("remove container", "container", id, "err", err)
+	} else if path := a.hostfilePath(id); path != "" {
+		_ = os.Remove(path) // a multi-node job's part's, if any
 	}
 }

@@ -11,11 +11,15 @@ import (
 // Ports is how a part of a session uses its allocated host ports, in the
 // order the placer allocates them (state.QueueEntry.Ports counts them):
 // Jupyter's first for a notebook, then the Ray head's GCS, dashboard and
-// client server; a Ray worker's node and object managers.
+// client server; a Ray worker's node and object managers. A part of a
+// multi-node job has MASTER_PORT (rank 0 only) and its peer ports
+// (PartPorts).
 type Ports struct {
 	Jupyter                    int
 	RayGCS, RayDash, RayClient int
 	NodeManager, ObjectManager int
+	Master                     int
+	Peer                       []int
 }
 
 // SplitPorts names the ports of a binding for a session of kind.
@@ -98,8 +102,15 @@ type Head struct {
 // Command returns the container's command for one binding of a session:
 // a notebook runs Jupyter (or the session's own command, such as
 // JupyterHub's singleuser server), a batch session its command; a Ray head
-// runs `ray start --head` first, a Ray worker joins head and blocks.
+// runs `ray start --head` first, a Ray worker joins head and blocks. Every
+// part of a multi-node job runs the job's command (JobEnv tells it its rank).
 func Command(s state.Session, b state.Binding, head Head) ([]string, error) {
+	if s.Gang() {
+		if len(s.Command) == 0 {
+			return nil, fmt.Errorf("build command of %s: a batch session needs a command", s.ID)
+		}
+		return s.Command, nil
+	}
 	p, err := SplitPorts(s.Kind, b.Role, b.Ports)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,47 @@ func machines(t *testing.T, n int) []machine {
 		ms = append(ms, m)
 	}
 	return ms
+}
+
+// machineAgents runs an agent on each of ms, each with its own isolated
+// network inside its machine's namespace (named after tag) and the node
+// port range first to last, and waits until all registered.
+func machineAgents(t *testing.T, cli *clientv3.Client, ms []machine, tag string, first, last int) map[string]nodeagent.Config {
+	t.Helper()
+	agents := map[string]nodeagent.Config{}
+	for _, m := range ms {
+		rt := runtimetest.New(t, runtime.ContainerdOptions{Network: runtime.NetworkOptions{
+			Mode: runtime.NetworkIsolated, Name: fmt.Sprintf("%s-%d-%s", tag, os.Getpid(), m.name), StateDir: t.TempDir(),
+			HostNetNS: m.netns, BlockedPorts: [2]int{first, last},
+		}})
+		cfg := testConfig(t, cli, rt)
+		cfg.Node, cfg.Address, cfg.ProbeHost, cfg.Image = m.name, m.addr, m.addr, runtimetest.ImageRef
+		cfg.Ports = state.PortRange{First: first, Last: last}
+		runAgent(t, cfg)
+		agents[m.name] = cfg
+	}
+	waitFor(t, fmt.Sprintf("%d machines registered", len(ms)), 20*time.Second, func() (bool, string) {
+		r, _ := cli.Get(context.Background(), keys.Nodes(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return r != nil && r.Count == int64(len(ms)), ""
+	})
+	return agents
+}
+
+// outsideServer serves "outside" on this host's address on the machines'
+// network (the world outside, as a session sees it) until t ends, and
+// returns its address. Its port is above the ephemeral range: one the
+// kernel handed out could fall in the machines' node port range, which
+// sessions may not reach.
+func outsideServer(t *testing.T, m machine) string {
+	t.Helper()
+	outside, err := net.Listen("tcp", net.JoinHostPort(m.addr[:strings.LastIndexByte(m.addr, '.')]+".1", strconv.Itoa(runtimetest.FreePort(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "outside") })}
+	go func() { _ = srv.Serve(outside) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return outside.Addr().String()
 }
 
 // bindParts creates session s and binds its parts, each on its node, in
@@ -158,10 +200,6 @@ func TestRayGangAcrossMachines(t *testing.T) {
 		agents[m.name] = cfg
 	}
 	m1, m2 := ms[0], ms[1]
-	waitFor(t, "both machines registered", 20*time.Second, func() (bool, string) {
-		r, _ := cli.Get(context.Background(), keys.Nodes(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		return r != nil && r.Count == 2, ""
-	})
 
 	// ada's notebook with a Ray head on m1 (Jupyter, GCS, dashboard,
 	// client) and one worker on m2 (node and object managers).
@@ -252,14 +290,7 @@ func TestRayGangAcrossMachines(t *testing.T) {
 	// eve's session on m2, the worker's machine: none of the head's ports,
 	// though the world outside (here, a server on this host's address on
 	// the machines' network) answers it.
-	outside, err := net.Listen("tcp", m1.addr[:strings.LastIndexByte(m1.addr, '.')]+".1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "outside") })}
-	go func() { _ = srv.Serve(outside) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outside.Addr())
+	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outsideServer(t, m1))
 	for _, p := range []string{"45000", "45001", "45002", "45003"} {
 		probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s:%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", m1.addr, p, p, p)
 	}

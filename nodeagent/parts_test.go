@@ -36,8 +36,8 @@ func TestMultiNodeJobParts(t *testing.T) {
 	job := func(id, onFailure string) []state.Binding {
 		return bindParts(t, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}, Nodes: 2, OnPartFailure: onFailure},
 			[]state.Binding{
-				{Node: "sk-a", Role: state.RoleHead, CPUMilli: 100, MemoryMiB: 64, Ports: []int{61100, 61101, 61102}},
-				{Node: "sk-b", Role: state.RoleWorker, Worker: 1, HeadNode: "sk-a", CPUMilli: 100, MemoryMiB: 64, Ports: []int{61110, 61111}},
+				{Node: "sk-a", Role: state.RoleHead, CPUMilli: 100, MemoryMiB: 64, Ports: mnPorts(61100, true)},
+				{Node: "sk-b", Role: state.RoleWorker, Worker: 1, HeadNode: "sk-a", CPUMilli: 100, MemoryMiB: 64, Ports: mnPorts(61110, false)},
 			})
 	}
 	partsLeft := func(id string) func() (bool, string) {

@@ -157,19 +157,20 @@ func ulimits(u state.Ulimits) []runtime.Rlimit {
 	return out
 }
 
-// Peer is another part of the same session (a Ray head or worker on
-// another node): the node's address and the part's ports.
+// Peer is another part of the same session (a Ray head or worker, or a
+// multi-node job's part, on another node): the node's address and the
+// part's ports.
 type Peer struct {
 	Address string
 	Ports   Ports
 }
 
-// rayPorts are the ports a part's peers connect to: the head's GCS and
-// client server, a worker's node and object managers. Never Jupyter's or
-// the dashboard's.
-func (p Ports) rayPorts() []int {
+// gangPorts are the ports a part's peers connect to: the Ray head's GCS
+// and client server, a Ray worker's node and object managers; a job's
+// MASTER_PORT and peer ports. Never Jupyter's or the dashboard's.
+func (p Ports) gangPorts() []int {
 	var out []int
-	for _, v := range []int{p.RayGCS, p.RayClient, p.NodeManager, p.ObjectManager} {
+	for _, v := range append([]int{p.RayGCS, p.RayClient, p.NodeManager, p.ObjectManager, p.Master}, p.Peer...) {
 		if v > 0 {
 			out = append(out, v)
 		}
@@ -180,8 +181,9 @@ func (p Ports) rayPorts() []int {
 // NetworkRules says, for a part with its own network, which of its ports
 // are published and to whom, and which endpoints it may reach that the
 // node's port range would otherwise refuse: Jupyter is open to everyone
-// (the token guards it); Ray's ports only to the session's other parts'
-// nodes, and a part reaches only its peers' Ray ports. The dashboard is
+// (the token guards it); Ray's ports and a job's MASTER_PORT and peer
+// ports only to the session's other parts' nodes, and a part reaches only
+// its peers' such ports. The dashboard is
 // never published (it listens on the container's loopback).
 func NetworkRules(p Ports, peers []Peer) ([]runtime.Published, []runtime.Endpoint) {
 	var pub []runtime.Published
@@ -194,11 +196,11 @@ func NetworkRules(p Ports, peers []Peer) ([]runtime.Published, []runtime.Endpoin
 		if !slices.Contains(from, q.Address) {
 			from = append(from, q.Address)
 		}
-		if rp := q.Ports.rayPorts(); len(rp) > 0 {
+		if rp := q.Ports.gangPorts(); len(rp) > 0 {
 			reach = append(reach, runtime.Endpoint{Addr: q.Address, Ports: rp})
 		}
 	}
-	if rp := p.rayPorts(); len(rp) > 0 && len(from) > 0 {
+	if rp := p.gangPorts(); len(rp) > 0 && len(from) > 0 {
 		for _, port := range rp {
 			pub = append(pub, runtime.Published{Port: port, From: from})
 		}

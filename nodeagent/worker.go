@@ -37,9 +37,14 @@ type worker struct {
 	// token is the Jupyter token of a notebook's head (or single) part,
 	// set before the container starts or is adopted.
 	token string
-	// logsExp is when the log URL last written to the status expires
-	// (zero: none written by this worker).
+	// logsExp is when the log URL last written to the status (or, for a
+	// worker part of a multi-node job, to its secrets) expires (zero: none
+	// written by this worker).
 	logsExp time.Time
+	// jobWorker is set for a worker part (rank 1 or more) of a multi-node
+	// job: its part keeps its log URL fresh (its key in the node's
+	// secrets), where the API finds each part's log, as a head's is.
+	jobWorker bool
 
 	// stopWith is the session as it was when stopReq closed: whether its
 	// owner stopped it or the lifecycle controller evicted it decides the
@@ -77,6 +82,7 @@ func (w *worker) run() {
 	if gone {
 		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
 	}
+	w.jobWorker = sess.Gang() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
 	if sess.Stopping() {
@@ -416,11 +422,16 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	if tok != "" {
 		spec.Env["RAY_AUTH_MODE"], spec.Env["RAY_AUTH_TOKEN"] = "token", tok
 	}
-	peers, err := w.peers(ctx, sess)
+	var peers []Peer
+	if sess.Gang() {
+		peers, err = w.withJob(ctx, sess, &spec)
+	} else {
+		peers, err = w.peers(ctx, sess)
+	}
 	if err != nil {
 		return err
 	}
-	if p, err := SplitPorts(sess.Kind, b.Role, b.Ports); err == nil {
+	if p, err := PartPorts(sess, b.Role, b.Ports); err == nil {
 		spec.Publish, spec.Reach = NetworkRules(p, peers)
 	}
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
@@ -501,9 +512,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		now := time.Now().UTC()
 		st.Reason, st.Started = "Started", &now
 		st.Message = "running"
-		// Only the head (or single) part's URLs reach the status (and
-		// the owner's secrets, which the API reads by the status's nodes).
-		if logs, exp := w.a.logsURL(w.id); logs != "" && b.Role != state.RoleWorker {
+		if logs, exp := w.a.logsURL(w.id); logs != "" {
 			if st.URLs == nil {
 				st.URLs = map[string]string{}
 			}
@@ -524,7 +533,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 // once half its life has passed (or none was written by this worker: an
 // adopted container's), so that it works for as long as the session runs.
 func (w *worker) refreshLogsURL(ctx context.Context) {
-	if w.item.Value.Role == state.RoleWorker || time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
+	if (w.item.Value.Role == state.RoleWorker && !w.jobWorker) || time.Until(w.logsExp) > w.a.cfg.LogURLTTL/2 {
 		return
 	}
 	logs, exp := w.a.logsURL(w.id)
@@ -726,7 +735,7 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 		}
 		// The log outlives the container: a job that ended before
 		// anyone saw it run can still be read.
-		if logs, _ := w.a.logsURL(w.id); logs != "" && b.Role != state.RoleWorker {
+		if logs, _ := w.a.logsURL(w.id); logs != "" && (b.Role != state.RoleWorker || w.jobWorker) {
 			if cur.URLs == nil {
 				cur.URLs = map[string]string{}
 			}

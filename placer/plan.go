@@ -208,9 +208,14 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	e := &it.Entry
 	reqs := e.Parts()
 	if size := gangSize(len(reqs), len(quotaScopes(e, p.snap))); !(state.TxnBudget{MaxOps: p.opt.MaxTxnOps}).Fits(size) {
+		what, most := fmt.Sprintf("a Ray head and %d workers", len(reqs)-1), MaxRayWorkers(p.opt.MaxTxnOps, len(quotaScopes(e, p.snap)))
+		ask := fmt.Sprintf("at most %d workers", most)
+		if e.Nodes > 1 {
+			what, ask = "a multi-node job", fmt.Sprintf("at most %d nodes", most+1)
+		}
 		plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: "Unsatisfiable", Message: fmt.Sprintf(
-			"a session on %d nodes (a Ray head and %d workers) binds in one transaction of %d operations, above the limit of %d (VOYAGER_PLACER_MAX_TXN_OPS, at most etcd's --max-txn-ops); ask for at most %d workers",
-			len(reqs), len(reqs)-1, size.Ops(), p.opt.txnOps(), MaxRayWorkers(p.opt.MaxTxnOps, len(quotaScopes(e, p.snap))))})
+			"a session on %d nodes (%s) binds in one transaction of %d operations, above the limit of %d (VOYAGER_PLACER_MAX_TXN_OPS, at most etcd's --max-txn-ops); ask for %s",
+			len(reqs), what, size.Ops(), p.opt.txnOps(), ask)})
 		return Decision{}, false
 	}
 	if reason, msg, ok := p.usage.quotaAllows(e, reqs, p.snap); !ok {

@@ -428,3 +428,34 @@ func nodeDeviceMatches(v *NodeView, uuid string, r *state.Resources) bool {
 	}
 	return false
 }
+
+// TestPlanMultiNodeJob: a multi-node job is a gang like a Ray session's
+// (all or nothing, each part on its own node, rank 0 the head), whose
+// parts take the job's ports: MASTER_PORT and the peer ports for rank 0,
+// the peer ports for the others.
+func TestPlanMultiNodeJob(t *testing.T) {
+	s := state.Session{ID: "mn-job", Owner: "ada", Kind: state.KindBatch, Nodes: 3, Created: t0,
+		Resources: state.Resources{GPUs: 8, CPUMilli: 1000, MemoryMiB: 1024}}
+	job := Pending{Revision: 1, Entry: state.NewQueueEntry(s, t0)}
+	nodes := []NodeView{view(gpuNode("a", 8, "A100")), view(gpuNode("b", 8, "A100")), holding(view(gpuNode("c", 8, "A100")), "x", "bob", 1)}
+	if p := NewPlan(snap(nodes, job), PlanOptions{}); len(p.Bound) != 0 {
+		t.Fatalf("a 3-machine job was bound on 2 free machines: %+v", p.Bound)
+	}
+	nodes[2] = view(gpuNode("c", 8, "A100"))
+	p := NewPlan(snap(nodes, job), PlanOptions{})
+	if len(p.Bound) != 1 {
+		t.Fatalf("job not bound: %+v", p.Waiting)
+	}
+	seen := map[string]bool{}
+	for i, pp := range p.Bound[0].Parts {
+		wantRole, wantPorts := state.RoleWorker, state.JobPeerPorts
+		if i == 0 {
+			wantRole, wantPorts = state.RoleHead, 1+state.JobPeerPorts
+		}
+		if pp.Role != wantRole || (i > 0 && pp.Worker != i) || len(pp.Ports) != wantPorts || len(pp.Devices) != 8 || seen[pp.Node] {
+			t.Errorf("rank %d: node %s role %s worker %d, %d ports, %d GPUs; want its own node, %s, %d ports, 8 GPUs",
+				i, pp.Node, pp.Role, pp.Worker, len(pp.Ports), len(pp.Devices), wantRole, wantPorts)
+		}
+		seen[pp.Node] = true
+	}
+}

@@ -84,6 +84,16 @@ if [ -n "$block" ]; then trap 'exit 0' TERM INT; sleep 2147483647 & wait; fi
 exit 0
 `
 
+// ImageFile is a further file of a busybox image (WriteBusyboxImage): a
+// test's stand-in program, say.
+type ImageFile struct {
+	// Path is the file's path in the image, without a leading slash,
+	// e.g. "bin/rendezvous".
+	Path string
+	Mode int64
+	Body []byte
+}
+
 // WriteBusyboxImage writes a one-layer docker-archive image named ref to w
 // from a static busybox binary at busybox (Debian's busybox-static installs
 // it at /bin/busybox): /bin with busybox and its applets, /etc/passwd with
@@ -91,8 +101,8 @@ exit 0
 // that serves a page with busybox httpd on its --port, and /bin/ray, a
 // stand-in that listens on Ray's ports (rayStandIn). No registry is needed: import
 // the archive with Containerd.Import. It is the image of tests and of
-// `voyager dev` on a machine without one.
-func WriteBusyboxImage(w io.Writer, busybox, ref string) error {
+// `voyager dev` on a machine without one. extra are added as they are.
+func WriteBusyboxImage(w io.Writer, busybox, ref string, extra ...ImageFile) error {
 	bin, err := os.ReadFile(busybox)
 	if err != nil {
 		return fmt.Errorf("read busybox binary (apt-get install busybox-static): %w", err)
@@ -121,6 +131,12 @@ func WriteBusyboxImage(w io.Writer, busybox, ref string) error {
 			hdr  tar.Header
 			body []byte
 		}{hdr: tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}})
+	}
+	for _, f := range extra {
+		entries = append(entries, struct {
+			hdr  tar.Header
+			body []byte
+		}{hdr: tar.Header{Name: f.Path, Typeflag: tar.TypeReg, Mode: f.Mode}, body: f.Body})
 	}
 	for _, e := range entries {
 		h := e.hdr

@@ -39,6 +39,11 @@ func NewQueueEntry(s Session, now time.Time) QueueEntry {
 		q.Workers = s.Ray.Workers
 		q.WorkerRequest = s.Ray.WorkerResources
 	}
+	if s.Gang() {
+		// Ranks 1 to Nodes-1 are the gang's workers, each part with the
+		// session's resources.
+		q.Nodes, q.Workers, q.WorkerRequest = s.Nodes, s.Nodes-1, nil
+	}
 	return q
 }
 

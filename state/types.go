@@ -61,8 +61,8 @@ type Role string
 // Binding roles.
 const (
 	RoleSingle Role = "single" // a session on one node
-	RoleHead   Role = "head"   // the Ray head (and Jupyter) of a multi-node session
-	RoleWorker Role = "worker" // a Ray worker that joins the head
+	RoleHead   Role = "head"   // the Ray head (and Jupyter) of a multi-node session, or rank 0 of a multi-node job
+	RoleWorker Role = "worker" // a Ray worker that joins the head, or rank Binding.Worker of a multi-node job
 )
 
 // Duration is a time.Duration that reads and writes JSON as a Go duration
@@ -303,7 +303,18 @@ type QueueEntry struct {
 	Request       Resources   `json:"request"`
 	Workers       int         `json:"workers,omitempty"`
 	WorkerRequest *Resources  `json:"workerRequest,omitempty"`
+	// Nodes is set (above 1) for a multi-node batch job (Session.Nodes):
+	// its Workers are the job's ranks 1 to Nodes-1, not Ray workers, and
+	// its parts need the job's ports, not Ray's (Ports).
+	Nodes int `json:"nodes,omitempty"`
 }
+
+// JobPeerPorts is how many host ports every part of a multi-node job gets
+// for its ranks' own connections to each other (published to the job's
+// other parts only): a process that can be told its ports (MPI's TCP
+// transport, a framework's own listener) uses them. Rank 0 gets one more,
+// the first: MASTER_PORT.
+const JobPeerPorts = 8
 
 // Parts returns the requests of every node the session needs: the head (or
 // single) part first, then one per Ray worker.
@@ -322,8 +333,16 @@ func (q QueueEntry) Parts() []Resources {
 
 // Ports returns how many host ports the part of a session with role needs:
 // Jupyter's for a notebook, Ray's GCS, dashboard and client server for a
-// Ray head, the node and object managers' for a Ray worker.
+// Ray head, the node and object managers' for a Ray worker; for a part of
+// a multi-node job (Nodes above 1) JobPeerPorts, and MASTER_PORT for rank
+// 0 (the head).
 func (q QueueEntry) Ports(role Role) int {
+	if q.Nodes > 1 && role != RoleSingle {
+		if role == RoleHead {
+			return 1 + JobPeerPorts
+		}
+		return JobPeerPorts
+	}
 	n := 0
 	if q.Kind == KindNotebook && role != RoleWorker {
 		n++ // jupyter

@@ -36,6 +36,8 @@ func TestNormalizeArgs(t *testing.T) {
 		{"flag after argument", []string{"session", "get", "s1", "-output", "yaml"}, []string{"session", "get", "s1", "--output", "yaml"}},
 		{"nothing after --", []string{"run", "-image", "x", "--", "sh", "-c", "echo -image"}, []string{"run", "--image", "x", "--", "sh", "-c", "echo -image"}},
 		{"a value named like a command", []string{"session", "create", "-name", "list", "-gpus", "1"}, []string{"session", "create", "--name", "list", "--gpus", "1"}},
+		{"a multi-node run", []string{"run", "-nodes", "4", "-gpus", "8", "-on-part-failure", "Continue", "--", "torchrun", "-nodes", "x"},
+			[]string{"run", "--nodes", "4", "--gpus", "8", "--on-part-failure", "Continue", "--", "torchrun", "-nodes", "x"}},
 		{"unknown stays for pflag to refuse", []string{"dev", "-nope"}, []string{"dev", "-nope"}},
 		{"help", []string{"session", "list", "-help"}, []string{"session", "list", "--help"}},
 		{"version", []string{"-version"}, []string{"--version"}},

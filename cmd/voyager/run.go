@@ -29,7 +29,15 @@ element per line) it submits a job array instead: one session per element,
 -max-running unfinished at once (the cluster enforces it). It waits for
 the whole array, prints its summary, and exits 1 if any element did not
 succeed; Ctrl-C stops every element. voyager array lists, reads, waits
-for and stops arrays.`
+for and stops arrays.
+
+With --nodes N the job runs on N machines, one part each with the
+resources asked for, started together or not at all; every part runs
+COMMAND with MASTER_ADDR, MASTER_PORT, WORLD_SIZE (N), NODE_RANK and a
+hostfile (VOYAGER_HOSTFILE) in its environment, so that torchrun, DeepSpeed
+or mpirun find each other (docs/api.md). Its output is every part's, each
+line prefixed "[rank R] "; its exit code rank 0's, or the first failed
+part's (--on-part-failure StopAll, the default, also stops the others).`
 
 // Exit codes of voyager run besides the job's own.
 const (
@@ -44,10 +52,11 @@ func newRunCmd() *cobra.Command {
 		arr   arrayFlags
 	)
 	cmd := &cobra.Command{
-		Use:     "run [flags] -- COMMAND [ARGS…]",
-		Short:   "Run a batch command on GPUs and exit with its exit code",
-		Long:    runDesc,
-		Example: "  voyager run --gpus 1 -- python train.py\n  voyager run -- sh -c 'echo hi; exit 3'; echo $?   # hi, then 3",
+		Use:   "run [flags] -- COMMAND [ARGS…]",
+		Short: "Run a batch command on GPUs and exit with its exit code",
+		Long:  runDesc,
+		Example: "  voyager run --gpus 1 -- python train.py\n  voyager run -- sh -c 'echo hi; exit 3'; echo $?   # hi, then 3\n" +
+			"  voyager run -nodes 4 -gpus 8 -- torchrun train.py   # 4 machines; each line of output says its rank",
 		GroupID: groupCLI,
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
 			if len(args) == 0 {

@@ -28,6 +28,7 @@ import (
 	"github.com/voyager-gpu/voyager/internal/pki"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -617,6 +618,7 @@ func TestMultiMachineE2E(t *testing.T) {
 		var homes string
 		agents[nodes[i]], homes = c.startAgent(net.ns[g], nodes[i], net.ip[g], net.ip[g]+":7071", rt, fmt.Sprintf("%d-%d", 47300+50*i, 47349+50*i))
 		writeRayStandIn(t, filepath.Join(homes, "ada"))
+		writeRendezvous(t, filepath.Join(homes, "ada"))
 	}
 
 	// Three 2-GPU jobs through ctl-1's API: one on each GPU machine, their
@@ -644,25 +646,33 @@ func TestMultiMachineE2E(t *testing.T) {
 	}
 	t.Logf("gang %s ran on %v", m[1], gang.Nodes)
 	// The head's end ends the gang: the worker is stopped and released too.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := root.Get(ctx, keys.AllBindings(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		if err != nil {
-			t.Fatal(err)
+	waitReleased(t, ctx, root, m[1], 20*time.Second)
+
+	// A multi-node job, one part of two GPUs on each GPU machine: the
+	// parts rendezvous at rank 0's MASTER_ADDR:MASTER_PORT and reach each
+	// other's peer ports across the bridge (the test image's stand-in of
+	// torchrun's rendezvous, on ada's PATH), and voyager run prints every
+	// part's output, rank-prefixed, read from each machine's agent.
+	code, out = runVoyager(t, c.cliEnv(apis["ctl-1"], secret), "run", "-nodes", "3", "-gpus", "2",
+		"-env", "PATH=/home/jovyan/bin:/bin", "--", "rendezvous", "-timeout", "60s")
+	if code != 0 {
+		t.Fatalf("multi-node job: exit %d, want 0:\n%s", code, out)
+	}
+	for r := 0; r < 3; r++ {
+		if line := fmt.Sprintf("[rank %d] rendezvous: rank %d of 3: connected to every other rank", r, r); !strings.Contains(out, line) {
+			t.Errorf("multi-node job's output lacks %q:\n%s", line, out)
 		}
-		var left []string
-		for _, kv := range resp.Kvs {
-			if _, id, ok := keys.BindingKey(string(kv.Key)); ok && id == m[1] {
-				left = append(left, string(kv.Key))
-			}
-		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gang ended %s but %v are still bound after 20s", gang.Phase, left)
-		}
-		time.Sleep(50 * time.Millisecond)
+	}
+
+	// One part of a multi-node job fails while the others run on: the
+	// job ends with that part's exit code (onPartFailure StopAll, the
+	// default) and the other parts are stopped and released.
+	code, out = runVoyager(t, c.cliEnv(apis["ctl-1"], secret), "run", "-nodes", "3", "-gpus", "2", "--",
+		"sh", "-c", `if [ "$NODE_RANK" = 2 ]; then echo failing; exit 7; fi; exec sleep 600`)
+	if m := regexp.MustCompile(`session (\S+) submitted`).FindStringSubmatch(out); code != 7 || !strings.Contains(out, "[rank 2] failing") || m == nil {
+		t.Fatalf("multi-node job with a failing part: exit %d, want 7 with the part's output:\n%s", code, out)
+	} else {
+		waitReleased(t, ctx, root, m[1], 20*time.Second)
 	}
 
 	checkRayDashboard(t, ctx, c.cliEnv(apis["ctl-1"], secret), root)
@@ -819,5 +829,42 @@ func writeRayStandIn(t *testing.T, home string) {
 	}
 	if err := os.WriteFile(filepath.Join(home, "bin", "ray"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// writeRendezvous puts the test image's rendezvous stand-in (a static
+// program) in a user's home (bin/rendezvous).
+func writeRendezvous(t *testing.T, home string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "bin", "rendezvous"), runtimetest.RendezvousProgram(t), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReleased waits until no binding of session id is left, at most d.
+func waitReleased(t *testing.T, ctx context.Context, cli *clientv3.Client, id string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := cli.Get(ctx, keys.AllBindings(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, kv := range resp.Kvs {
+			if _, bid, ok := keys.BindingKey(string(kv.Key)); ok && bid == id {
+				left = append(left, string(kv.Key))
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s ended but %v are still bound after %s", id, left, d)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

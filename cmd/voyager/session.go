@@ -30,6 +30,8 @@ type specFlags struct {
 	cpu                        float64
 	env                        []string
 	rayWorkers                 int
+	nodes                      int
+	onPartFailure              string
 	maxRuntime, idleTimeout    time.Duration
 	priority                   int
 	preemptible                bool
@@ -59,6 +61,9 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.Int64Var(&s.memory, "memory", 0, "memory in MiB (default 4096)")
 	fs.StringArrayVar(&s.env, "env", nil, "KEY=VALUE for the container's environment (repeatable)")
 	fs.IntVar(&s.rayWorkers, "ray-workers", 0, "Ray workers on more nodes")
+	fs.IntVar(&s.nodes, "nodes", 0, "machines of a multi-node batch job (torchrun, DeepSpeed, MPI): one part on each, with these resources")
+	fs.StringVar(&s.onPartFailure, "on-part-failure", "", "what a multi-node job does when one part fails: StopAll (default) or Continue")
+	_ = cmd.RegisterFlagCompletionFunc("on-part-failure", cobra.FixedCompletions([]cobra.Completion{state.PartFailureStopAll, state.PartFailureContinue}, cobra.ShellCompDirectiveNoFileComp))
 	fs.DurationVar(&s.maxRuntime, "max-runtime", 0, "stop after this long running (0: no limit)")
 	fs.DurationVar(&s.idleTimeout, "idle-timeout", 0, "stop a notebook idle this long (0: cluster default)")
 	fs.IntVar(&s.priority, "priority", 0, "queue priority, -100 to 100")
@@ -105,6 +110,7 @@ func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 	r := api.SessionRequest{
 		Kind: state.SessionKind(s.kind), Name: s.name, Profile: s.profile, Image: s.image,
 		Command: command, Priority: s.priority, Preemptible: s.preemptible,
+		Nodes: s.nodes, OnPartFailure: s.onPartFailure,
 	}
 	if s.gpus != 0 || s.gpuModel != "" || s.gpuMemory != 0 || s.mig != "" || s.cpu != 0 || s.memory != 0 || s.profile == "" {
 		r.Resources = &state.Resources{GPUs: s.gpus, GPUModel: s.gpuModel, GPUMemoryMiB: s.gpuMemory, MIGProfile: s.mig,
@@ -511,6 +517,13 @@ func writeSession(w io.Writer, s api.SessionView) {
 	}
 	row("GPUs", gpuText(s.Resources))
 	row("CPU", fmt.Sprintf("%g cores, %d MiB", float64(s.Resources.CPUMilli)/1000, s.Resources.MemoryMiB))
+	if s.Gang() {
+		onFailure := state.PartFailureContinue
+		if s.StopsAll() {
+			onFailure = state.PartFailureStopAll
+		}
+		row("Parts", fmt.Sprintf("%d machines, each with the above; on part failure: %s", s.Nodes, onFailure))
+	}
 	if s.ShmMiB > 0 {
 		row("Shared memory", fmt.Sprintf("%d MiB", s.ShmMiB))
 	}
@@ -535,7 +548,7 @@ func writeSession(w io.Writer, s api.SessionView) {
 	if s.Status.QueuePosition > 0 {
 		row("Queue", fmt.Sprintf("position %d", s.Status.QueuePosition))
 	}
-	row("Nodes", strings.Join(s.Status.Nodes, ", "))
+	row("Nodes", strings.Join(s.Status.Nodes, ", ")) // a multi-node job's in rank order
 	for _, k := range sortedMapKeys(s.Status.URLs) {
 		row("URL "+k, s.Status.URLs[k])
 	}

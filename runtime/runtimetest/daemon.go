@@ -185,15 +185,17 @@ func New(t testing.TB, opts runtime.ContainerdOptions) *runtime.Containerd {
 	return c
 }
 
-// BusyboxImage imports the busybox test image (ImageRef) into c. It skips
-// the test when Debian's busybox-static is not installed (see testreq).
+// BusyboxImage imports the busybox test image (ImageRef) into c, with
+// /bin/rendezvous (RendezvousProgram). It skips the test when Debian's
+// busybox-static is not installed (see testreq).
 func BusyboxImage(t testing.TB, c *runtime.Containerd) string {
 	t.Helper()
 	if _, err := os.Stat(BusyboxPath); err != nil {
 		testreq.Missing(t, "busybox-static", "no "+BusyboxPath+": apt-get install busybox-static to build the test image")
 	}
+	rdv := RendezvousProgram(t)
 	var buf bytes.Buffer
-	if err := runtime.WriteBusyboxImage(&buf, BusyboxPath, ImageRef); err != nil {
+	if err := runtime.WriteBusyboxImage(&buf, BusyboxPath, ImageRef, runtime.ImageFile{Path: "bin/rendezvous", Mode: 0o755, Body: rdv}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Import(context.Background(), &buf); err != nil {
@@ -226,4 +228,42 @@ func CreateUnstarted(t testing.TB, c *runtime.Containerd, spec runtime.Spec) {
 	); err != nil {
 		t.Fatalf("create unstarted container %s: %v", spec.ID, err)
 	}
+}
+
+var rendezvous struct {
+	once sync.Once
+	bin  []byte
+	err  error
+}
+
+// RendezvousProgram returns the test image's /bin/rendezvous, a stand-in
+// for torchrun's rendezvous (package ./rendezvous), built static once per
+// test binary with the go command that runs the tests.
+func RendezvousProgram(t testing.TB) []byte {
+	t.Helper()
+	rendezvous.once.Do(func() {
+		dir, err := os.MkdirTemp("", "vrdv")
+		if err != nil {
+			rendezvous.err = fmt.Errorf("build the rendezvous stand-in: %w", err)
+			return
+		}
+		defer os.RemoveAll(dir)
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			rendezvous.err = fmt.Errorf("build the rendezvous stand-in: the go command is not on PATH: %w", err)
+			return
+		}
+		out := filepath.Join(dir, "rendezvous")
+		cmd := exec.Command(gobin, "build", "-trimpath", "-o", out, "github.com/voyager-gpu/voyager/runtime/runtimetest/rendezvous")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			rendezvous.err = fmt.Errorf("build the rendezvous stand-in: %w: %s", err, b)
+			return
+		}
+		rendezvous.bin, rendezvous.err = os.ReadFile(out)
+	})
+	if rendezvous.err != nil {
+		t.Fatal(rendezvous.err)
+	}
+	return rendezvous.bin
 }

@@ -1,0 +1,251 @@
+// Command rendezvous is the test image's stand-in for torchrun's
+// rendezvous (not torchrun): every part of a multi-node job runs it.
+// Rank 0 listens on MASTER_PORT; every other rank connects to
+// MASTER_ADDR:MASTER_PORT (retrying until -timeout) and says its rank, the
+// world size it was given and its peer endpoint. Rank 0 checks that every
+// rank 1 to WORLD_SIZE-1 arrived exactly once with the same world size,
+// then sends every rank the list of peer endpoints; each rank then
+// connects to every other rank's endpoint (the first of its
+// VOYAGER_PEER_PORTS on VOYAGER_NODE_ADDR), as NCCL's and Gloo's ranks
+// connect to each other, and waits for every other rank's connection. It
+// also checks that the hostfile names its own address on its rank's line.
+// It exits 0 when all of that held, 1 otherwise, saying why.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	timeout := flag.Duration("timeout", 60*time.Second, "how long to wait for the other ranks")
+	flag.Parse()
+	if err := run(time.Now().Add(*timeout)); err != nil {
+		fmt.Fprintln(os.Stderr, "rendezvous:", err)
+		os.Exit(1)
+	}
+}
+
+type env struct {
+	masterAddr       string
+	masterPort, rank int
+	world            int
+	self             string // this rank's peer endpoint
+}
+
+func readEnv() (env, error) {
+	var e env
+	var errs []error
+	num := func(name string) int {
+		v, err := strconv.Atoi(os.Getenv(name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want a number", name, os.Getenv(name)))
+		}
+		return v
+	}
+	e.masterAddr = os.Getenv("MASTER_ADDR")
+	e.masterPort, e.rank, e.world = num("MASTER_PORT"), num("NODE_RANK"), num("WORLD_SIZE")
+	peer, _, _ := strings.Cut(os.Getenv("VOYAGER_PEER_PORTS"), ",")
+	if os.Getenv("VOYAGER_NODE_ADDR") == "" || peer == "" {
+		errs = append(errs, errors.New("VOYAGER_NODE_ADDR and VOYAGER_PEER_PORTS must be set"))
+	}
+	e.self = net.JoinHostPort(os.Getenv("VOYAGER_NODE_ADDR"), peer)
+	if e.masterAddr == "" {
+		errs = append(errs, errors.New("MASTER_ADDR is not set"))
+	}
+	if len(errs) == 0 && (e.world < 1 || e.rank < 0 || e.rank >= e.world) {
+		errs = append(errs, fmt.Errorf("NODE_RANK %d outside 0 to WORLD_SIZE-1 (%d)", e.rank, e.world-1))
+	}
+	return e, errors.Join(errs...)
+}
+
+func run(deadline time.Time) error {
+	e, err := readEnv()
+	if err != nil {
+		return err
+	}
+	if err := checkHostfile(e); err != nil {
+		return err
+	}
+	// Listen for the mesh first, so that no peer dials before it is up.
+	_, port, _ := net.SplitHostPort(e.self)
+	mesh, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		return fmt.Errorf("listen on peer port: %w", err)
+	}
+	defer mesh.Close()
+	var peers []string
+	if e.rank == 0 {
+		peers, err = master(e, deadline)
+	} else {
+		peers, err = join(e, deadline)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("rendezvous: rank %d of %d: all %d ranks arrived\n", e.rank, e.world, e.world)
+	if err := meshCheck(e, mesh, peers, deadline); err != nil {
+		return err
+	}
+	fmt.Printf("rendezvous: rank %d of %d: connected to every other rank and every other rank to it\n", e.rank, e.world)
+	return nil
+}
+
+// checkHostfile checks VOYAGER_HOSTFILE: WORLD_SIZE lines, this rank's
+// naming this node.
+func checkHostfile(e env) error {
+	path := os.Getenv("VOYAGER_HOSTFILE")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read hostfile: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != e.world {
+		return fmt.Errorf("hostfile %s has %d lines, want WORLD_SIZE %d", path, len(lines), e.world)
+	}
+	host, _, _ := net.SplitHostPort(e.self)
+	if f := strings.Fields(lines[e.rank]); len(f) != 2 || f[0] != host || !strings.HasPrefix(f[1], "slots=") {
+		return fmt.Errorf("hostfile line %d is %q, want %q slots=N", e.rank+1, lines[e.rank], host)
+	}
+	return nil
+}
+
+// master accepts every other rank on MASTER_PORT, checks them and sends
+// them the peer list, which it returns.
+func master(e env, deadline time.Time) ([]string, error) {
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(e.masterPort))
+	if err != nil {
+		return nil, fmt.Errorf("listen on MASTER_PORT: %w", err)
+	}
+	defer ln.Close()
+	_ = ln.(*net.TCPListener).SetDeadline(deadline)
+	peers := make([]string, e.world)
+	peers[0] = e.self
+	conns := map[int]net.Conn{}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for len(conns) < e.world-1 {
+		c, err := ln.Accept()
+		if err != nil {
+			return nil, fmt.Errorf("wait for ranks (%d of %d arrived): %w", len(conns)+1, e.world, err)
+		}
+		_ = c.SetDeadline(deadline)
+		var rank, world int
+		var ep string
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if _, serr := fmt.Sscanf(line, "hello %d %d %s", &rank, &world, &ep); err != nil || serr != nil {
+			c.Close()
+			return nil, fmt.Errorf("a rank said %q: %v", line, errors.Join(err, serr))
+		}
+		switch {
+		case world != e.world:
+			return nil, fmt.Errorf("rank %d has WORLD_SIZE %d, rank 0 has %d", rank, world, e.world)
+		case rank < 1 || rank >= e.world:
+			return nil, fmt.Errorf("a rank says it is rank %d, want 1 to %d", rank, e.world-1)
+		case conns[rank] != nil:
+			return nil, fmt.Errorf("rank %d arrived twice", rank)
+		}
+		fmt.Printf("rendezvous: rank %d arrived from %s\n", rank, c.RemoteAddr())
+		conns[rank], peers[rank] = c, ep
+	}
+	for _, c := range conns {
+		if _, err := fmt.Fprintf(c, "peers %s\n", strings.Join(peers, " ")); err != nil {
+			return nil, fmt.Errorf("send peers: %w", err)
+		}
+	}
+	return peers, nil
+}
+
+// join says hello to rank 0 and reads the peer list.
+func join(e env, deadline time.Time) ([]string, error) {
+	addr := net.JoinHostPort(e.masterAddr, strconv.Itoa(e.masterPort))
+	c, err := dial(addr, deadline)
+	if err != nil {
+		return nil, fmt.Errorf("reach rank 0 at MASTER_ADDR:MASTER_PORT %s: %w", addr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(deadline)
+	if _, err := fmt.Fprintf(c, "hello %d %d %s\n", e.rank, e.world, e.self); err != nil {
+		return nil, fmt.Errorf("say hello to rank 0: %w", err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("wait for rank 0's peer list: %w", err)
+	}
+	peers := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "peers "))
+	if len(peers) != e.world {
+		return nil, fmt.Errorf("rank 0 sent %d peers, want %d: %q", len(peers), e.world, line)
+	}
+	return peers, nil
+}
+
+// meshCheck connects to every other rank's endpoint and accepts every
+// other rank's connection, each saying its rank.
+func meshCheck(e env, ln net.Listener, peers []string, deadline time.Time) error {
+	errc := make(chan error, 1)
+	go func() {
+		_ = ln.(*net.TCPListener).SetDeadline(deadline)
+		seen := map[int]bool{}
+		for len(seen) < e.world-1 {
+			c, err := ln.Accept()
+			if err != nil {
+				errc <- fmt.Errorf("wait for the other ranks' connections (%d of %d): %w", len(seen), e.world-1, err)
+				return
+			}
+			var rank int
+			_ = c.SetDeadline(deadline)
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if _, err := fmt.Sscanf(line, "mesh %d", &rank); err != nil || rank == e.rank || rank < 0 || rank >= e.world || seen[rank] {
+				errc <- fmt.Errorf("a peer connection said %q", line)
+				return
+			}
+			seen[rank] = true
+		}
+		errc <- nil
+	}()
+	var failed []string
+	for r, ep := range peers {
+		if r == e.rank {
+			continue
+		}
+		c, err := dial(ep, deadline)
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("rank %d at %s: %v", r, ep, err))
+			continue
+		}
+		_, _ = fmt.Fprintf(c, "mesh %d\n", e.rank)
+		c.Close()
+	}
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		return fmt.Errorf("reach the other ranks: %s", strings.Join(failed, "; "))
+	}
+	return <-errc
+}
+
+// dial connects to addr, retrying until deadline: the other side may not
+// listen yet.
+func dial(addr string, deadline time.Time) (net.Conn, error) {
+	for {
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err == nil {
+			return c, nil
+		}
+		if time.Now().Add(500 * time.Millisecond).After(deadline) {
+			return nil, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
