@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"syscall"
 	"time"
 
@@ -69,11 +70,27 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	// Die with the process that started it, so that a killed test or dev
 	// leaves no daemon behind (containers survive in their shims).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	d := &Daemon{Address: addr, Dir: dir, cmd: cmd, done: make(chan struct{})}
+	// The death signal comes when the thread that forked the daemon ends,
+	// not the process: the Go runtime ends a thread whose goroutine exits
+	// locked to it (a network namespace switch that could not switch
+	// back), which stopped the test suite's containerd in the middle of a
+	// run. So the daemon is forked from a goroutine locked to its own
+	// thread, which lives until the daemon has exited.
+	started := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(d.done)
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
-	d := &Daemon{Address: addr, Dir: dir, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(d.done) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(addr); err == nil {
