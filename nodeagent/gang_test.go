@@ -41,6 +41,26 @@ func ipCmd(t *testing.T, args ...string) {
 	}
 }
 
+// freeMachineSubnet is a 10.251.X /24 (as "10.251.X") that no interface
+// of this host has an address in: a run killed before its cleanup leaves
+// its bridge and address behind, and a second bridge on the same subnet
+// would take the machines' traffic.
+func freeMachineSubnet(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
+	if err != nil {
+		t.Fatalf("list the host's addresses: %v", err)
+	}
+	for i := range 250 {
+		net3 := fmt.Sprintf("10.251.%d", (os.Getpid()+i)%250+1)
+		if !strings.Contains(string(out), " "+net3+".") {
+			return net3
+		}
+	}
+	t.Fatal("every 10.251.X/24 is in use on this host")
+	return ""
+}
+
 // machines makes n machines on a bridge of their own, removed when t ends.
 func machines(t *testing.T, n int) []machine {
 	t.Helper()
@@ -48,7 +68,7 @@ func machines(t *testing.T, n int) []machine {
 		t.Skip("simulated machines need root (network namespaces)")
 	}
 	tag := fmt.Sprintf("%05d", os.Getpid()%100000)
-	net3 := fmt.Sprintf("10.251.%d", os.Getpid()%250+1)
+	net3 := freeMachineSubnet(t)
 	br := "vymb" + tag
 	ipCmd(t, "link", "add", br, "type", "bridge")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", br).Run() })
