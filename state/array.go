@@ -248,13 +248,19 @@ func CreateArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, guards ..
 }
 
 // ArrayStepSize is the size of an AdvanceArray transaction that creates n
-// elements and writes bytes of values.
-func ArrayStepSize(n, bytes int) TxnSize {
-	return TxnSize{Compares: 1 + n, Then: 1 + 3*n, Bytes: bytes}
+// elements and writes bytes of values; with ray, each element is a Ray
+// session and gets its token too (a fourth key).
+func ArrayStepSize(n, bytes int, ray bool) TxnSize {
+	per := 3
+	if ray {
+		per = 4
+	}
+	return TxnSize{Compares: 1 + n, Then: 1 + per*n, Bytes: bytes}
 }
 
 // AdvanceArray writes a's new record and creates the sessions create (each
-// spec, queue entry and Pending status, as CreateSession) in one
+// spec, queue entry and Pending status, and a Ray session's token, as
+// CreateSession) in one
 // transaction, on condition that the record is still at rev and no
 // element exists yet. It returns ErrConflict, writing nothing, otherwise.
 //
@@ -275,8 +281,13 @@ func AdvanceArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, rev int6
 		if err != nil {
 			return fmt.Errorf("advance array %s: %w", a.ID, err)
 		}
+		ray, err := rayTokenOps(k, s)
+		if err != nil {
+			return fmt.Errorf("advance array %s: %w", a.ID, err)
+		}
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0))
 		ops = append(ops, createOps(k, s.ID, spec, entry, st)...)
+		ops = append(ops, ray...)
 	}
 	resp, err := kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {

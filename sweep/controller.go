@@ -335,9 +335,14 @@ func (c *Controller) fit(a *state.Array, ix []int, room int, now time.Time) []st
 		if err != nil {
 			break
 		}
-		// Spec, queue entry and status: the spec's size bounds each.
+		// Spec, queue entry and status: the spec's size bounds each (and
+		// a Ray session's token).
+		ray := s.Ray != nil && s.Ray.Workers > 0
 		b := bytes + 3*len(spec) + 3*len(c.cfg.Keys.Session(s.ID))
-		if !c.cfg.Budget.Fits(state.ArrayStepSize(len(out)+1, b)) {
+		if ray {
+			b += 128
+		}
+		if !c.cfg.Budget.Fits(state.ArrayStepSize(len(out)+1, b, ray)) {
 			break
 		}
 		bytes = b

@@ -66,6 +66,44 @@ func TestReconcileFillsTransactionsToTheBudget(t *testing.T) {
 	}
 }
 
+// TestRayElementsGetTheirTokens: the elements of an array of Ray batch
+// jobs are made with their Ray tokens, as a session's create makes one,
+// in steps that count the fourth key (31 elements in 128 operations).
+func TestRayElementsGetTheirTokens(t *testing.T) {
+	cli := etcdtest.New(t)
+	k := state.MustKeys(state.DefaultPrefix)
+	ctx := context.Background()
+	a := state.Array{ID: "swray", Owner: "ada", Indices: "0-39", MaxRunning: 40, Created: time.Now().UTC(),
+		Template: state.Session{Kind: state.KindBatch, Command: []string{"true"}, Desired: state.DesiredRunning, Ray: &state.Ray{Workers: 1}}}
+	if err := state.CreateArray(ctx, cli, k, a); err != nil {
+		t.Fatal(err)
+	}
+	c := sweep.New(cli, sweep.Config{Keys: k, Logger: quiet()})
+	for _, want := range []int64{31, 40} {
+		if err := c.Reconcile(ctx, a.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := countElements(t, cli, k, a.ID); got != want {
+			t.Fatalf("%d elements after a pass, want %d", got, want)
+		}
+	}
+	r, err := cli.Get(ctx, k.RayTokens(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, kv := range r.Kvs {
+		tok, err := state.Decode[state.RayToken](kv.Value)
+		if err != nil || len(tok.Token) < 32 || seen[tok.Token] {
+			t.Fatalf("token %s: %+v, %v; want a fresh token per element", kv.Key, tok, err)
+		}
+		seen[tok.Token] = true
+	}
+	if len(seen) != 40 {
+		t.Errorf("%d Ray tokens for 40 Ray elements", len(seen))
+	}
+}
+
 // TestConcurrentControllersKeepTheCap: eight controllers reconciling one
 // array at once, while its elements end, never make more than the cap
 // unfinished; the ones that lose a race count a conflict and re-read.
