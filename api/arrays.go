@@ -180,19 +180,9 @@ func (a *API) createArray(c *gin.Context) {
 	arr.Template.Owner, arr.Template.Groups, arr.Template.Created = p.Subject, p.Groups, now
 	// The elements mount the volumes as resolved now: the array is made
 	// only if their definitions are unchanged (as a session's create).
-	vols, verrs, volRevs, err := a.resolveVolumes(ctx, req.Volumes, p.Subject, p.Groups)
-	if err != nil {
-		a.internal(c, "create array", err)
+	guards, ok := a.mountVolumes(c, req.Volumes, p, &arr.Template, "create array")
+	if !ok {
 		return
-	}
-	if len(verrs) > 0 {
-		a.invalid(c, "Invalid request", verrs)
-		return
-	}
-	arr.Template.Volumes = vols
-	var guards []clientv3.Cmp
-	for key, rev := range volRevs {
-		guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
 	}
 	if err := state.CreateArray(ctx, a.cli, a.keys, arr, guards...); err != nil {
 		a.createFailed(c, err)

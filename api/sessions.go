@@ -103,21 +103,11 @@ func (a *API) createSession(c *gin.Context) {
 		}
 	}()
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
-	vols, verrs, volRevs, err := a.resolveVolumes(ctx, req.Volumes, p.Subject, p.Groups)
-	if err != nil {
-		a.internal(c, "create session", err)
-		return
-	}
-	if len(verrs) > 0 {
-		a.invalid(c, "Invalid request", verrs)
-		return
-	}
-	s.Volumes = vols
 	// The spec holds the volumes as read: the create commits only if
 	// their definitions are unchanged.
-	var guards []clientv3.Cmp
-	for key, rev := range volRevs {
-		guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+	guards, ok := a.mountVolumes(c, req.Volumes, p, &s, "create session")
+	if !ok {
+		return
 	}
 	uid, err := state.EnsureUID(ctx, a.cli, a.keys, p.Subject, now)
 	if err != nil {

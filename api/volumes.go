@@ -172,3 +172,26 @@ func (a *API) deleteNamed(c *gin.Context, what string, key func(string) string) 
 	c.Status(http.StatusNoContent)
 	return true
 }
+
+// mountVolumes resolves the volumes reqs name for p into s.Volumes and
+// returns the compares that keep the create to the definitions it read:
+// what every create (a session, an array's template) writes with the
+// spec. It answers the problem and returns false when a volume is refused
+// or cannot be read; what names the create in an internal error.
+func (a *API) mountVolumes(c *gin.Context, reqs []VolumeRequest, p Principal, s *state.Session, what string) ([]clientv3.Cmp, bool) {
+	vols, verrs, revs, err := a.resolveVolumes(c.Request.Context(), reqs, p.Subject, p.Groups)
+	if err != nil {
+		a.internal(c, what, err)
+		return nil, false
+	}
+	if len(verrs) > 0 {
+		a.invalid(c, "Invalid request", verrs)
+		return nil, false
+	}
+	s.Volumes = vols
+	var guards []clientv3.Cmp
+	for key, rev := range revs {
+		guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+	}
+	return guards, true
+}

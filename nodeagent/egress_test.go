@@ -3,7 +3,6 @@ package nodeagent_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,17 +51,7 @@ func TestDeniedEgressReachesOnlyWhatItAllows(t *testing.T) {
 		t.Fatalf("find the machines' bridge: %v: %s", err, out)
 	}
 	ipCmd(t, "addr", "add", net3+".2/24", "dev", strings.Fields(string(out))[1])
-	serve := func(host, body string) string {
-		l, err := net.Listen("tcp", host+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, body) })}
-		go func() { _ = srv.Serve(l) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		return l.Addr().String()
-	}
-	mirror, other := serve(net3+".1", "mirror"), serve(net3+".2", "other")
+	mirror, other := serveOutside(t, net3+".1", "mirror"), serveOutside(t, net3+".2", "other")
 	probe := ""
 	for name, addr := range map[string]string{"mirror": mirror, "other": other} {
 		probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", addr, name, name)

@@ -124,11 +124,19 @@ func machineAgents(t *testing.T, cli *clientv3.Client, ms []machine, tag string,
 // sessions may not reach.
 func outsideServer(t *testing.T, m machine) string {
 	t.Helper()
-	outside, err := net.Listen("tcp", net.JoinHostPort(m.addr[:strings.LastIndexByte(m.addr, '.')]+".1", strconv.Itoa(runtimetest.FreePort(t))))
+	return serveOutside(t, m.addr[:strings.LastIndexByte(m.addr, '.')]+".1", "outside")
+}
+
+// serveOutside serves body on host, at a port above the ephemeral range,
+// until t ends, and returns its address (outsideServer's server, on any
+// address of this host).
+func serveOutside(t *testing.T, host, body string) string {
+	t.Helper()
+	outside, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(runtimetest.FreePort(t))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "outside") })}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, body) })}
 	go func() { _ = srv.Serve(outside) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return outside.Addr().String()

@@ -1,11 +1,16 @@
 package state_test
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -75,5 +80,37 @@ func TestArrayElement(t *testing.T) {
 		if n, ok := state.ElementIndex("s01", tc.id); n != tc.index || ok != tc.ok {
 			t.Errorf("ElementIndex(s01, %q) = %d, %v; want %d, %v", tc.id, n, ok, tc.index, tc.ok)
 		}
+	}
+}
+
+// TestCreateArrayGuards: an array whose template was resolved from a
+// volume definition is written only while that definition is unchanged
+// (ErrConflict, nothing written, after a redefinition); a taken id is
+// ErrExists.
+func TestCreateArrayGuards(t *testing.T) {
+	cli := etcdtest.New(t)
+	k := state.MustKeys(state.DefaultPrefix)
+	ctx := context.Background()
+	rev, err := state.Put(ctx, cli, k.Volume("data"), state.Volume{Name: "data", HostPath: "/srv/data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := clientv3.Compare(clientv3.ModRevision(k.Volume("data")), "=", rev)
+	if _, err := state.Put(ctx, cli, k.Volume("data"), state.Volume{Name: "data", HostPath: "/srv/other"}); err != nil {
+		t.Fatal(err)
+	}
+	a := state.Array{ID: "sw-guard", Owner: "ada", Indices: "0-3", MaxRunning: 1, Created: time.Now().UTC(),
+		Template: state.Session{Kind: state.KindBatch, Command: []string{"true"}}}
+	if err := state.CreateArray(ctx, cli, k, a, guard); !errors.Is(err, state.ErrConflict) {
+		t.Fatalf("create with a redefined volume: %v, want ErrConflict", err)
+	}
+	if r, _ := cli.Get(ctx, k.Array(a.ID), clientv3.WithCountOnly()); r.Count != 0 {
+		t.Fatal("a refused create wrote the array")
+	}
+	if err := state.CreateArray(ctx, cli, k, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.CreateArray(ctx, cli, k, a); !errors.Is(err, state.ErrExists) {
+		t.Fatalf("a second create of one id: %v, want ErrExists", err)
 	}
 }
