@@ -348,24 +348,78 @@ func BenchmarkFragmentation(b *testing.B) {
 	}
 }
 
-// BenchmarkNewPlan plans a queue of 20,000 mixed sessions over 1,000 empty
-// 8-GPU nodes: the CPU cost of one pass, without etcd.
+// BenchmarkNewPlan is the CPU cost of one pass, without etcd: a queue of
+// mixed sessions planned over empty 8-GPU nodes (the first pass of a burst),
+// and the same queue over the same nodes once the first plan's decisions
+// fill them (every later pass while the queue waits: nothing fits, and each
+// waiting session still needs its reason and position).
 func BenchmarkNewPlan(b *testing.B) {
+	for _, tc := range []struct{ nodes, queued int }{{1000, 20000}, {10000, 100000}} {
+		empty := newPlanBenchSnapshot(tc.nodes, tc.queued)
+		full := filledSnapshot(empty, NewPlan(empty, PlanOptions{ReserveAfter: time.Hour}))
+		for _, c := range []struct {
+			name string
+			s    *Snapshot
+		}{{"empty", empty}, {"full", full}} {
+			b.Run(fmt.Sprintf("nodes=%d/queued=%d/%s", tc.nodes, tc.queued, c.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					p := NewPlan(c.s, PlanOptions{ReserveAfter: time.Hour})
+					if c.name == "empty" && len(p.Bound) == 0 {
+						b.Fatal("nothing bound on empty nodes")
+					}
+					if len(p.Bound)+len(p.Waiting) != len(c.s.Pending) {
+						b.Fatalf("%d bound and %d waiting of %d queued", len(p.Bound), len(p.Waiting), len(c.s.Pending))
+					}
+				}
+			})
+		}
+	}
+}
+
+// newPlanBenchSnapshot is nodes empty 8-GPU nodes and queued sessions of
+// mixed sizes from seven owners.
+func newPlanBenchSnapshot(nodes, queued int) *Snapshot {
 	rng := rand.New(rand.NewSource(1))
 	s := &Snapshot{Now: t0}
-	for i := 0; i < 1000; i++ {
-		s.Nodes = append(s.Nodes, view(gpuNode(fmt.Sprintf("sim%04d", i), 8, "NVIDIA A100-SXM4-80GB")))
+	for i := 0; i < nodes; i++ {
+		s.Nodes = append(s.Nodes, view(gpuNode(fmt.Sprintf("sim%05d", i), 8, "NVIDIA A100-SXM4-80GB")))
 	}
-	for i, g := range benchSizes(rng, 20000) {
-		p := req(fmt.Sprintf("s%05d", i), fmt.Sprintf("user%d", i%7), g, time.Duration(i)*time.Millisecond)
+	for i, g := range benchSizes(rng, queued) {
+		p := req(fmt.Sprintf("s%06d", i), fmt.Sprintf("user%d", i%7), g, time.Duration(i)*time.Millisecond)
 		p.Revision = int64(i + 1)
 		s.Pending = append(s.Pending, p)
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		p := NewPlan(s, PlanOptions{ReserveAfter: time.Hour})
-		if len(p.Bound) == 0 {
-			b.Fatal("nothing bound")
+	return s
+}
+
+// filledSnapshot is s after plan's decisions were bound: their allocations
+// in the ledgers, their sessions off the queue.
+func filledSnapshot(s *Snapshot, plan *Plan) *Snapshot {
+	out := &Snapshot{Now: s.Now}
+	byNode := map[string]map[string]state.Allocation{}
+	bound := map[string]bool{}
+	for _, d := range plan.Bound {
+		bound[d.Pending.Entry.Session] = true
+		for _, pp := range d.Parts {
+			if byNode[pp.Node] == nil {
+				byNode[pp.Node] = map[string]state.Allocation{}
+			}
+			byNode[pp.Node][d.Pending.Entry.Session] = allocation(&d.Pending.Entry, pp)
 		}
 	}
+	for _, v := range s.Nodes {
+		v.Ledger = state.Ledger{Node: v.Node.Name, Allocations: byNode[v.Node.Name]}
+		if v.Ledger.Allocations == nil {
+			v.Ledger.Allocations = map[string]state.Allocation{}
+		}
+		v.LedgerRevision = 2
+		out.Nodes = append(out.Nodes, v)
+	}
+	for _, p := range s.Pending {
+		if !bound[p.Entry.Session] {
+			out.Pending = append(out.Pending, p)
+		}
+	}
+	return out
 }

@@ -557,7 +557,9 @@ type passResult struct {
 // pass plans once and commits this placer's share.
 func (p *Placer) pass(ctx context.Context) passResult {
 	p.passes.Add(1)
+	snapStart := time.Now()
 	snap := p.snapshot()
+	snapTook := time.Since(snapStart)
 	var res passResult
 	if rev := p.handleLost(ctx, snap); rev > 0 {
 		// Plan on ledgers that show the cleared nodes.
@@ -590,7 +592,7 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	p.offer(advice{plan: plan, owners: ids, unfit: unfit})
 	p.log.Debug("pass", "pending", len(snap.Pending), "planned", len(plan.Bound), "mine", len(mine),
 		"batches", len(batches), "bound", res.bound, "conflicts", res.conflicts, "deferred", deferred,
-		"unfit", len(unfit), "plan", planTook, "commit", commitTook)
+		"unfit", len(unfit), "snapshot", snapTook, "plan", planTook, "commit", commitTook)
 	return res
 }
 
