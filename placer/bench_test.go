@@ -3,6 +3,7 @@ package placer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand"
 	"sync"
 	"sync/atomic"
@@ -352,15 +353,20 @@ func BenchmarkFragmentation(b *testing.B) {
 // mixed sessions planned over empty 8-GPU nodes (the first pass of a burst),
 // and the same queue over the same nodes once the first plan's decisions
 // fill them (every later pass while the queue waits: nothing fits, and each
-// waiting session still needs its reason and position).
+// waiting session still needs its reason and position), without and with
+// a PlanCache warm from the pass before (as a placer plans).
 func BenchmarkNewPlan(b *testing.B) {
 	for _, tc := range []struct{ nodes, queued int }{{1000, 20000}, {10000, 100000}} {
 		empty := newPlanBenchSnapshot(tc.nodes, tc.queued)
 		full := filledSnapshot(empty, NewPlan(empty, PlanOptions{ReserveAfter: time.Hour}))
+		// The placer's case: a PlanCache warm from the pass before.
+		cached := *full
+		cached.Cache = NewPlanCache()
+		NewPlan(&cached, PlanOptions{ReserveAfter: time.Hour})
 		for _, c := range []struct {
 			name string
 			s    *Snapshot
-		}{{"empty", empty}, {"full", full}} {
+		}{{"empty", empty}, {"full", full}, {"full-cached", &cached}} {
 			b.Run(fmt.Sprintf("nodes=%d/queued=%d/%s", tc.nodes, tc.queued, c.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {
@@ -394,9 +400,10 @@ func newPlanBenchSnapshot(nodes, queued int) *Snapshot {
 }
 
 // filledSnapshot is s after plan's decisions were bound: their allocations
-// in the ledgers, their sessions off the queue.
+// added to the ledgers they went to (each such ledger at a new revision),
+// their sessions off the queue.
 func filledSnapshot(s *Snapshot, plan *Plan) *Snapshot {
-	out := &Snapshot{Now: s.Now}
+	out := &Snapshot{Now: s.Now, UserQuotas: s.UserQuotas, GroupQuotas: s.GroupQuotas}
 	byNode := map[string]map[string]state.Allocation{}
 	bound := map[string]bool{}
 	for _, d := range plan.Bound {
@@ -409,11 +416,15 @@ func filledSnapshot(s *Snapshot, plan *Plan) *Snapshot {
 		}
 	}
 	for _, v := range s.Nodes {
-		v.Ledger = state.Ledger{Node: v.Node.Name, Allocations: byNode[v.Node.Name]}
-		if v.Ledger.Allocations == nil {
-			v.Ledger.Allocations = map[string]state.Allocation{}
+		if add := byNode[v.Node.Name]; add != nil {
+			all := maps.Clone(v.Ledger.Allocations)
+			if all == nil {
+				all = map[string]state.Allocation{}
+			}
+			maps.Copy(all, add)
+			v.Ledger = state.Ledger{Node: v.Node.Name, Allocations: all}
+			v.LedgerRevision += 1 << 20
 		}
-		v.LedgerRevision = 2
 		out.Nodes = append(out.Nodes, v)
 	}
 	for _, p := range s.Pending {

@@ -168,6 +168,8 @@ type Placer struct {
 	// written remembers the last pending status written per session, to
 	// write only changes. Owned by the advisory writer.
 	written map[string]writtenStatus
+	// planCache keeps per-node planning state between passes.
+	planCache *PlanCache
 }
 
 type writtenStatus struct {
@@ -203,6 +205,8 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		advice:   make(chan advice, 1),
 		written:  map[string]writtenStatus{},
 		own:      newOwnWrites(),
+
+		planCache: NewPlanCache(),
 	}
 	p.advisoryKV = cli
 	kick := func() {
@@ -434,6 +438,7 @@ func (p *Placer) snapshot() *Snapshot {
 	}
 	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
+	s.Cache = p.planCache
 	return s
 }
 
@@ -982,8 +987,9 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 	k := p.cfg.Keys
 	plan, ids := a.plan, a.owners
 	waiting := slices.Clip(plan.Waiting) // appending never writes into the plan
-	for _, d := range a.unfit {
-		waiting = append(waiting, Waiting{Pending: d.Pending, Position: len(waiting) + 1, Reason: "Unsatisfiable", Message: p.unfitMessage(d)})
+	for i := range a.unfit {
+		d := &a.unfit[i]
+		waiting = append(waiting, Waiting{Pending: &d.Pending, Position: len(waiting) + 1, Reason: "Unsatisfiable", Message: p.unfitMessage(*d)})
 	}
 	budget := p.budget()
 	var (
