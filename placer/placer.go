@@ -387,6 +387,16 @@ func (p *Placer) loop(ctx context.Context) error {
 			// again on the fresh state. Deferred decisions alone are no
 			// progress: planning again at once would plan them again.
 			failures = 0
+			if res.conflicts == 0 && !res.deferred && len(res.others) > 0 {
+				// All of this placer's share is bound; the rest of the
+				// plan is other placers' to commit, from the same
+				// snapshot. Planning again before the caches show their
+				// binds would plan those sessions again, for nothing,
+				// on the cores they commit with.
+				if !p.awaitOthers(ctx, res.others, min(max(2*took, 50*time.Millisecond), p.cfg.Tick)) {
+					return nil
+				}
+			}
 			continue
 		}
 		failures = 0
@@ -403,6 +413,34 @@ func (p *Placer) loop(ctx context.Context) error {
 			if !ctxwait.Sleep(ctx, rest) {
 				return nil
 			}
+		}
+	}
+}
+
+// awaitOthers waits until the pending cache no longer holds any of others
+// at the revision planned (another placer bound it, or it changed), or for
+// at most wait. It returns false when ctx ends.
+func (p *Placer) awaitOthers(ctx context.Context, others []Pending, wait time.Duration) bool {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	k := p.cfg.Keys
+	for {
+		snap := p.pending.Snapshot()
+		kept := others[:0]
+		for _, o := range others {
+			if it, ok := snap.Item(k.Pending(o.Entry.Session)); ok && it.ModRevision == o.Revision {
+				kept = append(kept, o)
+			}
+		}
+		if others = kept; len(others) == 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return true
+		case <-p.kick:
 		}
 	}
 }
@@ -557,6 +595,11 @@ type passResult struct {
 	// pending/ and ledger/), ledgerRev of a lost-node one (ledger/ only):
 	// the next pass waits for the caches to reach them.
 	bindRev, ledgerRev int64
+	// deferred: decisions of this placer were left for the next pass.
+	deferred bool
+	// others are the pending keys of the plan's decisions that other
+	// placers commit, as read.
+	others []Pending
 }
 
 // pass plans once and commits this placer's share.
@@ -582,6 +625,8 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	for _, d := range plan.Bound {
 		if ownerOf(ids, d.Parts[0].Node) == p.cfg.ID {
 			mine = append(mine, d)
+		} else {
+			res.others = append(res.others, d.Pending)
 		}
 	}
 	nodes := map[string]*NodeView{}
@@ -589,6 +634,7 @@ func (p *Placer) pass(ctx context.Context) passResult {
 		nodes[snap.Nodes[i].Node.Name] = &snap.Nodes[i]
 	}
 	batches, deferred, unfit := p.batch(mine, nodes, snap)
+	res.deferred = deferred
 	commitStart := time.Now()
 	p.commit(ctx, batches, nodes, snap, &res)
 	commitTook := time.Since(commitStart)
