@@ -168,6 +168,8 @@ type Placer struct {
 	// written remembers the last pending status written per session, to
 	// write only changes. Owned by the advisory writer.
 	written map[string]writtenStatus
+	// writtenGen counts writeWaiting calls (writtenStatus.gen).
+	writtenGen uint64
 	// planCache keeps per-node planning state between passes.
 	planCache *PlanCache
 }
@@ -176,6 +178,7 @@ type writtenStatus struct {
 	reason, message string
 	position        int
 	at              time.Time
+	gen             uint64 // the writeWaiting call that last saw the session waiting
 }
 
 // New returns a placer over cli. It does nothing until Run.
@@ -352,6 +355,7 @@ func (p *Placer) loop(ctx context.Context) error {
 	var (
 		bindRev, ledgerRev int64 // our writes: wait for the caches to see them
 		failures           int
+		advised            time.Time // when a pass's advice was last offered
 	)
 	for {
 		// Own binds are laid over the caches (ownWrites): wait for the
@@ -371,6 +375,14 @@ func (p *Placer) loop(ctx context.Context) error {
 		}
 		took := time.Since(started)
 		bindRev, ledgerRev = max(bindRev, res.bindRev), max(ledgerRev, res.ledgerRev)
+		busy := res.bound > 0 || res.ledgerRev > 0 || res.conflicts > 0 // the loop plans again at once
+		if res.advice != nil && (!busy || time.Since(advised) >= adviseEvery) {
+			// Explaining runs beside binding, in its own goroutine with
+			// its own deadline: a slow status write never holds up the
+			// next bind.
+			p.offer(*res.advice)
+			advised = time.Now()
+		}
 		switch {
 		case res.conflicts > 0 && res.bound == 0:
 			// Refresh and retry at once, a bounded number of times, then
@@ -600,7 +612,17 @@ type passResult struct {
 	// others are the pending keys of the plan's decisions that other
 	// placers commit, as read.
 	others []Pending
+	// advice is what the pass leaves to explain (nil: nothing planned).
+	advice *advice
 }
+
+// adviseEvery is the longest a placer that keeps binding goes without
+// handing its newest plan to the advisory writer. While passes bind one
+// after the other (a burst), each pass's explanation would be replaced by
+// the next one's within moments, and its status writes would compete with
+// the binds, on etcd and on this placer's cores: a pass explains when the
+// placer is about to rest, or when it last explained this long ago.
+const adviseEvery = time.Second
 
 // pass plans once and commits this placer's share.
 func (p *Placer) pass(ctx context.Context) passResult {
@@ -638,9 +660,7 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	commitStart := time.Now()
 	p.commit(ctx, batches, nodes, snap, &res)
 	commitTook := time.Since(commitStart)
-	// Explaining runs beside binding, in its own goroutine with its own
-	// deadline: a slow status write never holds up the next bind.
-	p.offer(advice{plan: plan, owners: ids, unfit: unfit})
+	res.advice = &advice{plan: plan, owners: ids, unfit: unfit}
 	p.log.Debug("pass", "pending", len(snap.Pending), "planned", len(plan.Bound), "mine", len(mine),
 		"batches", len(batches), "bound", res.bound, "conflicts", res.conflicts, "deferred", deferred,
 		"unfit", len(unfit), "snapshot", snapTook, "plan", planTook, "commit", commitTook)
@@ -1042,7 +1062,10 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 		ops  []clientv3.Op
 		size state.TxnSize
 	)
-	live := make(map[string]bool, len(waiting))
+	// Every written status of a session still waiting is marked with this
+	// call's generation; the rest are forgotten at the end.
+	p.writtenGen++
+	gen := p.writtenGen
 	type pendingWrite struct {
 		id string
 		ws writtenStatus
@@ -1069,18 +1092,24 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 	}
 	left := p.cfg.StatusBudget
 	for _, w := range waiting {
-		e := w.Pending.Entry
-		live[e.Session] = true
+		e := &w.Pending.Entry
+		last, ok := p.written[e.Session]
+		if ok {
+			last.gen = gen
+			p.written[e.Session] = last
+		}
 		if left == 0 || ctx.Err() != nil || ownerOf(ids, e.Session) != p.cfg.ID {
 			continue
 		}
-		msg := w.Message + "; " + ahead(w.Position-1)
 		// A new reason is written at once; a changed message or position
 		// under the same reason (the best node's free count, sessions
 		// ahead) at most every StatusRefresh: the API computes live queue
 		// positions itself, so etcd need not carry every step.
-		last, ok := p.written[e.Session]
-		if ok && last.reason == w.Reason && (last.message == msg || now.Sub(last.at) < p.cfg.StatusRefresh) {
+		if ok && last.reason == w.Reason && now.Sub(last.at) < p.cfg.StatusRefresh {
+			continue
+		}
+		msg := w.Message + "; " + ahead(w.Position-1)
+		if ok && last.reason == w.Reason && last.message == msg {
 			continue
 		}
 		// EventExplain: the nested txn's compare of the queue entry is
@@ -1104,12 +1133,12 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 		}
 		ops = append(ops, op)
 		size = size.Plus(add)
-		batch = append(batch, pendingWrite{e.Session, writtenStatus{reason: w.Reason, message: msg, position: w.Position, at: now}})
+		batch = append(batch, pendingWrite{e.Session, writtenStatus{reason: w.Reason, message: msg, position: w.Position, at: now, gen: gen}})
 		left--
 	}
 	flush()
-	for id := range p.written {
-		if !live[id] {
+	for id, w := range p.written {
+		if w.gen != gen {
 			delete(p.written, id)
 		}
 	}
