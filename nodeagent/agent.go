@@ -346,8 +346,8 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 		CPUMilli: a.cfg.CPUMilli, MemoryMiB: a.cfg.MemoryMiB, GPUs: a.cfg.GPUs, Ports: a.cfg.Ports,
 		Simulated: a.cfg.Simulated, Agent: a.cfg.Version, Registered: time.Now().UTC(),
 	}
-	if sn, ok := a.cfg.Runtime.(subnetter); ok {
-		node.Subnet = sn.Subnet()
+	if sn, ok := a.cfg.Runtime.(subnetter); ok && a.cfg.JobRoutes != JobRoutesOff {
+		node.Subnet = sn.Subnet() // its parts take part in job meshes
 	}
 	if node.GPUs == nil {
 		node.GPUs = []state.GPU{}

@@ -36,7 +36,9 @@ type meshPart struct {
 // mesh returns the Spec.Mesh of a multi-node job's part whose peers are
 // parts (every part of the job, in rank order), or nil when its parts do
 // not reach each other at their containers' addresses: the host's network
-// (everything is reachable), or JobRoutes off. The hook reports the
+// (everything is reachable), or JobRoutes off, here or on any part's node
+// (such a node records no subnet), so that every part decides alike from
+// the node records and none waits for a peer that never reports. The hook reports the
 // container's address in the part's status, then waits until every other
 // part has reported its own, so that every rule names its peers before
 // any process runs (NCCL's ranks connect to each other as soon as they
@@ -48,6 +50,11 @@ func (w *worker) mesh(parts []JobPart, stop <-chan struct{}) func(context.Contex
 		return nil
 	}
 	var peers []meshPart
+	for _, p := range parts {
+		if p.Subnet == "" {
+			return nil
+		}
+	}
 	for _, p := range parts {
 		if p.Node == cfg.Node {
 			continue
