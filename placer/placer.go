@@ -488,8 +488,40 @@ func (p *Placer) snapshot() *Snapshot {
 	}
 	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
+	dropBound(s)
 	s.Cache = p.planCache
 	return s
+}
+
+// dropBound takes off s's queue every session that a ledger of s, written
+// after the session's queue entry, already holds: another placer's bind
+// whose ledger write the ledgers cache shows while the pending cache does
+// not show its deletion yet (two watches, each at its own revision). Left
+// in, the session would be planned a second time, and this placer's plan
+// would part from the others' (which do not see it queued): the bind that
+// comes of it conflicts. A session re-queued after its allocation was
+// written keeps its place; one held back waits for the next pass.
+func dropBound(s *Snapshot) {
+	var held map[string]int64 // session → the newest ledger revision listing it
+	for i := range s.Nodes {
+		v := &s.Nodes[i]
+		for id := range v.Ledger.Allocations {
+			if held == nil {
+				held = map[string]int64{}
+			}
+			held[id] = max(held[id], v.LedgerRevision)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	kept := s.Pending[:0]
+	for _, it := range s.Pending {
+		if rev, ok := held[it.Entry.Session]; !ok || rev <= it.Revision {
+			kept = append(kept, it)
+		}
+	}
+	s.Pending = kept
 }
 
 // Caches are the watcher snapshots that a planning snapshot is read from.
