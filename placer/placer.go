@@ -989,35 +989,74 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 	if len(ps) == 0 {
 		return 0, 0, stale, nil
 	}
-	// Only the ledgers of decisions kept are written.
-	used := map[string]bool{}
-	for _, pl := range ps {
-		for _, bd := range pl.Bindings {
-			used[bd.Node] = true
+	for attempt := 0; ; attempt++ {
+		// Only the ledgers of decisions kept are written.
+		used := map[string]bool{}
+		for _, pl := range ps {
+			for _, bd := range pl.Bindings {
+				used[bd.Node] = true
+			}
 		}
-	}
-	lws := make([]state.LedgerWrite, 0, len(order))
-	for _, n := range order {
-		if used[n] {
-			lws = append(lws, *writes[n])
+		lws := make([]state.LedgerWrite, 0, len(order))
+		for _, n := range order {
+			if used[n] {
+				lws = append(lws, *writes[n])
+			}
 		}
+		cmps, ops, err := state.BindOps(k, lws, ps)
+		if err != nil {
+			return 0, 0, stale, err
+		}
+		if err := p.budget().Check(state.SizeOf(cmps, ops, nil)); err != nil {
+			return 0, 0, stale, fmt.Errorf("commit bind txn of %d sessions: %w", len(ps), err)
+		}
+		// On a refusal the first attempt reads back its sessions' queue
+		// entries, in the same round trip.
+		var reads []clientv3.Op
+		if attempt == 0 {
+			for _, pl := range ps {
+				reads = append(reads, clientv3.OpGet(k.Pending(pl.Session)))
+			}
+			if !p.budget().Fits(state.SizeOf(cmps, ops, reads)) {
+				reads = nil
+			}
+		}
+		resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
+		if err != nil {
+			return 0, 0, stale, fmt.Errorf("commit bind txn: %w", err)
+		}
+		if resp.Succeeded {
+			p.own.record(lws, ps, resp.Header.Revision)
+			return len(ps), resp.Header.Revision, stale, nil
+		}
+		if len(reads) == 0 {
+			return 0, 0, stale, nil
+		}
+		// Refused. If another writer took some of the batch's sessions
+		// (another placer bound them on a plan of its own, or they were
+		// cancelled), the rest of the batch still stands on exactly what
+		// it was computed from: commit it again without them, once, with
+		// the same compares (Nomad's plan applier commits the part of a
+		// plan that still fits). If no session moved, a ledger, node,
+		// cordon or quota did: the next pass plans again.
+		kept := ps[:0]
+		for i, pl := range ps {
+			rr := resp.Responses[i].GetResponseRange()
+			if rr != nil && len(rr.Kvs) == 1 && rr.Kvs[0].ModRevision == pl.PendingRevision {
+				kept = append(kept, pl)
+				continue
+			}
+			stale++
+			for _, bd := range pl.Bindings {
+				delete(writes[bd.Node].Ledger.Allocations, pl.Session)
+			}
+		}
+		if len(kept) == len(ps) || len(kept) == 0 {
+			return 0, 0, stale, nil
+		}
+		p.conflicts.Add(1) // the refused attempt
+		ps = kept
 	}
-	cmps, ops, err := state.BindOps(k, lws, ps)
-	if err != nil {
-		return 0, 0, stale, err
-	}
-	if err := p.budget().Check(state.SizeOf(cmps, ops, nil)); err != nil {
-		return 0, 0, stale, fmt.Errorf("commit bind txn of %d sessions: %w", len(ps), err)
-	}
-	resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return 0, 0, stale, fmt.Errorf("commit bind txn: %w", err)
-	}
-	if !resp.Succeeded {
-		return 0, 0, stale, nil
-	}
-	p.own.record(lws, ps, resp.Header.Revision)
-	return len(ps), resp.Header.Revision, stale, nil
 }
 
 func boundMessage(d Decision) string {
