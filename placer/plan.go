@@ -231,8 +231,13 @@ func (p *planner) reindex(n *nodeState) {
 // place tries to bind it; on failure it records a Waiting entry.
 func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) {
 	e := &it.Entry
+	budget := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}
+	scopes := 0
+	if p.quotas {
+		scopes = len(quotaScopes(e, p.snap))
+	}
 	quotaChecked := false
-	if e.Workers == 0 && !p.holds[e.Session] {
+	if e.Workers == 0 && !p.holds[e.Session] && budget.Fits(gangSize(1, scopes)) {
 		// The tail of the queue: a single part of a shape that found no
 		// node earlier in this pass waits at once, on that shape's reason,
 		// without building parts or searching nodes.
@@ -251,13 +256,8 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		}
 	}
 	reqs := e.Parts()
-	scopes := 0
-	if p.quotas {
-		scopes = len(quotaScopes(e, p.snap))
-	}
-	if len(reqs) > 1 && !(state.TxnBudget{MaxOps: p.opt.MaxTxnOps}).Fits(gangSize(len(reqs), scopes)) {
-		size := gangSize(len(reqs), scopes)
-		what, most := fmt.Sprintf("a Ray head and %d workers", len(reqs)-1), MaxRayWorkers(p.opt.MaxTxnOps, len(quotaScopes(e, p.snap)))
+	if size := gangSize(len(reqs), scopes); !budget.Fits(size) {
+		what, most := fmt.Sprintf("a Ray head and %d workers", len(reqs)-1), MaxRayWorkers(p.opt.MaxTxnOps, scopes)
 		ask := fmt.Sprintf("at most %d workers", most)
 		if e.Nodes > 1 {
 			what, ask = "a multi-node job", fmt.Sprintf("at most %d nodes", most+1)
