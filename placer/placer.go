@@ -863,6 +863,10 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 	// This placer's newest bind before this pass: the pass's own batches
 	// raise lastBind as they commit, and were planned together.
 	prior := p.lastBind.Load()
+	// Refused batches are read back and retried only beside other placers:
+	// alone, a placer loses sessions only to cancels, and the read-back
+	// would lengthen every transaction it sends.
+	readBack := len(p.owners()) > 1
 	var mu sync.Mutex
 	sem := make(chan struct{}, p.cfg.Parallel)
 	var wg sync.WaitGroup
@@ -872,7 +876,7 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 		go func(b *bindBatch) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			n, rev, stale, err := p.commitBatch(ctx, b, fresh, nodes, snap, prior)
+			n, rev, stale, err := p.commitBatch(ctx, b, fresh, nodes, snap, prior, readBack)
 			mu.Lock()
 			defer mu.Unlock()
 			res.conflicts += stale
@@ -907,10 +911,12 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 // writes over (and the node's inventory key as planned), so a write that
 // lands after this read refuses the bind. A decision whose choice no longer
 // fits, or whose quota check rests on ledgers older than this placer's
-// last bind before the pass (prior), is left out and counted in stale. It
-// returns how many sessions the transaction bound (0 if refused or empty)
-// and its revision.
-func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64) (bound int, rev int64, stale int, err error) {
+// last bind before the pass (prior), is left out and counted in stale.
+// With readBack, a transaction refused because some of its sessions were
+// taken is sent again once without them (they count in stale). It returns
+// how many sessions the transaction bound (0 if refused or empty) and its
+// revision.
+func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64, readBack bool) (bound int, rev int64, stale int, err error) {
 	k := p.cfg.Keys
 	now := p.cfg.Now().UTC()
 	writes := map[string]*state.LedgerWrite{}
@@ -1013,7 +1019,7 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 		// On a refusal the first attempt reads back its sessions' queue
 		// entries, in the same round trip.
 		var reads []clientv3.Op
-		if attempt == 0 {
+		if attempt == 0 && readBack {
 			for _, pl := range ps {
 				reads = append(reads, clientv3.OpGet(k.Pending(pl.Session)))
 			}
