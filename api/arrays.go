@@ -80,6 +80,25 @@ const maxParamsBytes = 256 << 10
 
 func (a *API) createArray(c *gin.Context) {
 	p := principalOf(c)
+	now := a.cfg.Now().UTC()
+	idem, ok := a.idempotent(c, now)
+	if !ok {
+		return
+	}
+	if idem != nil {
+		// A repeat is answered before admission, which could refuse it
+		// now for what the first create did (the queue it filled). The
+		// create's transaction decides a race between two firsts.
+		stored, _, err := state.Get[state.IdempotencyRecord](c.Request.Context(), a.cli, idem.Key)
+		switch {
+		case err == nil:
+			a.replayArray(c, idem.Record, stored)
+			return
+		case !errors.Is(err, state.ErrNotFound):
+			a.internal(c, "read idempotency record", err)
+			return
+		}
+	}
 	var req ArrayRequest
 	if !a.decodeBody(c, &req) {
 		return
@@ -135,7 +154,6 @@ func (a *API) createArray(c *gin.Context) {
 		a.invalid(c, "Invalid request", errs)
 		return
 	}
-	now := a.cfg.Now().UTC()
 	tmpl, ok := a.admit(c, req.SessionRequest, now)
 	if !ok {
 		return
@@ -184,13 +202,53 @@ func (a *API) createArray(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if err := state.CreateArray(ctx, a.cli, a.keys, arr, guards...); err != nil {
-		a.createFailed(c, err)
-		return
+	if idem == nil {
+		if err := state.CreateArray(ctx, a.cli, a.keys, arr, guards...); err != nil {
+			a.createFailed(c, err)
+			return
+		}
+	} else {
+		idem.Record.Array = id
+		if !a.withLease(c, idem) {
+			return
+		}
+		stored, created, err := state.CreateArrayIdempotent(ctx, a.cli, a.keys, arr, *idem, guards...)
+		if err != nil {
+			a.createFailed(c, err)
+			return
+		}
+		if !created {
+			a.replayArray(c, idem.Record, stored)
+			return
+		}
 	}
 	a.log.Info("array created", "array", id, "owner", p.Subject, "elements", len(ix), "maxRunning", limit, "gpus", tmpl.Resources.GPUs, "service", p.Service)
 	c.Header("Location", "/api/v1/arrays/"+id)
 	c.JSON(http.StatusCreated, viewArray(arr, len(ix), nil, false))
+}
+
+// replayArray answers a create whose Idempotency-Key stored is already
+// at: with the array it made (201, Idempotent-Replayed) when rec, this
+// request's, has the same body digest; 422 when the key made something
+// else; 409 when the array it made is gone (retired).
+func (a *API) replayArray(c *gin.Context, rec, stored state.IdempotencyRecord) {
+	if stored.Array == "" || stored.RequestHash != rec.RequestHash {
+		a.keyReused(c, stored, stored.Array == "")
+		return
+	}
+	arr, _, live, found, err := a.readArray(c.Request.Context(), stored.Array)
+	if err != nil {
+		a.internal(c, "read array", err)
+		return
+	}
+	if !found {
+		a.problem(c, http.StatusConflict, "Conflict", fmt.Sprintf("%s %q created array %s, which no longer exists (retired after it finished)", IdempotencyKeyHeader, c.GetHeader(IdempotencyKeyHeader), stored.Array))
+		return
+	}
+	size, _ := arr.Size()
+	c.Header("Idempotent-Replayed", "true")
+	c.Header("Location", "/api/v1/arrays/"+arr.ID)
+	c.JSON(http.StatusCreated, viewArray(arr, size, live, false))
 }
 
 // usesParam reports whether a request's command or environment names

@@ -225,12 +225,9 @@ func (a Array) Unfinished() int { return a.Next - len(a.Done) }
 // controller does). It returns ErrExists when the id is taken and
 // ErrConflict when a guard failed, writing nothing either way.
 func CreateArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, guards ...clientv3.Cmp) error {
-	if err := ValidateName("array id", a.ID); err != nil {
-		return fmt.Errorf("create array: %w", err)
-	}
-	v, err := Encode(a)
+	v, err := encodeArray(a)
 	if err != nil {
-		return fmt.Errorf("create array: %w", err)
+		return err
 	}
 	resp, err := kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.Array(a.ID)), "=", 0)}, guards...)...).
 		Then(clientv3.OpPut(k.Array(a.ID), v)).
@@ -245,6 +242,37 @@ func CreateArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, guards ..
 		return fmt.Errorf("create array %s: a guard changed: %w", a.ID, ErrConflict)
 	}
 	return nil
+}
+
+// CreateArrayIdempotent is CreateArray that also writes idem's record (its
+// Array set to a.ID), in the same transaction and only if its key does not
+// exist yet: two creates with one key never make two arrays, however they
+// interleave. When the key exists, nothing is written and the stored
+// record is returned with created false: the caller answers the repeat
+// with it (the first array, or a refusal when the record's body digest or
+// kind differs).
+func CreateArrayIdempotent(ctx context.Context, kv clientv3.KV, k Keys, a Array, idem Idempotency, guards ...clientv3.Cmp) (stored IdempotencyRecord, created bool, err error) {
+	v, err := encodeArray(a)
+	if err != nil {
+		return IdempotencyRecord{}, false, err
+	}
+	stored, created, err = createIdempotent(ctx, kv, k.Array(a.ID), []clientv3.Op{clientv3.OpPut(k.Array(a.ID), v)}, idem, guards)
+	if err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create array %s: %w", a.ID, err)
+	}
+	return stored, created, nil
+}
+
+// encodeArray checks a new array's id and encodes its record.
+func encodeArray(a Array) (string, error) {
+	if err := ValidateName("array id", a.ID); err != nil {
+		return "", fmt.Errorf("create array: %w", err)
+	}
+	v, err := Encode(a)
+	if err != nil {
+		return "", fmt.Errorf("create array: %w", err)
+	}
+	return v, nil
 }
 
 // ArrayStepSize is the size of an AdvanceArray transaction that creates n
