@@ -184,6 +184,18 @@ func ElementIndex(arrayID, session string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
+// ElementOf returns the array id and index of a session id that names an
+// array element (<array id>-<index>), and false for any other id. Array
+// ids have no '-' (NewSessionID), so the split is unambiguous.
+func ElementOf(session string) (string, int, bool) {
+	i := strings.LastIndexByte(session, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, ok := ElementIndex(session[:i], session)
+	return session[:i], n, ok
+}
+
 // Element builds the spec of the element at position pos of the index
 // set ix: the template with its id, the array's environment variables and
 // {index} and {param} replaced.
@@ -340,6 +352,29 @@ func StopArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, rev int64, 
 		return Array{}, fmt.Errorf("stop array: %w", err)
 	}
 	return a, nil
+}
+
+// RetireArray deletes array id's record, read at rev, on condition that it
+// is still at rev and that no element of it has a spec or a status left:
+// the retention sweeper retires a finished array's elements first, so an
+// array never leaves etcd while an element it counts is there. It returns
+// ErrConflict, deleting nothing, otherwise.
+func RetireArray(ctx context.Context, kv clientv3.KV, k Keys, id string, rev int64) error {
+	none := func(prefix string) clientv3.Cmp {
+		return clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix()
+	}
+	resp, err := kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(k.Array(id)), "=", rev),
+		none(k.Status(id+"-")),
+		none(k.Session(id+"-")),
+	).Then(clientv3.OpDelete(k.Array(id))).Commit()
+	if err != nil {
+		return fmt.Errorf("retire array %s: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("retire array %s: %w", id, ErrConflict)
+	}
+	return nil
 }
 
 // ResultOf is the result an element ended with, from its final status.
