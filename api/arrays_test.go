@@ -43,6 +43,8 @@ func TestArrayAdmission(t *testing.T) {
 		{"a notebook", "kind", "batch", func(m map[string]any) { m["kind"] = "notebook" }},
 		{"no command", "command", "", func(m map[string]any) { delete(m, "command") }},
 		{"more GPUs than any node", "resources", "no node can ever hold", func(m map[string]any) { m["resources"] = map[string]any{"gpus": 16} }},
+		{"a gang on more machines than there are", "nodes", "no node can ever hold", func(m map[string]any) { m["nodes"] = 3 }},
+		{"onPartFailure without nodes", "onPartFailure", "applies to multi-node jobs only", func(m map[string]any) { m["onPartFailure"] = "Continue" }},
 		{"a param too large after substitution", "element 1: env.P", "after substitution", func(m map[string]any) {
 			delete(m, "indices")
 			m["params"] = []string{"x", strings.Repeat("y", 40<<10)}
