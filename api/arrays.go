@@ -85,19 +85,8 @@ func (a *API) createArray(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if idem != nil {
-		// A repeat is answered before admission, which could refuse it
-		// now for what the first create did (the queue it filled). The
-		// create's transaction decides a race between two firsts.
-		stored, _, err := state.Get[state.IdempotencyRecord](c.Request.Context(), a.cli, idem.Key)
-		switch {
-		case err == nil:
-			a.replayArray(c, idem.Record, stored)
-			return
-		case !errors.Is(err, state.ErrNotFound):
-			a.internal(c, "read idempotency record", err)
-			return
-		}
+	if a.replayed(c, idem, a.replayArray) {
+		return
 	}
 	var req ArrayRequest
 	if !a.decodeBody(c, &req) {

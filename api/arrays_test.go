@@ -257,3 +257,28 @@ func TestArrayIdempotencyKey(t *testing.T) {
 		t.Errorf("retired: detail %q", p.Detail)
 	}
 }
+
+// TestIdempotentRepeatsPassAFullQueue: a repeat is answered before
+// admission, so the queue its own first create filled never refuses it
+// (a session's or an array's), while a new request is refused.
+func TestIdempotentRepeatsPassAFullQueue(t *testing.T) {
+	h := newHarness(t, harnessOpts{maxQueued: 10})
+	ada := h.token("ada")
+	job := map[string]any{"kind": "batch", "command": []string{"true"}}
+	arr := want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-full-1"), 201)
+	s := want(t, h.do("POST", "/api/v1/sessions", ada, job, "Idempotency-Key", "arr-full-2"), 201)
+	// The queue holds ada's session; the array may queue 10 more: full.
+	want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-full-3"), 422)
+	r := want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-full-1"), 201)
+	if decode[api.ArrayView](t, r).ID != decode[api.ArrayView](t, arr).ID || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("array repeat: %s", r.body)
+	}
+	for range 9 {
+		want(t, h.do("POST", "/api/v1/sessions", ada, job), 201)
+	}
+	want(t, h.do("POST", "/api/v1/sessions", ada, job), 422)
+	r = want(t, h.do("POST", "/api/v1/sessions", ada, job, "Idempotency-Key", "arr-full-2"), 201)
+	if decode[api.SessionView](t, r).ID != decode[api.SessionView](t, s).ID || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("session repeat: %s", r.body)
+	}
+}

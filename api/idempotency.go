@@ -68,6 +68,29 @@ func (a *API) withLease(c *gin.Context, idem *state.Idempotency) bool {
 	return true
 }
 
+// replayed answers, before admission, a create whose Idempotency-Key is
+// already recorded, with replay (the route's answer to a repeat: rec is
+// this request's record, stored the one found), and reports whether it
+// answered. Admission could refuse a repeat for what the first create did
+// (the queue it filled), so a repeat never reaches it; this read is only
+// a shortcut, and the create's transaction decides a race between two
+// first requests. It returns false without a key (idem nil).
+func (a *API) replayed(c *gin.Context, idem *state.Idempotency, replay func(c *gin.Context, rec, stored state.IdempotencyRecord)) bool {
+	if idem == nil {
+		return false
+	}
+	stored, _, err := state.Get[state.IdempotencyRecord](c.Request.Context(), a.cli, idem.Key)
+	switch {
+	case err == nil:
+		replay(c, idem.Record, stored)
+		return true
+	case !errors.Is(err, state.ErrNotFound):
+		a.internal(c, "read idempotency record", err)
+		return true
+	}
+	return false
+}
+
 // keyReused answers a create whose Idempotency-Key already made something
 // else: another body, or the other kind of object (a session's key sent
 // with an array, or the reverse).

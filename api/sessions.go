@@ -56,7 +56,7 @@ func (a *API) createSession(c *gin.Context) {
 	p := principalOf(c)
 	now := a.cfg.Now().UTC()
 	idem, ok := a.idempotent(c, now)
-	if !ok {
+	if !ok || a.replayed(c, idem, a.replaySession) {
 		return
 	}
 	var req SessionRequest
@@ -122,7 +122,15 @@ func (a *API) createSession(c *gin.Context) {
 		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
 		return
 	}
-	if stored.Session == "" || stored.RequestHash != idem.Record.RequestHash {
+	a.replaySession(c, idem.Record, stored)
+}
+
+// replaySession answers a create whose Idempotency-Key stored is already
+// at: with the session it made (201, Idempotent-Replayed) when rec, this
+// request's, has the same body digest; 422 when the key made something
+// else; 409 when the session it made is gone (retired).
+func (a *API) replaySession(c *gin.Context, rec, stored state.IdempotencyRecord) {
+	if stored.Session == "" || stored.RequestHash != rec.RequestHash {
 		a.keyReused(c, stored, stored.Session == "")
 		return
 	}
