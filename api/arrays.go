@@ -216,28 +216,19 @@ func (a *API) createArray(c *gin.Context) {
 	c.JSON(http.StatusCreated, viewArray(arr, len(ix), nil, false))
 }
 
-// replayArray answers a create whose Idempotency-Key stored is already
-// at: with the array it made (201, Idempotent-Replayed) when rec, this
-// request's, has the same body digest; 422 when the key made something
-// else; 409 when the array it made is gone (retired).
+// replayArray answers a repeat of an array's create (replay).
 func (a *API) replayArray(c *gin.Context, rec, stored state.IdempotencyRecord) {
-	if stored.Array == "" || stored.RequestHash != rec.RequestHash {
-		a.keyReused(c, stored, stored.Array == "")
-		return
-	}
-	arr, _, live, found, err := a.readArray(c.Request.Context(), stored.Array)
-	if err != nil {
-		a.internal(c, "read array", err)
-		return
-	}
-	if !found {
-		a.problem(c, http.StatusConflict, "Conflict", fmt.Sprintf("%s %q created array %s, which no longer exists (retired after it finished)", IdempotencyKeyHeader, c.GetHeader(IdempotencyKeyHeader), stored.Array))
-		return
-	}
-	size, _ := arr.Size()
-	c.Header("Idempotent-Replayed", "true")
-	c.Header("Location", "/api/v1/arrays/"+arr.ID)
-	c.JSON(http.StatusCreated, viewArray(arr, size, live, false))
+	var arr state.Array
+	var live map[int]state.Status
+	a.replay(c, rec, stored, "array", stored.Array, func() (found bool, err error) {
+		arr, _, live, found, err = a.readArray(c.Request.Context(), stored.Array)
+		return found, err
+	}, func() {
+		size, _ := arr.Size()
+		c.Header("Idempotent-Replayed", "true")
+		c.Header("Location", "/api/v1/arrays/"+arr.ID)
+		c.JSON(http.StatusCreated, viewArray(arr, size, live, false))
+	})
 }
 
 // usesParam reports whether a request's command or environment names

@@ -91,6 +91,29 @@ func (a *API) replayed(c *gin.Context, idem *state.Idempotency, replay func(c *g
 	return false
 }
 
+// replay answers a create whose Idempotency-Key stored is already at
+// (rec is this request's record) for a route that makes a what (session
+// or array), whose id in a record is id: with what the first request made
+// (respond, after read found it) when the body digest is the same; 422
+// when the key made something else (keyReused); 409 when what it made is
+// gone (retired after it finished).
+func (a *API) replay(c *gin.Context, rec, stored state.IdempotencyRecord, what, id string, read func() (bool, error), respond func()) {
+	if id == "" || stored.RequestHash != rec.RequestHash {
+		a.keyReused(c, stored, id == "")
+		return
+	}
+	found, err := read()
+	if err != nil {
+		a.internal(c, "read "+what, err)
+		return
+	}
+	if !found {
+		a.problem(c, http.StatusConflict, "Conflict", fmt.Sprintf("%s %q created %s %s, which no longer exists (retired after it finished)", IdempotencyKeyHeader, c.GetHeader(IdempotencyKeyHeader), what, id))
+		return
+	}
+	respond()
+}
+
 // keyReused answers a create whose Idempotency-Key already made something
 // else: another body, or the other kind of object (a session's key sent
 // with an array, or the reverse).

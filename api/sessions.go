@@ -125,25 +125,13 @@ func (a *API) createSession(c *gin.Context) {
 	a.replaySession(c, idem.Record, stored)
 }
 
-// replaySession answers a create whose Idempotency-Key stored is already
-// at: with the session it made (201, Idempotent-Replayed) when rec, this
-// request's, has the same body digest; 422 when the key made something
-// else; 409 when the session it made is gone (retired).
+// replaySession answers a repeat of a session's create (replay).
 func (a *API) replaySession(c *gin.Context, rec, stored state.IdempotencyRecord) {
-	if stored.Session == "" || stored.RequestHash != rec.RequestHash {
-		a.keyReused(c, stored, stored.Session == "")
-		return
-	}
-	v, found, err := a.readSession(c, stored.Session)
-	if err != nil {
-		a.internal(c, "read session", err)
-		return
-	}
-	if !found {
-		a.problem(c, http.StatusConflict, "Conflict", fmt.Sprintf("%s %q created session %s, which no longer exists", IdempotencyKeyHeader, c.GetHeader(IdempotencyKeyHeader), stored.Session))
-		return
-	}
-	a.respondCreated(c, v, true)
+	var v SessionView
+	a.replay(c, rec, stored, "session", stored.Session, func() (found bool, err error) {
+		v, found, err = a.readSession(c, stored.Session)
+		return found, err
+	}, func() { a.respondCreated(c, v, true) })
 }
 
 // createFailed answers a create whose transaction failed: a volume

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -167,43 +168,28 @@ func (r *Retention) Sweep(ctx context.Context) (int, error) {
 		rev int64
 	}
 	var todo []due
-	// Page through statuses at one revision; only terminal, old ones count.
-	key, end := k.StatusDir(), clientv3.GetPrefixRangeEnd(k.StatusDir())
-	var rev int64
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
+	// Statuses at one revision; only terminal, old ones count (and those
+	// of a due array's elements).
+	err = r.listPaged(ctx, k.StatusDir(), 1000, func(kv *mvccpb.KeyValue) {
+		st, err := state.Decode[state.Status](kv.Value)
+		if err != nil || !st.Phase.Terminal() {
+			return
 		}
-		resp, err := r.cli.Get(ctx, key, opts...)
-		if err != nil {
-			return 0, fmt.Errorf("list statuses: %w", err)
+		finished := st.Updated
+		if st.Finished != nil {
+			finished = *st.Finished
 		}
-		if rev == 0 {
-			rev = resp.Header.Revision
+		id, ok := k.SessionID(string(kv.Key))
+		if !ok {
+			return
 		}
-		for _, kv := range resp.Kvs {
-			st, err := state.Decode[state.Status](kv.Value)
-			if err != nil || !st.Phase.Terminal() {
-				continue
-			}
-			finished := st.Updated
-			if st.Finished != nil {
-				finished = *st.Finished
-			}
-			id, ok := k.SessionID(string(kv.Key))
-			if !ok {
-				continue
-			}
-			arr, _, element := state.ElementOf(id)
-			if _, arrayDue := arrays[arr]; finished.Before(cutoff) || (element && arrayDue) {
-				todo = append(todo, due{id: id, st: st, rev: kv.ModRevision})
-			}
+		arr, _, element := state.ElementOf(id)
+		if _, arrayDue := arrays[arr]; finished.Before(cutoff) || (element && arrayDue) {
+			todo = append(todo, due{id: id, st: st, rev: kv.ModRevision})
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list statuses: %w", err)
 	}
 	sort.Slice(todo, func(i, j int) bool { return todo[i].id < todo[j].id })
 	moved := 0
@@ -279,32 +265,42 @@ type dueArray struct {
 
 // dueArrays lists the job arrays that finished before cutoff, by id.
 func (r *Retention) dueArrays(ctx context.Context, cutoff time.Time) (map[string]dueArray, error) {
-	k := r.cfg.Keys
 	out := map[string]dueArray{}
-	key, end := k.Arrays(), clientv3.GetPrefixRangeEnd(k.Arrays())
+	// Records hold every element's result: page them in hundreds.
+	err := r.listPaged(ctx, r.cfg.Keys.Arrays(), 100, func(kv *mvccpb.KeyValue) {
+		a, err := state.Decode[state.Array](kv.Value)
+		if err == nil && a.Finished != nil && a.Finished.Before(cutoff) {
+			out[a.ID] = dueArray{a: a, rev: kv.ModRevision}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list arrays: %w", err)
+	}
+	return out, nil
+}
+
+// listPaged calls each with every key under prefix, read limit keys at a
+// time, all at the revision of the first read.
+func (r *Retention) listPaged(ctx context.Context, prefix string, limit int64, each func(*mvccpb.KeyValue)) error {
+	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	var rev int64
 	for {
-		// Records hold every element's result: page them in hundreds.
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(100)}
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
 		resp, err := r.cli.Get(ctx, key, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("list arrays: %w", err)
+			return err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			a, err := state.Decode[state.Array](kv.Value)
-			if err != nil || a.Finished == nil || !a.Finished.Before(cutoff) {
-				continue
-			}
-			out[a.ID] = dueArray{a: a, rev: kv.ModRevision}
+			each(kv)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, nil
+			return nil
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}

@@ -111,19 +111,18 @@ func (g *gangCluster) call(t *testing.T, method, path string, body, out any, wan
 	}
 }
 
-// logs returns every log file of session id's containers on every
-// machine, by path.
-func (g *gangCluster) logs(t *testing.T, id string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
+// logs returns the log files of session id's containers on every
+// machine, one after another.
+func (g *gangCluster) logs(id string) string {
+	all := ""
 	for _, cfg := range g.agents {
 		files, _ := filepath.Glob(filepath.Join(cfg.LogDir, id+"-q*.log"))
 		for _, f := range files {
 			b, _ := os.ReadFile(f)
-			out[f] = string(b)
+			all += string(b)
 		}
 	}
-	return out
+	return all
 }
 
 // checkHistory runs the history checker over every revision since the
@@ -271,10 +270,7 @@ exec rendezvous -timeout 60s`
 	// The logs: rank 2 failed on the first run; every rank rendezvoused
 	// on the second, told it was attempt 1.
 	waitFor(t, "the second run's logs", 20*time.Second, func() (bool, string) {
-		all := ""
-		for _, l := range g.logs(t, id) {
-			all += l
-		}
+		all := g.logs(id)
 		for r := 0; r < 3; r++ {
 			if !strings.Contains(all, fmt.Sprintf("attempt 1 rank %d", r)) || !strings.Contains(all, fmt.Sprintf("rank %d of 3: all 3 ranks arrived", r)) {
 				return false, all
@@ -365,10 +361,7 @@ exec rendezvous -timeout 60s`
 			continue
 		}
 		waitFor(t, fmt.Sprintf("element %d's ranks to rendezvous", i), 20*time.Second, func() (bool, string) {
-			all := ""
-			for _, l := range g.logs(t, e.Session) {
-				all += l
-			}
+			all := g.logs(e.Session)
 			for r := 0; r < 3; r++ {
 				if !strings.Contains(all, fmt.Sprintf("rank %d of 3: all 3 ranks arrived", r)) {
 					return false, all
