@@ -138,4 +138,17 @@ func TestProfileResources(t *testing.T) {
 			}
 		})
 	}
+
+	// An array made from the profile: its template (every element's spec)
+	// carries the same, and a profile volume its owner may not mount
+	// refuses it as it refuses a session.
+	a := decode[api.ArrayView](t, want(t, h.do("POST", "/api/v1/arrays", ada, batch(func(r map[string]any) {
+		r["indices"] = "0-3"
+		r["command"] = []string{"python", "train.py", "--seed", "{index}"}
+	})), http.StatusCreated))
+	if tm := a.Template; tm.ShmMiB != 8192 || len(tm.Volumes) != 2 || tm.Volumes[1].HostPath != "/srv/results/ada" || *tm.Ulimits != (state.Ulimits{MemlockKiB: 65536, Nofile: 8192}) {
+		t.Errorf("array template shm %d, volumes %+v, ulimits %+v; want the profile's", tm.ShmMiB, tm.Volumes, tm.Ulimits)
+	}
+	fieldError(t, want(t, h.do("POST", "/api/v1/arrays", ada, map[string]any{"profile": "pt-vision", "command": []string{"true"}, "indices": "0-1"}),
+		http.StatusUnprocessableEntity).problem(t), "profile.volumes[0].name", `profile "pt-vision" mounts volume "pt-imagenet"`)
 }
