@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -115,19 +114,11 @@ func TestProfileResources(t *testing.T) {
 		}), field: "profile.volumes[0].mountPath", msg: `overlaps volumes[0].mountPath "/scratch/out"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			resp := h.do("POST", "/api/v1/sessions", c.token, c.req)
-			if c.field != "" {
-				fieldError(t, want(t, resp, http.StatusUnprocessableEntity).problem(t), c.field, c.msg)
+			s, ok := admitted(t, h, h.do("POST", "/api/v1/sessions", c.token, c.req), c.field, c.msg)
+			if !ok {
 				return
 			}
-			v := decode[api.SessionView](t, want(t, resp, http.StatusCreated))
-			s, _, err := state.Get[state.Session](context.Background(), h.cli, h.keys.Session(v.ID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.ShmMiB != c.shm || s.Ulimits == nil || *s.Ulimits != c.ulimits {
-				t.Errorf("stored shm %d, ulimits %+v; want %d, %+v", s.ShmMiB, s.Ulimits, c.shm, c.ulimits)
-			}
+			wantShmUlimits(t, s, c.shm, c.ulimits)
 			if len(s.Volumes) != len(c.volumes) {
 				t.Fatalf("stored volumes %+v; want %+v", s.Volumes, c.volumes)
 			}
