@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/voyager-gpu/voyager/nodeagent"
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // ncclFile is NCCL's topology XML as its xml.cc reads it, decoded here by
@@ -131,5 +133,38 @@ func TestNCCLTopologyOfBoundGPUs(t *testing.T) {
 	if f.Name != "voyager sim-01 (simulated)" || fmt.Sprint(links) != fmt.Sprint(map[string][]string{bus(0): {bus(3)}, bus(3): {bus(0)}}) ||
 		fmt.Sprint(numa) != fmt.Sprint(map[string]string{bus(0): "0", bus(3): "1"}) {
 		t.Errorf("simulated: name %q, links %v, NUMA %v\n%s", f.Name, links, numa, b)
+	}
+}
+
+// TestContainerSpecNCCLTopoFile: a container of whole GPUs gets NCCL's
+// topology mounted read-only and NCCL_TOPO_FILE naming it, unless the
+// session sets NCCL_TOPO_FILE itself (its own file wins, the agent's is
+// still mounted); one of MIG devices, or of no GPU, gets neither.
+func TestContainerSpecNCCLTopoFile(t *testing.T) {
+	gpus, _ := nodeagent.SimulatedGPUs(node, "2xA100-80GB")
+	a := nodeagent.New(nodeagent.Config{Node: node, Image: "img", GPUs: gpus, Simulated: true, LogDir: t.TempDir()})
+	mounted := func(spec runtime.Spec) bool {
+		return slices.ContainsFunc(spec.Mounts, func(m runtime.Mount) bool { return m.Target == nodeagent.NCCLTopoPath && m.ReadOnly })
+	}
+	for _, tc := range []struct {
+		name      string
+		env       map[string]string
+		gpus      []string
+		wantMount bool
+		wantEnv   string
+	}{
+		{"two GPUs", nil, []string{gpus[0].UUID, gpus[1].UUID}, true, nodeagent.NCCLTopoPath},
+		{"the session's own file", map[string]string{"NCCL_TOPO_FILE": "/home/jovyan/topo.xml"}, []string{gpus[0].UUID}, true, "/home/jovyan/topo.xml"},
+		{"a MIG device", nil, []string{"MIG-x"}, false, ""},
+		{"no GPU", nil, nil, false, ""},
+	} {
+		spec, err := a.ContainerSpec(state.Session{ID: "s", Owner: "ada", Kind: state.KindBatch, Env: tc.env},
+			state.Binding{Session: "s", GPUs: tc.gpus, QueueRevision: 4, MemoryMiB: 100}, []string{"true"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mounted(spec) != tc.wantMount || spec.Env["NCCL_TOPO_FILE"] != tc.wantEnv {
+			t.Errorf("%s: NCCL topology mounted %v, NCCL_TOPO_FILE %q; want %v, %q", tc.name, mounted(spec), spec.Env["NCCL_TOPO_FILE"], tc.wantMount, tc.wantEnv)
+		}
 	}
 }
