@@ -132,7 +132,9 @@ func TestSessionsPageShowsExperimentsInBrowser(t *testing.T) {
 		}
 	}
 	open(ada)
-	row := func(id string) string { return fmt.Sprintf(`document.querySelector('#sessions tr[data-session=%q]')`, id) }
+	row := func(id string) string {
+		return fmt.Sprintf(`document.querySelector('#sessions tr[data-session=%q]')`, id)
+	}
 	for _, c := range []struct{ what, expr, want string }{
 		{"the job's ranks", row(job.ID) + `.querySelector('[data-field=parts]').innerText`, "3 nodes: rank 0 on pt-n2, rank 1 on pt-n1, rank 2 on pt-n3"},
 		{"the job's shm and volume", row(job.ID) + `.querySelector('[data-field=resources]').innerText`, "/dev/shm 16384 MiB · pt-data at /data (read-only)"},
