@@ -346,6 +346,12 @@ func (c *Controller) Pass(ctx context.Context) error {
 func (c *Controller) session(ctx context.Context, v *view, id string, sit watcher.Item[statusView]) error {
 	k := c.cfg.Keys
 	st := sit.Value
+	if !st.terminal && !st.waiting && !st.running {
+		// Queued, binding, starting or stopping: no rule applies (the
+		// switch below would return nil), so a pass over 100,000 queued
+		// sessions spends nothing on them.
+		return nil
+	}
 	spec, ok := v.sessions.Item(k.Session(id))
 	if !ok {
 		return nil
