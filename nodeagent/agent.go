@@ -133,11 +133,31 @@ type Config struct {
 	// RestartBackoffMax. Defaults 10s and 10m.
 	RestartBackoff    time.Duration
 	RestartBackoffMax time.Duration
+	// JobRoutes is how a multi-node job's parts reach each other's
+	// containers at their own addresses on an isolated network:
+	// JobRoutesDirect (the default), JobRoutesFabric or JobRoutesOff.
+	JobRoutes string
 }
+
+// How a multi-node job's parts reach each other (Config.JobRoutes).
+const (
+	// JobRoutesDirect routes each peer node's container subnet through
+	// that node's address: the nodes share a link.
+	JobRoutesDirect = "direct"
+	// JobRoutesFabric adds no routes: the network between the nodes
+	// routes container subnets itself.
+	JobRoutesFabric = "fabric"
+	// JobRoutesOff gives parts no path to each other's containers: only
+	// each other's published MASTER_PORT and peer ports.
+	JobRoutesOff = "off"
+)
 
 func (c *Config) defaults() {
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 10 * time.Second
+	}
+	if c.JobRoutes == "" {
+		c.JobRoutes = JobRoutesDirect
 	}
 	// etcd grants whole seconds: the fence timings count from what it grants.
 	c.LeaseTTL = max(c.LeaseTTL.Truncate(time.Second), time.Second)
@@ -325,6 +345,9 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 		Name: a.cfg.Node, Address: a.cfg.Address, Labels: a.cfg.Labels,
 		CPUMilli: a.cfg.CPUMilli, MemoryMiB: a.cfg.MemoryMiB, GPUs: a.cfg.GPUs, Ports: a.cfg.Ports,
 		Simulated: a.cfg.Simulated, Agent: a.cfg.Version, Registered: time.Now().UTC(),
+	}
+	if sn, ok := a.cfg.Runtime.(subnetter); ok && a.cfg.JobRoutes != JobRoutesOff {
+		node.Subnet = sn.Subnet() // its parts take part in job meshes
 	}
 	if node.GPUs == nil {
 		node.GPUs = []state.GPU{}

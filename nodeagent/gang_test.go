@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,23 +97,35 @@ func machines(t *testing.T, n int) []machine {
 // machineAgents runs an agent on each of ms, each with its own isolated
 // network inside its machine's namespace (named after tag) and the node
 // port range first to last, and waits until all registered.
-func machineAgents(t *testing.T, cli *clientv3.Client, ms []machine, tag string, first, last int) map[string]nodeagent.Config {
+// Each machine's container subnet is its own (a multi-node job's parts
+// route to each other's); tune, if given, adjusts each agent's Config.
+func machineAgents(t *testing.T, cli *clientv3.Client, ms []machine, tag string, first, last int, tune ...func(*nodeagent.Config)) map[string]nodeagent.Config {
 	t.Helper()
 	agents := map[string]nodeagent.Config{}
-	for _, m := range ms {
+	base := netip.MustParsePrefix(runtime.DefaultSubnet(fmt.Sprintf("%s-%d", tag, os.Getpid()))).Addr().As4()
+	for i, m := range ms {
+		sub := netip.PrefixFrom(netip.AddrFrom4([4]byte{base[0], base[1], base[2] + byte(i), 0}), 24)
 		rt := runtimetest.New(t, runtime.ContainerdOptions{Network: runtime.NetworkOptions{
 			Mode: runtime.NetworkIsolated, Name: fmt.Sprintf("%s-%d-%s", tag, os.Getpid(), m.name), StateDir: t.TempDir(),
-			HostNetNS: m.netns, BlockedPorts: [2]int{first, last},
+			HostNetNS: m.netns, BlockedPorts: [2]int{first, last}, Subnet: sub.String(),
 		}})
 		cfg := testConfig(t, cli, rt)
 		cfg.Node, cfg.Address, cfg.ProbeHost, cfg.Image = m.name, m.addr, m.addr, runtimetest.ImageRef
 		cfg.Ports = state.PortRange{First: first, Last: last}
+		for _, f := range tune {
+			f(&cfg)
+		}
 		runAgent(t, cfg)
 		agents[m.name] = cfg
 	}
 	waitFor(t, fmt.Sprintf("%d machines registered", len(ms)), 20*time.Second, func() (bool, string) {
-		r, _ := cli.Get(context.Background(), keys.Nodes(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		return r != nil && r.Count == int64(len(ms)), ""
+		for _, m := range ms {
+			r, err := cli.Get(context.Background(), keys.Node(m.name), clientv3.WithCountOnly())
+			if err != nil || r.Count == 0 {
+				return false, m.name + " not registered"
+			}
+		}
+		return true, ""
 	})
 	return agents
 }

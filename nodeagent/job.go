@@ -24,8 +24,14 @@ type JobPart struct {
 	Rank    int
 	Node    string
 	Address string
-	GPUs    int
-	Ports   Ports
+	// Subnet is the node's container subnet ("" on the host's network).
+	Subnet string
+	GPUs   int
+	Ports  Ports
+	// attempt and queueRevision name the part's binding (its part status
+	// copies them).
+	attempt       int
+	queueRevision int64
 }
 
 // slots is how many processes a launcher starts on the part: one per GPU,
@@ -133,7 +139,8 @@ func (w *worker) jobParts(ctx context.Context, sess state.Session) ([]JobPart, e
 			return nil, fmt.Errorf("find the parts of job %s: the binding on %s has rank %d, want each of 0 to %d once", id, n, r, len(parts)-1)
 		}
 		seen[r] = true
-		parts[r] = JobPart{Rank: r, Node: n, Address: node.Address, GPUs: len(b.GPUs), Ports: p}
+		parts[r] = JobPart{Rank: r, Node: n, Address: node.Address, Subnet: node.Subnet, GPUs: len(b.GPUs), Ports: p,
+			attempt: b.Attempt, queueRevision: b.QueueRevision}
 	}
 	if len(parts) != sess.Nodes {
 		return nil, fmt.Errorf("find the parts of job %s: its status names %d nodes, the job has %d", id, len(parts), sess.Nodes)
@@ -172,6 +179,15 @@ func (w *worker) withJob(ctx context.Context, sess state.Session, spec *runtime.
 	}
 	for k, v := range JobEnv(parts, RankOf(w.item.Value)) {
 		spec.Env[k] = v
+	}
+	if spec.Mesh = w.mesh(parts, w.stopReq); spec.Mesh != nil {
+		// NCCL and Gloo advertise the address of the interface they
+		// bind: the container's own, which the other parts reach.
+		for _, k := range []string{"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} {
+			if spec.Env[k] == "" {
+				spec.Env[k] = "eth0"
+			}
+		}
 	}
 	if path := w.a.hostfilePath(w.id); path != "" {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {

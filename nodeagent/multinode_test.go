@@ -3,6 +3,7 @@ package nodeagent_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -148,4 +149,101 @@ exec sleep 600`
 			return err == nil && r.Count == 0, fmt.Sprint(err)
 		})
 	}
+}
+
+// TestJobMeshLikeNCCL: a 3-part job whose ranks meet as NCCL's and Gloo's
+// do: each listens on a port the kernel chose and advertises its
+// container's own address (the image's rendezvous stand-in with -mesh
+// ephemeral). With the parts' mesh (VOYAGER_AGENT_JOB_ROUTES direct) every
+// rank reaches every other there; another owner's sessions on the job's
+// machines reach none of those endpoints. With the mesh off, the same job
+// fails: its ranks cannot reach each other (what the mesh is for).
+func TestJobMeshLikeNCCL(t *testing.T) {
+	cli := etcdtest.New(t)
+	ms := machines(t, 3)
+	const first, last = 46200, 46399
+	agents := machineAgents(t, cli, ms, "mesh", first, last)
+	logOf := func(b state.Binding) string {
+		out, _ := os.ReadFile(filepath.Join(agents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
+		return string(out)
+	}
+	job := state.Session{ID: "mesh-nccl", Owner: "ada", Kind: state.KindBatch, Nodes: 3, OnPartFailure: state.PartFailureStopAll,
+		Command: []string{"rendezvous", "-mesh", "ephemeral", "-serve", "-timeout", "60s"}}
+	parts := bindParts(t, cli, job, mnParts(ms, first))
+	waitPhase(t, cli, job.ID, state.PhaseRunning, 90*time.Second)
+	var endpoints []string
+	for _, b := range parts {
+		r := nodeagent.RankOf(b)
+		var out string
+		waitFor(t, fmt.Sprintf("rank %d to reach every other rank", r), 60*time.Second, func() (bool, string) {
+			out = logOf(b)
+			return strings.Contains(out, fmt.Sprintf("rank %d serves its mesh endpoint", r)), out
+		})
+		var ep string
+		for _, line := range strings.Split(out, "\n") {
+			if rest, ok := strings.CutPrefix(line, fmt.Sprintf("rendezvous: rank %d advertises ", r)); ok {
+				ep = strings.TrimSpace(rest)
+			}
+		}
+		host, _, err := net.SplitHostPort(ep)
+		if err != nil || host == ms[r].addr {
+			t.Fatalf("rank %d advertised %q, want its container's own address:\n%s", r, ep, out)
+		}
+		// The part reported that address before its process started.
+		p, _, err := state.Get[state.PartStatus](context.Background(), cli, keys.Part(b.Node, job.ID))
+		if err != nil || p.Address != host {
+			t.Errorf("rank %d's part reports address %q (%v), want %s", r, p.Address, err, host)
+		}
+		endpoints = append(endpoints, ep)
+	}
+	t.Logf("the ranks advertised %v", endpoints)
+
+	// eve, on each of the job's machines: the world outside answers; no
+	// rank's endpoint does (not her machine's rank across the bridge, not
+	// the others' though her machine routes to their subnets).
+	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outsideServer(t, ms[0]))
+	for _, ep := range endpoints {
+		probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", ep, ep, ep)
+	}
+	probe += "echo PROBED"
+	for i, m := range ms {
+		id := fmt.Sprintf("mesh-eve-%d", i)
+		eve := bindParts(t, cli, state.Session{ID: id, Owner: "eve", Kind: state.KindBatch, Command: []string{"sh", "-c", probe}},
+			[]state.Binding{{Node: m.name, Role: state.RoleSingle, CPUMilli: 100, MemoryMiB: 64}})
+		waitPhase(t, cli, id, state.PhaseSucceeded, 60*time.Second)
+		var out string
+		waitFor(t, "eve's probe to report", 10*time.Second, func() (bool, string) {
+			out = logOf(eve[0])
+			return strings.Contains(out, "PROBED"), out
+		})
+		if !strings.Contains(out, "OUTSIDE REACHED") || strings.Contains(out, "\nREACHED") || strings.HasPrefix(out, "REACHED") || strings.Count(out, "REFUSED") != len(endpoints) {
+			t.Errorf("another owner's session on %s reached the job's mesh:\n%s", m.name, out)
+		}
+	}
+
+	// Without the mesh (other agents on the same machines, as other nodes):
+	// the same job fails, its ranks reaching no other.
+	off := make([]machine, 2)
+	for i := range off {
+		off[i] = ms[i]
+		off[i].name += "-off"
+	}
+	offAgents := machineAgents(t, cli, off, "meshoff", first+200, last+200, func(c *nodeagent.Config) { c.JobRoutes = nodeagent.JobRoutesOff })
+	two := state.Session{ID: "mesh-off", Owner: "ada", Kind: state.KindBatch, Nodes: 2, OnPartFailure: state.PartFailureStopAll,
+		Command: []string{"rendezvous", "-mesh", "ephemeral", "-timeout", "15s"}}
+	offParts := bindParts(t, cli, two, []state.Binding{
+		{Node: off[0].name, Role: state.RoleHead, CPUMilli: 200, MemoryMiB: 128, Ports: mnPorts(first+200, true)},
+		{Node: off[1].name, Role: state.RoleWorker, Worker: 1, HeadNode: off[0].name, CPUMilli: 200, MemoryMiB: 128, Ports: mnPorts(first+220, false)},
+	})
+	st := waitPhase(t, cli, two.ID, state.PhaseFailed, 90*time.Second)
+	if st.ExitCode == nil || *st.ExitCode != 1 {
+		t.Errorf("job without the mesh: exit code %v, want the stand-in's 1", st.ExitCode)
+	}
+	b := offParts[0]
+	waitFor(t, "rank 0's log to say why", 10*time.Second, func() (bool, string) {
+		out, _ := os.ReadFile(filepath.Join(offAgents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
+		return strings.Contains(string(out), "reach the other ranks"), string(out)
+	})
+	out, _ := os.ReadFile(filepath.Join(offAgents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
+	t.Logf("without the mesh, rank 0 said:\n%s", out)
 }

@@ -46,6 +46,9 @@ type worker struct {
 	// secrets), where the API finds each part's log, as a head's is.
 	jobWorker bool
 
+	// stopReq closes when the session is to stop; a multi-node job's part
+	// waiting for its peers' addresses gives up then.
+	stopReq <-chan struct{}
 	// stopWith is the session as it was when stopReq closed: whether its
 	// owner stopped it or the lifecycle controller evicted it decides the
 	// final status. Written before the close, read after it.
@@ -85,6 +88,7 @@ func (w *worker) run() {
 	w.jobWorker = sess.Gang() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
+	w.stopReq = stopReq
 	if sess.Stopping() {
 		stop.fire(sess)
 	} else {

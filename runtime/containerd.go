@@ -149,6 +149,15 @@ func NewContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, er
 // Isolated reports whether containers get their own network namespace.
 func (c *Containerd) Isolated() bool { return c.net != nil }
 
+// Subnet is the IPv4 subnet (CIDR) of the containers' own addresses, ""
+// on the host's network.
+func (c *Containerd) Subnet() string {
+	if c.net == nil {
+		return ""
+	}
+	return c.net.opts.Subnet
+}
+
 // RemoveNetwork deletes the isolated network's bridge, firewall chains and
 // address records, for a machine that stops running sessions (and for
 // tests). Remove every container first. With the host's network it does
@@ -299,6 +308,13 @@ func (c *Containerd) Start(ctx context.Context, spec Spec) error {
 	started := map[string]string{}
 	if c.net != nil {
 		ip, err := c.net.setup(ctx, spec.ID, nsPath, spec)
+		var mesh []MeshPeer
+		if err == nil && spec.Mesh != nil {
+			mesh, err = spec.Mesh(ctx, ip)
+		}
+		if err == nil {
+			err = c.net.rules(ctx, spec.ID, ip, spec, mesh)
+		}
 		if err != nil {
 			_ = c.removeContainer(context.WithoutCancel(ctx), cont)
 			return fmt.Errorf("start container %s: %w", spec.ID, err)

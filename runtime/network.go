@@ -111,6 +111,7 @@ type cniNetwork struct {
 	fwd    string // the firewall plugin's admin chain: FORWARD rules
 	in     string // INPUT rules: nothing of the host is reachable
 	ses    string // jumps to the per-container chains
+	nat    string // nat: jumps to the per-container nat chains (mesh)
 	cni    gocni.CNI
 	ipt    *iptables.IPTables
 	log    *slog.Logger
@@ -171,7 +172,7 @@ func openCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) 
 	}
 	// Linux caps interface names at 15 bytes, iptables chains at 28.
 	n.bridge = "vy" + n.id
-	n.fwd, n.in, n.ses = "VY"+n.id+"-FWD", "VY"+n.id+"-IN", "VY"+n.id+"-SES"
+	n.fwd, n.in, n.ses, n.nat = "VY"+n.id+"-FWD", "VY"+n.id+"-IN", "VY"+n.id+"-SES", "VY"+n.id+"-NAT"
 	conf, err := n.conflist()
 	if err != nil {
 		return nil, err
@@ -326,15 +327,20 @@ func (n *cniNetwork) masqRule() rule {
 	return r("-s " + n.opts.Subnet + " ! -d " + n.opts.Subnet + " -m comment --comment voyager-" + n.opts.Name + " -j MASQUERADE")
 }
 
-// syncChain creates chain if absent and, when exact, rewrites it if it
-// holds anything but rules.
+// syncChain creates chain in the filter table if absent and, when exact,
+// rewrites it if it holds anything but rules.
 func (n *cniNetwork) syncChain(chain string, rules []rule, exact bool) error {
-	exists, err := n.ipt.ChainExists("filter", chain)
+	return n.syncTable("filter", chain, rules, exact)
+}
+
+// syncTable is syncChain in table.
+func (n *cniNetwork) syncTable(table, chain string, rules []rule, exact bool) error {
+	exists, err := n.ipt.ChainExists(table, chain)
 	if err != nil {
 		return fmt.Errorf("set up network: chain %s: %w", chain, err)
 	}
 	if !exists {
-		if err := n.ipt.NewChain("filter", chain); err != nil {
+		if err := n.ipt.NewChain(table, chain); err != nil {
 			return fmt.Errorf("set up network: create chain %s: %w", chain, err)
 		}
 	}
@@ -342,9 +348,9 @@ func (n *cniNetwork) syncChain(chain string, rules []rule, exact bool) error {
 		return nil
 	}
 	if !exists { // new and empty: nothing to compare
-		return n.appendRules(chain, rules)
+		return n.appendRules(table, chain, rules)
 	}
-	have, err := n.ipt.List("filter", chain)
+	have, err := n.ipt.List(table, chain)
 	if err != nil {
 		return fmt.Errorf("set up network: list chain %s: %w", chain, err)
 	}
@@ -355,15 +361,15 @@ func (n *cniNetwork) syncChain(chain string, rules []rule, exact bool) error {
 	if slices.Equal(have, want) {
 		return nil
 	}
-	if err := n.ipt.ClearChain("filter", chain); err != nil {
+	if err := n.ipt.ClearChain(table, chain); err != nil {
 		return fmt.Errorf("set up network: clear chain %s: %w", chain, err)
 	}
-	return n.appendRules(chain, rules)
+	return n.appendRules(table, chain, rules)
 }
 
-func (n *cniNetwork) appendRules(chain string, rules []rule) error {
+func (n *cniNetwork) appendRules(table, chain string, rules []rule) error {
 	for _, ru := range rules {
-		if err := n.ipt.Append("filter", chain, ru...); err != nil {
+		if err := n.ipt.Append(table, chain, ru...); err != nil {
 			return fmt.Errorf("set up network: chain %s: add %v: %w", chain, ru, err)
 		}
 	}
@@ -412,21 +418,21 @@ func resolve(ctx context.Context, addr string) (string, error) {
 	return "", fmt.Errorf("resolve %s: no IPv4 address", addr)
 }
 
-// setup attaches the container's namespace to the network, publishes its
-// ports and installs its own rules. It returns the container's address.
+// setup attaches the container's namespace to the network and publishes
+// its ports. It returns the container's address; rules installs the
+// container's own rules once its mesh is known.
 func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, spec Spec) (ip string, err error) {
 	err = n.inHost(func() error {
-		ip, err = n.setupHere(ctx, id, nsPath, spec)
+		ip, err = n.attachHere(ctx, id, nsPath, spec.Publish)
 		return err
 	})
 	return ip, err
 }
 
-// setupHere is setup in the machine's namespace. The plugins run one
+// attachHere is setup in the machine's namespace. The plugins run one
 // after another on this thread (go-cni's Setup would run them on other
 // goroutines, outside HostNetNS).
-func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, spec Spec) (string, error) {
-	publish, reach := spec.Publish, spec.Reach
+func (n *cniNetwork) attachHere(ctx context.Context, id, nsPath string, publish []Published) (string, error) {
 	res, err := n.cni.SetupSerially(ctx, id, nsPath, gocni.WithCapabilityPortMap(portMaps(publish)))
 	if err != nil {
 		return "", fmt.Errorf("set up network of %s: %w", id, err)
@@ -448,11 +454,28 @@ func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, spec Spec
 			return "", fmt.Errorf("set up network of %s: isolate bridge port %s: %w: %s", id, name, err, out)
 		}
 	}
-	// Its own chain holds what is not the same for every container: ports
-	// published to some sources only, endpoints it may reach in the
-	// blocked ports, and a denied egress. Most containers need none.
+	return ip, nil
+}
+
+// rules installs the container's own rules: what is not the same for
+// every container (ports published to some sources only, endpoints it may
+// reach in the blocked ports, its mesh, a denied egress). Most containers
+// need none.
+func (n *cniNetwork) rules(ctx context.Context, id, ip string, spec Spec, mesh []MeshPeer) error {
+	return n.inHost(func() error { return n.rulesHere(ctx, id, ip, spec, mesh) })
+}
+
+func (n *cniNetwork) rulesHere(ctx context.Context, id, ip string, spec Spec, mesh []MeshPeer) error {
 	var rules []rule
-	for _, p := range publish {
+	// Its mesh first: TCP with each peer container, both ways, on any
+	// port, ahead of a denied egress. The peers' addresses are their own
+	// (not masqueraded: meshRoutes), so a rule names one container.
+	for _, p := range mesh {
+		rules = append(rules,
+			r("-s "+p.Addr+"/32 -d "+ip+"/32 -o "+n.bridge+" -p tcp -j ACCEPT"),
+			r("-s "+ip+"/32 -d "+p.Addr+"/32 -i "+n.bridge+" -p tcp -j ACCEPT"))
+	}
+	for _, p := range spec.Publish {
 		if len(p.From) == 0 {
 			continue // the instance's DNAT rule accepts it
 		}
@@ -460,16 +483,16 @@ func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, spec Spec
 		for _, f := range p.From {
 			src, err := resolve(ctx, f)
 			if err != nil {
-				return "", fmt.Errorf("set up network of %s: published port %d: %w", id, p.Port, err)
+				return fmt.Errorf("set up network of %s: published port %d: %w", id, p.Port, err)
 			}
 			rules = append(rules, r("-s "+src+" -d "+ip+"/32 -o "+n.bridge+port+" -m conntrack --ctstate DNAT -j ACCEPT"))
 		}
 		rules = append(rules, r("-d "+ip+"/32 -o "+n.bridge+port+" -j DROP"))
 	}
-	for _, e := range reach {
+	for _, e := range spec.Reach {
 		addr, err := resolve(ctx, e.Addr)
 		if err != nil {
-			return "", fmt.Errorf("set up network of %s: %w", id, err)
+			return fmt.Errorf("set up network of %s: %w", id, err)
 		}
 		for _, p := range e.Ports {
 			rules = append(rules, r("-s "+ip+"/32 -d "+addr+" -i "+n.bridge+" -p tcp -m tcp --dport "+strconv.Itoa(p)+" -j ACCEPT"))
@@ -487,19 +510,88 @@ func (n *cniNetwork) setupHere(ctx context.Context, id, nsPath string, spec Spec
 			r("-s "+ip+"/32 -i "+n.bridge+" -j DROP"))
 	}
 	if len(rules) == 0 {
-		return ip, nil
+		return nil
+	}
+	if err := n.meshRoutes(id, ip, mesh); err != nil {
+		return err
 	}
 	chain := n.containerChain(id)
 	if err := n.syncChain(chain, rules, true); err != nil {
-		return "", err
+		return err
 	}
 	jump := []string{"-j", chain}
 	if ok, err := n.ipt.Exists("filter", n.ses, jump...); err != nil || !ok {
 		if err := n.ipt.Append("filter", n.ses, jump...); err != nil {
-			return "", fmt.Errorf("set up network of %s: %w", id, err)
+			return fmt.Errorf("set up network of %s: %w", id, err)
 		}
 	}
-	return ip, nil
+	return nil
+}
+
+// meshRoutes makes the container's mesh reachable at the peers' own
+// addresses: a route to each peer node's container subnet through that
+// node (replaced if another node had it), and, in the container's own nat
+// chain, the peers' addresses exempt from the masquerade, so that a peer
+// sees this container's address and its rules can name it.
+func (n *cniNetwork) meshRoutes(id, ip string, mesh []MeshPeer) error {
+	if len(mesh) == 0 {
+		return nil
+	}
+	_, own, _ := net.ParseCIDR(n.opts.Subnet)
+	var nat []rule
+	routed := map[string]bool{}
+	for _, p := range mesh {
+		a := net.ParseIP(p.Addr)
+		_, sub, err := net.ParseCIDR(p.Subnet)
+		switch {
+		case a == nil || a.To4() == nil:
+			return fmt.Errorf("set up network of %s: mesh peer address %q: want an IPv4 address", id, p.Addr)
+		case err != nil || !sub.Contains(a):
+			return fmt.Errorf("set up network of %s: mesh peer %s: subnet %q: want the CIDR its address is in", id, p.Addr, p.Subnet)
+		case own.Contains(sub.IP) || sub.Contains(own.IP):
+			return fmt.Errorf("set up network of %s: mesh peer %s: its node's container subnet %s overlaps this node's %s: give each agent its own VOYAGER_AGENT_NETWORK_SUBNET", id, p.Addr, p.Subnet, n.opts.Subnet)
+		}
+		nat = append(nat, r("-s "+ip+"/32 -d "+p.Addr+"/32 -j ACCEPT"))
+		if p.Via == "" || routed[sub.String()] {
+			continue
+		}
+		routed[sub.String()] = true
+		if out, err := exec.Command("ip", "route", "replace", sub.String(), "via", p.Via).CombinedOutput(); err != nil {
+			return fmt.Errorf("set up network of %s: route %s via %s: %w: %s (the nodes must share a link, or the network must route container subnets: VOYAGER_AGENT_JOB_ROUTES=fabric)", id, sub, p.Via, err, strings.TrimSpace(string(out)))
+		}
+	}
+	if err := n.natChain(); err != nil {
+		return err
+	}
+	chain := n.containerChain(id)
+	if err := n.syncTable("nat", chain, nat, true); err != nil {
+		return err
+	}
+	jump := []string{"-j", chain}
+	if ok, err := n.ipt.Exists("nat", n.nat, jump...); err != nil || !ok {
+		if err := n.ipt.Append("nat", n.nat, jump...); err != nil {
+			return fmt.Errorf("set up network of %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// natChain makes the instance's nat chain, jumped to from POSTROUTING
+// ahead of the masquerade: the containers' own nat chains, which exempt
+// their mesh from it.
+func (n *cniNetwork) natChain() error {
+	if err := n.syncTable("nat", n.nat, nil, false); err != nil {
+		return err
+	}
+	jump := []string{"-j", n.nat}
+	ok, err := n.ipt.Exists("nat", "POSTROUTING", jump...)
+	if err == nil && !ok {
+		err = n.ipt.Insert("nat", "POSTROUTING", 1, jump...)
+	}
+	if err != nil {
+		return fmt.Errorf("set up network: jump to %s from POSTROUTING: %w", n.nat, err)
+	}
+	return nil
 }
 
 // teardown undoes setup and removes the namespace; every step is
@@ -525,6 +617,14 @@ func (n *cniNetwork) teardownPorts(ctx context.Context, id, nsPath string, pm []
 			}
 		}
 		if err := n.ipt.ClearAndDeleteChain("filter", chain); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ok, err := n.ipt.ChainExists("nat", chain); err == nil && ok {
+		if err := n.ipt.DeleteIfExists("nat", n.nat, "-j", chain); err != nil {
+			errs = append(errs, err)
+		}
+		if err := n.ipt.ClearAndDeleteChain("nat", chain); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -622,6 +722,21 @@ func (n *cniNetwork) removeHere() error {
 		}
 	}
 	add(n.ipt.DeleteIfExists("nat", "POSTROUTING", n.masqRule()...))
+	if ok, _ := n.ipt.ChainExists("nat", n.nat); ok {
+		add(n.ipt.DeleteIfExists("nat", "POSTROUTING", "-j", n.nat))
+	}
+	natChains, err := n.ipt.ListChains("nat")
+	add(err)
+	var natOurs []string
+	for _, c := range natChains {
+		if strings.HasPrefix(c, "VY"+n.id+"-") {
+			natOurs = append(natOurs, c)
+			add(n.ipt.ClearChain("nat", c))
+		}
+	}
+	for _, c := range natOurs {
+		add(n.ipt.DeleteChain("nat", c))
+	}
 	// The instance's chains, and any container's left over, whose jumps
 	// are in the instance's: flush them all, then delete them.
 	chains, err := n.ipt.ListChains("filter")

@@ -183,3 +183,57 @@ func TestIsolatedNetworkCollectsGoneContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMeshRefusesBadPeersAndCleansUp: a container's mesh hook gets the
+// container's own address before its process runs; a peer whose node
+// shares this node's container subnet fails the start, saying what to
+// change, and leaves no container; a good mesh's nat chain goes with its
+// container.
+func TestMeshRefusesBadPeersAndCleansUp(t *testing.T) {
+	rt := isolatedRuntime(t, [2]int{})
+	ctx := context.Background()
+	sub := rt.Subnet()
+	var got string
+	err := rt.Start(ctx, runtime.Spec{ID: "mesh-overlap", Image: runtimetest.ImageRef, Args: []string{"sleep", "60"},
+		Mesh: func(_ context.Context, addr string) ([]runtime.MeshPeer, error) {
+			got = addr
+			return []runtime.MeshPeer{{Addr: strings.TrimSuffix(sub, ".0/24") + ".77", Subnet: sub}}, nil
+		}})
+	if err == nil || !strings.Contains(err.Error(), "VOYAGER_AGENT_NETWORK_SUBNET") {
+		t.Fatalf("Start with a peer on this node's subnet: %v, want a refusal naming VOYAGER_AGENT_NETWORK_SUBNET", err)
+	}
+	if _, _, perr := net.ParseCIDR(sub); perr != nil || got == "" || !strings.HasPrefix(got, strings.TrimSuffix(sub, "0/24")) {
+		t.Errorf("the mesh hook got address %q, want one in %s", got, sub)
+	}
+	if _, err := rt.Status(ctx, "mesh-overlap"); err == nil {
+		t.Error("a refused start left its container")
+	}
+
+	// A good mesh (a peer in another subnet, routed by the fabric): its
+	// container's nat chain exempts the peer from the masquerade, and
+	// goes with the container.
+	err = rt.Start(ctx, runtime.Spec{ID: "mesh-good", Image: runtimetest.ImageRef, Args: []string{"sleep", "60"},
+		Mesh: func(context.Context, string) ([]runtime.MeshPeer, error) {
+			return []runtime.MeshPeer{{Addr: "10.250.9.7", Subnet: "10.250.9.0/24"}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nat := func() string {
+		out, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+		if err != nil {
+			t.Fatalf("iptables-save: %v: %s", err, out)
+		}
+		return string(out)
+	}
+	in, _ := rt.Status(ctx, "mesh-good")
+	if rule := "-s " + in.IP + "/32 -d 10.250.9.7/32 -j ACCEPT"; !strings.Contains(nat(), rule) {
+		t.Errorf("nat table lacks the mesh exemption %q", rule)
+	}
+	if err := rt.Remove(ctx, "mesh-good"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(nat(), "10.250.9.7") {
+		t.Errorf("the mesh exemption outlived its container:\n%s", nat())
+	}
+}

@@ -174,6 +174,27 @@ type Spec struct {
 	// LogPath receives stdout and stderr, appended; its directory is
 	// created. Empty discards output. TrimLog keeps its size bounded.
 	LogPath string
+	// Mesh, when set, is called once the container has its own address
+	// and before its process starts, with that address; it returns the
+	// containers (of other nodes) this one exchanges TCP with directly,
+	// on any port, at their own addresses: a multi-node job's other
+	// parts, whose libraries (NCCL, Gloo) advertise the address they see
+	// and ports the kernel chose. An error fails the start. Only a
+	// network of the container's own honours it (NetworkIsolated); on
+	// the host's every address is reachable already, and Mesh is not
+	// called.
+	Mesh func(ctx context.Context, addr string) ([]MeshPeer, error)
+}
+
+// MeshPeer is a container on another node that a container exchanges TCP
+// with directly (Spec.Mesh).
+type MeshPeer struct {
+	// Addr is the peer container's own IPv4 address.
+	Addr string
+	// Subnet is its node's container subnet (CIDR) and Via its node's
+	// address: the route to the peer. Empty Via: the network between the
+	// nodes routes container subnets itself (no route is added).
+	Subnet, Via string
 }
 
 // Rlimit is one resource limit of a container's processes.

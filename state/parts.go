@@ -41,10 +41,14 @@ type PartStatus struct {
 	BindingRevision int64 `json:"bindingRevision"`
 	// URLs are the part's URLs without their secret parts (those go to
 	// secrets/<node>/<id>, SplitSecrets).
-	URLs     map[string]string `json:"urls,omitempty"`
-	Started  *time.Time        `json:"started,omitempty"`
-	Finished *time.Time        `json:"finished,omitempty"`
-	RetryAt  *time.Time        `json:"retryAt,omitempty"`
+	URLs map[string]string `json:"urls,omitempty"`
+	// Address is the part's container's own address, when it has one
+	// (an isolated network), reported before its process starts: the
+	// other parts of a multi-node job reach it there.
+	Address  string     `json:"address,omitempty"`
+	Started  *time.Time `json:"started,omitempty"`
+	Finished *time.Time `json:"finished,omitempty"`
+	RetryAt  *time.Time `json:"retryAt,omitempty"`
 	// Activity is the head (or single) part's activity sample.
 	Activity *Activity `json:"activity,omitempty"`
 	Updated  time.Time `json:"updated"`

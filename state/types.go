@@ -469,6 +469,12 @@ type Node struct {
 	MemoryMiB int64             `json:"memoryMiB"`
 	GPUs      []GPU             `json:"gpus"`
 	Ports     PortRange         `json:"ports"`
+	// Subnet is the IPv4 subnet (CIDR) of its sessions' own addresses
+	// when they have a network of their own (VOYAGER_AGENT_NETWORK
+	// isolated): a multi-node job's parts reach each other there
+	// (docs/networking.md). Empty on the host's network and with
+	// VOYAGER_AGENT_JOB_ROUTES off: its parts are in no job's mesh.
+	Subnet string `json:"subnet,omitempty"`
 	// Simulated marks an inventory made up by configuration (dev,
 	// benchmarks) rather than read from NVML. It is shown wherever nodes are.
 	Simulated  bool      `json:"simulated,omitempty"`

@@ -36,7 +36,7 @@ var agentEnvs = []string{
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
 	config.EnvAgentNetwork, config.EnvAgentNetworkName, config.EnvAgentNetworkSubnet, config.EnvAgentNetworkDeny,
-	config.EnvAgentNetworkAllow, config.EnvAgentCNIPluginDirs,
+	config.EnvAgentNetworkAllow, config.EnvAgentJobRoutes, config.EnvAgentCNIPluginDirs,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
 	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention,
 }
@@ -254,6 +254,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		Version: version, Logger: log, Usage: usage,
 		ActivityEvery: cfg.AgentActivityEvery, GPUSampler: sampler, GPUBusyPercent: cfg.AgentGPUBusyPercent,
 		GPUUnusedAfter: cfg.AgentGPUUnusedAfter, RestartBackoff: cfg.RestartBackoff, RestartBackoffMax: cfg.RestartBackoffMax,
+		JobRoutes: cfg.AgentJobRoutes,
 	})
 	return parts, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -97,6 +98,7 @@ const (
 	EnvAgentNetworkSubnet = "VOYAGER_AGENT_NETWORK_SUBNET"
 	EnvAgentNetworkDeny   = "VOYAGER_AGENT_NETWORK_DENY"
 	EnvAgentNetworkAllow  = "VOYAGER_AGENT_NETWORK_ALLOW"
+	EnvAgentJobRoutes     = "VOYAGER_AGENT_JOB_ROUTES"
 	EnvAgentCNIPluginDirs = "VOYAGER_AGENT_CNI_PLUGIN_DIRS"
 
 	EnvAgentActivityEvery  = "VOYAGER_AGENT_ACTIVITY_EVERY"
@@ -287,6 +289,9 @@ type Config struct {
 	AgentNetworkDeny []string `env:"VOYAGER_AGENT_NETWORK_DENY" envSeparator:"," envDefault:"169.254.0.0/16" doc:"comma-separated networks (CIDR) sessions may not reach at all: the control plane's (etcd, API), the cloud metadata service's"`
 	// AgentNetworkAllow are ip:port endpoints every session may reach.
 	AgentNetworkAllow []string `env:"VOYAGER_AGENT_NETWORK_ALLOW" envSeparator:"," docDefault:"empty" doc:"comma-separated ip:port endpoints every session may reach although the network rules refuse them, such as JupyterHub's API (its hub_connect_url) on this machine"`
+	// AgentJobRoutes is how a multi-node job's parts reach each other's
+	// containers: direct, fabric or off.
+	AgentJobRoutes string `env:"VOYAGER_AGENT_JOB_ROUTES" envDefault:"direct" doc:"how a multi-node job's parts reach each other at their containers' own addresses on an isolated network (NCCL, Gloo): direct (a route to each peer node's container subnet through that node; the nodes share a link), fabric (the network between the nodes routes container subnets already) or off (parts reach only each other's published MASTER_PORT and peer ports)"`
 	// AgentCNIPluginDirs are searched for the CNI plugins.
 	AgentCNIPluginDirs []string `env:"VOYAGER_AGENT_CNI_PLUGIN_DIRS" envSeparator:"," envDefault:"/usr/lib/cni,/opt/cni/bin" doc:"comma-separated directories of the CNI plugins bridge, host-local, portmap, firewall and loopback (apt-get install containernetworking-plugins)"`
 
@@ -767,6 +772,8 @@ func wantFor(envName string) string {
 		return "a whole number of MiB of at least 1, such as 10"
 	case EnvAgentNetwork:
 		return "one of isolated, host"
+	case EnvAgentJobRoutes:
+		return "one of direct, fabric, off"
 	case EnvAgentNetworkName:
 		return "1-40 letters, digits, '-' or '_', such as gpu07, or empty"
 	case EnvAgentNetworkSubnet:
@@ -794,6 +801,10 @@ func validateNetwork(cfg *Config, invalid func(envName string) error) []error {
 	cfg.AgentNetwork = strings.ToLower(cfg.AgentNetwork)
 	if cfg.AgentNetwork != "isolated" && cfg.AgentNetwork != "host" {
 		errs = append(errs, invalid(EnvAgentNetwork))
+	}
+	cfg.AgentJobRoutes = strings.ToLower(cfg.AgentJobRoutes)
+	if !slices.Contains([]string{"direct", "fabric", "off"}, cfg.AgentJobRoutes) {
+		errs = append(errs, invalid(EnvAgentJobRoutes))
 	}
 	if n := cfg.AgentNetworkName; n != "" && (len(n) > 40 || strings.Trim(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "") {
 		errs = append(errs, invalid(EnvAgentNetworkName))

@@ -133,6 +133,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// their session; where the other parts run); the head's
 			// binding and node for Ray workers.
 			prefix(r, k.Sessions()), prefix(r, k.StatusDir()), prefix(r, k.AllBindings()), prefix(r, k.Nodes()),
+			// Other nodes' parts: a multi-node job's part waits for its
+			// peers' container addresses there.
+			prefix(r, k.Parts()),
 			// Ray tokens (a read as wide as the specs': a gang's parts run
 			// on nodes no prefix names).
 			prefix(r, k.RayTokens()),

@@ -10,6 +10,13 @@
 // connect to each other, and waits for every other rank's connection. It
 // also checks that the hostfile names its own address on its rank's line.
 // It exits 0 when all of that held, 1 otherwise, saying why.
+//
+// With -mesh ephemeral each rank listens on a port the kernel chooses and
+// advertises the address of its interface NCCL_SOCKET_IFNAME (eth0 when
+// unset), as NCCL's and Gloo's ranks do: the mesh then needs the parts to
+// reach each other at their containers' own addresses. With -serve a rank
+// keeps answering on its mesh endpoint (HTTP 200) after the check, until
+// it is killed, so that a test can try to reach it from elsewhere.
 package main
 
 import (
@@ -27,17 +34,29 @@ import (
 
 func main() {
 	timeout := flag.Duration("timeout", 60*time.Second, "how long to wait for the other ranks")
+	flag.StringVar(&meshMode, "mesh", "peer-ports", "where ranks meet each other: peer-ports (the first of VOYAGER_PEER_PORTS on VOYAGER_NODE_ADDR) or ephemeral (a port the kernel chooses on the address of NCCL_SOCKET_IFNAME, as NCCL does)")
+	flag.BoolVar(&serve, "serve", false, "after the check, keep answering on the mesh endpoint until killed")
 	flag.Parse()
+	if meshMode != "peer-ports" && meshMode != "ephemeral" {
+		fmt.Fprintf(os.Stderr, "rendezvous: -mesh %q: want peer-ports or ephemeral\n", meshMode)
+		os.Exit(2)
+	}
 	if err := run(time.Now().Add(*timeout)); err != nil {
 		fmt.Fprintln(os.Stderr, "rendezvous:", err)
 		os.Exit(1)
 	}
 }
 
+var (
+	meshMode string
+	serve    bool
+)
+
 type env struct {
 	masterAddr       string
 	masterPort, rank int
 	world            int
+	node             string // VOYAGER_NODE_ADDR
 	self             string // this rank's peer endpoint
 }
 
@@ -57,7 +76,8 @@ func readEnv() (env, error) {
 	if os.Getenv("VOYAGER_NODE_ADDR") == "" || peer == "" {
 		errs = append(errs, errors.New("VOYAGER_NODE_ADDR and VOYAGER_PEER_PORTS must be set"))
 	}
-	e.self = net.JoinHostPort(os.Getenv("VOYAGER_NODE_ADDR"), peer)
+	e.node = os.Getenv("VOYAGER_NODE_ADDR")
+	e.self = net.JoinHostPort(e.node, peer)
 	if e.masterAddr == "" {
 		errs = append(errs, errors.New("MASTER_ADDR is not set"))
 	}
@@ -77,11 +97,22 @@ func run(deadline time.Time) error {
 	}
 	// Listen for the mesh first, so that no peer dials before it is up.
 	_, port, _ := net.SplitHostPort(e.self)
+	if meshMode == "ephemeral" {
+		port = "0"
+	}
 	mesh, err := net.Listen("tcp", ":"+port)
 	if err != nil {
 		return fmt.Errorf("listen on peer port: %w", err)
 	}
 	defer mesh.Close()
+	if meshMode == "ephemeral" {
+		addr, err := ifaceAddr()
+		if err != nil {
+			return err
+		}
+		e.self = net.JoinHostPort(addr, strconv.Itoa(mesh.Addr().(*net.TCPAddr).Port))
+		fmt.Printf("rendezvous: rank %d advertises %s\n", e.rank, e.self)
+	}
 	var peers []string
 	if e.rank == 0 {
 		peers, err = master(e, deadline)
@@ -96,7 +127,40 @@ func run(deadline time.Time) error {
 		return err
 	}
 	fmt.Printf("rendezvous: rank %d of %d: connected to every other rank and every other rank to it\n", e.rank, e.world)
+	if serve {
+		fmt.Printf("rendezvous: rank %d serves its mesh endpoint %s\n", e.rank, e.self)
+		for {
+			c, err := mesh.Accept()
+			if err != nil {
+				return fmt.Errorf("serve mesh endpoint: %w", err)
+			}
+			_, _ = fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nrank %d\n", e.rank%10)
+			c.Close()
+		}
+	}
 	return nil
+}
+
+// ifaceAddr is the IPv4 address of NCCL_SOCKET_IFNAME (eth0 when unset).
+func ifaceAddr() (string, error) {
+	name := os.Getenv("NCCL_SOCKET_IFNAME")
+	if name == "" {
+		name = "eth0"
+	}
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return "", fmt.Errorf("find interface %s (NCCL_SOCKET_IFNAME): %w", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return "", fmt.Errorf("addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			return n.IP.String(), nil
+		}
+	}
+	return "", fmt.Errorf("interface %s has no IPv4 address", name)
 }
 
 // checkHostfile checks VOYAGER_HOSTFILE: WORLD_SIZE lines, this rank's
@@ -111,9 +175,8 @@ func checkHostfile(e env) error {
 	if len(lines) != e.world {
 		return fmt.Errorf("hostfile %s has %d lines, want WORLD_SIZE %d", path, len(lines), e.world)
 	}
-	host, _, _ := net.SplitHostPort(e.self)
-	if f := strings.Fields(lines[e.rank]); len(f) != 2 || f[0] != host || !strings.HasPrefix(f[1], "slots=") {
-		return fmt.Errorf("hostfile line %d is %q, want %q slots=N", e.rank+1, lines[e.rank], host)
+	if f := strings.Fields(lines[e.rank]); len(f) != 2 || f[0] != e.node || !strings.HasPrefix(f[1], "slots=") {
+		return fmt.Errorf("hostfile line %d is %q, want %q slots=N", e.rank+1, lines[e.rank], e.node)
 	}
 	return nil
 }
