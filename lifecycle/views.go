@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
 )
 
 // specView is what the controller's rules read of a session's spec
@@ -38,14 +39,20 @@ func viewSpec(s state.Session) specView {
 	}
 }
 
-// decodeSpec decodes a stored spec into its view (a watcher.DecodeFunc).
-func decodeSpec(key string, value []byte) (specView, error) {
-	s, err := state.Decode[state.Session](value)
-	if err != nil {
-		return specView{}, fmt.Errorf("decode %s: %w", key, err)
+// decodeView decodes a stored W into its view V.
+func decodeView[W, V any](view func(W) V) watcher.DecodeFunc[V] {
+	return func(key string, value []byte) (V, error) {
+		w, err := state.Decode[W](value)
+		if err != nil {
+			var zero V
+			return zero, fmt.Errorf("decode %s: %w", key, err)
+		}
+		return view(w), nil
 	}
-	return viewSpec(s), nil
 }
+
+// decodeSpec decodes a stored spec into its view.
+var decodeSpec = decodeView(viewSpec)
 
 // statusView is what the controller's rules read of a session's status
 // (status/<id>); kept instead of the whole status for the reason given at
@@ -78,15 +85,8 @@ func viewStatus(st state.Status) statusView {
 	return v
 }
 
-// decodeStatus decodes a stored status into its view (a
-// watcher.DecodeFunc).
-func decodeStatus(key string, value []byte) (statusView, error) {
-	st, err := state.Decode[state.Status](value)
-	if err != nil {
-		return statusView{}, fmt.Errorf("decode %s: %w", key, err)
-	}
-	return viewStatus(st), nil
-}
+// decodeStatus decodes a stored status into its view.
+var decodeStatus = decodeView(viewStatus)
 
 // whole is a session's spec and status as stored.
 type whole struct {

@@ -5,7 +5,22 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
 )
+
+// viewOf stores w as JSON and decodes its view with dec.
+func viewOf[W, V any](t *testing.T, dec watcher.DecodeFunc[V], w W) V {
+	t.Helper()
+	val, err := state.Encode(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := dec("k", []byte(val))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
 
 // The views keep what the rules read of specs and statuses, decoded from
 // the stored JSON, with the same answers as the whole values.
@@ -19,14 +34,7 @@ func TestViewsAnswerAsTheWholeValues(t *testing.T) {
 		"evicted":       {ID: "c", Kind: state.KindBatch, Desired: state.DesiredRunning, Eviction: &state.Eviction{Reason: state.ReasonPreempted}},
 	}
 	for name, s := range specs {
-		val, err := state.Encode(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := decodeSpec("k", []byte(val))
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := viewOf(t, decodeSpec, s)
 		if v.stopping() != s.Stopping() || v.notebook != (s.Kind == state.KindNotebook) || v.stopped != (s.Desired == state.DesiredStopped) ||
 			v.maxRuntime != s.Limits.MaxRuntime.Std() || v.idleTimeout != s.Limits.IdleTimeout.Std() {
 			t.Errorf("%s: view %+v of %+v", name, v, s)
@@ -42,14 +50,7 @@ func TestViewsAnswerAsTheWholeValues(t *testing.T) {
 		"succeeded":    {Phase: state.PhaseSucceeded, Started: &at},
 	}
 	for name, st := range statuses {
-		val, err := state.Encode(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := decodeStatus("k", []byte(val))
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := viewOf(t, decodeStatus, st)
 		ok := v.terminal == st.Phase.Terminal() && v.running == (st.Phase == state.PhaseRunning) && v.waiting == st.Waiting() &&
 			v.sampled == (st.Activity != nil) && v.started.IsZero() == (st.Started == nil) && v.retryAt.IsZero() == (st.RetryAt == nil)
 		if st.Started != nil && !v.started.Equal(*st.Started) || st.RetryAt != nil && !v.retryAt.Equal(*st.RetryAt) ||

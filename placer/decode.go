@@ -5,6 +5,7 @@ import (
 	"unique"
 
 	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
 )
 
 // The shared caches decode with these instead of plain JSON: the values
@@ -34,14 +35,23 @@ func internResources(r *state.Resources) {
 	r.MIGProfile = intern(r.MIGProfile)
 }
 
+// decodeFixed decodes a stored T, then lets fix store its repeated
+// strings once.
+func decodeFixed[T any](fix func(key string, v *T)) watcher.DecodeFunc[T] {
+	return func(key string, value []byte) (T, error) {
+		v, err := state.Decode[T](value)
+		if err != nil {
+			return v, fmt.Errorf("decode %s: %w", key, err)
+		}
+		fix(key, &v)
+		return v, nil
+	}
+}
+
 // decodeQueueEntry decodes pending/<id>. The session id shares the key's
 // memory.
-func decodeQueueEntry(keys state.Keys) func(key string, value []byte) (state.QueueEntry, error) {
-	return func(key string, value []byte) (state.QueueEntry, error) {
-		e, err := state.Decode[state.QueueEntry](value)
-		if err != nil {
-			return e, fmt.Errorf("decode %s: %w", key, err)
-		}
+func decodeQueueEntry(keys state.Keys) watcher.DecodeFunc[state.QueueEntry] {
+	return decodeFixed(func(key string, e *state.QueueEntry) {
 		if id, ok := keys.SessionID(key); ok && id == e.Session {
 			e.Session = id
 		}
@@ -52,17 +62,12 @@ func decodeQueueEntry(keys state.Keys) func(key string, value []byte) (state.Que
 		if e.WorkerRequest != nil {
 			internResources(e.WorkerRequest)
 		}
-		return e, nil
-	}
+	})
 }
 
 // decodeNode decodes nodes/<name>. A GPU's NVLink peers are the node's
 // other GPUs: each peer shares that GPU's UUID string.
-func decodeNode(key string, value []byte) (state.Node, error) {
-	n, err := state.Decode[state.Node](value)
-	if err != nil {
-		return n, fmt.Errorf("decode %s: %w", key, err)
-	}
+var decodeNode = decodeFixed(func(_ string, n *state.Node) {
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
 		g.Model = intern(g.Model)
@@ -78,21 +83,15 @@ func decodeNode(key string, value []byte) (state.Node, error) {
 			g.MIGDevices[j].Profile = intern(g.MIGDevices[j].Profile)
 		}
 	}
-	return n, nil
-}
+})
 
 // decodeLedger decodes ledger/<node>; owners, groups and kinds of its
 // allocations are interned.
-func decodeLedger(key string, value []byte) (state.Ledger, error) {
-	l, err := state.Decode[state.Ledger](value)
-	if err != nil {
-		return l, fmt.Errorf("decode %s: %w", key, err)
-	}
+var decodeLedger = decodeFixed(func(_ string, l *state.Ledger) {
 	for id, a := range l.Allocations {
 		a.Kind = intern(a.Kind)
 		a.Owner = intern(a.Owner)
 		internAll(a.Groups)
 		l.Allocations[id] = a
 	}
-	return l, nil
-}
+})
