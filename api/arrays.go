@@ -136,7 +136,7 @@ func (a *API) createArray(c *gin.Context) {
 		return
 	}
 	now := a.cfg.Now().UTC()
-	tmpl, ok := a.admit(c, req.SessionRequest, now)
+	tmpl, guards, ok := a.admit(c, req.SessionRequest, now)
 	if !ok {
 		return
 	}
@@ -178,12 +178,9 @@ func (a *API) createArray(c *gin.Context) {
 	}
 	arr.Template.UID = &uid
 	arr.Template.Owner, arr.Template.Groups, arr.Template.Created = p.Subject, p.Groups, now
-	// The elements mount the volumes as resolved now: the array is made
-	// only if their definitions are unchanged (as a session's create).
-	guards, ok := a.mountVolumes(c, req.Volumes, p, &arr.Template, "create array")
-	if !ok {
-		return
-	}
+	// The elements mount the volumes as admit resolved them: the array is
+	// made only if their definitions (and the profile's) are unchanged,
+	// as a session's create.
 	if err := state.CreateArray(ctx, a.cli, a.keys, arr, guards...); err != nil {
 		a.createFailed(c, err)
 		return

@@ -83,7 +83,7 @@ func (a *API) createSession(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	now := a.cfg.Now().UTC()
-	s, ok := a.admit(c, req, now)
+	s, guards, ok := a.admit(c, req, now)
 	if !ok {
 		return
 	}
@@ -103,12 +103,6 @@ func (a *API) createSession(c *gin.Context) {
 		}
 	}()
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
-	// The spec holds the volumes as read: the create commits only if
-	// their definitions are unchanged.
-	guards, ok := a.mountVolumes(c, req.Volumes, p, &s, "create session")
-	if !ok {
-		return
-	}
 	uid, err := state.EnsureUID(ctx, a.cli, a.keys, p.Subject, now)
 	if err != nil {
 		a.internal(c, "create session", err)
@@ -163,11 +157,11 @@ func (a *API) createSession(c *gin.Context) {
 	a.respondCreated(c, v, true)
 }
 
-// createFailed answers a create whose transaction failed: a volume
-// redefined between its read and the write is a conflict to retry.
+// createFailed answers a create whose transaction failed: a profile or
+// volume redefined between its read and the write is a conflict to retry.
 func (a *API) createFailed(c *gin.Context, err error) {
 	if errors.Is(err, state.ErrConflict) {
-		a.problem(c, http.StatusConflict, "Conflict", "a volume the session names was redefined while it was being created; send the request again")
+		a.problem(c, http.StatusConflict, "Conflict", "the profile or a volume the session names was redefined while it was being created; send the request again")
 		return
 	}
 	a.internal(c, "create session", err)
@@ -175,40 +169,53 @@ func (a *API) createFailed(c *gin.Context, err error) {
 
 // admit builds the session req asks for (with its profile, if it names
 // one) and checks it as every create does: the request's fields, the
-// caller's groups, what a node would only fail at start, and whether any
-// node could ever hold it. It answers the problem and returns false when
-// a check fails.
-func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Session, bool) {
+// caller's groups, what a node would only fail at start, whether any node
+// could ever hold it, and the volumes it mounts (its own and its
+// profile's), resolved into the spec. It returns the compares that keep
+// the create to the profile and volume definitions it was built from. It
+// answers the problem and returns false when a check fails.
+func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Session, []clientv3.Cmp, bool) {
 	ctx := c.Request.Context()
-	var prof *state.Profile
+	var (
+		prof   *state.Profile
+		guards []clientv3.Cmp
+	)
 	if req.Profile != "" {
 		if err := state.ValidateName("profile", req.Profile); err != nil {
 			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: err.Error()}})
-			return state.Session{}, false
+			return state.Session{}, nil, false
 		}
-		pv, _, err := state.Get[state.Profile](ctx, a.cli, a.keys.Profile(req.Profile))
+		key := a.keys.Profile(req.Profile)
+		pv, rev, err := state.Get[state.Profile](ctx, a.cli, key)
 		switch {
 		case errors.Is(err, state.ErrNotFound):
 			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: fmt.Sprintf("no profile %q; GET /api/v1/profiles lists them (%s)", req.Profile, a.profileNames(c))}})
-			return state.Session{}, false
+			return state.Session{}, nil, false
 		case err != nil:
 			a.internal(c, "read profile", err)
-			return state.Session{}, false
+			return state.Session{}, nil, false
 		}
 		prof = &pv
+		guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
 	}
-	s, errs := buildSession(req, prof, a.admission())
+	s, vols, errs := buildSession(req, prof, a.admission())
 	errs = append(errs, validateGroups(principalOf(c).Groups)...)
 	errs = append(errs, admissionHoles(s, a.cfg.AllowedRegistries)...)
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)
-		return state.Session{}, false
+		return state.Session{}, nil, false
 	}
 	if errs := feasibility(s, a.feasibilityNodes(), a.cfg.Plan, now); len(errs) > 0 {
 		a.invalid(c, "Unsatisfiable request", errs)
-		return state.Session{}, false
+		return state.Session{}, nil, false
 	}
-	return s, true
+	// The spec holds the volumes as read: the create commits only if
+	// their definitions are unchanged.
+	vguards, ok := a.mountVolumes(c, vols, principalOf(c), &s)
+	if !ok {
+		return state.Session{}, nil, false
+	}
+	return s, append(guards, vguards...), true
 }
 
 func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {

@@ -106,26 +106,7 @@ exec sleep 600`
 
 	// eve's sessions on the job's worker machines: the world outside
 	// answers them; MASTER_PORT and the parts' peer ports do not.
-	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outsideServer(t, ms[0]))
-	targets := []string{master, fmt.Sprintf("%s:%d", ms[1].addr, first+120)}
-	for _, target := range targets {
-		probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", target, target, target)
-	}
-	probe += "echo PROBED"
-	for i, m := range ms[1:] {
-		id := fmt.Sprintf("mn-eve-%d", i)
-		eve := bindParts(t, cli, state.Session{ID: id, Owner: "eve", Kind: state.KindBatch, Command: []string{"sh", "-c", probe}},
-			[]state.Binding{{Node: m.name, Role: state.RoleSingle, CPUMilli: 100, MemoryMiB: 64}})
-		waitPhase(t, cli, id, state.PhaseSucceeded, 60*time.Second)
-		var out string
-		waitFor(t, "eve's probe to report", 10*time.Second, func() (bool, string) {
-			out = logOf(eve[0])
-			return strings.Contains(out, "PROBED"), out
-		})
-		if !strings.Contains(out, "OUTSIDE REACHED") || strings.Contains(out, "\nREACHED") || strings.HasPrefix(out, "REACHED") || strings.Count(out, "REFUSED") != len(targets) {
-			t.Errorf("another owner's session on %s reached the job:\n%s", m.name, out)
-		}
-	}
+	probeFromOthers(t, cli, ms[1:], "mn-eve", outsideServer(t, ms[0]), []string{master, fmt.Sprintf("%s:%d", ms[1].addr, first+120)}, logOf)
 
 	// Killing rank 1 fails the job with its exit code and stops ranks 0
 	// and 2.
@@ -201,25 +182,7 @@ func TestJobMeshLikeNCCL(t *testing.T) {
 	// eve, on each of the job's machines: the world outside answers; no
 	// rank's endpoint does (not her machine's rank across the bridge, not
 	// the others' though her machine routes to their subnets).
-	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outsideServer(t, ms[0]))
-	for _, ep := range endpoints {
-		probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", ep, ep, ep)
-	}
-	probe += "echo PROBED"
-	for i, m := range ms {
-		id := fmt.Sprintf("mesh-eve-%d", i)
-		eve := bindParts(t, cli, state.Session{ID: id, Owner: "eve", Kind: state.KindBatch, Command: []string{"sh", "-c", probe}},
-			[]state.Binding{{Node: m.name, Role: state.RoleSingle, CPUMilli: 100, MemoryMiB: 64}})
-		waitPhase(t, cli, id, state.PhaseSucceeded, 60*time.Second)
-		var out string
-		waitFor(t, "eve's probe to report", 10*time.Second, func() (bool, string) {
-			out = logOf(eve[0])
-			return strings.Contains(out, "PROBED"), out
-		})
-		if !strings.Contains(out, "OUTSIDE REACHED") || strings.Contains(out, "\nREACHED") || strings.HasPrefix(out, "REACHED") || strings.Count(out, "REFUSED") != len(endpoints) {
-			t.Errorf("another owner's session on %s reached the job's mesh:\n%s", m.name, out)
-		}
-	}
+	probeFromOthers(t, cli, ms, "mesh-eve", outsideServer(t, ms[0]), endpoints, logOf)
 
 	// Without the mesh (other agents on the same machines, as other nodes):
 	// the same job fails, its ranks reaching no other.
@@ -246,4 +209,30 @@ func TestJobMeshLikeNCCL(t *testing.T) {
 	})
 	out, _ := os.ReadFile(filepath.Join(offAgents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
 	t.Logf("without the mesh, rank 0 said:\n%s", out)
+}
+
+// probeFromOthers runs, as another owner (eve), a batch session on each of
+// ms that fetches outside (which must answer: the probe works) and each of
+// targets (none may answer), and fails t if one did.
+func probeFromOthers(t *testing.T, cli *clientv3.Client, ms []machine, prefix, outside string, targets []string, logOf func(state.Binding) string) {
+	t.Helper()
+	probe := fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo OUTSIDE REACHED; fi; ", outside)
+	for _, target := range targets {
+		probe += fmt.Sprintf("if timeout 3 wget -q -O - http://%s/ >/dev/null 2>&1; then echo REACHED %s; else echo REFUSED %s; fi; ", target, target, target)
+	}
+	probe += "echo PROBED"
+	for i, m := range ms {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		eve := bindParts(t, cli, state.Session{ID: id, Owner: "eve", Kind: state.KindBatch, Command: []string{"sh", "-c", probe}},
+			[]state.Binding{{Node: m.name, Role: state.RoleSingle, CPUMilli: 100, MemoryMiB: 64}})
+		waitPhase(t, cli, id, state.PhaseSucceeded, 60*time.Second)
+		var out string
+		waitFor(t, "eve's probe to report", 10*time.Second, func() (bool, string) {
+			out = logOf(eve[0])
+			return strings.Contains(out, "PROBED"), out
+		})
+		if !strings.Contains(out, "OUTSIDE REACHED") || strings.Contains(out, "\nREACHED") || strings.HasPrefix(out, "REACHED") || strings.Count(out, "REFUSED") != len(targets) {
+			t.Errorf("another owner's session on %s reached the job:\n%s", m.name, out)
+		}
+	}
 }

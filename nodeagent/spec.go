@@ -122,12 +122,18 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: v.HostPath, Target: v.MountPath, ReadOnly: v.ReadOnly, Create: v.PerUser, Private: v.PerUser})
 	}
 	if len(b.GPUs) > 0 && cfg.LogDir != "" {
-		file, err := a.writeTopology(id, b.GPUs)
+		file, ncclFile, err := a.writeTopology(id, b.GPUs)
 		if err != nil {
 			return runtime.Spec{}, fmt.Errorf("build container of %s: %w", s.ID, err)
 		}
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: file, Target: TopologyPath, ReadOnly: true})
 		spec.Env["VOYAGER_GPU_TOPOLOGY"] = TopologyPath
+		if ncclFile != "" {
+			spec.Mounts = append(spec.Mounts, runtime.Mount{Source: ncclFile, Target: NCCLTopoPath, ReadOnly: true})
+			if _, own := s.Env["NCCL_TOPO_FILE"]; !own { // the session's own file wins
+				spec.Env["NCCL_TOPO_FILE"] = NCCLTopoPath
+			}
+		}
 	}
 	switch cfg.GPUMode {
 	case GPUModeEnv:

@@ -725,31 +725,21 @@ func (n *cniNetwork) removeHere() error {
 	if ok, _ := n.ipt.ChainExists("nat", n.nat); ok {
 		add(n.ipt.DeleteIfExists("nat", "POSTROUTING", "-j", n.nat))
 	}
-	natChains, err := n.ipt.ListChains("nat")
-	add(err)
-	var natOurs []string
-	for _, c := range natChains {
-		if strings.HasPrefix(c, "VY"+n.id+"-") {
-			natOurs = append(natOurs, c)
-			add(n.ipt.ClearChain("nat", c))
-		}
-	}
-	for _, c := range natOurs {
-		add(n.ipt.DeleteChain("nat", c))
-	}
 	// The instance's chains, and any container's left over, whose jumps
 	// are in the instance's: flush them all, then delete them.
-	chains, err := n.ipt.ListChains("filter")
-	add(err)
-	var ours []string
-	for _, c := range chains {
-		if strings.HasPrefix(c, "VY"+n.id+"-") {
-			ours = append(ours, c)
-			add(n.ipt.ClearChain("filter", c))
+	for _, table := range []string{"nat", "filter"} {
+		chains, err := n.ipt.ListChains(table)
+		add(err)
+		var ours []string
+		for _, c := range chains {
+			if strings.HasPrefix(c, "VY"+n.id+"-") {
+				ours = append(ours, c)
+				add(n.ipt.ClearChain(table, c))
+			}
 		}
-	}
-	for _, c := range ours {
-		add(n.ipt.DeleteChain("filter", c))
+		for _, c := range ours {
+			add(n.ipt.DeleteChain(table, c))
+		}
 	}
 	if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		add(fmt.Errorf("delete bridge %s: %w: %s", n.bridge, err, out))

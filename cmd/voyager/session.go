@@ -74,9 +74,9 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.BoolVar(&s.denyEgress, "deny-egress", false, "the session opens no connection but to --egress-allow networks (a profile may deny egress for you)")
 	fs.StringArrayVar(&s.egressAllow, "egress-allow", nil, "an IPv4 network (CIDR) a session with denied egress still reaches, e.g. 10.20.0.0/16 (repeatable; implies --deny-egress)")
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "makes a retried create return the first session (default: a random key)")
-	fs.Int64Var(&s.shmMiB, "shm", 0, "/dev/shm in MiB, at most --memory (default: the cluster's, at most half of --memory)")
-	fs.StringArrayVar(&s.ulimits, "ulimit", nil, "nofile=N or memlock=KiB|unlimited, up to the cluster's limits (repeatable; default: the cluster's)")
-	fs.StringArrayVar(&s.volumes, "volume", nil, "NAME:/mount/path[:ro], a volume of `voyager volume list` (repeatable)")
+	fs.Int64Var(&s.shmMiB, "shm", 0, "/dev/shm in MiB, at most --memory and the profile's maxShmMiB (default: the profile's, else the cluster's, at most half of --memory)")
+	fs.StringArrayVar(&s.ulimits, "ulimit", nil, "nofile=N or memlock=KiB|unlimited, up to the cluster's limits (repeatable; default: the profile's, else the cluster's)")
+	fs.StringArrayVar(&s.volumes, "volume", nil, "NAME:/mount/path[:ro], a volume of `voyager volume list`, besides the profile's (repeatable; naming a profile's volume moves it)")
 }
 
 // parseVolume reads --volume NAME:/mount/path[:ro].
