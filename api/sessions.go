@@ -1,14 +1,10 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -56,33 +52,18 @@ type StopResult struct {
 	Session SessionView       `json:"session"`
 }
 
-// IdempotencyKeyHeader makes a create safe to retry.
-const IdempotencyKeyHeader = "Idempotency-Key"
-
 func (a *API) createSession(c *gin.Context) {
 	p := principalOf(c)
-	body, err := io.ReadAll(c.Request.Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			a.problem(c, http.StatusRequestEntityTooLarge, "Request too large", fmt.Sprintf("the body is larger than %d bytes", mbe.Limit))
-			return
-		}
-		a.problem(c, http.StatusBadRequest, "Malformed body", "read body: "+err.Error())
+	now := a.cfg.Now().UTC()
+	idem, ok := a.idempotent(c, now)
+	if !ok || a.replayed(c, idem, a.replaySession) {
 		return
 	}
-	c.Request.Body = io.NopCloser(bytes.NewReader(body))
 	var req SessionRequest
 	if !a.decodeBody(c, &req) {
 		return
 	}
-	idemKey := c.GetHeader(IdempotencyKeyHeader)
-	if len(idemKey) > 255 {
-		a.invalid(c, "Invalid request", []FieldError{{Field: "header " + IdempotencyKeyHeader, Message: "want at most 255 characters, e.g. a UUID"}})
-		return
-	}
 	ctx := c.Request.Context()
-	now := a.cfg.Now().UTC()
 	s, guards, ok := a.admit(c, req, now)
 	if !ok {
 		return
@@ -110,7 +91,7 @@ func (a *API) createSession(c *gin.Context) {
 	}
 	s.UID = &uid
 
-	if idemKey == "" {
+	if idem == nil {
 		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now, guards...); err != nil {
 			a.createFailed(c, err)
 			return
@@ -120,16 +101,12 @@ func (a *API) createSession(c *gin.Context) {
 		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
 		return
 	}
-	digest := sha256.Sum256([]byte(idemKey))
-	bodyHash := sha256.Sum256(body)
-	rec := state.IdempotencyRecord{Session: id, RequestHash: hex.EncodeToString(bodyHash[:16]), Created: now}
-	lease, err := a.idempotencyLease(ctx)
-	if err != nil {
-		a.internal(c, "create session", err)
+	idem.Record.Session = id
+	if !a.withLease(c, idem) {
 		return
 	}
 	var stored state.IdempotencyRecord
-	stored, created, err = state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease, guards...)
+	stored, created, err = state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, *idem, guards...)
 	if err != nil {
 		a.createFailed(c, err)
 		return
@@ -139,22 +116,16 @@ func (a *API) createSession(c *gin.Context) {
 		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
 		return
 	}
-	if stored.RequestHash != rec.RequestHash {
-		a.problem(c, http.StatusUnprocessableEntity, "Idempotency key reused",
-			fmt.Sprintf("%s %q already created session %s with a different request body; send a new key for a new request", IdempotencyKeyHeader, idemKey, stored.Session),
-			FieldError{Field: "header " + IdempotencyKeyHeader, Message: "already used for a different request"})
-		return
-	}
-	v, found, err := a.readSession(c, stored.Session)
-	if err != nil {
-		a.internal(c, "read session", err)
-		return
-	}
-	if !found {
-		a.problem(c, http.StatusConflict, "Conflict", fmt.Sprintf("%s %q created session %s, which no longer exists", IdempotencyKeyHeader, idemKey, stored.Session))
-		return
-	}
-	a.respondCreated(c, v, true)
+	a.replaySession(c, idem.Record, stored)
+}
+
+// replaySession answers a repeat of a session's create (replay).
+func (a *API) replaySession(c *gin.Context, rec, stored state.IdempotencyRecord) {
+	var v SessionView
+	a.replay(c, rec, stored, "session", stored.Session, func() (found bool, err error) {
+		v, found, err = a.readSession(c, stored.Session)
+		return found, err
+	}, func() { a.respondCreated(c, v, true) })
 }
 
 // createFailed answers a create whose transaction failed: a profile or

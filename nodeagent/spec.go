@@ -60,6 +60,11 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		"VOYAGER_OWNER":   s.Owner,
 		"VOYAGER_ROLE":    string(b.Role),
 		"VOYAGER_PORTS":   strings.Join(ports, ","),
+		// How many times the session was restarted (OnFailure) before
+		// this run, as torchrun's TORCHELASTIC_RESTART_COUNT: training
+		// code resumes from its checkpoint when it is above 0. Every part
+		// of a multi-node job, restarted as a whole, sees the same.
+		"VOYAGER_ATTEMPT": strconv.Itoa(b.Attempt),
 	}
 	if len(b.Ports) > 0 {
 		env["PORT"] = ports[0]
