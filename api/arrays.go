@@ -80,6 +80,14 @@ const maxParamsBytes = 256 << 10
 
 func (a *API) createArray(c *gin.Context) {
 	p := principalOf(c)
+	now := a.cfg.Now().UTC()
+	idem, ok := a.idempotent(c, now)
+	if !ok {
+		return
+	}
+	if a.replayed(c, idem, a.replayArray) {
+		return
+	}
 	var req ArrayRequest
 	if !a.decodeBody(c, &req) {
 		return
@@ -135,8 +143,7 @@ func (a *API) createArray(c *gin.Context) {
 		a.invalid(c, "Invalid request", errs)
 		return
 	}
-	now := a.cfg.Now().UTC()
-	tmpl, ok := a.admit(c, req.SessionRequest, now)
+	tmpl, guards, ok := a.admit(c, req.SessionRequest, now)
 	if !ok {
 		return
 	}
@@ -178,19 +185,47 @@ func (a *API) createArray(c *gin.Context) {
 	}
 	arr.Template.UID = &uid
 	arr.Template.Owner, arr.Template.Groups, arr.Template.Created = p.Subject, p.Groups, now
-	// The elements mount the volumes as resolved now: the array is made
-	// only if their definitions are unchanged (as a session's create).
-	guards, ok := a.mountVolumes(c, req.Volumes, p, &arr.Template, "create array")
-	if !ok {
-		return
-	}
-	if err := state.CreateArray(ctx, a.cli, a.keys, arr, guards...); err != nil {
-		a.createFailed(c, err)
-		return
+	// The elements mount the volumes as admit resolved them: the array is
+	// made only if their definitions (and the profile's) are unchanged,
+	// as a session's create.
+	if idem == nil {
+		if err := state.CreateArray(ctx, a.cli, a.keys, arr, guards...); err != nil {
+			a.createFailed(c, err)
+			return
+		}
+	} else {
+		idem.Record.Array = id
+		if !a.withLease(c, idem) {
+			return
+		}
+		stored, created, err := state.CreateArrayIdempotent(ctx, a.cli, a.keys, arr, *idem, guards...)
+		if err != nil {
+			a.createFailed(c, err)
+			return
+		}
+		if !created {
+			a.replayArray(c, idem.Record, stored)
+			return
+		}
 	}
 	a.log.Info("array created", "array", id, "owner", p.Subject, "elements", len(ix), "maxRunning", limit, "gpus", tmpl.Resources.GPUs, "service", p.Service)
 	c.Header("Location", "/api/v1/arrays/"+id)
 	c.JSON(http.StatusCreated, viewArray(arr, len(ix), nil, false))
+}
+
+// replayArray answers a repeat of an array's create (replay).
+func (a *API) replayArray(c *gin.Context, rec, stored state.IdempotencyRecord) {
+	var arr state.Array
+	var live map[int]state.Status
+	a.replay(c, rec, stored, "array", stored.Array, func() (found bool, err error) {
+		arr, _, live, found, err = a.readArray(c.Request.Context(), stored.Array)
+		return found, err
+	}, func() {
+		size, _ := arr.Size()
+		c.Header("Idempotent-Replayed", "true")
+		c.Header("Location", "/api/v1/arrays/"+arr.ID)
+		c.JSON(http.StatusCreated, viewArray(arr, size, live, false))
+	})
 }
 
 // usesParam reports whether a request's command or environment names

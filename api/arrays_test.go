@@ -1,8 +1,11 @@
 package api_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/voyager-gpu/voyager/api"
@@ -40,6 +43,8 @@ func TestArrayAdmission(t *testing.T) {
 		{"a notebook", "kind", "batch", func(m map[string]any) { m["kind"] = "notebook" }},
 		{"no command", "command", "", func(m map[string]any) { delete(m, "command") }},
 		{"more GPUs than any node", "resources", "no node can ever hold", func(m map[string]any) { m["resources"] = map[string]any{"gpus": 16} }},
+		{"a gang on more machines than there are", "nodes", "no node can ever hold", func(m map[string]any) { m["nodes"] = 3 }},
+		{"onPartFailure without nodes", "onPartFailure", "applies to multi-node jobs only", func(m map[string]any) { m["onPartFailure"] = "Continue" }},
 		{"a param too large after substitution", "element 1: env.P", "after substitution", func(m map[string]any) {
 			delete(m, "indices")
 			m["params"] = []string{"x", strings.Repeat("y", 40<<10)}
@@ -155,5 +160,125 @@ func TestArrayMountsItsVolumes(t *testing.T) {
 	}
 	if vs := arr.Template.Volumes; len(vs) != 1 || vs[0].MountPath != "/results" || vs[0].HostPath != "/srv/results/ada" {
 		t.Errorf("the array's template mounts %+v; want sw-results at /results from /srv/results/ada", vs)
+	}
+}
+
+// TestArrayIdempotencyKey: an array's create follows the sessions'
+// Idempotency-Key contract. A repeat with the same key and body returns
+// the first array (201, Idempotent-Replayed) and writes nothing; repeats
+// racing each other make one array; the same key with another body, or a
+// key that made a session, is refused with 422 naming what it made; once
+// the array is gone (retired), the repeat is a 409.
+func TestArrayIdempotencyKey(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ada := h.token("ada")
+	r1 := want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-k1"), 201)
+	r2 := want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-k1"), 201)
+	v1, v2 := decode[api.ArrayView](t, r1), decode[api.ArrayView](t, r2)
+	if v1.ID != v2.ID || r2.header.Get("Idempotent-Replayed") != "true" || r1.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("repeat made %s (replayed %q), want %s", v2.ID, r2.header.Get("Idempotent-Replayed"), v1.ID)
+	}
+	if v2.Summary.Size != 100 || v2.MaxRunning != 10 || r2.header.Get("Location") != "/api/v1/arrays/"+v1.ID {
+		t.Errorf("replayed view %+v, location %q", v2, r2.header.Get("Location"))
+	}
+	if n := h.countKeys(h.keys.Arrays()); n != 1 {
+		t.Fatalf("%d arrays after a repeat, want 1", n)
+	}
+
+	// Eight creates with one new key at once: one array; each answer is it.
+	body, _ := json.Marshal(sweep(func(m map[string]any) { m["indices"] = "0-9" }))
+	ids := make(chan string, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", h.srv.URL+"/api/v1/arrays", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+ada)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "arr-k2")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var v api.ArrayView
+			if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 201 {
+				t.Errorf("racing create: status %d (%v)", resp.StatusCode, err)
+				return
+			}
+			ids <- v.ID
+		})
+	}
+	wg.Wait()
+	close(ids)
+	first := ""
+	for id := range ids {
+		if first == "" {
+			first = id
+		}
+		if id != first {
+			t.Errorf("racing creates with one key answered arrays %s and %s", first, id)
+		}
+	}
+	if n := h.countKeys(h.keys.Arrays()); n != 2 {
+		t.Fatalf("%d arrays after eight racing creates with one key, want 2 in all", n)
+	}
+
+	// The same key with another body: refused, naming the first array.
+	p := want(t, h.do("POST", "/api/v1/arrays", ada, sweep(func(m map[string]any) { m["maxRunning"] = 5 }), "Idempotency-Key", "arr-k1"), 422).problem(t)
+	if !strings.Contains(p.Detail, "already created array "+v1.ID+" with a different request body") {
+		t.Errorf("other body: detail %q", p.Detail)
+	}
+	// A key that made a session: refused, even with no other difference.
+	s := decode[api.SessionView](t, want(t, h.do("POST", "/api/v1/sessions", ada, map[string]any{"kind": "batch", "command": []string{"true"}}, "Idempotency-Key", "arr-k3"), 201))
+	p = want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-k3"), 422).problem(t)
+	if !strings.Contains(p.Detail, "already created session "+s.ID+" through the other route") {
+		t.Errorf("session's key: detail %q", p.Detail)
+	}
+	// And the reverse.
+	p = want(t, h.do("POST", "/api/v1/sessions", ada, map[string]any{"kind": "batch", "command": []string{"true"}}, "Idempotency-Key", "arr-k1"), 422).problem(t)
+	if !strings.Contains(p.Detail, "already created array "+v1.ID+" through the other route") {
+		t.Errorf("array's key on sessions: detail %q", p.Detail)
+	}
+	if n := h.countKeys(h.keys.Arrays()); n != 2 {
+		t.Errorf("%d arrays after refused repeats, want 2", n)
+	}
+	// Another user's same key is theirs.
+	v3 := decode[api.ArrayView](t, want(t, h.do("POST", "/api/v1/arrays", h.token("bob"), sweep(nil), "Idempotency-Key", "arr-k1"), 201))
+	if v3.ID == v1.ID {
+		t.Error("bob got ada's array back")
+	}
+	// The array retired: the repeat says so.
+	if _, err := h.cli.Delete(t.Context(), h.keys.Array(v1.ID)); err != nil {
+		t.Fatal(err)
+	}
+	p = want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-k1"), 409).problem(t)
+	if !strings.Contains(p.Detail, "created array "+v1.ID+", which no longer exists") {
+		t.Errorf("retired: detail %q", p.Detail)
+	}
+}
+
+// TestIdempotentRepeatsPassAFullQueue: a repeat is answered before
+// admission, so the queue its own first create filled never refuses it
+// (a session's or an array's), while a new request is refused.
+func TestIdempotentRepeatsPassAFullQueue(t *testing.T) {
+	h := newHarness(t, harnessOpts{maxQueued: 10})
+	ada := h.token("ada")
+	job := map[string]any{"kind": "batch", "command": []string{"true"}}
+	arr := want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-full-1"), 201)
+	s := want(t, h.do("POST", "/api/v1/sessions", ada, job, "Idempotency-Key", "arr-full-2"), 201)
+	// The queue holds ada's session; the array may queue 10 more: full.
+	want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-full-3"), 422)
+	r := want(t, h.do("POST", "/api/v1/arrays", ada, sweep(nil), "Idempotency-Key", "arr-full-1"), 201)
+	if decode[api.ArrayView](t, r).ID != decode[api.ArrayView](t, arr).ID || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("array repeat: %s", r.body)
+	}
+	for range 9 {
+		want(t, h.do("POST", "/api/v1/sessions", ada, job), 201)
+	}
+	want(t, h.do("POST", "/api/v1/sessions", ada, job), 422)
+	r = want(t, h.do("POST", "/api/v1/sessions", ada, job, "Idempotency-Key", "arr-full-2"), 201)
+	if decode[api.SessionView](t, r).ID != decode[api.SessionView](t, s).ID || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("session repeat: %s", r.body)
 	}
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -531,6 +532,7 @@ func (a *API) putProfile(c *gin.Context) {
 	}
 	validateResources("resources", p.Resources, add)
 	validateEgress("egress", p.Egress, add)
+	a.validateProfileResources(c.Request.Context(), p, add)
 	for _, k := range sortedKeys(p.Env) {
 		if !envNameRE.MatchString(k) {
 			add("env."+k, "want a variable name of letters, digits and '_', not starting with a digit")
@@ -551,6 +553,44 @@ func (a *API) putProfile(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, p)
+}
+
+// validateProfileResources checks a profile's shm sizes, ulimits (against
+// the cluster's caps) and volumes (names, mount paths, and that each
+// exists); add receives each problem.
+func (a *API) validateProfileResources(ctx context.Context, p state.Profile, add func(field, format string, args ...any)) {
+	switch {
+	case p.ShmMiB < 0:
+		add("shmMiB", "got %d, want 0 (the cluster default) or MiB above 0, e.g. 16384", p.ShmMiB)
+	case p.MaxShmMiB < 0:
+		add("maxShmMiB", "got %d, want 0 (no cap but the session's memory) or MiB above 0", p.MaxShmMiB)
+	case p.MaxShmMiB > 0 && p.ShmMiB > p.MaxShmMiB:
+		add("shmMiB", "got %d MiB, above the profile's maxShmMiB (%d); want at most %d, or a larger maxShmMiB", p.ShmMiB, p.MaxShmMiB, p.MaxShmMiB)
+	case p.Resources.MemoryMiB > 0 && p.ShmMiB > p.Resources.MemoryMiB:
+		add("shmMiB", "got %d MiB, above the profile's resources.memoryMiB (%d): /dev/shm counts against the session's memory; want at most %d, or more memoryMiB", p.ShmMiB, p.Resources.MemoryMiB, p.Resources.MemoryMiB)
+	}
+	if p.Ulimits != nil {
+		a.admission().overlayUlimits(&state.Ulimits{}, *p.Ulimits, add)
+	}
+	if len(p.Volumes) > maxVolumes {
+		add("volumes", "has %d volumes, want at most %d", len(p.Volumes), maxVolumes)
+		return
+	}
+	asks := make([]volumeAsk, len(p.Volumes))
+	for j, v := range p.Volumes {
+		asks[j] = volumeAsk{VolumeRef: v, field: fmt.Sprintf("volumes[%d]", j), profile: p.Name}
+	}
+	validateVolumeRequests(asks, add)
+	for _, v := range asks {
+		if state.ValidateName("volume", v.Name) != nil {
+			continue
+		}
+		if _, _, err := state.Get[state.Volume](ctx, a.cli, a.keys.Volume(v.Name)); errors.Is(err, state.ErrNotFound) {
+			add(v.field+".name", "no volume %q; define it first (PUT /api/v1/volumes/%s), or GET /api/v1/volumes lists them", v.Name, v.Name)
+		} else if err != nil {
+			add(v.field+".name", "could not read volume %q: %v; try again", v.Name, err)
+		}
+	}
 }
 
 func (a *API) deleteProfile(c *gin.Context) {

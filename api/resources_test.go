@@ -24,6 +24,30 @@ func fieldError(t *testing.T, p api.Problem, field, text string) {
 	t.Errorf("errors %+v; want %s: …%s…", p.Errors, field, text)
 }
 
+// admitted checks the answer to a create: with field set, a refusal
+// naming field with msg (false); else the created session's stored spec.
+func admitted(t *testing.T, h *harness, resp response, field, msg string) (state.Session, bool) {
+	t.Helper()
+	if field != "" {
+		fieldError(t, want(t, resp, http.StatusUnprocessableEntity).problem(t), field, msg)
+		return state.Session{}, false
+	}
+	v := decode[api.SessionView](t, want(t, resp, http.StatusCreated))
+	stored, _, err := state.Get[state.Session](context.Background(), h.cli, h.keys.Session(v.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stored, true
+}
+
+// wantShmUlimits fails unless s has /dev/shm shm and ulimits u.
+func wantShmUlimits(t *testing.T, s state.Session, shm int64, u state.Ulimits) {
+	t.Helper()
+	if s.ShmMiB != shm || s.Ulimits == nil || *s.Ulimits != u {
+		t.Errorf("stored shm %d, ulimits %+v; want %d, %+v", s.ShmMiB, s.Ulimits, shm, u)
+	}
+}
+
 // TestShmAndUlimitsAtAdmission: a session's /dev/shm defaults to the
 // cluster's size capped at half its memory, may be asked for up to its
 // memory and no more (tmpfs pages count against the memory limit); its
@@ -68,18 +92,8 @@ func TestShmAndUlimitsAtAdmission(t *testing.T) {
 			field: "ulimits.memlockKiB", msg: "got -2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			resp := create(c.edit)
-			if c.field != "" {
-				fieldError(t, want(t, resp, http.StatusUnprocessableEntity).problem(t), c.field, c.msg)
-				return
-			}
-			v := decode[api.SessionView](t, want(t, resp, http.StatusCreated))
-			stored, _, err := state.Get[state.Session](context.Background(), h.cli, h.keys.Session(v.ID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if stored.ShmMiB != c.shm || stored.Ulimits == nil || *stored.Ulimits != c.ulimits {
-				t.Errorf("stored shm %d, ulimits %+v; want %d, %+v", stored.ShmMiB, stored.Ulimits, c.shm, c.ulimits)
+			if stored, ok := admitted(t, h, create(c.edit), c.field, c.msg); ok {
+				wantShmUlimits(t, stored, c.shm, c.ulimits)
 			}
 		})
 	}

@@ -1,14 +1,10 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -56,34 +52,19 @@ type StopResult struct {
 	Session SessionView       `json:"session"`
 }
 
-// IdempotencyKeyHeader makes a create safe to retry.
-const IdempotencyKeyHeader = "Idempotency-Key"
-
 func (a *API) createSession(c *gin.Context) {
 	p := principalOf(c)
-	body, err := io.ReadAll(c.Request.Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			a.problem(c, http.StatusRequestEntityTooLarge, "Request too large", fmt.Sprintf("the body is larger than %d bytes", mbe.Limit))
-			return
-		}
-		a.problem(c, http.StatusBadRequest, "Malformed body", "read body: "+err.Error())
+	now := a.cfg.Now().UTC()
+	idem, ok := a.idempotent(c, now)
+	if !ok || a.replayed(c, idem, a.replaySession) {
 		return
 	}
-	c.Request.Body = io.NopCloser(bytes.NewReader(body))
 	var req SessionRequest
 	if !a.decodeBody(c, &req) {
 		return
 	}
-	idemKey := c.GetHeader(IdempotencyKeyHeader)
-	if len(idemKey) > 255 {
-		a.invalid(c, "Invalid request", []FieldError{{Field: "header " + IdempotencyKeyHeader, Message: "want at most 255 characters, e.g. a UUID"}})
-		return
-	}
 	ctx := c.Request.Context()
-	now := a.cfg.Now().UTC()
-	s, ok := a.admit(c, req, now)
+	s, guards, ok := a.admit(c, req, now)
 	if !ok {
 		return
 	}
@@ -103,12 +84,6 @@ func (a *API) createSession(c *gin.Context) {
 		}
 	}()
 	s.ID, s.Owner, s.Groups, s.Created = id, p.Subject, p.Groups, now
-	// The spec holds the volumes as read: the create commits only if
-	// their definitions are unchanged.
-	guards, ok := a.mountVolumes(c, req.Volumes, p, &s, "create session")
-	if !ok {
-		return
-	}
 	uid, err := state.EnsureUID(ctx, a.cli, a.keys, p.Subject, now)
 	if err != nil {
 		a.internal(c, "create session", err)
@@ -116,7 +91,7 @@ func (a *API) createSession(c *gin.Context) {
 	}
 	s.UID = &uid
 
-	if idemKey == "" {
+	if idem == nil {
 		if _, err := state.CreateSession(ctx, a.cli, a.keys, s, now, guards...); err != nil {
 			a.createFailed(c, err)
 			return
@@ -126,16 +101,12 @@ func (a *API) createSession(c *gin.Context) {
 		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
 		return
 	}
-	digest := sha256.Sum256([]byte(idemKey))
-	bodyHash := sha256.Sum256(body)
-	rec := state.IdempotencyRecord{Session: id, RequestHash: hex.EncodeToString(bodyHash[:16]), Created: now}
-	lease, err := a.idempotencyLease(ctx)
-	if err != nil {
-		a.internal(c, "create session", err)
+	idem.Record.Session = id
+	if !a.withLease(c, idem) {
 		return
 	}
 	var stored state.IdempotencyRecord
-	stored, created, err = state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, a.keys.Idempotency(p.Subject, hex.EncodeToString(digest[:16])), rec, lease, guards...)
+	stored, created, err = state.CreateSessionIdempotent(ctx, a.cli, a.keys, s, now, *idem, guards...)
 	if err != nil {
 		a.createFailed(c, err)
 		return
@@ -145,29 +116,23 @@ func (a *API) createSession(c *gin.Context) {
 		a.respondCreated(c, SessionView{Session: s, Status: state.NewStatus(s, now)}, false)
 		return
 	}
-	if stored.RequestHash != rec.RequestHash {
-		a.problem(c, http.StatusUnprocessableEntity, "Idempotency key reused",
-			fmt.Sprintf("%s %q already created session %s with a different request body; send a new key for a new request", IdempotencyKeyHeader, idemKey, stored.Session),
-			FieldError{Field: "header " + IdempotencyKeyHeader, Message: "already used for a different request"})
-		return
-	}
-	v, found, err := a.readSession(c, stored.Session)
-	if err != nil {
-		a.internal(c, "read session", err)
-		return
-	}
-	if !found {
-		a.problem(c, http.StatusConflict, "Conflict", fmt.Sprintf("%s %q created session %s, which no longer exists", IdempotencyKeyHeader, idemKey, stored.Session))
-		return
-	}
-	a.respondCreated(c, v, true)
+	a.replaySession(c, idem.Record, stored)
 }
 
-// createFailed answers a create whose transaction failed: a volume
-// redefined between its read and the write is a conflict to retry.
+// replaySession answers a repeat of a session's create (replay).
+func (a *API) replaySession(c *gin.Context, rec, stored state.IdempotencyRecord) {
+	var v SessionView
+	a.replay(c, rec, stored, "session", stored.Session, func() (found bool, err error) {
+		v, found, err = a.readSession(c, stored.Session)
+		return found, err
+	}, func() { a.respondCreated(c, v, true) })
+}
+
+// createFailed answers a create whose transaction failed: a profile or
+// volume redefined between its read and the write is a conflict to retry.
 func (a *API) createFailed(c *gin.Context, err error) {
 	if errors.Is(err, state.ErrConflict) {
-		a.problem(c, http.StatusConflict, "Conflict", "a volume the session names was redefined while it was being created; send the request again")
+		a.problem(c, http.StatusConflict, "Conflict", "the profile or a volume the session names was redefined while it was being created; send the request again")
 		return
 	}
 	a.internal(c, "create session", err)
@@ -175,40 +140,53 @@ func (a *API) createFailed(c *gin.Context, err error) {
 
 // admit builds the session req asks for (with its profile, if it names
 // one) and checks it as every create does: the request's fields, the
-// caller's groups, what a node would only fail at start, and whether any
-// node could ever hold it. It answers the problem and returns false when
-// a check fails.
-func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Session, bool) {
+// caller's groups, what a node would only fail at start, whether any node
+// could ever hold it, and the volumes it mounts (its own and its
+// profile's), resolved into the spec. It returns the compares that keep
+// the create to the profile and volume definitions it was built from. It
+// answers the problem and returns false when a check fails.
+func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Session, []clientv3.Cmp, bool) {
 	ctx := c.Request.Context()
-	var prof *state.Profile
+	var (
+		prof   *state.Profile
+		guards []clientv3.Cmp
+	)
 	if req.Profile != "" {
 		if err := state.ValidateName("profile", req.Profile); err != nil {
 			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: err.Error()}})
-			return state.Session{}, false
+			return state.Session{}, nil, false
 		}
-		pv, _, err := state.Get[state.Profile](ctx, a.cli, a.keys.Profile(req.Profile))
+		key := a.keys.Profile(req.Profile)
+		pv, rev, err := state.Get[state.Profile](ctx, a.cli, key)
 		switch {
 		case errors.Is(err, state.ErrNotFound):
 			a.invalid(c, "Invalid request", []FieldError{{Field: "profile", Message: fmt.Sprintf("no profile %q; GET /api/v1/profiles lists them (%s)", req.Profile, a.profileNames(c))}})
-			return state.Session{}, false
+			return state.Session{}, nil, false
 		case err != nil:
 			a.internal(c, "read profile", err)
-			return state.Session{}, false
+			return state.Session{}, nil, false
 		}
 		prof = &pv
+		guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
 	}
-	s, errs := buildSession(req, prof, a.admission())
+	s, vols, errs := buildSession(req, prof, a.admission())
 	errs = append(errs, validateGroups(principalOf(c).Groups)...)
 	errs = append(errs, admissionHoles(s, a.cfg.AllowedRegistries)...)
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)
-		return state.Session{}, false
+		return state.Session{}, nil, false
 	}
 	if errs := feasibility(s, a.feasibilityNodes(), a.cfg.Plan, now); len(errs) > 0 {
 		a.invalid(c, "Unsatisfiable request", errs)
-		return state.Session{}, false
+		return state.Session{}, nil, false
 	}
-	return s, true
+	// The spec holds the volumes as read: the create commits only if
+	// their definitions are unchanged.
+	vguards, ok := a.mountVolumes(c, vols, principalOf(c), &s)
+	if !ok {
+		return state.Session{}, nil, false
+	}
+	return s, append(guards, vguards...), true
 }
 
 func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {

@@ -59,8 +59,8 @@ func (a *API) feasibilityNodes() []state.Node {
 }
 
 // shapeKey is n with everything that cannot change what a request may get
-// removed: name, address, agent version, registration time, and device
-// UUIDs (renamed by position, NVLink peers with them).
+// removed: name, address, agent version, registration time, device
+// UUIDs (renamed by position, NVLink peers with them) and PCI addresses.
 func shapeKey(n state.Node) string {
 	ids := map[string]string{}
 	for i, g := range n.GPUs {
@@ -77,7 +77,7 @@ func shapeKey(n state.Node) string {
 	}
 	c := state.Node{Labels: n.Labels, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB, Ports: n.Ports, GPUs: make([]state.GPU, len(n.GPUs))}
 	for i, g := range n.GPUs {
-		g.UUID = rename(g.UUID)
+		g.UUID, g.PCIBusID = rename(g.UUID), ""
 		peers := make([]string, len(g.NVLinkPeers))
 		for j, p := range g.NVLinkPeers {
 			peers[j] = rename(p)

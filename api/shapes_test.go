@@ -22,13 +22,20 @@ func shapeNode(name string, gpus int, model string, labels map[string]string) st
 	return n
 }
 
-// TestShapeKey: nodes that differ only in name, address, agent and device
-// UUIDs share a shape; a difference in what a request could get (labels,
+// TestShapeKey: nodes that differ only in name, address, agent, device
+// UUIDs and PCI addresses share a shape; a difference in what a request could get (labels,
 // model, GPU count, NVLink wiring, health) makes another.
 func TestShapeKey(t *testing.T) {
 	base := shapeKey(shapeNode("a", 8, "A100", nil))
 	if got := shapeKey(shapeNode("b", 8, "A100", nil)); got != base {
 		t.Errorf("same hardware, other names: shapes differ:\n%s\n%s", base, got)
+	}
+	rebused := shapeNode("h", 8, "A100", nil)
+	for i := range rebused.GPUs {
+		rebused.GPUs[i].PCIBusID = fmt.Sprintf("0000:%02x:00.0", 0x40+i)
+	}
+	if got := shapeKey(rebused); got != base {
+		t.Errorf("same hardware, other PCI addresses: shapes differ:\n%s\n%s", base, got)
 	}
 	unwired := shapeNode("c", 8, "A100", nil)
 	unwired.GPUs[0].NVLinkPeers = nil

@@ -69,16 +69,9 @@ type SessionRequest struct {
 	Volumes []VolumeRequest `json:"volumes,omitempty"`
 }
 
-// VolumeRequest asks for one volume in a session.
-type VolumeRequest struct {
-	// Name is the volume's (volumes/<name>).
-	Name string `json:"name"`
-	// MountPath is where it appears in the containers, e.g. /data.
-	MountPath string `json:"mountPath"`
-	// ReadOnly mounts a read-write volume read-only; a read-only volume
-	// is always mounted read-only.
-	ReadOnly bool `json:"readOnly,omitempty"`
-}
+// VolumeRequest asks for one volume in a session: its name, mount path
+// and whether to mount it read-only.
+type VolumeRequest = state.VolumeRef
 
 // Limits of a request, so that one request cannot exhaust etcd or a node.
 const (
@@ -126,7 +119,7 @@ var (
 // buildSession merges the request over its profile (which may be nil) and
 // validates the result against the bounds of adm. It returns every invalid
 // field, or the spec less its id, owner and times.
-func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state.Session, []FieldError) {
+func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state.Session, []volumeAsk, []FieldError) {
 	maxRuntimeCap := adm.maxRuntimeCap
 	var errs []FieldError
 	add := func(field, format string, args ...any) {
@@ -318,13 +311,54 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 	if s.Restart.Policy == "" {
 		s.Restart.Policy = state.RestartNever
 	}
-	s.ShmMiB, s.Ulimits = adm.resources(s, req.ShmMiB, req.Ulimits, add)
-	if len(req.Volumes) > maxVolumes {
-		add("volumes", "has %d volumes, want at most %d", len(req.Volumes), maxVolumes)
+	s.ShmMiB, s.Ulimits = adm.resources(s, req.ShmMiB, req.Ulimits, prof, add)
+	vols := mergeVolumes(prof, req.Volumes)
+	if len(vols) > maxVolumes {
+		add("volumes", "has %d volumes (with the profile's), want at most %d", len(vols), maxVolumes)
 	} else {
-		validateVolumeRequests(req.Volumes, add)
+		validateVolumeRequests(vols, add)
 	}
-	return s, errs
+	return s, vols, errs
+}
+
+// volumeAsk is one volume a session will mount: asked for by its request
+// (field "volumes[i]"), by its profile, or by both.
+type volumeAsk struct {
+	state.VolumeRef
+	// field is the request's field that names it, or the profile's.
+	field string
+	// profile names the profile that mounts it; "" when only the
+	// request asks for it.
+	profile string
+}
+
+// mergeVolumes returns the volumes of a session: the request's, in its
+// order, then the profile's that the request does not name. A request
+// that names a volume of its profile moves it to its own mount path; it
+// is read-only when either asks.
+func mergeVolumes(prof *state.Profile, reqs []VolumeRequest) []volumeAsk {
+	out := make([]volumeAsk, 0, len(reqs))
+	named := map[string]bool{}
+	for i, r := range reqs {
+		a := volumeAsk{VolumeRef: r, field: fmt.Sprintf("volumes[%d]", i)}
+		if prof != nil {
+			for _, pv := range prof.Volumes {
+				if pv.Name == r.Name {
+					a.profile, a.ReadOnly = prof.Name, r.ReadOnly || pv.ReadOnly
+				}
+			}
+		}
+		named[r.Name] = true
+		out = append(out, a)
+	}
+	if prof != nil {
+		for j, pv := range prof.Volumes {
+			if !named[pv.Name] {
+				out = append(out, volumeAsk{VolumeRef: pv, field: fmt.Sprintf("profile.volumes[%d]", j), profile: prof.Name})
+			}
+		}
+	}
+	return out
 }
 
 // validateNodes checks a multi-node job's nodes and onPartFailure, and
@@ -371,47 +405,79 @@ func (adm admission) validateNodes(s *state.Session, add func(field, format stri
 const maxVolumes = 16
 
 // resources sizes /dev/shm and the ulimits of session s from what its
-// request asked for (shm 0, a nil ulimits or a zero field: the cluster's
-// default). /dev/shm is a tmpfs whose pages are charged to the
-// container's memory cgroup, so it may not exceed the memory of any part
-// of the session; the default takes at most half of it.
-func (adm admission) resources(s state.Session, shm int64, u *state.Ulimits, add func(field, format string, args ...any)) (int64, *state.Ulimits) {
+// request asked for over its profile's (prof may be nil). shm 0, a nil
+// ulimits or a zero field take the profile's, else the cluster's default.
+// /dev/shm is a tmpfs whose pages are charged to the container's memory
+// cgroup, so it may not exceed the memory of any part of the session;
+// the default takes at most half of it. A request may ask for more than
+// its profile's shm up to the profile's maxShmMiB; ulimits up to the
+// cluster's caps, as without a profile.
+func (adm admission) resources(s state.Session, shm int64, u *state.Ulimits, prof *state.Profile, add func(field, format string, args ...any)) (int64, *state.Ulimits) {
 	mem := s.Resources.MemoryMiB
 	if s.Ray != nil && s.Ray.WorkerResources != nil && s.Ray.WorkerResources.MemoryMiB > 0 {
 		mem = min(mem, s.Ray.WorkerResources.MemoryMiB)
 	}
+	fromProfile := shm == 0 && prof != nil && prof.ShmMiB > 0
+	if fromProfile {
+		shm = prof.ShmMiB
+	}
 	switch {
 	case shm < 0:
-		add("shmMiB", "got %d, want 0 (the cluster default) or MiB above 0, e.g. 8192", shm)
+		add("shmMiB", "got %d, want 0 (the profile's or the cluster default) or MiB above 0, e.g. 8192", shm)
 	case shm == 0:
 		shm = max(min(adm.defaultShm, mem/2), 1)
+	case !fromProfile && prof != nil && prof.MaxShmMiB > 0 && shm > prof.MaxShmMiB:
+		add("shmMiB", "got %d MiB, above profile %q's maxShmMiB of %d; ask for at most %d, leave shmMiB out for the profile's %s, or choose another profile",
+			shm, prof.Name, prof.MaxShmMiB, prof.MaxShmMiB, shmText(prof.ShmMiB))
+	case shm > mem && fromProfile:
+		add("shmMiB", "profile %q sets %d MiB, above the session's memoryMiB (%d): /dev/shm is a tmpfs whose pages count against the session's memory limit; ask for at least %d memoryMiB, or for shmMiB of at most %d",
+			prof.Name, shm, mem, shm, mem)
 	case shm > mem:
 		add("shmMiB", "got %d MiB, above the session's memoryMiB (%d): /dev/shm is a tmpfs whose pages count against the session's memory limit; ask for at most %d, or for more memoryMiB", shm, mem, mem)
 	}
 	out := state.Ulimits{Nofile: adm.nofile, MemlockKiB: adm.memlock}
+	if prof != nil && prof.Ulimits != nil {
+		adm.overlayUlimits(&out, *prof.Ulimits, func(field, format string, args ...any) {
+			add(field, "profile %q: "+format+"; ask an admin to fix the profile, or set "+field+" yourself", append([]any{prof.Name}, args...)...)
+		})
+	}
 	if u != nil {
-		switch {
-		case u.Nofile < 0 || u.Nofile > adm.nofile:
-			add("ulimits.nofile", "got %d, want 0 (the cluster's %d) or 64 to %d (VOYAGER_ULIMIT_NOFILE)", u.Nofile, adm.nofile, adm.nofile)
-		case u.Nofile > 0 && u.Nofile < 64:
-			add("ulimits.nofile", "got %d, want at least 64: a process needs a few descriptors to start", u.Nofile)
-		case u.Nofile > 0:
-			out.Nofile = u.Nofile
-		}
-		unlimited := adm.memlock == state.UlimitUnlimited
-		switch {
-		case u.MemlockKiB == 0:
-		case u.MemlockKiB < state.UlimitUnlimited || (u.MemlockKiB == state.UlimitUnlimited && !unlimited) || (!unlimited && u.MemlockKiB > adm.memlock):
-			most := "unlimited (-1)"
-			if !unlimited {
-				most = fmt.Sprintf("%d KiB", adm.memlock)
-			}
-			add("ulimits.memlockKiB", "got %d, want 0 (the cluster's), -1 (unlimited) or KiB, at most %s (VOYAGER_ULIMIT_MEMLOCK)", u.MemlockKiB, most)
-		default:
-			out.MemlockKiB = u.MemlockKiB
-		}
+		adm.overlayUlimits(&out, *u, add)
 	}
 	return shm, &out
+}
+
+// shmText names a profile's shm size for a message.
+func shmText(mib int64) string {
+	if mib == 0 {
+		return "size (the cluster default)"
+	}
+	return fmt.Sprintf("%d MiB", mib)
+}
+
+// overlayUlimits sets the non-zero fields of u over out, each checked
+// against the cluster's caps; add receives what is out of bounds.
+func (adm admission) overlayUlimits(out *state.Ulimits, u state.Ulimits, add func(field, format string, args ...any)) {
+	switch {
+	case u.Nofile < 0 || u.Nofile > adm.nofile:
+		add("ulimits.nofile", "got %d, want 0 (the cluster's %d) or 64 to %d (VOYAGER_ULIMIT_NOFILE)", u.Nofile, adm.nofile, adm.nofile)
+	case u.Nofile > 0 && u.Nofile < 64:
+		add("ulimits.nofile", "got %d, want at least 64: a process needs a few descriptors to start", u.Nofile)
+	case u.Nofile > 0:
+		out.Nofile = u.Nofile
+	}
+	unlimited := adm.memlock == state.UlimitUnlimited
+	switch {
+	case u.MemlockKiB == 0:
+	case u.MemlockKiB < state.UlimitUnlimited || (u.MemlockKiB == state.UlimitUnlimited && !unlimited) || (!unlimited && u.MemlockKiB > adm.memlock):
+		most := "unlimited (-1)"
+		if !unlimited {
+			most = fmt.Sprintf("%d KiB", adm.memlock)
+		}
+		add("ulimits.memlockKiB", "got %d, want 0 (the cluster's), -1 (unlimited) or KiB, at most %s (VOYAGER_ULIMIT_MEMLOCK)", u.MemlockKiB, most)
+	default:
+		out.MemlockKiB = u.MemlockKiB
+	}
 }
 
 // reservedMounts are container paths a volume may neither cover nor sit
@@ -426,10 +492,10 @@ var coveringMounts = []string{"/", "/home", "/home/jovyan", "/tmp", "/var"}
 // validateVolumeRequests checks the names and mount paths of a session's
 // volumes; whether each exists and the owner may mount it is checked
 // against etcd when they are resolved.
-func validateVolumeRequests(vs []VolumeRequest, add func(field, format string, args ...any)) {
+func validateVolumeRequests(vs []volumeAsk, add func(field, format string, args ...any)) {
 	seen := map[string]bool{}
 	for i, v := range vs {
-		f := fmt.Sprintf("volumes[%d]", i)
+		f := v.field
 		if err := state.ValidateName("volume", v.Name); err != nil {
 			add(f+".name", "got %q, want a volume's name (1-63 lower-case letters, digits, '.', '_' or '-'); GET /api/v1/volumes lists those you may mount", truncate(v.Name, 64))
 		} else if seen[v.Name] {
@@ -450,9 +516,9 @@ func validateVolumeRequests(vs []VolumeRequest, add func(field, format string, a
 				add(f+".mountPath", "got %q, under the system directory %s; want a directory of its own such as /data", p, r)
 			}
 		}
-		for j, o := range vs[:i] {
+		for _, o := range vs[:i] {
 			if o.MountPath == p || strings.HasPrefix(p, o.MountPath+"/") || strings.HasPrefix(o.MountPath, p+"/") {
-				add(f+".mountPath", "got %q, which overlaps volumes[%d].mountPath %q; want separate directories", p, j, o.MountPath)
+				add(f+".mountPath", "got %q, which overlaps %s.mountPath %q (volume %s); want separate directories", p, o.field, o.MountPath, o.Name)
 			}
 		}
 	}

@@ -20,12 +20,12 @@ type VolumeList struct {
 	Items []state.Volume `json:"items"`
 }
 
-// resolveVolumes turns a session's volume requests into mounts: each
-// volume must exist and allow owner (a member of groups); a per-user
-// volume's path is owner's own. It returns the field errors of requests
-// that cannot be met, and the mod revisions of the definitions read, for
-// the create to compare.
-func (a *API) resolveVolumes(ctx context.Context, reqs []VolumeRequest, owner string, groups []string) ([]state.VolumeMount, []FieldError, map[string]int64, error) {
+// resolveVolumes turns a session's volumes (its request's and its
+// profile's) into mounts: each volume must exist and allow owner (a
+// member of groups); a per-user volume's path is owner's own. It returns
+// the field errors of volumes that cannot be mounted, and the mod
+// revisions of the definitions read, for the create to compare.
+func (a *API) resolveVolumes(ctx context.Context, reqs []volumeAsk, owner string, groups []string) ([]state.VolumeMount, []FieldError, map[string]int64, error) {
 	if len(reqs) == 0 {
 		return nil, nil, nil, nil
 	}
@@ -43,11 +43,19 @@ func (a *API) resolveVolumes(ctx context.Context, reqs []VolumeRequest, owner st
 		errs []FieldError
 		revs = map[string]int64{}
 	)
+	// The same answer for a volume that does not exist and one the
+	// caller may not mount: its definition is not the caller's to see.
+	refuse := func(r volumeAsk) FieldError {
+		if strings.HasPrefix(r.field, "profile.") { // the profile's alone
+			return FieldError{Field: r.field + ".name", Message: fmt.Sprintf("profile %q mounts volume %q, which is not one you may mount (GET /api/v1/volumes lists those); choose another profile, or ask an admin to let you mount it or to take it out of the profile", r.profile, r.Name)}
+		}
+		return FieldError{Field: r.field + ".name", Message: fmt.Sprintf("no volume %q; GET /api/v1/volumes (voyager volume list) lists those you may mount", r.Name)}
+	}
 	for i, r := range reqs {
-		f := fmt.Sprintf("volumes[%d]", i)
+		f := r.field
 		kvs := resp.Responses[i].GetResponseRange().Kvs
 		if len(kvs) == 0 {
-			errs = append(errs, FieldError{Field: f + ".name", Message: fmt.Sprintf("no volume %q; GET /api/v1/volumes (voyager volume list) lists those you may mount", r.Name)})
+			errs = append(errs, refuse(r))
 			continue
 		}
 		v, err := state.Decode[state.Volume](kvs[0].Value)
@@ -55,9 +63,7 @@ func (a *API) resolveVolumes(ctx context.Context, reqs []VolumeRequest, owner st
 			return nil, nil, nil, fmt.Errorf("read volume %s: %w", r.Name, err)
 		}
 		if !v.Allows(owner, groups) {
-			// The same answer as for a volume that does not exist: its
-			// definition is not the caller's to see.
-			errs = append(errs, FieldError{Field: f + ".name", Message: fmt.Sprintf("no volume %q; GET /api/v1/volumes (voyager volume list) lists those you may mount", r.Name)})
+			errs = append(errs, refuse(r))
 			continue
 		}
 		host, err := v.HostPathFor(owner)
@@ -173,22 +179,21 @@ func (a *API) deleteNamed(c *gin.Context, what string, key func(string) string) 
 	return true
 }
 
-// mountVolumes resolves the volumes reqs name for p into s.Volumes and
-// returns the compares that keep the create to the definitions it read:
-// what every create (a session, an array's template) writes with the
-// spec. It answers the problem and returns false when a volume is refused
-// or cannot be read; what names the create in an internal error.
-func (a *API) mountVolumes(c *gin.Context, reqs []VolumeRequest, p Principal, s *state.Session, what string) ([]clientv3.Cmp, bool) {
-	vols, verrs, revs, err := a.resolveVolumes(c.Request.Context(), reqs, p.Subject, p.Groups)
+// mountVolumes resolves the volumes vols for p into s.Volumes and
+// returns the compares that keep the create to the definitions it read.
+// It answers the problem and returns false when a volume is refused or
+// cannot be read.
+func (a *API) mountVolumes(c *gin.Context, vols []volumeAsk, p Principal, s *state.Session) ([]clientv3.Cmp, bool) {
+	mounts, verrs, revs, err := a.resolveVolumes(c.Request.Context(), vols, p.Subject, p.Groups)
 	if err != nil {
-		a.internal(c, what, err)
+		a.internal(c, "resolve volumes", err)
 		return nil, false
 	}
 	if len(verrs) > 0 {
 		a.invalid(c, "Invalid request", verrs)
 		return nil, false
 	}
-	s.Volumes = vols
+	s.Volumes = mounts
 	var guards []clientv3.Cmp
 	for key, rev := range revs {
 		guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", rev))

@@ -133,7 +133,14 @@ type sessionsView struct {
 	Finished int
 	Profiles []state.Profile
 	Free     []modelCount
+	// Arrays are the viewer's job arrays, newest first, at most
+	// maxArraysShown; MoreArrays counts those left out.
+	Arrays     []api.ArrayView
+	MoreArrays int
 }
+
+// maxArraysShown bounds the arrays the sessions page lists.
+const maxArraysShown = 20
 
 func (c *Console) sessionsView(k *caller) (sessionsView, error) {
 	var v sessionsView
@@ -163,6 +170,19 @@ func (c *Console) sessionsView(k *caller) (sessionsView, error) {
 		return v, err
 	}
 	v.Free = freeByModel(nl.Items)
+	var al api.ArrayList
+	if err := k.call("GET", "/api/v1/arrays", nil, &al); err != nil {
+		return v, err
+	}
+	for _, a := range al.Items {
+		if a.Owner == v.Me.Subject { // an admin's list holds everyone's
+			v.Arrays = append(v.Arrays, a)
+		}
+	}
+	sort.SliceStable(v.Arrays, func(i, j int) bool { return v.Arrays[i].Created.After(v.Arrays[j].Created) })
+	if len(v.Arrays) > maxArraysShown {
+		v.MoreArrays, v.Arrays = len(v.Arrays)-maxArraysShown, v.Arrays[:maxArraysShown]
+	}
 	return v, nil
 }
 

@@ -21,6 +21,7 @@ const (
 	RuleGap                 = "history-gap"
 	RulePartUnbound         = "part-without-binding"
 	RuleArrayOverCap        = "array-over-cap"
+	RuleArrayRetiredEarly   = "array-retired-early"
 )
 
 // Violation is one broken rule: at Revision, Key is in a state Rule forbids.
@@ -56,6 +57,7 @@ type Checker struct {
 	statuses map[string]state.Status
 	gpus     map[string]map[string]bool // device UUID → holders ("node/session")
 	arrays   map[string]int             // array id → its cap (maxRunning)
+	finished map[string]bool            // array id → its record says finished
 	members  map[string]map[string]bool // array id → its elements' session ids
 	rev      int64
 	binds    int64
@@ -66,7 +68,7 @@ func New(k state.Keys) *Checker {
 	return &Checker{k: k, nodes: map[string]state.Node{}, ledgers: map[string]state.Ledger{},
 		bindings: map[string]map[string]int64{}, pending: map[string]bool{},
 		statuses: map[string]state.Status{}, gpus: map[string]map[string]bool{},
-		arrays: map[string]int{}, members: map[string]map[string]bool{}}
+		arrays: map[string]int{}, finished: map[string]bool{}, members: map[string]map[string]bool{}}
 }
 
 // Revision is the last revision applied.
@@ -99,6 +101,9 @@ type touched struct {
 	// create revision): a release writes its part as it deletes them.
 	unbound map[[2]string]int64
 	parts   []partWrite
+	// retired are the arrays whose record this revision deleted, and
+	// whether the record had said finished.
+	retired map[string]bool
 }
 
 // partWrite is a part put by a revision, checked once the whole revision
@@ -114,7 +119,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		out = append(out, Violation{Revision: rev, Key: key, Rule: rule, Detail: fmt.Sprintf(format, args...)})
 	}
 	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}, unbound: map[[2]string]int64{},
-		arrays: map[string]bool{}}
+		arrays: map[string]bool{}, retired: map[string]bool{}}
 	k := c.k
 	for _, ch := range changes {
 		key := ch.Key
@@ -150,7 +155,11 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				continue
 			}
 			if ch.Value == nil {
+				if transitions {
+					t.retired[id] = c.finished[id]
+				}
 				delete(c.arrays, id)
+				delete(c.finished, id)
 				continue
 			}
 			a, err := state.Decode[state.Array](ch.Value)
@@ -159,11 +168,17 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				continue
 			}
 			c.arrays[id] = a.MaxRunning
+			c.finished[id] = a.Finished != nil
 			t.arrays[id] = true
 		case strings.HasPrefix(key, k.Sessions()):
 			// Only array membership is modelled: an element's spec says
-			// which array it counts against.
+			// which array it counts against, until it is deleted.
 			if ch.Value == nil {
+				if id, ok := k.SessionID(key); ok {
+					if arr, _, ok := state.ElementOf(id); ok {
+						delete(c.members[arr], id)
+					}
+				}
 				continue
 			}
 			s, err := state.Decode[state.Session](ch.Value)
@@ -271,8 +286,8 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			}
 			c.statuses[id] = st
 			t.sessions[id] = true
-			if i := strings.LastIndexByte(id, '-'); i > 0 && c.members[id[:i]][id] {
-				t.arrays[id[:i]] = true
+			if arr, _, ok := state.ElementOf(id); ok && c.members[arr][id] {
+				t.arrays[arr] = true
 			}
 			if !transitions {
 				continue
@@ -343,6 +358,16 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		if n, limit := c.unfinished(id); limit > 0 && n > limit {
 			bad(k.Array(id), RuleArrayOverCap, "%d elements unfinished, the cap is %d", n, limit)
 		}
+	}
+	for id, finished := range t.retired {
+		left := len(c.members[id])
+		switch {
+		case !finished:
+			bad(k.Array(id), RuleArrayRetiredEarly, "array deleted before its record said finished")
+		case left > 0:
+			bad(k.Array(id), RuleArrayRetiredEarly, "array deleted while %d of its elements are still in etcd", left)
+		}
+		delete(c.members, id)
 	}
 	c.rev = rev
 	return out

@@ -157,6 +157,23 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			write(t, cli, el(2)...)
 			return write(t, cli, el(3)...)
 		}, history.RuleArrayOverCap, func(k state.Keys) string { return k.Array("a") }},
+		{"an unfinished job array deleted", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Array("a"), state.Array{ID: "a", Indices: "0-9", MaxRunning: 2}})
+			return write(t, cli, put{k.Array("a"), nil})
+		}, history.RuleArrayRetiredEarly, func(k state.Keys) string { return k.Array("a") }},
+		{"a finished job array deleted before its elements", func(t *testing.T, k state.Keys) int64 {
+			done := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+			el := func(i int) []put {
+				id := state.ElementID("a", i)
+				return []put{{k.Session(id), state.Session{ID: id, Array: &state.ArrayMember{ID: "a", Index: i}}}, {k.Status(id), status(id, state.PhasePending)}}
+			}
+			write(t, cli, append([]put{{k.Array("a"), state.Array{ID: "a", Indices: "0-1", MaxRunning: 2, Next: 2}}}, append(el(0), el(1)...)...)...)
+			write(t, cli, put{k.Status("a-0"), status("a-0", state.PhaseStopped)}, put{k.Status("a-1"), status("a-1", state.PhaseStopped)})
+			write(t, cli, put{k.Array("a"), state.Array{ID: "a", Indices: "0-1", MaxRunning: 2, Next: 2, Finished: &done}})
+			// Element 0 retired first is legal; the array before element 1 is not.
+			write(t, cli, put{k.Session("a-0"), nil}, put{k.Status("a-0"), nil})
+			return write(t, cli, put{k.Array("a"), nil})
+		}, history.RuleArrayRetiredEarly, func(k state.Keys) string { return k.Array("a") }},
 		{"a part for a binding the node does not hold", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})

@@ -69,8 +69,10 @@ type Controller struct {
 	cli *clientv3.Client
 	log *slog.Logger
 
-	sessions *watcher.Cache[state.Session]
-	statuses *watcher.Cache[state.Status]
+	// sessions and statuses keep what the rules read of each spec and
+	// status, not the whole (views.go).
+	sessions *watcher.Cache[specView]
+	statuses *watcher.Cache[statusView]
 	warnings *watcher.Cache[state.Warning]
 	pending  *watcher.Cache[state.QueueEntry]
 	nodes    *watcher.Cache[state.Node]
@@ -124,8 +126,8 @@ func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
 		cfg:      cfg,
 		cli:      cli,
 		log:      log,
-		sessions: watcher.New(cli, k.Sessions(), watcher.JSON[state.Session], wopt("sessions")),
-		statuses: watcher.New(cli, k.StatusDir(), watcher.JSON[state.Status], wopt("status")),
+		sessions: watcher.New(cli, k.Sessions(), decodeSpec, wopt("sessions")),
+		statuses: watcher.New(cli, k.StatusDir(), decodeStatus, wopt("status")),
 		warnings: sc.Warnings,
 		pending:  sc.Pending,
 		nodes:    sc.Nodes,
@@ -144,7 +146,7 @@ func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
 	// Requests, specs and cordons start a pass at once; statuses and
 	// ledgers (activity samples, every bind and release) wait for the
 	// tick, so a busy cluster does not run a pass per write.
-	c.sessions.AddHandler(func(watcher.Event[state.Session]) { kick() })
+	c.sessions.AddHandler(func(watcher.Event[specView]) { kick() })
 	c.pending.AddHandler(func(watcher.Event[state.QueueEntry]) { kick() })
 	c.cordons.AddHandler(func(watcher.Event[state.Cordon]) { kick() })
 	return c
@@ -283,8 +285,8 @@ func (c *Controller) lead(ctx context.Context) error {
 // view is what one pass reads, from the caches at one moment.
 type view struct {
 	now      time.Time
-	sessions *watcher.Snapshot[state.Session]
-	statuses *watcher.Snapshot[state.Status]
+	sessions *watcher.Snapshot[specView]
+	statuses *watcher.Snapshot[statusView]
 	warnings *watcher.Snapshot[state.Warning]
 	pending  *watcher.Snapshot[state.QueueEntry]
 	cordons  *watcher.Snapshot[state.Cordon]
@@ -313,7 +315,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 	}
 	var errs []error
-	v.statuses.Range(func(it watcher.Item[state.Status]) bool {
+	v.statuses.Range(func(it watcher.Item[statusView]) bool {
 		id, ok := k.SessionID(it.Key)
 		if !ok {
 			return true
@@ -341,33 +343,39 @@ func (c *Controller) Pass(ctx context.Context) error {
 }
 
 // session applies the rules to one session.
-func (c *Controller) session(ctx context.Context, v *view, id string, sit watcher.Item[state.Status]) error {
+func (c *Controller) session(ctx context.Context, v *view, id string, sit watcher.Item[statusView]) error {
 	k := c.cfg.Keys
 	st := sit.Value
+	if !st.terminal && !st.waiting && !st.running {
+		// Queued, binding, starting or stopping: no rule applies (the
+		// switch below would return nil), so a pass over 100,000 queued
+		// sessions spends nothing on them.
+		return nil
+	}
 	spec, ok := v.sessions.Item(k.Session(id))
 	if !ok {
 		return nil
 	}
 	w, hasW := v.warnings.Item(k.Warning(id))
 	switch {
-	case st.Phase.Terminal():
+	case st.terminal:
 		if hasW {
 			return c.withdraw(ctx, id, w.ModRevision, "session ended")
 		}
 		return nil
-	case st.Waiting():
+	case st.waiting:
 		if hasW {
 			if err := c.withdraw(ctx, id, w.ModRevision, "session stopped"); err != nil {
 				return err
 			}
 		}
-		return c.requeue(ctx, v, spec, sit)
-	case st.Phase != state.PhaseRunning || spec.Value.Stopping():
+		return c.requeue(ctx, v, id, spec, sit)
+	case !st.running || spec.Value.stopping():
 		// Not running yet, or already stopping: a warning stays until the
 		// session ends, so that its stream shows why it stopped.
 		return nil
 	}
-	want := c.rules(v, spec.Value, st, w, hasW)
+	want := c.rules(v, id, spec.Value, st, w, hasW)
 	switch {
 	case want == nil && hasW:
 		return c.withdraw(ctx, id, w.ModRevision, "cause gone")
@@ -380,14 +388,14 @@ func (c *Controller) session(ctx context.Context, v *view, id string, sit watche
 		want.Issued = v.now
 		return c.warn(ctx, *want, w.ModRevision)
 	case !v.now.Before(w.Value.StopAt):
-		return c.evict(ctx, spec, w)
+		return c.evict(ctx, id, spec.ModRevision, w)
 	}
 	return nil
 }
 
 // rules returns the warning a running session should carry now, or nil:
 // the one of its causes that stops it first.
-func (c *Controller) rules(v *view, s state.Session, st state.Status, w watcher.Item[state.Warning], hasW bool) *state.Warning {
+func (c *Controller) rules(v *view, id string, s specView, st statusView, w watcher.Item[state.Warning], hasW bool) *state.Warning {
 	k := c.cfg.Keys
 	if hasW && w.Value.Reason == state.ReasonPreempted {
 		// Stands while its preemptor still waits for the room.
@@ -398,31 +406,31 @@ func (c *Controller) rules(v *view, s state.Session, st state.Status, w watcher.
 		return nil
 	}
 	var cands []state.Warning
-	if limit := c.maxRuntime(s); limit > 0 && st.Started != nil {
-		stopAt := st.Started.Add(limit).UTC()
+	if limit := c.maxRuntime(s); limit > 0 && !st.started.IsZero() {
+		stopAt := st.started.Add(limit).UTC()
 		if !v.now.Before(stopAt.Add(-c.cfg.StopWarning)) {
-			cands = append(cands, state.Warning{Session: s.ID, Reason: state.ReasonMaxRuntime, StopAt: stopAt,
+			cands = append(cands, state.Warning{Session: id, Reason: state.ReasonMaxRuntime, StopAt: stopAt,
 				Message: fmt.Sprintf("reaches its max runtime of %s at %s and will be stopped then; its owner may extend it (voyager session extend %s <duration>)",
-					limit, stopAt.Format(time.RFC3339), s.ID)})
+					limit, stopAt.Format(time.RFC3339), id)})
 		}
 	}
-	if s.Kind == state.KindNotebook {
-		if timeout := c.idleTimeout(s); timeout > 0 && st.Activity != nil {
-			last := st.Activity.LastActive
-			if st.Started != nil && st.Started.After(last) {
-				last = *st.Started
+	if s.notebook {
+		if timeout := c.idleTimeout(s); timeout > 0 && st.sampled {
+			last := st.lastActive
+			if !st.started.IsZero() && st.started.After(last) {
+				last = st.started
 			}
 			if idle := v.now.Sub(last); idle >= timeout {
 				stopAt := v.now.Add(c.cfg.StopWarning)
 				if hasW && w.Value.Reason == state.ReasonIdle {
 					stopAt = w.Value.StopAt // the time already promised
 				}
-				cands = append(cands, state.Warning{Session: s.ID, Reason: state.ReasonIdle, StopAt: stopAt,
+				cands = append(cands, state.Warning{Session: id, Reason: state.ReasonIdle, StopAt: stopAt,
 					Message: fmt.Sprintf("idle since %s (no Jupyter activity, no busy kernel, no busy GPU; idle timeout %s); it will be stopped at %s unless it is used before then",
 						last.Format(time.RFC3339), timeout, stopAt.Format(time.RFC3339))})
 			}
 		}
-		nodes := append([]string(nil), v.holds[s.ID]...)
+		nodes := append([]string(nil), v.holds[id]...)
 		sort.Strings(nodes)
 		for _, node := range nodes {
 			cd, ok := v.cordons.Get(k.Cordon(node))
@@ -437,7 +445,7 @@ func (c *Controller) rules(v *view, s state.Session, st state.Status, w watcher.
 			if cd.Reason != "" {
 				why = " (" + cd.Reason + ")"
 			}
-			cands = append(cands, state.Warning{Session: s.ID, Reason: state.ReasonDrained, StopAt: stopAt, Node: node,
+			cands = append(cands, state.Warning{Session: id, Reason: state.ReasonDrained, StopAt: stopAt, Node: node,
 				Message: fmt.Sprintf("node %s is being drained%s; notebook sessions there will be stopped at %s (batch sessions run to completion)",
 					node, why, stopAt.Format(time.RFC3339))})
 		}
@@ -455,8 +463,8 @@ func (c *Controller) rules(v *view, s state.Session, st state.Status, w watcher.
 }
 
 // maxRuntime is s's limit: its own, else the cluster default.
-func (c *Controller) maxRuntime(s state.Session) time.Duration {
-	if d := s.Limits.MaxRuntime.Std(); d > 0 {
+func (c *Controller) maxRuntime(s specView) time.Duration {
+	if d := s.maxRuntime; d > 0 {
 		return d
 	}
 	return c.cfg.MaxRuntime
@@ -464,8 +472,8 @@ func (c *Controller) maxRuntime(s state.Session) time.Duration {
 
 // idleTimeout is s's idle timeout: its own (or its profile's, copied at
 // create), else the cluster default.
-func (c *Controller) idleTimeout(s state.Session) time.Duration {
-	if d := s.Limits.IdleTimeout.Std(); d > 0 {
+func (c *Controller) idleTimeout(s specView) time.Duration {
+	if d := s.idleTimeout; d > 0 {
 		return d
 	}
 	return c.cfg.IdleTimeout
@@ -510,17 +518,26 @@ func (c *Controller) withdraw(ctx context.Context, id string, rev int64, why str
 }
 
 // evict writes the spec's eviction for the warning whose deadline passed,
-// if neither the spec nor the warning changed since read. The warning
-// stays until the session has stopped.
-func (c *Controller) evict(ctx context.Context, spec watcher.Item[state.Session], w watcher.Item[state.Warning]) error {
+// if neither the spec (read at specRev) nor the warning changed since
+// read. The warning stays until the session has stopped.
+func (c *Controller) evict(ctx context.Context, id string, specRev int64, w watcher.Item[state.Warning]) error {
 	k := c.cfg.Keys
-	s := spec.Value
+	whole, ok, err := c.readWhole(ctx, id, specRev, 0)
+	if err != nil {
+		return fmt.Errorf("evict session %s: %w", id, err)
+	}
+	if !ok {
+		c.conflicts.Add(1)
+		return nil
+	}
+	s := whole.spec
+	view := viewSpec(s)
 	ev := &state.Eviction{Reason: w.Value.Reason, At: c.cfg.Now().UTC(), By: w.Value.By, Requeue: w.Value.Reason == state.ReasonPreempted}
 	switch w.Value.Reason {
 	case state.ReasonIdle:
-		ev.Message = fmt.Sprintf("stopped after being idle past its idle timeout of %s", c.idleTimeout(s))
+		ev.Message = fmt.Sprintf("stopped after being idle past its idle timeout of %s", c.idleTimeout(view))
 	case state.ReasonMaxRuntime:
-		ev.Message = fmt.Sprintf("stopped at its max runtime of %s", c.maxRuntime(s))
+		ev.Message = fmt.Sprintf("stopped at its max runtime of %s", c.maxRuntime(view))
 	case state.ReasonDrained:
 		ev.Message = fmt.Sprintf("stopped because node %s is drained", w.Value.Node)
 	case state.ReasonPreempted:
@@ -532,7 +549,7 @@ func (c *Controller) evict(ctx context.Context, spec watcher.Item[state.Session]
 		return fmt.Errorf("evict session %s: %w", s.ID, err)
 	}
 	r, err := c.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(k.Session(s.ID)), "=", spec.ModRevision),
+		clientv3.Compare(clientv3.ModRevision(k.Session(s.ID)), "=", specRev),
 		clientv3.Compare(clientv3.ModRevision(k.Warning(s.ID)), "=", w.ModRevision),
 	).Then(clientv3.OpPut(k.Session(s.ID), val)).Commit()
 	if err != nil {
@@ -552,26 +569,33 @@ func (c *Controller) evict(ctx context.Context, spec watcher.Item[state.Session]
 
 // requeue puts a session waiting to restart back in the queue once its
 // time came and every part of it has been released.
-func (c *Controller) requeue(ctx context.Context, v *view, spec watcher.Item[state.Session], sit watcher.Item[state.Status]) error {
-	st := sit.Value
-	s := spec.Value
-	if s.Desired == state.DesiredStopped {
+func (c *Controller) requeue(ctx context.Context, v *view, id string, spec watcher.Item[specView], sit watcher.Item[statusView]) error {
+	if spec.Value.stopped {
 		// Stopped while its agent released it (during an eviction's
 		// grace, or between a failure and its release): end it, as the
 		// stop would have (EventCancel), never leave it waiting.
-		out, err := state.StopSession(ctx, c.cli, c.cfg.Keys, s.ID, "its owner (while it was being released)", v.now)
+		out, err := state.StopSession(ctx, c.cli, c.cfg.Keys, id, "its owner (while it was being released)", v.now)
 		if err != nil {
-			return fmt.Errorf("end stopped session %s: %w", s.ID, err)
+			return fmt.Errorf("end stopped session %s: %w", id, err)
 		}
-		c.log.Info("waiting session ended: its owner had stopped it", "session", s.ID, "outcome", out)
+		c.log.Info("waiting session ended: its owner had stopped it", "session", id, "outcome", out)
 		return nil
 	}
-	if v.now.Before(*st.RetryAt) || len(v.holds[s.ID]) > 0 {
+	if v.now.Before(sit.Value.retryAt) || len(v.holds[id]) > 0 {
 		return nil
 	}
-	if _, queued := v.pending.Get(c.cfg.Keys.Pending(s.ID)); queued {
+	if _, queued := v.pending.Get(c.cfg.Keys.Pending(id)); queued {
 		return nil
 	}
+	whole, ok, err := c.readWhole(ctx, id, spec.ModRevision, sit.ModRevision)
+	if err != nil {
+		return fmt.Errorf("requeue session %s: %w", id, err)
+	}
+	if !ok {
+		c.conflicts.Add(1)
+		return nil
+	}
+	s, st := whole.spec, whole.status
 	attempt, msg := st.Attempt, "re-queued"
 	switch st.Reason {
 	case state.ReasonBackOff:
@@ -583,7 +607,7 @@ func (c *Controller) requeue(ctx context.Context, v *view, spec watcher.Item[sta
 			msg += " by " + s.Eviction.By
 		}
 	}
-	ok, err := state.Requeue(ctx, c.cli, c.cfg.Keys, s, spec.ModRevision, st, sit.ModRevision, attempt, msg, v.now)
+	ok, err = state.Requeue(ctx, c.cli, c.cfg.Keys, s, spec.ModRevision, st, sit.ModRevision, attempt, msg, v.now)
 	if err != nil {
 		return err
 	}
@@ -612,7 +636,7 @@ func (c *Controller) preempt(ctx context.Context, v *view) error {
 		n := &snap.Nodes[i]
 		var drop []string
 		for id := range n.Ledger.Allocations {
-			if s, ok := v.sessions.Get(k.Session(id)); ok && s.Stopping() {
+			if s, ok := v.sessions.Get(k.Session(id)); ok && s.stopping() {
 				drop = append(drop, id)
 			}
 		}

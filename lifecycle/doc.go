@@ -12,7 +12,8 @@
 // for the preemptor. Failed OnFailure sessions and preempted ones are put
 // back in the queue at their retry time.
 //
-// Retention: finished sessions leave etcd after a configurable time, their
+// Retention: finished sessions (and finished job arrays, with their
+// elements) leave etcd after a configurable time, their
 // final records appended to a history file first, so the keyspace stays
 // bounded and nothing is lost.
 //

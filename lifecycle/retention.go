@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -44,14 +47,18 @@ type RetentionConfig struct {
 const maxChunk = 10000
 
 // HistoryRecord is one line of the history file: a session's final spec
-// and status, and when it left etcd.
+// and status, or a job array's final record, and when it left etcd.
 type HistoryRecord struct {
-	Session state.Session `json:"session"`
-	Status  state.Status  `json:"status"`
-	Retired time.Time     `json:"retired"`
+	Session state.Session `json:"session,omitzero"`
+	Status  state.Status  `json:"status,omitzero"`
+	// Array, on a line of its own, is a retired job array's record: every
+	// element's result, the template, the stop.
+	Array   *state.Array `json:"array,omitempty"`
+	Retired time.Time    `json:"retired"`
 }
 
-// Retention moves finished sessions from etcd to the history file.
+// Retention moves finished sessions and finished job arrays from etcd to
+// the history file.
 type Retention struct {
 	cfg RetentionConfig
 	cli *clientv3.Client
@@ -59,6 +66,7 @@ type Retention struct {
 
 	mu      sync.Mutex // serialises sweeps and history writes
 	retired int64
+	arrays  int64
 }
 
 // NewRetention returns a retention sweeper over cli.
@@ -92,6 +100,13 @@ func (r *Retention) Retired() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.retired
+}
+
+// RetiredArrays returns how many job arrays this sweeper moved to history.
+func (r *Retention) RetiredArrays() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.arrays
 }
 
 // Run sweeps every Every while this process holds the retention election,
@@ -131,52 +146,50 @@ func (r *Retention) lead(ctx context.Context) error {
 // crash between the two leaves the session in etcd and its record in the
 // file: the next sweep appends it again, so the history may hold a record
 // twice (identical; readers keep the last per session) but never loses one.
+//
+// A job array finished more than After ago leaves with its elements: the
+// elements still in etcd are retired in the same batches as the sessions
+// (whatever their own end, which is no later than the array's), then the
+// array's record is appended and deleted by state.RetireArray, which
+// compares the record's revision and that no element is left. An array
+// whose elements could not all be deleted waits for the next sweep.
 func (r *Retention) Sweep(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := r.cfg.Keys
 	cutoff := r.cfg.Now().Add(-r.cfg.After)
+	arrays, err := r.dueArrays(ctx, cutoff)
+	if err != nil {
+		return 0, err
+	}
 	type due struct {
 		id  string
 		st  state.Status
 		rev int64
 	}
 	var todo []due
-	// Page through statuses at one revision; only terminal, old ones count.
-	key, end := k.StatusDir(), clientv3.GetPrefixRangeEnd(k.StatusDir())
-	var rev int64
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
+	// Statuses at one revision; only terminal, old ones count (and those
+	// of a due array's elements).
+	err = r.listPaged(ctx, k.StatusDir(), 1000, func(kv *mvccpb.KeyValue) {
+		st, err := state.Decode[state.Status](kv.Value)
+		if err != nil || !st.Phase.Terminal() {
+			return
 		}
-		resp, err := r.cli.Get(ctx, key, opts...)
-		if err != nil {
-			return 0, fmt.Errorf("list statuses: %w", err)
+		finished := st.Updated
+		if st.Finished != nil {
+			finished = *st.Finished
 		}
-		if rev == 0 {
-			rev = resp.Header.Revision
+		id, ok := k.SessionID(string(kv.Key))
+		if !ok {
+			return
 		}
-		for _, kv := range resp.Kvs {
-			st, err := state.Decode[state.Status](kv.Value)
-			if err != nil || !st.Phase.Terminal() {
-				continue
-			}
-			finished := st.Updated
-			if st.Finished != nil {
-				finished = *st.Finished
-			}
-			if finished.Before(cutoff) {
-				id, ok := k.SessionID(string(kv.Key))
-				if ok {
-					todo = append(todo, due{id: id, st: st, rev: kv.ModRevision})
-				}
-			}
+		arr, _, element := state.ElementOf(id)
+		if _, arrayDue := arrays[arr]; finished.Before(cutoff) || (element && arrayDue) {
+			todo = append(todo, due{id: id, st: st, rev: kv.ModRevision})
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list statuses: %w", err)
 	}
 	sort.Slice(todo, func(i, j int) bool { return todo[i].id < todo[j].id })
 	moved := 0
@@ -237,7 +250,98 @@ func (r *Retention) Sweep(ctx context.Context) (int, error) {
 	if moved > 0 {
 		r.log.Info("retired finished sessions", "sessions", moved, "older_than", r.cfg.After)
 	}
+	if err := r.retireArrays(ctx, arrays); err != nil {
+		return moved, err
+	}
 	return moved, nil
+}
+
+// dueArray is a job array to retire: its record and the revision it was
+// read at.
+type dueArray struct {
+	a   state.Array
+	rev int64
+}
+
+// dueArrays lists the job arrays that finished before cutoff, by id.
+func (r *Retention) dueArrays(ctx context.Context, cutoff time.Time) (map[string]dueArray, error) {
+	out := map[string]dueArray{}
+	// Records hold every element's result: page them in hundreds.
+	err := r.listPaged(ctx, r.cfg.Keys.Arrays(), 100, func(kv *mvccpb.KeyValue) {
+		a, err := state.Decode[state.Array](kv.Value)
+		if err == nil && a.Finished != nil && a.Finished.Before(cutoff) {
+			out[a.ID] = dueArray{a: a, rev: kv.ModRevision}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list arrays: %w", err)
+	}
+	return out, nil
+}
+
+// listPaged calls each with every key under prefix, read limit keys at a
+// time, all at the revision of the first read.
+func (r *Retention) listPaged(ctx context.Context, prefix string, limit int64, each func(*mvccpb.KeyValue)) error {
+	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := r.cli.Get(ctx, key, opts...)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			each(kv)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// retireArrays appends the records of arrays to the history file, then
+// deletes each whose elements are all gone (state.RetireArray).
+func (r *Retention) retireArrays(ctx context.Context, arrays map[string]dueArray) error {
+	if len(arrays) == 0 {
+		return nil
+	}
+	ids := slices.Sorted(maps.Keys(arrays))
+	now := r.cfg.Now().UTC()
+	records := make([]HistoryRecord, len(ids))
+	for i, id := range ids {
+		a := arrays[id].a
+		records[i] = HistoryRecord{Array: &a, Retired: now}
+	}
+	if err := r.appendHistory(records); err != nil {
+		return err
+	}
+	retired := 0
+	for _, id := range ids {
+		err := state.RetireArray(ctx, r.cli, r.cfg.Keys, id, arrays[id].rev)
+		switch {
+		case errors.Is(err, state.ErrConflict):
+			// An element was not deleted (its batch changed under us):
+			// the array's record is in the file; the next sweep retires
+			// the rest and it.
+			r.log.Info("finished array still has elements; retrying next sweep", "array", id)
+		case err != nil:
+			return err
+		default:
+			retired++
+		}
+	}
+	r.arrays += int64(retired)
+	if retired > 0 {
+		r.log.Info("retired finished arrays", "arrays", retired, "older_than", r.cfg.After)
+	}
+	return nil
 }
 
 // appendHistory appends records as JSON lines and fsyncs the file.

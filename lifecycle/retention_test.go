@@ -9,13 +9,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/sweep"
 )
 
 var keys = state.MustKeys(state.DefaultPrefix)
@@ -218,5 +221,157 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRetentionRetiresFinishedArrays: job arrays made and ended by the
+// array controller (package sweep). One finished more than After ago
+// leaves etcd with every element, its record and theirs in the history;
+// one finished recently and one still running stay; one with an element
+// record left stays (state.RetireArray compares that none is) until the
+// element is gone. The history checker passes every revision.
+func TestRetentionRetiresFinishedArrays(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	clock := t0
+	now := func() time.Time { return clock }
+	start, err := cli.Get(ctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl := sweep.New(cli, sweep.Config{Keys: keys, Now: now, Logger: quiet()})
+	// mk makes an array of n elements, cap 2, and its first elements.
+	mk := func(id string, n int) {
+		t.Helper()
+		a := state.Array{ID: id, Owner: "ada", Indices: fmt.Sprintf("0-%d", n-1), MaxRunning: 2, Created: clock,
+			Template: state.Session{Kind: state.KindBatch, Command: []string{"train", "{index}"}, Owner: "ada"}}
+		if err := state.CreateArray(ctx, cli, keys, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctrl.Reconcile(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// end stops array id; the controller cancels its queued elements and
+	// marks it finished.
+	end := func(id string) {
+		t.Helper()
+		a, rev, err := state.Get[state.Array](ctx, cli, keys.Array(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := state.StopArray(ctx, cli, keys, a, rev, "ada", clock); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // stop the elements, then fold their ends
+			if err := ctrl.Reconcile(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a, _, err := state.Get[state.Array](ctx, cli, keys.Array(id)); err != nil || a.Finished == nil || a.Next != 2 {
+			t.Fatalf("array %s after its stop: %+v (%v), want finished with 2 elements made", id, a, err)
+		}
+	}
+	mk("arrold", 5)
+	end("arrold")
+	mk("arrrun", 3) // never ends
+	mk("arrleft", 3)
+	end("arrleft")
+	// A spec of arrleft's left behind (a create cut short, say): the
+	// array must not leave before it.
+	stray := state.Session{ID: state.ElementID("arrleft", 9), Owner: "ada", Kind: state.KindBatch, Command: []string{"x"},
+		Array: &state.ArrayMember{ID: "arrleft", Index: 9}}
+	if _, err := state.Put(ctx, cli, keys.Session(stray.ID), stray); err != nil {
+		t.Fatal(err)
+	}
+	clock = t0.Add(6 * 24 * time.Hour)
+	mk("arrnew", 2)
+	end("arrnew")
+
+	clock = t0.Add(7*24*time.Hour + time.Hour) // arrold and arrleft are past the 7 days
+	path := filepath.Join(t.TempDir(), "sessions.jsonl")
+	r, err := NewRetention(cli, RetentionConfig{HistoryPath: path, Now: now, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := r.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// arrold's and arrleft's two elements each.
+	if moved != 4 || r.RetiredArrays() != 1 {
+		t.Fatalf("Sweep retired %d sessions and %d arrays, want 4 and 1 (arrleft waits for its stray spec)", moved, r.RetiredArrays())
+	}
+	exists := func(key string) bool {
+		resp, err := cli.Get(ctx, key, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count > 0
+	}
+	for key, want := range map[string]bool{
+		keys.Array("arrold"): false, keys.Session("arrold-"): false, keys.Status("arrold-"): false,
+		keys.Array("arrrun"): true, keys.Status("arrrun-"): true,
+		keys.Array("arrnew"): true, keys.Status("arrnew-"): true,
+		keys.Array("arrleft"): true, keys.Status("arrleft-"): false,
+	} {
+		if got := exists(key); got != want {
+			t.Errorf("%s exists: %v, want %v", key, got, want)
+		}
+	}
+	// The history: arrold's record with its elements' results, and each
+	// retired element's spec and status.
+	f, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrays, sessions := map[string]state.Array{}, map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
+		var rec HistoryRecord
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("history line %q: %v", line, err)
+		}
+		switch {
+		case rec.Array != nil && rec.Session.ID == "":
+			arrays[rec.Array.ID] = *rec.Array
+		case rec.Array == nil && rec.Session.ID != "" && rec.Status.Phase == state.PhaseStopped:
+			sessions[rec.Session.ID] = true
+		default:
+			t.Errorf("history line is neither an array's nor a session's: %s", line)
+		}
+	}
+	if a := arrays["arrold"]; len(a.Done) != 2 || a.Done["0"].Phase != state.PhaseStopped || a.Stop == nil {
+		t.Errorf("arrold in the history: %+v", a)
+	}
+	for _, id := range []string{"arrold-0", "arrold-1", "arrleft-0", "arrleft-1"} {
+		if !sessions[id] {
+			t.Errorf("history lacks element %s (has %v)", id, sessions)
+		}
+	}
+
+	// The stray spec gone, the next sweep retires arrleft.
+	if _, err := cli.Delete(ctx, keys.Session(stray.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Sweep(ctx); err != nil || r.RetiredArrays() != 2 || exists(keys.Array("arrleft")) {
+		t.Fatalf("second sweep: %v, %d arrays retired, arrleft exists %v; want arrleft retired", err, r.RetiredArrays(), exists(keys.Array("arrleft")))
+	}
+	// A week later still, arrnew goes too; arrrun never.
+	clock = clock.Add(7 * 24 * time.Hour)
+	if _, err := r.Sweep(ctx); err != nil || r.RetiredArrays() != 3 || !exists(keys.Array("arrrun")) {
+		t.Fatalf("third sweep: %v, %d arrays retired; want 3, arrrun kept", err, r.RetiredArrays())
+	}
+
+	last, err := cli.Get(ctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := history.Watch(ctx, cli, keys, history.Options{Start: start.Header.Revision + 1, End: last.Header.Revision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Violations {
+		t.Errorf("history: %s", v)
 	}
 }

@@ -70,8 +70,9 @@ func TestAgentRunsNotebookUntilStopped(t *testing.T) {
 	}
 	if spec.Env["WANDB_MODE"] != "offline" || spec.Labels[nodeagent.LabelOwner] != "ada" || spec.Labels[nodeagent.LabelSession] != "nb1" ||
 		!slices.Equal(spec.CDIDevices, []string{"nvidia.com/gpu=" + gpus[0]}) || spec.MemoryBytes != 512<<20 || spec.CPUMilli != 1000 ||
-		len(spec.Mounts) != 2 || spec.Mounts[0].Target != nodeagent.HomePath || !strings.HasSuffix(spec.Mounts[0].Source, "/home/ada") ||
-		spec.Mounts[1].Target != nodeagent.TopologyPath || !spec.Mounts[1].ReadOnly || spec.Env["VOYAGER_GPU_TOPOLOGY"] != nodeagent.TopologyPath {
+		len(spec.Mounts) != 3 || spec.Mounts[0].Target != nodeagent.HomePath || !strings.HasSuffix(spec.Mounts[0].Source, "/home/ada") ||
+		spec.Mounts[1].Target != nodeagent.TopologyPath || !spec.Mounts[1].ReadOnly || spec.Env["VOYAGER_GPU_TOPOLOGY"] != nodeagent.TopologyPath ||
+		spec.Mounts[2].Target != nodeagent.NCCLTopoPath || !spec.Mounts[2].ReadOnly || spec.Env["NCCL_TOPO_FILE"] != nodeagent.NCCLTopoPath {
 		t.Errorf("container spec %+v", spec)
 	}
 

@@ -91,7 +91,7 @@ func bind(t testing.TB, cli *clientv3.Client, s state.Session, b state.Binding) 
 	return bindAll(t, cli, []state.Session{s}, []state.Binding{b})[0]
 }
 
-// bindAll creates sessions ss and binds each to node with its binding of
+// bindAll creates sessions ss (unless they exist) and binds each to node with its binding of
 // bs in one transaction, as a placer binds a batch: every queue entry
 // consumed, the ledger allocations, bindings and Bound statuses written.
 func bindAll(t testing.TB, cli *clientv3.Client, ss []state.Session, bs []state.Binding) []state.Binding {
@@ -107,8 +107,13 @@ func bindAll(t testing.TB, cli *clientv3.Client, ss []state.Session, bs []state.
 		if s.Desired == "" {
 			s.Desired = state.DesiredRunning
 		}
-		if _, err := state.CreateSession(ctx, cli, keys, *s, now); err != nil {
+		// A session the API created (with its queue entry) is bound as it is.
+		if r, err := cli.Get(ctx, keys.Session(s.ID), clientv3.WithCountOnly()); err != nil {
 			t.Fatal(err)
+		} else if r.Count == 0 {
+			if _, err := state.CreateSession(ctx, cli, keys, *s, now); err != nil {
+				t.Fatal(err)
+			}
 		}
 		pr, err := cli.Get(ctx, keys.Pending(s.ID))
 		if err != nil || len(pr.Kvs) == 0 {

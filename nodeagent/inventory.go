@@ -63,6 +63,7 @@ func ReadNVML(lib nvml.Interface) ([]state.GPU, error) {
 				byBus[bus] = len(gpus)
 			}
 		}
+		g.PCIBusID = bus
 		devs = append(devs, dev{d, bus})
 		gpus = append(gpus, g)
 	}
@@ -105,6 +106,9 @@ func readGPU(lib nvml.Interface, i int, d nvml.Device) (state.GPU, error) {
 		return g, fmt.Errorf("read memory of GPU %d: %s", i, lib.ErrorString(ret))
 	}
 	g.MemoryMiB = int64(mem.Total >> 20)
+	if major, minor, ret := d.GetCudaComputeCapability(); ret == nvml.SUCCESS {
+		g.CUDACompute = major*10 + minor
+	}
 	if numa, ret := d.GetNumaNodeId(); ret == nvml.SUCCESS {
 		g.NUMANode = numa
 	}
@@ -181,13 +185,19 @@ func normBusID(s string) string {
 	return s
 }
 
+// simulatedCompute is the compute capability of the models a simulated
+// inventory may name; others get 0 (unknown).
+var simulatedCompute = map[string]int{"V100": 70, "T4": 75, "A100": 80, "A30": 80, "A10": 86, "A40": 86, "L4": 89, "L40": 89, "L40S": 89, "H100": 90, "H200": 90, "GH200": 90, "B200": 100}
+
 var simRE = regexp.MustCompile(`^(\d+)x([A-Za-z0-9]+)-(\d+)GB$`)
 
 // SimulatedGPUs makes up an inventory from a description such as
 // "8xA100-80GB" or "4xA100-80GB,2xH100-80GB": for dev and benchmarks on
 // machines without GPUs. UUIDs are stable per node name, GPUs split evenly
 // over two NUMA nodes and all NVLink to each other (as on an NVSwitch
-// machine). The node record must be marked Simulated.
+// machine), with made-up PCI addresses (0000:10:00.0 up) and the compute
+// capability of the model where it is known. The node record must be
+// marked Simulated.
 func SimulatedGPUs(node, desc string) ([]state.GPU, error) {
 	var gpus []state.GPU
 	for part := range strings.SplitSeq(desc, ",") {
@@ -208,11 +218,13 @@ func SimulatedGPUs(node, desc string) ([]state.GPU, error) {
 			i := len(gpus)
 			sum := sha256.Sum256([]byte(node + "/" + strconv.Itoa(i)))
 			gpus = append(gpus, state.GPU{
-				Index:     i,
-				UUID:      fmt.Sprintf("GPU-%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16]),
-				Model:     fmt.Sprintf("NVIDIA %s-%dGB (simulated)", m[2], gb),
-				MemoryMiB: int64(gb) * 1024,
-				Healthy:   true,
+				Index:       i,
+				UUID:        fmt.Sprintf("GPU-%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16]),
+				Model:       fmt.Sprintf("NVIDIA %s-%dGB (simulated)", m[2], gb),
+				MemoryMiB:   int64(gb) * 1024,
+				Healthy:     true,
+				PCIBusID:    fmt.Sprintf("0000:%02x:00.0", 0x10+i),
+				CUDACompute: simulatedCompute[strings.ToUpper(m[2])],
 			})
 		}
 	}

@@ -252,7 +252,7 @@ func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 const logPruneEvery = time.Hour
 
 // pruneLogs removes the log files in LogDir of containers not in live
-// that nothing wrote to for LogRetention, with their GPU topology files,
+// that nothing wrote to for LogRetention, with their GPU and NCCL topology files,
 // and returns how many it removed. The log-URL key and other files stay.
 func (a *Agent) pruneLogs(now time.Time, live map[string]bool) (int, error) {
 	entries, err := os.ReadDir(a.cfg.LogDir)
@@ -265,9 +265,12 @@ func (a *Agent) pruneLogs(now time.Time, live map[string]bool) (int, error) {
 	removed := 0
 	var errs []error
 	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".log")
-		if !ok {
-			id, ok = strings.CutSuffix(e.Name(), topologySuffix)
+		var id string
+		ok := false
+		for _, suffix := range []string{".log", topologySuffix, ncclTopoSuffix} {
+			if id, ok = strings.CutSuffix(e.Name(), suffix); ok {
+				break
+			}
 		}
 		if !ok || e.IsDir() || live[id] {
 			continue

@@ -33,7 +33,8 @@ func jobLog(t *testing.T, cfg nodeagent.Config, id string) string {
 
 // TestE2EResourcesVolumesAndTopology runs the agent on a real containerd:
 // a session's /dev/shm has its shmMiB, its processes its ulimits, its
-// GPUs' topology file names exactly its GPUs; a per-user volume is created
+// GPUs' topology file names exactly its GPUs, and NCCL's topology
+// (NCCL_TOPO_FILE) links exactly them, none for a job without GPUs; a per-user volume is created
 // owned by the session's user, mode 0700, and what one session writes
 // there the next session of the same user reads; a read-only volume
 // refuses writes.
@@ -60,6 +61,9 @@ func TestE2EResourcesVolumesAndTopology(t *testing.T) {
 		"cat /data/train.csv",
 		"if touch /data/x 2>/dev/null; then echo ro-written; else echo ro-refused; fi",
 		"echo from-first > /results/out",
+		"echo nccl=$NCCL_TOPO_FILE",
+		"cat $NCCL_TOPO_FILE",
+		"echo end-nccl",
 		"echo topology=$VOYAGER_GPU_TOPOLOGY",
 		"cat $VOYAGER_GPU_TOPOLOGY",
 	}, "\n")
@@ -71,6 +75,19 @@ func TestE2EResourcesVolumesAndTopology(t *testing.T) {
 	for _, want := range []string{fmt.Sprintf(" %d ", 300<<10), "nofile=4096 memlock=2048", "1,2,3", "ro-refused", "topology=" + nodeagent.TopologyPath} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the first job's output lacks %q (status %+v):\n%s", want, st, out)
+		}
+	}
+	// NCCL's topology is in the container, NCCL_TOPO_FILE names it, and
+	// it links exactly the two bound GPUs to each other.
+	if _, rest, ok := strings.Cut(out, "nccl="+nodeagent.NCCLTopoPath+"\n"); !ok {
+		t.Errorf("NCCL_TOPO_FILE is not %s in the job:\n%s", nodeagent.NCCLTopoPath, out)
+	} else if x, _, ok := strings.Cut(rest, "end-nccl\n"); !ok {
+		t.Errorf("no NCCL topology in the output:\n%s", out)
+	} else {
+		_, _, links := parseNCCL(t, []byte(x))
+		b0, b1 := gpus[0].PCIBusID, gpus[1].PCIBusID
+		if fmt.Sprint(links) != fmt.Sprint(map[string][]string{b0: {b1}, b1: {b0}}) {
+			t.Errorf("NCCL topology in the container links %v; want %s and %s to each other:\n%s", links, b0, b1, x)
 		}
 	}
 	var top nodeagent.GPUTopology
@@ -94,15 +111,15 @@ func TestE2EResourcesVolumesAndTopology(t *testing.T) {
 	}
 
 	// The next session of the same user reads what the first wrote.
-	bind(t, cli, state.Session{ID: "rs-second", Owner: "ada", UID: &uid, Kind: state.KindBatch, Command: []string{"cat", "/results/out"},
+	bind(t, cli, state.Session{ID: "rs-second", Owner: "ada", UID: &uid, Kind: state.KindBatch, Command: []string{"sh", "-c", "cat /results/out; echo nccl=$NCCL_TOPO_FILE"},
 		ShmMiB: 64, Ulimits: &state.Ulimits{MemlockKiB: 64, Nofile: 1024}, Volumes: vols},
 		state.Binding{CPUMilli: 500, MemoryMiB: 256})
 	waitPhase(t, cli, "rs-second", state.PhaseSucceeded, 60*time.Second)
-	if out := jobLog(t, cfg, "rs-second"); out != "from-first\n" {
-		t.Errorf("the second job read %q; want from-first", out)
+	if out := jobLog(t, cfg, "rs-second"); out != "from-first\nnccl=\n" {
+		t.Errorf("the second job (no GPU) wrote %q; want from-first and no NCCL_TOPO_FILE", out)
 	}
 	first, _ := filepath.Glob(filepath.Join(cfg.LogDir, "rs-first-q*.gpu-topology.json"))
-	second, _ := filepath.Glob(filepath.Join(cfg.LogDir, "rs-second-q*.gpu-topology.json"))
+	second, _ := filepath.Glob(filepath.Join(cfg.LogDir, "rs-second-q*.*topo*"))
 	if len(first) != 1 || len(second) != 0 {
 		t.Errorf("topology files %v and %v; want one for the job with GPUs, none for the one without", first, second)
 	}

@@ -60,6 +60,11 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		"VOYAGER_OWNER":   s.Owner,
 		"VOYAGER_ROLE":    string(b.Role),
 		"VOYAGER_PORTS":   strings.Join(ports, ","),
+		// How many times the session was restarted (OnFailure) before
+		// this run, as torchrun's TORCHELASTIC_RESTART_COUNT: training
+		// code resumes from its checkpoint when it is above 0. Every part
+		// of a multi-node job, restarted as a whole, sees the same.
+		"VOYAGER_ATTEMPT": strconv.Itoa(b.Attempt),
 	}
 	if len(b.Ports) > 0 {
 		env["PORT"] = ports[0]
@@ -122,12 +127,18 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: v.HostPath, Target: v.MountPath, ReadOnly: v.ReadOnly, Create: v.PerUser, Private: v.PerUser})
 	}
 	if len(b.GPUs) > 0 && cfg.LogDir != "" {
-		file, err := a.writeTopology(id, b.GPUs)
+		file, ncclFile, err := a.writeTopology(id, b.GPUs)
 		if err != nil {
 			return runtime.Spec{}, fmt.Errorf("build container of %s: %w", s.ID, err)
 		}
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: file, Target: TopologyPath, ReadOnly: true})
 		spec.Env["VOYAGER_GPU_TOPOLOGY"] = TopologyPath
+		if ncclFile != "" {
+			spec.Mounts = append(spec.Mounts, runtime.Mount{Source: ncclFile, Target: NCCLTopoPath, ReadOnly: true})
+			if _, own := s.Env["NCCL_TOPO_FILE"]; !own { // the session's own file wins
+				spec.Env["NCCL_TOPO_FILE"] = NCCLTopoPath
+			}
+		}
 	}
 	switch cfg.GPUMode {
 	case GPUModeEnv:

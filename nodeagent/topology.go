@@ -40,6 +40,11 @@ type TopologyGPU struct {
 	// NVLinkPeers are the indexes of the container's other GPUs this one
 	// reaches over NVLink: never a GPU outside the binding.
 	NVLinkPeers []int `json:"nvlinkPeers"`
+	// PCIBusID is the GPU's PCI address ("0000:07:00.0"), the same inside
+	// the container; empty for a MIG device or when NVML did not say.
+	PCIBusID string `json:"pciBusId,omitempty"`
+	// CUDACompute is the compute capability, major*10+minor; 0: unknown.
+	CUDACompute int `json:"cudaCompute,omitempty"`
 }
 
 // Topology returns the topology of the bound devices uuids among the
@@ -53,7 +58,7 @@ func Topology(node string, simulated bool, gpus []state.GPU, uuids []string) GPU
 	for i, u := range uuids {
 		e := TopologyGPU{Index: i, UUID: u, NVLinkPeers: []int{}}
 		if g, ok := byUUID[u]; ok {
-			e.Model, e.NUMANode = g.Model, g.NUMANode
+			e.Model, e.NUMANode, e.PCIBusID, e.CUDACompute = g.Model, g.NUMANode, g.PCIBusID, g.CUDACompute
 			for j, v := range uuids {
 				if j != i && slices.Contains(g.NVLinkPeers, v) {
 					e.NVLinkPeers = append(e.NVLinkPeers, j)
@@ -73,19 +78,30 @@ func Topology(node string, simulated bool, gpus []state.GPU, uuids []string) GPU
 	return t
 }
 
-// writeTopology writes container id's topology file of the devices uuids
-// and returns its path.
-func (a *Agent) writeTopology(id string, uuids []string) (string, error) {
-	b, err := json.Marshal(Topology(a.cfg.Node, a.cfg.Simulated, a.cfg.GPUs, uuids))
+// writeTopology writes container id's topology files of the devices
+// uuids into the log directory: the JSON topology, and NCCL's XML when
+// NCCL can use one (whole GPUs with known PCI addresses). It returns the
+// paths; ncclFile is empty without an NCCL file.
+func (a *Agent) writeTopology(id string, uuids []string) (file, ncclFile string, err error) {
+	top := Topology(a.cfg.Node, a.cfg.Simulated, a.cfg.GPUs, uuids)
+	b, err := json.Marshal(top)
 	if err != nil {
-		return "", fmt.Errorf("encode GPU topology: %w", err)
+		return "", "", fmt.Errorf("encode GPU topology: %w", err)
 	}
 	if err := os.MkdirAll(a.cfg.LogDir, 0o750); err != nil {
-		return "", fmt.Errorf("write GPU topology: %w", err)
+		return "", "", fmt.Errorf("write GPU topology: %w", err)
 	}
-	p := filepath.Join(a.cfg.LogDir, id+topologySuffix)
-	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("write GPU topology: %w", err)
+	file = filepath.Join(a.cfg.LogDir, id+topologySuffix)
+	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+		return "", "", fmt.Errorf("write GPU topology: %w", err)
 	}
-	return p, nil
+	x, ok, err := top.NCCLXML()
+	if err != nil || !ok {
+		return file, "", err
+	}
+	ncclFile = filepath.Join(a.cfg.LogDir, id+ncclTopoSuffix)
+	if err := os.WriteFile(ncclFile, x, 0o644); err != nil {
+		return "", "", fmt.Errorf("write NCCL topology: %w", err)
+	}
+	return file, ncclFile, nil
 }

@@ -37,9 +37,9 @@ func NewSharedCaches(cli *clientv3.Client, k state.Keys, log *slog.Logger) *Shar
 	}
 	wopt := func(name string) watcher.Options { return watcher.Options{Name: name, Logger: log} }
 	return &SharedCaches{
-		Pending:  watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
-		Nodes:    watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
-		Ledgers:  watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
+		Pending:  watcher.New(cli, k.PendingDir(), decodeQueueEntry(k), wopt("pending")),
+		Nodes:    watcher.New(cli, k.Nodes(), decodeNode, wopt("nodes")),
+		Ledgers:  watcher.New(cli, k.Ledgers(), decodeLedger, wopt("ledgers")),
 		Cordons:  watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
 		Quotas:   watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
 		Warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),

@@ -184,6 +184,18 @@ func ElementIndex(arrayID, session string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
+// ElementOf returns the array id and index of a session id that names an
+// array element (<array id>-<index>), and false for any other id. Array
+// ids have no '-' (NewSessionID), so the split is unambiguous.
+func ElementOf(session string) (string, int, bool) {
+	i := strings.LastIndexByte(session, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, ok := ElementIndex(session[:i], session)
+	return session[:i], n, ok
+}
+
 // Element builds the spec of the element at position pos of the index
 // set ix: the template with its id, the array's environment variables and
 // {index} and {param} replaced.
@@ -225,12 +237,9 @@ func (a Array) Unfinished() int { return a.Next - len(a.Done) }
 // controller does). It returns ErrExists when the id is taken and
 // ErrConflict when a guard failed, writing nothing either way.
 func CreateArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, guards ...clientv3.Cmp) error {
-	if err := ValidateName("array id", a.ID); err != nil {
-		return fmt.Errorf("create array: %w", err)
-	}
-	v, err := Encode(a)
+	v, err := encodeArray(a)
 	if err != nil {
-		return fmt.Errorf("create array: %w", err)
+		return err
 	}
 	resp, err := kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.Array(a.ID)), "=", 0)}, guards...)...).
 		Then(clientv3.OpPut(k.Array(a.ID), v)).
@@ -245,6 +254,37 @@ func CreateArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, guards ..
 		return fmt.Errorf("create array %s: a guard changed: %w", a.ID, ErrConflict)
 	}
 	return nil
+}
+
+// CreateArrayIdempotent is CreateArray that also writes idem's record (its
+// Array set to a.ID), in the same transaction and only if its key does not
+// exist yet: two creates with one key never make two arrays, however they
+// interleave. When the key exists, nothing is written and the stored
+// record is returned with created false: the caller answers the repeat
+// with it (the first array, or a refusal when the record's body digest or
+// kind differs).
+func CreateArrayIdempotent(ctx context.Context, kv clientv3.KV, k Keys, a Array, idem Idempotency, guards ...clientv3.Cmp) (stored IdempotencyRecord, created bool, err error) {
+	v, err := encodeArray(a)
+	if err != nil {
+		return IdempotencyRecord{}, false, err
+	}
+	stored, created, err = createIdempotent(ctx, kv, k.Array(a.ID), []clientv3.Op{clientv3.OpPut(k.Array(a.ID), v)}, idem, guards)
+	if err != nil {
+		return IdempotencyRecord{}, false, fmt.Errorf("create array %s: %w", a.ID, err)
+	}
+	return stored, created, nil
+}
+
+// encodeArray checks a new array's id and encodes its record.
+func encodeArray(a Array) (string, error) {
+	if err := ValidateName("array id", a.ID); err != nil {
+		return "", fmt.Errorf("create array: %w", err)
+	}
+	v, err := Encode(a)
+	if err != nil {
+		return "", fmt.Errorf("create array: %w", err)
+	}
+	return v, nil
 }
 
 // ArrayStepSize is the size of an AdvanceArray transaction that creates n
@@ -312,6 +352,29 @@ func StopArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, rev int64, 
 		return Array{}, fmt.Errorf("stop array: %w", err)
 	}
 	return a, nil
+}
+
+// RetireArray deletes array id's record, read at rev, on condition that it
+// is still at rev and that no element of it has a spec or a status left:
+// the retention sweeper retires a finished array's elements first, so an
+// array never leaves etcd while an element it counts is there. It returns
+// ErrConflict, deleting nothing, otherwise.
+func RetireArray(ctx context.Context, kv clientv3.KV, k Keys, id string, rev int64) error {
+	none := func(prefix string) clientv3.Cmp {
+		return clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix()
+	}
+	resp, err := kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(k.Array(id)), "=", rev),
+		none(k.Status(id+"-")),
+		none(k.Session(id+"-")),
+	).Then(clientv3.OpDelete(k.Array(id))).Commit()
+	if err != nil {
+		return fmt.Errorf("retire array %s: %w", id, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("retire array %s: %w", id, ErrConflict)
+	}
+	return nil
 }
 
 // ResultOf is the result an element ended with, from its final status.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,85 @@ func TestCreateArrayGuards(t *testing.T) {
 	}
 	if err := state.CreateArray(ctx, cli, k, a); !errors.Is(err, state.ErrExists) {
 		t.Fatalf("a second create of one id: %v, want ErrExists", err)
+	}
+}
+
+// TestCreateArrayIdempotentRace: creates racing with one Idempotency-Key
+// (each its own array id, as concurrent API requests make) write one
+// array; every other gets the winner's record back and writes nothing.
+// The record is written under the lease, and a create whose id is taken
+// or whose guard failed writes no record.
+func TestCreateArrayIdempotentRace(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys(state.DefaultPrefix)
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	key := k.Idempotency("ada", "arr-race")
+	const n = 8
+	type result struct {
+		id      string
+		stored  state.IdempotencyRecord
+		created bool
+		err     error
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			a := state.Array{ID: "arr-race-" + strconv.Itoa(i), Owner: "ada", Indices: "0-3", MaxRunning: 2, Created: now,
+				Template: state.Session{Kind: state.KindBatch, Command: []string{"true"}}}
+			idem := state.Idempotency{Key: key, Record: state.IdempotencyRecord{Array: a.ID, RequestHash: "h1", Created: now}, Lease: lease.ID}
+			stored, created, err := state.CreateArrayIdempotent(ctx, cli, k, a, idem)
+			results <- result{a.ID, stored, created, err}
+		}()
+	}
+	winner := ""
+	var losers []result
+	for range n {
+		r := <-results
+		switch {
+		case r.err != nil:
+			t.Fatalf("create %s: %v", r.id, r.err)
+		case r.created && winner != "":
+			t.Fatalf("two creates with one key made arrays: %s and %s", winner, r.id)
+		case r.created:
+			winner = r.id
+		default:
+			losers = append(losers, r)
+		}
+	}
+	for _, r := range losers {
+		if r.stored.Array != winner || r.stored.RequestHash != "h1" {
+			t.Errorf("create %s got record %+v back, want the winner's (%s)", r.id, r.stored, winner)
+		}
+	}
+	resp, err := cli.Get(ctx, k.Arrays(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != k.Array(winner) {
+		t.Fatalf("arrays after the race: %v (%v), want only %s", resp.Kvs, err, winner)
+	}
+	rec, err := cli.Get(ctx, key)
+	if err != nil || len(rec.Kvs) != 1 || rec.Kvs[0].Lease != int64(lease.ID) {
+		t.Fatalf("idempotency record: %v (%v), want one under lease %x", rec.Kvs, err, lease.ID)
+	}
+
+	// A taken id with a new key: ErrExists, and no record for that key.
+	taken := state.Array{ID: winner, Owner: "ada", Indices: "0", Template: state.Session{Kind: state.KindBatch, Command: []string{"true"}}}
+	other := state.Idempotency{Key: k.Idempotency("ada", "arr-other"), Record: state.IdempotencyRecord{Array: winner}, Lease: lease.ID}
+	if _, _, err := state.CreateArrayIdempotent(ctx, cli, k, taken, other); !errors.Is(err, state.ErrExists) {
+		t.Errorf("create over a taken id: %v, want ErrExists", err)
+	}
+	// A failed guard: ErrConflict, nothing written.
+	fresh := state.Array{ID: "arr-guarded", Owner: "ada", Indices: "0", Template: state.Session{Kind: state.KindBatch, Command: []string{"true"}}}
+	guard := clientv3.Compare(clientv3.CreateRevision(k.Volume("arr-missing")), ">", 0)
+	if _, _, err := state.CreateArrayIdempotent(ctx, cli, k, fresh, other, guard); !errors.Is(err, state.ErrConflict) {
+		t.Errorf("create under a failed guard: %v, want ErrConflict", err)
+	}
+	for _, key := range []string{other.Key, k.Array("arr-guarded")} {
+		if r, _ := cli.Get(ctx, key, clientv3.WithCountOnly()); r.Count != 0 {
+			t.Errorf("%s written by a refused create", key)
+		}
 	}
 }

@@ -9,24 +9,37 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// IdempotencyRecord remembers which session a create request with an
+// IdempotencyRecord remembers what a create request with an
 // Idempotency-Key made, stored at idempotency/<owner>/<digest> under a
-// lease, so the record expires by itself.
+// lease, so the record expires by itself. One key space serves session and
+// array creates: exactly one of Session and Array is set, so a key sent
+// first with one and then with the other is refused as reused.
 type IdempotencyRecord struct {
 	// Session is the id of the session the first request created.
-	Session string `json:"session"`
+	Session string `json:"session,omitempty"`
+	// Array is the id of the job array the first request created
+	// (POST /api/v1/arrays).
+	Array string `json:"array,omitempty"`
 	// RequestHash is a digest of the first request's body: a repeat with a
 	// different body is refused rather than answered with the old session.
 	RequestHash string    `json:"requestHash"`
 	Created     time.Time `json:"created"`
 }
 
-// CreateSessionIdempotent is CreateSession that also writes rec at idemKey
-// under lease, in the same transaction and only if idemKey does not exist
-// yet. When it exists, nothing is written and the stored record is
-// returned with created false: the caller answers the repeat with it.
-// guards are compared as by CreateSession (ErrConflict when one fails).
-func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time, idemKey string, rec IdempotencyRecord, lease clientv3.LeaseID, guards ...clientv3.Cmp) (stored IdempotencyRecord, created bool, err error) {
+// Idempotency is the record a create writes with what it creates: rec at
+// Key under Lease, on condition that Key does not exist yet.
+type Idempotency struct {
+	Key    string
+	Record IdempotencyRecord
+	Lease  clientv3.LeaseID
+}
+
+// CreateSessionIdempotent is CreateSession that also writes idem's record,
+// in the same transaction and only if its key does not exist yet. When it
+// exists, nothing is written and the stored record is returned with
+// created false: the caller answers the repeat with it. guards are
+// compared as by CreateSession (ErrConflict when one fails).
+func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Session, now time.Time, idem Idempotency, guards ...clientv3.Cmp) (stored IdempotencyRecord, created bool, err error) {
 	if err := ValidateName("session id", s.ID); err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}
@@ -34,40 +47,49 @@ func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Sess
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}
-	r, err := Encode(rec)
-	if err != nil {
-		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
-	}
 	ray, err := rayTokenOps(k, s)
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}
-	ops := append(createOps(k, s.ID, spec, entry, st), clientv3.OpPut(idemKey, r, clientv3.WithLease(lease)))
-	ops = append(ops, ray...)
-	resp, err := kv.Txn(ctx).
-		If(append([]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(idemKey), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(k.Session(s.ID)), "=", 0),
-		}, guards...)...).
-		Then(ops...).
-		Else(clientv3.OpGet(idemKey), clientv3.OpGet(k.Session(s.ID), clientv3.WithCountOnly())).Commit()
+	stored, created, err = createIdempotent(ctx, kv, k.Session(s.ID), append(createOps(k, s.ID, spec, entry, st), ray...), idem, guards)
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, err)
 	}
+	return stored, created, nil
+}
+
+// createIdempotent commits ops, which create key, with idem's record, on
+// condition that neither key nor idem.Key exists and every guard holds.
+// When idem.Key exists it returns the stored record and created false;
+// otherwise ErrExists when key was taken, ErrConflict when a guard failed.
+func createIdempotent(ctx context.Context, kv clientv3.KV, key string, ops []clientv3.Op, idem Idempotency, guards []clientv3.Cmp) (IdempotencyRecord, bool, error) {
+	r, err := Encode(idem.Record)
+	if err != nil {
+		return IdempotencyRecord{}, false, err
+	}
+	resp, err := kv.Txn(ctx).
+		If(append([]clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(idem.Key), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		}, guards...)...).
+		Then(append(ops, clientv3.OpPut(idem.Key, r, clientv3.WithLease(idem.Lease)))...).
+		Else(clientv3.OpGet(idem.Key), clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return IdempotencyRecord{}, false, err
+	}
 	if resp.Succeeded {
-		return rec, true, nil
+		return idem.Record, true, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
 		if resp.Responses[1].GetResponseRange().Count == 0 { // a guard failed
-			return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, ErrConflict)
+			return IdempotencyRecord{}, false, ErrConflict
 		}
-		// the session id was taken, not the key
-		return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, ErrExists)
+		return IdempotencyRecord{}, false, ErrExists // the id was taken, not the key
 	}
 	old, err := Decode[IdempotencyRecord](kvs[0].Value)
 	if err != nil {
-		return IdempotencyRecord{}, false, fmt.Errorf("create session %s: %w", s.ID, err)
+		return IdempotencyRecord{}, false, err
 	}
 	return old, false, nil
 }

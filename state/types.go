@@ -440,6 +440,13 @@ type GPU struct {
 	Healthy   bool   `json:"healthy"`
 	// NVLinkPeers are the UUIDs of GPUs this one reaches over NVLink.
 	NVLinkPeers []string `json:"nvlinkPeers,omitempty"`
+	// PCIBusID is the GPU's PCI address as NVML reports it, normalised to
+	// "0000:07:00.0" (lower case, four-digit domain); empty when NVML did
+	// not say. NCCL's topology file names GPUs by it.
+	PCIBusID string `json:"pciBusId,omitempty"`
+	// CUDACompute is the GPU's CUDA compute capability as major*10+minor
+	// (80 for an A100, 90 for an H100): NCCL's "sm". 0: unknown.
+	CUDACompute int `json:"cudaCompute,omitempty"`
 	// MIGEnabled means the GPU is partitioned: only its MIGDevices are
 	// allocatable, never the whole GPU.
 	MIGEnabled bool        `json:"migEnabled,omitempty"`
@@ -608,6 +615,22 @@ type Profile struct {
 	// Egress, when it denies, binds every session of the profile: its
 	// owner may narrow Allow but not widen it.
 	Egress *Egress `json:"egress,omitempty"`
+	// ShmMiB is the /dev/shm of the profile's sessions; 0: the cluster
+	// default. A session may ask for another size up to MaxShmMiB (and
+	// never above its memory).
+	ShmMiB int64 `json:"shmMiB,omitempty"`
+	// MaxShmMiB is the most /dev/shm a session of the profile may ask
+	// for; 0: no cap of the profile's own (the session's memory caps it).
+	MaxShmMiB int64 `json:"maxShmMiB,omitempty"`
+	// Ulimits are the profile's sessions' memlock and open-file limits
+	// (a field 0: the cluster's); a session's own ulimits override them
+	// field by field, up to the cluster's caps.
+	Ulimits *Ulimits `json:"ulimits,omitempty"`
+	// Volumes are mounted into every session of the profile, each only
+	// if the session's owner may mount it anyway (Volume.Allows). A
+	// session that names one of them itself moves it to its own mount
+	// path; a read-only one stays read-only.
+	Volumes []VolumeRef `json:"volumes,omitempty"`
 }
 
 // RayToken is a Ray session's authentication token, stored at

@@ -120,6 +120,18 @@ func (v Volume) HostPathFor(owner string) (string, error) {
 	return strings.Replace(v.HostPath, UserPlaceholder, owner, 1), nil
 }
 
+// VolumeRef names a volume to mount and where: what a session request
+// and a profile ask for, before the API resolves it into a VolumeMount.
+type VolumeRef struct {
+	// Name is the volume's (volumes/<name>).
+	Name string `json:"name"`
+	// MountPath is where it appears in the containers, e.g. /data.
+	MountPath string `json:"mountPath"`
+	// ReadOnly mounts a read-write volume read-only; a read-only volume
+	// is always mounted read-only.
+	ReadOnly bool `json:"readOnly,omitempty"`
+}
+
 // VolumeMount is one volume in a session's spec, resolved by the API at
 // admission from volumes/<name>: the agent mounts HostPath at MountPath
 // and reads no volume definition itself, so a session runs with the

@@ -72,7 +72,7 @@ func TestCreateSessionGuards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := state.CreateSessionIdempotent(ctx, cli, k, s, now, k.Idempotency("ada", "rs1"), state.IdempotencyRecord{Session: s.ID}, lease.ID, guard); !errors.Is(err, state.ErrConflict) {
+	if _, _, err := state.CreateSessionIdempotent(ctx, cli, k, s, now, state.Idempotency{Key: k.Idempotency("ada", "rs1"), Record: state.IdempotencyRecord{Session: s.ID}, Lease: lease.ID}, guard); !errors.Is(err, state.ErrConflict) {
 		t.Fatalf("idempotent create under a stale guard: %v; want ErrConflict", err)
 	}
 	for _, key := range []string{k.Session(s.ID), k.Pending(s.ID), k.Status(s.ID), k.Idempotency("ada", "rs1")} {

@@ -164,14 +164,8 @@ func (c *Controller) arrayOf(key string) (string, bool) {
 	if !ok || !strings.HasPrefix(key, k.StatusDir()) {
 		return "", false
 	}
-	i := strings.LastIndexByte(sid, '-')
-	if i <= 0 {
-		return "", false
-	}
-	if _, ok := state.ElementIndex(sid[:i], sid); !ok {
-		return "", false
-	}
-	return sid[:i], true
+	id, _, ok := state.ElementOf(sid)
+	return id, ok
 }
 
 // ReconcileAll reconciles every unfinished array and returns the

@@ -6,7 +6,10 @@
 //
 // The list is paged (Options.PageSize keys per request) and every page after
 // the first is read at the first page's revision, so the cache starts from one
-// consistent snapshot even while others write. The watch then starts at that
+// consistent snapshot even while others write. Each page is decoded as it
+// arrives and then dropped, so a prefix of 100,000 keys is never held raw
+// beside its decoded copy; the cache publishes the list only once the last
+// page is in. The watch then starts at that
 // revision + 1, requires a leader (clientv3.WithRequireLeader) and asks for
 // previous values (clientv3.WithPrevKV) so that the cache can check it is in
 // step with etcd.
@@ -37,7 +40,10 @@
 // Values are decoded once, when the change arrives. A value that does not
 // decode is logged, counted (Cache.DecodeErrors) and treated as absent.
 // Cache.Snapshot returns an immutable view at one revision that may be kept
-// and read from any goroutine without locks while the cache moves on.
+// and read from any goroutine without locks while the cache moves on. A
+// snapshot is split into shards holding pointers to items: a change copies
+// only the shards it touches, a key and a pointer per entry, and snapshots
+// share every item that did not change.
 //
 // The package knows nothing of any key schema: the caller chooses the
 // prefix and the decode function.

@@ -129,15 +129,15 @@ func (c *Cache[T]) applyWatch(ctx context.Context, evs []*clientv3.Event) (inSte
 		}
 		rev = kv.ModRevision
 		key := string(kv.Key)
-		old, had := b.get(key)
-		if !c.agrees(key, ev, old, had) {
+		old, had := b.item(key)
+		if !c.agrees(key, ev, old) {
 			inStep = false
 		}
 		if ev.Type == clientv3.EventTypeDelete {
 			delete(c.bad, key)
 			if had {
 				b.del(key)
-				out = append(out, deleted(old, kv.ModRevision, false))
+				out = append(out, deleted(*old, kv.ModRevision, false))
 			}
 			continue
 		}
@@ -145,13 +145,13 @@ func (c *Cache[T]) applyWatch(ctx context.Context, evs []*clientv3.Event) (inSte
 		if err != nil {
 			if had {
 				b.del(key)
-				out = append(out, deleted(old, kv.ModRevision, false))
+				out = append(out, deleted(*old, kv.ModRevision, false))
 			}
 			continue
 		}
-		it := Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+		it := &Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
 		b.set(it)
-		out = append(out, changed(it, old, had, false))
+		out = append(out, changed(*it, old, false))
 	}
 	if !inStep {
 		c.log.Error("previous values from etcd disagree with the cache; relisting", "revision", rev)
@@ -164,9 +164,9 @@ func (c *Cache[T]) applyWatch(ctx context.Context, evs []*clientv3.Event) (inSte
 // agrees checks an event against what the cache knew of its key: the
 // revision of the previous value must match, and a create must find the key
 // absent.
-func (c *Cache[T]) agrees(key string, ev *clientv3.Event, old Item[T], had bool) bool {
+func (c *Cache[T]) agrees(key string, ev *clientv3.Event, old *Item[T]) bool {
 	var known int64
-	if had {
+	if old != nil {
 		known = old.ModRevision
 	} else if r, ok := c.bad[key]; ok {
 		known = r
@@ -193,9 +193,10 @@ func (c *Cache[T]) decodeKV(key string, kv *mvccpb.KeyValue) (T, error) {
 	return v, nil
 }
 
-func changed[T any](it, old Item[T], had, synthetic bool) Event[T] {
+// changed is the event of it replacing old (nil: it was added).
+func changed[T any](it Item[T], old *Item[T], synthetic bool) Event[T] {
 	ev := Event[T]{Type: Added, Key: it.Key, Value: it.Value, Revision: it.ModRevision, Synthetic: synthetic}
-	if had {
+	if old != nil {
 		prev := old.Value
 		ev.Type, ev.Prev = Modified, &prev
 	}
@@ -209,30 +210,37 @@ func deleted[T any](old Item[T], rev int64, synthetic bool) Event[T] {
 
 func (c *Cache[T]) deliver(ctx context.Context, evs []Event[T]) {
 	for _, ev := range evs {
-		for _, sink := range c.sinks {
-			sink(ctx, ev)
-		}
+		c.deliverOne(ctx, ev)
+	}
+}
+
+func (c *Cache[T]) deliverOne(ctx context.Context, ev Event[T]) {
+	for _, sink := range c.sinks {
+		sink(ctx, ev)
 	}
 }
 
 // relist reads the whole prefix at one revision, replaces the cache with it
-// and delivers the difference as synthetic events.
+// and delivers the difference as synthetic events. Each page is decoded
+// as it arrives and then dropped, so the raw list of a large prefix never
+// sits in memory whole beside its decoded copy; nothing is published
+// until the last page is in, and a list that fails part way leaves the
+// cache as it was.
 func (c *Cache[T]) relist(ctx context.Context) error {
-	rev, kvs, err := c.list(ctx)
+	l := c.newListing()
+	rev, err := c.list(ctx, l.add)
 	if err != nil {
 		return err
 	}
-	c.applyList(ctx, rev, kvs)
+	c.finishList(ctx, l, rev)
 	return nil
 }
 
 // list reads the prefix page by page, every page at the first page's
-// revision.
-func (c *Cache[T]) list(ctx context.Context) (int64, []*mvccpb.KeyValue, error) {
-	var (
-		rev int64
-		kvs []*mvccpb.KeyValue
-	)
+// revision, handing each page to page before reading the next. It
+// returns the revision read at.
+func (c *Cache[T]) list(ctx context.Context, page func([]*mvccpb.KeyValue)) (int64, error) {
+	var rev int64
 	key := c.start
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(c.end), clientv3.WithLimit(c.opts.PageSize)}
@@ -241,83 +249,125 @@ func (c *Cache[T]) list(ctx context.Context) (int64, []*mvccpb.KeyValue, error) 
 		}
 		resp, err := c.cli.Get(ctx, key, opts...)
 		if err != nil {
-			return 0, nil, fmt.Errorf("list prefix %q at revision %d: %w", c.prefix, rev, err)
+			return 0, fmt.Errorf("list prefix %q at revision %d: %w", c.prefix, rev, err)
 		}
 		if rev == 0 {
 			rev = resp.Header.GetRevision()
 		}
-		kvs = append(kvs, resp.Kvs...)
+		page(resp.Kvs)
 		if !resp.More || len(resp.Kvs) == 0 {
-			return rev, kvs, nil
+			return rev, nil
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
 
-// applyList makes the cache equal to kvs, the prefix at rev, and delivers
-// the difference from the previous content as synthetic events sorted by
-// revision. A value unchanged since the previous content (same ModRevision)
-// is not decoded again.
-func (c *Cache[T]) applyList(ctx context.Context, rev int64, kvs []*mvccpb.KeyValue) {
+// listChange is one change a list found, kept until the list is complete:
+// the item now (nil: deleted) and the one before (nil: added).
+type listChange[T any] struct {
+	it, prev *Item[T]
+	rev      int64
+}
+
+// listing is a list being applied: the next content, built page by page
+// from the previous one, and the changes found so far.
+type listing[T any] struct {
+	c    *Cache[T]
+	old  *Snapshot[T]
+	b    *builder[T]
+	bad  map[string]int64
+	out  []listChange[T]
+	keys int
+	info SyncInfo
+}
+
+func (c *Cache[T]) newListing() *listing[T] {
 	old := c.snap.Load()
-	b := newBuilder(emptySnapshot[T](old.seed))
-	bad := make(map[string]int64)
-	var out []Event[T]
-	info := SyncInfo{Revision: rev, Initial: !c.listed}
+	return &listing[T]{c: c, old: old, b: newBuilder(emptySnapshot[T](old.seed)), bad: make(map[string]int64),
+		info: SyncInfo{Initial: !c.listed}}
+}
+
+// add applies one page of the list. A value unchanged since the previous
+// content (same ModRevision) is not decoded again.
+func (l *listing[T]) add(kvs []*mvccpb.KeyValue) {
+	c := l.c
+	l.keys += len(kvs)
 	for _, kv := range kvs {
 		key := string(kv.Key)
-		prev, had := old.Item(key)
+		prev, had := l.old.item(key)
 		if had && prev.ModRevision == kv.ModRevision {
-			b.set(prev)
+			l.b.set(prev)
 			continue
 		}
 		if r, ok := c.bad[key]; ok && r == kv.ModRevision {
-			bad[key] = r // still the same undecodable value: counted already
+			l.bad[key] = r // still the same undecodable value: counted already
 			continue
 		}
 		v, err := c.decodeKV(key, kv)
 		if err != nil {
-			bad[key] = kv.ModRevision
+			l.bad[key] = kv.ModRevision
 			if had {
-				out = append(out, deleted(prev, kv.ModRevision, true))
-				info.Deleted++
+				l.out = append(l.out, listChange[T]{prev: prev, rev: kv.ModRevision})
+				l.info.Deleted++
 			}
 			continue
 		}
-		it := Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
-		b.set(it)
-		out = append(out, changed(it, prev, had, true))
+		it := &Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+		l.b.set(it)
+		l.out = append(l.out, listChange[T]{it: it, prev: prev, rev: kv.ModRevision})
 		if had {
-			info.Modified++
+			l.info.Modified++
 		} else {
-			info.Added++
+			l.info.Added++
 		}
 	}
-	for _, m := range old.shards {
+}
+
+// finishList makes the cache equal to the listing, the prefix at rev, and
+// delivers the difference from the previous content as synthetic events
+// sorted by revision.
+func (c *Cache[T]) finishList(ctx context.Context, l *listing[T], rev int64) {
+	l.info.Revision = rev
+	for _, m := range l.old.shards {
 		for key, it := range m {
-			if _, ok := b.get(key); ok {
+			if _, ok := l.b.item(key); ok {
 				continue
 			}
-			if _, ok := bad[key]; ok {
+			if _, ok := l.bad[key]; ok {
 				continue // its Deleted is already out
 			}
-			out = append(out, deleted(it, rev, true))
-			info.Deleted++
+			l.out = append(l.out, listChange[T]{prev: it, rev: rev})
+			l.info.Deleted++
 		}
 	}
-	slices.SortFunc(out, func(a, b Event[T]) int {
-		return cmp.Or(cmp.Compare(a.Revision, b.Revision), strings.Compare(a.Key, b.Key))
+	out := l.out
+	key := func(ch listChange[T]) string {
+		if ch.it != nil {
+			return ch.it.Key
+		}
+		return ch.prev.Key
+	}
+	slices.SortFunc(out, func(a, b listChange[T]) int {
+		return cmp.Or(cmp.Compare(a.rev, b.rev), strings.Compare(key(a), key(b)))
 	})
-	c.bad = bad
-	c.snap.Store(b.build(rev))
-	c.deliver(ctx, out)
+	c.bad = l.bad
+	c.snap.Store(l.b.build(rev))
+	for i, ch := range out {
+		if ch.it == nil {
+			c.deliverOne(ctx, deleted(*ch.prev, ch.rev, true))
+		} else {
+			c.deliverOne(ctx, changed(*ch.it, ch.prev, true))
+		}
+		out[i] = listChange[T]{} // delivered: let the values go with the old content
+	}
+	info := l.info
 	// A first list is routine (every start); a relist after a compaction
 	// or a broken watch is worth seeing.
 	level := slog.LevelDebug
 	if !info.Initial {
 		level = slog.LevelInfo
 	}
-	c.log.Log(ctx, level, "listed", "revision", rev, "keys", len(kvs), "initial", info.Initial,
+	c.log.Log(ctx, level, "listed", "revision", rev, "keys", l.keys, "initial", info.Initial,
 		"added", info.Added, "modified", info.Modified, "deleted", info.Deleted)
 	for _, fn := range c.syncHooks {
 		fn(info)
@@ -329,4 +379,12 @@ func (c *Cache[T]) applyList(ctx context.Context, rev int64, kvs []*mvccpb.KeyVa
 		c.listed = true
 		close(c.synced)
 	}
+}
+
+// applyList makes the cache equal to kvs, the prefix at rev, as a list of
+// one page would (tests and benchmarks feed it directly).
+func (c *Cache[T]) applyList(ctx context.Context, rev int64, kvs []*mvccpb.KeyValue) {
+	l := c.newListing()
+	l.add(kvs)
+	c.finishList(ctx, l, rev)
 }

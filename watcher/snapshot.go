@@ -12,7 +12,12 @@ import (
 // keys one change copies about 80 entries instead of 20,000.
 const shardCount = 256
 
-type shards[T any] [shardCount]map[string]Item[T]
+// shards hold each item behind a pointer: copying a shard then copies a
+// key and a pointer per entry, never the value, so a batch that touches
+// every shard of 100,000 large values (a round of binds deleting queue
+// entries) copies megabytes rather than tens of them, and snapshots still
+// held by readers share every unchanged item with the newest one.
+type shards[T any] [shardCount]map[string]*Item[T]
 
 // Snapshot is the cache's content at one revision, as returned by
 // Cache.Snapshot. It never changes after the cache publishes it: keep it as
@@ -53,6 +58,17 @@ func (s *Snapshot[T]) Item(key string) (Item[T], bool) {
 	if s.shards == nil {
 		return Item[T]{}, false
 	}
+	if it, ok := s.shards[shardOf(s.seed, key)][key]; ok {
+		return *it, true
+	}
+	return Item[T]{}, false
+}
+
+// item returns key's stored item, nil if absent: shared, never modify it.
+func (s *Snapshot[T]) item(key string) (*Item[T], bool) {
+	if s.shards == nil {
+		return nil, false
+	}
 	it, ok := s.shards[shardOf(s.seed, key)][key]
 	return it, ok
 }
@@ -66,7 +82,7 @@ func (s *Snapshot[T]) Range(fn func(Item[T]) bool) {
 	}
 	for _, m := range s.shards {
 		for _, it := range m {
-			if !fn(it) {
+			if !fn(*it) {
 				return
 			}
 		}
@@ -82,7 +98,7 @@ func (s *Snapshot[T]) List() []Item[T] {
 	}
 	for _, m := range s.shards {
 		for _, it := range m {
-			out = append(out, it)
+			out = append(out, *it)
 		}
 	}
 	slices.SortFunc(out, func(a, b Item[T]) int { return strings.Compare(a.Key, b.Key) })
@@ -103,16 +119,17 @@ func newBuilder[T any](base *Snapshot[T]) *builder[T] {
 	return &builder[T]{seed: base.seed, n: base.n, shards: &sh}
 }
 
-func (b *builder[T]) get(key string) (Item[T], bool) {
+// item returns key's item in the snapshot being built, nil if absent.
+func (b *builder[T]) item(key string) (*Item[T], bool) {
 	it, ok := b.shards[shardOf(b.seed, key)][key]
 	return it, ok
 }
 
-func (b *builder[T]) own(i int) map[string]Item[T] {
+func (b *builder[T]) own(i int) map[string]*Item[T] {
 	if !b.owned[i] {
 		m := maps.Clone(b.shards[i]) // much faster than inserting one by one
 		if m == nil {
-			m = make(map[string]Item[T])
+			m = make(map[string]*Item[T])
 		}
 		b.shards[i] = m
 		b.owned[i] = true
@@ -120,7 +137,7 @@ func (b *builder[T]) own(i int) map[string]Item[T] {
 	return b.shards[i]
 }
 
-func (b *builder[T]) set(it Item[T]) {
+func (b *builder[T]) set(it *Item[T]) {
 	m := b.own(shardOf(b.seed, it.Key))
 	if _, ok := m[it.Key]; !ok {
 		b.n++

@@ -156,6 +156,75 @@ func TestListPagesAtOneRevision(t *testing.T) {
 	}
 }
 
+// pageLossKV fails one list request, the fail-th, once.
+type pageLossKV struct {
+	clientv3.KV
+	gets   atomic.Int64
+	fail   int64
+	before func() // runs instead of that request
+}
+
+func (f *pageLossKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if f.gets.Add(1) == f.fail {
+		f.before()
+		return nil, errors.New("injected: list page lost")
+	}
+	return f.KV.Get(ctx, key, opts...)
+}
+
+// A list is decoded page by page, yet one that fails part way publishes
+// nothing and delivers nothing: the next list starts over, every key is
+// delivered once, and a value that does not decode is counted once.
+func TestListFailingPartWayLeavesNoTrace(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	const n, pageSize = 500, 100
+	ops := make([]clientv3.Op, 0, n)
+	for i := range n {
+		v := mustJSON(fmt.Sprint(i))
+		if i == 5 {
+			v = "{not json" // on the first page, decoded before the failure
+		}
+		ops = append(ops, clientv3.OpPut(fmt.Sprintf("/f/k%04d", i), v))
+	}
+	for i := 0; i < n; i += 100 {
+		if _, err := cli.Txn(ctx).Then(ops[i : i+100]...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var c *watcher.Cache[val]
+	var atFailure int
+	kv := &pageLossKV{KV: cli, fail: 3, before: func() { atFailure = c.Len() + int(c.Revision()) }}
+	opts := testOptions(t)
+	opts.PageSize = pageSize
+	c = watcher.New(struct {
+		clientv3.KV
+		clientv3.Watcher
+	}{kv, cli}, "/f/", watcher.JSON[val], opts)
+	seen := map[string]int{}
+	c.AddHandler(func(ev watcher.Event[val]) { seen[ev.Key]++ })
+	run(t, c)
+
+	if atFailure != 0 {
+		t.Errorf("the cache published part of a list before it failed (keys + revision %d)", atFailure)
+	}
+	if got := kv.gets.Load(); got != 3+n/pageSize {
+		t.Errorf("%d list requests, want 2 pages, the failed one, then %d pages", got, n/pageSize)
+	}
+	if len(seen) != n-1 {
+		t.Errorf("events for %d keys, want %d", len(seen), n-1)
+	}
+	for key, times := range seen {
+		if times != 1 {
+			t.Errorf("%s delivered %d times", key, times)
+		}
+	}
+	if got := c.DecodeErrors(); got != 1 {
+		t.Errorf("DecodeErrors = %d, want 1 (the broken value counted once over both lists)", got)
+	}
+	checkEqualsEtcd(t, cli, "/f/", c.Snapshot())
+}
+
 // change is one write as the writer saw it.
 type change struct {
 	Key  string

@@ -85,7 +85,7 @@ func runArray(ctx context.Context, c *client, spec *specFlags, af *arrayFlags, c
 		}
 	}
 	var v api.ArrayView
-	if err := c.do(ctx, "POST", "/api/v1/arrays", req, &v); err != nil {
+	if err := postIdempotent(ctx, c, "/api/v1/arrays", req, spec.idempotencyKey, &v); err != nil {
 		return cliFail(stderr, "run", err)
 	}
 	progress("array %s submitted: %d elements, at most %d at once", v.ID, v.Summary.Size, v.MaxRunning)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +186,43 @@ func TestRunArrayInterruptedStopsIt(t *testing.T) {
 		if err != nil || st.Phase != state.PhaseStopped {
 			t.Errorf("element %d: %s, %v; want Stopped", i, st.Phase, err)
 		}
+	}
+}
+
+// TestRunArrayIdempotencyKey: two voyager run -array invocations with one
+// --idempotency-key submit one array; the second follows the first's.
+func TestRunArrayIdempotencyKey(t *testing.T) {
+	e := newCLIEnv(t)
+	loginAs(t, "ada")
+	submitted := regexp.MustCompile(`array (\S+) submitted`)
+	var ids []string
+	for i := range 2 {
+		rctx, interrupt := context.WithCancel(context.Background())
+		stderr := &lineWriter{want: "submitted", seen: make(chan struct{})}
+		codec := make(chan int, 1)
+		go func() {
+			codec <- run(rctx, []string{"run", "-array", "0-2", "--idempotency-key", "arr-cli-key", "--", "true"}, io.Discard, stderr)
+		}()
+		select {
+		case <-stderr.seen:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("run %d: never submitted:\n%s", i, stderr.String())
+		}
+		interrupt() // no controller runs: the array would never end
+		if code := <-codec; code != exitRunInterrupted {
+			t.Fatalf("run %d: exit %d, want %d\n%s", i, code, exitRunInterrupted, stderr.String())
+		}
+		m := submitted.FindStringSubmatch(stderr.String())
+		if m == nil {
+			t.Fatalf("run %d printed no array id:\n%s", i, stderr.String())
+		}
+		ids = append(ids, m[1])
+	}
+	if ids[0] != ids[1] {
+		t.Errorf("one key submitted arrays %s and %s", ids[0], ids[1])
+	}
+	r, err := e.cli.Get(context.Background(), e.keys.Arrays(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || r.Count != 1 {
+		t.Fatalf("%d arrays (%v), want 1", r.Count, err)
 	}
 }

@@ -73,10 +73,10 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.IntVar(&s.maxRestarts, "max-restarts", 0, "restarts allowed with --restart OnFailure")
 	fs.BoolVar(&s.denyEgress, "deny-egress", false, "the session opens no connection but to --egress-allow networks (a profile may deny egress for you)")
 	fs.StringArrayVar(&s.egressAllow, "egress-allow", nil, "an IPv4 network (CIDR) a session with denied egress still reaches, e.g. 10.20.0.0/16 (repeatable; implies --deny-egress)")
-	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "makes a retried create return the first session (default: a random key)")
-	fs.Int64Var(&s.shmMiB, "shm", 0, "/dev/shm in MiB, at most --memory (default: the cluster's, at most half of --memory)")
-	fs.StringArrayVar(&s.ulimits, "ulimit", nil, "nofile=N or memlock=KiB|unlimited, up to the cluster's limits (repeatable; default: the cluster's)")
-	fs.StringArrayVar(&s.volumes, "volume", nil, "NAME:/mount/path[:ro], a volume of `voyager volume list` (repeatable)")
+	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "makes a retried create return the first session (or array, with -array/-params) instead of a second (default: a random key per invocation)")
+	fs.Int64Var(&s.shmMiB, "shm", 0, "/dev/shm in MiB, at most --memory and the profile's maxShmMiB (default: the profile's, else the cluster's, at most half of --memory)")
+	fs.StringArrayVar(&s.ulimits, "ulimit", nil, "nofile=N or memlock=KiB|unlimited, up to the cluster's limits (repeatable; default: the profile's, else the cluster's)")
+	fs.StringArrayVar(&s.volumes, "volume", nil, "NAME:/mount/path[:ro], a volume of `voyager volume list`, besides the profile's (repeatable; naming a profile's volume moves it)")
 }
 
 // parseVolume reads --volume NAME:/mount/path[:ro].
@@ -160,36 +160,43 @@ func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 // create submits r with an idempotency key, so a retry after a lost
 // answer never makes a second session.
 func create(ctx context.Context, c *client, r api.SessionRequest, key string) (api.SessionView, error) {
+	var v api.SessionView
+	err := postIdempotent(ctx, c, "/api/v1/sessions", r, key, &v)
+	return v, err
+}
+
+// postIdempotent POSTs body to path with an Idempotency-Key header (key,
+// or a random one) and decodes the answer into out. It retries a lost
+// connection and a 503 with the same key, so the create it asks for is
+// made once however many times it is sent.
+func postIdempotent(ctx context.Context, c *client, path string, body any, key string, out any) error {
 	if key == "" {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b)
 		key = hex.EncodeToString(b)
 	}
-	var v api.SessionView
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		var resp io.ReadCloser
-		hr, rerr := c.request(ctx, "POST", "/api/v1/sessions", r, map[string]string{api.IdempotencyKeyHeader: key})
+		hr, rerr := c.request(ctx, "POST", path, body, map[string]string{api.IdempotencyKeyHeader: key})
 		if rerr == nil {
-			resp = hr.Body
-			err = decodeJSON(resp, &v)
-			resp.Close()
-			return v, err
+			err = decodeJSON(hr.Body, out)
+			hr.Body.Close()
+			return err
 		}
 		err = rerr
 		var ae *apiError
 		// The API answered: retrying gives the same answer, except a 503
 		// (etcd did not answer, e.g. while it elects a leader).
 		if (errors.As(rerr, &ae) && ae.status != http.StatusServiceUnavailable) || ctx.Err() != nil {
-			return v, err
+			return err
 		}
 		select { // the same key makes the retry safe
 		case <-ctx.Done():
-			return v, err
+			return err
 		case <-time.After(time.Duration(attempt+1) * 500 * time.Millisecond):
 		}
 	}
-	return v, err
+	return err
 }
 
 const sessionLong = `Manages your sessions over the HTTP API: create one, list them, read one,

@@ -329,7 +329,7 @@ type Config struct {
 	// Retention of finished sessions (voyager placer, voyager dev).
 
 	// Retention is how long a finished session stays in etcd.
-	Retention time.Duration `env:"VOYAGER_RETENTION" envDefault:"168h" doc:"finished sessions leave etcd this long after they end (their final records go to the history file first; one placer at a time does it), and agents delete the log files of containers gone this long"`
+	Retention time.Duration `env:"VOYAGER_RETENTION" envDefault:"168h" doc:"finished sessions, and finished job arrays with their elements, leave etcd this long after they end (their final records go to the history file first; one placer at a time does it), and agents delete the log files of containers gone this long"`
 	// HistoryFile is the append-only record of retired sessions; Load
 	// sets it to DataDir/history/sessions.jsonl when empty.
 	HistoryFile string `env:"VOYAGER_HISTORY_FILE" docDefault:"<data dir>/history/sessions.jsonl" doc:"append-only history of retired sessions, one JSON record a line, on the machine of the placer that retires them"`

@@ -111,7 +111,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.UsageDir()),
 			// Retention deletes a retired Ray session's token.
 			prefix(rw, k.RayTokens()),
-			// The array controller: elements created, results folded in.
+			// The array controller: elements created, results folded in;
+			// retention deletes a finished array.
 			prefix(rw, k.Arrays()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 		}},

@@ -557,6 +557,17 @@ class HelpersTest(unittest.TestCase):
         with self.assertRaises(VoyagerError):
             server_url({"urls": {}})
 
+    def test_voyager_profile_summary_names_shm_and_volumes(self):
+        # What a user choosing the profile gets, shown in the spawn form.
+        [p] = prof.from_voyager([{"name": "train", "resources": {"gpus": 2, "cpuMilli": 8000, "memoryMiB": 65536},
+                                  "shmMiB": 16384, "volumes": [{"name": "datasets", "mountPath": "/data", "readOnly": True},
+                                                               {"name": "results", "mountPath": "/results"}]}])
+        self.assertEqual(p["summary"], "2 GPUs, 8 CPUs, 64 GiB; 16 GiB /dev/shm, volumes datasets at /data (read-only), results at /results")
+        [q] = prof.from_voyager([{"name": "plain", "resources": {"gpus": 1}}])
+        self.assertEqual(q["summary"], "1 GPU")
+        form = prof.form_html([p], False, "", "")
+        self.assertIn("16 GiB /dev/shm, volumes datasets at /data (read-only)", form)
+
     def test_summary_counts_in_words(self):
         self.assertEqual(prof.summary({"gpus": 1, "cpu_milli": 1000, "memory_mib": 1536}), "1 GPU, 1 CPU, 1.5 GiB")
 

@@ -111,8 +111,22 @@ def from_voyager(items):
             continue
         out.append({"slug": name, "display_name": name, "description": p.get("description", ""),
                     "default": False, "override": {"voyager_profile": name}, "options": [],
-                    "summary": summary(voyager_fields(p))})
+                    "summary": "; ".join(x for x in (summary(voyager_fields(p)), resources_summary(p)) if x)})
     return out
+
+
+def resources_summary(p):
+    """What a Voyager profile gives its sessions beyond CPU, memory and
+    GPUs, in words: "16 GiB /dev/shm, volumes datasets at /data
+    (read-only), results at /results". Empty when it sets none."""
+    parts = []
+    if p.get("shmMiB"):
+        parts.append(f"{_num(p['shmMiB'] / 1024)} GiB /dev/shm")
+    vols = [f"{v.get('name', '')} at {v.get('mountPath', '')}" + (" (read-only)" if v.get("readOnly") else "")
+            for v in p.get("volumes") or []]
+    if vols:
+        parts.append(("volume " if len(vols) == 1 else "volumes ") + ", ".join(vols))
+    return ", ".join(parts)
 
 
 def voyager_fields(p):

@@ -113,12 +113,24 @@ func run(deadline time.Time) error {
 		e.self = net.JoinHostPort(addr, strconv.Itoa(mesh.Addr().(*net.TCPAddr).Port))
 		fmt.Printf("rendezvous: rank %d advertises %s\n", e.rank, e.self)
 	}
+	// The rendezvous connections stay open until the end: a last barrier,
+	// as torchrun's ranks meet again before they exit, so that rank 0
+	// (whose exit ends the job) leaves only once every rank has checked
+	// its mesh.
 	var peers []string
+	var conns []net.Conn
 	if e.rank == 0 {
-		peers, err = master(e, deadline)
+		peers, conns, err = master(e, deadline)
 	} else {
-		peers, err = join(e, deadline)
+		var c net.Conn
+		peers, c, err = join(e, deadline)
+		conns = []net.Conn{c}
 	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
 	if err != nil {
 		return err
 	}
@@ -127,6 +139,9 @@ func run(deadline time.Time) error {
 		return err
 	}
 	fmt.Printf("rendezvous: rank %d of %d: connected to every other rank and every other rank to it\n", e.rank, e.world)
+	if err := barrier(e, conns); err != nil {
+		return err
+	}
 	if serve {
 		fmt.Printf("rendezvous: rank %d serves its mesh endpoint %s\n", e.rank, e.self)
 		for {
@@ -182,75 +197,95 @@ func checkHostfile(e env) error {
 }
 
 // master accepts every other rank on MASTER_PORT, checks them and sends
-// them the peer list, which it returns.
-func master(e env, deadline time.Time) ([]string, error) {
+// them the peer list, which it returns with their connections.
+func master(e env, deadline time.Time) ([]string, []net.Conn, error) {
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(e.masterPort))
 	if err != nil {
-		return nil, fmt.Errorf("listen on MASTER_PORT: %w", err)
+		return nil, nil, fmt.Errorf("listen on MASTER_PORT: %w", err)
 	}
 	defer ln.Close()
 	_ = ln.(*net.TCPListener).SetDeadline(deadline)
 	peers := make([]string, e.world)
 	peers[0] = e.self
 	conns := map[int]net.Conn{}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+	var all []net.Conn
 	for len(conns) < e.world-1 {
 		c, err := ln.Accept()
 		if err != nil {
-			return nil, fmt.Errorf("wait for ranks (%d of %d arrived): %w", len(conns)+1, e.world, err)
+			return nil, all, fmt.Errorf("wait for ranks (%d of %d arrived): %w", len(conns)+1, e.world, err)
 		}
+		all = append(all, c)
 		_ = c.SetDeadline(deadline)
 		var rank, world int
 		var ep string
 		line, err := bufio.NewReader(c).ReadString('\n')
 		if _, serr := fmt.Sscanf(line, "hello %d %d %s", &rank, &world, &ep); err != nil || serr != nil {
-			c.Close()
-			return nil, fmt.Errorf("a rank said %q: %v", line, errors.Join(err, serr))
+			return nil, all, fmt.Errorf("a rank said %q: %v", line, errors.Join(err, serr))
 		}
 		switch {
 		case world != e.world:
-			return nil, fmt.Errorf("rank %d has WORLD_SIZE %d, rank 0 has %d", rank, world, e.world)
+			return nil, all, fmt.Errorf("rank %d has WORLD_SIZE %d, rank 0 has %d", rank, world, e.world)
 		case rank < 1 || rank >= e.world:
-			return nil, fmt.Errorf("a rank says it is rank %d, want 1 to %d", rank, e.world-1)
+			return nil, all, fmt.Errorf("a rank says it is rank %d, want 1 to %d", rank, e.world-1)
 		case conns[rank] != nil:
-			return nil, fmt.Errorf("rank %d arrived twice", rank)
+			return nil, all, fmt.Errorf("rank %d arrived twice", rank)
 		}
 		fmt.Printf("rendezvous: rank %d arrived from %s\n", rank, c.RemoteAddr())
 		conns[rank], peers[rank] = c, ep
 	}
 	for _, c := range conns {
 		if _, err := fmt.Fprintf(c, "peers %s\n", strings.Join(peers, " ")); err != nil {
-			return nil, fmt.Errorf("send peers: %w", err)
+			return nil, all, fmt.Errorf("send peers: %w", err)
 		}
 	}
-	return peers, nil
+	return peers, all, nil
 }
 
-// join says hello to rank 0 and reads the peer list.
-func join(e env, deadline time.Time) ([]string, error) {
+// barrier: every rank tells rank 0 it is done, and waits until rank 0 has
+// heard it from all.
+func barrier(e env, conns []net.Conn) error {
+	if e.rank != 0 {
+		c := conns[0]
+		if _, err := fmt.Fprintln(c, "done"); err != nil {
+			return fmt.Errorf("tell rank 0 this rank is done: %w", err)
+		}
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "bye\n" {
+			return fmt.Errorf("wait for rank 0 at the last barrier: got %q: %v", line, err)
+		}
+		return nil
+	}
+	for _, c := range conns {
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "done\n" {
+			return fmt.Errorf("wait for every rank at the last barrier: got %q: %v", line, err)
+		}
+	}
+	for _, c := range conns {
+		_, _ = fmt.Fprintln(c, "bye")
+	}
+	return nil
+}
+
+// join says hello to rank 0 and reads the peer list; it returns the
+// connection to rank 0 too, for the last barrier.
+func join(e env, deadline time.Time) ([]string, net.Conn, error) {
 	addr := net.JoinHostPort(e.masterAddr, strconv.Itoa(e.masterPort))
 	c, err := dial(addr, deadline)
 	if err != nil {
-		return nil, fmt.Errorf("reach rank 0 at MASTER_ADDR:MASTER_PORT %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("reach rank 0 at MASTER_ADDR:MASTER_PORT %s: %w", addr, err)
 	}
-	defer c.Close()
 	_ = c.SetDeadline(deadline)
 	if _, err := fmt.Fprintf(c, "hello %d %d %s\n", e.rank, e.world, e.self); err != nil {
-		return nil, fmt.Errorf("say hello to rank 0: %w", err)
+		return nil, c, fmt.Errorf("say hello to rank 0: %w", err)
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
-		return nil, fmt.Errorf("wait for rank 0's peer list: %w", err)
+		return nil, c, fmt.Errorf("wait for rank 0's peer list: %w", err)
 	}
 	peers := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "peers "))
 	if len(peers) != e.world {
-		return nil, fmt.Errorf("rank 0 sent %d peers, want %d: %q", len(peers), e.world, line)
+		return nil, c, fmt.Errorf("rank 0 sent %d peers, want %d: %q", len(peers), e.world, line)
 	}
-	return peers, nil
+	return peers, c, nil
 }
 
 // meshCheck connects to every other rank's endpoint and accepts every

@@ -1,0 +1,97 @@
+package placer
+
+import (
+	"fmt"
+	"unique"
+
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// The shared caches decode with these instead of plain JSON: the values
+// are the same, but strings that thousands of values repeat (owners,
+// kinds, GPU models, NVLink peers) are stored once. At 100,000 queued
+// sessions and 10,000 nodes each repeat was its own allocation (issue 16).
+
+// intern returns the one stored copy of s. The set of distinct values
+// interned here (owners, groups, models, profiles, kinds) is small.
+func intern[S ~string](s S) S {
+	if s == "" {
+		return s
+	}
+	return S(unique.Make(string(s)).Value())
+}
+
+// internAll interns every string of ss in place.
+func internAll(ss []string) {
+	for i, s := range ss {
+		ss[i] = intern(s)
+	}
+}
+
+// internResources interns r's repeated strings in place.
+func internResources(r *state.Resources) {
+	r.GPUModel = intern(r.GPUModel)
+	r.MIGProfile = intern(r.MIGProfile)
+}
+
+// decodeFixed decodes a stored T, then lets fix store its repeated
+// strings once.
+func decodeFixed[T any](fix func(key string, v *T)) watcher.DecodeFunc[T] {
+	return func(key string, value []byte) (T, error) {
+		v, err := state.Decode[T](value)
+		if err != nil {
+			return v, fmt.Errorf("decode %s: %w", key, err)
+		}
+		fix(key, &v)
+		return v, nil
+	}
+}
+
+// decodeQueueEntry decodes pending/<id>. The session id shares the key's
+// memory.
+func decodeQueueEntry(keys state.Keys) watcher.DecodeFunc[state.QueueEntry] {
+	return decodeFixed(func(key string, e *state.QueueEntry) {
+		if id, ok := keys.SessionID(key); ok && id == e.Session {
+			e.Session = id
+		}
+		e.Kind = intern(e.Kind)
+		e.Owner = intern(e.Owner)
+		internAll(e.Groups)
+		internResources(&e.Request)
+		if e.WorkerRequest != nil {
+			internResources(e.WorkerRequest)
+		}
+	})
+}
+
+// decodeNode decodes nodes/<name>. A GPU's NVLink peers are the node's
+// other GPUs: each peer shares that GPU's UUID string.
+var decodeNode = decodeFixed(func(_ string, n *state.Node) {
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		g.Model = intern(g.Model)
+		for j, peer := range g.NVLinkPeers {
+			for _, other := range n.GPUs {
+				if other.UUID == peer {
+					g.NVLinkPeers[j] = other.UUID
+					break
+				}
+			}
+		}
+		for j := range g.MIGDevices {
+			g.MIGDevices[j].Profile = intern(g.MIGDevices[j].Profile)
+		}
+	}
+})
+
+// decodeLedger decodes ledger/<node>; owners, groups and kinds of its
+// allocations are interned.
+var decodeLedger = decodeFixed(func(_ string, l *state.Ledger) {
+	for id, a := range l.Allocations {
+		a.Kind = intern(a.Kind)
+		a.Owner = intern(a.Owner)
+		internAll(a.Groups)
+		l.Allocations[id] = a
+	}
+})
