@@ -311,6 +311,12 @@ func (n *cniNetwork) installChains() error {
 	if err != nil {
 		return fmt.Errorf("set up network: jump to %s from INPUT: %w", n.in, err)
 	}
+	// The mesh's nat chain before the masquerade, made here, once, not
+	// by the first container that needs it: two starting at once would
+	// both make it.
+	if err := n.natChain(); err != nil {
+		return err
+	}
 	masq := n.masqRule()
 	ok, err = n.ipt.Exists("nat", "POSTROUTING", masq...)
 	if err == nil && !ok {
@@ -560,9 +566,6 @@ func (n *cniNetwork) meshRoutes(id, ip string, mesh []MeshPeer) error {
 			return fmt.Errorf("set up network of %s: route %s via %s: %w: %s (the nodes must share a link, or the network must route container subnets: VOYAGER_AGENT_JOB_ROUTES=fabric)", id, sub, p.Via, err, strings.TrimSpace(string(out)))
 		}
 	}
-	if err := n.natChain(); err != nil {
-		return err
-	}
 	chain := n.containerChain(id)
 	if err := n.syncTable("nat", chain, nat, true); err != nil {
 		return err
@@ -578,7 +581,7 @@ func (n *cniNetwork) meshRoutes(id, ip string, mesh []MeshPeer) error {
 
 // natChain makes the instance's nat chain, jumped to from POSTROUTING
 // ahead of the masquerade: the containers' own nat chains, which exempt
-// their mesh from it.
+// their mesh from it. installChains calls it, before any container.
 func (n *cniNetwork) natChain() error {
 	if err := n.syncTable("nat", n.nat, nil, false); err != nil {
 		return err
