@@ -721,7 +721,16 @@ func (n *cniNetwork) removeHere() error {
 	}
 	if ok, _ := n.ipt.ChainExists("filter", n.fwd); ok {
 		if ok, _ := n.ipt.ChainExists("filter", "CNI-FORWARD"); ok {
-			add(n.ipt.DeleteIfExists("filter", "CNI-FORWARD", "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", n.fwd))
+			// The firewall plugin checks, then inserts, its jump: two
+			// containers set up at once on a new network insert it twice.
+			jump := []string{"-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", n.fwd}
+			for i := 0; i < 16; i++ {
+				if ok, err := n.ipt.Exists("filter", "CNI-FORWARD", jump...); err != nil || !ok {
+					add(err)
+					break
+				}
+				add(n.ipt.Delete("filter", "CNI-FORWARD", jump...))
+			}
 		}
 	}
 	add(n.ipt.DeleteIfExists("nat", "POSTROUTING", n.masqRule()...))
