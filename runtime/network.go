@@ -311,6 +311,12 @@ func (n *cniNetwork) installChains() error {
 	if err != nil {
 		return fmt.Errorf("set up network: jump to %s from INPUT: %w", n.in, err)
 	}
+	// The mesh's nat chain before the masquerade, made here, once, not
+	// by the first container that needs it: two starting at once would
+	// both make it.
+	if err := n.natChain(); err != nil {
+		return err
+	}
 	masq := n.masqRule()
 	ok, err = n.ipt.Exists("nat", "POSTROUTING", masq...)
 	if err == nil && !ok {
@@ -560,9 +566,6 @@ func (n *cniNetwork) meshRoutes(id, ip string, mesh []MeshPeer) error {
 			return fmt.Errorf("set up network of %s: route %s via %s: %w: %s (the nodes must share a link, or the network must route container subnets: VOYAGER_AGENT_JOB_ROUTES=fabric)", id, sub, p.Via, err, strings.TrimSpace(string(out)))
 		}
 	}
-	if err := n.natChain(); err != nil {
-		return err
-	}
 	chain := n.containerChain(id)
 	if err := n.syncTable("nat", chain, nat, true); err != nil {
 		return err
@@ -578,7 +581,7 @@ func (n *cniNetwork) meshRoutes(id, ip string, mesh []MeshPeer) error {
 
 // natChain makes the instance's nat chain, jumped to from POSTROUTING
 // ahead of the masquerade: the containers' own nat chains, which exempt
-// their mesh from it.
+// their mesh from it. installChains calls it, before any container.
 func (n *cniNetwork) natChain() error {
 	if err := n.syncTable("nat", n.nat, nil, false); err != nil {
 		return err
@@ -718,7 +721,16 @@ func (n *cniNetwork) removeHere() error {
 	}
 	if ok, _ := n.ipt.ChainExists("filter", n.fwd); ok {
 		if ok, _ := n.ipt.ChainExists("filter", "CNI-FORWARD"); ok {
-			add(n.ipt.DeleteIfExists("filter", "CNI-FORWARD", "-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", n.fwd))
+			// The firewall plugin checks, then inserts, its jump: two
+			// containers set up at once on a new network insert it twice.
+			jump := []string{"-m", "comment", "--comment", "CNI firewall plugin admin overrides", "-j", n.fwd}
+			for i := 0; i < 16; i++ {
+				if ok, err := n.ipt.Exists("filter", "CNI-FORWARD", jump...); err != nil || !ok {
+					add(err)
+					break
+				}
+				add(n.ipt.Delete("filter", "CNI-FORWARD", jump...))
+			}
 		}
 	}
 	add(n.ipt.DeleteIfExists("nat", "POSTROUTING", n.masqRule()...))
