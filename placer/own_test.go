@@ -1,6 +1,7 @@
 package placer
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -62,5 +63,23 @@ func TestOwnWritesOverlay(t *testing.T) {
 				t.Errorf("remembered ledger %v, s1 %v; want %v, %v", kept, s1, tc.wantLedgersKept, tc.wantS1)
 			}
 		})
+	}
+}
+
+func TestDropBoundKeepsOnlyWhatNoLaterLedgerHolds(t *testing.T) {
+	a := view(gpuNode("a", 8, "A100"))
+	a.Ledger.Allocations["bound"] = state.Allocation{Owner: "ada", GPUs: []string{a.Node.GPUs[0].UUID}}
+	a.Ledger.Allocations["requeued"] = state.Allocation{Owner: "ada", GPUs: []string{a.Node.GPUs[1].UUID}}
+	a.LedgerRevision = 50
+	bound, requeued, waiting := req("bound", "ada", 1, 0), req("requeued", "ada", 1, 0), req("waiting", "ada", 1, 0)
+	bound.Revision, requeued.Revision, waiting.Revision = 40, 60, 45
+	s := snap([]NodeView{a}, bound, requeued, waiting)
+	dropBound(s)
+	var ids []string
+	for _, it := range s.Pending {
+		ids = append(ids, it.Entry.Session)
+	}
+	if !slices.Equal(ids, []string{"requeued", "waiting"}) {
+		t.Fatalf("queue %v after dropBound; want requeued (queued after the ledger listing it) and waiting", ids)
 	}
 }

@@ -168,12 +168,17 @@ type Placer struct {
 	// written remembers the last pending status written per session, to
 	// write only changes. Owned by the advisory writer.
 	written map[string]writtenStatus
+	// writtenGen counts writeWaiting calls (writtenStatus.gen).
+	writtenGen uint64
+	// planCache keeps per-node planning state between passes.
+	planCache *PlanCache
 }
 
 type writtenStatus struct {
 	reason, message string
 	position        int
 	at              time.Time
+	gen             uint64 // the writeWaiting call that last saw the session waiting
 }
 
 // New returns a placer over cli. It does nothing until Run.
@@ -203,6 +208,8 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		advice:   make(chan advice, 1),
 		written:  map[string]writtenStatus{},
 		own:      newOwnWrites(),
+
+		planCache: NewPlanCache(),
 	}
 	p.advisoryKV = cli
 	kick := func() {
@@ -348,6 +355,7 @@ func (p *Placer) loop(ctx context.Context) error {
 	var (
 		bindRev, ledgerRev int64 // our writes: wait for the caches to see them
 		failures           int
+		advised            time.Time // when a pass's advice was last offered
 	)
 	for {
 		// Own binds are laid over the caches (ownWrites): wait for the
@@ -367,6 +375,14 @@ func (p *Placer) loop(ctx context.Context) error {
 		}
 		took := time.Since(started)
 		bindRev, ledgerRev = max(bindRev, res.bindRev), max(ledgerRev, res.ledgerRev)
+		busy := res.bound > 0 || res.ledgerRev > 0 || res.conflicts > 0 // the loop plans again at once
+		if res.advice != nil && (!busy || time.Since(advised) >= adviseEvery) {
+			// Explaining runs beside binding, in its own goroutine with
+			// its own deadline: a slow status write never holds up the
+			// next bind.
+			p.offer(*res.advice)
+			advised = time.Now()
+		}
 		switch {
 		case res.conflicts > 0 && res.bound == 0:
 			// Refresh and retry at once, a bounded number of times, then
@@ -383,6 +399,16 @@ func (p *Placer) loop(ctx context.Context) error {
 			// again on the fresh state. Deferred decisions alone are no
 			// progress: planning again at once would plan them again.
 			failures = 0
+			if res.conflicts == 0 && !res.deferred && len(res.others) > 0 {
+				// All of this placer's share is bound; the rest of the
+				// plan is other placers' to commit, from the same
+				// snapshot. Planning again before the caches show their
+				// binds would plan those sessions again, for nothing,
+				// on the cores they commit with.
+				if !p.awaitOthers(ctx, res.others, min(max(2*took, 50*time.Millisecond), p.cfg.Tick)) {
+					return nil
+				}
+			}
 			continue
 		}
 		failures = 0
@@ -399,6 +425,34 @@ func (p *Placer) loop(ctx context.Context) error {
 			if !ctxwait.Sleep(ctx, rest) {
 				return nil
 			}
+		}
+	}
+}
+
+// awaitOthers waits until the pending cache no longer holds any of others
+// at the revision planned (another placer bound it, or it changed), or for
+// at most wait. It returns false when ctx ends.
+func (p *Placer) awaitOthers(ctx context.Context, others []Pending, wait time.Duration) bool {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	k := p.cfg.Keys
+	for {
+		snap := p.pending.Snapshot()
+		kept := others[:0]
+		for _, o := range others {
+			if it, ok := snap.Item(k.Pending(o.Entry.Session)); ok && it.ModRevision == o.Revision {
+				kept = append(kept, o)
+			}
+		}
+		if others = kept; len(others) == 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return true
+		case <-p.kick:
 		}
 	}
 }
@@ -434,7 +488,40 @@ func (p *Placer) snapshot() *Snapshot {
 	}
 	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
+	dropBound(s)
+	s.Cache = p.planCache
 	return s
+}
+
+// dropBound takes off s's queue every session that a ledger of s, written
+// after the session's queue entry, already holds: another placer's bind
+// whose ledger write the ledgers cache shows while the pending cache does
+// not show its deletion yet (two watches, each at its own revision). Left
+// in, the session would be planned a second time, and this placer's plan
+// would part from the others' (which do not see it queued): the bind that
+// comes of it conflicts. A session re-queued after its allocation was
+// written keeps its place; one held back waits for the next pass.
+func dropBound(s *Snapshot) {
+	var held map[string]int64 // session → the newest ledger revision listing it
+	for i := range s.Nodes {
+		v := &s.Nodes[i]
+		for id := range v.Ledger.Allocations {
+			if held == nil {
+				held = map[string]int64{}
+			}
+			held[id] = max(held[id], v.LedgerRevision)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	kept := s.Pending[:0]
+	for _, it := range s.Pending {
+		if rev, ok := held[it.Entry.Session]; !ok || rev <= it.Revision {
+			kept = append(kept, it)
+		}
+	}
+	s.Pending = kept
 }
 
 // Caches are the watcher snapshots that a planning snapshot is read from.
@@ -552,12 +639,29 @@ type passResult struct {
 	// pending/ and ledger/), ledgerRev of a lost-node one (ledger/ only):
 	// the next pass waits for the caches to reach them.
 	bindRev, ledgerRev int64
+	// deferred: decisions of this placer were left for the next pass.
+	deferred bool
+	// others are the pending keys of the plan's decisions that other
+	// placers commit, as read.
+	others []Pending
+	// advice is what the pass leaves to explain (nil: nothing planned).
+	advice *advice
 }
+
+// adviseEvery is the longest a placer that keeps binding goes without
+// handing its newest plan to the advisory writer. While passes bind one
+// after the other (a burst), each pass's explanation would be replaced by
+// the next one's within moments, and its status writes would compete with
+// the binds, on etcd and on this placer's cores: a pass explains when the
+// placer is about to rest, or when it last explained this long ago.
+const adviseEvery = time.Second
 
 // pass plans once and commits this placer's share.
 func (p *Placer) pass(ctx context.Context) passResult {
 	p.passes.Add(1)
+	snapStart := time.Now()
 	snap := p.snapshot()
+	snapTook := time.Since(snapStart)
 	var res passResult
 	if rev := p.handleLost(ctx, snap); rev > 0 {
 		// Plan on ledgers that show the cleared nodes.
@@ -575,6 +679,8 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	for _, d := range plan.Bound {
 		if ownerOf(ids, d.Parts[0].Node) == p.cfg.ID {
 			mine = append(mine, d)
+		} else {
+			res.others = append(res.others, d.Pending)
 		}
 	}
 	nodes := map[string]*NodeView{}
@@ -582,15 +688,14 @@ func (p *Placer) pass(ctx context.Context) passResult {
 		nodes[snap.Nodes[i].Node.Name] = &snap.Nodes[i]
 	}
 	batches, deferred, unfit := p.batch(mine, nodes, snap)
+	res.deferred = deferred
 	commitStart := time.Now()
 	p.commit(ctx, batches, nodes, snap, &res)
 	commitTook := time.Since(commitStart)
-	// Explaining runs beside binding, in its own goroutine with its own
-	// deadline: a slow status write never holds up the next bind.
-	p.offer(advice{plan: plan, owners: ids, unfit: unfit})
+	res.advice = &advice{plan: plan, owners: ids, unfit: unfit}
 	p.log.Debug("pass", "pending", len(snap.Pending), "planned", len(plan.Bound), "mine", len(mine),
 		"batches", len(batches), "bound", res.bound, "conflicts", res.conflicts, "deferred", deferred,
-		"unfit", len(unfit), "plan", planTook, "commit", commitTook)
+		"unfit", len(unfit), "snapshot", snapTook, "plan", planTook, "commit", commitTook)
 	return res
 }
 
@@ -758,6 +863,10 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 	// This placer's newest bind before this pass: the pass's own batches
 	// raise lastBind as they commit, and were planned together.
 	prior := p.lastBind.Load()
+	// Refused batches are read back and retried only beside other placers:
+	// alone, a placer loses sessions only to cancels, and the read-back
+	// would lengthen every transaction it sends.
+	readBack := len(p.owners()) > 1
 	var mu sync.Mutex
 	sem := make(chan struct{}, p.cfg.Parallel)
 	var wg sync.WaitGroup
@@ -767,7 +876,7 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 		go func(b *bindBatch) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			n, rev, stale, err := p.commitBatch(ctx, b, fresh, nodes, snap, prior)
+			n, rev, stale, err := p.commitBatch(ctx, b, fresh, nodes, snap, prior, readBack)
 			mu.Lock()
 			defer mu.Unlock()
 			res.conflicts += stale
@@ -802,10 +911,12 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 // writes over (and the node's inventory key as planned), so a write that
 // lands after this read refuses the bind. A decision whose choice no longer
 // fits, or whose quota check rests on ledgers older than this placer's
-// last bind before the pass (prior), is left out and counted in stale. It
-// returns how many sessions the transaction bound (0 if refused or empty)
-// and its revision.
-func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64) (bound int, rev int64, stale int, err error) {
+// last bind before the pass (prior), is left out and counted in stale.
+// With readBack, a transaction refused because some of its sessions were
+// taken is sent again once without them (they count in stale). It returns
+// how many sessions the transaction bound (0 if refused or empty) and its
+// revision.
+func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64, readBack bool) (bound int, rev int64, stale int, err error) {
 	k := p.cfg.Keys
 	now := p.cfg.Now().UTC()
 	writes := map[string]*state.LedgerWrite{}
@@ -884,35 +995,74 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 	if len(ps) == 0 {
 		return 0, 0, stale, nil
 	}
-	// Only the ledgers of decisions kept are written.
-	used := map[string]bool{}
-	for _, pl := range ps {
-		for _, bd := range pl.Bindings {
-			used[bd.Node] = true
+	for attempt := 0; ; attempt++ {
+		// Only the ledgers of decisions kept are written.
+		used := map[string]bool{}
+		for _, pl := range ps {
+			for _, bd := range pl.Bindings {
+				used[bd.Node] = true
+			}
 		}
-	}
-	lws := make([]state.LedgerWrite, 0, len(order))
-	for _, n := range order {
-		if used[n] {
-			lws = append(lws, *writes[n])
+		lws := make([]state.LedgerWrite, 0, len(order))
+		for _, n := range order {
+			if used[n] {
+				lws = append(lws, *writes[n])
+			}
 		}
+		cmps, ops, err := state.BindOps(k, lws, ps)
+		if err != nil {
+			return 0, 0, stale, err
+		}
+		if err := p.budget().Check(state.SizeOf(cmps, ops, nil)); err != nil {
+			return 0, 0, stale, fmt.Errorf("commit bind txn of %d sessions: %w", len(ps), err)
+		}
+		// On a refusal the first attempt reads back its sessions' queue
+		// entries, in the same round trip.
+		var reads []clientv3.Op
+		if attempt == 0 && readBack {
+			for _, pl := range ps {
+				reads = append(reads, clientv3.OpGet(k.Pending(pl.Session)))
+			}
+			if !p.budget().Fits(state.SizeOf(cmps, ops, reads)) {
+				reads = nil
+			}
+		}
+		resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
+		if err != nil {
+			return 0, 0, stale, fmt.Errorf("commit bind txn: %w", err)
+		}
+		if resp.Succeeded {
+			p.own.record(lws, ps, resp.Header.Revision)
+			return len(ps), resp.Header.Revision, stale, nil
+		}
+		if len(reads) == 0 {
+			return 0, 0, stale, nil
+		}
+		// Refused. If another writer took some of the batch's sessions
+		// (another placer bound them on a plan of its own, or they were
+		// cancelled), the rest of the batch still stands on exactly what
+		// it was computed from: commit it again without them, once, with
+		// the same compares (Nomad's plan applier commits the part of a
+		// plan that still fits). If no session moved, a ledger, node,
+		// cordon or quota did: the next pass plans again.
+		kept := ps[:0]
+		for i, pl := range ps {
+			rr := resp.Responses[i].GetResponseRange()
+			if rr != nil && len(rr.Kvs) == 1 && rr.Kvs[0].ModRevision == pl.PendingRevision {
+				kept = append(kept, pl)
+				continue
+			}
+			stale++
+			for _, bd := range pl.Bindings {
+				delete(writes[bd.Node].Ledger.Allocations, pl.Session)
+			}
+		}
+		if len(kept) == len(ps) || len(kept) == 0 {
+			return 0, 0, stale, nil
+		}
+		p.conflicts.Add(1) // the refused attempt
+		ps = kept
 	}
-	cmps, ops, err := state.BindOps(k, lws, ps)
-	if err != nil {
-		return 0, 0, stale, err
-	}
-	if err := p.budget().Check(state.SizeOf(cmps, ops, nil)); err != nil {
-		return 0, 0, stale, fmt.Errorf("commit bind txn of %d sessions: %w", len(ps), err)
-	}
-	resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return 0, 0, stale, fmt.Errorf("commit bind txn: %w", err)
-	}
-	if !resp.Succeeded {
-		return 0, 0, stale, nil
-	}
-	p.own.record(lws, ps, resp.Header.Revision)
-	return len(ps), resp.Header.Revision, stale, nil
 }
 
 func boundMessage(d Decision) string {
@@ -980,15 +1130,19 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 	k := p.cfg.Keys
 	plan, ids := a.plan, a.owners
 	waiting := slices.Clip(plan.Waiting) // appending never writes into the plan
-	for _, d := range a.unfit {
-		waiting = append(waiting, Waiting{Pending: d.Pending, Position: len(waiting) + 1, Reason: "Unsatisfiable", Message: p.unfitMessage(d)})
+	for i := range a.unfit {
+		d := &a.unfit[i]
+		waiting = append(waiting, Waiting{Pending: &d.Pending, Position: len(waiting) + 1, Reason: "Unsatisfiable", Message: p.unfitMessage(*d)})
 	}
 	budget := p.budget()
 	var (
 		ops  []clientv3.Op
 		size state.TxnSize
 	)
-	live := make(map[string]bool, len(waiting))
+	// Every written status of a session still waiting is marked with this
+	// call's generation; the rest are forgotten at the end.
+	p.writtenGen++
+	gen := p.writtenGen
 	type pendingWrite struct {
 		id string
 		ws writtenStatus
@@ -1015,18 +1169,24 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 	}
 	left := p.cfg.StatusBudget
 	for _, w := range waiting {
-		e := w.Pending.Entry
-		live[e.Session] = true
+		e := &w.Pending.Entry
+		last, ok := p.written[e.Session]
+		if ok {
+			last.gen = gen
+			p.written[e.Session] = last
+		}
 		if left == 0 || ctx.Err() != nil || ownerOf(ids, e.Session) != p.cfg.ID {
 			continue
 		}
-		msg := w.Message + "; " + ahead(w.Position-1)
 		// A new reason is written at once; a changed message or position
 		// under the same reason (the best node's free count, sessions
 		// ahead) at most every StatusRefresh: the API computes live queue
 		// positions itself, so etcd need not carry every step.
-		last, ok := p.written[e.Session]
-		if ok && last.reason == w.Reason && (last.message == msg || now.Sub(last.at) < p.cfg.StatusRefresh) {
+		if ok && last.reason == w.Reason && now.Sub(last.at) < p.cfg.StatusRefresh {
+			continue
+		}
+		msg := w.Message + "; " + ahead(w.Position-1)
+		if ok && last.reason == w.Reason && last.message == msg {
 			continue
 		}
 		// EventExplain: the nested txn's compare of the queue entry is
@@ -1050,12 +1210,12 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 		}
 		ops = append(ops, op)
 		size = size.Plus(add)
-		batch = append(batch, pendingWrite{e.Session, writtenStatus{reason: w.Reason, message: msg, position: w.Position, at: now}})
+		batch = append(batch, pendingWrite{e.Session, writtenStatus{reason: w.Reason, message: msg, position: w.Position, at: now, gen: gen}})
 		left--
 	}
 	flush()
-	for id := range p.written {
-		if !live[id] {
+	for id, w := range p.written {
+		if w.gen != gen {
 			delete(p.written, id)
 		}
 	}

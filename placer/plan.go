@@ -3,6 +3,7 @@ package placer
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -83,7 +84,10 @@ type Decision struct {
 
 // Waiting is a session left pending by the pass, with why.
 type Waiting struct {
-	Pending Pending
+	// Pending is the queue entry as the snapshot holds it (shared with
+	// the snapshot: read only). A pointer, so that a pass leaving 100,000
+	// sessions waiting does not copy each entry again.
+	Pending *Pending
 	// Position is the 1-based place among the sessions still waiting.
 	Position int
 	// Reason is "Capacity", "Quota", "Unsatisfiable" or "Cordoned".
@@ -112,9 +116,14 @@ type planner struct {
 	scorers []scorer
 	// failed memoises the shortfall message of part shapes that found no
 	// node in this pass: capacity only shrinks within a pass, so the same
-	// shape fails again.
-	failed map[string]failure
-	usage  usage
+	// shape fails again. Past the head of the queue that fits, every
+	// request is answered here, without a search (BenchmarkNewPlan/full).
+	failed map[shape]failure
+	// quotas is whether the snapshot has any quota to check.
+	quotas bool
+	// holds marks every session some node is reserved for.
+	holds map[string]bool
+	usage usage
 	// ownerGroups caches groupsOf.
 	ownerGroups map[string][]string
 	// holding marks the sessions that hold nodes in this pass; holders
@@ -134,10 +143,21 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	if opt.Strategy == "" {
 		opt.Strategy = Binpack
 	}
-	p := &planner{opt: opt, snap: s, byName: map[string]*nodeState{}, failed: map[string]failure{}, scorers: scorers(opt.Strategy)}
+	p := &planner{opt: opt, snap: s, byName: make(map[string]*nodeState, len(s.Nodes)), failed: map[shape]failure{},
+		scorers: scorers(opt.Strategy), quotas: len(s.UserQuotas)+len(s.GroupQuotas) > 0, holds: map[string]bool{}}
 	maxFree := 0
-	for i := range s.Nodes {
-		n := newNodeState(&s.Nodes[i])
+	var states []nodeState
+	if s.Cache != nil {
+		states = s.Cache.nodeStates(s)
+	} else {
+		states = make([]nodeState, len(s.Nodes))
+		for i := range s.Nodes {
+			initNodeState(&states[i], &s.Nodes[i])
+		}
+	}
+	p.nodes = make([]*nodeState, 0, len(s.Nodes))
+	for i := range states {
+		n := &states[i]
 		n.maxSessions = opt.MaxSessionsPerNode
 		p.nodes = append(p.nodes, n)
 		p.byName[n.name] = n
@@ -145,7 +165,9 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 			maxFree = n.freeGPUs
 		}
 	}
-	sort.Slice(p.nodes, func(i, j int) bool { return p.nodes[i].name < p.nodes[j].name })
+	if !slices.IsSortedFunc(p.nodes, byNodeName) {
+		slices.SortFunc(p.nodes, byNodeName)
+	}
 	p.buckets = make([][]*nodeState, maxFree+1)
 	for _, n := range p.nodes {
 		p.index(n)
@@ -161,6 +183,7 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 		for name, id := range s.Held {
 			if n := p.byName[name]; n != nil && pending[id] {
 				n.reservedFor = id
+				p.holds[id] = true
 				plan.Reserved[name] = id
 			}
 		}
@@ -181,6 +204,8 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	}
 	return plan
 }
+
+func byNodeName(a, b *nodeState) int { return strings.Compare(a.name, b.name) }
 
 // index puts n in the bucket of its free whole GPUs.
 func (p *planner) index(n *nodeState) {
@@ -206,25 +231,57 @@ func (p *planner) reindex(n *nodeState) {
 // place tries to bind it; on failure it records a Waiting entry.
 func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) {
 	e := &it.Entry
+	budget := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}
+	scopes := 0
+	if p.quotas {
+		scopes = len(quotaScopes(e, p.snap))
+	}
+	quotaChecked := false
+	if e.Workers == 0 && !p.holds[e.Session] && budget.Fits(gangSize(1, scopes)) {
+		// The tail of the queue: a single part of a shape that found no
+		// node earlier in this pass waits at once, on that shape's reason,
+		// without building parts or searching nodes.
+		if p.quotas {
+			var need amounts
+			need.addReq(&e.Request)
+			if reason, msg, ok := p.usage.quotaAllows(e, need, p.snap); !ok {
+				plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
+				return Decision{}, false
+			}
+			quotaChecked = true
+		}
+		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle)})]; ok {
+			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: f.message})
+			return Decision{}, false
+		}
+	}
 	reqs := e.Parts()
-	if size := gangSize(len(reqs), len(quotaScopes(e, p.snap))); !(state.TxnBudget{MaxOps: p.opt.MaxTxnOps}).Fits(size) {
-		what, most := fmt.Sprintf("a Ray head and %d workers", len(reqs)-1), MaxRayWorkers(p.opt.MaxTxnOps, len(quotaScopes(e, p.snap)))
+	if size := gangSize(len(reqs), scopes); !budget.Fits(size) {
+		what, most := fmt.Sprintf("a Ray head and %d workers", len(reqs)-1), MaxRayWorkers(p.opt.MaxTxnOps, scopes)
 		ask := fmt.Sprintf("at most %d workers", most)
 		if e.Nodes > 1 {
 			what, ask = "a multi-node job", fmt.Sprintf("at most %d nodes", most+1)
 		}
-		plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: "Unsatisfiable", Message: fmt.Sprintf(
+		plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: "Unsatisfiable", Message: fmt.Sprintf(
 			"a session on %d nodes (%s) binds in one transaction of %d operations, above the limit of %d (VOYAGER_PLACER_MAX_TXN_OPS, at most etcd's --max-txn-ops); ask for %s",
 			len(reqs), what, size.Ops(), p.opt.txnOps(), ask)})
 		return Decision{}, false
 	}
-	if reason, msg, ok := p.usage.quotaAllows(e, reqs, p.snap); !ok {
-		plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: reason, Message: msg})
-		return Decision{}, false
+	if p.quotas && !quotaChecked {
+		var need amounts
+		for i := range reqs {
+			need.addReq(&reqs[i])
+		}
+		if reason, msg, ok := p.usage.quotaAllows(e, need, p.snap); !ok {
+			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
+			return Decision{}, false
+		}
 	}
-	d := Decision{Pending: *it, Position: position}
-	var chosen []*nodeState
-	exclude := map[string]bool{}
+	var (
+		d       Decision
+		chosen  []*nodeState
+		exclude map[string]bool // nodes taken by this session's earlier parts
+	)
 	for i := range reqs {
 		pt := partOf(e, reqs, i)
 		role := pt.role
@@ -237,10 +294,13 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			if p.aged(e) && !p.holding[e.Session] && p.holders[e.Owner] < maxHoldsPerOwner {
 				p.holdFor(e, reqs, plan)
 			}
-			plan.Waiting = append(plan.Waiting, Waiting{Pending: *it, Reason: fail.reason, Message: fail.message})
+			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: fail.reason, Message: fail.message})
 			return Decision{}, false
 		}
-		var uuids []string
+		if d.Parts == nil {
+			d = Decision{Pending: *it, Position: position, Parts: make([]PartPlan, 0, len(reqs))}
+		}
+		uuids := make([]string, 0, len(devs))
 		for _, di := range devs {
 			uuids = append(uuids, n.devices[di].uuid)
 		}
@@ -248,7 +308,12 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		n.reserve(e.Session, alloc, devs)
 		p.reindex(n)
 		chosen = append(chosen, n)
-		exclude[n.name] = true
+		if len(reqs) > 1 {
+			if exclude == nil {
+				exclude = make(map[string]bool, len(reqs))
+			}
+			exclude[n.name] = true
+		}
 		worker := 0
 		if role == state.RoleWorker {
 			worker = i
@@ -284,9 +349,14 @@ func (p *planner) aged(e *state.QueueEntry) bool {
 // best returns the highest scoring feasible node for pt, with the devices
 // to use, or the reason none fits.
 func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, map[string]float64, failure) {
-	shape := shapeKey(pt)
-	if f, ok := p.failed[shape]; ok && len(exclude) == 0 {
-		return nil, nil, nil, f
+	// A session that holds nodes may use them where others of its shape
+	// may not: it neither reads nor writes the memo.
+	key, memo := shape{}, len(exclude) == 0 && !p.holds[pt.id]
+	if memo {
+		key = shapeOf(pt)
+		if f, ok := p.failed[key]; ok {
+			return nil, nil, nil, f
+		}
 	}
 	var (
 		bestN     *nodeState
@@ -321,7 +391,11 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 			}
 		}
 	} else {
-		for _, b := range p.bucketOrder(pt.req.GPUs) {
+		for k := pt.req.GPUs; k < len(p.buckets); k++ {
+			b := k // binpack: the fullest that fits first
+			if p.opt.Strategy == Spread {
+				b = len(p.buckets) - 1 - (k - pt.req.GPUs) // the emptiest first
+			}
 			bk := p.buckets[b]
 			if len(bk) == 0 {
 				continue
@@ -345,25 +419,10 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		return bestN, bestDevs, scores, failure{}
 	}
 	f := p.explain(pt, exclude)
-	if len(exclude) == 0 {
-		p.failed[shape] = f
+	if memo {
+		p.failed[key] = f
 	}
 	return nil, nil, nil, f
-}
-
-// bucketOrder lists the free-GPU buckets to search for a request of g GPUs:
-// fullest first for binpack, emptiest first for spread.
-func (p *planner) bucketOrder(g int) []int {
-	var out []int
-	for b := g; b < len(p.buckets); b++ {
-		out = append(out, b)
-	}
-	if p.opt.Strategy == Spread {
-		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-			out[i], out[j] = out[j], out[i]
-		}
-	}
-	return out
 }
 
 // explain turns every node's shortfall for pt into one plain reason.
@@ -494,12 +553,15 @@ func partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
 // fits reports whether every part of e finds a node now, each on its own.
 func (p *planner) fits(e *state.QueueEntry) bool {
 	reqs := e.Parts()
-	exclude := map[string]bool{}
+	var exclude map[string]bool
 	for i := range reqs {
 		pt := partOf(e, reqs, i)
 		n, _, _, _ := p.best(pt, exclude)
 		if n == nil {
 			return false
+		}
+		if exclude == nil {
+			exclude = map[string]bool{}
 		}
 		exclude[n.name] = true
 	}
@@ -530,6 +592,7 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 			continue
 		}
 		best.reservedFor = e.Session
+		p.holds[e.Session] = true
 		if p.holding == nil {
 			p.holding, p.holders = map[string]bool{}, map[string]int{}
 		}
@@ -561,32 +624,35 @@ func describe(r *state.Resources) string {
 	return s
 }
 
-// shapeKey identifies requests that are interchangeable for placement.
-func shapeKey(pt *part) string {
+// shape identifies requests that are interchangeable for placement: a
+// comparable value, so that looking one up allocates nothing (the selector
+// is written out only for requests that have one).
+type shape struct {
+	gpus       int
+	model, mig string
+	gpuMem     int64
+	cpu, mem   int64
+	ports      int
+	selector   string
+}
+
+// shapeOf is pt's shape.
+func shapeOf(pt *part) shape {
 	r := pt.req
-	var b strings.Builder
-	b.WriteString(strconv.Itoa(r.GPUs))
-	b.WriteByte('|')
-	b.WriteString(r.GPUModel)
-	b.WriteByte('|')
-	b.WriteString(strconv.FormatInt(r.GPUMemoryMiB, 10))
-	b.WriteByte('|')
-	b.WriteString(r.MIGProfile)
-	b.WriteByte('|')
-	b.WriteString(strconv.FormatInt(r.CPUMilli, 10))
-	b.WriteByte('|')
-	b.WriteString(strconv.FormatInt(r.MemoryMiB, 10))
-	b.WriteByte('|')
-	b.WriteString(strconv.Itoa(pt.ports))
-	keys := make([]string, 0, len(r.NodeSelector))
-	for k := range r.NodeSelector {
-		keys = append(keys, k)
+	k := shape{gpus: r.GPUs, model: r.GPUModel, mig: r.MIGProfile, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: pt.ports}
+	if len(r.NodeSelector) > 0 {
+		keys := make([]string, 0, len(r.NodeSelector))
+		for key := range r.NodeSelector {
+			keys = append(keys, key)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for _, key := range keys {
+			b.WriteString(strconv.Quote(key) + "=" + strconv.Quote(r.NodeSelector[key]) + ";")
+		}
+		k.selector = b.String()
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		b.WriteString("|" + k + "=" + r.NodeSelector[k])
-	}
-	return b.String()
+	return k
 }
 
 // ---- queue order ----
@@ -650,7 +716,7 @@ func (p *planner) order() *queueOrder {
 		lv := byPrio[pr]
 		for _, tr := range lv.tiers {
 			for _, oq := range tr.byName {
-				sort.SliceStable(oq.items, func(i, j int) bool { return olderFirst(oq.items[i], oq.items[j]) })
+				slices.SortFunc(oq.items, olderFirstCmp)
 				oq.share, oq.own = p.weightedShare(oq.owner)
 				oq.index = len(tr.owners)
 				tr.owners = append(tr.owners, oq)
@@ -660,6 +726,15 @@ func (p *planner) order() *queueOrder {
 		q.levels = append(q.levels, lv)
 	}
 	return q
+}
+
+// olderFirstCmp orders by olderFirst: a total order (session ids are
+// unique), so an unstable sort gives the same order every time.
+func olderFirstCmp(a, b *Pending) int {
+	if c := a.Entry.Created.Compare(b.Entry.Created); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Entry.Session, b.Entry.Session)
 }
 
 func olderFirst(a, b *Pending) bool {
@@ -881,12 +956,9 @@ func quotaScopes(e *state.QueueEntry, s *Snapshot) []quotaRef {
 	return out
 }
 
-// quotaAllows checks e against its owner's and groups' quotas.
-func (u *usage) quotaAllows(e *state.QueueEntry, reqs []state.Resources, s *Snapshot) (string, string, bool) {
-	var need amounts
-	for i := range reqs {
-		need.addReq(&reqs[i])
-	}
+// quotaAllows checks e, needing need in all, against its owner's and
+// groups' quotas.
+func (u *usage) quotaAllows(e *state.QueueEntry, need amounts, s *Snapshot) (string, string, bool) {
 	check := func(kind, name string, q state.Quota, held *amounts) (string, bool) {
 		var h amounts
 		if held != nil {

@@ -459,3 +459,41 @@ func TestPlanMultiNodeJob(t *testing.T) {
 		seen[pp.Node] = true
 	}
 }
+
+// TestPlanCacheChangesNoPlan: planning with a PlanCache gives the plan
+// planning without one gives, with the cache cold, warm, and after the
+// first plan's binds changed some ledgers (at new revisions) and not
+// others.
+func TestPlanCacheChangesNoPlan(t *testing.T) {
+	rounds := 150
+	if testing.Short() {
+		rounds = 30
+	}
+	same := func(seed int64, what string, want, got *Plan) {
+		t.Helper()
+		if !reflect.DeepEqual(want.Bound, got.Bound) || !reflect.DeepEqual(want.Waiting, got.Waiting) || !reflect.DeepEqual(want.Reserved, got.Reserved) {
+			t.Fatalf("seed %d, %s: the plan with a cache differs: %d bound, %d waiting; without: %d bound, %d waiting",
+				seed, what, len(got.Bound), len(got.Waiting), len(want.Bound), len(want.Waiting))
+		}
+	}
+	for seed := int64(0); seed < int64(rounds); seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		s := randomSnapshot(rng, 1+rng.Intn(30), rng.Intn(200))
+		for i := range s.Nodes {
+			// As from etcd: a revision names one content.
+			s.Nodes[i].NodeRevision, s.Nodes[i].LedgerRevision = int64(i+1), int64(1000+i)
+		}
+		opt := PlanOptions{Strategy: []Strategy{Binpack, Spread}[rng.Intn(2)]}
+		want := NewPlan(s, opt)
+		cache := NewPlanCache()
+		for _, what := range []string{"cold", "warm"} {
+			c := *s
+			c.Cache = cache
+			same(seed, what, want, NewPlan(&c, opt))
+		}
+		next := filledSnapshot(s, want)
+		wantNext := NewPlan(next, opt)
+		next.Cache = cache
+		same(seed, "after binds", wantNext, NewPlan(next, opt))
+	}
+}

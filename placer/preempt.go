@@ -110,7 +110,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 				key[2] += len(vi.Allocation.GPUs)
 			}
 			if best == nil || key[0] < bestKey[0] || key[0] == bestKey[0] && (key[1] < bestKey[1] || key[1] == bestKey[1] && key[2] < bestKey[2]) {
-				best, bestKey = &Preemption{Preemptor: w.Pending, Node: name, Victims: victims}, key
+				best, bestKey = &Preemption{Preemptor: *w.Pending, Node: name, Victims: victims}, key
 			}
 		}
 		if best == nil {

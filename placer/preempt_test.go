@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -147,5 +148,21 @@ func TestPreemptionHeldNodeGoesToItsPreemptor(t *testing.T) {
 	}
 	if ps[0].Node != "c" || len(ps[0].Victims) != 1 {
 		t.Errorf("first preemptor got %s with %v; the fewest victims are on c", ps[0].Node, victimIDs(ps[0]))
+	}
+}
+
+func TestHeldNodeGoesToItsPreemptorPastItsShape(t *testing.T) {
+	// a's victims have stopped: a is free and held for vip. An older
+	// request of vip's very shape and priority comes first in the order
+	// and finds no node (a is held); vip must still get a. A pass used to
+	// answer vip from what its shape found a moment earlier.
+	a := view(gpuNode("a", 8, "A100"))
+	older := urgent("older", 8, 10)
+	older.Entry.Created = older.Entry.Created.Add(-time.Hour)
+	s := snap([]NodeView{a}, older, urgent("vip", 8, 10))
+	s.Held = map[string]string{"a": "vip"}
+	p := NewPlan(s, PlanOptions{})
+	if len(p.Bound) != 1 || p.Bound[0].Pending.Entry.Session != "vip" || p.Bound[0].Parts[0].Node != "a" {
+		t.Fatalf("bound %+v, want vip on a", p.Bound)
 	}
 }

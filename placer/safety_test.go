@@ -3,6 +3,7 @@ package placer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -121,6 +122,67 @@ func TestBindRefusesLedgerWrittenAfterPlan(t *testing.T) {
 	}
 	if _, err := cli.Get(ctx, s.k.Pending(ids[0]), clientv3.WithCountOnly()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBindCommitsTheRestWhenAnotherTookASession: beside another placer, a
+// batch refused because another writer took one of its sessions (the other
+// placer bound it on a plan of its own; its owner cancelled it) is
+// committed again without that
+// session, on the same compares: the rest binds, the session taken is
+// neither bound nor in the ledger, and the refusal counts as a conflict.
+func TestBindCommitsTheRestWhenAnotherTookASession(t *testing.T) {
+	_, s := simOnEtcd(t)
+	ctx := context.Background()
+	node := s.addNodes(ctx, "gpu", 1, 8)[0]
+	ids := s.submit(ctx, "ada", []int{1, 2, 1}, nil)
+	// Another placer is live: alone, a placer does not read refusals back.
+	if _, err := state.Put(ctx, s.cli, s.k.Placer("p2"), state.Placer{ID: "p2"}); err != nil {
+		t.Fatal(err)
+	}
+	p := New(s.cli, Config{ID: "p1", Logger: quietLogger()})
+	startCaches(t, p)
+	eventually(t, 10e9, "the caches to see the node, the sessions and the other placer", func() bool {
+		return p.nodes.Len() == 1 && p.pending.Len() == 3 && p.placers.Len() == 1
+	})
+
+	snapshot := p.snapshot()
+	plan := NewPlan(snapshot, PlanOptions{})
+	if len(plan.Bound) != 3 {
+		t.Fatalf("planned %d sessions, want 3", len(plan.Bound))
+	}
+	taken := ids[1]
+	if _, err := s.cli.Delete(ctx, s.k.Pending(taken)); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*NodeView{}
+	for i := range snapshot.Nodes {
+		byName[snapshot.Nodes[i].Node.Name] = &snapshot.Nodes[i]
+	}
+	batches, _, _ := p.batch(plan.Bound, byName, snapshot)
+	if len(batches) != 1 {
+		t.Fatalf("%d batches, want the three sessions in one", len(batches))
+	}
+	var res passResult
+	p.commit(ctx, batches, byName, snapshot, &res)
+	if res.bound != 2 || p.Stats().Conflicts != 1 {
+		t.Fatalf("bound %d with %d conflicts, want the 2 sessions not taken bound after 1 refusal", res.bound, p.Stats().Conflicts)
+	}
+	l, _, err := state.Get[state.Ledger](ctx, s.cli, s.k.Ledger(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.Allocations[taken]; ok || len(l.Allocations) != 2 {
+		t.Fatalf("ledger holds %v, want %s and %s only", slices.Collect(maps.Keys(l.Allocations)), ids[0], ids[2])
+	}
+	for _, id := range []string{ids[0], ids[2]} {
+		st, _, err := state.Get[state.Status](ctx, s.cli, s.k.Status(id))
+		if err != nil || st.Phase != state.PhaseBound {
+			t.Fatalf("status of %s: %+v (%v), want Bound", id, st, err)
+		}
+	}
+	if resp, err := s.cli.Get(ctx, s.k.Binding(node, taken)); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("a binding of the session taken: %v (%v)", resp, err)
 	}
 }
 

@@ -2,7 +2,9 @@ package placer
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -50,6 +52,68 @@ type Snapshot struct {
 	// Held maps nodes to the pending session that preempted sessions
 	// there: while its victims stop, the node's room is kept for it.
 	Held map[string]string
+	// Cache, when set, keeps what planning derives from each node's
+	// inventory and ledger between passes (see PlanCache). Set it only on
+	// snapshots read from etcd, whose revisions name their contents.
+	Cache *PlanCache
+}
+
+// PlanCache keeps, between one placer's passes, the state a pass derives
+// from a node's inventory and ledger alone (devices, NVLink matrix, what
+// the ledger holds), keyed by the node's and the ledger's mod revisions: a
+// pass rebuilds only the nodes whose keys changed since the last one. At
+// 10,000 nodes rebuilding every node took most of a pass that finds the
+// cluster full (BenchmarkNewPlan/full). It changes no plan: the cached
+// state is a function of the contents those revisions name. Safe for
+// concurrent use.
+type PlanCache struct {
+	mu    sync.Mutex
+	nodes map[string]*nodeTemplate
+}
+
+// nodeTemplate is a node's state with nothing proposed, as derived from
+// the node key and ledger at the revisions it names.
+type nodeTemplate struct {
+	nodeRev, ledgerRev int64
+	n                  nodeState
+}
+
+// NewPlanCache returns an empty cache.
+func NewPlanCache() *PlanCache { return &PlanCache{nodes: map[string]*nodeTemplate{}} }
+
+// nodeStates returns the planning state of every node of s, from c's
+// templates where the revisions match and built (and kept) where not.
+func (c *PlanCache) nodeStates(s *Snapshot) []nodeState {
+	out := make([]nodeState, len(s.Nodes))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range s.Nodes {
+		v := &s.Nodes[i]
+		t, ok := c.nodes[v.Node.Name]
+		if !ok || t.nodeRev != v.NodeRevision || t.ledgerRev != v.LedgerRevision {
+			t = &nodeTemplate{nodeRev: v.NodeRevision, ledgerRev: v.LedgerRevision}
+			initNodeState(&t.n, v)
+			t.n.view = nil // the template outlives the snapshot
+			c.nodes[v.Node.Name] = t
+		}
+		n := &out[i]
+		*n = t.n
+		n.view = v
+		n.taken = slices.Clone(t.n.taken)
+		n.portsShared = n.ports != nil
+	}
+	if len(c.nodes) > len(s.Nodes)+len(s.Nodes)/4+16 {
+		live := make(map[string]bool, len(s.Nodes))
+		for i := range s.Nodes {
+			live[s.Nodes[i].Node.Name] = true
+		}
+		for name := range c.nodes {
+			if !live[name] {
+				delete(c.nodes, name)
+			}
+		}
+	}
+	return out
 }
 
 // device is one allocatable unit of a node: a whole GPU, or a MIG device of
@@ -76,14 +140,17 @@ type nodeState struct {
 	// nvlink[a*gpus+b] says GPU a reaches GPU b over NVLink (positions
 	// as device.gpu): indexes, not UUID-keyed maps, since every pass
 	// builds every node's state.
-	nvlink   []bool
-	gpus     int
-	freeCPU  int64
-	freeMem  int64
-	ports    map[int]bool // used
-	freeGPUs int          // free healthy whole GPUs
-	totalGPU int          // healthy whole GPUs + MIG devices: the node's GPU capacity
-	usedGPU  int          // allocated devices
+	nvlink  []bool
+	gpus    int
+	freeCPU int64
+	freeMem int64
+	ports   map[int]bool // used
+	// portsShared says ports belongs to a PlanCache template: copy it
+	// before changing it.
+	portsShared bool
+	freeGPUs    int // free healthy whole GPUs
+	totalGPU    int // healthy whole GPUs + MIG devices: the node's GPU capacity
+	usedGPU     int // allocated devices
 	// reservedFor names the session holding this node's free capacity
 	// until it fits (anti-starvation); "" when free for all.
 	reservedFor string
@@ -100,17 +167,28 @@ type nodeState struct {
 func (n *nodeState) sessions() int { return len(n.view.Ledger.Allocations) + len(n.proposed) }
 
 func newNodeState(v *NodeView) *nodeState {
-	n := &nodeState{
+	n := &nodeState{}
+	initNodeState(n, v)
+	return n
+}
+
+// initNodeState sets n to node v with nothing proposed.
+func initNodeState(n *nodeState, v *NodeView) {
+	*n = nodeState{
 		view:    v,
 		name:    v.Node.Name,
 		freeCPU: v.Node.CPUMilli,
 		freeMem: v.Node.MemoryMiB,
-		ports:   map[int]bool{},
 	}
-	gpus := append([]state.GPU(nil), v.Node.GPUs...)
-	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
+	gpus := v.Node.GPUs // read only; copied only to be sorted
+	byIndex := func(a, b state.GPU) int { return a.Index - b.Index }
+	if !slices.IsSortedFunc(gpus, byIndex) {
+		gpus = slices.Clone(gpus)
+		slices.SortFunc(gpus, byIndex)
+	}
 	n.gpus = len(gpus)
 	n.nvlink = make([]bool, n.gpus*n.gpus)
+	n.devices = make([]device, 0, len(gpus))
 	for a, g := range gpus {
 		for _, p := range g.NVLinkPeers {
 			for b := range gpus {
@@ -129,25 +207,48 @@ func newNodeState(v *NodeView) *nodeState {
 		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy})
 	}
 	n.taken = make([]bool, len(n.devices))
-	owners := v.Ledger.GPUOwners()
+	// What the ledger holds, in one walk over it: devices (found among
+	// the node's few by UUID; a UUID the node lacks is no device of it),
+	// CPU, memory and ports.
+	for _, a := range v.Ledger.Allocations {
+		for _, u := range a.GPUs {
+			for i := range n.devices {
+				if n.devices[i].uuid == u {
+					n.taken[i] = true
+					break
+				}
+			}
+		}
+		n.freeCPU -= a.CPUMilli
+		n.freeMem -= a.MemoryMiB
+		if len(a.Ports) > 0 && n.ports == nil {
+			n.ports = map[int]bool{}
+		}
+		for _, p := range a.Ports {
+			n.ports[p] = true
+		}
+	}
 	for i, d := range n.devices {
 		if d.healthy {
 			n.totalGPU++
 		}
-		if _, held := owners[d.uuid]; held {
-			n.taken[i] = true
+		if n.taken[i] {
 			n.usedGPU++
 		} else if d.healthy && d.mig == "" {
 			n.freeGPUs++
 		}
 	}
-	cpu, mem := v.Ledger.Used()
-	n.freeCPU -= cpu
-	n.freeMem -= mem
-	for _, p := range v.Ledger.UsedPorts() {
-		n.ports[p] = true
+}
+
+// ownPorts makes n's port set its own before a change: unshared from a
+// template, allocated if none.
+func (n *nodeState) ownPorts() {
+	if n.portsShared {
+		n.ports, n.portsShared = maps.Clone(n.ports), false
 	}
-	return n
+	if n.ports == nil {
+		n.ports = map[int]bool{}
+	}
 }
 
 // linked reports whether devices a and b are on one GPU or on GPUs joined
@@ -209,6 +310,9 @@ func (n *nodeState) reserve(id string, a state.Allocation, devs []int) {
 	}
 	n.freeCPU -= a.CPUMilli
 	n.freeMem -= a.MemoryMiB
+	if len(a.Ports) > 0 {
+		n.ownPorts()
+	}
 	for _, p := range a.Ports {
 		n.ports[p] = true
 	}
@@ -246,6 +350,9 @@ func (n *nodeState) unreserve(id string) {
 	}
 	n.freeCPU += a.CPUMilli
 	n.freeMem += a.MemoryMiB
+	if len(a.Ports) > 0 {
+		n.ownPorts()
+	}
 	for _, p := range a.Ports {
 		delete(n.ports, p)
 	}
