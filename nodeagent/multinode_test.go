@@ -55,10 +55,7 @@ func TestMultiNodeJobAcrossMachines(t *testing.T) {
 	ms := machines(t, 3)
 	const first, last = 46000, 46199
 	agents := machineAgents(t, cli, ms, "mn", first, last)
-	logOf := func(b state.Binding) string {
-		out, _ := os.ReadFile(filepath.Join(agents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
-		return string(out)
-	}
+	logOf := partLogs(agents)
 	job := func(id string, command ...string) state.Session {
 		return state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Nodes: 3, OnPartFailure: state.PartFailureStopAll, Command: command}
 	}
@@ -144,10 +141,7 @@ func TestJobMeshLikeNCCL(t *testing.T) {
 	ms := machines(t, 3)
 	const first, last = 46200, 46399
 	agents := machineAgents(t, cli, ms, "mesh", first, last)
-	logOf := func(b state.Binding) string {
-		out, _ := os.ReadFile(filepath.Join(agents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
-		return string(out)
-	}
+	logOf := partLogs(agents)
 	job := state.Session{ID: "mesh-nccl", Owner: "ada", Kind: state.KindBatch, Nodes: 3, OnPartFailure: state.PartFailureStopAll,
 		Command: []string{"rendezvous", "-mesh", "ephemeral", "-serve", "-timeout", "60s"}}
 	parts := bindParts(t, cli, job, mnParts(ms, first))
@@ -203,12 +197,11 @@ func TestJobMeshLikeNCCL(t *testing.T) {
 		t.Errorf("job without the mesh: exit code %v, want the stand-in's 1", st.ExitCode)
 	}
 	b := offParts[0]
+	offLog := partLogs(offAgents)
 	waitFor(t, "rank 0's log to say why", 10*time.Second, func() (bool, string) {
-		out, _ := os.ReadFile(filepath.Join(offAgents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
-		return strings.Contains(string(out), "reach the other ranks"), string(out)
+		return strings.Contains(offLog(b), "reach the other ranks"), offLog(b)
 	})
-	out, _ := os.ReadFile(filepath.Join(offAgents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
-	t.Logf("without the mesh, rank 0 said:\n%s", out)
+	t.Logf("without the mesh, rank 0 said:\n%s", offLog(b))
 }
 
 // probeFromOthers runs, as another owner (eve), a batch session on each of
@@ -234,5 +227,13 @@ func probeFromOthers(t *testing.T, cli *clientv3.Client, ms []machine, prefix, o
 		if !strings.Contains(out, "OUTSIDE REACHED") || strings.Contains(out, "\nREACHED") || strings.HasPrefix(out, "REACHED") || strings.Count(out, "REFUSED") != len(targets) {
 			t.Errorf("another owner's session on %s reached the job:\n%s", m.name, out)
 		}
+	}
+}
+
+// partLogs reads a part's log from the agent of its machine.
+func partLogs(agents map[string]nodeagent.Config) func(state.Binding) string {
+	return func(b state.Binding) string {
+		out, _ := os.ReadFile(filepath.Join(agents[b.Node].LogDir, nodeagent.ContainerID(b)+".log"))
+		return string(out)
 	}
 }
