@@ -724,8 +724,17 @@ c.Spawner.http_timeout = 60
 	h.stop()
 	startHub(t, h)
 	h.waitServer("ada", true)
-	if code, body := h.statusThroughProxy("ada"); code != 200 {
-		t.Fatalf("after the hub restarted, /user/ada/api/status = %d %s", code, body)
+	// The hub puts its servers' routes back into the proxy as it starts,
+	// not before it reports them ready: wait for the route.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		code, body := h.statusThroughProxy("ada")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the hub restarted, /user/ada/api/status = %d %s (for 30 s)", code, body)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the proxy, bounded by deadline
 	}
 
 	// bob asks for all 8 GPUs while ada holds four: he waits, with his
