@@ -59,6 +59,7 @@ func defaults() Config {
 		UlimitNofile:        1 << 20,
 		UlimitMemlock:       "unlimited",
 		AgentNetworkDeny:    []string{"169.254.0.0/16"},
+		AgentJobRoutes:      "direct",
 		AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 
 		AgentActivityEvery:  30 * time.Second,
@@ -170,6 +171,7 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_DEFAULT_SHM_MIB=2048",
 				"VOYAGER_ULIMIT_NOFILE=65536",
 				"VOYAGER_ULIMIT_MEMLOCK=65536",
+				"VOYAGER_AGENT_JOB_ROUTES=Fabric",
 			},
 			edit: func(c *Config) {
 				*c = Config{
@@ -226,6 +228,7 @@ func TestLoad(t *testing.T) {
 					UlimitNofile:        65536,
 					UlimitMemlock:       "65536",
 					AgentNetworkDeny:    []string{"169.254.0.0/16"},
+					AgentJobRoutes:      "fabric",
 					AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 					Retention:           time.Hour,
 					HistoryFile:         "/var/lib/voyager/history.jsonl",
@@ -338,6 +341,11 @@ func TestLoadInvalid(t *testing.T) {
 			name: "agent network",
 			env:  "VOYAGER_AGENT_NETWORK=bridge",
 			want: `invalid VOYAGER_AGENT_NETWORK="bridge": want one of isolated, host`,
+		},
+		{
+			name: "agent job routes",
+			env:  "VOYAGER_AGENT_JOB_ROUTES=bgp",
+			want: `invalid VOYAGER_AGENT_JOB_ROUTES="bgp": want one of direct, fabric, off`,
 		},
 		{
 			name: "agent network subnet",
