@@ -70,6 +70,12 @@ func (w *worker) mesh(parts []JobPart, stop <-chan struct{}) func(context.Contex
 			st.Address = addr
 			st.Reason, st.Message = "Meshing", "waiting for the job's other parts' addresses"
 		})
+		// The peers wait for this address: a write that did not land
+		// (fenced, a refused transition) fails the start now rather than
+		// after MeshWait.
+		if p, _, err := w.currentPart(ctx); err != nil || p.Address != addr {
+			return nil, fmt.Errorf("report the address of job %s's part: the part says %q (%v)", w.item.Value.Session, p.Address, err)
+		}
 		return w.awaitPeers(ctx, peers, stop)
 	}
 }
