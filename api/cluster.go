@@ -339,6 +339,17 @@ type planCache struct {
 	mu         sync.Mutex
 	cur        *queuePlan
 	refreshing bool
+	// nodes keeps each node's planning state between queue plans, rebuilt
+	// only where its node key or ledger moved (placer.PlanCache): at a
+	// large site most of a plan's nodes are as the last plan saw them.
+	nodes *placer.PlanCache
+	once  sync.Once
+}
+
+// nodeCache returns the per-node planning cache, made on first use.
+func (pc *planCache) nodeCache() *placer.PlanCache {
+	pc.once.Do(func() { pc.nodes = placer.NewPlanCache() })
+	return pc.nodes
 }
 
 // syncPlanBudget is the longest a plan may have taken for a request to
@@ -388,7 +399,9 @@ func (a *API) queuePlan() *queuePlan {
 func (a *API) planQueue(revs [5]int64) *queuePlan {
 	now := a.cfg.Now()
 	start := time.Now()
-	p := placer.NewPlan(a.snapshot(now), a.cfg.Plan)
+	snap := a.snapshot(now)
+	snap.Cache = a.plans.nodeCache()
+	p := placer.NewPlan(snap, a.cfg.Plan)
 	qp := &queuePlan{plan: p, waiting: make(map[string]placer.Waiting, len(p.Waiting)), revs: revs, at: now}
 	for _, w := range p.Waiting {
 		qp.waiting[w.Pending.Entry.Session] = w

@@ -226,7 +226,8 @@ func benchBurst(b *testing.B, placers int, strategy Strategy) {
 
 	txns := rec.sorted()
 	workers := ceilingWorkers(rec)
-	ceiling, replayed := ceilingReplay(b, cli, txns, s.k.Prefix(), "/ceiling", before.Header.Revision, workers)
+	// The replay's watch does what placement's did for each binding.
+	ceiling, replayed := ceilingReplay(b, cli, txns, s.k.Prefix(), "/ceiling", before.Header.Revision, workers, func() { processCPU(b) })
 	if replayed != n {
 		b.Fatalf("the recorded bind transactions bound %d sessions, the watch saw %d", replayed, n)
 	}

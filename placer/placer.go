@@ -680,7 +680,7 @@ func (p *Placer) pass(ctx context.Context) passResult {
 		if ownerOf(ids, d.Parts[0].Node) == p.cfg.ID {
 			mine = append(mine, d)
 		} else {
-			res.others = append(res.others, d.Pending)
+			res.others = append(res.others, *d.Pending)
 		}
 	}
 	nodes := map[string]*NodeView{}
@@ -1132,7 +1132,7 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 	waiting := slices.Clip(plan.Waiting) // appending never writes into the plan
 	for i := range a.unfit {
 		d := &a.unfit[i]
-		waiting = append(waiting, Waiting{Pending: &d.Pending, Position: len(waiting) + 1, Reason: "Unsatisfiable", Message: p.unfitMessage(*d)})
+		waiting = append(waiting, Waiting{Pending: d.Pending, Position: len(waiting) + 1, Reason: "Unsatisfiable", Message: p.unfitMessage(*d)})
 	}
 	budget := p.budget()
 	var (

@@ -77,7 +77,10 @@ type PartPlan struct {
 
 // Decision binds one session: every part on its own node.
 type Decision struct {
-	Pending  Pending
+	// Pending is the queue entry as the snapshot holds it (shared with
+	// the snapshot: read only), as in Waiting: a pass binding 30,000
+	// sessions copies no entry.
+	Pending  *Pending
 	Parts    []PartPlan
 	Position int // 1-based place in the queue order of this pass
 }
@@ -298,7 +301,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			return Decision{}, false
 		}
 		if d.Parts == nil {
-			d = Decision{Pending: *it, Position: position, Parts: make([]PartPlan, 0, len(reqs))}
+			d = Decision{Pending: it, Position: position, Parts: make([]PartPlan, 0, len(reqs))}
 		}
 		uuids := make([]string, 0, len(devs))
 		for _, di := range devs {

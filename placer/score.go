@@ -2,6 +2,7 @@ package placer
 
 import (
 	"hash/fnv"
+	"slices"
 	"sort"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -92,7 +93,11 @@ func chooseDevices(n *nodeState, r *state.Resources) []int {
 		return nil
 	}
 	// Free matching devices, in index order; count them per NUMA node.
-	free := make([]int, 0, len(n.devices))
+	// The working lists live on the stack for nodes of up to stackDevices
+	// devices: this runs for every node a request is scored on, and only
+	// its answer is kept.
+	var freeBuf, poolBuf, orderBuf [stackDevices]int
+	free := freeBuf[:0]
 	var perNUMA [8]int // NUMA ids beyond 7 share the last slot: still correct, less precise
 	for i := range n.devices {
 		if n.taken[i] || !deviceMatches(&n.devices[i], r) {
@@ -109,7 +114,7 @@ func chooseDevices(n *nodeState, r *state.Resources) []int {
 	}
 	pool := free
 	if best >= 0 {
-		pool = make([]int, 0, perNUMA[best])
+		pool = poolBuf[:0]
 		for _, i := range free {
 			if numaSlot(n.devices[i].numa) == best {
 				pool = append(pool, i)
@@ -119,22 +124,31 @@ func chooseDevices(n *nodeState, r *state.Resources) []int {
 	if len(pool) < r.GPUs {
 		return nil
 	}
-	// Greedy NVLink clique: start at the first device, prefer its peers.
+	// Greedy NVLink clique: start at the first device, prefer its peers,
+	// then the rest in index order.
 	first := pool[0]
-	chosen := []int{first}
-	var rest []int
+	order := append(orderBuf[:0], first)
 	for _, i := range pool[1:] {
 		if n.nvlink[n.devices[first].gpu*n.gpus+n.devices[i].gpu] {
-			chosen = append(chosen, i)
-		} else {
-			rest = append(rest, i)
+			order = append(order, i)
 		}
 	}
-	chosen = append(chosen, rest...)
-	chosen = chosen[:r.GPUs]
+	for _, i := range pool[1:] {
+		if len(order) == r.GPUs {
+			break
+		}
+		if !n.nvlink[n.devices[first].gpu*n.gpus+n.devices[i].gpu] {
+			order = append(order, i)
+		}
+	}
+	chosen := slices.Clone(order[:r.GPUs])
 	sort.Ints(chosen)
 	return chosen
 }
+
+// stackDevices is how many devices chooseDevices works on without
+// allocating (more still work: its lists then grow on the heap).
+const stackDevices = 32
 
 func numaSlot(numa int) int {
 	if numa < 0 {
