@@ -907,16 +907,89 @@ func (p *Placer) commit(ctx context.Context, batches []*bindBatch, nodes map[str
 // commitBatch writes one batch. Each node's ledger is written on top of the
 // newest ledger the cache holds: the one the plan read when it has not
 // moved, else a newer one, against which refit re-checks every choice of
-// the batch. The transaction compares the revision of exactly the ledger it
-// writes over (and the node's inventory key as planned), so a write that
-// lands after this read refuses the bind. A decision whose choice no longer
-// fits, or whose quota check rests on ledgers older than this placer's
-// last bind before the pass (prior), is left out and counted in stale.
-// With readBack, a transaction refused because some of its sessions were
-// taken is sent again once without them (they count in stale). It returns
-// how many sessions the transaction bound (0 if refused or empty) and its
-// revision.
+// the batch (buildBatch). The transaction compares the revision of exactly
+// the ledger it writes over (and the node's inventory key as planned), so a
+// write that lands after this read refuses the bind. A decision whose
+// choice no longer fits, or whose quota check rests on ledgers older than
+// this placer's last bind before the pass (prior), is left out and counted
+// in stale. With readBack, a transaction refused because some of its
+// sessions were taken is sent again once without them (they count in
+// stale). It returns how many sessions the transaction bound (0 if refused
+// or empty) and its revision.
 func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64, readBack bool) (bound int, rev int64, stale int, err error) {
+	k := p.cfg.Keys
+	t, stale := p.buildBatch(b, fresh, nodes, snap, prior)
+	if len(t.ps) == 0 {
+		return 0, 0, stale, nil
+	}
+	for attempt := 0; ; attempt++ {
+		lws, cmps, ops, err := p.bindOps(&t)
+		if err != nil {
+			return 0, 0, stale, err
+		}
+		ps := t.ps
+		// On a refusal the first attempt reads back its sessions' queue
+		// entries, in the same round trip.
+		var reads []clientv3.Op
+		if attempt == 0 && readBack {
+			for _, pl := range ps {
+				reads = append(reads, clientv3.OpGet(k.Pending(pl.Session)))
+			}
+			if !p.budget().Fits(state.SizeOf(cmps, ops, reads)) {
+				reads = nil
+			}
+		}
+		resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
+		if err != nil {
+			return 0, 0, stale, fmt.Errorf("commit bind txn: %w", err)
+		}
+		if resp.Succeeded {
+			p.own.record(lws, ps, resp.Header.Revision)
+			return len(ps), resp.Header.Revision, stale, nil
+		}
+		if len(reads) == 0 {
+			return 0, 0, stale, nil
+		}
+		// Refused. If another writer took some of the batch's sessions
+		// (another placer bound them on a plan of its own, or they were
+		// cancelled), the rest of the batch still stands on exactly what
+		// it was computed from: commit it again without them, once, with
+		// the same compares (Nomad's plan applier commits the part of a
+		// plan that still fits). If no session moved, a ledger, node,
+		// cordon or quota did: the next pass plans again.
+		kept := ps[:0]
+		for i, pl := range ps {
+			rr := resp.Responses[i].GetResponseRange()
+			if rr != nil && len(rr.Kvs) == 1 && rr.Kvs[0].ModRevision == pl.PendingRevision {
+				kept = append(kept, pl)
+				continue
+			}
+			stale++
+			for _, bd := range pl.Bindings {
+				delete(t.writes[bd.Node].Ledger.Allocations, pl.Session)
+			}
+		}
+		if len(kept) == len(ps) || len(kept) == 0 {
+			return 0, 0, stale, nil
+		}
+		p.conflicts.Add(1) // the refused attempt
+		t.ps = kept
+	}
+}
+
+// bindTxn is one batch made ready to write: each touched node's ledger
+// write (in order of first use) with the placements' allocations added,
+// and the placements still in the batch.
+type bindTxn struct {
+	writes map[string]*state.LedgerWrite
+	order  []string
+	ps     []state.Placement
+}
+
+// buildBatch turns b's decisions into the placements and ledger writes of
+// its transaction, on the newest ledgers this placer knows (see
+// commitBatch). Decisions left out count in stale.
+func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64) (t bindTxn, stale int) {
 	k := p.cfg.Keys
 	now := p.cfg.Now().UTC()
 	writes := map[string]*state.LedgerWrite{}
@@ -992,77 +1065,33 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 		}
 		ps = append(ps, pl)
 	}
-	if len(ps) == 0 {
-		return 0, 0, stale, nil
+	return bindTxn{writes: writes, order: order, ps: ps}, stale
+}
+
+// bindOps builds t's transaction as it stands: only the ledgers of the
+// placements kept are written. It returns those ledger writes, and checks
+// the transaction against this placer's budget.
+func (p *Placer) bindOps(t *bindTxn) ([]state.LedgerWrite, []clientv3.Cmp, []clientv3.Op, error) {
+	used := map[string]bool{}
+	for _, pl := range t.ps {
+		for _, bd := range pl.Bindings {
+			used[bd.Node] = true
+		}
 	}
-	for attempt := 0; ; attempt++ {
-		// Only the ledgers of decisions kept are written.
-		used := map[string]bool{}
-		for _, pl := range ps {
-			for _, bd := range pl.Bindings {
-				used[bd.Node] = true
-			}
+	lws := make([]state.LedgerWrite, 0, len(t.order))
+	for _, n := range t.order {
+		if used[n] {
+			lws = append(lws, *t.writes[n])
 		}
-		lws := make([]state.LedgerWrite, 0, len(order))
-		for _, n := range order {
-			if used[n] {
-				lws = append(lws, *writes[n])
-			}
-		}
-		cmps, ops, err := state.BindOps(k, lws, ps)
-		if err != nil {
-			return 0, 0, stale, err
-		}
-		if err := p.budget().Check(state.SizeOf(cmps, ops, nil)); err != nil {
-			return 0, 0, stale, fmt.Errorf("commit bind txn of %d sessions: %w", len(ps), err)
-		}
-		// On a refusal the first attempt reads back its sessions' queue
-		// entries, in the same round trip.
-		var reads []clientv3.Op
-		if attempt == 0 && readBack {
-			for _, pl := range ps {
-				reads = append(reads, clientv3.OpGet(k.Pending(pl.Session)))
-			}
-			if !p.budget().Fits(state.SizeOf(cmps, ops, reads)) {
-				reads = nil
-			}
-		}
-		resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
-		if err != nil {
-			return 0, 0, stale, fmt.Errorf("commit bind txn: %w", err)
-		}
-		if resp.Succeeded {
-			p.own.record(lws, ps, resp.Header.Revision)
-			return len(ps), resp.Header.Revision, stale, nil
-		}
-		if len(reads) == 0 {
-			return 0, 0, stale, nil
-		}
-		// Refused. If another writer took some of the batch's sessions
-		// (another placer bound them on a plan of its own, or they were
-		// cancelled), the rest of the batch still stands on exactly what
-		// it was computed from: commit it again without them, once, with
-		// the same compares (Nomad's plan applier commits the part of a
-		// plan that still fits). If no session moved, a ledger, node,
-		// cordon or quota did: the next pass plans again.
-		kept := ps[:0]
-		for i, pl := range ps {
-			rr := resp.Responses[i].GetResponseRange()
-			if rr != nil && len(rr.Kvs) == 1 && rr.Kvs[0].ModRevision == pl.PendingRevision {
-				kept = append(kept, pl)
-				continue
-			}
-			stale++
-			for _, bd := range pl.Bindings {
-				delete(writes[bd.Node].Ledger.Allocations, pl.Session)
-			}
-		}
-		if len(kept) == len(ps) || len(kept) == 0 {
-			return 0, 0, stale, nil
-		}
-		p.conflicts.Add(1) // the refused attempt
-		ps = kept
 	}
+	cmps, ops, err := state.BindOps(p.cfg.Keys, lws, t.ps)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := p.budget().Check(state.SizeOf(cmps, ops, nil)); err != nil {
+		return nil, nil, nil, fmt.Errorf("commit bind txn of %d sessions: %w", len(t.ps), err)
+	}
+	return lws, cmps, ops, nil
 }
 
 func boundMessage(d Decision) string {
