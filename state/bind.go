@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -48,18 +49,37 @@ type Placement struct {
 func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []clientv3.Op, error) {
 	cmps := make([]clientv3.Cmp, 0, 3*len(ledgers)+len(ps))
 	ops := make([]clientv3.Op, 0, len(ledgers)+3*len(ps))
-	for _, lw := range ledgers {
+	// Every value is encoded into one buffer, made one string at the end,
+	// whose slices the puts take (OpPut copies its value): a value costs
+	// no allocation of its own. puts[i] is ops[puts[i].op], its value
+	// ending at puts[i].end.
+	bp := bindBufs.Get().(*[]byte)
+	defer bindBufs.Put(bp)
+	buf := (*bp)[:0]
+	type put struct {
+		op  int
+		key string
+		end int
+	}
+	puts := make([]put, 0, len(ledgers)+2*len(ps))
+	var err error
+	added := func(key string) {
+		puts = append(puts, put{op: len(ops), key: key, end: len(buf)})
+		ops = append(ops, clientv3.Op{}) // set below
+	}
+	for i := range ledgers {
+		lw := &ledgers[i]
 		key := k.Ledger(lw.Node)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision),
 			clientv3.Compare(clientv3.ModRevision(k.Node(lw.Node)), "=", lw.NodeRevision),
 			clientv3.Compare(clientv3.ModRevision(k.Cordon(lw.Node)), "=", lw.CordonRevision))
-		v, err := Encode(lw.Ledger)
-		if err != nil {
+		if buf, err = appendLedger(buf, &lw.Ledger); err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
-		ops = append(ops, clientv3.OpPut(key, v))
+		added(key)
 	}
-	for _, p := range ps {
+	for i := range ps {
+		p := &ps[i]
 		pk := k.Pending(p.Session)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pk), "=", p.PendingRevision))
 		ops = append(ops, clientv3.OpDelete(pk))
@@ -70,21 +90,27 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 		if err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
-		p.Status.Phase = phase
-		p.Status.QueueRevision = p.PendingRevision
-		st, err := Encode(p.Status)
-		if err != nil {
+		st := p.Status
+		st.Phase = phase
+		st.QueueRevision = p.PendingRevision
+		if buf, err = appendStatus(buf, &st); err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
-		ops = append(ops, clientv3.OpPut(k.Status(p.Session), st))
-		for _, b := range p.Bindings {
-			v, err := Encode(b)
-			if err != nil {
+		added(k.Status(p.Session))
+		for j := range p.Bindings {
+			b := &p.Bindings[j]
+			if buf, err = appendBinding(buf, b); err != nil {
 				return nil, nil, fmt.Errorf("build bind txn: %w", err)
 			}
-			ops = append(ops, clientv3.OpPut(k.Binding(b.Node, b.Session), v))
+			added(k.Binding(b.Node, b.Session))
 		}
 	}
+	values, start := string(buf), 0
+	for _, pt := range puts {
+		ops[pt.op] = clientv3.OpPut(pt.key, values[start:pt.end])
+		start = pt.end
+	}
+	*bp = buf
 	guarded := map[string]bool{}
 	for _, p := range ps {
 		for _, g := range p.Quotas {
@@ -103,6 +129,10 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 	}
 	return cmps, ops, nil
 }
+
+// bindBufs are BindOps's encoding buffers, kept between transactions
+// (about 1 KB per session bound).
+var bindBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // maxReleaseAttempts bounds Release's read-modify-write retries; between
 // attempts it waits a jittered, doubling pause (from 1 ms up to 64 ms), so
