@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // The hand-written encoders know every field of the types they encode: a
@@ -247,6 +250,18 @@ func TestBindOpsWritesWhatEncodeWrites(t *testing.T) {
 		}
 		type kv struct{ key, value string }
 		var want []kv
+		var wantCmps []clientv3.Cmp
+		eq := func(key string, rev int64) {
+			wantCmps = append(wantCmps, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
+		}
+		for _, lw := range lws {
+			eq(k.Ledger(lw.Node), lw.ReadRevision)
+			eq(k.Node(lw.Node), lw.NodeRevision)
+			eq(k.Cordon(lw.Node), lw.CordonRevision)
+		}
+		for _, p := range ps {
+			eq(k.Pending(p.Session), p.PendingRevision)
+		}
 		for _, lw := range lws {
 			v, err := Encode(lw.Ledger)
 			if err != nil {
@@ -271,15 +286,23 @@ func TestBindOpsWritesWhatEncodeWrites(t *testing.T) {
 				want = append(want, kv{k.Binding(b.Node, b.Session), v})
 			}
 		}
-		_, ops, err := BindOps(k, lws, ps)
+		cmps, ops, err := BindOps(k, lws, ps)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(cmps) != len(wantCmps) {
+			t.Fatalf("%d compares, want %d", len(cmps), len(wantCmps))
+		}
+		for i := range cmps {
+			if !proto.Equal(cmps[i].GetCompare(), wantCmps[i].GetCompare()) {
+				t.Fatalf("compare %d: %v, want %v", i, cmps[i].GetCompare(), wantCmps[i].GetCompare())
+			}
 		}
 		if len(ops) != len(want) {
 			t.Fatalf("%d operations, want %d", len(ops), len(want))
 		}
 		for i, op := range ops {
-			if string(op.KeyBytes()) != want[i].key || string(op.ValueBytes()) != want[i].value || op.IsDelete() != (want[i].value == "") {
+			if string(op.KeyBytes()) != want[i].key || string(op.ValueBytes()) != want[i].value || op.IsDelete() != (want[i].value == "") || op.RangeBytes() != nil {
 				t.Fatalf("operation %d: %s %q = %s, want %q = %s", i, map[bool]string{true: "delete", false: "put"}[op.IsDelete()],
 					op.KeyBytes(), op.ValueBytes(), want[i].key, want[i].value)
 			}
