@@ -77,4 +77,3 @@ func BenchmarkBindTxnBuild(b *testing.B) {
 		})
 	}
 }
-

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -992,20 +993,34 @@ type bindTxn struct {
 func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64) (t bindTxn, stale int) {
 	k := p.cfg.Keys
 	now := p.cfg.Now().UTC()
-	writes := map[string]*state.LedgerWrite{}
+	// Every status of the batch points at this one time (read only).
+	boundAt := &now
+	parts := 0
+	for _, d := range b.decisions {
+		parts += len(d.Parts)
+	}
+	// The batch's ledger writes, bindings and status node lists are cut
+	// from one slice each, sized so that none is reallocated.
+	lwSlab := make([]state.LedgerWrite, 0, parts)
+	bdSlab := make([]state.Binding, 0, parts)
+	nodeSlab := make([]string, 0, parts)
+	writes := make(map[string]*state.LedgerWrite, parts)
 	var order []string
 	ledgerOf := func(node string) *state.LedgerWrite {
 		if lw, ok := writes[node]; ok {
 			return lw
 		}
 		v := nodes[node]
-		lw := &state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, CordonRevision: v.CordonRevision, ReadRevision: v.LedgerRevision,
-			Ledger: state.Ledger{Node: node, Allocations: maps.Clone(v.Ledger.Allocations)}}
+		lwSlab = append(lwSlab, state.LedgerWrite{Node: node, NodeRevision: v.NodeRevision, CordonRevision: v.CordonRevision, ReadRevision: v.LedgerRevision})
+		lw := &lwSlab[len(lwSlab)-1]
+		from := v.Ledger.Allocations
 		if it, ok := p.freshLedger(fresh, node); ok && it.ModRevision != v.LedgerRevision {
-			lw.ReadRevision, lw.Ledger.Allocations = it.ModRevision, maps.Clone(it.Value.Allocations)
+			lw.ReadRevision, from = it.ModRevision, it.Value.Allocations
 		} else if !ok && v.LedgerRevision != 0 {
-			lw.ReadRevision, lw.Ledger.Allocations = 0, nil // released to empty and deleted
+			lw.ReadRevision, from = 0, nil // released to empty and deleted
 		}
+		// A copy: the cached ledger is shared, and the batch adds to it.
+		lw.Ledger = state.Ledger{Node: node, Allocations: maps.Clone(from)}
 		if lw.Ledger.Allocations == nil {
 			lw.Ledger.Allocations = map[string]state.Allocation{}
 		}
@@ -1013,19 +1028,23 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 		order = append(order, node)
 		return lw
 	}
-	var ps []state.Placement
+	ps := make([]state.Placement, 0, len(b.decisions))
 	for _, d := range b.decisions {
-		e := d.Pending.Entry
-		scopes := quotaScopes(&e, snap)
+		e := &d.Pending.Entry
+		scopes := quotaScopes(e, snap)
 		if len(scopes) > 0 && snap.LedgersAt < prior {
 			stale++ // plan again once the caches show our last binds
 			p.quotaStale.Add(1)
 			continue
 		}
-		allocs := make([]state.Allocation, len(d.Parts))
+		var one [1]state.Allocation
+		allocs := one[:]
+		if len(d.Parts) > 1 {
+			allocs = make([]state.Allocation, len(d.Parts))
+		}
 		fits := true
 		for i, pp := range d.Parts {
-			allocs[i] = allocation(&e, pp)
+			allocs[i] = allocation(e, pp)
 			lw := ledgerOf(pp.Node)
 			if err := refit(&nodes[pp.Node].Node, &lw.Ledger, e.Session, &allocs[i], p.cfg.Plan.MaxSessionsPerNode); err != nil {
 				p.log.Debug("planned choice went stale", "session", e.Session, "err", err)
@@ -1037,15 +1056,15 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 			stale++
 			continue
 		}
-		var nodesOf []string
 		pl := state.Placement{Session: e.Session, PendingRevision: d.Pending.Revision}
 		for _, sc := range scopes {
 			pl.Quotas = append(pl.Quotas, state.QuotaGuard{Scope: sc.scope, Name: sc.name,
 				QuotaRevision: snap.QuotaRevisions[k.QuotaOf(sc.scope, sc.name)], LedgersAt: snap.LedgersAt,
 				Placer: p.cfg.ID, Session: e.Session})
 		}
+		first := len(bdSlab)
 		for i, pp := range d.Parts {
-			nodesOf = append(nodesOf, pp.Node)
+			nodeSlab = append(nodeSlab, pp.Node)
 			writes[pp.Node].Ledger.Allocations[e.Session] = allocs[i]
 			bd := state.Binding{
 				Session: e.Session, Node: pp.Node, Role: pp.Role, Worker: pp.Worker, GPUs: pp.Devices,
@@ -1055,13 +1074,14 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 			if pp.Role == state.RoleWorker {
 				bd.HeadNode = d.Parts[0].Node
 			}
-			pl.Bindings = append(pl.Bindings, bd)
+			bdSlab = append(bdSlab, bd)
 		}
-		bound := now
+		last := len(bdSlab)
+		pl.Bindings = bdSlab[first:last:last]
 		pl.Status = state.Status{
 			Session: e.Session, Phase: state.PhaseBound, Reason: "Bound",
-			Message: boundMessage(d), Nodes: nodesOf, Attempt: e.Attempt,
-			Created: e.Created, Updated: now, Bound: &bound,
+			Message: boundMessage(d), Nodes: nodeSlab[first:last:last], Attempt: e.Attempt,
+			Created: e.Created, Updated: now, Bound: boundAt,
 		}
 		ps = append(ps, pl)
 	}
@@ -1096,11 +1116,10 @@ func (p *Placer) bindOps(t *bindTxn) ([]state.LedgerWrite, []clientv3.Cmp, []cli
 
 func boundMessage(d Decision) string {
 	pp := d.Parts[0]
-	msg := fmt.Sprintf("bound to %s with %d GPUs", pp.Node, len(pp.Devices))
 	if len(d.Parts) > 1 {
-		msg += fmt.Sprintf(" and %d Ray workers", len(d.Parts)-1)
+		return "bound to " + pp.Node + " with " + strconv.Itoa(len(pp.Devices)) + " GPUs and " + strconv.Itoa(len(d.Parts)-1) + " Ray workers"
 	}
-	return msg
+	return "bound to " + pp.Node + " with " + strconv.Itoa(len(pp.Devices)) + " GPUs"
 }
 
 // advice is what one pass leaves to explain: the plan's waiting sessions,
