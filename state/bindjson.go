@@ -195,7 +195,8 @@ func appendBindingJSON(b []byte, x *Binding) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(x.Attempt), 10)
 	if len(x.Scores) > 0 {
 		b = append(b, `,"scores":{`...)
-		for i, k := range sortedKeys(x.Scores) {
+		var buf [8]string
+		for i, k := range sortedKeys(x.Scores, buf[:]) {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -226,7 +227,8 @@ func appendLedgerJSON(b []byte, l *Ledger) ([]byte, error) {
 		b = append(b, "null"...)
 	} else {
 		b = append(b, '{')
-		for i, id := range sortedKeys(l.Allocations) {
+		var buf [16]string
+		for i, id := range sortedKeys(l.Allocations, buf[:]) {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -275,9 +277,10 @@ func appendAllocationJSON(b []byte, a *Allocation) []byte {
 	return append(b, '}')
 }
 
-// sortedKeys returns m's keys in the order encoding/json writes them.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+// sortedKeys returns m's keys in the order encoding/json writes them,
+// in buf when they fit.
+func sortedKeys[V any](m map[string]V, buf []string) []string {
+	keys := buf[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}
@@ -287,7 +290,8 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func appendJSONStringMap(b []byte, m map[string]string) []byte {
 	b = append(b, '{')
-	for i, k := range sortedKeys(m) {
+	var buf [8]string
+	for i, k := range sortedKeys(m, buf[:]) {
 		if i > 0 {
 			b = append(b, ',')
 		}
