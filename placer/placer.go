@@ -153,6 +153,9 @@ type Placer struct {
 	passes, bound, txns, conflicts, lost, statuses atomic.Int64
 	// lastBind is the revision of this placer's newest bind transaction.
 	lastBind atomic.Int64
+	// doneEpoch is the newest plan epoch a pass of this placer found
+	// complete: nothing of its plan left to bind (PinEpoch).
+	doneEpoch atomic.Int64
 	// own are this placer's binds its caches do not show yet, laid over
 	// them in every snapshot.
 	own *ownWrites
@@ -490,6 +493,7 @@ func (p *Placer) snapshot() *Snapshot {
 	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
 	dropBound(s)
+	PinEpoch(s, p.doneEpoch.Load(), max(c.Pending.Revision(), c.Ledgers.Revision(), c.Nodes.Revision(), p.lastBind.Load()))
 	s.Cache = p.planCache
 	return s
 }
@@ -675,6 +679,11 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	planStart := time.Now()
 	plan := NewPlan(snap, p.cfg.Plan)
 	planTook := time.Since(planStart)
+	if len(plan.Bound) == 0 {
+		// The epoch's plan is bound (or binds nothing): the next change
+		// starts a new epoch.
+		p.doneEpoch.Store(max(p.doneEpoch.Load(), snap.Epoch))
+	}
 	ids := p.owners()
 	var mine []Decision
 	for _, d := range plan.Bound {
@@ -1045,6 +1054,7 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 		fits := true
 		for i, pp := range d.Parts {
 			allocs[i] = allocation(e, pp)
+			allocs[i].Plan, allocs[i].Queued = snap.Epoch, e.Created
 			lw := ledgerOf(pp.Node)
 			if err := refit(&nodes[pp.Node].Node, &lw.Ledger, e.Session, &allocs[i], p.cfg.Plan.MaxSessionsPerNode); err != nil {
 				p.log.Debug("planned choice went stale", "session", e.Session, "err", err)

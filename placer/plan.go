@@ -133,6 +133,13 @@ type planner struct {
 	// counts them by owner.
 	holding map[string]bool
 	holders map[string]int
+	// pinned is what each pinned session of the snapshot holds (PinEpoch).
+	pinned map[string][]pinnedPart
+	// quota is the usage that quotas are checked against: usage, except
+	// that what pinned sessions hold counts from the start, not from
+	// their turn. Pinned sessions are bound: a request placed before one
+	// of them in the order must fit its owner's quota beside it.
+	quota *usage
 }
 
 type failure struct{ reason, message string }
@@ -164,9 +171,10 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 		n.maxSessions = opt.MaxSessionsPerNode
 		p.nodes = append(p.nodes, n)
 		p.byName[n.name] = n
-		if n.freeGPUs > maxFree {
-			maxFree = n.freeGPUs
-		}
+	}
+	p.releasePinned()
+	for _, n := range p.nodes {
+		maxFree = max(maxFree, n.freeGPUs)
 	}
 	if !slices.IsSortedFunc(p.nodes, byNodeName) {
 		slices.SortFunc(p.nodes, byNodeName)
@@ -175,13 +183,20 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	for _, n := range p.nodes {
 		p.index(n)
 	}
-	p.usage = newUsage(p.nodes)
+	p.usage = newUsage(p.nodes, p.pinned)
+	p.quota = &p.usage
+	if p.pinned != nil {
+		q := newUsage(p.nodes, nil)
+		p.quota = &q
+	}
 
 	plan := &Plan{Reserved: map[string]string{}, Waiting: make([]Waiting, 0, len(s.Pending))}
 	if len(s.Held) > 0 {
 		pending := make(map[string]bool, len(s.Pending))
 		for i := range s.Pending {
-			pending[s.Pending[i].Entry.Session] = true
+			if !s.Pending[i].Pinned {
+				pending[s.Pending[i].Entry.Session] = true
+			}
 		}
 		for name, id := range s.Held {
 			if n := p.byName[name]; n != nil && pending[id] {
@@ -196,6 +211,11 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	position := 0
 	for it := order.next(); it != nil; it = order.next() {
 		position++
+		if it.Pinned {
+			p.placePinned(it, plan)
+			order.placed(it.Entry.Owner, p.weightedShare)
+			continue
+		}
 		if d, ok := p.place(it, position, plan); ok {
 			plan.Bound = append(plan.Bound, d)
 			order.placed(it.Entry.Owner, p.weightedShare)
@@ -247,7 +267,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		if p.quotas {
 			var need amounts
 			need.addReq(&e.Request)
-			if reason, msg, ok := p.usage.quotaAllows(e, need, p.snap); !ok {
+			if reason, msg, ok := p.quota.quotaAllows(e, need, p.snap); !ok {
 				plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
 				return Decision{}, false
 			}
@@ -275,7 +295,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		for i := range reqs {
 			need.addReq(&reqs[i])
 		}
-		if reason, msg, ok := p.usage.quotaAllows(e, need, p.snap); !ok {
+		if reason, msg, ok := p.quota.quotaAllows(e, need, p.snap); !ok {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
 			return Decision{}, false
 		}
@@ -331,6 +351,9 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		}
 	}
 	p.usage.add(e, reqs)
+	if p.quota != &p.usage {
+		p.quota.add(e, reqs)
+	}
 	return d, true
 }
 
@@ -513,7 +536,7 @@ func (p *planner) holdUnfit(plan *Plan) {
 	share := map[string]float64{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
-		if !p.aged(&it.Entry) {
+		if it.Pinned || !p.aged(&it.Entry) {
 			continue
 		}
 		if _, ok := share[it.Entry.Owner]; !ok {
@@ -880,21 +903,30 @@ type usage struct {
 	groups map[string]*amounts
 }
 
-func newUsage(nodes []*nodeState) usage {
+// newUsage is what the nodes' ledgers hold, less what pinned sessions
+// hold (counted at their turn).
+func newUsage(nodes []*nodeState, pinned map[string][]pinnedPart) usage {
 	u := usage{users: map[string]*amounts{}, groups: map[string]*amounts{}}
 	for _, n := range nodes {
 		u.total.gpus += int64(n.totalGPU)
 		u.total.cpu += n.view.Node.CPUMilli
 		u.total.mem += n.view.Node.MemoryMiB
-		for _, a := range n.view.Ledger.Allocations {
-			add := amounts{int64(len(a.GPUs)), a.CPUMilli, a.MemoryMiB}
-			u.get(u.users, a.Owner).plus(add)
-			for _, g := range a.Groups {
-				u.get(u.groups, g).plus(add)
+		for id, a := range n.view.Ledger.Allocations {
+			if pinned[id] == nil {
+				u.addAllocation(&a)
 			}
 		}
 	}
 	return u
+}
+
+// addAllocation counts what a holds in its owner's and groups' usage.
+func (u *usage) addAllocation(a *state.Allocation) {
+	add := amounts{int64(len(a.GPUs)), a.CPUMilli, a.MemoryMiB}
+	u.get(u.users, a.Owner).plus(add)
+	for _, g := range a.Groups {
+		u.get(u.groups, g).plus(add)
+	}
 }
 
 func (a *amounts) plus(b amounts) { a.gpus += b.gpus; a.cpu += b.cpu; a.mem += b.mem }

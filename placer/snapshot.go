@@ -15,6 +15,11 @@ import (
 type Pending struct {
 	Entry    state.QueueEntry
 	Revision int64
+	// Pinned marks a session already bound in the snapshot's plan epoch
+	// (Snapshot.Epoch), put back in the queue from its ledger allocations
+	// (PinEpoch): the plan reserves what it holds at its turn in the
+	// order, and never decides it again. Its Revision is 0.
+	Pinned bool
 }
 
 // NodeView is one live node as read: its inventory (with the inventory
@@ -52,6 +57,9 @@ type Snapshot struct {
 	// Held maps nodes to the pending session that preempted sessions
 	// there: while its victims stop, the node's room is kept for it.
 	Held map[string]string
+	// Epoch is the plan epoch this snapshot plans (PinEpoch): binds made
+	// from its plan record it in their allocations (state.Allocation.Plan).
+	Epoch int64
 	// Cache, when set, keeps what planning derives from each node's
 	// inventory and ledger between passes (see PlanCache). Set it only on
 	// snapshots read from etcd, whose revisions name their contents.
@@ -161,10 +169,69 @@ type nodeState struct {
 	// maxSessions caps allocations on the node (0: no cap), so that its
 	// ledger, one etcd value, stays far below etcd's request limit.
 	maxSessions int
+	// released counts the ledger's allocations of pinned sessions that
+	// the pass has freed and not yet held again.
+	released int
 }
 
 // sessions counts the allocations on the node, held and proposed.
-func (n *nodeState) sessions() int { return len(n.view.Ledger.Allocations) + len(n.proposed) }
+func (n *nodeState) sessions() int {
+	return len(n.view.Ledger.Allocations) - n.released + len(n.proposed)
+}
+
+// release frees what the ledger allocation a holds, for a pinned session
+// the plan places again at its turn (hold undoes it).
+func (n *nodeState) release(a *state.Allocation) {
+	for _, u := range a.GPUs {
+		for i := range n.devices {
+			if d := &n.devices[i]; d.uuid == u && n.taken[i] {
+				n.taken[i] = false
+				n.usedGPU--
+				if d.healthy && d.mig == "" {
+					n.freeGPUs++
+				}
+				break
+			}
+		}
+	}
+	n.freeCPU += a.CPUMilli
+	n.freeMem += a.MemoryMiB
+	if len(a.Ports) > 0 {
+		n.ownPorts()
+		for _, p := range a.Ports {
+			delete(n.ports, p)
+		}
+	}
+	n.released++
+}
+
+// hold takes again what release freed: the devices of a that no decision
+// of this pass took meanwhile (one did only where the plan diverged from
+// the epoch's; the bind's refit then refuses that decision), its CPU,
+// memory and ports.
+func (n *nodeState) hold(a *state.Allocation) {
+	for _, u := range a.GPUs {
+		for i := range n.devices {
+			if d := &n.devices[i]; d.uuid == u && !n.taken[i] {
+				n.taken[i] = true
+				n.usedGPU++
+				if d.healthy && d.mig == "" {
+					n.freeGPUs--
+				}
+				break
+			}
+		}
+	}
+	n.freeCPU -= a.CPUMilli
+	n.freeMem -= a.MemoryMiB
+	if len(a.Ports) > 0 {
+		n.ownPorts()
+		for _, p := range a.Ports {
+			n.ports[p] = true
+		}
+	}
+	n.released--
+}
 
 func newNodeState(v *NodeView) *nodeState {
 	n := &nodeState{}

@@ -39,7 +39,8 @@ const (
 	ledgerShape     = "Node string node|Allocations map[string]state.Allocation allocations|"
 	allocationShape = "Kind state.SessionKind kind,omitempty|Owner string owner|Groups []string groups,omitempty|" +
 		"Priority int priority|Preemptible bool preemptible,omitempty|Role state.Role role|GPUs []string gpus,omitempty|" +
-		"CPUMilli int64 cpuMilli|MemoryMiB int64 memoryMiB|Ports []int ports,omitempty|"
+		"CPUMilli int64 cpuMilli|MemoryMiB int64 memoryMiB|Ports []int ports,omitempty|Plan int64 plan,omitempty|" +
+		"Queued time.Time queued,omitzero|"
 )
 
 // shapeOf lists t's fields as the constants above do.
@@ -235,14 +236,17 @@ func appendLedgerJSON(b []byte, l *Ledger) ([]byte, error) {
 			b = appendJSONString(b, id)
 			b = append(b, ':')
 			a := l.Allocations[id]
-			b = appendAllocationJSON(b, &a)
+			var err error
+			if b, err = appendAllocationJSON(b, &a); err != nil {
+				return b, err
+			}
 		}
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil
 }
 
-func appendAllocationJSON(b []byte, a *Allocation) []byte {
+func appendAllocationJSON(b []byte, a *Allocation) ([]byte, error) {
 	b = append(b, '{')
 	if a.Kind != "" {
 		b = append(b, `"kind":`...)
@@ -274,7 +278,18 @@ func appendAllocationJSON(b []byte, a *Allocation) []byte {
 		b = append(b, `,"ports":`...)
 		b = appendJSONInts(b, a.Ports)
 	}
-	return append(b, '}')
+	if a.Plan != 0 {
+		b = append(b, `,"plan":`...)
+		b = strconv.AppendInt(b, a.Plan, 10)
+	}
+	if !a.Queued.IsZero() {
+		b = append(b, `,"queued":`...)
+		var err error
+		if b, err = appendJSONTime(b, a.Queued); err != nil {
+			return b, err
+		}
+	}
+	return append(b, '}'), nil
 }
 
 // sortedKeys returns m's keys in the order encoding/json writes them,

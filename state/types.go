@@ -504,6 +504,15 @@ type Allocation struct {
 	CPUMilli    int64       `json:"cpuMilli"`
 	MemoryMiB   int64       `json:"memoryMiB"`
 	Ports       []int       `json:"ports,omitempty"`
+	// Plan is the plan epoch the placer bound it in: the revision of the
+	// snapshot the plan was made on. Placers that see part of an epoch's
+	// binds plan that epoch again with those binds pinned, so they agree
+	// on the rest of it (placer/README.md, "Plan epochs"). 0: written
+	// before epochs, or not by a placer.
+	Plan int64 `json:"plan,omitempty"`
+	// Queued is when the session's queue entry was created: with the
+	// priority, owner and id, its place in the plan's queue order.
+	Queued time.Time `json:"queued,omitzero"`
 }
 
 // Ledger is what is allocated on a node, stored at ledger/<name>. The
