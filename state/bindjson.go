@@ -174,18 +174,7 @@ func appendBindingJSON(b []byte, x *Binding) ([]byte, error) {
 		b = append(b, `,"worker":`...)
 		b = strconv.AppendInt(b, int64(x.Worker), 10)
 	}
-	if len(x.GPUs) > 0 {
-		b = append(b, `,"gpus":`...)
-		b = appendJSONStrings(b, x.GPUs)
-	}
-	b = append(b, `,"cpuMilli":`...)
-	b = strconv.AppendInt(b, x.CPUMilli, 10)
-	b = append(b, `,"memoryMiB":`...)
-	b = strconv.AppendInt(b, x.MemoryMiB, 10)
-	if len(x.Ports) > 0 {
-		b = append(b, `,"ports":`...)
-		b = appendJSONInts(b, x.Ports)
-	}
+	b = appendHolding(b, x.GPUs, x.CPUMilli, x.MemoryMiB, x.Ports)
 	if x.HeadNode != "" {
 		b = append(b, `,"headNode":`...)
 		b = appendJSONString(b, x.HeadNode)
@@ -266,18 +255,7 @@ func appendAllocationJSON(b []byte, a *Allocation) ([]byte, error) {
 	}
 	b = append(b, `,"role":`...)
 	b = appendJSONString(b, string(a.Role))
-	if len(a.GPUs) > 0 {
-		b = append(b, `,"gpus":`...)
-		b = appendJSONStrings(b, a.GPUs)
-	}
-	b = append(b, `,"cpuMilli":`...)
-	b = strconv.AppendInt(b, a.CPUMilli, 10)
-	b = append(b, `,"memoryMiB":`...)
-	b = strconv.AppendInt(b, a.MemoryMiB, 10)
-	if len(a.Ports) > 0 {
-		b = append(b, `,"ports":`...)
-		b = appendJSONInts(b, a.Ports)
-	}
+	b = appendHolding(b, a.GPUs, a.CPUMilli, a.MemoryMiB, a.Ports)
 	if a.Plan != 0 {
 		b = append(b, `,"plan":`...)
 		b = strconv.AppendInt(b, a.Plan, 10)
@@ -290,6 +268,24 @@ func appendAllocationJSON(b []byte, a *Allocation) ([]byte, error) {
 		}
 	}
 	return append(b, '}'), nil
+}
+
+// appendHolding writes what a binding and an allocation both hold, in
+// the order and with the names both types give it.
+func appendHolding(b []byte, gpus []string, cpuMilli, memoryMiB int64, ports []int) []byte {
+	if len(gpus) > 0 {
+		b = append(b, `,"gpus":`...)
+		b = appendJSONStrings(b, gpus)
+	}
+	b = append(b, `,"cpuMilli":`...)
+	b = strconv.AppendInt(b, cpuMilli, 10)
+	b = append(b, `,"memoryMiB":`...)
+	b = strconv.AppendInt(b, memoryMiB, 10)
+	if len(ports) > 0 {
+		b = append(b, `,"ports":`...)
+		b = appendJSONInts(b, ports)
+	}
+	return b
 }
 
 // sortedKeys returns m's keys in the order encoding/json writes them,
@@ -318,20 +314,16 @@ func appendJSONStringMap(b []byte, m map[string]string) []byte {
 }
 
 func appendJSONStrings(b []byte, ss []string) []byte {
-	if ss == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i, s := range ss {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, s)
-	}
-	return append(b, ']')
+	return appendJSONArray(b, ss, appendJSONString)
 }
 
 func appendJSONInts(b []byte, xs []int) []byte {
+	return appendJSONArray(b, xs, func(b []byte, x int) []byte { return strconv.AppendInt(b, int64(x), 10) })
+}
+
+// appendJSONArray writes xs as a JSON array (nil as null), each element
+// by elem.
+func appendJSONArray[T any](b []byte, xs []T, elem func([]byte, T) []byte) []byte {
 	if xs == nil {
 		return append(b, "null"...)
 	}
@@ -340,7 +332,7 @@ func appendJSONInts(b []byte, xs []int) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendInt(b, int64(x), 10)
+		b = elem(b, x)
 	}
 	return append(b, ']')
 }

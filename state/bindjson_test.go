@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -78,14 +79,7 @@ func TestBindJSONRefusesWhatEncodingJSONRefuses(t *testing.T) {
 		if _, err := json.Marshal(v); err == nil {
 			t.Fatalf("%s: encoding/json accepts it; the case tests nothing", name)
 		}
-		var err error
-		switch x := v.(type) {
-		case *Status:
-			_, err = appendStatus(nil, x)
-		case *Binding:
-			_, err = appendBinding(nil, x)
-		}
-		if err == nil {
+		if _, err := bindAppend(v); err == nil {
 			t.Errorf("%s: the hand-written encoder accepted what encoding/json refuses", name)
 		}
 	}
@@ -106,18 +100,23 @@ func sameJSON(t *testing.T, v any, enc func([]byte) ([]byte, error)) {
 		t.Fatalf("%T encodes differently\nencoding/json: %s\nhand-written:  %s", v, want, got)
 	}
 	// What BindOps calls, hand-written or not, writes the same.
-	var err error
-	switch x := v.(type) {
-	case *Status:
-		got, err = appendStatus(nil, x)
-	case *Binding:
-		got, err = appendBinding(nil, x)
-	case *Ledger:
-		got, err = appendLedger(nil, x)
-	}
+	got, err := bindAppend(v)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("%T: BindOps's encoder wrote %s (%v), want %s", v, got, err, want)
 	}
+}
+
+// bindAppend encodes v as BindOps does.
+func bindAppend(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case *Status:
+		return appendStatus(nil, x)
+	case *Binding:
+		return appendBinding(nil, x)
+	case *Ledger:
+		return appendLedger(nil, x)
+	}
+	panic(fmt.Sprintf("bindAppend: BindOps writes no %T", v))
 }
 
 // fillRandom sets every exported field reachable from v to a random value.
