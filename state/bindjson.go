@@ -184,19 +184,10 @@ func appendBindingJSON(b []byte, x *Binding) ([]byte, error) {
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(x.Attempt), 10)
 	if len(x.Scores) > 0 {
-		b = append(b, `,"scores":{`...)
-		var buf [8]string
-		for i, k := range sortedKeys(x.Scores, buf[:]) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, k)
-			b = append(b, ':')
-			if b, err = appendJSONFloat(b, x.Scores[k]); err != nil {
-				return b, err
-			}
+		b = append(b, `,"scores":`...)
+		if b, err = appendJSONObject(b, x.Scores, appendJSONFloat); err != nil {
+			return b, err
 		}
-		b = append(b, '}')
 	}
 	if x.Placer != "" {
 		b = append(b, `,"placer":`...)
@@ -213,24 +204,9 @@ func appendLedgerJSON(b []byte, l *Ledger) ([]byte, error) {
 	b = append(b, `{"node":`...)
 	b = appendJSONString(b, l.Node)
 	b = append(b, `,"allocations":`...)
-	if l.Allocations == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '{')
-		var buf [16]string
-		for i, id := range sortedKeys(l.Allocations, buf[:]) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, id)
-			b = append(b, ':')
-			a := l.Allocations[id]
-			var err error
-			if b, err = appendAllocationJSON(b, &a); err != nil {
-				return b, err
-			}
-		}
-		b = append(b, '}')
+	b, err := appendJSONObject(b, l.Allocations, func(b []byte, a Allocation) ([]byte, error) { return appendAllocationJSON(b, &a) })
+	if err != nil {
+		return b, err
 	}
 	return append(b, '}'), nil
 }
@@ -300,17 +276,30 @@ func sortedKeys[V any](m map[string]V, buf []string) []string {
 }
 
 func appendJSONStringMap(b []byte, m map[string]string) []byte {
+	b, _ = appendJSONObject(b, m, func(b []byte, v string) ([]byte, error) { return appendJSONString(b, v), nil })
+	return b
+}
+
+// appendJSONObject writes m as a JSON object (nil as null), its keys in
+// the order encoding/json writes them, each value by elem.
+func appendJSONObject[V any](b []byte, m map[string]V, elem func([]byte, V) ([]byte, error)) ([]byte, error) {
+	if m == nil {
+		return append(b, "null"...), nil
+	}
 	b = append(b, '{')
-	var buf [8]string
+	var buf [16]string
 	for i, k := range sortedKeys(m, buf[:]) {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = appendJSONString(b, k)
 		b = append(b, ':')
-		b = appendJSONString(b, m[k])
+		var err error
+		if b, err = elem(b, m[k]); err != nil {
+			return b, err
+		}
 	}
-	return append(b, '}')
+	return append(b, '}'), nil
 }
 
 func appendJSONStrings(b []byte, ss []string) []byte {
