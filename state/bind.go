@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -48,21 +49,50 @@ type Placement struct {
 func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []clientv3.Op, error) {
 	cmps := make([]clientv3.Cmp, 0, 3*len(ledgers)+len(ps))
 	ops := make([]clientv3.Op, 0, len(ledgers)+3*len(ps))
-	for _, lw := range ledgers {
-		key := k.Ledger(lw.Node)
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision),
-			clientv3.Compare(clientv3.ModRevision(k.Node(lw.Node)), "=", lw.NodeRevision),
-			clientv3.Compare(clientv3.ModRevision(k.Cordon(lw.Node)), "=", lw.CordonRevision))
-		v, err := Encode(lw.Ledger)
-		if err != nil {
+	// Every key and value is written into one buffer, which the compares
+	// and operations then share (WithKeyBytes, WithValueBytes): none
+	// costs an allocation or a copy of its own. Nothing writes to the
+	// buffer once they hold it. spans[i] are where ops[spans[i].op] or,
+	// for a compare, cmps[spans[i].cmp] find their key and value.
+	// Sized for what a burst writes (a session's status and binding take
+	// about 600 bytes, a full 8-GPU ledger about 1,500) to grow rarely.
+	buf := make([]byte, 0, 1024*len(ledgers)+640*len(ps))
+	// Each put and delete is a copy of one (OpPut and OpDelete allocate
+	// the Op they return), each compare's revision one of revs.
+	put, del := clientv3.OpPut("", ""), clientv3.OpDelete("")
+	revs := make([]pb.Compare_ModRevision, 0, 3*len(ledgers)+len(ps))
+	type span struct {
+		op, cmp          int // -1 for the other
+		key, val, valEnd int
+	}
+	spans := make([]span, 0, 4*len(ledgers)+3*len(ps))
+	var err error
+	compare := func(d string, name string, rev int64) {
+		at := len(buf)
+		buf = k.appendKey(buf, d, name)
+		spans = append(spans, span{op: -1, cmp: len(cmps), key: at, val: len(buf), valEnd: len(buf)})
+		revs = append(revs, pb.Compare_ModRevision{ModRevision: rev})
+		cmps = append(cmps, modRevisionIs(&revs[len(revs)-1]))
+	}
+	for i := range ledgers {
+		lw := &ledgers[i]
+		compare(dirLedger, lw.Node, lw.ReadRevision)
+		compare(dirNodes, lw.Node, lw.NodeRevision)
+		compare(dirCordons, lw.Node, lw.CordonRevision)
+		at := len(buf)
+		buf = k.appendKey(buf, dirLedger, lw.Node)
+		val := len(buf)
+		if buf, err = appendLedger(buf, &lw.Ledger); err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
-		ops = append(ops, clientv3.OpPut(key, v))
+		spans = append(spans, span{op: len(ops), cmp: -1, key: at, val: val, valEnd: len(buf)})
+		ops = append(ops, put)
 	}
-	for _, p := range ps {
-		pk := k.Pending(p.Session)
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(pk), "=", p.PendingRevision))
-		ops = append(ops, clientv3.OpDelete(pk))
+	for i := range ps {
+		p := &ps[i]
+		compare(dirPending, p.Session, p.PendingRevision)
+		spans = append(spans, span{op: len(ops), cmp: -1, key: spans[len(spans)-1].key, val: spans[len(spans)-1].val, valEnd: spans[len(spans)-1].val})
+		ops = append(ops, del)
 		// The queue entry exists only while the status is Pending (every
 		// writer of one writes the other in the same txn), so comparing
 		// its revision is the Bind event's guard.
@@ -70,19 +100,38 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 		if err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
-		p.Status.Phase = phase
-		p.Status.QueueRevision = p.PendingRevision
-		st, err := Encode(p.Status)
-		if err != nil {
+		st := p.Status
+		st.Phase = phase
+		st.QueueRevision = p.PendingRevision
+		at := len(buf)
+		buf = k.appendKey(buf, dirStatus, p.Session)
+		val := len(buf)
+		if buf, err = appendStatus(buf, &st); err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
-		ops = append(ops, clientv3.OpPut(k.Status(p.Session), st))
-		for _, b := range p.Bindings {
-			v, err := Encode(b)
-			if err != nil {
+		spans = append(spans, span{op: len(ops), cmp: -1, key: at, val: val, valEnd: len(buf)})
+		ops = append(ops, put)
+		for j := range p.Bindings {
+			b := &p.Bindings[j]
+			at := len(buf)
+			buf = k.appendKey(buf, dirBindings, b.Node, b.Session)
+			val := len(buf)
+			if buf, err = appendBinding(buf, b); err != nil {
 				return nil, nil, fmt.Errorf("build bind txn: %w", err)
 			}
-			ops = append(ops, clientv3.OpPut(k.Binding(b.Node, b.Session), v))
+			spans = append(spans, span{op: len(ops), cmp: -1, key: at, val: val, valEnd: len(buf)})
+			ops = append(ops, put)
+		}
+	}
+	for _, sp := range spans {
+		key := buf[sp.key:sp.val:sp.val]
+		if sp.cmp >= 0 {
+			cmps[sp.cmp].GetCompare().Key = key
+			continue
+		}
+		ops[sp.op].WithKeyBytes(key)
+		if sp.valEnd > sp.val {
+			ops[sp.op].WithValueBytes(buf[sp.val:sp.valEnd:sp.valEnd])
 		}
 	}
 	guarded := map[string]bool{}
@@ -102,6 +151,25 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 		}
 	}
 	return cmps, ops, nil
+}
+
+// appendKey appends k.key(d, names[0]), or k.key2(d, names[0], names[1]).
+func (k Keys) appendKey(b []byte, d string, names ...string) []byte {
+	b = append(append(append(b, k.prefix...), '/'), d...)
+	for _, n := range names {
+		b = append(append(b, '/'), n...)
+	}
+	return b
+}
+
+// modRevisionIs is clientv3.Compare(clientv3.ModRevision(key), "=",
+// rev.ModRevision) with its key left to set (GetCompare().Key), built
+// without the reflective copy that Compare makes of its argument.
+func modRevisionIs(rev *pb.Compare_ModRevision) clientv3.Cmp {
+	var c clientv3.Cmp
+	pc := c.GetCompare()
+	pc.Target, pc.Result, pc.TargetUnion = pb.Compare_MOD, pb.Compare_EQUAL, rev
+	return c
 }
 
 // maxReleaseAttempts bounds Release's read-modify-write retries; between
