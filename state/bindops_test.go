@@ -1,9 +1,6 @@
 package state
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -14,110 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 )
-
-// The hand-written encoders know every field of the types they encode: a
-// field added, renamed or retagged makes BindOps fall back to
-// encoding/json, and this test fail until bindjson.go learns it.
-func TestBindJSONKnowsEveryField(t *testing.T) {
-	for _, c := range []struct {
-		typ   reflect.Type
-		shape string
-	}{
-		{reflect.TypeFor[Status](), statusShape},
-		{reflect.TypeFor[Binding](), bindingShape},
-		{reflect.TypeFor[Ledger](), ledgerShape},
-		{reflect.TypeFor[Allocation](), allocationShape},
-	} {
-		if got := shapeOf(c.typ); got != c.shape {
-			t.Errorf("%s's fields changed: bindjson.go encodes\n%s\nbut the type has\n%s\nteach append%sJSON the change (BindOps uses encoding/json until then)",
-				c.typ, strings.ReplaceAll(c.shape, "|", "\n"), strings.ReplaceAll(got, "|", "\n"), c.typ.Name())
-		}
-	}
-	if !fastJSON.status || !fastJSON.binding || !fastJSON.ledger {
-		t.Errorf("a hand-written encoder is off: %+v", fastJSON)
-	}
-}
-
-// Property: for random values of every field (strings with characters
-// JSON escapes, invalid UTF-8, U+2028; nil and empty slices and maps;
-// floats at the exponent cutoffs; times in many zones), the hand-written
-// encoders write exactly what encoding/json writes.
-func TestBindJSONMatchesEncodingJSON(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	// Also with the encoders off, as after a field they do not know.
-	saved := fastJSON
-	defer func() { fastJSON = saved }()
-	for i := 0; i < 4000; i++ {
-		on := i < 3000
-		fastJSON.status, fastJSON.binding, fastJSON.ledger = on, on, on
-		var s Status
-		fillRandom(rng, reflect.ValueOf(&s).Elem())
-		sameJSON(t, &s, func(b []byte) ([]byte, error) { return appendStatusJSON(b, &s) })
-		var bd Binding
-		fillRandom(rng, reflect.ValueOf(&bd).Elem())
-		sameJSON(t, &bd, func(b []byte) ([]byte, error) { return appendBindingJSON(b, &bd) })
-		var l Ledger
-		fillRandom(rng, reflect.ValueOf(&l).Elem())
-		sameJSON(t, &l, func(b []byte) ([]byte, error) { return appendLedgerJSON(b, &l) })
-		if t.Failed() {
-			return
-		}
-	}
-}
-
-// Values encoding/json refuses are refused too: a time outside RFC 3339,
-// a score that is not a number.
-func TestBindJSONRefusesWhatEncodingJSONRefuses(t *testing.T) {
-	for name, v := range map[string]any{
-		"year 10000":  &Status{Session: "s", Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
-		"year -1":     &Binding{Session: "s", Bound: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)},
-		"24h offset":  &Binding{Session: "s", Bound: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 24*3600))},
-		"100h offset": &Status{Session: "s", Updated: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", -100*3600))},
-		"NaN score":   &Binding{Session: "s", Scores: map[string]float64{"binpack": math.NaN()}},
-		"Inf score":   &Binding{Session: "s", Scores: map[string]float64{"binpack": math.Inf(-1)}},
-	} {
-		if _, err := json.Marshal(v); err == nil {
-			t.Fatalf("%s: encoding/json accepts it; the case tests nothing", name)
-		}
-		if _, err := bindAppend(v); err == nil {
-			t.Errorf("%s: the hand-written encoder accepted what encoding/json refuses", name)
-		}
-	}
-}
-
-func sameJSON(t *testing.T, v any, enc func([]byte) ([]byte, error)) {
-	t.Helper()
-	want, werr := json.Marshal(v)
-	prefix := []byte("prefix")
-	got, gerr := enc(bytes.Clone(prefix))
-	if (werr != nil) != (gerr != nil) {
-		t.Fatalf("%T: encoding/json says %v, the hand-written encoder %v\nvalue: %#v", v, werr, gerr, v)
-	}
-	if werr != nil {
-		return
-	}
-	if !bytes.HasPrefix(got, prefix) || !bytes.Equal(got[len(prefix):], want) {
-		t.Fatalf("%T encodes differently\nencoding/json: %s\nhand-written:  %s", v, want, got)
-	}
-	// What BindOps calls, hand-written or not, writes the same.
-	got, err := bindAppend(v)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("%T: BindOps's encoder wrote %s (%v), want %s", v, got, err, want)
-	}
-}
-
-// bindAppend encodes v as BindOps does.
-func bindAppend(v any) ([]byte, error) {
-	switch x := v.(type) {
-	case *Status:
-		return appendStatus(nil, x)
-	case *Binding:
-		return appendBinding(nil, x)
-	case *Ledger:
-		return appendLedger(nil, x)
-	}
-	panic(fmt.Sprintf("bindAppend: BindOps writes no %T", v))
-}
 
 // fillRandom sets every exported field reachable from v to a random value.
 func fillRandom(rng *rand.Rand, v reflect.Value) {
