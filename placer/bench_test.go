@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -147,7 +148,8 @@ func fragmentation(w world, nodes int) (partial, whole int) {
 // on 1,000 × 8 GPUs and bind until nothing more fits. It reports the
 // binding rate, conflicts per binding, and the ceiling: the bind
 // transactions the placers committed, committed again on the same etcd with
-// no planning and as many in flight (ceilingReplay).
+// no planning and as many in flight (ceilingReplay), the median of
+// ceilingReplays replays.
 func BenchmarkPlacementBurst(b *testing.B) {
 	for _, tc := range []struct {
 		placers  int
@@ -160,6 +162,10 @@ func BenchmarkPlacementBurst(b *testing.B) {
 		})
 	}
 }
+
+// ceilingReplays is how many times a burst's transactions are replayed for
+// its ceiling (the median counts).
+const ceilingReplays = 3
 
 func benchBurst(b *testing.B, placers int, strategy Strategy) {
 	const nodes, sessions = 1000, 20000
@@ -226,11 +232,20 @@ func benchBurst(b *testing.B, placers int, strategy Strategy) {
 
 	txns := rec.sorted()
 	workers := ceilingWorkers(rec)
-	// The replay's watch does what placement's did for each binding.
-	ceiling, replayed := ceilingReplay(b, cli, txns, s.k.Prefix(), "/ceiling", before.Header.Revision, workers, func() { processCPU(b) })
-	if replayed != n {
-		b.Fatalf("the recorded bind transactions bound %d sessions, the watch saw %d", replayed, n)
+	// The replay's watch does what placement's did for each binding. One
+	// replay's rate moved 2× from run to run on these shared cores (etcd's
+	// fsyncs, garbage collection): the ceiling is the median of
+	// ceilingReplays, each under its own prefix.
+	var rates []float64
+	for r := range ceilingReplays {
+		rate, replayed := ceilingReplay(b, cli, txns, s.k.Prefix(), fmt.Sprintf("/ceiling%d", r), before.Header.Revision, workers, func() { processCPU(b) })
+		if replayed != n {
+			b.Fatalf("the recorded bind transactions bound %d sessions, the watch saw %d", replayed, n)
+		}
+		rates = append(rates, rate)
 	}
+	slices.Sort(rates)
+	ceiling := rates[len(rates)/2]
 	b.ReportMetric(rate, "bindings/s")
 	b.ReportMetric(ceiling, "ceiling-bindings/s")
 	b.ReportMetric(rate/ceiling, "of-ceiling")
