@@ -49,8 +49,9 @@ const (
 // scale.nodes lease-backed 8-GPU nodes with scale.sessions queued, on a
 // real etcd with fsync: creates per second with their p50 and p99, and GETs
 // of pending sessions (whose queue position and reason come from the queue
-// plan) sent at the same time, p50 and p99. In the same run, before the API
-// starts, the ceiling: the same etcd writes of a create (the owner's uid
+// plan) sent at the same time, p50 and p99, flat out (runPhase) and then
+// paced at the goals' load (runPaced). In the same run, before the API
+// starts, the ceiling of each phase: the same etcd writes of a create (the owner's uid
 // read and the create transaction) and the same read of a GET (spec,
 // status and warning in one transaction), with the same concurrency, with
 // no HTTP, admission or planning. It also reports the API process's peak
