@@ -453,7 +453,7 @@ func filledSnapshot(s *Snapshot, plan *Plan) *Snapshot {
 			if byNode[pp.Node] == nil {
 				byNode[pp.Node] = map[string]state.Allocation{}
 			}
-			byNode[pp.Node][d.Pending.Entry.Session] = allocation(&d.Pending.Entry, pp)
+			byNode[pp.Node][d.Pending.Entry.Session] = allocation(d.Pending.Entry, pp)
 		}
 	}
 	for _, v := range s.Nodes {
