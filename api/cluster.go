@@ -435,13 +435,13 @@ func (a *API) queue(c *gin.Context) {
 		return q
 	}
 	for _, d := range qp.plan.Bound {
-		out = append(out, entry(d.Pending.Entry, 0, "Placing", "fits now: the placer binds it on its next pass"))
+		out = append(out, entry(*d.Pending.Entry, 0, "Placing", "fits now: the placer binds it on its next pass"))
 	}
 	est := a.newEstimator()
 	for _, w := range qp.plan.Waiting {
-		q := entry(w.Pending.Entry, w.Position, w.Reason, w.Message)
+		q := entry(*w.Pending.Entry, w.Position, w.Reason, w.Message)
 		if q.Mine {
-			q.Estimate = est.estimate(w.Pending.Entry, w.Position)
+			q.Estimate = est.estimate(*w.Pending.Entry, w.Position)
 		}
 		out = append(out, q)
 	}

@@ -634,7 +634,7 @@ func feasibility(s state.Session, nodes []state.Node, plan placer.PlanOptions, n
 	}
 	q := state.NewQueueEntry(s, now)
 	q.Session = "feasibility-check"
-	snap.Pending = []placer.Pending{{Entry: q, Revision: 1}}
+	snap.Pending = []placer.Pending{{Entry: &q, Revision: 1}}
 	p := placer.NewPlan(snap, plan)
 	for _, w := range p.Waiting {
 		if w.Reason == "Unsatisfiable" {

@@ -3,7 +3,6 @@ package placer
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand"
 	"slices"
 	"sync"
@@ -443,35 +442,4 @@ func newPlanBenchSnapshot(nodes, queued int) *Snapshot {
 // filledSnapshot is s after plan's decisions were bound: their allocations
 // added to the ledgers they went to (each such ledger at a new revision),
 // their sessions off the queue.
-func filledSnapshot(s *Snapshot, plan *Plan) *Snapshot {
-	out := &Snapshot{Now: s.Now, UserQuotas: s.UserQuotas, GroupQuotas: s.GroupQuotas}
-	byNode := map[string]map[string]state.Allocation{}
-	bound := map[string]bool{}
-	for _, d := range plan.Bound {
-		bound[d.Pending.Entry.Session] = true
-		for _, pp := range d.Parts {
-			if byNode[pp.Node] == nil {
-				byNode[pp.Node] = map[string]state.Allocation{}
-			}
-			byNode[pp.Node][d.Pending.Entry.Session] = allocation(&d.Pending.Entry, pp)
-		}
-	}
-	for _, v := range s.Nodes {
-		if add := byNode[v.Node.Name]; add != nil {
-			all := maps.Clone(v.Ledger.Allocations)
-			if all == nil {
-				all = map[string]state.Allocation{}
-			}
-			maps.Copy(all, add)
-			v.Ledger = state.Ledger{Node: v.Node.Name, Allocations: all}
-			v.LedgerRevision += 1 << 20
-		}
-		out.Nodes = append(out.Nodes, v)
-	}
-	for _, p := range s.Pending {
-		if !bound[p.Entry.Session] {
-			out.Pending = append(out.Pending, p)
-		}
-	}
-	return out
-}
+func filledSnapshot(s *Snapshot, plan *Plan) *Snapshot { return applyPart(s, plan.Bound, 0) }

@@ -52,8 +52,8 @@ func decodeFixed[T any](fix func(key string, v *T)) watcher.DecodeFunc[T] {
 // memory.
 func decodeQueueEntry(keys state.Keys) watcher.DecodeFunc[state.QueueEntry] {
 	return decodeFixed(func(key string, e *state.QueueEntry) {
-		if id, ok := keys.SessionID(key); ok && id == e.Session {
-			e.Session = id
+		if id, ok := keys.SessionID(key); ok {
+			e.Session = id // the key names the session, and shares its memory
 		}
 		e.Kind = intern(e.Kind)
 		e.Owner = intern(e.Owner)

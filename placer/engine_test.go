@@ -42,7 +42,7 @@ func (s *sim) settledAt(ctx context.Context, opt PlanOptions, now time.Time) (bo
 	}
 	for _, kv := range pr.Kvs {
 		e, _ := state.Decode[state.QueueEntry](kv.Value)
-		snap.Pending = append(snap.Pending, Pending{Entry: e, Revision: kv.ModRevision})
+		snap.Pending = append(snap.Pending, Pending{Entry: &e, Revision: kv.ModRevision})
 	}
 	return len(NewPlan(snap, opt).Bound) == 0, w
 }

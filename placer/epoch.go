@@ -61,7 +61,7 @@ func PinEpoch(s *Snapshot, done, fresh int64) {
 				continue
 			}
 			pinned[id] = true
-			add = append(add, Pending{Pinned: true, Entry: state.QueueEntry{
+			add = append(add, Pending{Pinned: true, Entry: &state.QueueEntry{
 				Session: id, Owner: a.Owner, Groups: a.Groups, Kind: a.Kind, Priority: a.Priority,
 				Preemptible: a.Preemptible, Created: a.Queued,
 			}})

@@ -23,7 +23,7 @@ func applyPart(s *Snapshot, ds []Decision, epoch int64) *Snapshot {
 			if byNode[pp.Node] == nil {
 				byNode[pp.Node] = map[string]state.Allocation{}
 			}
-			a := allocation(&d.Pending.Entry, pp)
+			a := allocation(d.Pending.Entry, pp)
 			a.Plan, a.Queued = epoch, d.Pending.Entry.Created
 			byNode[pp.Node][d.Pending.Entry.Session] = a
 		}

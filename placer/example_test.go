@@ -20,7 +20,7 @@ func ExampleNewPlan() {
 		"s-old": {Owner: "bob", Role: state.RoleSingle, GPUs: []string{"GPU-0", "GPU-1"}, CPUMilli: 4000, MemoryMiB: 8192},
 	}}
 	queue := func(id string, gpus int) placer.Pending {
-		return placer.Pending{Revision: 1, Entry: state.QueueEntry{
+		return placer.Pending{Revision: 1, Entry: &state.QueueEntry{
 			Session: id, Kind: state.KindBatch, Owner: "ada", Created: now,
 			Request: state.Resources{GPUs: gpus, GPUModel: "*A100*", CPUMilli: 4000, MemoryMiB: 8192},
 		}}

@@ -45,7 +45,7 @@ func holding(v NodeView, id, owner string, k int) NodeView {
 
 // req builds a pending session of g GPUs.
 func req(id, owner string, g int, age time.Duration) Pending {
-	return Pending{Revision: 1, Entry: state.QueueEntry{
+	return Pending{Revision: 1, Entry: &state.QueueEntry{
 		Session: id, Kind: state.KindBatch, Owner: owner, Created: t0.Add(-age), Enqueued: t0.Add(-age),
 		Request: state.Resources{GPUs: g, CPUMilli: 1000, MemoryMiB: 1024},
 	}}

@@ -566,10 +566,16 @@ func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
 	// Plan orders the queue itself (priority, share, age, id), so the
 	// entries need no sorting here.
 	s.Pending = make([]Pending, 0, c.Pending.Len())
-	c.Pending.Range(func(it watcher.Item[state.QueueEntry]) bool {
+	c.Pending.RangeShared(func(it *watcher.Item[state.QueueEntry]) bool {
 		if id, ok := k.SessionID(it.Key); ok {
-			e := it.Value
-			e.Session = id
+			e := &it.Value
+			if e.Session != id {
+				// The key names the session: an entry written without
+				// its id (or another) is copied with the key's.
+				cp := *e
+				cp.Session = id
+				e = &cp
+			}
 			s.Pending = append(s.Pending, Pending{Entry: e, Revision: it.ModRevision})
 		}
 		return true
@@ -737,9 +743,9 @@ func decisionSize(d *Decision, seen map[string]bool, nodes map[string]*NodeView,
 				bytes += ledgerBytes(&v.Ledger)
 			}
 		}
-		bytes += allocationBytes(d.Pending.Entry.Session, &d.Pending.Entry, len(pp.Devices), len(pp.Ports))
+		bytes += allocationBytes(d.Pending.Entry.Session, d.Pending.Entry, len(pp.Devices), len(pp.Ports))
 	}
-	s := state.BindSize(newNodes, 1, len(d.Parts)).Plus(state.QuotaGuardSize(len(quotaScopes(&d.Pending.Entry, snap))))
+	s := state.BindSize(newNodes, 1, len(d.Parts)).Plus(state.QuotaGuardSize(len(quotaScopes(d.Pending.Entry, snap))))
 	s.Bytes = bytes
 	return s
 }
@@ -1039,7 +1045,7 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 	}
 	ps := make([]state.Placement, 0, len(b.decisions))
 	for _, d := range b.decisions {
-		e := &d.Pending.Entry
+		e := d.Pending.Entry
 		scopes := quotaScopes(e, snap)
 		if len(scopes) > 0 && snap.LedgersAt < prior {
 			stale++ // plan again once the caches show our last binds
@@ -1227,7 +1233,7 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 	}
 	left := p.cfg.StatusBudget
 	for _, w := range waiting {
-		e := &w.Pending.Entry
+		e := w.Pending.Entry
 		last, ok := p.written[e.Session]
 		if ok {
 			last.gen = gen

@@ -253,7 +253,7 @@ func (p *planner) reindex(n *nodeState) {
 
 // place tries to bind it; on failure it records a Waiting entry.
 func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) {
-	e := &it.Entry
+	e := it.Entry
 	budget := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}
 	scopes := 0
 	if p.quotas {
@@ -536,7 +536,7 @@ func (p *planner) holdUnfit(plan *Plan) {
 	share := map[string]float64{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
-		if it.Pinned || !p.aged(&it.Entry) {
+		if it.Pinned || !p.aged(it.Entry) {
 			continue
 		}
 		if _, ok := share[it.Entry.Owner]; !ok {
@@ -545,7 +545,7 @@ func (p *planner) holdUnfit(plan *Plan) {
 		cands = append(cands, it)
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := &cands[i].Entry, &cands[j].Entry
+		a, b := cands[i].Entry, cands[j].Entry
 		if a.Priority != b.Priority {
 			return a.Priority > b.Priority
 		}
@@ -555,7 +555,7 @@ func (p *planner) holdUnfit(plan *Plan) {
 		return olderFirst(cands[i], cands[j])
 	})
 	for _, it := range cands {
-		e := &it.Entry
+		e := it.Entry
 		if p.holding[e.Session] || p.holders[e.Owner] >= maxHoldsPerOwner || p.fits(e) {
 			continue
 		}
@@ -726,7 +726,7 @@ func (p *planner) order() *queueOrder {
 			prios = append(prios, it.Entry.Priority)
 		}
 		tr := lv.tiers[1]
-		if p.aged(&it.Entry) {
+		if p.aged(it.Entry) {
 			tr = lv.tiers[0]
 		}
 		oq, ok := tr.byName[it.Entry.Owner]
@@ -842,7 +842,7 @@ func (p *planner) groupsOf(owner string) []string {
 	if p.ownerGroups == nil {
 		p.ownerGroups = map[string][]string{}
 		for i := range p.snap.Pending {
-			e := &p.snap.Pending[i].Entry
+			e := p.snap.Pending[i].Entry
 			if _, ok := p.ownerGroups[e.Owner]; !ok {
 				p.ownerGroups[e.Owner] = e.Groups
 			}

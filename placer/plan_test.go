@@ -436,7 +436,8 @@ func nodeDeviceMatches(v *NodeView, uuid string, r *state.Resources) bool {
 func TestPlanMultiNodeJob(t *testing.T) {
 	s := state.Session{ID: "mn-job", Owner: "ada", Kind: state.KindBatch, Nodes: 3, Created: t0,
 		Resources: state.Resources{GPUs: 8, CPUMilli: 1000, MemoryMiB: 1024}}
-	job := Pending{Revision: 1, Entry: state.NewQueueEntry(s, t0)}
+	e := state.NewQueueEntry(s, t0)
+	job := Pending{Revision: 1, Entry: &e}
 	nodes := []NodeView{view(gpuNode("a", 8, "A100")), view(gpuNode("b", 8, "A100")), holding(view(gpuNode("c", 8, "A100")), "x", "bob", 1)}
 	if p := NewPlan(snap(nodes, job), PlanOptions{}); len(p.Bound) != 0 {
 		t.Fatalf("a 3-machine job was bound on 2 free machines: %+v", p.Bound)

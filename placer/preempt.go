@@ -69,7 +69,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 		e := d.Pending.Entry
 		for _, pp := range d.Parts {
 			if v := views[pp.Node]; v != nil {
-				v.Ledger.Allocations[e.Session] = notRunning(allocation(&e, pp))
+				v.Ledger.Allocations[e.Session] = notRunning(allocation(e, pp))
 			}
 		}
 	}
@@ -100,7 +100,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 			if h, ok := held[name]; ok && h != e.Session {
 				continue // already promised to another preemptor
 			}
-			victims := chooseVictims(v, &e, opt, taken)
+			victims := chooseVictims(v, e, opt, taken)
 			if victims == nil {
 				continue
 			}
@@ -124,8 +124,8 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 			taken[vi.Session] = true
 			delete(v.Ledger.Allocations, vi.Session)
 		}
-		v.Ledger.Allocations[e.Session] = notRunning(allocation(&e, PartPlan{Role: state.RoleSingle,
-			Devices: devicesFor(v, &e), CPUMilli: e.Request.CPUMilli, MemoryMiB: e.Request.MemoryMiB}))
+		v.Ledger.Allocations[e.Session] = notRunning(allocation(e, PartPlan{Role: state.RoleSingle,
+			Devices: devicesFor(v, e), CPUMilli: e.Request.CPUMilli, MemoryMiB: e.Request.MemoryMiB}))
 		out = append(out, *best)
 	}
 	return out

@@ -314,7 +314,7 @@ func Run(cfg Config) Result {
 			if s.size.Workers > 0 {
 				e.Workers = s.size.Workers
 			}
-			pending = append(pending, placer.Pending{Entry: e, Revision: 1})
+			pending = append(pending, placer.Pending{Entry: &e, Revision: 1})
 		}
 		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now)}
 		start := time.Now()
