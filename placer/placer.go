@@ -757,9 +757,11 @@ const (
 	bindingBytes = 1024
 )
 
-// allocationBytes estimates one allocation's JSON in a ledger.
+// allocationBytes estimates one allocation's JSON in a ledger: its fixed
+// fields, the plan epoch and queue time included, take at most 272 bytes
+// (TestLedgerSizeBound).
 func allocationBytes(id string, e *state.QueueEntry, devices, ports int) int {
-	n := 192 + len(id) + len(e.Owner) + 48*devices + 8*ports
+	n := 272 + len(id) + len(e.Owner) + 48*devices + 8*ports
 	for _, g := range e.Groups {
 		n += len(g) + 3
 	}
@@ -770,7 +772,7 @@ func allocationBytes(id string, e *state.QueueEntry, devices, ports int) int {
 func ledgerBytes(l *state.Ledger) int {
 	n := 64 + len(l.Node)
 	for id, a := range l.Allocations {
-		n += 192 + len(id) + len(a.Owner) + 48*len(a.GPUs) + 8*len(a.Ports)
+		n += 272 + len(id) + len(a.Owner) + 48*len(a.GPUs) + 8*len(a.Ports)
 		for _, g := range a.Groups {
 			n += len(g) + 3
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -539,7 +540,8 @@ func TestLedgerSizeBound(t *testing.T) {
 	const devices = 8 * 7
 	for i := 0; i < config.MaxSessionsPerNodeLimit; i++ {
 		a := state.Allocation{Kind: state.KindNotebook, Owner: strings.Repeat("o", 128), Groups: groups, Priority: -100,
-			Preemptible: true, Role: state.RoleHead, CPUMilli: 1 << 40, MemoryMiB: 1 << 40, Ports: []int{65531, 65532, 65533, 65534}}
+			Preemptible: true, Role: state.RoleHead, CPUMilli: 1 << 40, MemoryMiB: 1 << 40, Ports: []int{65531, 65532, 65533, 65534},
+			Plan: math.MaxInt64, Queued: time.Date(2026, 11, 23, 9, 14, 7, 123456789, time.FixedZone("", -(9*3600+30*60)))}
 		if i < devices {
 			a.GPUs = []string{fmt.Sprintf("MIG-%08x-aaaa-bbbb-cccc-%012x", i, i)}
 		}
