@@ -183,10 +183,13 @@ func bindParts(t *testing.T, cli *clientv3.Client, s state.Session, parts []stat
 				l = state.Ledger{Node: b.Node, Allocations: map[string]state.Allocation{}}
 			}
 			l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
-			nr, err := cli.Get(ctx, keys.Node(b.Node))
-			if err != nil || len(nr.Kvs) == 0 {
-				t.Fatalf("read node %s: %v", b.Node, err)
-			}
+			// The node's agent may not have registered yet (its start
+			// is not awaited): the bind waits for the node key.
+			var nr *clientv3.GetResponse
+			waitFor(t, "node "+b.Node+" to register", time.Minute, func() (bool, string) {
+				nr, err = cli.Get(ctx, keys.Node(b.Node))
+				return err == nil && len(nr.Kvs) > 0, fmt.Sprint(err)
+			})
 			lws = append(lws, state.LedgerWrite{Node: b.Node, ReadRevision: rev, NodeRevision: nr.Kvs[0].ModRevision, Ledger: l})
 			nodes = append(nodes, b.Node)
 		}
