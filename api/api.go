@@ -181,6 +181,7 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		return watcher.Options{Name: "api-" + name, Logger: cfg.Logger}
 	}
 	a := &API{
+		plans:   planCache{nodes: placer.NewPlanCache()},
 		cli:     cli,
 		keys:    k,
 		cfg:     cfg,

@@ -343,13 +343,6 @@ type planCache struct {
 	// only where its node key or ledger moved (placer.PlanCache): at a
 	// large site most of a plan's nodes are as the last plan saw them.
 	nodes *placer.PlanCache
-	once  sync.Once
-}
-
-// nodeCache returns the per-node planning cache, made on first use.
-func (pc *planCache) nodeCache() *placer.PlanCache {
-	pc.once.Do(func() { pc.nodes = placer.NewPlanCache() })
-	return pc.nodes
 }
 
 // syncPlanBudget is the longest a plan may have taken for a request to
@@ -400,7 +393,7 @@ func (a *API) planQueue(revs [5]int64) *queuePlan {
 	now := a.cfg.Now()
 	start := time.Now()
 	snap := a.snapshot(now)
-	snap.Cache = a.plans.nodeCache()
+	snap.Cache = a.plans.nodes
 	p := placer.NewPlan(snap, a.cfg.Plan)
 	qp := &queuePlan{plan: p, waiting: make(map[string]placer.Waiting, len(p.Waiting)), revs: revs, at: now}
 	for _, w := range p.Waiting {

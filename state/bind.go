@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -82,7 +83,7 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 		at := len(buf)
 		buf = k.appendKey(buf, dirLedger, lw.Node)
 		val := len(buf)
-		if buf, err = appendLedger(buf, &lw.Ledger); err != nil {
+		if buf, err = appendJSON(buf, &lw.Ledger); err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
 		spans = append(spans, span{op: len(ops), cmp: -1, key: at, val: val, valEnd: len(buf)})
@@ -106,7 +107,7 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 		at := len(buf)
 		buf = k.appendKey(buf, dirStatus, p.Session)
 		val := len(buf)
-		if buf, err = appendStatus(buf, &st); err != nil {
+		if buf, err = appendJSON(buf, &st); err != nil {
 			return nil, nil, fmt.Errorf("build bind txn: %w", err)
 		}
 		spans = append(spans, span{op: len(ops), cmp: -1, key: at, val: val, valEnd: len(buf)})
@@ -116,7 +117,7 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 			at := len(buf)
 			buf = k.appendKey(buf, dirBindings, b.Node, b.Session)
 			val := len(buf)
-			if buf, err = appendBinding(buf, b); err != nil {
+			if buf, err = appendJSON(buf, b); err != nil {
 				return nil, nil, fmt.Errorf("build bind txn: %w", err)
 			}
 			spans = append(spans, span{op: len(ops), cmp: -1, key: at, val: val, valEnd: len(buf)})
@@ -338,4 +339,18 @@ func StatusOps(k Keys, node string, st Status) ([]clientv3.Op, error) {
 		ops = append(ops, clientv3.OpPut(k.Secret(node, st.Session), sv))
 	}
 	return ops, nil
+}
+
+// appendJSON appends v as Encode writes it, so that BindOps builds a whole
+// transaction's values in one buffer. encoding/json stays the encoder: a
+// hand-written one for statuses, bindings and ledgers was measured
+// (BenchmarkBindTxnBuild, 23 November 2026) to save about 110 µs of a
+// 36-session transaction's 230–290 µs, 2–3% of a burst's CPU, which did
+// not pay for keeping a second JSON encoder in step with the types.
+func appendJSON(b []byte, v any) ([]byte, error) {
+	j, err := json.Marshal(v)
+	if err != nil {
+		return b, fmt.Errorf("encode %T: %w", v, err)
+	}
+	return append(b, j...), nil
 }
