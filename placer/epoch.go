@@ -15,7 +15,8 @@ import (
 // With epochs, every bind records the epoch of the plan it came from
 // (state.Allocation.Plan: the revision of that plan's snapshot). A
 // snapshot whose newest epoch is still current (nothing but binds changed
-// since: no queue entry, node, cordon or quota is newer than it) plans
+// since: no queue entry, node, cordon or quota is newer than it, and no
+// allocation was taken off a ledger after it, Snapshot.Freed) plans
 // that epoch: the epoch's binds are freed from their nodes and their
 // sessions queued again, pinned where they are bound, so the plan is the
 // epoch's plan whichever part of it the snapshot shows, and the placer
@@ -28,10 +29,16 @@ import (
 // ends once its plan is bound, and the sessions bound in it are not
 // placed again pass after pass.
 //
-// A change that leaves no trace newer than the epoch (a cancelled queue
-// entry, a release) makes the epoch's plan differ between placers that
-// see it and those that do not yet; that costs a refused transaction, as
-// before, never a wrong bind: every bind compares what it read.
+// A release ends the epoch (Snapshot.Freed): planned again with the freed
+// devices, the epoch's order, which counts each pinned session's GPUs only
+// from its turn, gave them to whoever came first in it, not to the owner
+// with the smaller share, and let earlier sessions take devices that
+// pinned sessions hold (TestReleaseEndsTheEpoch). Under steady churn an
+// epoch would otherwise last as long as the churn, and fair share would
+// drift with it. A cancelled queue entry leaves no trace newer than the
+// epoch: placers that see it and those that do not yet plan the rest
+// differently, which costs a refused transaction, as before epochs, never
+// a wrong bind: every bind compares what it read.
 func PinEpoch(s *Snapshot, done, fresh int64) {
 	var changed int64 // the newest change that is not a bind
 	for i := range s.Pending {
@@ -48,6 +55,7 @@ func PinEpoch(s *Snapshot, done, fresh int64) {
 	for _, r := range s.QuotaRevisions {
 		changed = max(changed, r)
 	}
+	changed = max(changed, s.Freed)
 	if epoch == 0 || epoch <= done || epoch < changed {
 		s.Epoch = max(fresh, changed)
 		return

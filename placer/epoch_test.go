@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand"
 	"testing"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -130,4 +131,76 @@ func TestPinnedEpochPlansTheRestOfThePlan(t *testing.T) {
 		t.Fatalf("without pinning, every plan of the rest equalled the epoch's: the test cannot tell pinning from none")
 	}
 	t.Logf("without pinning, %d of %d plans of the rest differed from the epoch's", unpinnedDiffers, runs)
+}
+
+// TestReleaseEndsTheEpoch: a release after an epoch's binds ends the epoch.
+// Planned again with the freed GPUs, the epoch's order (which counts each
+// pinned session's GPUs only from its turn) gave them to the owner who
+// came first in it, and let the sessions before the pins take the pins'
+// devices. The control plans the same snapshot without telling PinEpoch of
+// the release, and must show that plan wrong, so this test can fail.
+func TestReleaseEndsTheEpoch(t *testing.T) {
+	// n1 is bob's (4 of 4 GPUs), carol holds 1 of n2's 4. ada queued first:
+	// a 4-GPU session that fits nowhere, then three of 1 GPU; bob four of 1.
+	n1 := holding(view(gpuNode("n1", 4, "A100")), "b0", "bob", 4)
+	n2 := holding(view(gpuNode("n2", 4, "A100")), "c0", "carol", 1)
+	pending := []Pending{req("a1", "ada", 4, 10*time.Minute)}
+	for i := 2; i <= 4; i++ {
+		pending = append(pending, req(fmt.Sprintf("a%d", i), "ada", 1, time.Duration(10-i)*time.Minute))
+	}
+	for i := 1; i <= 4; i++ {
+		pending = append(pending, req(fmt.Sprintf("b%d", i), "bob", 1, time.Duration(5-i)*time.Minute))
+	}
+	s := snap([]NodeView{n1, n2}, pending...)
+	PinEpoch(s, 0, 100)
+	epoch := NewPlan(s, PlanOptions{})
+	if b, _ := planKey(epoch, nil); len(b) != 3 {
+		t.Fatalf("the epoch's plan binds %v: want ada's three 1-GPU sessions on n2", b)
+	}
+	// The epoch's binds land, then bob's b0 ends: n1 is free.
+	released := func(freed int64) *Snapshot {
+		later := applyPart(s, epoch.Bound, s.Epoch)
+		v := &later.Nodes[0]
+		v.Ledger.Allocations = maps.Clone(v.Ledger.Allocations)
+		delete(v.Ledger.Allocations, "b0")
+		v.LedgerRevision = 120
+		later.Freed = freed
+		PinEpoch(later, 0, 121)
+		return later
+	}
+	check := func(later *Snapshot) error {
+		p := NewPlan(later, PlanOptions{})
+		if err := checkPlan(later, p); err != nil {
+			return err
+		}
+		got := map[string]int{}
+		for _, d := range p.Bound {
+			for _, pp := range d.Parts {
+				got[d.Pending.Entry.Owner] += len(pp.Devices)
+			}
+		}
+		// ada holds 3, bob none: the freed GPUs are bob's until he
+		// passes her (3 of them, or all 4: the order breaks the tie).
+		if got["bob"] < 3 || got["ada"] != 0 {
+			return fmt.Errorf("the freed GPUs went %v: want bob at least 3, ada none", got)
+		}
+		return nil
+	}
+	later := released(120)
+	if later.Epoch < 120 {
+		t.Fatalf("after a release at 120 the snapshot plans epoch %d: want a new epoch", later.Epoch)
+	}
+	if err := check(later); err != nil {
+		t.Fatal(err)
+	}
+	// The control: the release unknown to PinEpoch.
+	stale := released(0)
+	if stale.Epoch != s.Epoch {
+		t.Fatalf("control: the snapshot plans epoch %d, want the old epoch %d planned again", stale.Epoch, s.Epoch)
+	}
+	if err := check(stale); err == nil {
+		t.Fatal("control: planning the old epoch again with the release was right too: the test cannot fail")
+	} else {
+		t.Logf("control, the old epoch planned again: %v", err)
+	}
 }

@@ -156,6 +156,9 @@ type Placer struct {
 	// doneEpoch is the newest plan epoch a pass of this placer found
 	// complete: nothing of its plan left to bind (PinEpoch).
 	doneEpoch atomic.Int64
+	// freed is the revision of the newest ledger change the ledgers cache
+	// delivered that took an allocation off (Snapshot.Freed).
+	freed atomic.Int64
 	// own are this placer's binds its caches do not show yet, laid over
 	// them in every snapshot.
 	own *ownWrites
@@ -224,7 +227,12 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	}
 	p.pending.AddHandler(func(watcher.Event[state.QueueEntry]) { kick() })
 	p.nodes.AddHandler(func(watcher.Event[state.Node]) { kick() })
-	p.ledgers.AddHandler(func(watcher.Event[state.Ledger]) { kick() })
+	p.ledgers.AddHandler(func(ev watcher.Event[state.Ledger]) {
+		if takesOff(ev) {
+			p.freed.Store(max(p.freed.Load(), ev.Revision))
+		}
+		kick()
+	})
 	p.cordons.AddHandler(func(watcher.Event[state.Cordon]) { kick() })
 	p.quotas.AddHandler(func(watcher.Event[state.Quota]) { kick() })
 	p.placers.AddHandler(func(watcher.Event[state.Placer]) { kick() })
@@ -493,9 +501,29 @@ func (p *Placer) snapshot() *Snapshot {
 	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
 	dropBound(s)
+	// Read after the caches: a release they do not show yet only ends
+	// the epoch a pass early.
+	s.Freed = p.freed.Load()
 	PinEpoch(s, p.doneEpoch.Load(), max(c.Pending.Revision(), c.Ledgers.Revision(), c.Nodes.Revision(), p.lastBind.Load()))
 	s.Cache = p.planCache
 	return s
+}
+
+// takesOff reports whether ev took an allocation off a ledger: the ledger
+// deleted, or a session it listed gone from it.
+func takesOff(ev watcher.Event[state.Ledger]) bool {
+	switch {
+	case ev.Type == watcher.Deleted:
+		return len(ev.Value.Allocations) > 0
+	case ev.Prev == nil:
+		return false
+	}
+	for id := range ev.Prev.Allocations {
+		if _, ok := ev.Value.Allocations[id]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // dropBound takes off s's queue every session that a ledger of s, written

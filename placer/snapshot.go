@@ -60,6 +60,12 @@ type Snapshot struct {
 	// Held maps nodes to the pending session that preempted sessions
 	// there: while its victims stop, the node's room is kept for it.
 	Held map[string]string
+	// Freed is the revision of the newest change its reader saw take an
+	// allocation off a ledger (a release, a preemption, a ledger deleted
+	// with its node); 0 if none. Such a change leaves no newer trace in
+	// the ledgers, so PinEpoch is told of it here: the plan of an epoch
+	// older than it is not the plan of the state the snapshot shows.
+	Freed int64
 	// Epoch is the plan epoch this snapshot plans (PinEpoch): binds made
 	// from its plan record it in their allocations (state.Allocation.Plan).
 	Epoch int64
