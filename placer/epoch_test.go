@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
 )
 
 // applyPart is s with the decisions ds bound in epoch: their allocations
@@ -202,5 +203,36 @@ func TestReleaseEndsTheEpoch(t *testing.T) {
 		t.Fatal("control: planning the old epoch again with the release was right too: the test cannot fail")
 	} else {
 		t.Logf("control, the old epoch planned again: %v", err)
+	}
+}
+
+// TestTakesOff: the ledgers watch tells a release (an allocation gone from
+// a ledger, or a ledger deleted with allocations) from a bind (allocations
+// only added), which ends no epoch.
+func TestTakesOff(t *testing.T) {
+	l := func(ids ...string) state.Ledger {
+		out := state.Ledger{Node: "n1", Allocations: map[string]state.Allocation{}}
+		for _, id := range ids {
+			out.Allocations[id] = state.Allocation{Owner: "ada"}
+		}
+		return out
+	}
+	ptr := func(v state.Ledger) *state.Ledger { return &v }
+	for _, tc := range []struct {
+		name string
+		ev   watcher.Event[state.Ledger]
+		want bool
+	}{
+		{"first write", watcher.Event[state.Ledger]{Type: watcher.Added, Value: l("s1")}, false},
+		{"a bind", watcher.Event[state.Ledger]{Type: watcher.Modified, Prev: ptr(l("s1")), Value: l("s1", "s2")}, false},
+		{"a release", watcher.Event[state.Ledger]{Type: watcher.Modified, Prev: ptr(l("s1", "s2")), Value: l("s2")}, true},
+		{"a release and a bind", watcher.Event[state.Ledger]{Type: watcher.Modified, Prev: ptr(l("s1")), Value: l("s2")}, true},
+		{"the same ledger again", watcher.Event[state.Ledger]{Type: watcher.Modified, Prev: ptr(l("s1")), Value: l("s1")}, false},
+		{"a ledger deleted with a session", watcher.Event[state.Ledger]{Type: watcher.Deleted, Value: l("s1"), Prev: ptr(l("s1"))}, true},
+		{"an empty ledger deleted", watcher.Event[state.Ledger]{Type: watcher.Deleted, Value: l(), Prev: ptr(l())}, false},
+	} {
+		if got := takesOff(tc.ev); got != tc.want {
+			t.Errorf("%s: takesOff = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
