@@ -21,6 +21,10 @@ type Client interface {
 
 var _ Client = (*clientv3.Client)(nil)
 
+// badValue is the revision and version of a key's value that does not
+// decode.
+type badValue struct{ rev, version int64 }
+
 // DecodeFunc turns a stored value into T. It is called once per change of a
 // key, from the cache's goroutine; value is not reused by the cache and may
 // be retained. An error makes the cache treat the key as absent.
@@ -70,7 +74,7 @@ type Cache[T any] struct {
 	syncHooks []func(SyncInfo)
 
 	// Owned by Run's goroutine.
-	bad    map[string]int64 // keys whose current value does not decode → its ModRevision
+	bad    map[string]badValue // keys whose current value does not decode
 	listed bool
 }
 
@@ -96,7 +100,7 @@ func New[T any](cli Client, prefix string, decode DecodeFunc[T], opts Options) *
 		log:    opts.Logger.With("watcher", opts.Name, "prefix", prefix),
 		synced: make(chan struct{}),
 		done:   make(chan struct{}),
-		bad:    map[string]int64{},
+		bad:    map[string]badValue{},
 	}
 	c.snap.Store(emptySnapshot[T](maphash.MakeSeed()))
 	return c

@@ -10,18 +10,19 @@
 // arrives and then dropped, so a prefix of 100,000 keys is never held raw
 // beside its decoded copy; the cache publishes the list only once the last
 // page is in. The watch then starts at that
-// revision + 1, requires a leader (clientv3.WithRequireLeader) and asks for
-// previous values (clientv3.WithPrevKV) so that the cache can check it is in
-// step with etcd.
+// revision + 1 and requires a leader (clientv3.WithRequireLeader).
 //
 // When the stream breaks (the channel closes, or etcd cancels the watch, for
 // example with "no leader"), the cache waits a bounded, jittered, exponential
 // backoff and watches again from the revision after the last one it applied
 // (events, or a progress notification). etcd never splits one revision over
 // two responses, so nothing is missed; an event at or below the cache's
-// revision is dropped, so nothing is applied twice. Each event's previous
-// value is checked against the cache, and a disagreement (a missed change)
-// causes a relist.
+// revision is dropped, so nothing is applied twice. Each put is checked
+// against the cache: it must be the key's next version (etcd counts them
+// from 1 at a key's creation), and a version that does not follow (a missed
+// change) causes a relist. The watch does not ask for previous values
+// (clientv3.WithPrevKV), which etcd reads back from its store for every
+// event it sends: in a burst of binds that was a tenth of the CPU spent.
 //
 // A watch response's header revision is not used as the resume point: a
 // watcher catching up may get a batch of events that stops short of it.

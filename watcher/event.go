@@ -61,6 +61,9 @@ type Item[T any] struct {
 	// CreateRevision is the revision the key was (last) created at; it
 	// changes when a key is deleted and created again.
 	CreateRevision int64
+	// Version counts the key's changes since it was created: 1 for a new
+	// key (etcd's version).
+	Version int64
 }
 
 // SyncInfo describes one full list that the cache has applied.

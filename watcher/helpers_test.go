@@ -117,6 +117,9 @@ type faultWatcher struct {
 
 	watches atomic.Int64 // Watch calls
 	held    atomic.Int64 // watches waiting on hold now
+	// lose, when set, picks events the streams lose: each is taken out
+	// of its response, as if etcd had never sent it.
+	lose atomic.Pointer[func(*clientv3.Event) bool]
 }
 
 type faultStream struct {
@@ -185,6 +188,15 @@ func (f *faultWatcher) Watch(ctx context.Context, key string, opts ...clientv3.O
 				if !ok {
 					return
 				}
+			}
+			if lose := f.lose.Load(); lose != nil && len(resp.Events) > 0 {
+				kept := make([]*clientv3.Event, 0, len(resp.Events))
+				for _, ev := range resp.Events {
+					if !(*lose)(ev) {
+						kept = append(kept, ev)
+					}
+				}
+				resp.Events = kept
 			}
 			select {
 			case out <- resp:

@@ -68,7 +68,6 @@ func (c *Cache[T]) watch(ctx context.Context, b *backoff) (relist bool, err erro
 	wch := c.cli.Watch(wctx, c.start,
 		clientv3.WithRange(c.end),
 		clientv3.WithRev(from),
-		clientv3.WithPrevKV(),
 		clientv3.WithProgressNotify(),
 	)
 	for {
@@ -111,9 +110,9 @@ func (c *Cache[T]) progress(rev int64) {
 }
 
 // applyWatch applies one watch response's events as one batch, publishes the
-// new snapshot, then delivers the events. It returns false when etcd's
-// previous values disagree with the cache (a missed change), which calls for
-// a relist.
+// new snapshot, then delivers the events. It returns false when a key's
+// version does not follow the one the cache holds (a missed change), which
+// calls for a relist.
 func (c *Cache[T]) applyWatch(ctx context.Context, evs []*clientv3.Event) (inStep bool) {
 	base := c.snap.Load()
 	b := newBuilder(base)
@@ -149,35 +148,37 @@ func (c *Cache[T]) applyWatch(ctx context.Context, evs []*clientv3.Event) (inSte
 			}
 			continue
 		}
-		it := &Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+		it := &Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version}
 		b.set(it)
 		out = append(out, changed(*it, old, false))
 	}
 	if !inStep {
-		c.log.Error("previous values from etcd disagree with the cache; relisting", "revision", rev)
+		c.log.Error("a key's version from etcd does not follow the cache's (a missed change); relisting", "revision", rev)
 	}
 	c.snap.Store(b.build(rev))
 	c.deliver(ctx, out)
 	return inStep
 }
 
-// agrees checks an event against what the cache knew of its key: the
-// revision of the previous value must match, and a create must find the key
-// absent.
+// agrees checks an event against what the cache knew of its key: a put
+// must be the key's next version (etcd counts a key's versions from 1 at
+// its creation), one more than the version the cache holds, or 1 for a key
+// it does not hold. A missed put, or a missed delete and create, shows as a
+// version that does not follow. A delete needs no check: the key is gone
+// whatever the cache missed before it. The watch asks for no previous
+// values: etcd would read each one back from its store for every event of
+// every watcher, and the version says as much.
 func (c *Cache[T]) agrees(key string, ev *clientv3.Event, old *Item[T]) bool {
+	if ev.Type == clientv3.EventTypeDelete {
+		return true
+	}
 	var known int64
 	if old != nil {
-		known = old.ModRevision
-	} else if r, ok := c.bad[key]; ok {
-		known = r
+		known = old.Version
+	} else if b, ok := c.bad[key]; ok {
+		known = b.version
 	}
-	switch {
-	case ev.PrevKv != nil:
-		return known == ev.PrevKv.ModRevision
-	case ev.IsCreate():
-		return known == 0
-	}
-	return true // etcd could not say (for example the previous value was compacted)
+	return ev.Kv.Version == known+1
 }
 
 // decodeKV decodes kv's value, recording a failure.
@@ -185,7 +186,7 @@ func (c *Cache[T]) decodeKV(key string, kv *mvccpb.KeyValue) (T, error) {
 	v, err := c.decode(key, kv.Value)
 	if err != nil {
 		c.decodeErrors.Add(1)
-		c.bad[key] = kv.ModRevision
+		c.bad[key] = badValue{rev: kv.ModRevision, version: kv.Version}
 		c.log.Warn("skipping value that does not decode", "key", key, "mod_revision", kv.ModRevision, "err", err)
 		return v, err
 	}
@@ -275,7 +276,7 @@ type listing[T any] struct {
 	c    *Cache[T]
 	old  *Snapshot[T]
 	b    *builder[T]
-	bad  map[string]int64
+	bad  map[string]badValue
 	out  []listChange[T]
 	keys int
 	info SyncInfo
@@ -283,7 +284,7 @@ type listing[T any] struct {
 
 func (c *Cache[T]) newListing() *listing[T] {
 	old := c.snap.Load()
-	return &listing[T]{c: c, old: old, b: newBuilder(emptySnapshot[T](old.seed)), bad: make(map[string]int64),
+	return &listing[T]{c: c, old: old, b: newBuilder(emptySnapshot[T](old.seed)), bad: make(map[string]badValue),
 		info: SyncInfo{Initial: !c.listed}}
 }
 
@@ -299,20 +300,20 @@ func (l *listing[T]) add(kvs []*mvccpb.KeyValue) {
 			l.b.set(prev)
 			continue
 		}
-		if r, ok := c.bad[key]; ok && r == kv.ModRevision {
-			l.bad[key] = r // still the same undecodable value: counted already
+		if b, ok := c.bad[key]; ok && b.rev == kv.ModRevision {
+			l.bad[key] = b // still the same undecodable value: counted already
 			continue
 		}
 		v, err := c.decodeKV(key, kv)
 		if err != nil {
-			l.bad[key] = kv.ModRevision
+			l.bad[key] = badValue{rev: kv.ModRevision, version: kv.Version}
 			if had {
 				l.out = append(l.out, listChange[T]{prev: prev, rev: kv.ModRevision})
 				l.info.Deleted++
 			}
 			continue
 		}
-		it := &Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision}
+		it := &Item[T]{Key: key, Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version}
 		l.b.set(it)
 		l.out = append(l.out, listChange[T]{it: it, prev: prev, rev: kv.ModRevision})
 		if had {

@@ -43,7 +43,7 @@ func checkEqualsEtcd(t *testing.T, cli *clientv3.Client, prefix string, snap *wa
 		if err := json.Unmarshal(kv.Value, &v); err != nil {
 			continue // undecodable values are absent from the cache
 		}
-		want = append(want, watcher.Item[val]{Key: string(kv.Key), Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision})
+		want = append(want, watcher.Item[val]{Key: string(kv.Key), Value: v, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version})
 	}
 	got := snap.List()
 	if !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
@@ -883,5 +883,103 @@ func TestWaitSyncedFailsWhenRunStopsFirst(t *testing.T) {
 	}
 	if err := c.WaitSynced(context.Background()); !errors.Is(err, watcher.ErrStopped) {
 		t.Errorf("WaitSynced = %v, want ErrStopped", err)
+	}
+}
+
+// TestMissedChangeRelists: the cache checks every put against the version
+// it holds, so a change the stream lost (a put, or a delete and the create
+// after it) makes it list again, and the OnSync hooks tell consumers with
+// derived state. The same writes with nothing lost relist nothing.
+func TestMissedChangeRelists(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose bool
+		// write changes /m/k1 with put and del; loseNext makes the stream
+		// lose the next change.
+		write func(put func(v string), del func(), loseNext func())
+	}{
+		{"nothing lost", false, func(put func(string), del func(), _ func()) {
+			put("v1")
+			put("v2")
+			del()
+			put("v3")
+		}},
+		{"a put lost", true, func(put func(string), del func(), loseNext func()) {
+			loseNext()
+			put("v1")
+			put("v2")
+		}},
+		{"a delete lost, then the key created again", true, func(put func(string), del func(), loseNext func()) {
+			loseNext()
+			del()
+			put("v3")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli := etcdtest.New(t)
+			ctx := context.Background()
+			const key = "/m/k1"
+			var last atomic.Int64 // the revision of the test's newest write: it is etcd's only writer
+			put := func(v string) {
+				t.Helper()
+				resp, err := cli.Put(ctx, key, mustJSON(v))
+				if err != nil {
+					t.Fatal(err)
+				}
+				last.Store(resp.Header.Revision)
+			}
+			del := func() {
+				t.Helper()
+				resp, err := cli.Delete(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last.Store(resp.Header.Revision)
+			}
+			put("v0")
+			resp, err := cli.Put(ctx, "/m/k2", mustJSON("other"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last.Store(resp.Header.Revision)
+			fw := newFaultWatcher(cli)
+			c := watcher.New(faultClient{cli, fw}, "/m/", watcher.JSON[val], testOptions(t))
+			var relists atomic.Int64
+			c.OnSync(func(si watcher.SyncInfo) {
+				if !si.Initial {
+					relists.Add(1)
+				}
+			})
+			run(t, c)
+			var lost atomic.Int64 // the revision of the change to lose
+			lose := func(ev *clientv3.Event) bool { return ev.Kv.ModRevision == lost.Load() }
+			fw.lose.Store(&lose)
+			tc.write(put, del, func() { lost.Store(last.Load() + 1) })
+			// A marker written last: once the cache shows it, it has
+			// applied (or relisted past) every change before it.
+			resp, err = cli.Put(ctx, "/m/marker", mustJSON("end"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the cache to reach the marker", func() bool { return c.Snapshot().Revision() >= resp.Header.Revision })
+			if tc.lose {
+				eventually(t, "a relist after the lost change", func() bool { return relists.Load() > 0 })
+			} else if n := relists.Load(); n != 0 {
+				t.Fatalf("nothing was lost, yet the cache listed again %d times: its version check refuses changes that follow", n)
+			}
+			got, ok := c.Snapshot().Item(key)
+			want, err := cli.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok || len(want.Kvs) != 1 {
+				t.Fatalf("cache has %s: %v, etcd has %d values", key, ok, len(want.Kvs))
+			}
+			kv := want.Kvs[0]
+			if got.ModRevision != kv.ModRevision || got.CreateRevision != kv.CreateRevision || got.Version != kv.Version {
+				t.Fatalf("cache holds %s at mod %d, create %d, version %d; etcd at %d, %d, %d",
+					key, got.ModRevision, got.CreateRevision, got.Version, kv.ModRevision, kv.CreateRevision, kv.Version)
+			}
+		})
 	}
 }
