@@ -42,9 +42,10 @@
 // decode is logged, counted (Cache.DecodeErrors) and treated as absent.
 // Cache.Snapshot returns an immutable view at one revision that may be kept
 // and read from any goroutine without locks while the cache moves on. A
-// snapshot is split into shards holding pointers to items: a change copies
-// only the shards it touches, a key and a pointer per entry, and snapshots
-// share every item that did not change.
+// snapshot is split into 4,096 small maps, in 64 groups, holding pointers
+// to items: a batch of changes copies only the groups and maps it touches,
+// a key and a pointer per entry, and snapshots share every item that did
+// not change.
 //
 // The package knows nothing of any key schema: the caller chooses the
 // prefix and the decode function.

@@ -329,7 +329,7 @@ func (l *listing[T]) add(kvs []*mvccpb.KeyValue) {
 // sorted by revision.
 func (c *Cache[T]) finishList(ctx context.Context, l *listing[T], rev int64) {
 	l.info.Revision = rev
-	for _, m := range l.old.shards {
+	l.old.shards.each(func(m map[string]*Item[T]) bool {
 		for key, it := range m {
 			if _, ok := l.b.item(key); ok {
 				continue
@@ -340,7 +340,8 @@ func (c *Cache[T]) finishList(ctx context.Context, l *listing[T], rev int64) {
 			l.out = append(l.out, listChange[T]{prev: it, rev: rev})
 			l.info.Deleted++
 		}
-	}
+		return true
+	})
 	out := l.out
 	key := func(ch listChange[T]) string {
 		if ch.it != nil {

@@ -7,17 +7,51 @@ import (
 	"strings"
 )
 
-// shardCount is how many maps a snapshot is split into. A batch of changes
-// copies only the shards it touches (plus this many pointers), so at 20,000
-// keys one change copies about 80 entries instead of 20,000.
-const shardCount = 256
+// A snapshot's items are split over shardCount maps, held in groupCount
+// groups of groupSize. A batch of changes copies the top level (groupCount
+// pointers), each group it touches (groupSize pointers) and each map it
+// touches, and shares the rest with the snapshot before it. At 20,000 keys
+// a map holds about 5 entries, at 100,000 about 25: a batch of 36 deletions
+// (one bind transaction's queue entries) copies about a thousand entries,
+// where 256 flat maps copied 14,000 at 100,000 keys, and a batch of one
+// change copies a few hundred pointers, where 4,096 flat maps copied 4,096
+// (BenchmarkCacheApply).
+const (
+	groupCount = 64
+	groupSize  = 64
+	shardCount = groupCount * groupSize
+)
 
-// shards hold each item behind a pointer: copying a shard then copies a
-// key and a pointer per entry, never the value, so a batch that touches
-// every shard of 100,000 large values (a round of binds deleting queue
-// entries) copies megabytes rather than tens of them, and snapshots still
-// held by readers share every unchanged item with the newest one.
-type shards[T any] [shardCount]map[string]*Item[T]
+// shards hold each item behind a pointer: copying a map then copies a key
+// and a pointer per entry, never the value, so snapshots still held by
+// readers share every unchanged item with the newest one. A nil group has
+// only empty maps.
+type shards[T any] [groupCount]*group[T]
+
+type group[T any] [groupSize]map[string]*Item[T]
+
+// shard returns map i (nil when empty).
+func (sh *shards[T]) shard(i int) map[string]*Item[T] {
+	g := sh[i/groupSize]
+	if g == nil {
+		return nil
+	}
+	return g[i%groupSize]
+}
+
+// each calls fn for every non-empty map until fn returns false.
+func (sh *shards[T]) each(fn func(map[string]*Item[T]) bool) {
+	for _, g := range sh {
+		if g == nil {
+			continue
+		}
+		for _, m := range g {
+			if len(m) > 0 && !fn(m) {
+				return
+			}
+		}
+	}
+}
 
 // Snapshot is the cache's content at one revision, as returned by
 // Cache.Snapshot. It never changes after the cache publishes it: keep it as
@@ -58,7 +92,7 @@ func (s *Snapshot[T]) Item(key string) (Item[T], bool) {
 	if s.shards == nil {
 		return Item[T]{}, false
 	}
-	if it, ok := s.shards[shardOf(s.seed, key)][key]; ok {
+	if it, ok := s.shards.shard(shardOf(s.seed, key))[key]; ok {
 		return *it, true
 	}
 	return Item[T]{}, false
@@ -69,7 +103,7 @@ func (s *Snapshot[T]) item(key string) (*Item[T], bool) {
 	if s.shards == nil {
 		return nil, false
 	}
-	it, ok := s.shards[shardOf(s.seed, key)][key]
+	it, ok := s.shards.shard(shardOf(s.seed, key))[key]
 	return it, ok
 }
 
@@ -80,13 +114,14 @@ func (s *Snapshot[T]) Range(fn func(Item[T]) bool) {
 	if s.shards == nil {
 		return
 	}
-	for _, m := range s.shards {
+	s.shards.each(func(m map[string]*Item[T]) bool {
 		for _, it := range m {
 			if !fn(*it) {
-				return
+				return false
 			}
 		}
-	}
+		return true
+	})
 }
 
 // RangeShared is Range handing fn the stored items themselves instead of
@@ -97,13 +132,14 @@ func (s *Snapshot[T]) RangeShared(fn func(*Item[T]) bool) {
 	if s.shards == nil {
 		return
 	}
-	for _, m := range s.shards {
+	s.shards.each(func(m map[string]*Item[T]) bool {
 		for _, it := range m {
 			if !fn(it) {
-				return
+				return false
 			}
 		}
-	}
+		return true
+	})
 }
 
 // List returns every item, sorted by key. The slice is new and the
@@ -113,22 +149,24 @@ func (s *Snapshot[T]) List() []Item[T] {
 	if s.shards == nil {
 		return out
 	}
-	for _, m := range s.shards {
+	s.shards.each(func(m map[string]*Item[T]) bool {
 		for _, it := range m {
 			out = append(out, *it)
 		}
-	}
+		return true
+	})
 	slices.SortFunc(out, func(a, b Item[T]) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
-// builder makes the next snapshot from a base one, copying a shard the first
-// time the batch writes to it and sharing the others.
+// builder makes the next snapshot from a base one, copying a group and a
+// map the first time the batch writes to them and sharing the others.
 type builder[T any] struct {
-	seed   maphash.Seed
-	n      int
-	shards *shards[T]
-	owned  [shardCount]bool
+	seed        maphash.Seed
+	n           int
+	shards      *shards[T]
+	ownedGroups [groupCount]bool
+	owned       [shardCount / 64]uint64 // a bit per map
 }
 
 func newBuilder[T any](base *Snapshot[T]) *builder[T] {
@@ -138,20 +176,31 @@ func newBuilder[T any](base *Snapshot[T]) *builder[T] {
 
 // item returns key's item in the snapshot being built, nil if absent.
 func (b *builder[T]) item(key string) (*Item[T], bool) {
-	it, ok := b.shards[shardOf(b.seed, key)][key]
+	it, ok := b.shards.shard(shardOf(b.seed, key))[key]
 	return it, ok
 }
 
+// own returns map i for writing: the builder's own copy.
 func (b *builder[T]) own(i int) map[string]*Item[T] {
-	if !b.owned[i] {
-		m := maps.Clone(b.shards[i]) // much faster than inserting one by one
+	gi, mi := i/groupSize, i%groupSize
+	if !b.ownedGroups[gi] {
+		g := new(group[T])
+		if old := b.shards[gi]; old != nil {
+			*g = *old
+		}
+		b.shards[gi] = g
+		b.ownedGroups[gi] = true
+	}
+	g := b.shards[gi]
+	if b.owned[i/64]&(1<<(i%64)) == 0 {
+		m := maps.Clone(g[mi]) // much faster than inserting one by one
 		if m == nil {
 			m = make(map[string]*Item[T])
 		}
-		b.shards[i] = m
-		b.owned[i] = true
+		g[mi] = m
+		b.owned[i/64] |= 1 << (i % 64)
 	}
-	return b.shards[i]
+	return g[mi]
 }
 
 func (b *builder[T]) set(it *Item[T]) {
@@ -164,7 +213,7 @@ func (b *builder[T]) set(it *Item[T]) {
 
 func (b *builder[T]) del(key string) {
 	i := shardOf(b.seed, key)
-	if _, ok := b.shards[i][key]; !ok {
+	if _, ok := b.shards.shard(i)[key]; !ok {
 		return
 	}
 	delete(b.own(i), key)
