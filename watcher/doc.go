@@ -22,7 +22,7 @@
 // from 1 at a key's creation), and a version that does not follow (a missed
 // change) causes a relist. The watch does not ask for previous values
 // (clientv3.WithPrevKV), which etcd reads back from its store for every
-// event it sends: in a burst of binds that was a tenth of the CPU spent.
+// event it sends: 5–10% of the process's CPU in a burst of binds.
 //
 // A watch response's header revision is not used as the resume point: a
 // watcher catching up may get a batch of events that stops short of it.

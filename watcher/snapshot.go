@@ -18,7 +18,7 @@ import (
 // (BenchmarkCacheApply).
 const (
 	groupCount = 64
-	groupSize  = 64
+	groupSize  = 64 // a builder keeps a 64-bit word per group
 	shardCount = groupCount * groupSize
 )
 
@@ -162,11 +162,12 @@ func (s *Snapshot[T]) List() []Item[T] {
 // builder makes the next snapshot from a base one, copying a group and a
 // map the first time the batch writes to them and sharing the others.
 type builder[T any] struct {
-	seed        maphash.Seed
-	n           int
-	shards      *shards[T]
-	ownedGroups [groupCount]bool
-	owned       [shardCount / 64]uint64 // a bit per map
+	seed   maphash.Seed
+	n      int
+	shards *shards[T]
+	// owned has a bit per map the builder copied, a word per group
+	// (groupSize is 64): a group with none is still the base's.
+	owned [groupCount]uint64
 }
 
 func newBuilder[T any](base *Snapshot[T]) *builder[T] {
@@ -183,22 +184,21 @@ func (b *builder[T]) item(key string) (*Item[T], bool) {
 // own returns map i for writing: the builder's own copy.
 func (b *builder[T]) own(i int) map[string]*Item[T] {
 	gi, mi := i/groupSize, i%groupSize
-	if !b.ownedGroups[gi] {
+	if b.owned[gi] == 0 {
 		g := new(group[T])
 		if old := b.shards[gi]; old != nil {
 			*g = *old
 		}
 		b.shards[gi] = g
-		b.ownedGroups[gi] = true
 	}
 	g := b.shards[gi]
-	if b.owned[i/64]&(1<<(i%64)) == 0 {
+	if b.owned[gi]&(1<<mi) == 0 {
 		m := maps.Clone(g[mi]) // much faster than inserting one by one
 		if m == nil {
 			m = make(map[string]*Item[T])
 		}
 		g[mi] = m
-		b.owned[i/64] |= 1 << (i % 64)
+		b.owned[gi] |= 1 << mi
 	}
 	return g[mi]
 }
