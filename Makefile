@@ -68,7 +68,7 @@ bench: build
 ## bench-scale: the large-site runs against one real etcd each: a load generator registers SCALE_NODES lease-backed
 ## 8-GPU nodes and queues SCALE_SESSIONS sessions, then one real `voyager placer` (bin/voyager) fills the cluster
 ## (placer/scale_bench_test.go: time to full, bindings/s, placer CPU per binding, peak RSS, cache lag, etcd db size),
-## and one real `voyager api` takes creates and GETs beside the etcd ceiling (api/scale_bench_test.go)
+## and one real `voyager api`, on a cluster another real placer has filled, takes creates and GETs beside the etcd ceiling (api/scale_bench_test.go)
 SCALE_NODES ?= 1000
 SCALE_SESSIONS ?= 20000
 bench-scale: build

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
 )
 
 // metrics are the API's Prometheus collectors: request counts and latency
@@ -16,8 +17,11 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	// plans times the queue plans that positions and reasons come from.
-	plans   prometheus.Histogram
-	cluster *API
+	plans prometheus.Histogram
+	// servingRereads counts the GETs whose serializable read was read
+	// again linearizably (readSessionServing).
+	servingRereads prometheus.Counter
+	cluster        *API
 
 	sessionsDesc, pendingDesc, gpusDesc, unusedDesc, warningsDesc *prometheus.Desc
 }
@@ -38,6 +42,10 @@ func newMetrics() *metrics {
 			Help:    "Time to plan the queue over the API's caches (for queue positions and reasons); requests wait for it only while it stays short.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		servingRereads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "voyager_api_session_rereads_total",
+			Help: "GETs of a session whose serializable read was repeated linearizably: the session was not on the etcd member that answered, or that member was behind the API's watches.",
+		}),
 		sessionsDesc: prometheus.NewDesc("voyager_sessions", "Sessions by phase, from status/ in etcd.", []string{"phase"}, nil),
 		pendingDesc:  prometheus.NewDesc("voyager_pending_sessions", "Pending sessions by reason (Queued, Capacity, Quota, Unsatisfiable, Cordoned…).", []string{"reason"}, nil),
 		gpusDesc:     prometheus.NewDesc("voyager_gpus", "GPU devices of live nodes: allocated and total (healthy whole GPUs and MIG devices).", []string{"state"}, nil),
@@ -49,7 +57,7 @@ func newMetrics() *metrics {
 // Collectors returns the API's collectors, to register on the process's
 // Prometheus registry.
 func (a *API) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics.plans, a.metrics}
+	return []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics.plans, a.metrics.servingRereads, a.metrics}
 }
 
 // Describe implements prometheus.Collector.
@@ -66,12 +74,15 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	a := m.cluster
 	phases := map[state.Phase]int{}
 	reasons := map[string]int{}
-	for _, it := range a.status.List() {
+	// Ranged, not listed: a list copies and sorts every status (250 ms
+	// of CPU a scrape at 100,000 sessions).
+	a.status.Snapshot().RangeShared(func(it *watcher.Item[state.Status]) bool {
 		phases[it.Value.Phase]++
 		if it.Value.Phase == state.PhasePending {
 			reasons[it.Value.Reason]++
 		}
-	}
+		return true
+	})
 	for _, p := range []state.Phase{state.PhasePending, state.PhaseBound, state.PhaseStarting, state.PhaseRunning,
 		state.PhaseSucceeded, state.PhaseFailed, state.PhaseStopping, state.PhaseStopped, state.PhaseLost} {
 		ch <- prometheus.MustNewConstMetric(m.sessionsDesc, prometheus.GaugeValue, float64(phases[p]), string(p))
@@ -89,9 +100,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.gpusDesc, prometheus.GaugeValue, float64(total), "total")
 	// Every reason is reported, 0 included, so alerts need no absent().
 	warns := map[string]int{state.ReasonIdle: 0, state.ReasonMaxRuntime: 0, state.ReasonDrained: 0, state.ReasonPreempted: 0}
-	for _, it := range a.warns.List() {
+	a.warns.Snapshot().RangeShared(func(it *watcher.Item[state.Warning]) bool {
 		warns[it.Value.Reason]++
-	}
+		return true
+	})
 	for r, n := range warns {
 		ch <- prometheus.MustNewConstMetric(m.warningsDesc, prometheus.GaugeValue, float64(n), r)
 	}

@@ -32,6 +32,7 @@ var (
 	scaleBin      = flag.String("scale.bin", "", "path of a built voyager binary for BenchmarkAPIScale's `voyager api` process; empty: the benchmark builds one")
 	scaleNodes    = flag.Int("scale.nodes", 1000, "BenchmarkAPIScale: lease-backed 8-GPU nodes the load generator registers")
 	scaleSessions = flag.Int("scale.sessions", 5000, "BenchmarkAPIScale: sessions queued before the API starts")
+	scaleFill     = flag.Bool("scale.fill", true, "BenchmarkAPIScale: fill the nodes with a real `voyager placer` before the API starts, as a site with a queue is full; false leaves every node empty beside the queue (each queue plan then places a cluster's worth)")
 )
 
 // Samples of one API scale run: creates, and GETs of pending sessions sent
@@ -47,14 +48,17 @@ const (
 
 // BenchmarkAPIScale measures one real `voyager api` process at a site of
 // scale.nodes lease-backed 8-GPU nodes with scale.sessions queued, on a
-// real etcd with fsync: creates per second with their p50 and p99, and GETs
-// of pending sessions (whose queue position and reason come from the queue
-// plan) sent at the same time, p50 and p99, flat out (runPhase) and then
-// paced at the goals' load (runPaced). In the same run, before the API
-// starts, the ceiling of each phase: the same etcd writes of a create (the owner's uid
-// read and the create transaction) and the same read of a GET (spec,
-// status and warning in one transaction), with the same concurrency, with
-// no HTTP, admission or planning. It also reports the API process's peak
+// real etcd with fsync. Unless -scale.fill=false, a real `voyager placer`
+// first fills the nodes and stops (fillSite), so the API meets a site
+// whose queue waits for room, as a site with a queue does. It reports
+// creates per second with their p50 and p99, and GETs of pending sessions
+// (whose queue position and reason come from the queue plan) sent at the
+// same time, p50 and p99, flat out (runPhase) and then paced at the goals'
+// load (runPaced). In the same run, before the API starts, the ceiling of
+// each phase: the same etcd writes of a create (the owner's uid read and
+// the create transaction) and the same read of a GET (spec, status and
+// warning in one serializable transaction), with the same concurrency,
+// with no HTTP, admission or planning. It also reports the API process's peak
 // resident memory (VmHWM of that process alone), how long it took to list
 // its caches, and the mean time of its queue plans.
 func BenchmarkAPIScale(b *testing.B) {
@@ -281,6 +285,11 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 		b.Fatal(err)
 	}
 	b.Logf("load generator: %d nodes, %d sessions queued in %s", nodes, queued, time.Since(genStart).Round(time.Millisecond))
+	site := "empty"
+	if *scaleFill {
+		ids = fillSite(b, ctx, cli, k, bin, c.Server.Endpoint(), nodes)
+		queued, site = len(ids), "full"
+	}
 
 	// The ceiling: the etcd work of a create and of a GET, nothing else.
 	ceilCreate := func(i int) error {
@@ -297,9 +306,11 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 		_, err = state.CreateSession(ctx, cli, k, s, now)
 		return err
 	}
+	// A GET's read, as the API makes it (readSessionServing): serializable.
 	ceilGet := func(i int) error {
 		id := ids[(i*7919)%len(ids)]
-		_, err := cli.Txn(ctx).Then(clientv3.OpGet(k.Session(id)), clientv3.OpGet(k.Status(id)), clientv3.OpGet(k.Warning(id))).Commit()
+		_, err := cli.Txn(ctx).Then(clientv3.OpGet(k.Session(id), clientv3.WithSerializable()),
+			clientv3.OpGet(k.Status(id), clientv3.WithSerializable()), clientv3.OpGet(k.Warning(id), clientv3.WithSerializable())).Commit()
 		return err
 	}
 	ceil := runPhase(b, ceilCreate, ceilGet)
@@ -408,9 +419,10 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 	api := runPhase(b, apiCreate, apiGet)
 	paced := runPaced(b, apiCreate, apiGet)
 	hwm, _ := proc.Usage(b)
+	rereads := metric(b, proc, client, "voyager_api_session_rereads_total")
 	planMean := time.Duration(metric(b, proc, client, "voyager_api_queue_plan_seconds_sum") / max(1, metric(b, proc, client, "voyager_api_queue_plan_seconds_count")) * float64(time.Second))
 
-	label := fmt.Sprintf("api at %d nodes x 8 GPUs, %d queued", nodes, queued)
+	label := fmt.Sprintf("api at %d nodes x 8 GPUs, %s, %d queued", nodes, site, queued)
 	rate, ceilRate := float64(scaleCreates)/api.elapsed.Seconds(), float64(scaleCreates)/ceil.elapsed.Seconds()
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(rate, "creates/s")
@@ -438,17 +450,77 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 			Ceiling: ms(r.ceil.quantile(r.q)), CeilingName: "the same etcd work on the same schedule, no API"})
 	}
 	benchsum.Add(b, benchsum.Row{Figure: label + ": API peak RSS", Value: float64(hwm) / 1024, Unit: "MiB"})
-	b.Logf("%s: API ready %s after start, first queue plan done %s after start; %d creates at %.0f/s (p50 %s, p99 %s), %d GETs (p50 %s, p99 %s, %d with a queue position); ceiling %.0f creates/s (p50 %s, p99 %s), GET p50 %s p99 %s; queue plan mean %s; API peak RSS %.0f MiB",
+	b.Logf("%s: API ready %s after start, first queue plan done %s after start; %d creates at %.0f/s (p50 %s, p99 %s), %d GETs (p50 %s, p99 %s, %d with a queue position); ceiling %.0f creates/s (p50 %s, p99 %s), GET p50 %s p99 %s; queue plan mean %s; API peak RSS %.0f MiB; %.0f GETs read again linearizably",
 		label, ready.Round(time.Millisecond), planned.Round(time.Millisecond), api.creates.n(), rate, api.creates.quantile(0.5), api.creates.quantile(0.99),
 		api.gets.n(), api.gets.quantile(0.5), api.gets.quantile(0.99), positioned.Load(),
 		ceilRate, ceil.creates.quantile(0.5), ceil.creates.quantile(0.99), ceil.gets.quantile(0.5), ceil.gets.quantile(0.99),
-		planMean.Round(time.Millisecond), float64(hwm)/1024)
+		planMean.Round(time.Millisecond), float64(hwm)/1024, rereads)
 	b.Logf("%s: %d creates (p50 %s, p99 %s), %d GETs (p50 %s, p99 %s); the same etcd work on the same schedule: creates p50 %s p99 %s, GETs p50 %s p99 %s",
 		pacedLabel, paced.creates.n(), paced.creates.quantile(0.5), paced.creates.quantile(0.99), paced.gets.n(), paced.gets.quantile(0.5), paced.gets.quantile(0.99),
 		ceilPaced.creates.quantile(0.5), ceilPaced.creates.quantile(0.99), ceilPaced.gets.quantile(0.5), ceilPaced.gets.quantile(0.99))
 	if positioned.Load() == 0 {
 		b.Fatalf("no GET of a pending session carried a queue position: the API's queue plan never answered")
 	}
+}
+
+// fillSite runs a real `voyager placer` until the nodes are full (every
+// GPU allocated, or no new binding for 3 s), then stops it, so that the API
+// meets the state of a site whose queue waits: its plans find no room
+// instead of placing a cluster's worth each time. It returns the ids of
+// the sessions still queued.
+func fillSite(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.Keys, bin, endpoint string, nodes int) []string {
+	start := time.Now()
+	proc := scalebench.Start(b, bin, "placer", endpoint, "VOYAGER_LOG_LEVEL=warn")
+	metrics := &http.Client{Timeout: 5 * time.Second}
+	var bound float64
+	last := time.Now()
+	for {
+		if m, err := proc.Metrics(metrics); err == nil && m["voyager_placer_bindings_total"] != bound {
+			bound, last = m["voyager_placer_bindings_total"], time.Now()
+		}
+		if bound > 0 && time.Since(last) > 3*time.Second {
+			break
+		}
+		select {
+		case err := <-proc.Exited:
+			b.Fatalf("voyager placer exited before the nodes filled: %v (log %s)", err, proc.Log)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Since(start) > 30*time.Minute {
+			b.Fatalf("the nodes did not fill within 30 minutes (log %s)", proc.Log)
+		}
+	}
+	proc.Stop()
+	resp, err := cli.Get(ctx, k.Ledgers(), clientv3.WithPrefix())
+	if err != nil {
+		b.Fatal(err)
+	}
+	gpus := 0
+	for _, kv := range resp.Kvs {
+		l, err := state.Decode[state.Ledger](kv.Value)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gpus += len(l.GPUOwners())
+	}
+	pend, err := cli.Get(ctx, k.PendingDir(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]string, 0, len(pend.Kvs))
+	for _, kv := range pend.Kvs {
+		if id, ok := k.SessionID(string(kv.Key)); ok {
+			ids = append(ids, id)
+		}
+	}
+	switch {
+	case len(ids) == 0:
+		b.Fatalf("the queue emptied with %d of %d GPUs allocated: queue more sessions (-scale.sessions) than %d nodes hold", gpus, nodes*8, nodes)
+	case gpus != nodes*8:
+		b.Fatalf("the placer stopped binding with %d of %d GPUs allocated and %d sessions queued (log %s)", gpus, nodes*8, len(ids), proc.Log)
+	}
+	b.Logf("voyager placer filled %d nodes (%.0f sessions, %d GPUs) in %s; %d sessions still queued", nodes, bound, gpus, time.Since(start).Round(time.Millisecond), len(ids))
+	return ids
 }
 
 // metric reads one sample of the process's metrics (0 when absent).

@@ -211,11 +211,54 @@ func (a *API) readSessionRev(ctx context.Context, id string) (SessionView, int64
 	if err != nil {
 		return SessionView{}, 0, false, fmt.Errorf("read session %s: %w", id, err)
 	}
+	return a.decodeSession(id, resp)
+}
+
+// readSessionServing is readSession for GET /sessions/{id}, the request
+// that clients poll. It reads serializably: the etcd member the client
+// reaches answers from what it has applied, without first waiting until
+// it has applied everything committed (a linearizable read waits for the
+// writes in flight, an fsync on a busy etcd, and that wait was most of a
+// GET's p99). It reads again linearizably when the session is not there
+// (one just created through a member that has not applied it yet) or
+// when the member answered from a revision older than this API's watch
+// caches had reached when the request came (a member behind the cluster).
+// So a GET is never older than what this API had seen when it came, and
+// with one etcd member it shows every write acknowledged before it.
+func (a *API) readSessionServing(ctx context.Context, id string) (SessionView, bool, error) {
+	// Read before the request: the watches move on while it is in flight.
+	seen := a.seenRevision()
+	resp, err := a.cli.Txn(ctx).Then(clientv3.OpGet(a.keys.Session(id), clientv3.WithSerializable()),
+		clientv3.OpGet(a.keys.Status(id), clientv3.WithSerializable()), clientv3.OpGet(a.keys.Warning(id), clientv3.WithSerializable())).Commit()
+	if err != nil {
+		return SessionView{}, false, fmt.Errorf("read session %s: %w", id, err)
+	}
+	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 || resp.Header.Revision < seen {
+		a.metrics.servingRereads.Inc()
+		v, _, found, err := a.readSessionRev(ctx, id)
+		return v, found, err
+	}
+	v, _, found, err := a.decodeSession(id, resp)
+	return v, found, err
+}
+
+// seenRevision is the newest revision this API's watch caches have
+// reached: the sessions' specs (runtimes), statuses, warnings, secrets
+// and the queue among them.
+func (a *API) seenRevision() int64 {
+	return max(a.runtimes.Revision(), a.status.Revision(), a.warns.Revision(), a.secrets.Revision(),
+		a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision())
+}
+
+// decodeSession reads the view of session id from resp, a transaction
+// of three reads: spec, status and warning.
+func (a *API) decodeSession(id string, resp *clientv3.TxnResponse) (SessionView, int64, bool, error) {
 	specs := resp.Responses[0].GetResponseRange().Kvs
 	if len(specs) == 0 {
 		return SessionView{}, 0, false, nil
 	}
 	var v SessionView
+	var err error
 	if v.Session, err = state.Decode[state.Session](specs[0].Value); err != nil {
 		return SessionView{}, 0, false, fmt.Errorf("read session %s: %w", id, err)
 	}
@@ -250,12 +293,20 @@ func visible(p Principal, owner string) bool { return p.Admin || p.Subject == ow
 // loadVisible reads session :id and answers 404 when it does not exist or
 // is not the caller's.
 func (a *API) loadVisible(c *gin.Context) (SessionView, bool) {
+	return a.loadVisibleFrom(c, func(ctx context.Context, id string) (SessionView, bool, error) {
+		v, _, found, err := a.readSessionRev(ctx, id)
+		return v, found, err
+	})
+}
+
+// loadVisibleFrom is loadVisible reading the session with read.
+func (a *API) loadVisibleFrom(c *gin.Context, read func(ctx context.Context, id string) (SessionView, bool, error)) (SessionView, bool) {
 	id := c.Param("id")
 	if state.ValidateName("session id", id) != nil {
 		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no session %q", truncate(id, 64)))
 		return SessionView{}, false
 	}
-	v, found, err := a.readSession(c, id)
+	v, found, err := read(c.Request.Context(), id)
 	if err != nil {
 		a.internal(c, "read session", err)
 		return SessionView{}, false
@@ -345,7 +396,7 @@ func stripToken(u string) string {
 }
 
 func (a *API) getSession(c *gin.Context) {
-	v, ok := a.loadVisible(c)
+	v, ok := a.loadVisibleFrom(c, a.readSessionServing)
 	if !ok {
 		return
 	}

@@ -70,6 +70,7 @@ type Proc struct {
 	// Exited receives the process's end.
 	Exited <-chan error
 	cmd    *exec.Cmd
+	done   chan struct{} // closed once the process has exited
 }
 
 // Start runs `bin sub` against etcd at endpoint with env added, its output
@@ -97,6 +98,7 @@ func Start(tb testing.TB, bin, sub, endpoint string, env ...string) *Proc {
 	}
 	exited := make(chan error, 1)
 	done := make(chan struct{})
+	p.done = done
 	go func() {
 		exited <- cmd.Wait()
 		close(done)
@@ -108,6 +110,12 @@ func Start(tb testing.TB, bin, sub, endpoint string, env ...string) *Proc {
 		_ = logf.Close()
 	})
 	return p
+}
+
+// Stop ends the process (SIGTERM) and waits until it has exited.
+func (p *Proc) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
 }
 
 // Usage reads the process's peak resident memory (VmHWM, in KiB) and its
