@@ -418,6 +418,16 @@ func TestImpossibleRequestRefused(t *testing.T) {
 	if p.Detail != "resources: no node can ever hold 1×GPU: the largest node has 8 matching GPUs, 64 cores CPU and 524288 MiB memory; the request asks for 1 GPU, 128 CPU, 4096 MiB" {
 		t.Errorf("cpu: %q", p.Detail)
 	}
+	// The check is memoised by request for the nodes as they are: the same
+	// request gets the same answer, and a node that can hold a refused
+	// request makes it admissible at once.
+	if p2 := want(t, h.do("POST", "/api/v1/sessions", ada, big), http.StatusUnprocessableEntity).problem(t); p2.Detail != p.Detail {
+		t.Errorf("the same request again: %q, want %q", p2.Detail, p.Detail)
+	}
+	big["resources"] = map[string]any{"gpus": 16, "gpuModel": "*A100*"}
+	want(t, h.do("POST", "/api/v1/sessions", ada, big), http.StatusUnprocessableEntity)
+	h.addNode("gpu-2", "NVIDIA A100-SXM4-80GB", 16)
+	want(t, h.do("POST", "/api/v1/sessions", ada, big), http.StatusCreated)
 }
 
 func TestEventsStream(t *testing.T) {

@@ -176,7 +176,7 @@ func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Se
 		a.invalid(c, "Invalid request", errs)
 		return state.Session{}, nil, false
 	}
-	if errs := feasibility(s, a.feasibilityNodes(), a.cfg.Plan, now); len(errs) > 0 {
+	if errs := a.feasible(s, now); len(errs) > 0 {
 		a.invalid(c, "Unsatisfiable request", errs)
 		return state.Session{}, nil, false
 	}
