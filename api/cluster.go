@@ -354,11 +354,14 @@ const syncPlanBudget = 20 * time.Millisecond
 // queuePlan returns the placer's plan of the queue over the caches. A plan
 // is stale when a cache it read moved or a second has passed (waiting ages
 // change reasons). A stale plan that was cheap is planned again at once,
-// so a small cluster always answers from current caches; a stale plan that
-// was not is served as it is while one background pass plans again, at
-// most once per second and at most once in three times its own duration
-// (planning takes at most a third of a core): queue positions at a large
-// site are a few passes old at most, and no request pays for a plan.
+// unless it finished less than three of its durations ago (requests then
+// share it, so planning takes at most a quarter of the time however fast
+// creates come), so a lightly used cluster always answers from current
+// caches; a stale plan that was not cheap is served as it is while one
+// background pass plans again, at most once per second and at most once
+// in three times its own duration (planning takes at most a third of a
+// core): queue positions at a large site are a few passes old at most, and
+// no request pays for a plan.
 func (a *API) queuePlan() *queuePlan {
 	revs := [5]int64{a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision()}
 	pc := &a.plans
@@ -366,6 +369,15 @@ func (a *API) queuePlan() *queuePlan {
 	now := a.cfg.Now()
 	cur := pc.cur
 	if cur != nil && (cur.revs == revs && now.Sub(cur.at) < time.Second) {
+		pc.mu.Unlock()
+		return cur
+	}
+	if cur != nil && cur.took <= syncPlanBudget && time.Since(cur.finished) < 3*cur.took {
+		// Cheap, but planned again moments ago: while requests come
+		// faster than one in three plan durations (creates move the
+		// queue with every request), each would plan again in turn
+		// behind this lock, and planning would take the cores. The
+		// plan served is at most three of its durations old.
 		pc.mu.Unlock()
 		return cur
 	}
