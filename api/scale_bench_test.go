@@ -463,11 +463,11 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 	}
 }
 
-// fillSite runs a real `voyager placer` until the nodes are full (every
-// GPU allocated, or no new binding for 3 s), then stops it, so that the API
-// meets the state of a site whose queue waits: its plans find no room
-// instead of placing a cluster's worth each time. It returns the ids of
-// the sessions still queued.
+// fillSite runs a real `voyager placer` until it has bound nothing for
+// 3 s, stops it, and requires every GPU allocated with sessions still
+// queued, so that the API meets the state of a site whose queue waits: its
+// plans find no room instead of placing a cluster's worth each time. It
+// returns the ids of the sessions still queued.
 func fillSite(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.Keys, bin, endpoint string, nodes int) []string {
 	start := time.Now()
 	proc := scalebench.Start(b, bin, "placer", endpoint, "VOYAGER_LOG_LEVEL=warn")

@@ -79,8 +79,9 @@ func verdictKey(s state.Session, now time.Time) (string, error) {
 	return string(b), err
 }
 
-// feasibilityNodes returns the nodes the admission check plans over: up to
-// perShape nodes of every shape among the live nodes, in name order.
+// feasibilityNodes returns the nodes the admission check plans over (up to
+// perShape nodes of every shape among the live nodes, in name order) and
+// the nodes cache's revision they were taken from.
 func (a *API) feasibilityNodes() ([]state.Node, int64) {
 	snap := a.nodes.Snapshot()
 	a.shapes.mu.Lock()
