@@ -328,7 +328,9 @@ func (a *API) present(c *gin.Context, v SessionView) SessionView {
 // presentAs is present for principal p; live adds the live queue view.
 func (a *API) presentAs(p Principal, v SessionView, live bool) SessionView {
 	if live && v.Status.Phase == state.PhasePending {
-		if w, ok := a.queuePlan().waiting[v.ID]; ok {
+		qp := a.queuePlan()
+		if i, ok := qp.waiting[v.ID]; ok {
+			w := qp.plan.Waiting[i]
 			v.Status.QueuePosition, v.Status.Reason, v.Status.Message = w.Position, w.Reason, w.Message
 		}
 	}
