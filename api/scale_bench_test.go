@@ -9,9 +9,11 @@ import (
 	"io"
 	"math/rand"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -318,8 +320,9 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 
 	// The API process.
 	secret := "scale-bench-secret-0123456789abcdef-0123456789"
+	gogc := deployedGOGC(b)
 	proc := scalebench.Start(b, bin, "api", c.Server.Endpoint(),
-		"VOYAGER_JWT_SECRET="+secret, "VOYAGER_API_RATE=1000000", "VOYAGER_API_BURST=1000000", "VOYAGER_LOG_LEVEL=warn")
+		"VOYAGER_JWT_SECRET="+secret, "VOYAGER_API_RATE=1000000", "VOYAGER_API_BURST=1000000", "VOYAGER_LOG_LEVEL=warn", "GOGC="+gogc)
 	procStart := proc.Started
 	base := "http://" + proc.Addr
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -450,11 +453,11 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 			Ceiling: ms(r.ceil.quantile(r.q)), CeilingName: "the same etcd work on the same schedule, no API"})
 	}
 	benchsum.Add(b, benchsum.Row{Figure: label + ": API peak RSS", Value: float64(hwm) / 1024, Unit: "MiB"})
-	b.Logf("%s: API ready %s after start, first queue plan done %s after start; %d creates at %.0f/s (p50 %s, p99 %s), %d GETs (p50 %s, p99 %s, %d with a queue position); ceiling %.0f creates/s (p50 %s, p99 %s), GET p50 %s p99 %s; queue plan mean %s; API peak RSS %.0f MiB; %.0f GETs read again linearizably",
+	b.Logf("%s: API ready %s after start, first queue plan done %s after start; %d creates at %.0f/s (p50 %s, p99 %s), %d GETs (p50 %s, p99 %s, %d with a queue position); ceiling %.0f creates/s (p50 %s, p99 %s), GET p50 %s p99 %s; queue plan mean %s; API peak RSS %.0f MiB (GOGC=%s, as deploy/systemd/api.env sets it); %.0f GETs read again linearizably",
 		label, ready.Round(time.Millisecond), planned.Round(time.Millisecond), api.creates.n(), rate, api.creates.quantile(0.5), api.creates.quantile(0.99),
 		api.gets.n(), api.gets.quantile(0.5), api.gets.quantile(0.99), positioned.Load(),
 		ceilRate, ceil.creates.quantile(0.5), ceil.creates.quantile(0.99), ceil.gets.quantile(0.5), ceil.gets.quantile(0.99),
-		planMean.Round(time.Millisecond), float64(hwm)/1024, rereads)
+		planMean.Round(time.Millisecond), float64(hwm)/1024, gogc, rereads)
 	b.Logf("%s: %d creates (p50 %s, p99 %s), %d GETs (p50 %s, p99 %s); the same etcd work on the same schedule: creates p50 %s p99 %s, GETs p50 %s p99 %s",
 		pacedLabel, paced.creates.n(), paced.creates.quantile(0.5), paced.creates.quantile(0.99), paced.gets.n(), paced.gets.quantile(0.5), paced.gets.quantile(0.99),
 		ceilPaced.creates.quantile(0.5), ceilPaced.creates.quantile(0.99), ceilPaced.gets.quantile(0.5), ceilPaced.gets.quantile(0.99))
@@ -521,6 +524,22 @@ func fillSite(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.K
 	}
 	b.Logf("voyager placer filled %d nodes (%.0f sessions, %d GPUs) in %s; %d sessions still queued", nodes, bound, gpus, time.Since(start).Round(time.Millisecond), len(ids))
 	return ids
+}
+
+// deployedGOGC is the GOGC that deploy/systemd/api.env gives the API
+// process ("100", Go's default, when it sets none): the benchmark runs the
+// API as it is deployed.
+func deployedGOGC(b *testing.B) string {
+	env, err := os.ReadFile(filepath.Join("..", "deploy", "systemd", "api.env"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(env), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "GOGC="); ok {
+			return v
+		}
+	}
+	return "100"
 }
 
 // metric reads one sample of the process's metrics (0 when absent).
