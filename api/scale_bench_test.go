@@ -60,7 +60,8 @@ const (
 // each phase: the same etcd writes of a create (the owner's uid read and
 // the create transaction) and the same read of a GET (spec, status and
 // warning in one serializable transaction), with the same concurrency,
-// with no HTTP, admission or planning. It also reports the API process's peak
+// with no HTTP, admission or planning. The API process runs with the GOGC
+// that deploy/systemd/api.env sets (deployedGOGC). It also reports the API process's peak
 // resident memory (VmHWM of that process alone), how long it took to list
 // its caches, and the mean time of its queue plans.
 func BenchmarkAPIScale(b *testing.B) {
