@@ -123,7 +123,7 @@ func (a *API) createSession(c *gin.Context) {
 func (a *API) replaySession(c *gin.Context, rec, stored state.IdempotencyRecord) {
 	var v SessionView
 	a.replay(c, rec, stored, "session", stored.Session, func() (found bool, err error) {
-		v, found, err = a.readSession(c, stored.Session)
+		v, found, err = a.readSession(c.Request.Context(), stored.Session)
 		return found, err
 	}, func() { a.respondCreated(c, v, true) })
 }
@@ -199,8 +199,8 @@ func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {
 
 // readSession reads a session's spec, status and warning in one round
 // trip, so the three agree.
-func (a *API) readSession(c *gin.Context, id string) (SessionView, bool, error) {
-	v, _, found, err := a.readSessionRev(c.Request.Context(), id)
+func (a *API) readSession(ctx context.Context, id string) (SessionView, bool, error) {
+	v, _, found, err := a.readSessionRev(ctx, id)
 	return v, found, err
 }
 
@@ -293,10 +293,7 @@ func visible(p Principal, owner string) bool { return p.Admin || p.Subject == ow
 // loadVisible reads session :id and answers 404 when it does not exist or
 // is not the caller's.
 func (a *API) loadVisible(c *gin.Context) (SessionView, bool) {
-	return a.loadVisibleFrom(c, func(ctx context.Context, id string) (SessionView, bool, error) {
-		v, _, found, err := a.readSessionRev(ctx, id)
-		return v, found, err
-	})
+	return a.loadVisibleFrom(c, a.readSession)
 }
 
 // loadVisibleFrom is loadVisible reading the session with read.
@@ -563,7 +560,7 @@ func (a *API) stopSession(c *gin.Context) {
 		return
 	}
 	a.log.Info("session stop", "session", v.ID, "by", by, "outcome", out)
-	nv, found, err := a.readSession(c, v.ID)
+	nv, found, err := a.readSession(c.Request.Context(), v.ID)
 	if err != nil || !found {
 		nv = v
 	}
