@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -195,13 +196,28 @@ func benchBurst(b *testing.B, placers int, strategy Strategy) {
 		mu.Unlock()
 	})
 	rec := &txnRecorder{bindingDir: []byte(s.k.AllBindings())}
-	ps, stop := startRecordedPlacers(b, c.Server.Endpoint(), placers, Config{Plan: PlanOptions{Strategy: strategy}}, rec)
+	gate := make(chan struct{})
+	ps, stop := startRecordedPlacers(b, c.Server.Endpoint(), placers, Config{Plan: PlanOptions{Strategy: strategy}, start: gate}, rec)
 	for _, p := range ps {
 		<-p.Ready()
 	}
 	// Measured from the moment every placer has its cache: the list of
-	// 20,000 queue entries is start-up, not placement.
+	// 20,000 queue entries is start-up, not placement. The gate holds
+	// each placer's first pass until all have synced (each syncs caches
+	// of its own: without the gate the first to sync had bound 109-2,499
+	// of the 3,027 sessions before the window opened), and every window
+	// starts from a collected heap, as each replay of the ceiling does:
+	// otherwise a window of 100-250 ms pays for the garbage of whatever
+	// ran before it, or not, which moved one replay's rate 2x.
+	runtime.GC()
+	mu.Lock()
+	early := bound
+	mu.Unlock()
+	if early != 0 {
+		b.Fatalf("%d sessions were bound before the placers were let start", early)
+	}
 	start := time.Now()
+	close(gate)
 	cpuStart := processCPU(b)
 	counting.Store(true)
 	var cpuUntilLast time.Duration // the process's CPU time at the newest binding

@@ -71,6 +71,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+
+	// start, when set, holds the first pass until it is closed, after the
+	// caches have synced (Ready): a benchmark starts several placers'
+	// first passes together, from a collected heap.
+	start <-chan struct{}
 }
 
 func (c *Config) defaults() {
@@ -362,6 +367,13 @@ func (p *Placer) loop(ctx context.Context) error {
 	}
 	p.log.Debug("placer caches synced", "pending", p.pending.Len(), "nodes", p.nodes.Len())
 	close(p.ready)
+	if p.cfg.start != nil {
+		select {
+		case <-p.cfg.start:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	tick := time.NewTicker(p.cfg.Tick)
 	defer tick.Stop()
 	var (
