@@ -9,11 +9,9 @@ import (
 	"io"
 	"math/rand"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,7 +59,7 @@ const (
 // the create transaction) and the same read of a GET (spec, status and
 // warning in one serializable transaction), with the same concurrency,
 // with no HTTP, admission or planning. The API process runs with the GOGC
-// that deploy/systemd/api.env sets (deployedGOGC). It also reports the API process's peak
+// that deploy/systemd/api.env sets. It also reports the API process's peak
 // resident memory (VmHWM of that process alone), how long it took to list
 // its caches, and the mean time of its queue plans.
 func BenchmarkAPIScale(b *testing.B) {
@@ -327,7 +325,7 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 
 	// The API process.
 	secret := "scale-bench-secret-0123456789abcdef-0123456789"
-	gogc := deployedGOGC(b)
+	gogc := scalebench.DeployedGOGC(b, "api")
 	proc := scalebench.Start(b, bin, "api", c.Server.Endpoint(),
 		"VOYAGER_JWT_SECRET="+secret, "VOYAGER_API_RATE=1000000", "VOYAGER_API_BURST=1000000", "VOYAGER_LOG_LEVEL=warn", "GOGC="+gogc)
 	procStart := proc.Started
@@ -480,7 +478,7 @@ func benchAPIScale(b *testing.B, bin string, nodes, queued int) {
 // returns the ids of the sessions still queued.
 func fillSite(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.Keys, bin, endpoint string, nodes int) []string {
 	start := time.Now()
-	proc := scalebench.Start(b, bin, "placer", endpoint, "VOYAGER_LOG_LEVEL=warn")
+	proc := scalebench.Start(b, bin, "placer", endpoint, "VOYAGER_LOG_LEVEL=warn", "GOGC="+scalebench.DeployedGOGC(b, "placer"))
 	metrics := &http.Client{Timeout: 5 * time.Second}
 	var bound float64
 	last := time.Now()
@@ -531,22 +529,6 @@ func fillSite(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.K
 	}
 	b.Logf("voyager placer filled %d nodes (%.0f sessions, %d GPUs) in %s; %d sessions still queued", nodes, bound, gpus, time.Since(start).Round(time.Millisecond), len(ids))
 	return ids
-}
-
-// deployedGOGC is the GOGC that deploy/systemd/api.env gives the API
-// process ("100", Go's default, when it sets none): the benchmark runs the
-// API as it is deployed.
-func deployedGOGC(b *testing.B) string {
-	env, err := os.ReadFile(filepath.Join("..", "deploy", "systemd", "api.env"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, l := range strings.Split(string(env), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "GOGC="); ok {
-			return v
-		}
-	}
-	return "100"
 }
 
 // metric reads one sample of the process's metrics (0 when absent).

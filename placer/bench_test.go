@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand"
 	"runtime"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/internal/scalebench"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
@@ -151,6 +154,14 @@ func fragmentation(w world, nodes int) (partial, whole int) {
 // no planning and as many in flight (ceilingReplay), the median of
 // ceilingReplays replays.
 func BenchmarkPlacementBurst(b *testing.B) {
+	// The placers run with the collector deploy/systemd/placer.env sets,
+	// and so, in this process, do the embedded etcd and the ceiling's
+	// replays: one setting for both sides of the ratio.
+	gogc, err := strconv.Atoi(scalebench.DeployedGOGC(b, "placer"))
+	if err != nil {
+		b.Fatalf("placer.env's GOGC: %v", err)
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(gogc))
 	for _, tc := range []struct {
 		placers  int
 		strategy Strategy

@@ -75,7 +75,8 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 		last = time.Now()
 	})
 
-	proc := scalebench.Start(b, bin, "placer", c.Server.Endpoint())
+	// As deployed: deploy/systemd/placer.env sets its GOGC.
+	proc := scalebench.Start(b, bin, "placer", c.Server.Endpoint(), "GOGC="+scalebench.DeployedGOGC(b, "placer"))
 	procStart := proc.Started
 	// Full: every GPU bound, or no binding for 3 s after the first. The
 	// placer's metrics are read every 100 ms for its cache lag.

@@ -190,3 +190,35 @@ func (p *Proc) Metrics(client *http.Client) (map[string]float64, error) {
 	}
 	return out, nil
 }
+
+// DeployedGOGC is the GOGC that deploy/systemd/<service>.env sets for
+// that service ("100", Go's default, when it sets none), so that a
+// benchmark runs a process as it is deployed. It looks for deploy/ in the
+// working directory and its parents (a package's tests run in its
+// directory).
+func DeployedGOGC(tb testing.TB, service string) string {
+	tb.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatalf("find deploy/systemd: %v", err)
+	}
+	for {
+		env, err := os.ReadFile(filepath.Join(dir, "deploy", "systemd", service+".env"))
+		if err == nil {
+			for _, l := range strings.Split(string(env), "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(l), "GOGC="); ok {
+					return v
+				}
+			}
+			return "100"
+		}
+		if !os.IsNotExist(err) {
+			tb.Fatalf("read %s.env: %v", service, err)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Fatalf("read %s.env: no deploy/systemd/%s.env in the working directory or its parents", service, service)
+		}
+		dir = parent
+	}
+}
