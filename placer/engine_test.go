@@ -192,3 +192,28 @@ func (w world) checkNoDoubleGPU() error {
 type doubleErr struct{ gpu, a, b string }
 
 func (e *doubleErr) Error() string { return "GPU " + e.gpu + " held by " + e.a + " and " + e.b }
+
+// TestPassedAfterTheFirstPassCommits: Passed closes once the first pass
+// has ended, by which time what was queued at the start and fits is bound
+// (a process starts its lifecycle controller on it).
+func TestPassedAfterTheFirstPassCommits(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx := context.Background()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 2, 8)
+	ids := s.submit(ctx, "ada", []int{8, 4, 2, 1, 1}, nil) // 16 GPUs on 16
+	p, _, _ := runPlacer(t, c.Server.Endpoint(), Config{})
+	select {
+	case <-p.Passed():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first pass did not end within 20 s")
+	}
+	resp, err := cli.Get(ctx, s.k.AllBindings(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != int64(len(ids)) {
+		t.Errorf("%d bindings when Passed closed, want all %d queued sessions bound by the first pass", resp.Count, len(ids))
+	}
+}

@@ -154,6 +154,8 @@ type Placer struct {
 
 	kick  chan struct{}
 	ready chan struct{} // closed when the caches first synced
+	// passed is closed when the first pass has ended.
+	passed chan struct{}
 
 	passes, bound, txns, conflicts, lost, statuses atomic.Int64
 	// lastBind is the revision of this placer's newest bind transaction.
@@ -217,6 +219,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		shared:   cfg.Shared,
 		kick:     make(chan struct{}, 1),
 		ready:    make(chan struct{}),
+		passed:   make(chan struct{}),
 		advice:   make(chan advice, 1),
 		written:  map[string]writtenStatus{},
 		own:      newOwnWrites(),
@@ -248,6 +251,10 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 // Ready is closed once the placer's caches have synced and it starts
 // planning.
 func (p *Placer) Ready() <-chan struct{} { return p.ready }
+
+// Passed is closed once the placer's first pass has ended: what was queued
+// when it started has been planned, and what fitted committed.
+func (p *Placer) Passed() <-chan struct{} { return p.passed }
 
 // ID returns the placer's id.
 func (p *Placer) ID() string { return p.cfg.ID }
@@ -396,6 +403,11 @@ func (p *Placer) loop(ctx context.Context) error {
 		res := p.pass(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		select {
+		case <-p.passed:
+		default:
+			close(p.passed)
 		}
 		took := time.Since(started)
 		bindRev, ledgerRev = max(bindRev, res.bindRev), max(ledgerRev, res.ledgerRev)

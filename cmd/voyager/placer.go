@@ -84,7 +84,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 		{name: "caches", run: shared.Run},
 		placerComponent(p),
 		{name: "retention", run: ret.Run},
-		{name: "lifecycle", run: lc.Run},
+		{name: "lifecycle", run: afterFirstPass(p, lc.Run)},
 		mergerComponent(store.client, cfg, log, registry),
 		sweepComponent(store.client, cfg, log, registry),
 	})
@@ -129,6 +129,25 @@ func mergerComponent(cli *clientv3.Client, cfg config.Config, log *slog.Logger, 
 	m := merger.New(cli, merger.Config{Keys: state.MustKeys(cfg.EtcdPrefix), Logger: log})
 	reg.MustRegister(m.Collectors()...)
 	return component{name: "merger", run: m.Run}
+}
+
+// afterFirstPass runs run once p's first pass has ended. The lifecycle
+// controller lists every session and status of the site for caches of its
+// own: started with the placer, its lists took turns with the placer's
+// for etcd and the cores, and at 10,000 nodes and 100,000 queued the
+// placer's first binding came 5-7 s after start; started once the placer
+// had synced, they slowed the first pass's commits instead. Nothing the
+// controller does is urgent in a process's first seconds, and a lost node
+// is the placer's own to clear.
+func afterFirstPass(p *placer.Placer, run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-p.Passed():
+		case <-ctx.Done():
+			return nil
+		}
+		return run(ctx)
+	}
 }
 
 func placerComponent(p *placer.Placer) component {
