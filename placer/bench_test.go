@@ -1,12 +1,16 @@
 package placer
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +19,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
@@ -41,10 +46,128 @@ func benchSizes(rng *rand.Rand, n int) []int {
 	return out
 }
 
-// benchCluster is a fresh etcd with fsync on and 1,000 simulated 8-GPU nodes.
-func benchCluster(b *testing.B, nodes int) (*etcdtest.Cluster, *clientv3.Client, *sim) {
+// benchCluster is a fresh embedded etcd with fsync on and nodes simulated
+// 8-GPU nodes. It returns the etcd's endpoint.
+func benchCluster(b *testing.B, nodes int) (string, *clientv3.Client, *sim) {
 	c := etcdtest.Start(b, etcdtest.Options{Fsync: true})
 	cli := c.Client(b)
+	return c.Server.Endpoint(), cli, benchNodes(b, cli, nodes)
+}
+
+// benchClusterOwnCore is benchCluster on Debian's etcd in a process of its
+// own, run on CPU 0 alone, while this process (the placers, the replays,
+// the benchmark's watch) is moved to the other CPUs until the benchmark
+// ends: each side has cores of its own, as etcd and the placers have
+// machines of their own in a deployment. It needs two CPUs.
+func benchClusterOwnCore(b *testing.B, nodes int) (string, *clientv3.Client, *sim, func() (time.Duration, error)) {
+	if runtime.NumCPU() < 2 {
+		b.Fatalf("etcd on a core of its own needs 2 CPUs, this machine has %d", runtime.NumCPU())
+	}
+	e := etcdtest.StartExternalWith(b, etcdtest.ExternalOptions{Fsync: true, CPUs: "0"})
+	var rest unix.CPUSet
+	for i := 1; i < runtime.NumCPU(); i++ {
+		rest.Set(i)
+	}
+	b.Cleanup(pinProcess(b, rest))
+	cli := e.Client(b)
+	return e.Endpoint, cli, benchNodes(b, cli, nodes), e.CPU
+}
+
+// cpuTrace samples a process's CPU time every cpuTraceEvery, so that the
+// share of a core it used in a window can be read once the window is over
+// (its end is known only then).
+type cpuTrace struct {
+	sample func()
+	mu     sync.Mutex
+	at     []time.Time
+	cpu    []time.Duration
+}
+
+const cpuTraceEvery = 5 * time.Millisecond
+
+// traceCPU samples read until ctx ends.
+func traceCPU(ctx context.Context, b *testing.B, read func() (time.Duration, error)) *cpuTrace {
+	c := &cpuTrace{}
+	c.sample = func() {
+		cpu, err := read()
+		if err != nil {
+			b.Errorf("sample CPU: %v", err)
+			return
+		}
+		c.mu.Lock()
+		c.at, c.cpu = append(c.at, time.Now()), append(c.cpu, cpu)
+		c.mu.Unlock()
+	}
+	c.sample()
+	go func() {
+		t := time.NewTicker(cpuTraceEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.sample()
+			}
+		}
+	}()
+	return c
+}
+
+// busy is the share of one core the process used from the last sample at
+// or before from to the first at or after to (a window a sample interval
+// wider at most). Called once the window is over, it samples now when no
+// sample is that late yet.
+func (c *cpuTrace) busy(b *testing.B, from, to time.Time) float64 {
+	c.mu.Lock()
+	late := len(c.at) > 0 && !c.at[len(c.at)-1].Before(to)
+	c.mu.Unlock()
+	if !late {
+		c.sample()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := sort.Search(len(c.at), func(i int) bool { return c.at[i].After(from) }) - 1
+	j := sort.Search(len(c.at), func(i int) bool { return !c.at[i].Before(to) })
+	if i < 0 || j >= len(c.at) {
+		b.Fatalf("no CPU samples around the window %s-%s", from.Format(time.StampMicro), to.Format(time.StampMicro))
+	}
+	return float64(c.cpu[j]-c.cpu[i]) / float64(c.at[j].Sub(c.at[i]))
+}
+
+// pinProcess moves every thread of this process onto cpus (threads started
+// later inherit it) and sets GOMAXPROCS to their number. It returns what
+// undoes both.
+func pinProcess(b *testing.B, cpus unix.CPUSet) func() {
+	var was unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		b.Fatalf("read CPU affinity: %v", err)
+	}
+	set := func(to unix.CPUSet) {
+		tids, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			b.Fatalf("list threads: %v", err)
+		}
+		for _, t := range tids {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &to); err != nil && !errors.Is(err, unix.ESRCH) {
+				b.Fatalf("set CPU affinity of thread %d: %v", tid, err)
+			}
+		}
+	}
+	set(cpus)
+	procs := runtime.GOMAXPROCS(cpus.Count())
+	return func() {
+		set(was)
+		runtime.GOMAXPROCS(procs)
+	}
+}
+
+// benchNodes registers nodes simulated 8-GPU nodes on cli.
+func benchNodes(b *testing.B, cli *clientv3.Client, nodes int) *sim {
 	s := newSim(b, cli)
 	ctx := context.Background()
 	lease, err := cli.Grant(ctx, 3600)
@@ -64,7 +187,7 @@ func benchCluster(b *testing.B, nodes int) (*etcdtest.Cluster, *clientv3.Client,
 			ops = ops[:0]
 		}
 	}
-	return c, cli, s
+	return s
 }
 
 // submitAll creates sessions with workers in parallel, as many API
@@ -165,10 +288,15 @@ func BenchmarkPlacementBurst(b *testing.B) {
 	for _, tc := range []struct {
 		placers  int
 		strategy Strategy
-	}{{1, Binpack}, {3, Binpack}, {1, Spread}} {
-		b.Run(fmt.Sprintf("placers=%d/%s", tc.placers, tc.strategy), func(b *testing.B) {
+		ownCore  bool
+	}{{1, Binpack, false}, {3, Binpack, false}, {1, Spread, false}, {1, Binpack, true}, {3, Binpack, true}} {
+		name := fmt.Sprintf("placers=%d/%s/etcd=in-process", tc.placers, tc.strategy)
+		if tc.ownCore {
+			name = fmt.Sprintf("placers=%d/%s/etcd=own-core", tc.placers, tc.strategy)
+		}
+		b.Run(name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				benchBurst(b, tc.placers, tc.strategy)
+				benchBurst(b, tc.placers, tc.strategy, tc.ownCore)
 			}
 		})
 	}
@@ -178,11 +306,23 @@ func BenchmarkPlacementBurst(b *testing.B) {
 // its ceiling (the median counts).
 const ceilingReplays = 3
 
-func benchBurst(b *testing.B, placers int, strategy Strategy) {
+func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore bool) {
 	const nodes, sessions = 1000, 20000
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, cli, s := benchCluster(b, nodes)
+	var (
+		endpoint string
+		cli      *clientv3.Client
+		s        *sim
+		etcd     *cpuTrace // etcd's process, when it has a core of its own
+	)
+	if ownCore {
+		var etcdCPU func() (time.Duration, error)
+		endpoint, cli, s, etcdCPU = benchClusterOwnCore(b, nodes)
+		etcd = traceCPU(ctx, b, etcdCPU)
+	} else {
+		endpoint, cli, s = benchCluster(b, nodes)
+	}
 	rng := rand.New(rand.NewSource(42))
 	submitAll(b, ctx, s, benchSizes(rng, sessions), 64, nil)
 	before, err := cli.Get(ctx, "/before-placement")
@@ -208,7 +348,7 @@ func benchBurst(b *testing.B, placers int, strategy Strategy) {
 	})
 	rec := &txnRecorder{bindingDir: []byte(s.k.AllBindings())}
 	gate := make(chan struct{})
-	ps, stop := startRecordedPlacers(b, c.Server.Endpoint(), placers, Config{Plan: PlanOptions{Strategy: strategy}, start: gate}, rec)
+	ps, stop := startRecordedPlacers(b, endpoint, placers, Config{Plan: PlanOptions{Strategy: strategy}, start: gate}, rec)
 	for _, p := range ps {
 		<-p.Ready()
 	}
@@ -248,6 +388,7 @@ func benchBurst(b *testing.B, placers int, strategy Strategy) {
 		return ok
 	})
 	mu.Lock()
+	end := last
 	elapsed := last.Sub(start)
 	n := bound
 	cpuUntilLast = cpuAtLast - cpuStart
@@ -262,30 +403,45 @@ func benchBurst(b *testing.B, placers int, strategy Strategy) {
 	// replay's rate moved 2× from run to run on these shared cores (etcd's
 	// fsyncs, garbage collection): the ceiling is the median of
 	// ceilingReplays, each under its own prefix.
-	var rates []float64
+	var replays []replayed
 	for r := range ceilingReplays {
-		rate, replayed := ceilingReplay(b, cli, txns, s.k.Prefix(), fmt.Sprintf("/ceiling%d", r), before.Header.Revision, workers, func() { processCPU(b) })
-		if replayed != n {
-			b.Fatalf("the recorded bind transactions bound %d sessions, the watch saw %d", replayed, n)
+		rp := ceilingReplay(b, cli, txns, s.k.Prefix(), fmt.Sprintf("/ceiling%d", r), before.Header.Revision, workers)
+		if rp.sessions != n {
+			b.Fatalf("the recorded bind transactions bound %d sessions, the watch saw %d", rp.sessions, n)
 		}
-		rates = append(rates, rate)
+		replays = append(replays, rp)
 	}
-	slices.Sort(rates)
-	ceiling := rates[len(rates)/2]
+	slices.SortFunc(replays, func(x, y replayed) int { return cmp.Compare(x.rate, y.rate) })
+	median := replays[len(replays)/2]
+	ceiling := median.rate
 	b.ReportMetric(rate, "bindings/s")
 	b.ReportMetric(ceiling, "ceiling-bindings/s")
 	b.ReportMetric(rate/ceiling, "of-ceiling")
 	b.ReportMetric(float64(n)/float64(len(txns)), "sessions/txn")
 	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
 	b.ReportMetric(float64(cpuUntilLast.Microseconds())/float64(n), "process-cpu-us/binding")
-	benchsum.Add(b, benchsum.Row{Figure: fmt.Sprintf("placement burst, %d placer(s), %s, 1k nodes x 8 GPUs", placers, strategy),
+	b.ReportMetric(float64(median.cpu.Microseconds())/float64(n), "process-cpu-us/binding-ceiling")
+	figure := fmt.Sprintf("placement burst, %d placer(s), %s, 1k nodes x 8 GPUs", placers, strategy)
+	process, etcdBusy := "placers, etcd, this watch", ""
+	if etcd != nil {
+		// How busy placement kept etcd's core, beside how busy the
+		// ceiling's median replay kept it: a ceiling short of a whole
+		// core would be the replaying client's limit, not etcd's.
+		placing, replaying := etcd.busy(b, start, end), etcd.busy(b, median.start, median.end)
+		b.ReportMetric(placing, "etcd-core-busy")
+		b.ReportMetric(replaying, "etcd-core-busy-ceiling")
+		figure += ", etcd on a core of its own"
+		process = "placers, this watch; not etcd"
+		etcdBusy = fmt.Sprintf("; etcd's core busy %.2f of the window placing, %.2f replaying", placing, replaying)
+	}
+	benchsum.Add(b, benchsum.Row{Figure: figure,
 		Value: rate, Unit: "bindings/s", Ceiling: ceiling, CeilingName: "same txns replayed, no planning"})
 	gpus := 0
 	for _, l := range w.ledgers {
 		gpus += len(l.GPUOwners())
 	}
-	b.Logf("%s, %d placers: %d sessions (%d GPUs) bound in %s = %.0f/s; ceiling (the same %d txns, %.1f sessions each, %d in flight, replayed with no planning) %.0f/s: %.2f of it; %d txns sent, %d conflicts; the process (placers, etcd, this watch) used %s of CPU until the last binding, %.0f µs per binding. Peers: Nomad C1M 3,750 allocs/s (5 servers), kube-scheduler scheduler_perf 680-810 pods/s",
-		strategy, placers, n, gpus, elapsed.Round(time.Millisecond), rate, len(txns), float64(n)/float64(len(txns)), workers, ceiling, rate/ceiling, st.Txns, st.Conflicts, cpuUntilLast.Round(time.Millisecond), float64(cpuUntilLast.Microseconds())/float64(n))
+	b.Logf("%s, %d placers: %d sessions (%d GPUs) bound in %s = %.0f/s; ceiling (the same %d txns, %.1f sessions each, %d in flight, replayed with no planning) %.0f/s: %.2f of it; %d txns sent, %d conflicts; the process (%s) used %s of CPU until the last binding, %.0f µs per binding (the median replay %.0f)%s. Peers: Nomad C1M 3,750 allocs/s (5 servers), kube-scheduler scheduler_perf 680-810 pods/s",
+		strategy, placers, n, gpus, elapsed.Round(time.Millisecond), rate, len(txns), float64(n)/float64(len(txns)), workers, ceiling, rate/ceiling, st.Txns, st.Conflicts, process, cpuUntilLast.Round(time.Millisecond), float64(cpuUntilLast.Microseconds())/float64(n), float64(median.cpu.Microseconds())/float64(n), etcdBusy)
 }
 
 // processCPU is the user and system CPU time this process has used: the
@@ -323,7 +479,7 @@ func benchLatency(b *testing.B, placers int) {
 	const nodes, rate, seconds = 1000, 500, 20
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, cli, s := benchCluster(b, nodes)
+	endpoint, cli, s := benchCluster(b, nodes)
 	// Submission and binding times by session, recorded apart: a binding
 	// may be seen before its submitter has recorded the submission.
 	var at, boundAt sync.Map
@@ -346,7 +502,7 @@ func benchLatency(b *testing.B, placers int) {
 			_ = state.Release(agentsCtx, cli, s.k, bd.Node, bd.Session, rev, nil)
 		}()
 	})
-	ps := startPlacers(b, c.Server.Endpoint(), placers, Config{})
+	ps := startPlacers(b, endpoint, placers, Config{})
 	rng := rand.New(rand.NewSource(7))
 	sizes := benchSizes(rng, rate*seconds)
 	// Open loop: session i is due at start + i/rate, whatever happened to
@@ -391,7 +547,7 @@ func BenchmarkFragmentation(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				const nodes = 1000
 				ctx, cancel := context.WithCancel(context.Background())
-				c, _, s := benchCluster(b, nodes)
+				endpoint, _, s := benchCluster(b, nodes)
 				rng := rand.New(rand.NewSource(3))
 				var sizes []int
 				for total := 0; total < nodes*8/2; {
@@ -400,7 +556,7 @@ func BenchmarkFragmentation(b *testing.B) {
 					total += g
 				}
 				submitAll(b, ctx, s, sizes, 64, nil)
-				startPlacers(b, c.Server.Endpoint(), 1, Config{Plan: PlanOptions{Strategy: strategy}})
+				startPlacers(b, endpoint, 1, Config{Plan: PlanOptions{Strategy: strategy}})
 				var w world
 				eventuallyEvery(b, 5*time.Minute, 200*time.Millisecond, "every session bound", func() bool {
 					w = s.read(ctx)

@@ -136,6 +136,16 @@ func startRecordedPlacers(b *testing.B, endpoint string, n int, cfg Config, rec 
 	}
 }
 
+// replayed is one replay's result: sessions bound per second over its
+// window, from its first transaction to the watch's last binding, and the
+// CPU this process used in it.
+type replayed struct {
+	rate       float64
+	sessions   int
+	start, end time.Time
+	cpu        time.Duration // this process's, from start to the last binding
+}
+
 // ceilingReplay commits txns again on cli under the prefix to instead of
 // from, with workers in flight, and returns sessions bound per second. The
 // keys the transactions compare are first copied as they were at revision
@@ -144,7 +154,7 @@ func startRecordedPlacers(b *testing.B, endpoint string, n int, cfg Config, rec 
 // transaction waits until every such revision exists, as a placer must see
 // a ledger before it can bind on it. A replayed transaction whose compares
 // fail is a broken replay, and fails the benchmark.
-func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from, to string, at int64, workers int, onBound func()) (rate float64, sessions int) {
+func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from, to string, at int64, workers int) replayed {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	toKeys, err := state.NewKeys(to)
@@ -154,11 +164,13 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 	var seenMu sync.Mutex
 	var lastSeen time.Time
 	seen := 0
+	var cpuStart, cpuAtLast time.Duration
 	boundWatch(b, ctx, cli, toKeys, func(state.Binding, int64) {
-		onBound()
+		cpu := processCPU(b) // as placement's watch reads it at each binding
 		seenMu.Lock()
 		seen++
 		lastSeen = time.Now()
+		cpuAtLast = cpu
 		seenMu.Unlock()
 	})
 	type keyRev struct {
@@ -263,6 +275,7 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 	// From a collected heap, as placement starts (benchBurst).
 	runtime.GC()
 	start := time.Now()
+	cpuStart = processCPU(b)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
@@ -295,6 +308,7 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 			}
 		}()
 	}
+	sessions := 0
 	for _, t := range txns {
 		ch <- t
 		sessions += t.sessions
@@ -312,9 +326,9 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 		return seen >= sessions
 	})
 	seenMu.Lock()
-	elapsed := lastSeen.Sub(start)
+	end, cpu := lastSeen, cpuAtLast-cpuStart
 	seenMu.Unlock()
-	return float64(sessions) / elapsed.Seconds(), sessions
+	return replayed{rate: float64(sessions) / end.Sub(start).Seconds(), sessions: sessions, start: start, end: end, cpu: cpu}
 }
 
 // ceilingWorkers is how many replay transactions are in flight: as many as

@@ -20,6 +20,9 @@ type ownWrites struct {
 	mu      sync.Mutex
 	ledgers map[string]ownLedger // by node name
 	bound   map[string]int64     // session id → the revision that bound it
+	// revs are the revisions of the binds recorded, until both caches
+	// show them: their events are this placer's own writes coming back.
+	revs map[int64]bool
 }
 
 type ownLedger struct {
@@ -28,7 +31,7 @@ type ownLedger struct {
 }
 
 func newOwnWrites() *ownWrites {
-	return &ownWrites{ledgers: map[string]ownLedger{}, bound: map[string]int64{}}
+	return &ownWrites{ledgers: map[string]ownLedger{}, bound: map[string]int64{}, revs: map[int64]bool{}}
 }
 
 // record remembers a committed bind at rev: the ledgers as written and the
@@ -44,6 +47,17 @@ func (o *ownWrites) record(lws []state.LedgerWrite, ps []state.Placement, rev in
 	for _, pl := range ps {
 		o.bound[pl.Session] = max(o.bound[pl.Session], rev)
 	}
+	o.revs[rev] = true
+}
+
+// isOwn reports whether rev is the revision of a bind recorded here: every
+// change at rev is that transaction's, this placer's own write. An event
+// delivered before its transaction's response was recorded is not known
+// as its own.
+func (o *ownWrites) isOwn(rev int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.revs[rev]
 }
 
 // ledger returns this placer's write of node's ledger and its revision
@@ -70,6 +84,11 @@ func (o *ownWrites) overlay(s *Snapshot, ledgersRev, pendingRev int64) {
 	for id, rev := range o.bound {
 		if rev <= pendingRev {
 			delete(o.bound, id)
+		}
+	}
+	for rev := range o.revs {
+		if rev <= min(ledgersRev, pendingRev) {
+			delete(o.revs, rev)
 		}
 	}
 	if len(o.ledgers) > 0 {

@@ -63,9 +63,9 @@ type Config struct {
 	// StatusBudget bounds status writes per pass, so that telling 20,000
 	// waiting sessions their position never delays binding. Default 512.
 	StatusBudget int
-	// Tick is the longest a placer waits between passes while sessions are
-	// pending (ages grow and reservations start without any etcd event).
-	// Default 2s.
+	// Tick is the longest a placer waits after a pass before the next
+	// while sessions are pending (ages grow and reservations start without
+	// any etcd event). Default 2s.
 	Tick time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
@@ -152,7 +152,17 @@ type Placer struct {
 	// (Config.Shared), which its owner runs; nil: the placer runs its own.
 	shared *SharedCaches
 
-	kick  chan struct{}
+	// kick and changed are signalled by every change the caches deliver,
+	// whose revision goes in delivered. catchUp and awaitOthers wait on
+	// kick for the caches to reach a revision; the loop waits on changed
+	// for a change that is not this placer's own binds coming back
+	// (awaitChange): those are laid over the caches already, and planning
+	// again on them would bind nothing.
+	kick, changed chan struct{}
+	delivered     struct {
+		sync.Mutex
+		revs map[int64]bool // since the newest pass began
+	}
 	ready chan struct{} // closed when the caches first synced
 	// passed is closed when the first pass has ended.
 	passed chan struct{}
@@ -218,6 +228,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		warnings: sc.Warnings,
 		shared:   cfg.Shared,
 		kick:     make(chan struct{}, 1),
+		changed:  make(chan struct{}, 1),
 		ready:    make(chan struct{}),
 		passed:   make(chan struct{}),
 		advice:   make(chan advice, 1),
@@ -227,24 +238,33 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		planCache: NewPlanCache(),
 	}
 	p.advisoryKV = cli
-	kick := func() {
+	p.delivered.revs = map[int64]bool{}
+	signal := func(ch chan struct{}) {
 		select {
-		case p.kick <- struct{}{}:
+		case ch <- struct{}{}:
 		default:
 		}
 	}
-	p.pending.AddHandler(func(watcher.Event[state.QueueEntry]) { kick() })
-	p.nodes.AddHandler(func(watcher.Event[state.Node]) { kick() })
+	// kick signals a change at revision rev.
+	kick := func(rev int64) {
+		p.delivered.Lock()
+		p.delivered.revs[rev] = true
+		p.delivered.Unlock()
+		signal(p.kick)
+		signal(p.changed)
+	}
+	p.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) { kick(ev.Revision) })
+	p.nodes.AddHandler(func(ev watcher.Event[state.Node]) { kick(ev.Revision) })
 	p.ledgers.AddHandler(func(ev watcher.Event[state.Ledger]) {
 		if takesOff(ev) {
 			p.freed.Store(max(p.freed.Load(), ev.Revision))
 		}
-		kick()
+		kick(ev.Revision)
 	})
-	p.cordons.AddHandler(func(watcher.Event[state.Cordon]) { kick() })
-	p.quotas.AddHandler(func(watcher.Event[state.Quota]) { kick() })
-	p.placers.AddHandler(func(watcher.Event[state.Placer]) { kick() })
-	p.warnings.AddHandler(func(watcher.Event[state.Warning]) { kick() })
+	p.cordons.AddHandler(func(ev watcher.Event[state.Cordon]) { kick(ev.Revision) })
+	p.quotas.AddHandler(func(ev watcher.Event[state.Quota]) { kick(ev.Revision) })
+	p.placers.AddHandler(func(ev watcher.Event[state.Placer]) { kick(ev.Revision) })
+	p.warnings.AddHandler(func(ev watcher.Event[state.Warning]) { kick(ev.Revision) })
 	return p
 }
 
@@ -399,6 +419,12 @@ func (p *Placer) loop(ctx context.Context) error {
 		if err := p.catchUp(ctx, waitBind, ledgerRev); err != nil {
 			return nil
 		}
+		// Every change delivered before the snapshot is in it (a cache
+		// publishes before it delivers): only later ones call for
+		// another pass.
+		p.delivered.Lock()
+		clear(p.delivered.revs)
+		p.delivered.Unlock()
 		started := time.Now()
 		res := p.pass(ctx)
 		if ctx.Err() != nil {
@@ -409,6 +435,9 @@ func (p *Placer) loop(ctx context.Context) error {
 		default:
 			close(p.passed)
 		}
+		// Tick counts from the end of this pass: a tick that fell during
+		// a long pass would start the next one at once.
+		tick.Reset(p.cfg.Tick)
 		took := time.Since(started)
 		bindRev, ledgerRev = max(bindRev, res.bindRev), max(ledgerRev, res.ledgerRev)
 		busy := res.bound > 0 || res.ledgerRev > 0 || res.conflicts > 0 // the loop plans again at once
@@ -430,6 +459,17 @@ func (p *Placer) loop(ctx context.Context) error {
 				}
 			}
 			continue
+		case res.bound > 0 && res.ledgerRev == 0 && res.conflicts == 0 && !res.deferred && len(res.others) == 0:
+			// The pass bound its whole plan, as planned: nothing else
+			// fits the state it planned on, which its binds, laid over
+			// the caches, now show. Planning again before something
+			// else changes would bind nothing, on the cores that
+			// deliver those binds.
+			failures = 0
+			if !p.awaitChange(ctx, tick.C) {
+				return nil
+			}
+			continue
 		case res.bound > 0 || res.ledgerRev > 0:
 			// Bound sessions or cleared a lost node: more may fit, plan
 			// again on the fresh state. Deferred decisions alone are no
@@ -448,11 +488,8 @@ func (p *Placer) loop(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		select {
-		case <-ctx.Done():
+		if !p.awaitChange(ctx, tick.C) {
 			return nil
-		case <-p.kick:
-		case <-tick.C:
 		}
 		// A pass that bound nothing is followed by at least as much rest
 		// as it took: while other placers commit, every event would kick
@@ -461,6 +498,36 @@ func (p *Placer) loop(ctx context.Context) error {
 			if !ctxwait.Sleep(ctx, rest) {
 				return nil
 			}
+		}
+	}
+}
+
+// awaitChange waits until the caches have delivered a change since the
+// newest pass began that is not one of this placer's binds coming back, or
+// until tick. It returns false when ctx ends. A bind's events delivered
+// before its transaction's response was recorded count as a change: one
+// pass more, that binds nothing.
+func (p *Placer) awaitChange(ctx context.Context, tick <-chan time.Time) bool {
+	for {
+		p.delivered.Lock()
+		foreign := false
+		for rev := range p.delivered.revs {
+			if !p.own.isOwn(rev) {
+				foreign = true
+				break
+			}
+			delete(p.delivered.revs, rev)
+		}
+		p.delivered.Unlock()
+		if foreign {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.changed:
+		case <-tick:
+			return true
 		}
 	}
 }

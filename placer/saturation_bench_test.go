@@ -37,7 +37,7 @@ func benchSaturated(b *testing.B, placers int) {
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, cli, s := benchCluster(b, nodes)
+	endpoint, cli, s := benchCluster(b, nodes)
 	rng := rand.New(rand.NewSource(11))
 
 	// Release every bound session after 1–3 s, as its agent would.
@@ -73,7 +73,7 @@ func benchSaturated(b *testing.B, placers int) {
 	}
 	first = append(first, benchSizes(rng, backlog)...)
 	submitAll(b, ctx, s, first, 64, nil)
-	ps := startPlacers(b, c.Server.Endpoint(), placers, Config{})
+	ps := startPlacers(b, endpoint, placers, Config{})
 	for _, p := range ps {
 		<-p.Ready()
 	}

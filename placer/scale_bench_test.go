@@ -82,12 +82,13 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 	// Full: every GPU bound, or no binding for 3 s after the first. The
 	// placer's metrics are read every 100 ms for its cache lag.
 	deadline := time.Now().Add(30 * time.Minute)
-	var maxLag, conflicts, txns float64
+	var maxLag, conflicts, txns, passes float64
 	metrics := &http.Client{Timeout: 5 * time.Second}
 	for {
 		if m, err := proc.Metrics(metrics); err == nil {
 			maxLag = max(maxLag, m["voyager_placer_cache_lag_revisions"])
 			conflicts, txns = m["voyager_placer_conflicts_total"], m["voyager_placer_bind_transactions_total"]
+			passes = m["voyager_placer_passes_total"]
 		}
 		mu.Lock()
 		full := gpus == nodes*8 || (bound > 0 && time.Since(last) > 3*time.Second)
@@ -106,6 +107,7 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	_, cpu := proc.Usage(b)
+	fullAt := time.Now()
 	// The process's lifecycle controller lists every session and status
 	// once the placer's first pass has ended: the peak resident memory is
 	// read once it has (it leads: the only process).
@@ -124,6 +126,16 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	hwm, _ := proc.Usage(b)
+	// Passes once full: the queue still holds sessions, but nothing
+	// changes that could let one fit, so every pass of the afterFull
+	// after the cluster filled is planning for nothing.
+	const afterFull = 5 * time.Second
+	time.Sleep(time.Until(fullAt.Add(afterFull)))
+	m, err := proc.Metrics(metrics)
+	if err != nil {
+		b.Fatalf("read the placer's metrics: %v", err)
+	}
+	idlePasses := m["voyager_placer_passes_total"] - passes
 	st, err := cli.Status(ctx, c.Server.Endpoint())
 	if err != nil {
 		b.Fatal(err)
@@ -139,6 +151,8 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(max(n, 1)), "placer-cpu-us/binding")
 	b.ReportMetric(float64(hwm)/1024, "placer-peak-rss-MiB")
 	b.ReportMetric(maxLag, "max-cache-lag-revs")
+	b.ReportMetric(passes, "passes-until-full")
+	b.ReportMetric(idlePasses, "passes-5s-after-full")
 	b.ReportMetric(conflicts, "conflicts")
 	b.ReportMetric(dbMiB, "etcd-db-MiB")
 	label := fmt.Sprintf("scale %d nodes x 8 GPUs, %d queued", nodes, sessions)
@@ -148,7 +162,7 @@ func benchScale(b *testing.B, bin string, nodes, sessions int) {
 	benchsum.Add(b, benchsum.Row{Figure: label + ": placer CPU per binding", Value: float64(cpu.Microseconds()) / float64(max(n, 1)), Unit: "µs"})
 	benchsum.Add(b, benchsum.Row{Figure: label + ": placer cache lag at most", Value: maxLag, Unit: "revisions"})
 	benchsum.Add(b, benchsum.Row{Figure: label + ": etcd db size", Value: dbMiB, Unit: "MiB"})
-	b.Logf("%s: voyager placer's first binding %s after start, full (%d sessions, %d of %d GPUs) %s after start; %.0f bindings/s; placer CPU until full %s (%.0f µs/binding), peak RSS with the lifecycle controller's caches listed %.0f MiB; %.0f bind txns, %.0f conflicts; cache lag at most %.0f revisions; etcd db %.0f MiB",
+	b.Logf("%s: voyager placer's first binding %s after start, full (%d sessions, %d of %d GPUs) %s after start; %.0f bindings/s; placer CPU until full %s (%.0f µs/binding), peak RSS with the lifecycle controller's caches listed %.0f MiB; %.0f bind txns, %.0f conflicts, %.0f passes until full and %.0f in the %s after; cache lag at most %.0f revisions; etcd db %.0f MiB",
 		label, toFirst.Round(time.Millisecond), n, g, nodes*8, toFull.Round(time.Millisecond), rate, cpu.Round(time.Millisecond),
-		float64(cpu.Microseconds())/float64(max(n, 1)), float64(hwm)/1024, txns, conflicts, maxLag, dbMiB)
+		float64(cpu.Microseconds())/float64(max(n, 1)), float64(hwm)/1024, txns, conflicts, passes, idlePasses, afterFull, maxLag, dbMiB)
 }

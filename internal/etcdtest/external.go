@@ -2,11 +2,16 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +38,10 @@ type ExternalOptions struct {
 	// for speed; benchmarks that report latency a user would see turn it
 	// on.
 	Fsync bool
+	// CPUs, when set, runs etcd on those CPUs only (taskset's list, as
+	// "0" or "0-1"): a benchmark gives etcd cores of its own, as a
+	// deployment gives it machines of its own.
+	CPUs string
 }
 
 // StartExternal starts Debian's etcd on free loopback ports with a fresh
@@ -62,6 +71,14 @@ func StartExternalWith(tb testing.TB, opts ExternalOptions) *External {
 	}
 	if !opts.Fsync {
 		args = append(args, "--unsafe-no-fsync")
+	}
+	if opts.CPUs != "" {
+		taskset, err := exec.LookPath("taskset")
+		if err != nil {
+			testreq.Missing(tb, "util-linux", fmt.Sprintf("taskset not found (%v): install Debian's util-linux", err))
+		}
+		args = append([]string{"-c", opts.CPUs, path}, args...)
+		path = taskset
 	}
 	cmd := runEtcd(tb, path, dir, args...)
 	e := &External{Endpoint: "http://" + client, cmd: cmd}
@@ -123,6 +140,37 @@ func waitAnswers(tb testing.TB, cli *clientv3.Client, dir string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// CPU is the CPU time etcd's process has used so far: the sum over its
+// threads of the time the kernel ran them (/proc/<pid>/task/*/schedstat,
+// nanoseconds, where /proc/<pid>/stat counts 10-ms ticks).
+func (e *External) CPU() (time.Duration, error) {
+	dir := fmt.Sprintf("/proc/%d/task", e.cmd.Process.Pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("list etcd's threads: %w", err)
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue // the thread has exited
+			}
+			return 0, fmt.Errorf("read etcd's thread %s: %w", t.Name(), err)
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("read etcd's thread %s: empty schedstat", t.Name())
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read etcd's thread %s: %w", t.Name(), err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
 }
 
 // Client returns a client of e, closed at cleanup.
