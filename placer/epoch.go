@@ -56,8 +56,9 @@ func PinEpoch(s *Snapshot, done, fresh int64) {
 		changed = max(changed, r)
 	}
 	changed = max(changed, s.Freed)
+	s.Fresh = max(fresh, changed)
 	if epoch == 0 || epoch <= done || epoch < changed {
-		s.Epoch = max(fresh, changed)
+		s.Epoch = s.Fresh
 		return
 	}
 	s.Epoch = epoch
@@ -121,10 +122,29 @@ func (p *planner) releasePinned() {
 }
 
 // placePinned holds what pinned session it holds, at its turn in the
-// order, and counts it in its owner's and groups' usage.
+// order, and counts it in its owner's and groups' usage. It marks the plan
+// collided when any of it was taken before its turn.
 func (p *planner) placePinned(it *Pending, plan *Plan) {
 	id := it.Entry.Session
 	for _, pp := range p.pinned[id] {
+		// What it holds must still be free: the epoch's plan gave it
+		// these at its turn (NewPlan plans afresh when not).
+		n := pp.node
+		for _, u := range pp.alloc.GPUs {
+			for i := range n.devices {
+				if n.devices[i].uuid == u && n.taken[i] {
+					p.collided = true
+				}
+			}
+		}
+		for _, port := range pp.alloc.Ports {
+			if n.ports[port] {
+				p.collided = true
+			}
+		}
+		if n.freeCPU < pp.alloc.CPUMilli || n.freeMem < pp.alloc.MemoryMiB {
+			p.collided = true
+		}
 		pp.node.hold(pp.alloc)
 		p.reindex(pp.node)
 		if pp.node.reservedFor == id {

@@ -162,8 +162,15 @@ type Placer struct {
 	delivered     struct {
 		sync.Mutex
 		revs map[int64]bool // since the newest pass began
+		// taken are the queue keys of the sessions a change at each
+		// revision of revs took off the queue (a deletion from
+		// pending/) or put on a node (an allocation new in a ledger).
+		taken map[int64][]string
 	}
 	ready chan struct{} // closed when the caches first synced
+	// idle is true while the loop waits for a change, having found none
+	// (awaitChange).
+	idle atomic.Bool
 	// passed is closed when the first pass has ended.
 	passed chan struct{}
 
@@ -238,28 +245,49 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		planCache: NewPlanCache(),
 	}
 	p.advisoryKV = cli
-	p.delivered.revs = map[int64]bool{}
+	p.delivered.revs, p.delivered.taken = map[int64]bool{}, map[int64][]string{}
 	signal := func(ch chan struct{}) {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
-	// kick signals a change at revision rev.
-	kick := func(rev int64) {
+	// note records a change at revision rev, with the queue keys of the
+	// sessions it took (delivered.taken), and signals it.
+	note := func(rev int64, taken ...string) {
 		p.delivered.Lock()
 		p.delivered.revs[rev] = true
+		if len(taken) > 0 {
+			p.delivered.taken[rev] = append(p.delivered.taken[rev], taken...)
+		}
 		p.delivered.Unlock()
 		signal(p.kick)
 		signal(p.changed)
 	}
-	p.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) { kick(ev.Revision) })
+	kick := func(rev int64) { note(rev) }
+	p.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) {
+		if ev.Type == watcher.Deleted {
+			note(ev.Revision, ev.Key)
+			return
+		}
+		kick(ev.Revision)
+	})
 	p.nodes.AddHandler(func(ev watcher.Event[state.Node]) { kick(ev.Revision) })
 	p.ledgers.AddHandler(func(ev watcher.Event[state.Ledger]) {
 		if takesOff(ev) {
 			p.freed.Store(max(p.freed.Load(), ev.Revision))
 		}
-		kick(ev.Revision)
+		var placed []string
+		if ev.Type != watcher.Deleted {
+			for id := range ev.Value.Allocations {
+				if ev.Prev == nil {
+					placed = append(placed, p.cfg.Keys.Pending(id))
+				} else if _, had := ev.Prev.Allocations[id]; !had {
+					placed = append(placed, p.cfg.Keys.Pending(id))
+				}
+			}
+		}
+		note(ev.Revision, placed...)
 	})
 	p.cordons.AddHandler(func(ev watcher.Event[state.Cordon]) { kick(ev.Revision) })
 	p.quotas.AddHandler(func(ev watcher.Event[state.Quota]) { kick(ev.Revision) })
@@ -424,6 +452,7 @@ func (p *Placer) loop(ctx context.Context) error {
 		// another pass.
 		p.delivered.Lock()
 		clear(p.delivered.revs)
+		clear(p.delivered.taken)
 		p.delivered.Unlock()
 		started := time.Now()
 		res := p.pass(ctx)
@@ -466,7 +495,7 @@ func (p *Placer) loop(ctx context.Context) error {
 			// else changes would bind nothing, on the cores that
 			// deliver those binds.
 			failures = 0
-			if !p.awaitChange(ctx, tick.C) {
+			if !p.awaitChange(ctx, tick.C, nil) {
 				return nil
 			}
 			continue
@@ -481,14 +510,29 @@ func (p *Placer) loop(ctx context.Context) error {
 				// snapshot. Planning again before the caches show their
 				// binds would plan those sessions again, for nothing,
 				// on the cores they commit with.
-				if !p.awaitOthers(ctx, res.others, min(max(2*took, 50*time.Millisecond), p.cfg.Tick)) {
+				planned := p.queueKeys(res.others)
+				all, ok := p.awaitOthers(ctx, res.others, min(max(2*took, 50*time.Millisecond), p.cfg.Tick))
+				if !ok {
+					return nil
+				}
+				// Their binds shown, the whole plan is bound: as when a
+				// placer binds the whole of it alone, planning again is
+				// for a change that is not one of the plan's binds.
+				if all && !p.awaitChange(ctx, tick.C, planned) {
 					return nil
 				}
 			}
 			continue
 		}
 		failures = 0
-		if !p.awaitChange(ctx, tick.C) {
+		// A pass that left the whole plan to other placers waits, as
+		// one that bound its share does, for a change that is not one
+		// of the plan's binds.
+		var planned map[string]bool
+		if res.conflicts == 0 && !res.deferred {
+			planned = p.queueKeys(res.others)
+		}
+		if !p.awaitChange(ctx, tick.C, planned) {
 			return nil
 		}
 		// A pass that bound nothing is followed by at least as much rest
@@ -503,39 +547,63 @@ func (p *Placer) loop(ctx context.Context) error {
 }
 
 // awaitChange waits until the caches have delivered a change since the
-// newest pass began that is not one of this placer's binds coming back, or
-// until tick. It returns false when ctx ends. A bind's events delivered
-// before its transaction's response was recorded count as a change: one
-// pass more, that binds nothing.
-func (p *Placer) awaitChange(ctx context.Context, tick <-chan time.Time) bool {
+// newest pass began that is not one of the plan's binds, or until tick. It
+// returns false when ctx ends. The plan's binds are this placer's own
+// transactions and, with planned (the queue keys of the plan's sessions
+// that other placers bind), every change at a revision that took one of
+// them off the queue or put it on a node: another placer's bind of its
+// share (each cache notes what it sees of the transaction, whichever
+// delivers it first). A cancel of such a session counts as a bind, and the
+// next change or tick plans its devices. A bind
+// of this placer's delivered before its transaction's response was
+// recorded counts as a change: one pass more, that binds nothing.
+func (p *Placer) awaitChange(ctx context.Context, tick <-chan time.Time, planned map[string]bool) bool {
 	for {
 		p.delivered.Lock()
 		foreign := false
 		for rev := range p.delivered.revs {
-			if !p.own.isOwn(rev) {
+			bind := p.own.isOwn(rev)
+			for _, key := range p.delivered.taken[rev] {
+				bind = bind || planned[key]
+			}
+			if !bind {
 				foreign = true
 				break
 			}
 			delete(p.delivered.revs, rev)
+			delete(p.delivered.taken, rev)
 		}
 		p.delivered.Unlock()
 		if foreign {
 			return true
 		}
+		p.idle.Store(true)
 		select {
 		case <-ctx.Done():
 			return false
 		case <-p.changed:
+			p.idle.Store(false)
 		case <-tick:
+			p.idle.Store(false)
 			return true
 		}
 	}
 }
 
+// queueKeys returns the queue keys of ps.
+func (p *Placer) queueKeys(ps []Pending) map[string]bool {
+	keys := make(map[string]bool, len(ps))
+	for _, o := range ps {
+		keys[p.cfg.Keys.Pending(o.Entry.Session)] = true
+	}
+	return keys
+}
+
 // awaitOthers waits until the pending cache no longer holds any of others
-// at the revision planned (another placer bound it, or it changed), or for
-// at most wait. It returns false when ctx ends.
-func (p *Placer) awaitOthers(ctx context.Context, others []Pending, wait time.Duration) bool {
+// at the revision planned (another placer bound it, or it changed): all is
+// true; or for at most wait: all is false. ok is false when ctx ends. It
+// reorders others.
+func (p *Placer) awaitOthers(ctx context.Context, others []Pending, wait time.Duration) (all, ok bool) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	k := p.cfg.Keys
@@ -548,13 +616,13 @@ func (p *Placer) awaitOthers(ctx context.Context, others []Pending, wait time.Du
 			}
 		}
 		if others = kept; len(others) == 0 {
-			return true
+			return true, true
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-deadline.C:
-			return true
+			return false, true
 		case <-p.kick:
 		}
 	}
@@ -804,6 +872,7 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	planStart := time.Now()
 	plan := NewPlan(snap, p.cfg.Plan)
 	planTook := time.Since(planStart)
+	snap.Epoch = plan.Epoch // the epoch the plan's binds record
 	if len(plan.Bound) == 0 {
 		// The epoch's plan is bound (or binds nothing): the next change
 		// starts a new epoch.

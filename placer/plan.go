@@ -101,6 +101,10 @@ type Waiting struct {
 
 // Plan is the outcome of one pass over a snapshot.
 type Plan struct {
+	// Epoch is the plan epoch its binds belong to: the snapshot's
+	// (Snapshot.Epoch), or, when the epoch the snapshot plans again could
+	// not be planned on it, the new one it starts (Snapshot.Fresh).
+	Epoch   int64
 	Bound   []Decision
 	Waiting []Waiting
 	// Reserved maps nodes held for long-waiting requests, or for a
@@ -126,7 +130,10 @@ type planner struct {
 	quotas bool
 	// holds marks every session some node is reserved for.
 	holds map[string]bool
-	usage usage
+	// collided is set when a pinned session, at its turn, finds a device
+	// it holds taken by a session placed before it.
+	collided bool
+	usage    usage
 	// ownerGroups caches groupsOf.
 	ownerGroups map[string][]string
 	// holding marks the sessions that hold nodes in this pass; holders
@@ -147,6 +154,32 @@ type failure struct{ reason, message string }
 // NewPlan plans the whole queue of s: the same snapshot and options always
 // give the same plan, so concurrent placers agree on it.
 func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
+	plan, collided := newPlan(s, opt)
+	if !collided {
+		return plan
+	}
+	// A pinned session's devices went to a session before its turn: the
+	// epoch was planned on a snapshot that did not show all this one
+	// does (each cache is at its own revision, so a queue entry older
+	// than the epoch can have been missing from it), and planning it
+	// again here places sessions on devices its binds hold. Every reader
+	// of this snapshot finds the same: the epoch is left, and the queue
+	// planned afresh, the epoch's binds held where they are.
+	fresh := *s
+	fresh.Pending = make([]Pending, 0, len(s.Pending))
+	for _, it := range s.Pending {
+		if !it.Pinned {
+			fresh.Pending = append(fresh.Pending, it)
+		}
+	}
+	fresh.Epoch = max(s.Fresh, s.Epoch)
+	plan, _ = newPlan(&fresh, opt)
+	return plan
+}
+
+// newPlan plans s; collided reports that a pinned session found a device
+// it holds already taken at its turn.
+func newPlan(s *Snapshot, opt PlanOptions) (plan *Plan, collided bool) {
 	if opt.Candidates <= 0 {
 		opt.Candidates = 16
 	}
@@ -190,7 +223,7 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 		p.quota = &q
 	}
 
-	plan := &Plan{Reserved: map[string]string{}, Waiting: make([]Waiting, 0, len(s.Pending))}
+	plan = &Plan{Epoch: s.Epoch, Reserved: map[string]string{}, Waiting: make([]Waiting, 0, len(s.Pending))}
 	if len(s.Held) > 0 {
 		pending := make(map[string]bool, len(s.Pending))
 		for i := range s.Pending {
@@ -225,7 +258,7 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	for i := range plan.Waiting {
 		plan.Waiting[i].Position = i + 1
 	}
-	return plan
+	return plan, p.collided
 }
 
 func byNodeName(a, b *nodeState) int { return strings.Compare(a.name, b.name) }

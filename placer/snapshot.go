@@ -69,6 +69,10 @@ type Snapshot struct {
 	// Epoch is the plan epoch this snapshot plans (PinEpoch): binds made
 	// from its plan record it in their allocations (state.Allocation.Plan).
 	Epoch int64
+	// Fresh is the epoch a plan of this snapshot starts when it plans a
+	// new one (PinEpoch): the newest revision it read. NewPlan starts it
+	// when the epoch the snapshot plans again cannot be planned on it.
+	Fresh int64
 	// Cache, when set, keeps what planning derives from each node's
 	// inventory and ledger between passes (see PlanCache). Set it only on
 	// snapshots read from etcd, whose revisions name their contents.
