@@ -275,7 +275,10 @@ func fragmentation(w world, nodes int) (partial, whole int) {
 // binding rate, conflicts per binding, and the ceiling: the bind
 // transactions the placers committed, committed again on the same etcd with
 // no planning and as many in flight (ceilingReplay), the median of
-// ceilingReplays replays.
+// ceilingReplays replays. The etcd=in-process cases run an embedded etcd in
+// this process; the etcd=own-core cases Debian's etcd in a process of its
+// own on a core of its own (benchClusterOwnCore), and report how busy
+// placement and the ceiling kept that core.
 func BenchmarkPlacementBurst(b *testing.B) {
 	// The placers run with the collector deploy/systemd/placer.env sets,
 	// and so, in this process, do the embedded etcd and the ceiling's
