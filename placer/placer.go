@@ -554,9 +554,10 @@ func (p *Placer) loop(ctx context.Context) error {
 // them off the queue or put it on a node: another placer's bind of its
 // share (each cache notes what it sees of the transaction, whichever
 // delivers it first). A cancel of such a session counts as a bind, and the
-// next change or tick plans its devices. A bind
-// of this placer's delivered before its transaction's response was
-// recorded counts as a change: one pass more, that binds nothing.
+// next change or tick plans its devices. This placer forgets a bind's
+// revision once both caches show it (ownWrites.overlay, at a snapshot): an
+// event of it delivered later counts as a change, one pass more that binds
+// nothing.
 func (p *Placer) awaitChange(ctx context.Context, tick <-chan time.Time, planned map[string]bool) bool {
 	for {
 		p.delivered.Lock()
