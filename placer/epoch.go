@@ -129,23 +129,9 @@ func (p *planner) placePinned(it *Pending, plan *Plan) {
 	for _, pp := range p.pinned[id] {
 		// What it holds must still be free: the epoch's plan gave it
 		// these at its turn (NewPlan plans afresh when not).
-		n := pp.node
-		for _, u := range pp.alloc.GPUs {
-			for i := range n.devices {
-				if n.devices[i].uuid == u && n.taken[i] {
-					p.collided = true
-				}
-			}
-		}
-		for _, port := range pp.alloc.Ports {
-			if n.ports[port] {
-				p.collided = true
-			}
-		}
-		if n.freeCPU < pp.alloc.CPUMilli || n.freeMem < pp.alloc.MemoryMiB {
+		if !pp.node.hold(pp.alloc) {
 			p.collided = true
 		}
-		pp.node.hold(pp.alloc)
 		p.reindex(pp.node)
 		if pp.node.reservedFor == id {
 			pp.node.reservedFor = ""

@@ -50,10 +50,9 @@ func (o *ownWrites) record(lws []state.LedgerWrite, ps []state.Placement, rev in
 	o.revs[rev] = true
 }
 
-// isOwn reports whether rev is the revision of a bind recorded here: every
-// change at rev is that transaction's, this placer's own write. An event
-// delivered before its transaction's response was recorded is not known
-// as its own.
+// isOwn reports whether rev is the revision of a bind recorded here and not
+// yet forgotten (overlay forgets it once both caches show it): every change
+// at rev is that transaction's, this placer's own write.
 func (o *ownWrites) isOwn(rev int64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()

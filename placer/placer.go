@@ -162,9 +162,9 @@ type Placer struct {
 	delivered     struct {
 		sync.Mutex
 		revs map[int64]bool // since the newest pass began
-		// taken are the queue keys of the sessions a change at each
-		// revision of revs took off the queue (a deletion from
-		// pending/) or put on a node (an allocation new in a ledger).
+		// taken are the sessions a change at each revision of revs
+		// took off the queue (a deletion from pending/) or put on a
+		// node (an allocation new in a ledger).
 		taken map[int64][]string
 	}
 	ready chan struct{} // closed when the caches first synced
@@ -252,8 +252,8 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		default:
 		}
 	}
-	// note records a change at revision rev, with the queue keys of the
-	// sessions it took (delivered.taken), and signals it.
+	// note records a change at revision rev, with the sessions it took
+	// (delivered.taken), and signals it.
 	note := func(rev int64, taken ...string) {
 		p.delivered.Lock()
 		p.delivered.revs[rev] = true
@@ -264,35 +264,36 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		signal(p.kick)
 		signal(p.changed)
 	}
-	kick := func(rev int64) { note(rev) }
 	p.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) {
 		if ev.Type == watcher.Deleted {
-			note(ev.Revision, ev.Key)
+			note(ev.Revision, ev.Value.Session)
 			return
 		}
-		kick(ev.Revision)
+		note(ev.Revision)
 	})
-	p.nodes.AddHandler(func(ev watcher.Event[state.Node]) { kick(ev.Revision) })
+	p.nodes.AddHandler(func(ev watcher.Event[state.Node]) { note(ev.Revision) })
 	p.ledgers.AddHandler(func(ev watcher.Event[state.Ledger]) {
 		if takesOff(ev) {
 			p.freed.Store(max(p.freed.Load(), ev.Revision))
 		}
 		var placed []string
 		if ev.Type != watcher.Deleted {
+			var before map[string]state.Allocation
+			if ev.Prev != nil {
+				before = ev.Prev.Allocations
+			}
 			for id := range ev.Value.Allocations {
-				if ev.Prev == nil {
-					placed = append(placed, p.cfg.Keys.Pending(id))
-				} else if _, had := ev.Prev.Allocations[id]; !had {
-					placed = append(placed, p.cfg.Keys.Pending(id))
+				if _, had := before[id]; !had {
+					placed = append(placed, id)
 				}
 			}
 		}
 		note(ev.Revision, placed...)
 	})
-	p.cordons.AddHandler(func(ev watcher.Event[state.Cordon]) { kick(ev.Revision) })
-	p.quotas.AddHandler(func(ev watcher.Event[state.Quota]) { kick(ev.Revision) })
-	p.placers.AddHandler(func(ev watcher.Event[state.Placer]) { kick(ev.Revision) })
-	p.warnings.AddHandler(func(ev watcher.Event[state.Warning]) { kick(ev.Revision) })
+	p.cordons.AddHandler(func(ev watcher.Event[state.Cordon]) { note(ev.Revision) })
+	p.quotas.AddHandler(func(ev watcher.Event[state.Quota]) { note(ev.Revision) })
+	p.placers.AddHandler(func(ev watcher.Event[state.Placer]) { note(ev.Revision) })
+	p.warnings.AddHandler(func(ev watcher.Event[state.Warning]) { note(ev.Revision) })
 	return p
 }
 
@@ -510,7 +511,7 @@ func (p *Placer) loop(ctx context.Context) error {
 				// snapshot. Planning again before the caches show their
 				// binds would plan those sessions again, for nothing,
 				// on the cores they commit with.
-				planned := p.queueKeys(res.others)
+				planned := sessionsOf(res.others)
 				all, ok := p.awaitOthers(ctx, res.others, min(max(2*took, 50*time.Millisecond), p.cfg.Tick))
 				if !ok {
 					return nil
@@ -530,7 +531,7 @@ func (p *Placer) loop(ctx context.Context) error {
 		// of the plan's binds.
 		var planned map[string]bool
 		if res.conflicts == 0 && !res.deferred {
-			planned = p.queueKeys(res.others)
+			planned = sessionsOf(res.others)
 		}
 		if !p.awaitChange(ctx, tick.C, planned) {
 			return nil
@@ -549,8 +550,8 @@ func (p *Placer) loop(ctx context.Context) error {
 // awaitChange waits until the caches have delivered a change since the
 // newest pass began that is not one of the plan's binds, or until tick. It
 // returns false when ctx ends. The plan's binds are this placer's own
-// transactions and, with planned (the queue keys of the plan's sessions
-// that other placers bind), every change at a revision that took one of
+// transactions and, with planned (the ids of the plan's sessions that
+// other placers bind), every change at a revision that took one of
 // them off the queue or put it on a node: another placer's bind of its
 // share (each cache notes what it sees of the transaction, whichever
 // delivers it first). A cancel of such a session counts as a bind, and the
@@ -564,8 +565,8 @@ func (p *Placer) awaitChange(ctx context.Context, tick <-chan time.Time, planned
 		foreign := false
 		for rev := range p.delivered.revs {
 			bind := p.own.isOwn(rev)
-			for _, key := range p.delivered.taken[rev] {
-				bind = bind || planned[key]
+			for _, id := range p.delivered.taken[rev] {
+				bind = bind || planned[id]
 			}
 			if !bind {
 				foreign = true
@@ -591,13 +592,13 @@ func (p *Placer) awaitChange(ctx context.Context, tick <-chan time.Time, planned
 	}
 }
 
-// queueKeys returns the queue keys of ps.
-func (p *Placer) queueKeys(ps []Pending) map[string]bool {
-	keys := make(map[string]bool, len(ps))
+// sessionsOf returns the session ids of ps.
+func sessionsOf(ps []Pending) map[string]bool {
+	ids := make(map[string]bool, len(ps))
 	for _, o := range ps {
-		keys[p.cfg.Keys.Pending(o.Entry.Session)] = true
+		ids[o.Entry.Session] = true
 	}
-	return keys
+	return ids
 }
 
 // awaitOthers waits until the pending cache no longer holds any of others

@@ -130,8 +130,9 @@ type planner struct {
 	quotas bool
 	// holds marks every session some node is reserved for.
 	holds map[string]bool
-	// collided is set when a pinned session, at its turn, finds a device
-	// it holds taken by a session placed before it.
+	// collided is set when a pinned session, at its turn, finds any of
+	// what it holds (devices, ports, CPU, memory) taken by a session
+	// placed before it.
 	collided bool
 	usage    usage
 	// ownerGroups caches groupsOf.
@@ -177,8 +178,8 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 	return plan
 }
 
-// newPlan plans s; collided reports that a pinned session found a device
-// it holds already taken at its turn.
+// newPlan plans s; collided reports that a pinned session found some of
+// what it holds already taken at its turn.
 func newPlan(s *Snapshot, opt PlanOptions) (plan *Plan, collided bool) {
 	if opt.Candidates <= 0 {
 		opt.Candidates = 16

@@ -212,13 +212,21 @@ func (n *nodeState) release(a *state.Allocation) {
 }
 
 // hold takes again what release freed: the devices of a that no decision
-// of this pass took meanwhile (one did only where the plan diverged from
-// the epoch's; the bind's refit then refuses that decision), its CPU,
-// memory and ports.
-func (n *nodeState) hold(a *state.Allocation) {
+// of this pass took meanwhile, its CPU, memory and ports. free reports that
+// all of it was still free; a decision took some only where the plan
+// diverged from the epoch's (NewPlan then plans afresh).
+func (n *nodeState) hold(a *state.Allocation) (free bool) {
+	free = n.freeCPU >= a.CPUMilli && n.freeMem >= a.MemoryMiB
+	for _, p := range a.Ports {
+		free = free && !n.ports[p]
+	}
 	for _, u := range a.GPUs {
 		for i := range n.devices {
-			if d := &n.devices[i]; d.uuid == u && !n.taken[i] {
+			if d := &n.devices[i]; d.uuid == u {
+				if n.taken[i] {
+					free = false
+					break
+				}
 				n.taken[i] = true
 				n.usedGPU++
 				if d.healthy && d.mig == "" {
@@ -230,6 +238,7 @@ func (n *nodeState) hold(a *state.Allocation) {
 	}
 	n.take(a)
 	n.released--
+	return free
 }
 
 func newNodeState(v *NodeView) *nodeState {
