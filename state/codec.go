@@ -2,9 +2,10 @@ package state
 
 import (
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"time"
+
+	json "github.com/goccy/go-json"
 )
 
 // Encode returns v as compact JSON, the form every value is stored in.
@@ -20,11 +21,18 @@ func Encode(v any) (string, error) {
 // reader keeps working with values written by a newer writer.
 func Decode[T any](b []byte) (T, error) {
 	var v T
-	if err := json.Unmarshal(b, &v); err != nil {
+	if err := decodeInto(b, &v); err != nil {
 		return v, fmt.Errorf("decode %T: %w", v, err)
 	}
 	return v, nil
 }
+
+// decodeInto parses b into the value v points to. The encoder is
+// goccy/go-json, not encoding/json: it reads a ledger about 4x faster and
+// writes one about 2x faster (issue 16; every cache and the placer's
+// binds do little else), and stores and reads the same bytes
+// (TestCodecIsEncodingJSON).
+func decodeInto(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // crockford is Crockford's base32 alphabet in lower case: no i, l, o, u,
 // so ids read aloud and typed by hand survive.

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	json "github.com/goccy/go-json"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
