@@ -202,7 +202,7 @@ func TestReleaseEndsTheEpoch(t *testing.T) {
 		t.Fatalf("control: the snapshot plans epoch %d, want the old epoch %d planned again", stale.Epoch, s.Epoch)
 	}
 	pinned := func(s *Snapshot, opt PlanOptions) *Plan {
-		p, _ := newPlan(s, opt)
+		p, _ := newPlan(s, opt, nil)
 		return p
 	}
 	if err := check(stale, pinned); err == nil {

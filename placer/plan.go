@@ -155,7 +155,7 @@ type failure struct{ reason, message string }
 // NewPlan plans the whole queue of s: the same snapshot and options always
 // give the same plan, so concurrent placers agree on it.
 func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
-	plan, collided := newPlan(s, opt)
+	plan, collided := newPlan(s, opt, nil)
 	if !collided {
 		return plan
 	}
@@ -174,13 +174,40 @@ func NewPlan(s *Snapshot, opt PlanOptions) *Plan {
 		}
 	}
 	fresh.Epoch = max(s.Fresh, s.Epoch)
-	plan, _ = newPlan(&fresh, opt)
+	plan, _ = newPlan(&fresh, opt, nil)
 	return plan
 }
 
+// planEmitting is NewPlan for a snapshot that plans no epoch again (no
+// session in it is pinned): such a plan never collides, so it is final as
+// it is made, and emit gets each decision of plan.Bound at once, in plan
+// order, on the calling goroutine, with what tells which nodes the plan
+// has filled (emitFunc). A placer commits them while the plan
+// goes on (pass). It reports false, planning nothing, if s pins a session.
+func planEmitting(s *Snapshot, opt PlanOptions, emit emitFunc) (*Plan, bool) {
+	if slices.ContainsFunc(s.Pending, func(it Pending) bool { return it.Pinned }) {
+		return nil, false
+	}
+	plan, _ := newPlan(s, opt, emit)
+	return plan, true
+}
+
+// emitFunc gets a decision as the plan makes it, with full, which reports
+// whether a node has no GPU device left free in the plan so far; both are
+// valid only during the call.
+type emitFunc func(d Decision, full func(node string) bool)
+
+// full reports whether the named node has no GPU device left free in the
+// plan so far (or is not in the snapshot).
+func (p *planner) full(name string) bool {
+	n := p.byName[name]
+	return n == nil || n.usedGPU >= n.totalGPU
+}
+
 // newPlan plans s; collided reports that a pinned session found some of
-// what it holds already taken at its turn.
-func newPlan(s *Snapshot, opt PlanOptions) (plan *Plan, collided bool) {
+// what it holds already taken at its turn. emit, if set, gets each
+// decision as it is made.
+func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided bool) {
 	if opt.Candidates <= 0 {
 		opt.Candidates = 16
 	}
@@ -253,6 +280,9 @@ func newPlan(s *Snapshot, opt PlanOptions) (plan *Plan, collided bool) {
 		if d, ok := p.place(it, position, plan); ok {
 			plan.Bound = append(plan.Bound, d)
 			order.placed(it.Entry.Owner, p.weightedShare)
+			if emit != nil {
+				emit(d, p.full)
+			}
 		}
 	}
 	// Positions among the still waiting, in processing order.

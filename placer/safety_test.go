@@ -110,7 +110,7 @@ func TestBindRefusesLedgerWrittenAfterPlan(t *testing.T) {
 		byName[snapshot.Nodes[i].Node.Name] = &snapshot.Nodes[i]
 	}
 	batches, _, _ := p.batch(plan.Bound, byName, snapshot)
-	p.commit(ctx, batches, byName, snapshot, &res)
+	commitAll(ctx, p, batches, byName, snapshot, &res)
 	if res.bound != 0 {
 		t.Errorf("bound %d sessions on a GPU the ledger gives to another session, want the txn refused", res.bound)
 	}
@@ -165,7 +165,7 @@ func TestBindCommitsTheRestWhenAnotherTookASession(t *testing.T) {
 		t.Fatalf("%d batches, want the three sessions in one", len(batches))
 	}
 	var res passResult
-	p.commit(ctx, batches, byName, snapshot, &res)
+	commitAll(ctx, p, batches, byName, snapshot, &res)
 	if res.bound != 2 || p.Stats().Conflicts != 1 {
 		t.Fatalf("bound %d with %d conflicts, want the 2 sessions not taken bound after 1 refusal", res.bound, p.Stats().Conflicts)
 	}
@@ -231,7 +231,7 @@ func commitPlan(t *testing.T, p *Placer, plan *Plan, snap *Snapshot, nodes map[s
 	if len(unfit) > 0 {
 		t.Fatalf("%d decisions fit no transaction", len(unfit))
 	}
-	p.commit(context.Background(), batches, nodes, snap, &res)
+	commitAll(context.Background(), p, batches, nodes, snap, &res)
 	return res
 }
 
@@ -649,4 +649,13 @@ func TestQuotaGuardKeepsBatchesParallel(t *testing.T) {
 	if err := s.read(ctx).check(1); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// commitAll commits batches, planned on snap, as a pass does, and waits.
+func commitAll(ctx context.Context, p *Placer, batches []*bindBatch, nodes map[string]*NodeView, snap *Snapshot, res *passResult) {
+	c := p.newCommitter(ctx, nodes, snap, res)
+	for _, b := range batches {
+		c.send(b, nil)
+	}
+	c.wait()
 }
