@@ -4,6 +4,8 @@ import (
 	stdjson "encoding/json"
 	"fmt"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,11 +76,11 @@ func fill(t *testing.T, v reflect.Value, depth int) {
 	}
 }
 
-// TestCodecIsEncodingJSON: Encode and Decode use a faster encoder than
-// encoding/json (issue 16), but what is stored must stay what
-// encoding/json writes and reads (operators' etcdctl, older readers,
-// docs/state.md): every stored type, every field set, encodes to the same
-// bytes, and decodes to the same value, as with encoding/json.
+// TestCodecIsEncodingJSON: Encode uses a faster encoder than encoding/json
+// (issue 16), but what is stored must stay what encoding/json writes and
+// reads (operators' etcdctl, older readers, docs/state.md): every stored
+// type, every field set, encodes to the same bytes, and decodes to the
+// same value, as with encoding/json.
 func TestCodecIsEncodingJSON(t *testing.T) {
 	for _, typ := range storedTypes {
 		rt := reflect.TypeOf(typ)
@@ -132,4 +134,35 @@ func TestDecodeRefusesWhatEncodingJSONRefuses(t *testing.T) {
 	if err != nil || l.Node != "n1" {
 		t.Fatalf("Decode with an unknown field = %+v, %v; want node n1 and no error", l, err)
 	}
+}
+
+// TestDecodeKeepsNotItsInput: caches hold what Decode returns for as long
+// as the key lives (100,000 queue entries at a large site), so a decoded
+// value must not keep its input alive: an entry stored with 64 KiB of a
+// field this reader does not know keeps a few hundred bytes, not the 64
+// KiB (goccy/go-json's strings point into its copy of the input).
+func TestDecodeKeepsNotItsInput(t *testing.T) {
+	pad := strings.Repeat("x", 64<<10)
+	b := []byte(`{"session":"s1","owner":"ada","kind":"batch","from_a_newer_writer":"` + pad + `"}`)
+	const n = 200
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	kept := make([]QueueEntry, n)
+	for i := range kept {
+		var err error
+		if kept[i], err = Decode[QueueEntry](b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	if per > 8<<10 {
+		t.Errorf("each decoded entry keeps %d bytes alive, want well under its 64 KiB input", per)
+	}
+	if kept[n-1].Owner != "ada" {
+		t.Fatalf("decoded %+v", kept[n-1])
+	}
+	runtime.KeepAlive(kept)
 }
