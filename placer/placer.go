@@ -936,6 +936,10 @@ func (p *Placer) pass(ctx context.Context) passResult {
 			}
 		}
 		batches, res.deferred, unfit = p.batch(ds, nodes, snap)
+		// The newest ledgers, read after the plan: a batch on a ledger
+		// another writer has moved since the snapshot re-checks its
+		// choices on it (buildBatch) rather than being refused.
+		c.fresh = p.ledgers.Snapshot()
 		for _, b := range batches {
 			c.send(b, nil)
 		}
@@ -1112,8 +1116,10 @@ func (p *Placer) batch(ds []Decision, nodes map[string]*NodeView, snap *Snapshot
 // (buildBatch reads this placer's own writes). It adds what it bound to
 // res.
 type committer struct {
-	p     *Placer
-	ctx   context.Context
+	p   *Placer
+	ctx context.Context
+	// fresh is the ledgers cache the batches build on (buildBatch); set
+	// before the first batch is sent.
 	fresh *watcher.Snapshot[state.Ledger]
 	nodes map[string]*NodeView
 	snap  *Snapshot
@@ -1131,8 +1137,9 @@ type committer struct {
 	sent     int
 }
 
-// newCommitter starts committing a pass planned on snap, whose node views
-// are nodes.
+// newCommitter returns the committer of a pass planned on snap, whose node
+// views are nodes; it writes on the ledgers cached now (fresh), and on
+// this placer's own writes newer than those.
 func (p *Placer) newCommitter(ctx context.Context, nodes map[string]*NodeView, snap *Snapshot, res *passResult) *committer {
 	return &committer{p: p, ctx: ctx, fresh: p.ledgers.Snapshot(), nodes: nodes, snap: snap,
 		prior: p.lastBind.Load(), readBack: len(p.owners()) > 1,
