@@ -1,8 +1,13 @@
 package placer
 
 import (
+	"encoding/json"
+	"fmt"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -85,4 +90,71 @@ func TestSharedDecodersMatchJSON(t *testing.T) {
 			t.Error("the owner is stored per allocation")
 		}
 	})
+}
+
+// fullLedger is a ledger with every field of every allocation set,
+// strings with characters JSON escapes.
+func fullLedger(node string, allocs int) state.Ledger {
+	l := state.Ledger{Node: node, Allocations: map[string]state.Allocation{}}
+	for i := range allocs {
+		id := fmt.Sprintf("s%02d-\"<x>&\u2028é", i)
+		l.Allocations[id] = state.Allocation{Kind: state.KindNotebook, Owner: "ada\"<&>", Groups: []string{"ml", "vision"},
+			Priority: -2, Preemptible: true, Role: state.RoleHead, GPUs: []string{fmt.Sprintf("GPU-%s-%d", node, i), "MIG-é"},
+			CPUMilli: 1500, MemoryMiB: 2048, Ports: []int{40000 + i, 40100 + i}, Plan: 77, Queued: t0.Add(time.Duration(i) * time.Nanosecond)}
+	}
+	return l
+}
+
+// TestDecodeLedgerIsEncodingJSON: decodeLedger reads with another decoder
+// than encoding/json; it reads every field the same, ignores fields a
+// newer writer added, and refuses what encoding/json refuses.
+func TestDecodeLedgerIsEncodingJSON(t *testing.T) {
+	k := state.MustKeys(state.DefaultPrefix)
+	decodeAsJSON(t, decodeLedger, k.Ledger("n1"), fullLedger("n1", 3))
+	decodeAsJSON(t, decodeLedger, k.Ledger("n1"), state.Ledger{Node: "n1"})
+	l, err := decodeLedger(k.Ledger("n1"), []byte(`{"node":"n1","from_a_newer_writer":{"x":[1,2]},"allocations":{}}`))
+	if err != nil || l.Node != "n1" || l.Allocations == nil {
+		t.Fatalf("decoded %+v, %v; want node n1, no allocations and no error", l, err)
+	}
+	for _, bad := range []string{``, `{`, `{"node": 5}`, `[]`, `{"allocations": {"s1": 3}}`, `{"node":"n1"} x`} {
+		var std state.Ledger
+		if json.Unmarshal([]byte(bad), &std) == nil {
+			t.Fatalf("encoding/json accepts %q: the case does not test a refusal", bad)
+		}
+		if _, err := decodeLedger(k.Ledger("n1"), []byte(bad)); err == nil {
+			t.Errorf("decodeLedger(%q) = nil error, want one", bad)
+		}
+	}
+}
+
+// TestDecodeLedgerKeepsNotItsInput: a ledger cache keeps what decodeLedger
+// returns for as long as the node lives, so that must not keep its input
+// alive: a ledger stored with 64 KiB of a field this reader does not know
+// keeps its allocations, not the 64 KiB.
+func TestDecodeLedgerKeepsNotItsInput(t *testing.T) {
+	k := state.MustKeys(state.DefaultPrefix)
+	v, err := state.Encode(fullLedger("n1", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte(v[:len(v)-1] + `,"from_a_newer_writer":"` + strings.Repeat("x", 64<<10) + `"}`)
+	const n = 200
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	kept := make([]state.Ledger, n)
+	for i := range kept {
+		if kept[i], err = decodeLedger(k.Ledger("n1"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n; per > 16<<10 {
+		t.Errorf("each decoded ledger keeps %d bytes alive, want well under its 64 KiB input", per)
+	}
+	if len(kept[n-1].Allocations) != 4 {
+		t.Fatalf("decoded %+v", kept[n-1])
+	}
+	runtime.KeepAlive(kept)
 }
