@@ -31,11 +31,12 @@ func Decode[T any](b []byte) (T, error) {
 // decodeInto parses b into the value v points to, with encoding/json.
 // Values are written with goccy/go-json (Encode, appendJSON: a ledger
 // about 2x faster, the same bytes, TestCodecIsEncodingJSON), but not read
-// with it: its strings point into its copy of the whole input, so a cache
-// of 20,000 queue entries decoded with it held 2,238 bytes per 1-KB entry
-// against 1,292, and a placer at 10,000 nodes and 100,000 queued sessions
-// peaked at 880-897 MiB against 720-736 (26 November), for reads about 4x
-// faster.
+// with it, though it reads about 4x faster: its strings point into its
+// copy of the whole input, so a decoded 1-KB queue entry kept 2,238 bytes
+// alive against 1,292 (26 November), and caches hold 100,000 of them at a
+// large site (TestDecodeKeepsNotItsInput). The placer's ledger cache,
+// which decodes every bind and holds one ledger per node, reads with it
+// and copies what it keeps (placer/decode.go).
 func decodeInto(b []byte, v any) error { return stdjson.Unmarshal(b, v) }
 
 // crockford is Crockford's base32 alphabet in lower case: no i, l, o, u,
