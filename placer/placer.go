@@ -894,12 +894,8 @@ func (p *Placer) pass(ctx context.Context) passResult {
 		plan     *Plan
 		streamed bool
 	)
-	if len(ids) == 1 {
-		plan, streamed = planEmitting(snap, p.cfg.Plan, func(d Decision, full func(string) bool) {
-			if mine(&d) {
-				st.offer(d, full)
-			}
-		})
+	if len(ids) == 1 { // alone: every decision is this placer's
+		plan, streamed = planEmitting(snap, p.cfg.Plan, st.offer)
 	}
 	if !streamed {
 		plan = NewPlan(snap, p.cfg.Plan)
@@ -913,28 +909,26 @@ func (p *Placer) pass(ctx context.Context) passResult {
 		// starts a new epoch.
 		p.doneEpoch.Store(max(p.doneEpoch.Load(), snap.Epoch))
 	}
-	var unfit []Decision
+	var (
+		unfit []Decision
+		ds    []Decision // this placer's share, when not streamed
+	)
 	n := 0
 	for i := range plan.Bound {
-		if d := &plan.Bound[i]; mine(d) {
-			n++
-		} else {
+		if d := &plan.Bound[i]; !mine(d) {
 			res.others = append(res.others, *d.Pending)
+			continue
+		}
+		n++
+		if !streamed {
+			ds = append(ds, plan.Bound[i])
 		}
 	}
 	if streamed {
 		st.end()
 		unfit = st.unfit
 	} else {
-		var (
-			batches []*bindBatch
-			ds      = make([]Decision, 0, n)
-		)
-		for i := range plan.Bound {
-			if mine(&plan.Bound[i]) {
-				ds = append(ds, plan.Bound[i])
-			}
-		}
+		var batches []*bindBatch
 		batches, res.deferred, unfit = p.batch(ds, nodes, snap)
 		// The newest ledgers, read after the plan: a batch on a ledger
 		// another writer has moved since the snapshot re-checks its
