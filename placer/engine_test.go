@@ -365,3 +365,30 @@ func TestAnEpochPlannedWithoutPartOfTheQueueIsLeft(t *testing.T) {
 		t.Errorf("%d sessions bound on a node ada's session fills", n)
 	}
 }
+
+// TestStoppedSharedCachesAreAShutdown: caches shared with the other
+// components of a process (Config.Shared) run under their own context, and
+// on a shutdown they can stop before the placer's context is cancelled.
+// Here they have stopped before the placer even starts: the placer stops
+// cleanly, as on its own cancellation, rather than failing the process's
+// shutdown with "cache stopped before its first sync" (which is what
+// voyager dev once printed on a Ctrl-C just after start).
+func TestStoppedSharedCachesAreAShutdown(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	shared := NewSharedCaches(cli, state.MustKeys(state.DefaultPrefix), quietLogger())
+	p := New(cli, Config{Shared: shared, Logger: quietLogger()})
+	sctx, stop := context.WithCancel(context.Background())
+	stop()
+	if err := shared.Run(sctx); err != nil {
+		t.Fatalf("shared caches: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := p.Run(ctx); err != nil {
+		t.Errorf("Run after the shared caches were stopped = %v, want nil", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Run waited for its own context to end, want it to stop with the caches it reads")
+	}
+}

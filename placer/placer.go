@@ -314,7 +314,10 @@ func (p *Placer) Stats() Stats {
 		Conflicts: p.conflicts.Load(), Lost: p.lost.Load(), Statuses: p.statuses.Load()}
 }
 
-// Run places sessions until ctx ends. It returns nil when ctx is cancelled.
+// Run places sessions until ctx ends. It returns nil when ctx is cancelled,
+// and when the shared caches it reads (Config.Shared) were stopped by the
+// end of their own context before they first synced: on a process's
+// shutdown they may hear of it first.
 func (p *Placer) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -415,7 +418,11 @@ func (p *Placer) register(ctx context.Context) error {
 func (p *Placer) loop(ctx context.Context) error {
 	for _, c := range []interface{ WaitSynced(context.Context) error }{p.pending, p.nodes, p.ledgers, p.cordons, p.quotas, p.placers, p.warnings} {
 		if err := c.WaitSynced(ctx); err != nil {
-			if ctx.Err() != nil {
+			// A shared cache (Config.Shared) runs under another
+			// component's context: on a shutdown it can stop before
+			// ctx here is cancelled, and it says so with its context's
+			// error. That is the same shutdown, not a failure.
+			if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 				return nil
 			}
 			return fmt.Errorf("sync placer caches: %w", err)

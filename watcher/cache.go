@@ -43,7 +43,11 @@ func JSON[T any](key string, value []byte) (T, error) {
 var ErrStarted = errors.New("cache already started")
 
 // ErrStopped is returned by WaitSynced when Run returned before the first
-// list was applied.
+// list was applied. Run returns only when its context ends, so the error
+// also wraps that context's error (context.Canceled or
+// context.DeadlineExceeded): a reader of a cache that another component
+// runs can tell that the cache was stopped by a shutdown, even before its
+// own context hears of it.
 var ErrStopped = errors.New("cache stopped before its first sync")
 
 // Cache is a typed copy of one etcd prefix, kept current by Run.
@@ -66,6 +70,7 @@ type Cache[T any] struct {
 	relists      atomic.Int64
 	synced       chan struct{}
 	done         chan struct{}
+	stopped      error // why Run returned: its context's error; set before done is closed
 
 	mu        sync.Mutex // guards the fields below until Run starts
 	started   bool
@@ -206,7 +211,10 @@ func (c *Cache[T]) WaitSynced(ctx context.Context) error {
 		case <-c.synced:
 			return nil
 		default:
-			return fmt.Errorf("wait for sync of %s: %w", c.opts.Name, ErrStopped)
+			if c.stopped == nil {
+				return fmt.Errorf("wait for sync of %s: %w", c.opts.Name, ErrStopped)
+			}
+			return fmt.Errorf("wait for sync of %s: %w (%w)", c.opts.Name, ErrStopped, c.stopped)
 		}
 	case <-ctx.Done():
 		return fmt.Errorf("wait for sync of %s: %w", c.opts.Name, ctx.Err())
@@ -232,5 +240,6 @@ func (c *Cache[T]) Run(ctx context.Context) error {
 		}
 	}()
 	c.loop(ctx)
+	c.stopped = ctx.Err()
 	return nil
 }

@@ -867,22 +867,46 @@ func (f *failingKV) Get(context.Context, string, ...clientv3.OpOption) (*clientv
 	return nil, errors.New("injected: etcd unreachable")
 }
 
+// TestWaitSyncedFailsWhenRunStopsFirst: a cache whose Run ended before its
+// first list fails WaitSynced with ErrStopped, and says which end of its
+// context stopped it, so that a reader of a cache run by another component
+// can tell a shutdown from a failure.
 func TestWaitSyncedFailsWhenRunStopsFirst(t *testing.T) {
-	kv := &failingKV{}
-	c := watcher.New(struct {
-		clientv3.KV
-		clientv3.Watcher
-	}{kv, nil}, "/f/", watcher.JSON[val], testOptions(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- c.Run(ctx) }()
-	eventually(t, "list retries", func() bool { return kv.gets.Load() >= 3 })
-	cancel()
-	if err := <-errc; err != nil {
-		t.Errorf("Run = %v", err)
-	}
-	if err := c.WaitSynced(context.Background()); !errors.Is(err, watcher.ErrStopped) {
-		t.Errorf("WaitSynced = %v, want ErrStopped", err)
+	for _, tc := range []struct {
+		name  string
+		end   func(context.Context) (context.Context, func())
+		cause error
+	}{
+		{"cancelled", func(ctx context.Context) (context.Context, func()) {
+			ctx, cancel := context.WithCancel(ctx)
+			return ctx, cancel
+		}, context.Canceled},
+		{"deadline", func(ctx context.Context) (context.Context, func()) {
+			// The deadline passes while the list keeps failing.
+			ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			t.Cleanup(cancel)
+			return ctx, func() {}
+		}, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := &failingKV{}
+			c := watcher.New(struct {
+				clientv3.KV
+				clientv3.Watcher
+			}{kv, nil}, "/f/", watcher.JSON[val], testOptions(t))
+			ctx, end := tc.end(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- c.Run(ctx) }()
+			eventually(t, "list retries", func() bool { return kv.gets.Load() >= 3 })
+			end()
+			if err := <-errc; err != nil {
+				t.Errorf("Run = %v", err)
+			}
+			err := c.WaitSynced(context.Background())
+			if !errors.Is(err, watcher.ErrStopped) || !errors.Is(err, tc.cause) {
+				t.Errorf("WaitSynced = %v, want ErrStopped and %v", err, tc.cause)
+			}
+		})
 	}
 }
 
