@@ -4,14 +4,17 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -316,6 +319,11 @@ func BenchmarkPlacementBurst(b *testing.B) {
 	}
 }
 
+// burstProfile names the CPU profiles BenchmarkPlacementBurst writes of
+// each measured window, from the gate to the last binding (name, then the
+// case and a time).
+var burstProfile = flag.String("burst.cpuprofile", "", "BenchmarkPlacementBurst: write a CPU profile of each measured window to this path plus the case's name")
+
 // ceilingReplays is how many times a burst's transactions are replayed for
 // its ceiling (the median counts).
 const ceilingReplays = 3
@@ -365,6 +373,7 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 		cpuAtLast = cpu
 		mu.Unlock()
 	})
+	profiling := false
 	rec := &txnRecorder{bindingDir: []byte(s.k.AllBindings())}
 	gate := make(chan struct{})
 	ps, stop := startRecordedPlacers(b, endpoint, placers, Config{Plan: PlanOptions{Strategy: strategy}, start: gate}, rec)
@@ -386,6 +395,20 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	if early != 0 {
 		b.Fatalf("%d sessions were bound before the placers were let start", early)
 	}
+	if *burstProfile != "" && measure {
+		// The profile covers the window only: not the submission, the
+		// sync or the ceiling's replays.
+		f, err := os.Create(fmt.Sprintf("%s.%s.%d", *burstProfile, strings.ReplaceAll(b.Name(), "/", "_"), time.Now().UnixNano()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile() // if the window fails
+		profiling = true
+	}
 	start := time.Now()
 	close(gate)
 	cpuStart := processCPU(b)
@@ -401,6 +424,13 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 		mu.Unlock()
 		if !quiet {
 			return false
+		}
+		if profiling {
+			// It ends a quiet second after the last binding: what the
+			// placers do after their binds (the waiting sessions'
+			// statuses) is in it, the check below is not.
+			pprof.StopCPUProfile()
+			profiling = false
 		}
 		ok, ww := s.settled(ctx, PlanOptions{Strategy: strategy})
 		w = ww

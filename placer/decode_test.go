@@ -158,3 +158,26 @@ func TestDecodeLedgerKeepsNotItsInput(t *testing.T) {
 	}
 	runtime.KeepAlive(kept)
 }
+
+// TestInternKeepsOneCopyAcrossCollections: a value interned before a
+// collection and the same value decoded after it share one copy, and
+// neither is the memory it was read from. (unique.Make, which intern
+// used before, stored a new copy after each collection: its table holds a
+// value only while a handle to it lives.)
+func TestInternKeepsOneCopyAcrossCollections(t *testing.T) {
+	read := func() string { return string([]byte("owner-" + t.Name())) } // a fresh copy each time
+	in := read()
+	first := intern(in)
+	if unsafe.StringData(first) == unsafe.StringData(in) {
+		t.Fatalf("intern returned its input, which may point into a decoder's buffer")
+	}
+	runtime.GC()
+	runtime.GC()
+	second := intern(read())
+	if unsafe.StringData(first) != unsafe.StringData(second) {
+		t.Errorf("the same value interned before and after a collection: two copies, want one")
+	}
+	if first != "owner-"+t.Name() || second != first {
+		t.Errorf("interned %q and %q, want %q", first, second, "owner-"+t.Name())
+	}
+}
