@@ -28,7 +28,7 @@ func bindBuildFixture(tb testing.TB, halfFull bool) (*Placer, *bindBatch, *watch
 				lws = append(lws, state.LedgerWrite{Node: v.Node.Name, Ledger: v.Ledger})
 			}
 		}
-		p.own.record(lws, nil, 1<<20)
+		p.own.record(lws, nil, 1<<20, nil)
 	}
 	plan := NewPlan(s, PlanOptions{})
 	nodes := map[string]*NodeView{}

@@ -1,7 +1,10 @@
 package placer
 
 import (
+	"bytes"
 	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -23,6 +26,20 @@ type ownWrites struct {
 	// revs are the revisions of the binds recorded, until both caches
 	// show them: their events are this placer's own writes coming back.
 	revs map[int64]bool
+	// sent are the ledger values of bind transactions sent and not yet
+	// seen by the ledgers cache's decoder, by ledger key: a value that
+	// comes back byte for byte is the ledger it was encoded from, which
+	// the decoder then need not read (sentLedger).
+	sent map[string]sentLedger
+	// taken counts the ledger values the decoder took from sent.
+	taken int64
+}
+
+// sentLedger is a ledger as this placer encoded it into a bind.
+type sentLedger struct {
+	value  []byte
+	ledger state.Ledger
+	rev    int64 // the bind's revision once committed; 0 before
 }
 
 type ownLedger struct {
@@ -31,12 +48,52 @@ type ownLedger struct {
 }
 
 func newOwnWrites() *ownWrites {
-	return &ownWrites{ledgers: map[string]ownLedger{}, bound: map[string]int64{}, revs: map[int64]bool{}}
+	return &ownWrites{ledgers: map[string]ownLedger{}, bound: map[string]int64{}, revs: map[int64]bool{}, sent: map[string]sentLedger{}}
+}
+
+// send remembers the ledger values of a bind about to be sent: ops[i]
+// writes lws[i] (state.BindOps). The ledgers' maps must not change
+// afterwards.
+func (o *ownWrites) send(lws []state.LedgerWrite, ops []clientv3.Op) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := range lws {
+		o.sent[string(ops[i].KeyBytes())] = sentLedger{value: ops[i].ValueBytes(), ledger: lws[i].Ledger}
+	}
+}
+
+// unsend forgets the ledger values of a bind that did not commit.
+func (o *ownWrites) unsend(ops []clientv3.Op, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := range n {
+		key := string(ops[i].KeyBytes())
+		if sl, ok := o.sent[key]; ok && sl.rev == 0 && bytes.Equal(sl.value, ops[i].ValueBytes()) {
+			delete(o.sent, key)
+		}
+	}
+}
+
+// sentLedger returns the ledger that this placer encoded as value, if value
+// is byte for byte a ledger value it sent for key, and forgets it: equal
+// bytes decode to an equal ledger, whoever wrote them. The watch delivers
+// each write once; a list after it decodes as usual.
+func (o *ownWrites) sentLedger(key string, value []byte) (state.Ledger, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	sl, ok := o.sent[key]
+	if !ok || !bytes.Equal(sl.value, value) {
+		return state.Ledger{}, false
+	}
+	delete(o.sent, key)
+	o.taken++
+	return sl.ledger, true
 }
 
 // record remembers a committed bind at rev: the ledgers as written and the
-// sessions bound. The ledgers' maps must not change afterwards.
-func (o *ownWrites) record(lws []state.LedgerWrite, ps []state.Placement, rev int64) {
+// sessions bound; ops are the bind's operations (ops[i] writes lws[i]), as
+// sent (send), or nil. The ledgers' maps must not change afterwards.
+func (o *ownWrites) record(lws []state.LedgerWrite, ps []state.Placement, rev int64, ops []clientv3.Op) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, lw := range lws {
@@ -46,6 +103,15 @@ func (o *ownWrites) record(lws []state.LedgerWrite, ps []state.Placement, rev in
 	}
 	for _, pl := range ps {
 		o.bound[pl.Session] = max(o.bound[pl.Session], rev)
+	}
+	for i := range min(len(lws), len(ops)) {
+		// The bind's values the decoder has not taken yet: forgotten
+		// once the cache is past rev (overlay).
+		key := string(ops[i].KeyBytes())
+		if sl, ok := o.sent[key]; ok && sl.rev == 0 && bytes.Equal(sl.value, ops[i].ValueBytes()) {
+			sl.rev = rev
+			o.sent[key] = sl
+		}
 	}
 	o.revs[rev] = true
 }
@@ -88,6 +154,11 @@ func (o *ownWrites) overlay(s *Snapshot, ledgersRev, pendingRev int64) {
 	for rev := range o.revs {
 		if rev <= min(ledgersRev, pendingRev) {
 			delete(o.revs, rev)
+		}
+	}
+	for key, sl := range o.sent {
+		if sl.rev != 0 && sl.rev <= ledgersRev {
+			delete(o.sent, key) // the cache read it without asking, or a newer value
 		}
 	}
 	if len(o.ledgers) > 0 {

@@ -1,6 +1,7 @@
 package placer
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -16,7 +17,7 @@ func TestOwnWritesOverlay(t *testing.T) {
 	n := gpuNode("n1", 8, "A100")
 	bound := holding(view(n), "s1", "ada", 4).Ledger
 	bind := func(o *ownWrites) {
-		o.record([]state.LedgerWrite{{Node: "n1", Ledger: bound}}, []state.Placement{{Session: "s1"}}, 10)
+		o.record([]state.LedgerWrite{{Node: "n1", Ledger: bound}}, []state.Placement{{Session: "s1"}}, 10, nil)
 	}
 	cases := []struct {
 		name                    string
@@ -81,5 +82,64 @@ func TestDropBoundKeepsOnlyWhatNoLaterLedgerHolds(t *testing.T) {
 	}
 	if !slices.Equal(ids, []string{"requeued", "waiting"}) {
 		t.Fatalf("queue %v after dropBound; want requeued (queued after the ledger listing it) and waiting", ids)
+	}
+}
+
+// TestSentLedgerIsTakenOnce: a ledger value that comes back byte for byte
+// as it was sent is taken as the ledger it was encoded from, once; other
+// bytes for the key, a bind that did not commit, and a value the cache has
+// read past are not.
+func TestSentLedgerIsTakenOnce(t *testing.T) {
+	k := state.MustKeys(state.DefaultPrefix)
+	n := gpuNode("n1", 8, "A100")
+	lws := []state.LedgerWrite{{Node: "n1", Ledger: holding(view(n), "s1", "ada", 4).Ledger}}
+	_, ops, err := state.BindOps(k, lws, []state.Placement{{Session: "s1", PendingRevision: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, value := k.Ledger("n1"), ops[0].ValueBytes()
+	if string(ops[0].KeyBytes()) != key {
+		t.Fatalf("ops[0] writes %s, want the ledger %s", ops[0].KeyBytes(), key)
+	}
+	same := func(a, b state.Ledger) bool {
+		return reflect.ValueOf(a.Allocations).UnsafePointer() == reflect.ValueOf(b.Allocations).UnsafePointer()
+	}
+
+	o := newOwnWrites()
+	o.send(lws, ops)
+	if _, ok := o.sentLedger(key, append([]byte(nil), value[:len(value)-1]...)); ok {
+		t.Errorf("other bytes for the key were taken as the sent ledger")
+	}
+	if _, ok := o.sentLedger(k.Ledger("n2"), value); ok {
+		t.Errorf("the bytes under another key were taken as the sent ledger")
+	}
+	got, ok := o.sentLedger(key, append([]byte(nil), value...))
+	if !ok || !same(got, lws[0].Ledger) {
+		t.Fatalf("the sent bytes were not taken as the sent ledger")
+	}
+	if _, ok := o.sentLedger(key, value); ok {
+		t.Errorf("a sent ledger was taken twice")
+	}
+	if o.taken != 1 {
+		t.Errorf("taken = %d, want 1", o.taken)
+	}
+
+	o.send(lws, ops)
+	o.unsend(ops, len(lws))
+	if _, ok := o.sentLedger(key, value); ok {
+		t.Errorf("the ledger of a bind that did not commit was taken")
+	}
+
+	o.send(lws, ops)
+	o.record(lws, []state.Placement{{Session: "s1"}}, 10, ops)
+	o.overlay(&Snapshot{}, 9, 9)
+	if _, ok := o.sentLedger(key, value); !ok {
+		t.Errorf("a committed ledger was forgotten before the cache reached its revision")
+	}
+	o.send(lws, ops)
+	o.record(lws, []state.Placement{{Session: "s1"}}, 11, ops)
+	o.overlay(&Snapshot{}, 11, 11)
+	if _, ok := o.sentLedger(key, value); ok {
+		t.Errorf("a committed ledger was still taken after the cache read past its revision")
 	}
 }

@@ -245,6 +245,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		planCache: NewPlanCache(),
 	}
 	p.advisoryKV = cli
+	sc.sent.Store(p.own)
 	p.delivered.revs, p.delivered.taken = map[int64]bool{}, map[int64][]string{}
 	signal := func(ch chan struct{}) {
 		select {
@@ -1422,14 +1423,19 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 				reads = nil
 			}
 		}
+		// The ledger values are remembered before they are sent: their
+		// watch event can come before the reply.
+		p.own.send(lws, ops)
 		resp, err := p.cli.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
 		if err != nil {
+			p.own.unsend(ops, len(lws))
 			return 0, 0, stale, fmt.Errorf("commit bind txn: %w", err)
 		}
 		if resp.Succeeded {
-			p.own.record(lws, ps, resp.Header.Revision)
+			p.own.record(lws, ps, resp.Header.Revision, ops)
 			return len(ps), resp.Header.Revision, stale, nil
 		}
+		p.own.unsend(ops, len(lws))
 		if len(reads) == 0 {
 			return 0, 0, stale, nil
 		}
@@ -1440,6 +1446,13 @@ func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.S
 		// the same compares (Nomad's plan applier commits the part of a
 		// plan that still fits). If no session moved, a ledger, node,
 		// cordon or quota did: the next pass plans again.
+		// The retry takes sessions off the ledgers it writes: off copies,
+		// since the decoder may have handed the sent ones to the ledgers
+		// cache (another placer can write the very same bytes).
+		for _, lw := range lws {
+			w := t.writes[lw.Node]
+			w.Ledger.Allocations = maps.Clone(w.Ledger.Allocations)
+		}
 		kept := ps[:0]
 		for i, pl := range ps {
 			rr := resp.Responses[i].GetResponseRange()

@@ -47,6 +47,7 @@ type Placement struct {
 // or none of it: a gang session's parts are always in one batch. Each quota
 // that a placement was checked against is guarded once per batch
 // (QuotaGuard). Its size is BindSize plus QuotaGuardSize of the batch.
+// The operations begin with the ledgers' puts, ops[i] writing ledgers[i].
 func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []clientv3.Op, error) {
 	cmps := make([]clientv3.Cmp, 0, 3*len(ledgers)+len(ps))
 	ops := make([]clientv3.Op, 0, len(ledgers)+3*len(ps))
