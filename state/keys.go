@@ -67,9 +67,18 @@ func (k Keys) All() string { return k.prefix + "/" }
 func (k Keys) dir(d string) string            { return k.prefix + "/" + d + "/" }
 func (k Keys) key(d, name string) string      { return k.prefix + "/" + d + "/" + name }
 func (k Keys) key2(d, a, b string) string     { return k.prefix + "/" + d + "/" + a + "/" + b }
-func (k Keys) hasDir(d, key string) bool      { return strings.HasPrefix(key, k.dir(d)) }
-func (k Keys) trimDir(d, key string) string   { return key[len(k.dir(d)):] }
+func (k Keys) trimDir(d, key string) string   { return key[len(k.prefix)+len(d)+2:] }
 func (k Keys) splitIn(d, key string) []string { return strings.Split(k.trimDir(d, key), "/") }
+
+// hasDir reports whether key is under k.dir(d), without building that
+// string: the placer asks it of every queued key at every pass.
+func (k Keys) hasDir(d, key string) bool {
+	rest, ok := strings.CutPrefix(key, k.prefix)
+	if !ok || len(rest) < len(d)+2 || rest[0] != '/' {
+		return false
+	}
+	return rest[1:1+len(d)] == d && rest[1+len(d)] == '/'
+}
 
 // Sessions is the prefix of session specs.
 func (k Keys) Sessions() string { return k.dir(dirSessions) }

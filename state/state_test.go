@@ -73,6 +73,17 @@ func TestKeysRoundTrip(t *testing.T) {
 	if _, ok := k.SessionID(k.Node("n1")); ok {
 		t.Error("SessionID accepted a node key")
 	}
+	// Near misses: another prefix that starts with this one, a directory
+	// that starts with a known one, a directory without its slash, an
+	// empty id.
+	for _, key := range []string{"/lab/vx/sessions/s1", "/lab/sessions/s1", "/lab/v/sessionsx/s1", "/lab/v/sessions", "/lab/v/sessions/", "/lab/v//sessions/s1", "/lab/v"} {
+		if id, ok := k.SessionID(key); ok {
+			t.Errorf("SessionID(%q) = %q, true; want false", key, id)
+		}
+		if n, ok := k.NodeName(strings.Replace(key, "sessions", "nodes", 1)); ok {
+			t.Errorf("NodeName(%q) = %q, true; want false", key, n)
+		}
+	}
 	if p, ok := k.ProfileName(k.Profile("a100")); !ok || p != "a100" {
 		t.Errorf("ProfileName = %q %v", p, ok)
 	}
