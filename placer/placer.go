@@ -443,7 +443,11 @@ func (p *Placer) loop(ctx context.Context) error {
 	var (
 		bindRev, ledgerRev int64 // our writes: wait for the caches to see them
 		failures           int
-		advised            time.Time // when a pass's advice was last offered
+		// When a pass's advice was last offered: as if at the start, so
+		// that the first passes of a burst do not explain either (each
+		// of three placers wrote its StatusBudget of statuses after its
+		// first pass, beside the others' binds).
+		advised = time.Now()
 	)
 	for {
 		// Own binds are laid over the caches (ownWrites): wait for the
@@ -611,22 +615,33 @@ func sessionsOf(ps []Pending) map[string]bool {
 
 // awaitOthers waits until the pending cache no longer holds any of others
 // at the revision planned (another placer bound it, or it changed): all is
-// true; or for at most wait: all is false. ok is false when ctx ends. It
-// reorders others.
+// true; or for at most wait: all is false. ok is false when ctx ends.
 func (p *Placer) awaitOthers(ctx context.Context, others []Pending, wait time.Duration) (all, ok bool) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	k := p.cfg.Keys
+	// The sessions' queue keys, built once: every event the caches
+	// deliver wakes this loop, and a burst delivers hundreds.
+	type waiting struct {
+		key string
+		rev int64
+	}
+	left := make([]waiting, len(others))
+	for i, o := range others {
+		left[i] = waiting{p.cfg.Keys.Pending(o.Entry.Session), o.Revision}
+	}
+	seen := int64(-1) // the pending cache's revision last looked at
 	for {
-		snap := p.pending.Snapshot()
-		kept := others[:0]
-		for _, o := range others {
-			if it, ok := snap.Item(k.Pending(o.Entry.Session)); ok && it.ModRevision == o.Revision {
-				kept = append(kept, o)
+		if snap := p.pending.Snapshot(); snap.Revision() != seen {
+			seen = snap.Revision()
+			kept := left[:0]
+			for _, w := range left {
+				if it, ok := snap.Item(w.key); ok && it.ModRevision == w.rev {
+					kept = append(kept, w)
+				}
 			}
-		}
-		if others = kept; len(others) == 0 {
-			return true, true
+			if left = kept; len(left) == 0 {
+				return true, true
+			}
 		}
 		select {
 		case <-ctx.Done():
