@@ -107,8 +107,16 @@ func TestPlacerBindsAndExplainsWaiting(t *testing.T) {
 // TestPlacersRace runs four placers on one etcd over thousands of sessions
 // while agents release them, kills one placer mid-run without letting it
 // clean up, and checks: no session bound twice, no GPU held twice at any
-// sampled moment, and every session bound in the end.
+// sampled moment, and every session bound in the end. Sharded, all four
+// write at once and the one killed is the last started; with one active,
+// the one killed is the active one, and another must take over.
 func TestPlacersRace(t *testing.T) {
+	for _, sharded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sharded=%v", sharded), func(t *testing.T) { placersRace(t, sharded) })
+	}
+}
+
+func placersRace(t *testing.T, sharded bool) {
 	sessions := 2400
 	if testing.Short() {
 		sessions = 600
@@ -125,7 +133,7 @@ func TestPlacersRace(t *testing.T) {
 	var stops []func()
 	var clis []*clientv3.Client
 	for i := 0; i < 4; i++ {
-		p, stop, pc := runPlacer(t, c.Server.Endpoint(), Config{LeaseTTL: 2 * time.Second, Parallel: 2})
+		p, stop, pc := runPlacer(t, c.Server.Endpoint(), Config{LeaseTTL: 2 * time.Second, Parallel: 2, Sharded: sharded})
 		placers, stops, clis = append(placers, p), append(stops, stop), append(clis, pc)
 	}
 	rng := rand.New(rand.NewSource(1))
@@ -142,8 +150,24 @@ func TestPlacersRace(t *testing.T) {
 	// Kill one placer once a third is bound: close its connection so it
 	// neither finishes its transactions nor revokes its lease.
 	eventually(t, 60*time.Second, "a third of the sessions bound", func() bool { return r.bound() >= sessions/3 })
-	_ = clis[3].Close()
-	killed := placers[3].ID()
+	victim := 3
+	if !sharded {
+		victim = -1
+		for i, p := range placers {
+			if p.role.Load() == roleActive {
+				if victim >= 0 {
+					t.Fatalf("placers %s and %s are both active", placers[victim].ID(), p.ID())
+				}
+				victim = i
+			}
+		}
+		if victim < 0 {
+			t.Fatal("no placer is active")
+		}
+	}
+	_ = clis[victim].Close()
+	killed := placers[victim].ID()
+	boundBefore := placers[victim].Stats().Bound
 	// Sample the invariants while the others carry on.
 	for i := 0; i < 5; i++ {
 		if err := s.read(ctx).checkNoDoubleGPU(); err != nil {
@@ -157,13 +181,16 @@ func TestPlacersRace(t *testing.T) {
 		t.Errorf("sessions bound twice: %v", r.doubles)
 	}
 	r.mu.Unlock()
-	stops[3]() // reap the killed placer's goroutines
+	stops[victim]() // reap the killed placer's goroutines
 	var total Stats
 	for i, p := range placers {
 		st := p.Stats()
 		t.Logf("placer %d %s: %+v", i, p.ID(), st)
 		total.Bound += st.Bound
 		total.Conflicts += st.Conflicts
+	}
+	if !sharded && total.Bound-placers[victim].Stats().Bound == 0 {
+		t.Errorf("no placer took over from the killed active one (it bound %d)", boundBefore)
 	}
 	// The killed placer may have had transactions commit on the server
 	// after its connection closed, unseen by its counters: so at most, not
@@ -252,8 +279,8 @@ func TestOwnBindsCallForNoPass(t *testing.T) {
 	}
 }
 
-// TestOthersBindsCallForNoPass: with two placers, each plans the whole
-// queue and commits its share; the other's binds of the rest of the plan,
+// TestOthersBindsCallForNoPass: with two sharded placers, each plans the
+// whole queue and commits its share; the other's binds of the rest of the plan,
 // coming back through the watch, are no change either. Sixteen nodes
 // registered in one transaction under a queue of sixteen waiting sessions
 // cost one pass of each placer, not two: before, each planned again at
@@ -264,7 +291,7 @@ func TestOthersBindsCallForNoPass(t *testing.T) {
 	cli := c.Client(t)
 	ctx := context.Background()
 	s := newSim(t, cli)
-	cfg := Config{Tick: time.Hour} // only a change may start a pass
+	cfg := Config{Tick: time.Hour, Sharded: true} // only a change may start a pass
 	a, _, _ := runPlacer(t, c.Server.Endpoint(), cfg)
 	b, _, _ := runPlacer(t, c.Server.Endpoint(), cfg)
 	ps := []*Placer{a, b}
@@ -409,26 +436,24 @@ func TestOwnLedgersComeBackAsWritten(t *testing.T) {
 		ok, _ := s.settled(ctx, PlanOptions{})
 		return ok
 	})
-	eventually(t, 10*time.Second, "the ledgers cache to catch up", func() bool {
-		return p.ledgers.Revision() >= p.lastBind.Load()
-	})
+	// Each cached ledger comes to be what etcd's bytes decode to, and
+	// stays so: the cache decodes no value twice, so a ledger taken wrong
+	// would never be mended.
 	for _, name := range nodes {
 		key := s.k.Ledger(name)
-		resp, err := cli.Get(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Kvs) != 1 {
-			t.Fatalf("no ledger for %s", name)
-		}
-		want, err := decodeLedger(key, resp.Kvs[0].Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, ok := p.ledgers.Get(key)
-		if !ok || !reflect.DeepEqual(got, want) {
-			t.Errorf("the cache holds %+v for %s, want %+v (etcd's bytes decoded)", got, name, want)
-		}
+		var got, want state.Ledger
+		eventually(t, 10*time.Second, "the cached ledger of "+name+" to be etcd's", func() bool {
+			resp, err := cli.Get(ctx, key)
+			if err != nil || len(resp.Kvs) != 1 {
+				return false
+			}
+			if want, err = decodeLedger(key, resp.Kvs[0].Value); err != nil {
+				t.Fatal(err)
+			}
+			var ok bool
+			got, ok = p.ledgers.Get(key)
+			return ok && reflect.DeepEqual(got, want)
+		})
 	}
 	p.own.mu.Lock()
 	taken := p.own.taken

@@ -126,7 +126,8 @@ func TestBindRefusesLedgerWrittenAfterPlan(t *testing.T) {
 	}
 }
 
-// TestBindCommitsTheRestWhenAnotherTookASession: beside another placer, a
+// TestBindCommitsTheRestWhenAnotherTookASession: beside another sharded
+// placer, a
 // batch refused because another writer took one of its sessions (the other
 // placer bound it on a plan of its own; its owner cancelled it) is
 // committed again without that
@@ -137,11 +138,12 @@ func TestBindCommitsTheRestWhenAnotherTookASession(t *testing.T) {
 	ctx := context.Background()
 	node := s.addNodes(ctx, "gpu", 1, 8)[0]
 	ids := s.submit(ctx, "ada", []int{1, 2, 1}, nil)
-	// Another placer is live: alone, a placer does not read refusals back.
+	// Another sharded placer is live: alone or active, a placer does not
+	// read refusals back.
 	if _, err := state.Put(ctx, s.cli, s.k.Placer("p2"), state.Placer{ID: "p2"}); err != nil {
 		t.Fatal(err)
 	}
-	p := New(s.cli, Config{ID: "p1", Logger: quietLogger()})
+	p := New(s.cli, Config{ID: "p1", Logger: quietLogger(), Sharded: true})
 	startCaches(t, p)
 	eventually(t, 10e9, "the caches to see the node, the sessions and the other placer", func() bool {
 		return p.nodes.Len() == 1 && p.pending.Len() == 3 && p.placers.Len() == 1
