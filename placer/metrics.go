@@ -19,6 +19,15 @@ func (p *Placer) Collectors() []prometheus.Collector {
 		counter("lost_sessions_total", "Sessions re-queued or ended because their node's lease expired.", p.lost.Load),
 		counter("pending_status_writes_total", "Pending reasons and queue positions written.", p.statuses.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "voyager", Subsystem: "placer", Name: "active", ConstLabels: labels,
+			Help: "1 while this placer plans and binds (the oldest live placer, or any when sharded), 0 while it stands by or before its first pass.",
+		}, func() float64 {
+			if p.cfg.Sharded || p.role.Load() == roleActive {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "voyager", Subsystem: "placer", Name: "queue_length", ConstLabels: labels,
 			Help: "Sessions pending, as this placer's cache sees them.",
 		}, func() float64 { return float64(p.pending.Len()) }),

@@ -20,7 +20,9 @@ import (
 
 const placerLong = `Runs a placer until SIGINT or SIGTERM: it watches the queue in etcd and
 binds pending sessions to GPUs. Run as many as you like, on any machines:
-they share the work and never hand out a GPU twice (placer/README.md). It
+the oldest plans and binds, the others stand by with their caches warm
+and take over when it stops (at once) or dies (within its lease TTL), and
+no GPU is ever handed out twice (placer/README.md). It
 serves /healthz, /readyz and /metrics on VOYAGER_HTTP_ADDR. One placer at
 a time (an etcd election) also retires finished sessions after
 VOYAGER_RETENTION, appending their records to VOYAGER_HISTORY_FILE, and
