@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
@@ -192,6 +194,18 @@ func placersRace(t *testing.T, sharded bool) {
 	if !sharded && total.Bound-placers[victim].Stats().Bound == 0 {
 		t.Errorf("no placer took over from the killed active one (it bound %d)", boundBefore)
 	}
+	if !sharded {
+		// Of the live placers, exactly one says it is active.
+		var active []string
+		for i, p := range placers {
+			if i != victim && activeGauge(t, p) == 1 {
+				active = append(active, p.ID())
+			}
+		}
+		if len(active) != 1 {
+			t.Errorf("placers reporting voyager_placer_active 1: %v, want one", active)
+		}
+	}
 	// The killed placer may have had transactions commit on the server
 	// after its connection closed, unseen by its counters: so at most, not
 	// exactly, one count per session.
@@ -199,6 +213,20 @@ func placersRace(t *testing.T, sharded bool) {
 		t.Errorf("placers report %d bindings for %d sessions: some session counted twice", total.Bound, sessions)
 	}
 	t.Logf("killed %s; conflicts per binding: %.3f", killed, float64(total.Conflicts)/float64(total.Bound))
+}
+
+// activeGauge reads p's voyager_placer_active.
+func activeGauge(t *testing.T, p *Placer) float64 {
+	t.Helper()
+	for _, c := range p.Collectors() {
+		ch := make(chan *prometheus.Desc, 1)
+		c.Describe(ch)
+		if strings.Contains((<-ch).String(), `"voyager_placer_active"`) {
+			return testutil.ToFloat64(c)
+		}
+	}
+	t.Fatal("no voyager_placer_active collector")
+	return 0
 }
 
 // checkNoDoubleGPU is the part of check that holds at any instant, even
