@@ -66,9 +66,8 @@ type Config struct {
 	// goes: at once when it stops (it revokes its lease), within LeaseTTL
 	// when it dies. Sharded placers spread the commits, but each repeats
 	// the whole plan, and etcd, not the committing, is what limits a
-	// burst: three sharded placers beside etcd on two cores bound 0.38–0.49
-	// of the etcd ceiling with 135–182 µs of CPU per binding, three with
-	// one active 0.70 with 97 µs, as one placer alone (placer/README.md).
+	// burst: sharded, three placers bound about half as fast as one active
+	// does, with half as much CPU again per binding (placer/README.md).
 	Sharded bool
 	// StatusRefresh is how often a waiting session's queue position is
 	// rewritten when only the position changed. Default 15s.
@@ -958,7 +957,7 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	if p.cfg.Sharded {
 		ids = p.owners()
 	}
-	mine := func(d *Decision) bool { return ownerOf(ids, d.Parts[0].Node) == p.cfg.ID }
+	mine := func(d *Decision) bool { return len(ids) == 1 || ownerOf(ids, d.Parts[0].Node) == p.cfg.ID }
 	nodes := make(map[string]*NodeView, len(snap.Nodes))
 	for i := range snap.Nodes {
 		nodes[snap.Nodes[i].Node.Name] = &snap.Nodes[i]
