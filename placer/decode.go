@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	gojson "github.com/goccy/go-json"
 
@@ -93,7 +94,10 @@ func decodeFixed[T any](fix func(key string, v *T)) watcher.DecodeFunc[T] {
 func decodeQueueEntry(keys state.Keys) watcher.DecodeFunc[state.QueueEntry] {
 	return decodeFixed(func(key string, e *state.QueueEntry) {
 		if id, ok := keys.SessionID(key); ok {
-			e.Session = id // the key names the session, and shares its memory
+			// The key names the session, and shares its memory: which
+			// says, to SnapshotOf, that the key was found to name one
+			// (isKeyTail).
+			e.Session = id
 		}
 		e.Kind = intern(e.Kind)
 		e.Owner = intern(e.Owner)
@@ -152,4 +156,14 @@ func decodeLedger(key string, value []byte) (state.Ledger, error) {
 	}
 	l.Allocations = allocs
 	return l, nil
+}
+
+// isKeyTail reports whether id is the tail of key in key's own memory:
+// how decodeQueueEntry leaves an entry whose key names a session (no
+// other decoder makes a value's string out of its key). It reads only the
+// two strings' headers: a snapshot of 20,000 queue entries spent half its
+// time reading each key again to find the id it already held.
+func isKeyTail(key, id string) bool {
+	return id != "" && len(id) < len(key) &&
+		unsafe.StringData(id) == (*byte)(unsafe.Add(unsafe.Pointer(unsafe.StringData(key)), len(key)-len(id)))
 }

@@ -1,15 +1,19 @@
 package placer
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
@@ -179,5 +183,76 @@ func TestInternKeepsOneCopyAcrossCollections(t *testing.T) {
 	}
 	if first != "owner-"+t.Name() || second != first {
 		t.Errorf("interned %q and %q, want %q", first, second, "owner-"+t.Name())
+	}
+}
+
+// isKeyTail tells an id that the queue decoder took from its key apart from
+// an equal id held anywhere else, by the strings' memory alone.
+func TestIsKeyTail(t *testing.T) {
+	key := "/voyager/pending/s-1"
+	tail := key[len(key)-len("s-1"):]
+	for _, c := range []struct {
+		name, key, id string
+		want          bool
+	}{
+		{"the key's own tail", key, tail, true},
+		{"an equal copy", key, strings.Clone(tail), false},
+		{"the key's middle", key, key[1:4], false},
+		{"the whole key", key, key, false},
+		{"empty", key, key[len(key):], false},
+	} {
+		if got := isKeyTail(c.key, c.id); got != c.want {
+			t.Errorf("%s: isKeyTail = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A snapshot names each queued session by its key, whichever decoder its
+// cache used: the shared caches' (which puts the key's id in the entry) or
+// plain JSON's (the API's), for entries written with their id, without one,
+// or with another's.
+func TestSnapshotNamesEachEntryByItsKey(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx := context.Background()
+	k := state.MustKeys(state.DefaultPrefix)
+	written := map[string]string{"own": "own", "none": "", "other": "someone-else"} // key's id → the entry's
+	for id, inEntry := range written {
+		v, err := state.Encode(state.QueueEntry{Session: inEntry, Owner: "ada", Created: t0, Request: state.Resources{GPUs: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Put(ctx, k.Pending(id), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, dec := range map[string]watcher.DecodeFunc[state.QueueEntry]{"shared": decodeQueueEntry(k), "json": watcher.JSON[state.QueueEntry]} {
+		t.Run(name, func(t *testing.T) {
+			pending := watcher.New(cli, k.PendingDir(), dec, watcher.Options{Name: "pending", Logger: quietLogger()})
+			others := func(prefix string) watcher.Options { return watcher.Options{Name: prefix, Logger: quietLogger()} }
+			nodes := watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], others("nodes"))
+			ledgers := watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], others("ledgers"))
+			cordons := watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], others("cordons"))
+			quotas := watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], others("quotas"))
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			for _, run := range []func(context.Context) error{pending.Run, nodes.Run, ledgers.Run, cordons.Run, quotas.Run} {
+				go func() { _ = run(cctx) }()
+			}
+			for _, w := range []interface{ WaitSynced(context.Context) error }{pending, nodes, ledgers, cordons, quotas} {
+				if err := w.WaitSynced(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := SnapshotOf(k, Caches{Nodes: nodes.Snapshot(), Ledgers: ledgers.Snapshot(), Cordons: cordons.Snapshot(),
+				Quotas: quotas.Snapshot(), Pending: pending.Snapshot()}, t0)
+			got := map[string]bool{}
+			for _, it := range s.Pending {
+				got[it.Entry.Session] = true
+			}
+			if len(got) != len(written) || !got["own"] || !got["none"] || !got["other"] {
+				t.Errorf("the snapshot's queue names %v, want own, none and other", slices.Sorted(maps.Keys(got)))
+			}
+		})
 	}
 }

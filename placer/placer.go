@@ -795,8 +795,11 @@ func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
 	// entries need no sorting here.
 	s.Pending = make([]Pending, 0, c.Pending.Len())
 	c.Pending.RangeShared(func(it *watcher.Item[state.QueueEntry]) bool {
-		if id, ok := k.SessionID(it.Key); ok {
-			e := &it.Value
+		if e := &it.Value; isKeyTail(it.Key, e.Session) {
+			// decodeQueueEntry set the id from the key, which it found
+			// to name a session: nothing to read again.
+			s.Pending = append(s.Pending, Pending{Entry: e, Revision: it.ModRevision})
+		} else if id, ok := k.SessionID(it.Key); ok {
 			if e.Session != id {
 				// The key names the session: an entry written without
 				// its id (or another) is copied with the key's.
