@@ -2,8 +2,11 @@ package placer
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,5 +155,64 @@ func TestStreamerChainsWhatRevisitsASentNode(t *testing.T) {
 	}
 	if n != 8 || len(after[0]) != 0 || st.chains != len(sent)-1 {
 		t.Errorf("%d decisions sent, the first batch after %d, %d chained; want 8, 0, %d", n, len(after[0]), st.chains, len(sent)-1)
+	}
+}
+
+// TestStreamedBatchStartsWhileThePlanRuns: a batch sent while the plan
+// runs starts at once, not when the plan next stops. The committer starts
+// each batch in a goroutine of its own, which waits on the plan's P; with
+// one P (as a placer whose other cores are busy with etcd has, in effect)
+// it used to start only when the plan was preempted (every 10 ms) or done,
+// so batches went out in clumps. The snapshot is the one of
+// TestStreamerHoldsANodeUntilFull: c's batch goes out during the plan.
+func TestStreamedBatchStartsWhileThePlanRuns(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	s := &Snapshot{Now: t0}
+	for _, n := range []struct {
+		name string
+		gpus int
+	}{{"a", 4}, {"b", 4}, {"c", 2}} {
+		s.Nodes = append(s.Nodes, view(gpuNode(n.name, n.gpus, "NVIDIA A100-SXM4-80GB")))
+	}
+	for i, g := range []int{3, 2, 1, 1, 2} {
+		p := req("s"+string(rune('1'+i)), "ada", g, time.Duration(5-i)*time.Second)
+		p.Revision = int64(i + 1)
+		s.Pending = append(s.Pending, p)
+	}
+	cfg := Config{MaxTxnOps: 8, Logger: quietLogger()}
+	cfg.defaults()
+	p := &Placer{cfg: cfg, log: cfg.Logger, own: newOwnWrites()}
+	nodes := map[string]*NodeView{}
+	for i := range s.Nodes {
+		nodes[s.Nodes[i].Node.Name] = &s.Nodes[i]
+	}
+	st := p.newStreamer(&committer{p: p, nodes: nodes, snap: s})
+	var planning atomic.Bool
+	var sent, startedWhilePlanning atomic.Int32
+	var wg sync.WaitGroup
+	st.send = func(*bindBatch, []<-chan struct{}) <-chan struct{} {
+		sent.Add(1)
+		done := make(chan struct{})
+		wg.Go(func() { // as committer.send starts a batch
+			defer close(done)
+			if planning.Load() {
+				startedWhilePlanning.Add(1)
+			}
+		})
+		return done
+	}
+	planning.Store(true)
+	if _, ok := planEmitting(s, PlanOptions{}, st.offer); !ok {
+		t.Fatal("planEmitting refused a snapshot with nothing pinned")
+	}
+	during := sent.Load()
+	planning.Store(false)
+	st.end()
+	wg.Wait()
+	if during != 1 {
+		t.Fatalf("%d batches were sent during the plan, the test is written for 1", during)
+	}
+	if startedWhilePlanning.Load() != 1 {
+		t.Errorf("the batch sent during the plan started after the plan ended, want it started at once")
 	}
 }
