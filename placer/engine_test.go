@@ -348,29 +348,47 @@ func TestOthersBindsCallForNoPass(t *testing.T) {
 	eventually(t, 20*time.Second, "2 sessions bound, 16 waiting, both placers' caches showing it and both waiting for a change", func() bool {
 		return settled(2, 16)() && a.nodes.Len() == 2 && b.nodes.Len() == 2 && a.idle.Load() && b.idle.Load()
 	})
-	before := a.Stats().Passes + b.Stats().Passes
 	lease, err := cli.Grant(ctx, 3600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ops []clientv3.Op
-	for i := range 16 {
-		n := gpuNode(fmt.Sprintf("new%04d", i), 8, "NVIDIA A100-SXM4-80GB")
-		n.Simulated = true
-		v, err := state.Encode(n)
-		if err != nil {
+	// Up to three rounds, each of 16 nodes under 16 waiting sessions:
+	// one round in about ten on this machine costs a pass more than it
+	// should for reasons that are not the plan's binds (a placer's nodes
+	// watch delivering the new nodes after its ledgers watch delivered
+	// the other's binds on them, so it plans once without them). The
+	// defect this test is for costs the extra passes every round.
+	var rounds []int64
+	for round := range 3 {
+		bound := int64(2 + 16*(round+1))
+		if round > 0 {
+			s.submit(ctx, "bob", []int{8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}, nil)
+			eventually(t, 20*time.Second, "16 more sessions waiting, both placers' caches showing them and both waiting for a change", func() bool {
+				return settled(bound-16, 16)() && a.idle.Load() && b.idle.Load()
+			})
+		}
+		before := a.Stats().Passes + b.Stats().Passes
+		var ops []clientv3.Op
+		for i := range 16 {
+			n := gpuNode(fmt.Sprintf("new%d-%04d", round, i), 8, "NVIDIA A100-SXM4-80GB")
+			n.Simulated = true
+			v, err := state.Encode(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops = append(ops, clientv3.OpPut(s.k.Node(n.Name), v, clientv3.WithLease(lease.ID)))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 			t.Fatal(err)
 		}
-		ops = append(ops, clientv3.OpPut(s.k.Node(n.Name), v, clientv3.WithLease(lease.ID)))
+		eventually(t, 20*time.Second, fmt.Sprintf("%d sessions bound and both placers' caches showing them", bound), settled(bound, 0))
+		passes := a.Stats().Passes + b.Stats().Passes - before
+		if passes <= 3 {
+			return
+		}
+		rounds = append(rounds, passes)
 	}
-	if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, "18 sessions bound and both placers' caches showing them", settled(18, 0))
-	sa, sb := a.Stats(), b.Stats()
-	if passes := sa.Passes + sb.Passes - before; passes > 3 {
-		t.Errorf("16 sessions on 16 new nodes (%d and %d bound by each placer in all) took %d passes of the two placers, want 2 (3 at most): a pass was planned on the plan's own binds coming back", sa.Bound, sb.Bound, passes)
-	}
+	t.Errorf("16 sessions on 16 new nodes took %v passes of the two placers in three rounds, want 2 (3 at most) in one at least: a pass was planned on the plan's own binds coming back", rounds)
 }
 
 // TestAnEpochPlannedWithoutPartOfTheQueueIsLeft: an epoch's plan can have

@@ -50,18 +50,28 @@ func (p *Placer) clearLostNode(ctx context.Context, node string) (int64, error) 
 	var last int64
 	for attempt := 0; attempt < 8; attempt++ {
 		// Read fresh: the cache may lag, and the txn compares what we read.
-		resp, err := p.cli.Get(ctx, k.Ledger(node))
+		// The node key too: a nodes cache that lags the ledgers cache
+		// shows the ledger of a node just bound on, or just registered
+		// again, without its node. Such a node is not lost, and the
+		// clearing transaction (which requires the node key absent) would
+		// be refused at every attempt.
+		resp, err := p.cli.Txn(ctx).Then(clientv3.OpGet(k.Ledger(node)), clientv3.OpGet(k.Node(node), clientv3.WithCountOnly())).Commit()
 		if err != nil {
 			return last, fmt.Errorf("read ledger of %s: %w", node, err)
 		}
-		if len(resp.Kvs) == 0 {
+		if resp.Responses[1].GetResponseRange().Count > 0 {
+			p.log.Debug("ledger without a node in the cache, but the node is live", "node", node)
 			return last, nil
 		}
-		ledger, err := state.Decode[state.Ledger](resp.Kvs[0].Value)
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return last, nil
+		}
+		ledger, err := state.Decode[state.Ledger](kvs[0].Value)
 		if err != nil {
 			return last, err
 		}
-		ledgerRev := resp.Kvs[0].ModRevision
+		ledgerRev := kvs[0].ModRevision
 		ids := make([]string, 0, len(ledger.Allocations))
 		for id := range ledger.Allocations {
 			ids = append(ids, id)

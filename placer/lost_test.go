@@ -118,3 +118,39 @@ func TestNodeLoss(t *testing.T) {
 		t.Errorf("placers handled %d lost sessions, want exactly 5", got)
 	}
 }
+
+// TestLiveNodeIsNotCleared: a ledger whose node the placer's nodes cache
+// does not show (a cache lagging its ledgers cache, or a node registered
+// again) is cleared only if its node key is gone: clearLostNode reads it
+// with the ledger and leaves a live node's ledger as it is, at once,
+// without a refused transaction per attempt.
+func TestLiveNodeIsNotCleared(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	ctx := context.Background()
+	s := newSim(t, cli)
+	s.addNodes(ctx, "gpu", 1, 8)
+	s.submit(ctx, "ada", []int{2}, nil)
+	p, _, _ := runPlacer(t, c.Server.Endpoint(), Config{})
+	var w world
+	eventually(t, 20*time.Second, "the session bound", func() bool {
+		w = s.read(ctx)
+		return len(w.pending) == 0 && len(w.bindings) == 1
+	})
+	before, err := cli.Get(ctx, s.k.Ledger("gpu0000"))
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("read ledger: %v, %d keys", err, len(before.Kvs))
+	}
+	conflicts := p.Stats().Conflicts
+	rev, err := p.clearLostNode(ctx, "gpu0000")
+	if err != nil || rev != 0 {
+		t.Fatalf("clearLostNode of a live node = %d, %v; want 0, nil", rev, err)
+	}
+	if got := p.Stats().Conflicts - conflicts; got != 0 {
+		t.Errorf("clearing a live node's ledger was tried %d times, want none", got)
+	}
+	after, err := cli.Get(ctx, s.k.Ledger("gpu0000"))
+	if err != nil || len(after.Kvs) != 1 || after.Kvs[0].ModRevision != before.Kvs[0].ModRevision {
+		t.Errorf("the live node's ledger changed: %v", after.Kvs)
+	}
+}
