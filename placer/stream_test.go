@@ -75,16 +75,10 @@ func streamedBatches(t *testing.T, snap *Snapshot, opt PlanOptions, cfg Config) 
 	return sent, after, sentBefore, st
 }
 
-// TestStreamerHoldsANodeUntilFull: a node's decisions go out together once
-// the plan has filled it, not in plan order; on a node it did not fill
-// they wait for the plan's end. Two sessions per transaction, nodes a and
-// b of 4 GPUs and c of 2; binpack places s1 (3 GPUs) on b, s2 (2) on c,
-// filling it, s3 (1) on b, filling it, then s4 (1) and s5 (2) on a, which
-// keeps one GPU free. In plan order the batches would be {s1 b, s2 c},
-// {s3 b, s4 a} and {s5 a}, the last two each sent after the one before;
-// held, they are {s2 c} (sent during the plan, when b's two do not fit
-// beside it), {s1 b, s3 b} and {s4 a, s5 a}, none after another.
-func TestStreamerHoldsANodeUntilFull(t *testing.T) {
+// holdUntilFullSnapshot is the snapshot TestStreamerHoldsANodeUntilFull
+// describes: nodes a and b of 4 GPUs and c of 2, sessions s1-s5 of 3, 2, 1,
+// 1 and 2 GPUs, oldest first.
+func holdUntilFullSnapshot() *Snapshot {
 	s := &Snapshot{Now: t0}
 	for _, n := range []struct {
 		name string
@@ -97,6 +91,20 @@ func TestStreamerHoldsANodeUntilFull(t *testing.T) {
 		p.Revision = int64(i + 1)
 		s.Pending = append(s.Pending, p)
 	}
+	return s
+}
+
+// TestStreamerHoldsANodeUntilFull: a node's decisions go out together once
+// the plan has filled it, not in plan order; on a node it did not fill
+// they wait for the plan's end. Two sessions per transaction, nodes a and
+// b of 4 GPUs and c of 2; binpack places s1 (3 GPUs) on b, s2 (2) on c,
+// filling it, s3 (1) on b, filling it, then s4 (1) and s5 (2) on a, which
+// keeps one GPU free. In plan order the batches would be {s1 b, s2 c},
+// {s3 b, s4 a} and {s5 a}, the last two each sent after the one before;
+// held, they are {s2 c} (sent during the plan, when b's two do not fit
+// beside it), {s1 b, s3 b} and {s4 a, s5 a}, none after another.
+func TestStreamerHoldsANodeUntilFull(t *testing.T) {
+	s := holdUntilFullSnapshot()
 	var order []string
 	for _, d := range NewPlan(s, PlanOptions{}).Bound {
 		order = append(order, d.Pending.Entry.Session+"@"+d.Parts[0].Node)
@@ -167,18 +175,7 @@ func TestStreamerChainsWhatRevisitsASentNode(t *testing.T) {
 // TestStreamerHoldsANodeUntilFull: c's batch goes out during the plan.
 func TestStreamedBatchStartsWhileThePlanRuns(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	s := &Snapshot{Now: t0}
-	for _, n := range []struct {
-		name string
-		gpus int
-	}{{"a", 4}, {"b", 4}, {"c", 2}} {
-		s.Nodes = append(s.Nodes, view(gpuNode(n.name, n.gpus, "NVIDIA A100-SXM4-80GB")))
-	}
-	for i, g := range []int{3, 2, 1, 1, 2} {
-		p := req("s"+string(rune('1'+i)), "ada", g, time.Duration(5-i)*time.Second)
-		p.Revision = int64(i + 1)
-		s.Pending = append(s.Pending, p)
-	}
+	s := holdUntilFullSnapshot()
 	cfg := Config{MaxTxnOps: 8, Logger: quietLogger()}
 	cfg.defaults()
 	p := &Placer{cfg: cfg, log: cfg.Logger, own: newOwnWrites()}
