@@ -786,7 +786,8 @@ func (p *planner) order() *queueOrder {
 	byPrio := map[int]*level{}
 	var prios []int
 	// groupsOf's map is built here, in the one walk of the queue the
-	// order needs anyway, unless something asked for it before.
+	// order needs anyway, unless something asked for it before
+	// (holdUnfit does, when requests age into reservations).
 	groups := p.ownerGroups == nil
 	if groups {
 		p.ownerGroups = map[string][]string{}
@@ -807,8 +808,10 @@ func (p *planner) order() *queueOrder {
 		if !ok {
 			oq = &ownerQueue{owner: it.Entry.Owner}
 			tr.byName[it.Entry.Owner] = oq
-			if _, seen := p.ownerGroups[it.Entry.Owner]; groups && !seen {
-				p.ownerGroups[it.Entry.Owner] = it.Entry.Groups
+			if groups {
+				if _, seen := p.ownerGroups[it.Entry.Owner]; !seen {
+					p.ownerGroups[it.Entry.Owner] = it.Entry.Groups
+				}
 			}
 		}
 		oq.aging = append(oq.aging, ageKey{sec: it.Entry.Created.Unix(), nsec: int32(it.Entry.Created.Nanosecond()), it: it})

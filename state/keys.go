@@ -71,7 +71,8 @@ func (k Keys) trimDir(d, key string) string   { return key[len(k.prefix)+len(d)+
 func (k Keys) splitIn(d, key string) []string { return strings.Split(k.trimDir(d, key), "/") }
 
 // hasDir reports whether key is under k.dir(d), without building that
-// string: the placer asks it of every queued key at every pass.
+// string: a queue snapshot from a plainly decoded cache (the API's) asks
+// it of every queued key.
 func (k Keys) hasDir(d, key string) bool {
 	rest, ok := strings.CutPrefix(key, k.prefix)
 	if !ok || len(rest) < len(d)+2 || rest[0] != '/' {
