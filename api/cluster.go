@@ -58,6 +58,9 @@ type GPUCounts struct {
 	Free  int `json:"free"`
 	// Unused counts the allocated devices that nothing runs on.
 	Unused int `json:"unused"`
+	// Unhealthy counts the devices the agent offers as unhealthy (not in
+	// total): each device's problem is in devices (?devices=true).
+	Unhealthy int `json:"unhealthy,omitempty"`
 }
 
 // UnusedGPU is an allocated GPU that its session does not use.
@@ -109,6 +112,9 @@ func (a *API) nodeSummaries() []NodeSummary {
 				_, held := owners[d]
 				if held {
 					s.GPUs.Used++
+				}
+				if !g.Healthy {
+					s.GPUs.Unhealthy++
 				}
 				if g.Healthy {
 					s.GPUs.Total++

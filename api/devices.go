@@ -13,6 +13,9 @@ type GPUDevice struct {
 	Model     string `json:"model"`
 	MemoryMiB int64  `json:"memoryMiB"`
 	Healthy   bool   `json:"healthy"`
+	// Problem says why the agent offers the device as unhealthy and what
+	// would mend it (the GPU's, for a MIG device).
+	Problem string `json:"problem,omitempty"`
 	// MIGProfile is set for a MIG device ("1g.10gb"); Parent is then the
 	// UUID of its GPU.
 	MIGProfile string `json:"migProfile,omitempty"`
@@ -61,7 +64,7 @@ func nodeDevices(p Principal, n state.Node, l state.Ledger, status func(id strin
 		out = append(out, d)
 	}
 	for _, g := range n.GPUs {
-		base := GPUDevice{Index: g.Index, Model: g.Model, Healthy: g.Healthy, Simulated: n.Simulated}
+		base := GPUDevice{Index: g.Index, Model: g.Model, Healthy: g.Healthy, Problem: g.Problem, Simulated: n.Simulated}
 		if !g.MIGEnabled {
 			d := base
 			d.UUID, d.MemoryMiB = g.UUID, g.MemoryMiB

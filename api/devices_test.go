@@ -87,6 +87,32 @@ func TestNodeDevices(t *testing.T) {
 	}
 }
 
+// TestUnhealthyGPUSaysWhy: a GPU the agent offers as unhealthy is not in
+// the node's total or free, is counted as unhealthy, and its device says
+// the agent's problem.
+func TestUnhealthyGPUSaysWhy(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	const problem = "no CDI device nvidia.com/gpu=GPU-n1-1 in /etc/cdi: run nvidia-ctk cdi generate"
+	n := state.Node{Name: "n1", Address: "10.0.0.1", CPUMilli: 64000, MemoryMiB: 512 * 1024, Ports: state.PortRange{First: 40000, Last: 40999}, Registered: time.Now().UTC(), GPUs: []state.GPU{
+		{Index: 0, UUID: "GPU-n1-0", Model: "H100", MemoryMiB: 81559, Healthy: true},
+		{Index: 1, UUID: "GPU-n1-1", Model: "H100", MemoryMiB: 81559, Problem: problem},
+	}}
+	if _, err := state.Put(context.Background(), h.cli, h.keys.Node("n1"), n); err != nil {
+		t.Fatal(err)
+	}
+	var l api.NodeList
+	h.waitFor("n1 in the API's view", func() bool {
+		l = decode[api.NodeList](t, want(t, h.do("GET", "/api/v1/nodes?devices=true", h.token("ada"), nil), 200))
+		return len(l.Items) == 1
+	})
+	if g := l.Items[0].GPUs; g.Total != 1 || g.Free != 1 || g.Unhealthy != 1 {
+		t.Errorf("gpus %+v, want total 1, free 1, unhealthy 1", g)
+	}
+	if d := l.Items[0].Devices; len(d) != 2 || d[1].Healthy || d[1].Problem != problem || d[0].Problem != "" {
+		t.Errorf("devices %+v, want GPU 1 unhealthy with the agent's problem", d)
+	}
+}
+
 // TestQueueEstimate: the caller's own waiting session gets the earliest
 // moment the sessions holding enough GPUs reach their max runtimes; one
 // whose GPUs are held without a max runtime cannot be estimated; others'

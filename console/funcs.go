@@ -88,7 +88,11 @@ func gpuTiles(devices []api.GPUDevice) template.HTML {
 				class = "held unused"
 			}
 		}
-		fmt.Fprintf(&b, `<li class="gpu %s">#%d`, class, d.Index)
+		title := ""
+		if !d.Healthy && d.Problem != "" {
+			title = ` title="` + html.EscapeString(d.Problem) + `"`
+		}
+		fmt.Fprintf(&b, `<li class="gpu %s"%s>#%d`, class, title, d.Index)
 		if d.MIGProfile != "" {
 			b.WriteString("/" + html.EscapeString(d.MIGProfile))
 		}

@@ -183,7 +183,7 @@ func (c *Config) defaults() {
 		c.GPUMode = GPUModeCDI
 	}
 	if c.CDIKind == "" {
-		c.CDIKind = "nvidia.com/gpu"
+		c.CDIKind = DefaultCDIKind
 	}
 	if c.PidsLimit <= 0 {
 		c.PidsLimit = 4096

@@ -116,6 +116,7 @@ func readGPU(lib nvml.Interface, i int, d nvml.Device) (state.GPU, error) {
 	// needs a reset before it can be trusted with a session.
 	if pending, ret := d.GetRetiredPagesPendingStatus(); ret == nvml.SUCCESS && pending == nvml.FEATURE_ENABLED {
 		g.Healthy = false
+		g.Problem = "uncorrectable memory errors: pages are waiting to be retired; reset the GPU (nvidia-smi -r, with nothing running on it), then restart the agent"
 	}
 	current, _, ret := d.GetMigMode()
 	if ret == nvml.SUCCESS && current == nvml.DEVICE_MIG_ENABLE {

@@ -86,8 +86,8 @@ func TestReadNVMLOfDGXA100(t *testing.T) {
 		if len(g.NVLinkPeers) != 1 || g.NVLinkPeers[0] != peer {
 			t.Errorf("GPU %d NVLink peers %v; want [%s]", i, g.NVLinkPeers, peer)
 		}
-		if g.Healthy != (i != 5) {
-			t.Errorf("GPU %d healthy=%v", i, g.Healthy)
+		if g.Healthy != (i != 5) || (g.Problem == "") != g.Healthy {
+			t.Errorf("GPU %d healthy=%v problem %q", i, g.Healthy, g.Problem)
 		}
 		if g.MIGEnabled != (i == 7) {
 			t.Errorf("GPU %d MIG=%v", i, g.MIGEnabled)

@@ -505,6 +505,29 @@ func withCDIDevices(dirs, devices []string) oci.SpecOpts {
 	}
 }
 
+// MissingCDIDevices reads the CDI specs in dirs as a container start
+// would and returns those of the fully qualified device names
+// ("nvidia.com/gpu=GPU-…") that no spec defines. specErrs joins the
+// errors of spec files that could not be read or parsed (nil when there
+// were none): a device such a file meant to define is missing for that
+// reason.
+func MissingCDIDevices(dirs, devices []string) (missing []string, specErrs error) {
+	cache, _ := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	for _, d := range devices {
+		if cache.GetDevice(d) == nil {
+			missing = append(missing, d)
+		}
+	}
+	var errs []error
+	for path, es := range cache.GetErrors() {
+		for _, e := range es {
+			errs = append(errs, fmt.Errorf("read CDI spec %s: %w", path, e))
+		}
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return missing, errors.Join(errs...)
+}
+
 // prepareHost creates the log directory and the mount sources the spec asks for.
 func prepareHost(spec Spec, uid, gid uint32) error {
 	if spec.LogPath != "" {

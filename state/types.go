@@ -438,6 +438,9 @@ type GPU struct {
 	MemoryMiB int64  `json:"memoryMiB"`
 	NUMANode  int    `json:"numaNode"`
 	Healthy   bool   `json:"healthy"`
+	// Problem says why the agent marked the GPU unhealthy and what would
+	// mend it; empty while it is healthy.
+	Problem string `json:"problem,omitempty"`
 	// NVLinkPeers are the UUIDs of GPUs this one reaches over NVLink.
 	NVLinkPeers []string `json:"nvlinkPeers,omitempty"`
 	// PCIBusID is the GPU's PCI address as NVML reports it, normalised to

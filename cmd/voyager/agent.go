@@ -187,6 +187,17 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		}
 		cdiDirs = append(append([]string(nil), cdiDirs...), dir)
 	}
+	if cfg.AgentGPUMode == nodeagent.GPUModeCDI {
+		// A GPU the CDI specs do not define would be bound to sessions that
+		// then fail to start: offer it as unhealthy, saying why, instead.
+		var problems []string
+		gpus, problems = nodeagent.CheckCDIDevices(gpus, nodeagent.DefaultCDIKind, cdiDirs, func(devices []string) ([]string, error) {
+			return runtime.MissingCDIDevices(cdiDirs, devices)
+		})
+		for _, p := range problems {
+			log.Error("GPU offered as unhealthy: " + p)
+		}
+	}
 	parts := &agentParts{node: node, gpus: gpus, simulated: simulated}
 	ropts := runtime.ContainerdOptions{
 		Address: cfg.AgentContainerd, Namespace: cfg.AgentNamespace, CDISpecDirs: cdiDirs, Logger: log,

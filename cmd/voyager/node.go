@@ -81,6 +81,9 @@ func nodeListing(c *client) listing[api.NodeSummary] {
 					st = "draining"
 				}
 			}
+			if n.GPUs.Unhealthy > 0 {
+				st += fmt.Sprintf(", %d GPU(s) unhealthy", n.GPUs.Unhealthy)
+			}
 			if n.Simulated {
 				st += " (simulated)"
 			}

@@ -1,0 +1,86 @@
+package nodeagent_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/voyager-gpu/voyager/nodeagent"
+	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// TestCheckCDIDevicesMarksWhatNoSpecDefines reads go-nvml's simulated DGX
+// A100 and checks it against real CDI specs on disk: a GPU whose UUID no
+// spec defines (GPU 3, and GPU 0, which the spec names only by its index),
+// and a partitioned GPU missing one of its MIG devices (GPU 7), are offered
+// unhealthy with a problem naming the device and the fix; GPU 5, unhealthy
+// already (retired pages) and missing too, keeps its own problem; the
+// others stay healthy, and the inventory passed in is not changed.
+func TestCheckCDIDevicesMarksWhatNoSpecDefines(t *testing.T) {
+	gpus, err := nodeagent.ReadNVML(dgx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString("cdiVersion: \"0.6.0\"\nkind: nvidia.com/gpu\ndevices:\n")
+	device := func(name string, minor int) {
+		fmt.Fprintf(&b, "- name: %q\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia%d\n", name, minor)
+	}
+	device("0", 0)
+	for i, g := range gpus {
+		if i != 0 && i != 3 && i != 5 && i != 7 {
+			device(g.UUID, i)
+		}
+	}
+	device("MIG-7-0", 7)
+	if err := os.WriteFile(filepath.Join(dir, "nvidia.yaml"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{dir, filepath.Join(dir, "absent")}
+	before := fmt.Sprint(gpus)
+
+	out, problems := nodeagent.CheckCDIDevices(gpus, nodeagent.DefaultCDIKind, dirs, func(devices []string) ([]string, error) {
+		return runtime.MissingCDIDevices(dirs, devices)
+	})
+
+	if fmt.Sprint(gpus) != before {
+		t.Error("CheckCDIDevices changed the inventory passed in")
+	}
+	lacking := map[int]string{0: "nvidia.com/gpu=" + gpus[0].UUID, 3: "nvidia.com/gpu=" + gpus[3].UUID, 5: "nvidia.com/gpu=" + gpus[5].UUID, 7: "nvidia.com/gpu=MIG-7-1"}
+	for i, g := range out {
+		name, marked := lacking[i]
+		switch {
+		case i == 5:
+			if g.Healthy || !strings.Contains(g.Problem, "retired") {
+				t.Errorf("GPU 5: healthy=%v problem %q, want its retired-pages problem kept", g.Healthy, g.Problem)
+			}
+		case marked:
+			if g.Healthy || !strings.Contains(g.Problem, "no CDI device "+name+" in "+strings.Join(dirs, ",")) || !strings.Contains(g.Problem, "nvidia-ctk cdi generate --device-name-strategy=uuid") {
+				t.Errorf("GPU %d: healthy=%v problem %q, want unhealthy naming %s and the fix", i, g.Healthy, g.Problem, name)
+			}
+		default:
+			if !g.Healthy || g.Problem != "" {
+				t.Errorf("GPU %d: healthy=%v problem %q, want healthy", i, g.Healthy, g.Problem)
+			}
+		}
+	}
+	if strings.Contains(out[7].Problem, "MIG-7-0") {
+		t.Errorf("GPU 7's problem names MIG-7-0, which the spec defines: %q", out[7].Problem)
+	}
+	if len(problems) != len(lacking) {
+		t.Errorf("problems %q, want one line for each of GPUs 0, 3, 5 and 7", problems)
+	}
+
+	// Every device defined: nothing changes.
+	all := []string{dir}
+	same, problems := nodeagent.CheckCDIDevices([]state.GPU{gpus[1], gpus[2]}, nodeagent.DefaultCDIKind, all, func(devices []string) ([]string, error) {
+		return runtime.MissingCDIDevices(all, devices)
+	})
+	if len(problems) != 0 || !same[0].Healthy || !same[1].Healthy {
+		t.Errorf("GPUs the spec defines: %+v, problems %q", same, problems)
+	}
+}
