@@ -15,7 +15,7 @@ IMAGE_CACHE ?= $(or $(VOYAGER_IMAGE_CACHE),$(HOME)/.cache/voyager/images)
 LAZY := -extldflags=-Wl,-z,lazy
 BUILD_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -extldflags "-Wl,-z,lazy"
 
-.PHONY: build dev image test test-short bench bench-scale lint e2e soak
+.PHONY: build dev image test test-short bench bench-scale gpu-check lint e2e soak
 
 ## build: bin/voyager with the version stamped in
 build:
@@ -78,6 +78,12 @@ bench-scale: build
 	BENCH_SUMMARY=$$summary go test -run '^$$' -bench '^BenchmarkAPIScale$$' -benchtime 1x -timeout 60m -ldflags=$(LAZY) ./api/ \
 		-args -scale.bin=$(CURDIR)/bin/voyager -scale.nodes=$(SCALE_NODES) -scale.sessions=$(SCALE_SESSIONS) || rc=$$?; \
 	echo; go run ./internal/benchsum/benchtable $$summary; rm -f $$summary; exit $$rc
+
+## gpu-check: on a machine with NVIDIA GPUs, as root: voyager dev on its real GPUs, checked end to end (NVML
+## inventory against nvidia-smi, a GPU without a CDI device offered unhealthy, a session on its GPU running
+## nvidia-smi and a CUDA program, a session without GPUs unable to reach one); deploy/gpu-check/README.md
+gpu-check: build
+	PATH=$(CURDIR)/bin:$$PATH deploy/gpu-check/gpu-check.sh
 
 ## lint: go vet, gofmt (lists unformatted files), staticcheck
 lint:

@@ -1,0 +1,33 @@
+// vadd: proves a process can use the GPU it was given: names the device
+// (with its UUID, to compare with the one Voyager bound), adds two vectors
+// on it and checks every element. Exit 0 only if all of that worked.
+#include <cstdio>
+#include <cuda_runtime.h>
+__global__ void add(const float *a, const float *b, float *c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) c[i] = a[i] + b[i];
+}
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("vadd: %s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+int main() {
+  int count = 0;
+  CK(cudaGetDeviceCount(&count));
+  printf("vadd: %d CUDA device(s) visible\n", count);
+  cudaDeviceProp p;
+  CK(cudaGetDeviceProperties(&p, 0));
+  printf("vadd: device 0 %s, %zu MiB, UUID GPU-", p.name, p.totalGlobalMem >> 20);
+  for (int i = 0; i < 16; i++) { printf("%02x", (unsigned char)p.uuid.bytes[i]); if (i==3||i==5||i==7||i==9) printf("-"); }
+  printf("\n");
+  const int n = 1 << 24;
+  static float a[n], b[n], c[n];
+  float *da, *db, *dc;
+  for (int i = 0; i < n; i++) { a[i] = i; b[i] = 2.0f * i; }
+  CK(cudaMalloc(&da, sizeof a)); CK(cudaMalloc(&db, sizeof b)); CK(cudaMalloc(&dc, sizeof c));
+  CK(cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice));
+  add<<<(n + 255) / 256, 256>>>(da, db, dc, n);
+  CK(cudaGetLastError());
+  CK(cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; i++) if (c[i] != 3.0f * i) { printf("vadd: wrong sum at %d: %f\n", i, c[i]); return 2; }
+  printf("vadd: %d sums computed on the GPU, all right\n", n);
+  return 0;
+}
