@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,9 @@ type NodeSummary struct {
 	// Devices lists every allocatable device with its holder and use;
 	// only with ?devices=true (the web console's cluster page).
 	Devices []GPUDevice `json:"devices,omitempty"`
+	// Problems says, for each GPU the agent offers as unhealthy, why and
+	// what would mend it: "GPU <index> <uuid>: <problem>".
+	Problems []string `json:"problems,omitempty"`
 }
 
 // GPUCounts counts a node's allocatable GPU devices (healthy whole GPUs
@@ -101,6 +105,9 @@ func (a *API) nodeSummaries() []NodeSummary {
 		owners := l.GPUOwners()
 		for _, g := range n.GPUs {
 			s.Models[g.Model]++
+			if !g.Healthy {
+				s.Problems = append(s.Problems, fmt.Sprintf("GPU %d %s: %s", g.Index, g.UUID, cmp.Or(g.Problem, "unhealthy (the agent gave no reason)")))
+			}
 			devs := []string{g.UUID}
 			if g.MIGEnabled {
 				devs = devs[:0]

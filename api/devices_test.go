@@ -88,8 +88,8 @@ func TestNodeDevices(t *testing.T) {
 }
 
 // TestUnhealthyGPUSaysWhy: a GPU the agent offers as unhealthy is not in
-// the node's total or free, is counted as unhealthy, and its device says
-// the agent's problem.
+// the node's total or free, is counted as unhealthy, and both the node's
+// problems and its device say the agent's problem.
 func TestUnhealthyGPUSaysWhy(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	const problem = "no CDI device nvidia.com/gpu=GPU-n1-1 in /etc/cdi: run nvidia-ctk cdi generate"
@@ -110,6 +110,9 @@ func TestUnhealthyGPUSaysWhy(t *testing.T) {
 	}
 	if d := l.Items[0].Devices; len(d) != 2 || d[1].Healthy || d[1].Problem != problem || d[0].Problem != "" {
 		t.Errorf("devices %+v, want GPU 1 unhealthy with the agent's problem", d)
+	}
+	if p := l.Items[0].Problems; len(p) != 1 || p[0] != "GPU 1 GPU-n1-1: "+problem {
+		t.Errorf("problems %q, want GPU 1's", p)
 	}
 }
 
