@@ -65,7 +65,8 @@ else
 	echo "no nvcc: the sessions below run nvidia-smi only"
 fi
 
-export VOYAGER_DATA_DIR=$work/data VOYAGER_AGENT_NETWORK=host
+# Activity every second, so that a 10-second busy session is sampled.
+export VOYAGER_DATA_DIR=$work/data VOYAGER_AGENT_NETWORK=host VOYAGER_AGENT_ACTIVITY_EVERY=1s
 dev_pid=
 start_dev() {
 	voyager dev >>"$work/dev.log" 2>&1 &
@@ -97,6 +98,7 @@ PY
 section voyager dev with no CDI spec of its own
 VOYAGER_AGENT_CDI_SPEC_DIRS=/etc/cdi,/var/run/cdi start_dev
 voyager node list -o wide
+python3 -c 'import json,sys; [print("problem:", p) for n in json.load(open(sys.argv[1])) for p in n.get("problems") or []]' "$work/nodes.json"
 node_key >"$work/node-before.json"
 if python3 - "$work/node-before.json" <<'PY'
 import json, sys
@@ -179,8 +181,37 @@ timeout 120 voyager run -- sh -c 'ls /dev/nvidia* 2>/dev/null && echo "ATTACK: s
 cat "$work/nogpu.txt"
 if grep -q ATTACK "$work/nogpu.txt" || ! grep -q "Succeeded" "$work/nogpu.txt"; then fail "a session without GPUs reached one"; else pass "a session without GPUs sees and opens none"; fi
 
-section the agent samples the GPUs
-curl -s http://127.0.0.1:7070/metrics | grep -E '^voyager_agent_gpu_' || echo "(no samples)"
+section the agent samples a busy GPU through NVML
+timeout 120 voyager run --gpus 1 --volume gpu-check-tools:/tools -- sh -c 'if [ -x /tools/vadd ]; then /tools/vadd busy 10; else sleep 10; fi' >"$work/busy.txt" 2>&1 &
+busy=$!
+id=
+for _ in $(seq 1 40); do
+	id=$(sed -n 's/^voyager run: session \([a-z0-9]*\) submitted.*/\1/p' "$work/busy.txt")
+	[[ -n $id ]] && break
+	sleep 0.25
+done
+sampled=
+for _ in $(seq 1 40); do
+	sampled=$(voyager session get "$id" -o json 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+gpus = ((s.get("status") or {}).get("activity") or {}).get("gpus") or []
+busy = [g for g in gpus if g.get("utilizationPercent", 0) > 0 and g.get("processes", 0) > 0]
+print(json.dumps(busy[0]) if busy else "")')
+	[[ -n $sampled ]] && break
+	sleep 0.5
+done
+wait "$busy"
+cat "$work/busy.txt"
+echo "activity: ${sampled:-none seen}"
+curl -s http://127.0.0.1:7070/metrics | grep -E '^voyager_agent_gpu_' || echo "(no GPU metrics)"
+if [[ ! -x $work/tools/vadd ]]; then
+	echo "no vadd (no nvcc): the sampler's reading of a busy GPU is not checked"
+elif [[ -n $sampled ]]; then
+	pass "the agent saw its session's GPU busy, with its process, through NVML"
+else
+	fail "the agent never saw the busy GPU in the session's activity"
+fi
 stop_dev
 echo
 echo "gpu-check: $fails failure(s); dev's log: $work/dev.log"

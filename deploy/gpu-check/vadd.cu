@@ -1,14 +1,24 @@
 // vadd: proves a process can use the GPU it was given: names the device
 // (with its UUID, to compare with the one Voyager bound), adds two vectors
 // on it and checks every element. Exit 0 only if all of that worked.
+// `vadd busy N` then keeps the GPU busy for N seconds (for the agent's
+// sampler to see).
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <cuda_runtime.h>
+__global__ void spin(long long cycles) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
 __global__ void add(const float *a, const float *b, float *c, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) c[i] = a[i] + b[i];
 }
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("vadd: %s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
-int main() {
+int main(int argc, char **argv) {
   int count = 0;
   CK(cudaGetDeviceCount(&count));
   printf("vadd: %d CUDA device(s) visible\n", count);
@@ -29,5 +39,15 @@ int main() {
   CK(cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost));
   for (int i = 0; i < n; i++) if (c[i] != 3.0f * i) { printf("vadd: wrong sum at %d: %f\n", i, c[i]); return 2; }
   printf("vadd: %d sums computed on the GPU, all right\n", n);
+  if (argc == 3 && strcmp(argv[1], "busy") == 0) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(atoi(argv[2]));
+    int launches = 0;
+    while (std::chrono::steady_clock::now() < end) {
+      spin<<<1, 1>>>(100000000LL);
+      CK(cudaDeviceSynchronize());
+      launches++;
+    }
+    printf("vadd: kept the GPU busy for %s s (%d kernels)\n", argv[2], launches);
+  }
   return 0;
 }
