@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,9 +51,18 @@ type Config struct {
 	// GPUs is the inventory; Simulated marks one made up by configuration.
 	GPUs      []state.GPU
 	Simulated bool
-	CPUMilli  int64
-	MemoryMiB int64
-	Ports     state.PortRange
+	// RecheckGPUs, when set, returns the inventory as it stands now (the
+	// GPUs' health, as CheckCDIDevices decides it from specs that may
+	// have been written or removed since the start). The agent calls it
+	// every GPURecheckEvery and publishes what it returns when that
+	// differs from what the node key holds; a re-registration publishes
+	// the latest too. Sessions already bound are not touched.
+	RecheckGPUs func() []state.GPU
+	// GPURecheckEvery is how often RecheckGPUs is called. Default 30s.
+	GPURecheckEvery time.Duration
+	CPUMilli        int64
+	MemoryMiB       int64
+	Ports           state.PortRange
 	// LeaseTTL is the node key's lease, in whole seconds (etcd's unit;
 	// rounded down). Default 10s. The agent renews it every LeaseTTL/3.
 	LeaseTTL time.Duration
@@ -200,6 +210,9 @@ func (c *Config) defaults() {
 	if c.ActivityEvery <= 0 {
 		c.ActivityEvery = 30 * time.Second
 	}
+	if c.GPURecheckEvery <= 0 {
+		c.GPURecheckEvery = 30 * time.Second
+	}
 	if c.GPUSampler == nil && c.Simulated && c.Runtime != nil {
 		c.GPUSampler = NewSimulatedSampler(c.Runtime)
 	}
@@ -244,6 +257,9 @@ type Agent struct {
 	wg       sync.WaitGroup
 	epochs   int
 	leased   bool
+	// gpus is the inventory the node key holds (or the next registration
+	// writes): Config.GPUs, as RecheckGPUs last changed it.
+	gpus []state.GPU
 
 	starts, adopted, startFailures  atomic.Int64
 	fences, fenced                  atomic.Int64 // fences, and containers they stopped
@@ -265,6 +281,7 @@ func New(cfg Config) *Agent {
 		released:    map[string]int64{},
 		poke:        make(chan struct{}, 1),
 		gpuActivity: map[string][]state.GPUActivity{},
+		gpus:        cfg.GPUs,
 	}
 }
 
@@ -341,9 +358,12 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	if err != nil {
 		return nil, nil, fmt.Errorf("grant lease: %w", err)
 	}
+	a.mu.Lock()
+	gpus := a.gpus
+	a.mu.Unlock()
 	node := state.Node{
 		Name: a.cfg.Node, Address: a.cfg.Address, Labels: a.cfg.Labels,
-		CPUMilli: a.cfg.CPUMilli, MemoryMiB: a.cfg.MemoryMiB, GPUs: a.cfg.GPUs, Ports: a.cfg.Ports,
+		CPUMilli: a.cfg.CPUMilli, MemoryMiB: a.cfg.MemoryMiB, GPUs: gpus, Ports: a.cfg.Ports,
 		Simulated: a.cfg.Simulated, Agent: a.cfg.Version, Registered: time.Now().UTC(),
 	}
 	if sn, ok := a.cfg.Runtime.(subnetter); ok && a.cfg.JobRoutes != JobRoutesOff {
@@ -379,6 +399,9 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 			a.revoke(ctx, lease.ID)
 		}
 	})
+	if a.cfg.RecheckGPUs != nil {
+		a.wg.Go(func() { a.recheckGPUs(leaseCtx, lease.ID, node) })
+	}
 	a.mu.Lock()
 	a.epochs++
 	a.leased = true
@@ -386,6 +409,48 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	a.log.Debug("node registered", "lease", fmt.Sprintf("%x", lease.ID), "ttl", a.cfg.LeaseTTL,
 		"gpus", len(a.cfg.GPUs), "simulated", a.cfg.Simulated)
 	return leaseCtx, cancel, nil
+}
+
+// recheckGPUs calls RecheckGPUs every GPURecheckEvery until ctx (the
+// lease's) ends, and writes node again, under the same lease, whenever the
+// inventory it returns differs from node's. A write that fails is tried
+// again at the next check; one whose lease is gone fails, never
+// resurrecting the key.
+func (a *Agent) recheckGPUs(ctx context.Context, lease clientv3.LeaseID, node state.Node) {
+	for ctxwait.Sleep(ctx, a.cfg.GPURecheckEvery) {
+		gpus := a.cfg.RecheckGPUs()
+		if gpus == nil {
+			gpus = []state.GPU{}
+		}
+		if reflect.DeepEqual(gpus, node.GPUs) {
+			continue
+		}
+		next := node
+		next.GPUs = gpus
+		v, err := state.Encode(next)
+		if err != nil {
+			a.log.Error("publish GPU inventory", "err", err)
+			continue
+		}
+		if _, err := a.cfg.Client.Put(ctx, a.cfg.Keys.Node(a.cfg.Node), v, clientv3.WithLease(lease)); err != nil {
+			a.log.Warn("publish GPU inventory; trying again at the next check", "err", err, "in", a.cfg.GPURecheckEvery)
+			continue
+		}
+		node = next
+		a.mu.Lock()
+		a.gpus = gpus
+		a.mu.Unlock()
+		healthy := 0
+		var problems []string
+		for _, g := range gpus {
+			if g.Healthy {
+				healthy++
+			} else if g.Problem != "" {
+				problems = append(problems, fmt.Sprintf("GPU %d %s: %s", g.Index, g.UUID, g.Problem))
+			}
+		}
+		a.log.Info("GPU inventory changed; published", "gpus", len(gpus), "healthy", healthy, "problems", problems)
+	}
 }
 
 // keepAlive renews the lease every LeaseTTL/3 (more often after a failed

@@ -47,7 +47,7 @@ func CheckCDIDevices(gpus []state.GPU, kind string, dirs []string, missing func(
 		if len(lacking) == 0 {
 			continue
 		}
-		p := fmt.Sprintf("no CDI device %s in %s, so no container can be given this GPU: on this node run `nvidia-ctk cdi generate --device-name-strategy=uuid --output=/etc/cdi/nvidia.yaml` (NVIDIA Container Toolkit), then restart the agent",
+		p := fmt.Sprintf("no CDI device %s in %s, so no container can be given this GPU: on this node run `nvidia-ctk cdi generate --device-name-strategy=uuid --output=/etc/cdi/nvidia.yaml` (NVIDIA Container Toolkit); the agent looks again every 30 s",
 			strings.Join(lacking, ", "), strings.Join(dirs, ","))
 		if specErrs != nil {
 			p += fmt.Sprintf(" (specs that could not be read: %v)", specErrs)

@@ -1,12 +1,15 @@
 package nodeagent_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
@@ -83,4 +86,67 @@ func TestCheckCDIDevicesMarksWhatNoSpecDefines(t *testing.T) {
 	if len(problems) != 0 || !same[0].Healthy || !same[1].Healthy {
 		t.Errorf("GPUs the spec defines: %+v, problems %q", same, problems)
 	}
+}
+
+// TestAgentPublishesGPUHealthAsCDISpecsChange runs an agent on a real etcd
+// whose GPUs are checked against a CDI spec directory: with no spec the
+// node key offers them unhealthy with the problem; once a spec defining
+// one of them is written the agent publishes it healthy, under the same
+// lease, without a restart; when the spec goes, unhealthy again.
+func TestAgentPublishesGPUHealthAsCDISpecsChange(t *testing.T) {
+	cli := etcdtest.New(t)
+	cfg := testConfig(t, cli, newFake())
+	dir := t.TempDir()
+	dirs := []string{dir}
+	read := cfg.GPUs
+	check := func() []state.GPU {
+		g, _ := nodeagent.CheckCDIDevices(read, nodeagent.DefaultCDIKind, dirs, func(devices []string) ([]string, error) {
+			return runtime.MissingCDIDevices(dirs, devices)
+		})
+		return g
+	}
+	cfg.GPUs, cfg.RecheckGPUs, cfg.GPURecheckEvery = check(), check, 50*time.Millisecond
+	runAgent(t, cfg)
+
+	health := func() ([]bool, int64) {
+		resp, err := cli.Get(context.Background(), keys.Node(node))
+		if err != nil || len(resp.Kvs) == 0 {
+			return nil, 0
+		}
+		n, err := state.Decode[state.Node](resp.Kvs[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h []bool
+		for _, g := range n.GPUs {
+			if !g.Healthy && !strings.Contains(g.Problem, "no CDI device nvidia.com/gpu="+g.UUID) {
+				t.Errorf("GPU %s unhealthy with problem %q", g.UUID, g.Problem)
+			}
+			h = append(h, g.Healthy)
+		}
+		return h, resp.Kvs[0].Lease
+	}
+	want := func(what string, healthy ...bool) int64 {
+		t.Helper()
+		var lease int64
+		waitFor(t, what, 10*time.Second, func() (bool, string) {
+			h, l := health()
+			lease = l
+			return fmt.Sprint(h) == fmt.Sprint(healthy), fmt.Sprintf("node's GPUs healthy %v", h)
+		})
+		return lease
+	}
+	first := want("both GPUs unhealthy without a spec", false, false)
+
+	spec := fmt.Sprintf("cdiVersion: \"0.6.0\"\nkind: nvidia.com/gpu\ndevices:\n- name: %s\n  containerEdits:\n    deviceNodes:\n    - path: /dev/null\n", read[1].UUID)
+	if err := os.WriteFile(filepath.Join(dir, "nvidia.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if lease := want("GPU 1 healthy once a spec defines it", false, true); lease != first {
+		t.Errorf("the inventory was published under lease %x, the node registered under %x", lease, first)
+	}
+	if err := os.Remove(filepath.Join(dir, "nvidia.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	want("GPU 1 unhealthy again once the spec is gone", false, false)
 }

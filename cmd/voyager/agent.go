@@ -187,16 +187,24 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		}
 		cdiDirs = append(append([]string(nil), cdiDirs...), dir)
 	}
-	if cfg.AgentGPUMode == nodeagent.GPUModeCDI {
+	var recheck func() []state.GPU
+	if cfg.AgentGPUMode == nodeagent.GPUModeCDI && len(gpus) > 0 {
 		// A GPU the CDI specs do not define would be bound to sessions that
-		// then fail to start: offer it as unhealthy, saying why, instead.
+		// then fail to start: offer it as unhealthy, saying why, instead,
+		// and healthy again once a spec defines it (the agent checks again
+		// every GPURecheckEvery).
+		read := gpus
+		check := func() ([]state.GPU, []string) {
+			return nodeagent.CheckCDIDevices(read, nodeagent.DefaultCDIKind, cdiDirs, func(devices []string) ([]string, error) {
+				return runtime.MissingCDIDevices(cdiDirs, devices)
+			})
+		}
 		var problems []string
-		gpus, problems = nodeagent.CheckCDIDevices(gpus, nodeagent.DefaultCDIKind, cdiDirs, func(devices []string) ([]string, error) {
-			return runtime.MissingCDIDevices(cdiDirs, devices)
-		})
+		gpus, problems = check()
 		for _, p := range problems {
 			log.Error("GPU offered as unhealthy: " + p)
 		}
+		recheck = func() []state.GPU { g, _ := check(); return g }
 	}
 	parts := &agentParts{node: node, gpus: gpus, simulated: simulated}
 	ropts := runtime.ContainerdOptions{
@@ -256,7 +264,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	parts.agent = nodeagent.New(nodeagent.Config{
 		FenceAfter: fenceAfter, FenceGrace: fenceGrace,
 		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
-		GPUs: gpus, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
+		GPUs: gpus, RecheckGPUs: recheck, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
 		HomeDir: home, LogDir: filepath.Join(cfg.DataDir, "logs"), LogMaxBytes: int64(cfg.AgentLogMaxMiB) << 20,
 		LogRetention: cfg.Retention,
