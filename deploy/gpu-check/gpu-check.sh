@@ -95,8 +95,8 @@ for kv in json.load(urllib.request.urlopen(req, timeout=5)).get("kvs", []):
 PY
 }
 
-section voyager dev with no CDI spec of its own
-VOYAGER_AGENT_CDI_SPEC_DIRS=/etc/cdi,/var/run/cdi start_dev
+section voyager dev, its own CDI spec directory still empty
+VOYAGER_AGENT_CDI_SPEC_DIRS=/etc/cdi,/var/run/cdi,$work/cdi start_dev
 voyager node list -o wide
 python3 -c 'import json,sys; [print("problem:", p) for n in json.load(open(sys.argv[1])) for p in n.get("problems") or []]' "$work/nodes.json"
 node_key >"$work/node-before.json"
@@ -110,7 +110,7 @@ for g in n["gpus"]:
 sys.exit(0 if all("no CDI device" in g.get("problem", "") for g in sick) else 1)
 PY
 then pass "each GPU is healthy or says which CDI device it lacks"; else fail "an unhealthy GPU without its reason"; fi
-stop_dev
+grep -q '"healthy": false' "$work/node-before.json" && sick_before=1 || sick_before=
 
 section "a CDI spec for the GPUs (as nvidia-ctk would write it, plus glibc for busybox)"
 python3 - "$work/cdi/gpu-check.json" <<'PY'
@@ -142,10 +142,22 @@ json.dump(spec, open(sys.argv[1], "w"), indent=1)
 print(json.dumps(spec, indent=1))
 PY
 
-section voyager dev with that spec
-VOYAGER_AGENT_CDI_SPEC_DIRS=/etc/cdi,/var/run/cdi,$work/cdi start_dev
+section the agent sees the spec without a restart
+# It checks the specs again every 30 s.
+for _ in $(seq 1 90); do
+	node_key >"$work/node.json"
+	grep -q '"healthy": false' "$work/node.json" || break
+	sleep 0.5
+done
 voyager node list -o wide
-node_key | tee "$work/node.json"
+if [[ -z $sick_before ]]; then
+	echo "every GPU was healthy already (a spec of nvidia-ctk's): nothing to see change"
+elif grep -q '"healthy": false' "$work/node.json"; then
+	fail "the agent did not offer the GPUs healthy within 45 s of their spec"
+else
+	pass "the agent offered the GPUs healthy once their spec was written, with no restart"
+fi
+cat "$work/node.json"
 if python3 - "$work/node.json" "$work/nvidia-smi.csv" <<'PY'
 import csv, json, sys
 n = json.loads(open(sys.argv[1]).read().splitlines()[0])
