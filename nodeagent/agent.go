@@ -413,9 +413,10 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 
 // recheckGPUs calls RecheckGPUs every GPURecheckEvery until ctx (the
 // lease's) ends, and writes node again, under the same lease, whenever the
-// inventory it returns differs from node's. A write that fails is tried
-// again at the next check; one whose lease is gone fails, never
-// resurrecting the key.
+// inventory it returns differs from node's. The write compares the key's
+// lease with this registration's: a key gone, or written since by a newer
+// registration, is never taken back (that ends this loop). A write that
+// fails otherwise is tried again at the next check.
 func (a *Agent) recheckGPUs(ctx context.Context, lease clientv3.LeaseID, node state.Node) {
 	for ctxwait.Sleep(ctx, a.cfg.GPURecheckEvery) {
 		gpus := a.cfg.RecheckGPUs()
@@ -432,9 +433,17 @@ func (a *Agent) recheckGPUs(ctx context.Context, lease clientv3.LeaseID, node st
 			a.log.Error("publish GPU inventory", "err", err)
 			continue
 		}
-		if _, err := a.cfg.Client.Put(ctx, a.cfg.Keys.Node(a.cfg.Node), v, clientv3.WithLease(lease)); err != nil {
+		key := a.cfg.Keys.Node(a.cfg.Node)
+		resp, err := a.cfg.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
+			Then(clientv3.OpPut(key, v, clientv3.WithLease(lease))).Commit()
+		if err != nil {
 			a.log.Warn("publish GPU inventory; trying again at the next check", "err", err, "in", a.cfg.GPURecheckEvery)
 			continue
+		}
+		if !resp.Succeeded {
+			a.log.Warn("publish GPU inventory: the node key is no longer this registration's; leaving it", "lease", fmt.Sprintf("%x", lease))
+			return
 		}
 		node = next
 		a.mu.Lock()

@@ -3,11 +3,15 @@ package nodeagent_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/nodeagent"
@@ -92,7 +96,8 @@ func TestCheckCDIDevicesMarksWhatNoSpecDefines(t *testing.T) {
 // whose GPUs are checked against a CDI spec directory: with no spec the
 // node key offers them unhealthy with the problem; once a spec defining
 // one of them is written the agent publishes it healthy, under the same
-// lease, without a restart; when the spec goes, unhealthy again.
+// lease, without a restart; when the spec goes, unhealthy again; and once
+// the key is held by another lease, its publication is refused.
 func TestAgentPublishesGPUHealthAsCDISpecsChange(t *testing.T) {
 	cli := etcdtest.New(t)
 	cfg := testConfig(t, cli, newFake())
@@ -106,6 +111,8 @@ func TestAgentPublishesGPUHealthAsCDISpecsChange(t *testing.T) {
 		return g
 	}
 	cfg.GPUs, cfg.RecheckGPUs, cfg.GPURecheckEvery = check(), check, 50*time.Millisecond
+	logs := &lockedLog{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	runAgent(t, cfg)
 
 	health := func() ([]bool, int64) {
@@ -149,4 +156,47 @@ func TestAgentPublishesGPUHealthAsCDISpecsChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("GPU 1 unhealthy again once the spec is gone", false, false)
+
+	// The key written since under another lease (as a newer registration
+	// would): the agent's next publication is refused, and the key keeps
+	// the other lease and value.
+	other, err := cli.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const foreign = `{"name":"gpu-01","gpus":[]}`
+	if _, err := cli.Put(context.Background(), keys.Node(node), foreign, clientv3.WithLease(other.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nvidia.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the agent's publication refused", 10*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), "no longer this registration's"), "no refusal logged"
+	})
+	resp, err := cli.Get(context.Background(), keys.Node(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != foreign || resp.Kvs[0].Lease != int64(other.ID) {
+		t.Errorf("node key %q under lease %x, want the other registration's %q under %x", resp.Kvs[0].Value, resp.Kvs[0].Lease, foreign, other.ID)
+	}
+}
+
+// lockedLog collects an agent's log lines for a test to read.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
