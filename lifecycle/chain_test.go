@@ -11,11 +11,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/merger"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -56,10 +58,17 @@ func newChain(t testing.TB, cfg ControllerConfig, agentOpts ...func(*nodeagent.C
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	first, last, err := config.ParsePortRange(runtimetest.FreePortRange(t, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := state.PortRange{First: first, Last: last}
 	acfg := nodeagent.Config{
 		Node: chainNode, Address: "127.0.0.1", Keys: keys, Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: true, CPUMilli: 64000, MemoryMiB: 1 << 18,
-		Ports: state.PortRange{First: 41000, Last: 41999}, LeaseTTL: 5 * time.Second,
+		// serveJupyter listens on these: above the ephemeral range, where
+		// another test's outgoing connection could hold one (41000 did).
+		Ports: ports, LeaseTTL: 5 * time.Second,
 		Image: "busybox", HomeDir: dir + "/home", LogDir: dir + "/logs", StopGrace: 100 * time.Millisecond,
 		RestartBackoff: 100 * time.Millisecond, RestartBackoffMax: time.Second,
 		Logger: quiet, Resync: time.Second,
