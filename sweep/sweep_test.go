@@ -276,12 +276,18 @@ func TestSweep100Cap10(t *testing.T) {
 	if got := c.fake.Starts(); got != 100 {
 		t.Errorf("%d containers started, want 100: one per index", got)
 	}
+	// A controller counts what it wrote after its transaction returns, so
+	// the array can read done a moment before the last count lands.
 	var st sweep.Stats
-	for _, ctrl := range c.ctrls {
-		s := ctrl.Stats()
-		st.Created += s.Created
-		st.Finished += s.Finished
-	}
+	c.eventually("the controllers' counts", 10*time.Second, func() bool {
+		st = sweep.Stats{}
+		for _, ctrl := range c.ctrls {
+			s := ctrl.Stats()
+			st.Created += s.Created
+			st.Finished += s.Finished
+		}
+		return st.Created >= 100 && st.Finished >= 100
+	})
 	if st.Created != 100 || st.Finished != 100 {
 		t.Errorf("controllers created %d and recorded %d, want 100 each", st.Created, st.Finished)
 	}
