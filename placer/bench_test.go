@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
@@ -232,6 +233,46 @@ func boundWatch(b *testing.B, ctx context.Context, cli *clientv3.Client, k state
 	return cache
 }
 
+// countBindings calls onBound for each head binding created under k from
+// now on (a Ray worker's binding is its gang's, not a session's). It is
+// boundWatch without the cache: a bare watch whose events are read for
+// their role alone, since the burst's windows share cores with the
+// placers they measure. A cache of every binding, each decoded whole,
+// cost a fifth of the benchmark process's CPU in a burst (10 µs per
+// binding), taken from the placers placing and from the replaying client.
+func countBindings(b *testing.B, ctx context.Context, cli *clientv3.Client, k state.Keys, onBound func()) {
+	now, err := cli.Get(ctx, k.AllBindings(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		b.Fatal(err)
+	}
+	wch := cli.Watch(clientv3.WithRequireLeader(ctx), k.AllBindings(), clientv3.WithPrefix(), clientv3.WithRev(now.Header.Revision+1))
+	go func() {
+		for resp := range wch {
+			if err := resp.Err(); err != nil {
+				if ctx.Err() == nil {
+					b.Errorf("watch bindings: %v", err)
+				}
+				return
+			}
+			for _, ev := range resp.Events {
+				if ev.Type != clientv3.EventTypePut || ev.Kv.Version != 1 {
+					continue // a binding is created, never modified
+				}
+				var bd struct {
+					Role state.Role `json:"role"`
+				}
+				if err := gojson.Unmarshal(ev.Kv.Value, &bd); err != nil {
+					b.Errorf("decode binding %s: %v", ev.Kv.Key, err)
+					return
+				}
+				if bd.Role != state.RoleWorker {
+					onBound()
+				}
+			}
+		}
+	}()
+}
+
 func startPlacers(b *testing.B, endpoint string, n int, cfg Config) []*Placer {
 	var ps []*Placer
 	for i := 0; i < n; i++ {
@@ -359,7 +400,7 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	bound := 0
 	var counting atomic.Bool // set once placement starts
 	var cpuAtLast time.Duration
-	boundWatch(b, ctx, cli, s.k, func(state.Binding, int64) {
+	countBindings(b, ctx, cli, s.k, func() {
 		cpu := time.Duration(0)
 		if counting.Load() {
 			cpu = processCPU(b)
@@ -466,6 +507,13 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	slices.SortFunc(replays, func(x, y replayed) int { return cmp.Compare(x.rate, y.rate) })
 	median := replays[len(replays)/2]
 	ceiling := median.rate
+	steadies := make([]float64, len(replays))
+	for i, r := range replays {
+		steadies[i] = r.steady
+	}
+	slices.Sort(steadies)
+	steadyCeiling := steadies[len(steadies)/2]
+	steady := steadyRate(n, first, end)
 	b.ReportMetric(rate, "bindings/s")
 	// How soon the first session of the burst is bound: the pass's
 	// snapshot, as much of its plan as comes before its first batch is
@@ -473,6 +521,12 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	b.ReportMetric(float64(first.Sub(start).Microseconds())/1000, "ms-to-first-binding")
 	b.ReportMetric(ceiling, "ceiling-bindings/s")
 	b.ReportMetric(rate/ceiling, "of-ceiling")
+	// The same from each window's first binding to its last: placement's
+	// rate once its first batch is bound, against the replay's once its
+	// first is. The windows above differ by what comes before: the
+	// placers' snapshot and first plan (ms-to-first-binding), against
+	// one round trip.
+	b.ReportMetric(steady/steadyCeiling, "of-ceiling-after-first-binding")
 	b.ReportMetric(float64(n)/float64(len(txns)), "sessions/txn")
 	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
 	b.ReportMetric(float64(cpuUntilLast.Microseconds())/float64(n), "process-cpu-us/binding")
@@ -496,8 +550,8 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	for _, l := range w.ledgers {
 		gpus += len(l.GPUOwners())
 	}
-	b.Logf("%s, %d placers: %d sessions (%d GPUs) bound in %s = %.0f/s; ceiling (the same %d txns, %.1f sessions each, %d in flight, replayed with no planning) %.0f/s: %.2f of it; %d txns sent, %d conflicts; the process (%s) used %s of CPU until the last binding, %.0f µs per binding (the median replay %.0f)%s. Peers: Nomad C1M 3,750 allocs/s (5 servers), kube-scheduler scheduler_perf 680-810 pods/s",
-		strategy, placers, n, gpus, elapsed.Round(time.Millisecond), rate, len(txns), float64(n)/float64(len(txns)), workers, ceiling, rate/ceiling, st.Txns, st.Conflicts, process, cpuUntilLast.Round(time.Millisecond), float64(cpuUntilLast.Microseconds())/float64(n), float64(median.cpu.Microseconds())/float64(n), etcdBusy)
+	b.Logf("%s, %d placers: %d sessions (%d GPUs) bound in %s = %.0f/s; ceiling (the same %d txns, %.1f sessions each, %d in flight, replayed with no planning) %.0f/s: %.2f of it (from each window's first binding: %.0f/s against %.0f/s, %.2f); %d txns sent, %d conflicts; the process (%s) used %s of CPU until the last binding, %.0f µs per binding (the median replay %.0f)%s. Peers: Nomad C1M 3,750 allocs/s (5 servers), kube-scheduler scheduler_perf 680-810 pods/s",
+		strategy, placers, n, gpus, elapsed.Round(time.Millisecond), rate, len(txns), float64(n)/float64(len(txns)), workers, ceiling, rate/ceiling, steady, steadyCeiling, steady/steadyCeiling, st.Txns, st.Conflicts, process, cpuUntilLast.Round(time.Millisecond), float64(cpuUntilLast.Microseconds())/float64(n), float64(median.cpu.Microseconds())/float64(n), etcdBusy)
 }
 
 // processCPU is the user and system CPU time this process has used: the

@@ -140,7 +140,10 @@ func startRecordedPlacers(b *testing.B, endpoint string, n int, cfg Config, rec 
 // window, from its first transaction to the watch's last binding, and the
 // CPU this process used in it.
 type replayed struct {
-	rate       float64
+	rate float64
+	// steady is the rate from the first binding the watch saw to the
+	// last: the window without the first transaction's round trip.
+	steady     float64
 	sessions   int
 	start, end time.Time
 	cpu        time.Duration // this process's, from start to the last binding
@@ -162,14 +165,17 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 		b.Fatal(err)
 	}
 	var seenMu sync.Mutex
-	var lastSeen time.Time
+	var firstSeen, lastSeen time.Time
 	seen := 0
 	var cpuStart, cpuAtLast time.Duration
-	boundWatch(b, ctx, cli, toKeys, func(state.Binding, int64) {
+	countBindings(b, ctx, cli, toKeys, func() {
 		cpu := processCPU(b) // as placement's watch reads it at each binding
 		seenMu.Lock()
 		seen++
 		lastSeen = time.Now()
+		if seen == 1 {
+			firstSeen = lastSeen
+		}
 		cpuAtLast = cpu
 		seenMu.Unlock()
 	})
@@ -326,9 +332,19 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 		return seen >= sessions
 	})
 	seenMu.Lock()
-	end, cpu := lastSeen, cpuAtLast-cpuStart
+	first, end, cpu := firstSeen, lastSeen, cpuAtLast-cpuStart
 	seenMu.Unlock()
-	return replayed{rate: float64(sessions) / end.Sub(start).Seconds(), sessions: sessions, start: start, end: end, cpu: cpu}
+	return replayed{rate: float64(sessions) / end.Sub(start).Seconds(), steady: steadyRate(sessions, first, end),
+		sessions: sessions, start: start, end: end, cpu: cpu}
+}
+
+// steadyRate is sessions per second from the first binding of a window to
+// its last (n bindings, n-1 intervals).
+func steadyRate(n int, first, last time.Time) float64 {
+	if n < 2 || !last.After(first) {
+		return 0
+	}
+	return float64(n-1) / last.Sub(first).Seconds()
 }
 
 // ceilingWorkers is how many replay transactions are in flight: as many as
