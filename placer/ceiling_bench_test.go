@@ -45,6 +45,8 @@ type txnRecorder struct {
 	txns       []recordedTxn
 	inFlight   int
 	maxFlight  int
+	// firstSent is when the first bind transaction was sent.
+	firstSent time.Time
 }
 
 func (r *txnRecorder) sorted() []recordedTxn {
@@ -100,6 +102,9 @@ func (t *recTxn) Commit() (*clientv3.TxnResponse, error) {
 		return t.Txn.Commit()
 	}
 	t.r.mu.Lock()
+	if t.r.firstSent.IsZero() {
+		t.r.firstSent = time.Now()
+	}
 	t.r.inFlight++
 	t.r.maxFlight = max(t.r.maxFlight, t.r.inFlight)
 	t.r.mu.Unlock()
