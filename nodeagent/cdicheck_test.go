@@ -7,13 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/internal/testlog"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
@@ -111,7 +111,7 @@ func TestAgentPublishesGPUHealthAsCDISpecsChange(t *testing.T) {
 		return g
 	}
 	cfg.GPUs, cfg.RecheckGPUs, cfg.GPURecheckEvery = check(), check, 50*time.Millisecond
-	logs := &lockedLog{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	runAgent(t, cfg)
 
@@ -181,22 +181,4 @@ func TestAgentPublishesGPUHealthAsCDISpecsChange(t *testing.T) {
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != foreign || resp.Kvs[0].Lease != int64(other.ID) {
 		t.Errorf("node key %q under lease %x, want the other registration's %q under %x", resp.Kvs[0].Value, resp.Kvs[0].Lease, foreign, other.ID)
 	}
-}
-
-// lockedLog collects an agent's log lines for a test to read.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

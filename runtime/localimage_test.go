@@ -1,42 +1,23 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/voyager-gpu/voyager/internal/testlog"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 )
-
-// syncBuffer is a log written by the runtime while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestLocalImagesAreNeverPulled: an absent voyager.local image is an
 // error that says to import it, at once, without a pull (which would ask
 // a DNS server about voyager.local); one that was imported is found.
 func TestLocalImagesAreNeverPulled(t *testing.T) {
-	var log syncBuffer
+	var log testlog.Buffer
 	c := runtimetest.New(t, runtime.ContainerdOptions{Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	fake := runtime.NewFake(func(string) bool { return true }) // even where everything could be pulled
 	for _, rt := range []struct {

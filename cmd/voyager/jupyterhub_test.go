@@ -27,6 +27,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/testlog"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -61,34 +62,16 @@ type hub struct {
 	python, dir, config, token string
 	hubURL, proxyURL           string
 	proc                       *exec.Cmd
-	log                        *lockedBuffer
+	log                        *testlog.Buffer
 
 	mu       sync.Mutex
 	lastHTML map[string]string // user → html_message of his last progress event that had one
 }
 
-// lockedBuffer is a log that a process writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func startHub(t *testing.T, h *hub) {
 	t.Helper()
 	if h.log == nil { // a restarted hub appends to the log
-		h.log = &lockedBuffer{}
+		h.log = &testlog.Buffer{}
 	}
 	h.proc = exec.Command(h.python, "-m", "jupyterhub", "-f", h.config)
 	h.proc.Dir = h.dir

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voyager-gpu/voyager/internal/testlog"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
 )
@@ -182,7 +183,7 @@ type shell struct {
 	t      *testing.T
 	in     io.WriteCloser
 	out    *bufio.Reader
-	stderr *lockedBuffer
+	stderr *testlog.Buffer
 }
 
 func newShell(t *testing.T, dir string, environ []string) *shell {
@@ -197,7 +198,7 @@ func newShell(t *testing.T, dir string, environ []string) *shell {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := &shell{t: t, in: in, out: bufio.NewReader(out), stderr: &lockedBuffer{}}
+	sh := &shell{t: t, in: in, out: bufio.NewReader(out), stderr: &testlog.Buffer{}}
 	cmd.Stderr = sh.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,3 @@
+// Package testlog holds what tests share for reading a log that something
+// else writes while they run.
+package testlog
