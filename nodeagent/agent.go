@@ -58,7 +58,8 @@ type Config struct {
 	// differs from what the node key holds; a re-registration publishes
 	// the latest too. Sessions already bound are not touched.
 	RecheckGPUs func() []state.GPU
-	// GPURecheckEvery is how often RecheckGPUs is called. Default 30s.
+	// GPURecheckEvery is how often RecheckGPUs is called. Default
+	// DefaultGPURecheckEvery.
 	GPURecheckEvery time.Duration
 	CPUMilli        int64
 	MemoryMiB       int64
@@ -211,7 +212,7 @@ func (c *Config) defaults() {
 		c.ActivityEvery = 30 * time.Second
 	}
 	if c.GPURecheckEvery <= 0 {
-		c.GPURecheckEvery = 30 * time.Second
+		c.GPURecheckEvery = DefaultGPURecheckEvery
 	}
 	if c.GPUSampler == nil && c.Simulated && c.Runtime != nil {
 		c.GPUSampler = NewSimulatedSampler(c.Runtime)

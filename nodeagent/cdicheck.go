@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -10,6 +11,10 @@ import (
 // DefaultCDIKind is the CDI kind of NVIDIA GPUs, as nvidia-ctk writes it:
 // a GPU is the CDI device nvidia.com/gpu=<its UUID>.
 const DefaultCDIKind = "nvidia.com/gpu"
+
+// DefaultGPURecheckEvery is how often an agent checks its GPUs' CDI devices
+// again (Config.GPURecheckEvery), as a GPU's problem tells the operator.
+const DefaultGPURecheckEvery = 30 * time.Second
 
 // CheckCDIDevices marks unhealthy each GPU that a container could not be
 // given: one whose device (or, on a GPU partitioned into MIG devices, any
@@ -47,8 +52,8 @@ func CheckCDIDevices(gpus []state.GPU, kind string, dirs []string, missing func(
 		if len(lacking) == 0 {
 			continue
 		}
-		p := fmt.Sprintf("no CDI device %s in %s, so no container can be given this GPU: on this node run `nvidia-ctk cdi generate --device-name-strategy=uuid --output=/etc/cdi/nvidia.yaml` (NVIDIA Container Toolkit); the agent looks again every 30 s",
-			strings.Join(lacking, ", "), strings.Join(dirs, ","))
+		p := fmt.Sprintf("no CDI device %s in %s, so no container can be given this GPU: on this node run `nvidia-ctk cdi generate --device-name-strategy=uuid --output=/etc/cdi/nvidia.yaml` (NVIDIA Container Toolkit); the agent looks again every %s",
+			strings.Join(lacking, ", "), strings.Join(dirs, ","), DefaultGPURecheckEvery)
 		if specErrs != nil {
 			p += fmt.Sprintf(" (specs that could not be read: %v)", specErrs)
 		}
