@@ -65,7 +65,7 @@ type Config struct {
 	MemoryMiB       int64
 	Ports           state.PortRange
 	// LeaseTTL is the node key's lease, in whole seconds (etcd's unit;
-	// rounded down). Default 10s. The agent renews it every LeaseTTL/3.
+	// rounded down). Default 10s. The agent renews it every FenceAfter/3.
 	LeaseTTL time.Duration
 	// FenceAfter is how long after its last successful renewal (counted
 	// from when that renewal was sent, which is no later than etcd
@@ -73,6 +73,11 @@ type Config struct {
 	// it abandons the lease and stops and removes every running container
 	// of the node, before etcd can expire the lease and the placers
 	// re-queue the sessions elsewhere. Default LeaseTTL/2.
+	//
+	// Renewals go out every FenceAfter/3, so an etcd that answers no
+	// renewal for less than two thirds of FenceAfter (a leader election,
+	// which takes etcd one to two election timeouts) never fences,
+	// whenever in the cadence it begins.
 	FenceAfter time.Duration
 	// FenceGrace is the SIGTERM-to-SIGKILL grace of a fence. FenceAfter +
 	// FenceGrace must be less than LeaseTTL: what is left is the margin
@@ -301,6 +306,16 @@ func (a *Agent) Registered() bool {
 	return a.leased
 }
 
+// Renewed returns when the last successful renewal of the node's lease
+// was sent (the registration counts as one): etcd's lease runs at least
+// the TTL from then. It is the zero time before the first registration.
+func (a *Agent) Renewed() time.Time {
+	if r := a.renewed.Load(); r > 0 {
+		return time.Unix(0, r)
+	}
+	return time.Time{}
+}
+
 // Fences counts the fences: leases the agent gave up because it could not
 // renew them in time, stopping the node's containers.
 func (a *Agent) Fences() int64 { return a.fences.Load() }
@@ -463,10 +478,19 @@ func (a *Agent) recheckGPUs(ctx context.Context, lease clientv3.LeaseID, node st
 	}
 }
 
-// keepAlive renews the lease every LeaseTTL/3 (more often after a failed
+// renewEvery is the renewal cadence: a third of the fence deadline.
+func (a *Agent) renewEvery() time.Duration { return a.cfg.FenceAfter / 3 }
+
+// keepAlive renews the lease every FenceAfter/3 (more often after a failed
 // renewal) until ctx ends, and returns why it stopped: errLeaseLost when
 // etcd says the lease is gone, errFenced when no renewal succeeded within
 // FenceAfter of the send of the last one that did, nil when ctx ended.
+//
+// The cadence follows the fence deadline, not the TTL: an outage that
+// begins just before a renewal is due must end within FenceAfter - every,
+// or the agent fences. At every = FenceAfter/3 that is two thirds of
+// FenceAfter (3.3 s at the defaults), more than an etcd leader election
+// takes; at TTL/3 it was a third of FenceAfter.
 //
 // Each renewal is one KeepAliveOnce whose send time is known: etcd
 // extends the lease to at least that time plus the TTL, so the agent's
@@ -474,7 +498,7 @@ func (a *Agent) recheckGPUs(ctx context.Context, lease clientv3.LeaseID, node st
 // (clientv3's KeepAlive stream only says when an answer arrived, and gives
 // up on a lease only once its TTL has passed: too late to fence.)
 func (a *Agent) keepAlive(ctx context.Context, id clientv3.LeaseID, renewed time.Time) error {
-	every := a.cfg.LeaseTTL / 3
+	every := a.renewEvery()
 	retry := min(every, 250*time.Millisecond)
 	next := renewed.Add(every)
 	for {

@@ -230,6 +230,69 @@ func TestFenceKeepsWhatAlreadyExited(t *testing.T) {
 	}
 }
 
+// TestAgentRidesOutAnEtcdOutageOfHalfTheFenceDeadline: etcd answers no
+// renewal for a while, as during a leader election (one to two election
+// timeouts). An agent whose renewals are due every third of its fence
+// deadline sits out an outage of half that deadline wherever it falls: just
+// after a renewal, or just before the next is due (the worst case, which an
+// agent renewing every TTL/3 does not survive). Its running session is not
+// fenced, the lease is never given up, and the session keeps its attempt.
+func TestAgentRidesOutAnEtcdOutageOfHalfTheFenceDeadline(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	obs := c.Client(t)
+	cutCli, proxy := cuttableClient(t, c)
+	rt := newFake()
+	cfg := testConfig(t, cutCli, rt)
+	// The defaults: the fence deadline is TTL/2 = 4.5 s, the outage 2.25 s.
+	cfg.LeaseTTL, cfg.FenceAfter, cfg.FenceGrace = 9*time.Second, 0, 0
+	a, _ := runAgent(t, cfg)
+	b := bind(t, obs, state.Session{ID: "long", Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}}, state.Binding{})
+	waitPhase(t, obs, "long", state.PhaseRunning, 10*time.Second)
+	outage := 9 * time.Second / 2 / 2
+
+	// nextRenewal waits for a renewal later than after and returns when it
+	// was sent.
+	nextRenewal := func(after time.Time) time.Time {
+		var r time.Time
+		waitFor(t, "a renewal", 10*time.Second, func() (bool, string) {
+			r = a.Renewed()
+			return r.After(after), fmt.Sprintf("last renewal %v", r)
+		})
+		return r
+	}
+	first := nextRenewal(time.Time{})
+	second := nextRenewal(first)
+	every := second.Sub(first)
+	for _, tc := range []struct {
+		name string
+		at   time.Duration // after a renewal's send
+	}{
+		{"just after a renewal", 50 * time.Millisecond},
+		{"just before the next renewal is due", every - 100*time.Millisecond},
+	} {
+		last := nextRenewal(time.Now())
+		time.Sleep(time.Until(last.Add(tc.at))) // the outage's phase, the point of the test
+		proxy.Cut()
+		cut := time.Now()
+		time.Sleep(outage) // the outage itself
+		proxy.Restore()
+		renewed := nextRenewal(cut)
+		t.Logf("outage %s beginning %s (%s after a renewal sent at %s intervals): the next renewal was sent %s after the cut",
+			outage, tc.name, tc.at.Round(time.Millisecond), every.Round(time.Millisecond), renewed.Sub(cut).Round(time.Millisecond))
+		if f := a.Fences(); f != 0 {
+			t.Fatalf("outage %s: the agent fenced %d times; want none", tc.name, f)
+		}
+	}
+	if n := a.Registrations(); n != 1 {
+		t.Errorf("the agent registered %d times; want once, its lease never given up", n)
+	}
+	st := waitPhase(t, obs, "long", state.PhaseRunning, time.Second)
+	infos, err := rt.List(context.Background(), map[string]string{nodeagent.LabelSession: "long"})
+	if err != nil || len(infos) != 1 || infos[0].ID != nodeagent.ContainerID(b) || infos[0].State != runtime.StateRunning || st.Attempt != 0 || rt.Starts() != 1 {
+		t.Errorf("after the outages: %+v (%v), status %+v, %d starts; want its one container still running, attempt 0", infos, err, st, rt.Starts())
+	}
+}
+
 // slowStops is a fake runtime whose Stop holds until release closes, and
 // which records, at each Start, whether every Stop so far had returned.
 type slowStops struct {

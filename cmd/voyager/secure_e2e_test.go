@@ -282,20 +282,22 @@ func (c *secureCluster) startPlacer(ns, httpAddr string) *proc {
 	return p
 }
 
+// agentLeaseTTL is the agents' lease TTL in these clusters: the default.
+// An agent fences its node (stops its containers) once it has not renewed
+// for half of it, renewing every sixth, so an outage that begins just before
+// a renewal is due must end within a third of the TTL. The death of the
+// etcd leader is such an outage: no lease is renewed for one to two
+// election timeouts (1 s each) and more on a loaded machine, 1.0-2.4 s in
+// this test beside the whole suite. With a 4 s TTL an agent fenced the long
+// job that must outlive the leader (CI, 27 November, 3.1 s after its last
+// renewal).
+const agentLeaseTTL = 10 * time.Second
+
 // startAgent starts node's agent in ns, reachable at address with its
 // HTTPS log endpoint on httpAddr (client certificates of the cluster CA
 // only), running sessions in containerd namespace node of rt with two
-// simulated GPUs and a 2 s lease. It returns the agent and the directory
-// of its users' homes.
-// agentLeaseTTL is the agents' lease TTL in these clusters. An agent
-// fences its node (stops its containers) once it has not renewed for half
-// of it, and an etcd leader's death leaves no leader to renew with for the
-// election timeout (1 s) and more on a loaded machine: with 2 s, an agent
-// fenced the long job that must outlive the leader (TestMultiMachineE2E,
-// 27 November, 1.68 s after its last renewal, a new leader about a second
-// after the old one was lost, the whole suite running beside it).
-const agentLeaseTTL = 4 * time.Second
-
+// simulated GPUs and an agentLeaseTTL lease. It returns the agent and the
+// directory of its users' homes.
 func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string) (*proc, string) {
 	c.t.Helper()
 	home := c.t.TempDir()

@@ -250,8 +250,9 @@ type Config struct {
 	// AgentLeaseTTL is the TTL of the node's lease.
 	AgentLeaseTTL time.Duration `env:"VOYAGER_AGENT_LEASE_TTL" envDefault:"10s" doc:"TTL of the node's lease: a node whose agent is silent this long is lost"`
 	// AgentFenceAfter is how long after its last lease renewal an agent
-	// that cannot renew fences (0: half the lease TTL).
-	AgentFenceAfter time.Duration `env:"VOYAGER_AGENT_FENCE_AFTER" envDefault:"0s" doc:"an agent that has not renewed its lease for this long (counted from the last renewal's send) stops and removes the node's running containers, before the lease can expire; 0: half the lease TTL"`
+	// that cannot renew fences (0: half the lease TTL); it renews every
+	// third of it.
+	AgentFenceAfter time.Duration `env:"VOYAGER_AGENT_FENCE_AFTER" envDefault:"0s" doc:"an agent that has not renewed its lease for this long (counted from the last renewal's send) stops and removes the node's running containers, before the lease can expire; it renews every third of it, so an etcd outage of two thirds of it (a leader election) fences nothing; 0: half the lease TTL"`
 	// AgentFenceGrace is the SIGTERM-to-SIGKILL grace of a fence (0: a
 	// fifth of the lease TTL).
 	AgentFenceGrace time.Duration `env:"VOYAGER_AGENT_FENCE_GRACE" envDefault:"0s" doc:"time between SIGTERM and SIGKILL when a fence stops containers; fence after + fence grace must be below the lease TTL; 0: a fifth of the lease TTL"`
