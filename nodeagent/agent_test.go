@@ -35,7 +35,7 @@ func TestAgentRegistersSimulatedNodeUnderLease(t *testing.T) {
 	}
 	// An agent that stops renewing loses its node within the TTL.
 	stop()
-	waitFor(t, "the node record to expire", 10*time.Second, func() (bool, string) { return gone(t, cli, keys.Node(node)), "" })
+	waitFor(t, "the node record to expire", 2*cfg.LeaseTTL, func() (bool, string) { return gone(t, cli, keys.Node(node)), "" })
 }
 
 func TestAgentRunsNotebookUntilStopped(t *testing.T) {

@@ -43,12 +43,13 @@ func testConfig(t testing.TB, cli *clientv3.Client, rt runtime.Runtime) nodeagen
 	return nodeagent.Config{
 		Node: node, Address: "127.0.0.1", Keys: keys, Client: cli, Runtime: rt,
 		GPUs: gpus, Simulated: true, CPUMilli: 2000, MemoryMiB: 4096,
-		// Above the ephemeral range and apart from runtimetest.FreePort;
-		// a 5s lease: 2s leases were lost on a loaded CI machine.
-		Ports: state.PortRange{First: 61000, Last: 61999}, LeaseTTL: 5 * time.Second,
-		// A fence only after 3.5 s without a renewal: etcd stalls on the
-		// shared test machine; the fencing tests set their own timings.
-		FenceAfter: 3500 * time.Millisecond, FenceGrace: time.Second,
+		// Above the ephemeral range and apart from runtimetest.FreePort.
+		// An 8 s lease, fenced after 6 s without a renewal (renewed every
+		// 2 s, so an etcd that answers nothing for 4 s fences nothing):
+		// etcd stalls on the shared CI machine, and 2 s leases were lost
+		// there. The fencing tests set their own timings.
+		Ports: state.PortRange{First: 61000, Last: 61999}, LeaseTTL: 8 * time.Second,
+		FenceAfter: 6 * time.Second, FenceGrace: time.Second,
 		Image: "busybox", HomeDir: dir + "/home", LogDir: dir + "/logs", StopGrace: 500 * time.Millisecond,
 		Logger: quietLogger(), Resync: time.Second,
 	}
