@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"sort"
 	"strconv"
@@ -365,6 +366,12 @@ func BenchmarkPlacementBurst(b *testing.B) {
 // case and a time).
 var burstProfile = flag.String("burst.cpuprofile", "", "BenchmarkPlacementBurst: write a CPU profile of each measured window to this path plus the case's name")
 
+// burstTrace names the execution traces BenchmarkPlacementBurst writes of
+// each measured window, from the gate to a quiet second after the last
+// binding: `go tool trace -pprof=sched` of one says which goroutines waited
+// to run, and for how long.
+var burstTrace = flag.String("burst.trace", "", "BenchmarkPlacementBurst: write an execution trace of each measured window to this path plus the case's name")
+
 // ceilingReplays is how many times a burst's transactions are replayed for
 // its ceiling (the median counts).
 const ceilingReplays = 3
@@ -450,6 +457,19 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 		defer pprof.StopCPUProfile() // if the window fails
 		profiling = true
 	}
+	tracing := false
+	if *burstTrace != "" && measure {
+		f, err := os.Create(fmt.Sprintf("%s.%s.%d", *burstTrace, strings.ReplaceAll(b.Name(), "/", "_"), time.Now().UnixNano()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := trace.Start(f); err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		defer trace.Stop() // if the window fails
+		tracing = true
+	}
 	start := time.Now()
 	close(gate)
 	cpuStart := processCPU(b)
@@ -465,6 +485,10 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 		mu.Unlock()
 		if !quiet {
 			return false
+		}
+		if tracing {
+			trace.Stop()
+			tracing = false
 		}
 		if profiling {
 			// It ends a quiet second after the last binding: what the
@@ -535,6 +559,18 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	b.ReportMetric(steady/steadyCeiling, "of-ceiling-after-first-binding")
 	b.ReportMetric(float64(n)/float64(len(txns)), "sessions/txn")
 	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
+	// As many transactions in flight on both sides and longer round trips
+	// while placing: the gap is in the round trip (etcd's work, or the
+	// wait of the placers' gRPC and watch goroutines for the process's
+	// cores: -burst.trace shows which).
+	rec.mu.Lock()
+	flight, trip := tripStats(rec.trips)
+	rec.mu.Unlock()
+	flightCeiling, tripCeiling := tripStats(median.trips)
+	b.ReportMetric(flight, "txns-in-flight")
+	b.ReportMetric(flightCeiling, "txns-in-flight-ceiling")
+	b.ReportMetric(float64(trip.Microseconds())/1000, "txn-ms-p50")
+	b.ReportMetric(float64(tripCeiling.Microseconds())/1000, "txn-ms-p50-ceiling")
 	b.ReportMetric(float64(cpuUntilLast.Microseconds())/float64(n), "process-cpu-us/binding")
 	b.ReportMetric(float64(median.cpu.Microseconds())/float64(n), "process-cpu-us/binding-ceiling")
 	figure := fmt.Sprintf("placement burst, %d placer(s), %s, 1k nodes x 8 GPUs", placers, strategy)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -47,6 +48,49 @@ type txnRecorder struct {
 	maxFlight  int
 	// firstSent is when the first bind transaction was sent.
 	firstSent time.Time
+	// trips are the bind transactions' round trips, committed or not.
+	trips []roundTrip
+}
+
+// roundTrip is one bind transaction's, as its sender saw it: from its
+// Commit call to the answer's return.
+type roundTrip struct{ sent, answered time.Time }
+
+// tripStats are a window's round trips: how many were in flight on
+// average, from the first send to the last answer, and the median round
+// trip. With as many in flight on both sides, a slower rate is longer
+// round trips: etcd's, or the wait for the sender's goroutines to run.
+func tripStats(trips []roundTrip) (inFlight float64, median time.Duration) {
+	if len(trips) == 0 {
+		return 0, 0
+	}
+	from, to := trips[0].sent, trips[0].answered
+	var sum time.Duration
+	took := make([]time.Duration, len(trips))
+	for i, t := range trips {
+		from, to = minTime(from, t.sent), maxTime(to, t.answered)
+		took[i] = t.answered.Sub(t.sent)
+		sum += took[i]
+	}
+	slices.Sort(took)
+	if to.After(from) {
+		inFlight = float64(sum) / float64(to.Sub(from))
+	}
+	return inFlight, took[len(took)/2]
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (r *txnRecorder) sorted() []recordedTxn {
@@ -108,9 +152,12 @@ func (t *recTxn) Commit() (*clientv3.TxnResponse, error) {
 	t.r.inFlight++
 	t.r.maxFlight = max(t.r.maxFlight, t.r.inFlight)
 	t.r.mu.Unlock()
+	sent := time.Now()
 	resp, err := t.Txn.Commit()
+	answered := time.Now()
 	t.r.mu.Lock()
 	defer t.r.mu.Unlock()
+	t.r.trips = append(t.r.trips, roundTrip{sent, answered})
 	t.r.inFlight--
 	if err == nil && resp.Succeeded {
 		n := 0
@@ -152,6 +199,7 @@ type replayed struct {
 	sessions   int
 	start, end time.Time
 	cpu        time.Duration // this process's, from start to the last binding
+	trips      []roundTrip
 }
 
 // ceilingReplay commits txns again on cli under the prefix to instead of
@@ -283,6 +331,8 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 	}
 	ch := make(chan recordedTxn)
 	var wg sync.WaitGroup
+	var tripsMu sync.Mutex
+	var trips []roundTrip
 	// From a collected heap, as placement starts (benchBurst).
 	runtime.GC()
 	start := time.Now()
@@ -295,7 +345,11 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 				cmps, ops, err := build(t)
 				var r *clientv3.TxnResponse
 				if err == nil {
+					sent := time.Now()
 					r, err = cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+					tripsMu.Lock()
+					trips = append(trips, roundTrip{sent, time.Now()})
+					tripsMu.Unlock()
 				}
 				if err == nil && !r.Succeeded {
 					err = errors.New("refused: the replay is broken")
@@ -340,7 +394,7 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 	first, end, cpu := firstSeen, lastSeen, cpuAtLast-cpuStart
 	seenMu.Unlock()
 	return replayed{rate: float64(sessions) / end.Sub(start).Seconds(), steady: steadyRate(sessions, first, end),
-		sessions: sessions, start: start, end: end, cpu: cpu}
+		sessions: sessions, start: start, end: end, cpu: cpu, trips: trips}
 }
 
 // steadyRate is sessions per second from the first binding of a window to
