@@ -33,6 +33,33 @@ func cuttableClient(t *testing.T, c *etcdtest.Cluster) (*clientv3.Client, *etcdt
 	return cli, proxy
 }
 
+// cuttable is an agent on the fake runtime that reaches etcd through a
+// proxy the test can cut, running one batch session.
+type cuttable struct {
+	obs     *clientv3.Client // a client that is never cut
+	proxy   *etcdtest.Proxy
+	rt      *runtime.Fake
+	agent   *nodeagent.Agent
+	binding state.Binding
+}
+
+// startCuttable starts a cuttable agent with lease ttl and the default
+// fence timings (TTL/2, TTL/5), binds the batch session id to it and waits
+// until it runs.
+func startCuttable(t *testing.T, ttl time.Duration, id string) cuttable {
+	t.Helper()
+	c := etcdtest.Start(t, etcdtest.Options{})
+	f := cuttable{obs: c.Client(t), rt: newFake()}
+	var cutCli *clientv3.Client
+	cutCli, f.proxy = cuttableClient(t, c)
+	cfg := testConfig(t, cutCli, f.rt)
+	cfg.LeaseTTL, cfg.FenceAfter, cfg.FenceGrace = ttl, 0, 0
+	f.agent, _ = runAgent(t, cfg)
+	f.binding = bind(t, f.obs, state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}}, state.Binding{})
+	waitPhase(t, f.obs, id, state.PhaseRunning, 10*time.Second)
+	return f
+}
+
 // TestFenceStopsContainersBeforeTheLeaseExpires runs the fencing contract
 // on the fake runtime and on real containerd, against a real etcd and a
 // real placer.
@@ -208,15 +235,8 @@ func testFence(t *testing.T, image string, newRuntime func(*testing.T, []state.G
 // so the exited container stays with its exit code, and once etcd answers
 // again the next worker reports the job Succeeded; it never runs again.
 func TestFenceKeepsWhatAlreadyExited(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	obs := c.Client(t)
-	cutCli, proxy := cuttableClient(t, c)
-	rt := newFake()
-	cfg := testConfig(t, cutCli, rt)
-	cfg.LeaseTTL, cfg.FenceAfter, cfg.FenceGrace = 4*time.Second, 0, 0
-	a, _ := runAgent(t, cfg)
-	b := bind(t, obs, state.Session{ID: "done", Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}}, state.Binding{})
-	waitPhase(t, obs, "done", state.PhaseRunning, 10*time.Second)
+	f := startCuttable(t, 4*time.Second, "done")
+	obs, proxy, rt, a, b := f.obs, f.proxy, f.rt, f.agent, f.binding
 
 	proxy.Cut()
 	if err := rt.Finish(nodeagent.ContainerID(b), 0, "trained\n"); err != nil {
@@ -238,16 +258,9 @@ func TestFenceKeepsWhatAlreadyExited(t *testing.T) {
 // agent renewing every TTL/3 does not survive). Its running session is not
 // fenced, the lease is never given up, and the session keeps its attempt.
 func TestAgentRidesOutAnEtcdOutageOfHalfTheFenceDeadline(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	obs := c.Client(t)
-	cutCli, proxy := cuttableClient(t, c)
-	rt := newFake()
-	cfg := testConfig(t, cutCli, rt)
-	// The defaults: the fence deadline is TTL/2 = 4.5 s, the outage 2.25 s.
-	cfg.LeaseTTL, cfg.FenceAfter, cfg.FenceGrace = 9*time.Second, 0, 0
-	a, _ := runAgent(t, cfg)
-	b := bind(t, obs, state.Session{ID: "long", Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}}, state.Binding{})
-	waitPhase(t, obs, "long", state.PhaseRunning, 10*time.Second)
+	// The default fence deadline, TTL/2 = 4.5 s; the outage is 2.25 s.
+	f := startCuttable(t, 9*time.Second, "long")
+	obs, proxy, rt, a, b := f.obs, f.proxy, f.rt, f.agent, f.binding
 	outage := 9 * time.Second / 2 / 2
 
 	// nextRenewal waits for a renewal later than after and returns when it

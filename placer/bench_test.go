@@ -372,6 +372,17 @@ var burstProfile = flag.String("burst.cpuprofile", "", "BenchmarkPlacementBurst:
 // to run, and for how long.
 var burstTrace = flag.String("burst.trace", "", "BenchmarkPlacementBurst: write an execution trace of each measured window to this path plus the case's name")
 
+// windowFile creates the file of one window's profile or trace: prefix,
+// then the case's name and a time. It is closed when b ends.
+func windowFile(b *testing.B, prefix string) *os.File {
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d", prefix, strings.ReplaceAll(b.Name(), "/", "_"), time.Now().UnixNano()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
 // ceilingReplays is how many times a burst's transactions are replayed for
 // its ceiling (the median counts).
 const ceilingReplays = 3
@@ -443,30 +454,22 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	if early != 0 {
 		b.Fatalf("%d sessions were bound before the placers were let start", early)
 	}
+	// The profile and trace cover the window only: not the submission,
+	// the sync or the ceiling's replays.
 	if *burstProfile != "" && measure {
-		// The profile covers the window only: not the submission, the
-		// sync or the ceiling's replays.
-		f, err := os.Create(fmt.Sprintf("%s.%s.%d", *burstProfile, strings.ReplaceAll(b.Name(), "/", "_"), time.Now().UnixNano()))
-		if err != nil {
-			b.Fatal(err)
-		}
+		f := windowFile(b, *burstProfile)
 		if err := pprof.StartCPUProfile(f); err != nil {
 			b.Fatal(err)
 		}
-		defer f.Close()
 		defer pprof.StopCPUProfile() // if the window fails
 		profiling = true
 	}
 	tracing := false
 	if *burstTrace != "" && measure {
-		f, err := os.Create(fmt.Sprintf("%s.%s.%d", *burstTrace, strings.ReplaceAll(b.Name(), "/", "_"), time.Now().UnixNano()))
-		if err != nil {
-			b.Fatal(err)
-		}
+		f := windowFile(b, *burstTrace)
 		if err := trace.Start(f); err != nil {
 			b.Fatal(err)
 		}
-		defer f.Close()
 		defer trace.Stop() // if the window fails
 		tracing = true
 	}
