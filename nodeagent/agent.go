@@ -492,9 +492,10 @@ func (a *Agent) renewEvery() time.Duration { return a.cfg.FenceAfter / 3 }
 // FenceAfter (3.3 s at the defaults), more than an etcd leader election
 // takes; at TTL/3 it was a third of FenceAfter.
 //
-// Each renewal is one KeepAliveOnce whose send time is known: etcd
-// extends the lease to at least that time plus the TTL, so the agent's
-// deadline, counted from it, always falls before the lease can expire.
+// Each renewal is a KeepAliveOnce whose send time is known (renew hedges
+// one that goes unanswered with another): etcd extends the lease to at
+// least that time plus the TTL, so the agent's deadline, counted from it,
+// always falls before the lease can expire.
 // (clientv3's KeepAlive stream only says when an answer arrived, and gives
 // up on a lease only once its TTL has passed: too late to fence.)
 func (a *Agent) keepAlive(ctx context.Context, id clientv3.LeaseID, renewed time.Time) error {
@@ -510,10 +511,7 @@ func (a *Agent) keepAlive(ctx context.Context, id clientv3.LeaseID, renewed time
 		if !sent.Before(deadline) {
 			return errFenced
 		}
-		// An answer after the deadline is no use: the fence must start.
-		kctx, kcancel := context.WithDeadline(ctx, deadline)
-		resp, err := a.cfg.Client.KeepAliveOnce(kctx, id)
-		kcancel()
+		sent, resp, err := a.renew(ctx, id, deadline, hedgeAfter(every))
 		switch {
 		case err == nil && resp.TTL > 0:
 			renewed, next = sent, sent.Add(every)
@@ -527,6 +525,67 @@ func (a *Agent) keepAlive(ctx context.Context, id clientv3.LeaseID, renewed time
 			next = time.Now().Add(retry)
 		}
 	}
+}
+
+// hedgeAfter is how long a renewal goes unanswered before the agent sends
+// another beside it: half the renewal interval, at most a second (and at
+// least a millisecond).
+func hedgeAfter(every time.Duration) time.Duration {
+	return max(min(every/2, time.Second), time.Millisecond)
+}
+
+// renewal is one KeepAliveOnce's outcome and when it was sent.
+type renewal struct {
+	sent time.Time
+	resp *clientv3.LeaseKeepAliveResponse
+	err  error
+}
+
+// renew sends a KeepAliveOnce for id, and another each time hedge passes
+// with none answered, until one answers or deadline (an answer after it
+// is no use: the fence must start). It returns the first answer that
+// renewed the lease or said it is gone, with its own send time, or else
+// the last failure.
+//
+// The client spreads calls over the etcd endpoints, and a connection to a
+// member that went silent without a reset (its machine lost power, its
+// link was cut) stays open until gRPC's keepalive finds it dead: a renewal
+// sent on it hangs. The hedged ones go out on other connections, so one
+// silent member of three never fences the node.
+func (a *Agent) renew(ctx context.Context, id clientv3.LeaseID, deadline time.Time, hedge time.Duration) (time.Time, *clientv3.LeaseKeepAliveResponse, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel() // ends the attempts still out
+	most := int(time.Until(deadline)/hedge) + 1
+	answers := make(chan renewal, most) // never blocks a sender
+	send := func() {
+		sent := time.Now()
+		go func() {
+			resp, err := a.cfg.Client.KeepAliveOnce(ctx, id)
+			answers <- renewal{sent, resp, err}
+		}()
+	}
+	send()
+	out, sent := 1, 1
+	timer := time.NewTimer(hedge)
+	defer timer.Stop()
+	var last renewal
+	for out > 0 {
+		select {
+		case r := <-answers:
+			out--
+			if r.err == nil || errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
+				return r.sent, r.resp, r.err
+			}
+			last = r
+		case <-timer.C:
+			if sent < most && time.Now().Before(deadline) {
+				send()
+				out, sent = out+1, sent+1
+				timer.Reset(hedge)
+			}
+		}
+	}
+	return last.sent, last.resp, last.err
 }
 
 // revoke ends a lease the agent gave up, in the background, trying until

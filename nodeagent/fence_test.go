@@ -376,3 +376,48 @@ func TestAgentRemovesOrphansBeforeStartingBindings(t *testing.T) {
 		t.Fatalf("orphan: %v; want removed", err)
 	}
 }
+
+// TestAgentRenewsPastASilentEndpoint: one of the agent's two etcd
+// endpoints goes silent without a reset, as a member whose machine lost
+// power or whose link was cut does: its connection stays open and carries
+// nothing, so a renewal sent on it hangs. The agent's renewals still reach
+// etcd through the other endpoint in time, for many renewal intervals: it
+// never fences, and its session keeps running.
+func TestAgentRenewsPastASilentEndpoint(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	obs := c.Client(t)
+	silent, live := etcdtest.NewProxy(t, c.Server.Endpoint()), etcdtest.NewProxy(t, c.Server.Endpoint())
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{silent.Endpoint(), live.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	rt := newFake()
+	cfg := testConfig(t, cli, rt)
+	// The default fence deadline, TTL/2 = 3 s, renewed every second.
+	cfg.LeaseTTL, cfg.FenceAfter, cfg.FenceGrace = 6*time.Second, 0, 0
+	a, _ := runAgent(t, cfg)
+	bind(t, obs, state.Session{ID: "steady", Owner: "ada", Kind: state.KindBatch, Command: []string{"train"}}, state.Binding{})
+	waitPhase(t, obs, "steady", state.PhaseRunning, 10*time.Second)
+
+	silent.Cut()
+	cut := time.Now()
+	const span = 12 * time.Second // twelve renewal intervals
+	renewals := 0
+	for last := a.Renewed(); time.Since(cut) < span; {
+		time.Sleep(100 * time.Millisecond) // sampling the agent's renewals
+		if r := a.Renewed(); r.After(last) {
+			renewals, last = renewals+1, r
+		}
+		if f := a.Fences(); f != 0 {
+			t.Fatalf("the agent fenced %s after one of its two endpoints went silent, after %d renewals", time.Since(cut).Round(time.Millisecond), renewals)
+		}
+	}
+	t.Logf("one endpoint silent for %s: %d renewals, no fence", span, renewals)
+	if renewals < int(span/(2*time.Second)) {
+		t.Errorf("%d renewals in %s; want at least one every two seconds", renewals, span)
+	}
+	if st := waitPhase(t, obs, "steady", state.PhaseRunning, time.Second); st.Attempt != 0 || rt.Starts() != 1 || a.Registrations() != 1 {
+		t.Errorf("status %+v, %d starts, %d registrations; want running since the first start, one lease", st, rt.Starts(), a.Registrations())
+	}
+}

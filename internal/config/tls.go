@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -78,6 +79,15 @@ func (c Config) EtcdTLS() (*tls.Config, error) {
 	return tc, nil
 }
 
+// EtcdKeepAlive is how long an etcd client's connection goes without
+// traffic before the client pings the member; etcd refuses pings more often
+// than every 5 s (its --grpc-keepalive-min-time) by closing the connection.
+const EtcdKeepAlive = 10 * time.Second
+
+// EtcdKeepAliveTimeout is how long an etcd client waits for the answer to
+// a ping before it closes the connection and dials again.
+const EtcdKeepAliveTimeout = 5 * time.Second
+
 // EtcdClientConfig returns the configuration of a client of the external
 // etcd cluster: endpoints, dial timeout, TLS and credentials. Every
 // Voyager process that connects to an external etcd builds its client
@@ -102,8 +112,16 @@ func (c Config) EtcdClientConfig() (clientv3.Config, error) {
 	cc := clientv3.Config{
 		Endpoints:   eps,
 		DialTimeout: c.EtcdDialTimeout,
-		TLS:         tc,
-		Logger:      zap.NewNop(),
+		// A member that goes silent without a reset (power lost, link
+		// cut) leaves its connection open: without pings, calls and
+		// watches on it hang until TCP gives up, many minutes later.
+		// gRPC's keepalive closes it after EtcdKeepAlive plus
+		// EtcdKeepAliveTimeout, and the client moves to the other
+		// members.
+		DialKeepAliveTime:    EtcdKeepAlive,
+		DialKeepAliveTimeout: EtcdKeepAliveTimeout,
+		TLS:                  tc,
+		Logger:               zap.NewNop(),
 	}
 	if c.EtcdUser != "" {
 		pw, err := readSecretFile(c.EtcdPasswordFile)

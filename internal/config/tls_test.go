@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/internal/pki"
 )
 
@@ -164,4 +168,45 @@ func TestHTTPTLSReloads(t *testing.T) {
 	if second := serial(); second == first {
 		t.Fatalf("still serving certificate %s after the files were replaced", first)
 	}
+}
+
+// TestEtcdClientLeavesASilentMember: one of two etcd endpoints goes silent
+// without a reset (its connection stays open and carries nothing), as a
+// member whose machine lost power does. Reads with no deadline of their
+// own, through a client built from EtcdClientConfig, all still answer: the
+// keepalive pings find the silent connection dead and the reads stuck on it
+// are retried on the other endpoint. Without the pings such a read hangs
+// until TCP gives up, many minutes later.
+func TestEtcdClientLeavesASilentMember(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	silent, live := etcdtest.NewProxy(t, c.Server.Endpoint()), etcdtest.NewProxy(t, c.Server.Endpoint())
+	cc, err := Config{EtcdEndpoints: []string{silent.Endpoint(), live.Endpoint()}, EtcdDialTimeout: 2 * time.Second}.EtcdClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // the test's bound, not the reads'
+	defer cancel()
+	for range 4 { // both connections up
+		if _, err := cli.Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	silent.Cut()
+	cut := time.Now()
+	limit := EtcdKeepAlive + EtcdKeepAliveTimeout + 10*time.Second
+	for i := range 6 {
+		start := time.Now()
+		if _, err := cli.Get(ctx, "k"); err != nil {
+			t.Fatalf("read %d after the cut: %v", i, err)
+		}
+		if took := time.Since(start); took > limit {
+			t.Fatalf("read %d took %s; want under the keepalive's %s plus %s and 10 s", i, took.Round(time.Millisecond), EtcdKeepAlive, EtcdKeepAliveTimeout)
+		}
+	}
+	t.Logf("six reads answered within %s of one endpoint going silent", time.Since(cut).Round(time.Millisecond))
 }
