@@ -24,6 +24,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdrbac"
 	"github.com/voyager-gpu/voyager/internal/pki"
 	"github.com/voyager-gpu/voyager/internal/testreq"
@@ -193,7 +194,10 @@ func (c *secureCluster) tlsConfig(user string) *tls.Config {
 // client is an etcd client authenticated as user by its certificate.
 func (c *secureCluster) client(user string) *clientv3.Client {
 	c.t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 5 * time.Second, TLS: c.tlsConfig(user), Logger: zap.NewNop()})
+	// Pinged as Voyager's own clients are (config.EtcdClientConfig), so
+	// that a member gone silent does not hang the test's reads.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 5 * time.Second, TLS: c.tlsConfig(user), Logger: zap.NewNop(),
+		DialKeepAliveTime: config.EtcdKeepAlive, DialKeepAliveTimeout: config.EtcdKeepAliveTimeout})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -729,6 +733,7 @@ func TestMultiMachineE2E(t *testing.T) {
 	}
 	long := created.ID
 	waitStatus(t, ctx, root, long, "Running", func(st state.Status) bool { return st.Phase == state.PhaseRunning })
+	c.silenceFollower(ctx, root, net, ms, agents, long, ctl2)
 	killed := time.Now()
 	leader, elected := c.killLeader(ctx)
 	if err := placers["ctl-1"].cmd.Process.Kill(); err != nil {
@@ -748,6 +753,63 @@ func TestMultiMachineE2E(t *testing.T) {
 	waitStatus(t, ctx, root, long, "Stopped", func(st state.Status) bool { return st.Phase == state.PhaseStopped })
 	t.Logf("killed etcd leader %s and ctl-1's placer: new leader after %s, a session bound %s after the kills, two jobs ran to completion %s after them",
 		leader, elected.Round(time.Millisecond), resumed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// silenceFollower takes an etcd follower's link down: the member sends no
+// reset, so every connection to it stays open and carries nothing, as when
+// its machine loses power. The components' keepalive pings close those
+// connections and they carry on with the other two members; an agent's
+// renewal sent on one is hedged on another. For two fence deadlines the
+// long job keeps running (no agent fences) and a job runs to completion;
+// then the link comes back and the member answers again.
+func (c *secureCluster) silenceFollower(ctx context.Context, root *clientv3.Client, net *vnet, ms []etcdMember, agents map[string]*proc, long string, cli []string) {
+	t := c.t
+	t.Helper()
+	leader := c.leader(ctx, root)
+	var follower etcdMember
+	for _, m := range ms {
+		if m.name != leader {
+			follower = m
+			break
+		}
+	}
+	const fenced = `msg="fenced`
+	fences := map[string]int{}
+	for node, a := range agents {
+		fences[node] = strings.Count(a.stderr(), fenced)
+	}
+	silenced := time.Now()
+	ipCmd(t, "link", "set", net.veth[follower.name], "down")
+	runJobs(t, cli, 1)
+	ran := time.Since(silenced)
+	// Two fence deadlines (half the TTL each) since the link went down.
+	if rest := agentLeaseTTL - time.Since(silenced); rest > 0 {
+		time.Sleep(rest) // the span over which no agent may fence, the point of the check
+	}
+	if st, _, err := state.Get[state.Status](ctx, root, keys.Status(long)); err != nil || st.Phase != state.PhaseRunning || st.Attempt != 0 {
+		t.Errorf("the long job with follower %s silent: %s attempt %d (%v); want Running, attempt 0", follower.name, st.Phase, st.Attempt, err)
+	}
+	for node, a := range agents {
+		if strings.Count(a.stderr(), fenced) > fences[node] {
+			t.Errorf("agent %s fenced with follower %s silent:\n%s", node, follower.name, a.stderr())
+		}
+	}
+	ipCmd(t, "link", "set", net.veth[follower.name], "up")
+	back := time.Now()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := root.Status(sctx, "https://"+follower.client)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Since(back) > 30*time.Second {
+			t.Fatalf("etcd member %s does not answer 30 s after its link came back: %v", follower.name, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the member, bounded above
+	}
+	t.Logf("etcd follower %s silent for %s: a job ran to completion %s after, the long job kept running, no agent fenced; answering again %s after its link came back",
+		follower.name, back.Sub(silenced).Round(time.Millisecond), ran.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 }
 
 // checkRayDashboard: a Ray notebook's dashboard, published nowhere, is
