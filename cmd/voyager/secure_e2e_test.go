@@ -286,22 +286,28 @@ func (c *secureCluster) startPlacer(ns, httpAddr string) *proc {
 	return p
 }
 
-// agentLeaseTTL is the agents' lease TTL in these clusters: the default.
-// An agent fences its node (stops its containers) once it has not renewed
-// for half of it, renewing every sixth, so an outage that begins just before
-// a renewal is due must end within a third of the TTL. The death of the
-// etcd leader is such an outage: no lease is renewed for one to two
-// election timeouts (1 s each) and more on a loaded machine, 1.0-2.4 s in
-// this test beside the whole suite. With a 4 s TTL an agent fenced the long
-// job that must outlive the leader (CI, 27 November, 3.1 s after its last
-// renewal).
-const agentLeaseTTL = 10 * time.Second
+// agentLeaseTTL is the agents' lease TTL in these clusters, the default,
+// and agentFenceAfter their fence deadline, longer than the default (half
+// the TTL). An agent renews every third of its fence deadline, so an
+// outage that begins just before a renewal is due must end within two
+// thirds of it, or the agent fences its node. The death of the etcd leader
+// is such an outage: no lease is renewed for one to two election timeouts
+// (1 s each), and more on a loaded machine: 1.0-2.4 s in this test beside
+// the whole suite, 4.1 s once beside the suite and another race-enabled
+// test. With a 4 s TTL CI saw an agent fence the long job that must outlive
+// the leader (27 November, no renewal for 3.1 s); at the default deadline
+// (5 s) an outage of 3.3 s can fence; at 7 s, 4.7 s. Fence deadline plus
+// grace (a fifth of the TTL, 2 s) stays below the TTL.
+const (
+	agentLeaseTTL   = 10 * time.Second
+	agentFenceAfter = 7 * time.Second
+)
 
 // startAgent starts node's agent in ns, reachable at address with its
 // HTTPS log endpoint on httpAddr (client certificates of the cluster CA
 // only), running sessions in containerd namespace node of rt with two
-// simulated GPUs and an agentLeaseTTL lease. It returns the agent and the
-// directory of its users' homes.
+// simulated GPUs, an agentLeaseTTL lease and agentFenceAfter. It returns
+// the agent and the directory of its users' homes.
 func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string) (*proc, string) {
 	c.t.Helper()
 	home := c.t.TempDir()
@@ -310,7 +316,7 @@ func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runti
 		"HOME="+home, "VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_CLIENT_CA="+filepath.Join(c.pki, "ca.pem"),
 		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS="+address,
 		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+node, "VOYAGER_AGENT_PORTS="+ports,
-		"VOYAGER_AGENT_LEASE_TTL="+agentLeaseTTL.String(), "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+		"VOYAGER_AGENT_LEASE_TTL="+agentLeaseTTL.String(), "VOYAGER_AGENT_FENCE_AFTER="+agentFenceAfter.String(), "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
 		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")...), "agent")
 	p.waitFor(`msg="node registered"`, 60*time.Second)
 	return p, filepath.Join(home, "data", "homes")
@@ -593,8 +599,9 @@ func newVNet(t *testing.T, names ...string) *vnet {
 // agent each, all on one real containerd. Every process has its own
 // certificate and etcd user. Jobs go through both APIs and run on every
 // GPU machine; a GPU machine is killed (its agent and its link) and its
-// session leaves Running within the lease TTL + 1 s; then the etcd leader
-// and a control machine's placer are killed and jobs still run.
+// session leaves Running within the lease TTL + 1 s; an etcd follower goes
+// silent (its link down) and no agent fences; then the etcd leader and a
+// control machine's placer are killed and jobs still run.
 func TestMultiMachineE2E(t *testing.T) {
 	needBinary(t)
 	gpus := []string{"gpu-1", "gpu-2", "gpu-3"}
@@ -782,8 +789,8 @@ func (c *secureCluster) silenceFollower(ctx context.Context, root *clientv3.Clie
 	ipCmd(t, "link", "set", net.veth[follower.name], "down")
 	runJobs(t, cli, 1)
 	ran := time.Since(silenced)
-	// Two fence deadlines (half the TTL each) since the link went down.
-	if rest := agentLeaseTTL - time.Since(silenced); rest > 0 {
+	// Two fence deadlines since the link went down.
+	if rest := 2*agentFenceAfter - time.Since(silenced); rest > 0 {
 		time.Sleep(rest) // the span over which no agent may fence, the point of the check
 	}
 	if st, _, err := state.Get[state.Status](ctx, root, keys.Status(long)); err != nil || st.Phase != state.PhaseRunning || st.Attempt != 0 {
