@@ -555,7 +555,7 @@ type renewal struct {
 func (a *Agent) renew(ctx context.Context, id clientv3.LeaseID, deadline time.Time, hedge time.Duration) (time.Time, *clientv3.LeaseKeepAliveResponse, error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel() // ends the attempts still out
-	most := int(time.Until(deadline)/hedge) + 1
+	most := max(int(time.Until(deadline)/hedge)+1, 1)
 	answers := make(chan renewal, most) // never blocks a sender
 	send := func() {
 		sent := time.Now()
