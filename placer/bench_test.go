@@ -562,10 +562,11 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	b.ReportMetric(steady/steadyCeiling, "of-ceiling-after-first-binding")
 	b.ReportMetric(float64(n)/float64(len(txns)), "sessions/txn")
 	b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bound, 1)), "conflicts/binding")
-	// As many transactions in flight on both sides and longer round trips
-	// while placing: the gap is in the round trip (etcd's work, or the
-	// wait of the placers' gRPC and watch goroutines for the process's
-	// cores: -burst.trace shows which).
+	// How many transactions were in flight, and how long each took to
+	// come back, placing and replaying: with as many in flight, a slower
+	// rate is longer round trips (etcd's work, or the placers' gRPC and
+	// watch goroutines waiting for the process's cores: -burst.trace
+	// shows which).
 	rec.mu.Lock()
 	flight, trip := tripStats(rec.trips)
 	rec.mu.Unlock()
