@@ -565,7 +565,7 @@ func (a *Agent) renew(ctx context.Context, id clientv3.LeaseID, deadline time.Ti
 		}()
 	}
 	send()
-	out, sent := 1, 1
+	out, tries := 1, 1
 	timer := time.NewTimer(hedge)
 	defer timer.Stop()
 	var last renewal
@@ -578,9 +578,9 @@ func (a *Agent) renew(ctx context.Context, id clientv3.LeaseID, deadline time.Ti
 			}
 			last = r
 		case <-timer.C:
-			if sent < most && time.Now().Before(deadline) {
+			if tries < most && time.Now().Before(deadline) {
 				send()
-				out, sent = out+1, sent+1
+				out, tries = out+1, tries+1
 				timer.Reset(hedge)
 			}
 		}

@@ -518,9 +518,6 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	rate := float64(n) / elapsed.Seconds()
 
 	txns := rec.sorted()
-	rec.mu.Lock()
-	firstSent := rec.firstSent
-	rec.mu.Unlock()
 	workers := ceilingWorkers(rec)
 	// The replay's watch does what placement's did for each binding. One
 	// replay's rate moved 2× from run to run on these shared cores (etcd's
@@ -544,6 +541,9 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	slices.Sort(steadies)
 	steadyCeiling := steadies[len(steadies)/2]
 	steady := steadyRate(n, first, end)
+	rec.mu.Lock()
+	firstSent, flight, trip := tripStats(rec.trips)
+	rec.mu.Unlock()
 	b.ReportMetric(rate, "bindings/s")
 	// How soon the first session of the burst is bound: the pass's
 	// snapshot, as much of its plan as comes before its first batch is
@@ -567,10 +567,7 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	// rate is longer round trips (etcd's work, or the placers' gRPC and
 	// watch goroutines waiting for the process's cores: -burst.trace
 	// shows which).
-	rec.mu.Lock()
-	flight, trip := tripStats(rec.trips)
-	rec.mu.Unlock()
-	flightCeiling, tripCeiling := tripStats(median.trips)
+	_, flightCeiling, tripCeiling := tripStats(median.trips)
 	b.ReportMetric(flight, "txns-in-flight")
 	b.ReportMetric(flightCeiling, "txns-in-flight-ceiling")
 	b.ReportMetric(float64(trip.Microseconds())/1000, "txn-ms-p50")

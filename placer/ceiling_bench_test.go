@@ -46,8 +46,6 @@ type txnRecorder struct {
 	txns       []recordedTxn
 	inFlight   int
 	maxFlight  int
-	// firstSent is when the first bind transaction was sent.
-	firstSent time.Time
 	// trips are the bind transactions' round trips, committed or not.
 	trips []roundTrip
 }
@@ -56,13 +54,14 @@ type txnRecorder struct {
 // Commit call to the answer's return.
 type roundTrip struct{ sent, answered time.Time }
 
-// tripStats are a window's round trips: how many were in flight on
-// average, from the first send to the last answer, and the median round
-// trip. With as many in flight on both sides, a slower rate is longer
-// round trips: etcd's, or the wait for the sender's goroutines to run.
-func tripStats(trips []roundTrip) (inFlight float64, median time.Duration) {
+// tripStats are a window's round trips: when the first was sent, how many
+// were in flight on average from then to the last answer, and the median
+// round trip. With as many in flight on both sides, a slower rate is
+// longer round trips: etcd's, or the wait for the sender's goroutines to
+// run.
+func tripStats(trips []roundTrip) (first time.Time, inFlight float64, median time.Duration) {
 	if len(trips) == 0 {
-		return 0, 0
+		return time.Time{}, 0, 0
 	}
 	from, to := trips[0].sent, trips[0].answered
 	var sum time.Duration
@@ -76,7 +75,7 @@ func tripStats(trips []roundTrip) (inFlight float64, median time.Duration) {
 	if to.After(from) {
 		inFlight = float64(sum) / float64(to.Sub(from))
 	}
-	return inFlight, took[len(took)/2]
+	return from, inFlight, took[len(took)/2]
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -146,9 +145,6 @@ func (t *recTxn) Commit() (*clientv3.TxnResponse, error) {
 		return t.Txn.Commit()
 	}
 	t.r.mu.Lock()
-	if t.r.firstSent.IsZero() {
-		t.r.firstSent = time.Now()
-	}
 	t.r.inFlight++
 	t.r.maxFlight = max(t.r.maxFlight, t.r.inFlight)
 	t.r.mu.Unlock()
