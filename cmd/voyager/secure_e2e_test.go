@@ -110,7 +110,7 @@ func startSecureEtcdMembers(t *testing.T, ms []etcdMember, certArgs []string) *s
 			"--initial-cluster-token", "vdep-" + filepath.Base(dir),
 			"--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
 			"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", ca, "--peer-client-cert-auth",
-			"--unsafe-no-fsync", "--log-level", "error"}
+			"--pre-vote", "--unsafe-no-fsync", "--log-level", "error"} // pre-vote as deploy/systemd/etcd.env
 		cmd := exec.Command(bin, eargs...)
 		if m.ns != "" {
 			cmd = inNetNS(m.ns, bin, eargs...)
@@ -466,6 +466,12 @@ func (c *secureCluster) killLeader(ctx context.Context) (string, time.Duration) 
 	c.t.Helper()
 	root := c.client(etcdrbac.Root)
 	leader := c.leader(ctx, root)
+	for waited := time.Now(); leader == ""; leader = c.leader(ctx, root) {
+		if time.Since(waited) > 30*time.Second {
+			c.t.Fatal("no etcd leader to kill within 30s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the members' status, bounded above
+	}
 	killed := time.Now()
 	if err := c.members[leader].Process.Kill(); err != nil {
 		c.t.Fatal(err)
