@@ -7,13 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,11 +158,11 @@ func BenchmarkAgentBindToRunning(b *testing.B) {
 		}
 		for _, q := range []float64{0.50, 0.99} {
 			name := fmt.Sprintf("p%.0f", q*100)
-			b.ReportMetric(pct(viaAgent, q), img.short+"-"+name+"-ms")
-			b.ReportMetric(pct(viaRuntime, q), img.short+"-direct-"+name+"-ms")
-			b.ReportMetric(pct(viaAgent, q)/pct(viaRuntime, q), img.short+"-x-direct-"+name)
-			benchsum.Add(b, benchsum.Row{Figure: benchFigure(img.name, name), Value: pct(viaAgent, q), Unit: "ms",
-				Ceiling: pct(viaRuntime, q), CeilingName: fmt.Sprintf("the same containers started directly through containerd, same run (%d samples each)", len(viaRuntime))})
+			b.ReportMetric(benchsum.QuantileMS(viaAgent, q), img.short+"-"+name+"-ms")
+			b.ReportMetric(benchsum.QuantileMS(viaRuntime, q), img.short+"-direct-"+name+"-ms")
+			b.ReportMetric(benchsum.QuantileMS(viaAgent, q)/benchsum.QuantileMS(viaRuntime, q), img.short+"-x-direct-"+name)
+			benchsum.Add(b, benchsum.Row{Figure: benchFigure(img.name, name), Value: benchsum.QuantileMS(viaAgent, q), Unit: "ms",
+				Ceiling: benchsum.QuantileMS(viaRuntime, q), CeilingName: fmt.Sprintf("the same containers started directly through containerd, same run (%d samples each)", len(viaRuntime))})
 		}
 		cpuMs := float64(agentCPU.Milliseconds()) / float64(len(viaAgent))
 		b.ReportMetric(cpuMs, img.short+"-agent-cpu-ms")
@@ -174,8 +172,8 @@ func BenchmarkAgentBindToRunning(b *testing.B) {
 	hwm := float64(hwmKiB) / 1024
 	b.ReportMetric(hwm, "agent-hwm-MiB")
 	benchsum.Add(b, benchsum.Row{Figure: "agent peak resident memory (VmHWM of the voyager agent process), 8 sessions at a time", Value: hwm, Unit: "MiB"})
-	b.ReportMetric(pct(hops, 0.50), "hop-p50-ms")
-	b.ReportMetric(pct(hops, 0.99), "hop-p99-ms")
+	b.ReportMetric(benchsum.QuantileMS(hops, 0.50), "hop-p50-ms")
+	b.ReportMetric(benchsum.QuantileMS(hops, 0.99), "hop-p99-ms")
 }
 
 // benchFigure names a bind→Running figure of the summary table.
@@ -188,17 +186,6 @@ type benchImage struct{ name, short, ref string }
 
 // benchSeq numbers names within the benchmark binary.
 var benchSeq atomic.Int64
-
-// pct is the p-quantile (nearest rank) of lat in milliseconds.
-func pct(lat []time.Duration, p float64) float64 {
-	if len(lat) == 0 {
-		return math.NaN()
-	}
-	lat = slices.Clone(lat)
-	slices.Sort(lat)
-	i := int(math.Ceil(p*float64(len(lat)))) - 1
-	return float64(lat[max(0, i)].Microseconds()) / 1000
-}
 
 // benchBinary is $VOYAGER_BENCH_BINARY, else a voyager built for tb.
 func benchBinary(tb testing.TB) string {

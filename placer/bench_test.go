@@ -3,7 +3,6 @@ package placer
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand"
@@ -24,7 +23,6 @@ import (
 
 	gojson "github.com/goccy/go-json"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sys/unix"
 
 	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
@@ -65,15 +63,7 @@ func benchCluster(b *testing.B, nodes int) (string, *clientv3.Client, *sim) {
 // ends: each side has cores of its own, as etcd and the placers have
 // machines of their own in a deployment. It needs two CPUs.
 func benchClusterOwnCore(b *testing.B, nodes int) (string, *clientv3.Client, *sim, func() (time.Duration, error)) {
-	if runtime.NumCPU() < 2 {
-		b.Fatalf("etcd on a core of its own needs 2 CPUs, this machine has %d", runtime.NumCPU())
-	}
-	e := etcdtest.StartExternalWith(b, etcdtest.ExternalOptions{Fsync: true, CPUs: "0"})
-	var rest unix.CPUSet
-	for i := 1; i < runtime.NumCPU(); i++ {
-		rest.Set(i)
-	}
-	b.Cleanup(pinProcess(b, rest))
+	e := etcdtest.StartOwnCore(b)
 	cli := e.Client(b)
 	return e.Endpoint, cli, benchNodes(b, cli, nodes), e.CPU
 }
@@ -138,37 +128,6 @@ func (c *cpuTrace) busy(b *testing.B, from, to time.Time) float64 {
 		b.Fatalf("no CPU samples around the window %s-%s", from.Format(time.StampMicro), to.Format(time.StampMicro))
 	}
 	return float64(c.cpu[j]-c.cpu[i]) / float64(c.at[j].Sub(c.at[i]))
-}
-
-// pinProcess moves every thread of this process onto cpus (threads started
-// later inherit it) and sets GOMAXPROCS to their number. It returns what
-// undoes both.
-func pinProcess(b *testing.B, cpus unix.CPUSet) func() {
-	var was unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &was); err != nil {
-		b.Fatalf("read CPU affinity: %v", err)
-	}
-	set := func(to unix.CPUSet) {
-		tids, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			b.Fatalf("list threads: %v", err)
-		}
-		for _, t := range tids {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil {
-				continue
-			}
-			if err := unix.SchedSetaffinity(tid, &to); err != nil && !errors.Is(err, unix.ESRCH) {
-				b.Fatalf("set CPU affinity of thread %d: %v", tid, err)
-			}
-		}
-	}
-	set(cpus)
-	procs := runtime.GOMAXPROCS(cpus.Count())
-	return func() {
-		set(was)
-		runtime.GOMAXPROCS(procs)
-	}
 }
 
 // benchNodes registers nodes simulated 8-GPU nodes on cli.

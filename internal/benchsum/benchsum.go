@@ -2,12 +2,14 @@ package benchsum
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
+	"time"
 )
 
 // Env names the file rows are appended to; with it unset, Add does nothing.
@@ -177,4 +179,16 @@ func Table(title string, summary []byte) (string, error) {
 	}
 	_ = tw.Flush() // a strings.Builder does not fail
 	return sb.String(), nil
+}
+
+// QuantileMS is the p-quantile of lat (nearest rank) in milliseconds, NaN
+// for no samples. lat is left as it was.
+func QuantileMS(lat []time.Duration, p float64) float64 {
+	if len(lat) == 0 {
+		return math.NaN()
+	}
+	lat = slices.Clone(lat)
+	slices.Sort(lat)
+	i := int(math.Ceil(p*float64(len(lat)))) - 1
+	return float64(lat[max(0, i)].Microseconds()) / 1000
 }

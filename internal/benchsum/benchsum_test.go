@@ -1,10 +1,12 @@
 package benchsum
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAddAppendsRowsThatParseBack(t *testing.T) {
@@ -100,5 +102,23 @@ func TestTableShowsWhyAFigureWasSkipped(t *testing.T) {
 func TestTableRefusesAMalformedLine(t *testing.T) {
 	if _, err := Table("t", []byte("just a figure\n")); err == nil || !strings.Contains(err.Error(), "want 5 tab-separated fields") {
 		t.Fatalf("Table of a malformed line: err %v, want one naming the 5 fields", err)
+	}
+}
+
+func TestQuantileMSIsTheNearestRank(t *testing.T) {
+	var lat []time.Duration
+	for i := 100; i >= 1; i-- { // unsorted, and left so
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	for _, c := range []struct{ p, want float64 }{{0.5, 50}, {0.99, 99}, {0.999, 100}, {0, 1}} {
+		if got := QuantileMS(lat, c.p); got != c.want {
+			t.Errorf("QuantileMS(1..100 ms, %v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if lat[0] != 100*time.Millisecond {
+		t.Errorf("QuantileMS sorted its argument: the first sample is now %s", lat[0])
+	}
+	if got := QuantileMS(nil, 0.5); !math.IsNaN(got) {
+		t.Errorf("QuantileMS(no samples) = %v, want NaN", got)
 	}
 }

@@ -1,0 +1,195 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/benchsum"
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+)
+
+// renewBench is the load BenchmarkLeaseRenewals offers: the node leases of
+// a site of renewNodes agents at the default timings, renewed from
+// renewClients connections (agents' connections, many to one here).
+const (
+	renewNodes   = 10000
+	renewClients = 100
+	renewWarm    = 4 * time.Second  // every lease renewed twice before the window
+	renewWindow  = 10 * time.Second // 60,000 renewals at the agents' cadence
+)
+
+// BenchmarkLeaseRenewals measures what the node leases of 10,000 agents
+// cost etcd (Debian's, on a core of its own, fsync on): etcd's CPU per
+// renewal and how busy its core is, for
+//
+//   - agent: the agents' renewals at the default timings (a 10 s lease
+//     renewed every third of the 5 s fence deadline: 6,000 renewals a
+//     second), as Agent.renew sends them (a KeepAliveOnce each, hedged when
+//     unanswered), with the round trip of each (p50, p99 over the window's
+//     60,000);
+//   - agent-ttl30: the same at the timings docs/deployment.md gives a
+//     large site (a 30 s lease, fenced after 15 s: 2,000 a second);
+//   - client-keepalive: the floor, the default timings' renewals sent by
+//     clientv3's own KeepAlive, which puts all a client's leases on one
+//     stream (its cadence is the TTL's third: leases of 5 s to renew as
+//     often). Agents cannot renew that way: each has a lease and a
+//     connection of its own, and the fence needs each renewal's send time.
+func BenchmarkLeaseRenewals(b *testing.B) {
+	var deflt, large Config
+	deflt.defaults()
+	large.LeaseTTL, large.FenceAfter = 30*time.Second, 15*time.Second
+	large.defaults()
+	perRenewal := map[string]float64{}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{{"client-keepalive", deflt}, {"agent", deflt}, {"agent-ttl30", large}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				perRenewal[tc.name] = benchRenewals(b, tc.name == "client-keepalive", tc.cfg)
+			}
+		})
+	}
+	if floor, agent := perRenewal["client-keepalive"], perRenewal["agent"]; floor > 0 && agent > 0 {
+		benchsum.Add(b, benchsum.Row{Figure: fmt.Sprintf("node lease renewals, %d nodes every %s, etcd on a core of its own", renewNodes, (&Agent{cfg: deflt}).renewEvery().Round(time.Millisecond)),
+			Value: agent, Unit: "etcd µs/renewal", Ceiling: floor, CeilingName: "clientv3's KeepAlive, 100 leases a stream"})
+	}
+}
+
+// benchRenewals renews renewNodes leases at cfg's timings through the
+// window, as agents do or (library) with clientv3's KeepAlive, and reports
+// its figures; it returns etcd's CPU per renewal in µs.
+func benchRenewals(b *testing.B, library bool, cfg Config) float64 {
+	every := (&Agent{cfg: cfg}).renewEvery()
+	e := etcdtest.StartOwnCore(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clis := make([]*clientv3.Client, renewClients)
+	for i := range clis {
+		clis[i] = e.Client(b)
+	}
+	ttl := int64(cfg.LeaseTTL / time.Second)
+	if library {
+		ttl = int64(3 * every / time.Second)
+	}
+	ids := make([]clientv3.LeaseID, renewNodes)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			l, err := clis[i%renewClients].Grant(ctx, ttl)
+			if err != nil {
+				b.Errorf("grant node lease: %v", err)
+				return
+			}
+			ids[i] = l.ID
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+
+	var mu sync.Mutex
+	var window bool
+	var renewed, failed int
+	var trips []time.Duration
+	done := func(trip time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !window {
+			return
+		}
+		if err != nil {
+			failed++
+			return
+		}
+		renewed++
+		trips = append(trips, trip)
+	}
+	var running sync.WaitGroup
+	for i, id := range ids {
+		cli := clis[i%renewClients]
+		if library {
+			ch, err := cli.KeepAlive(ctx, id)
+			if err != nil {
+				b.Fatalf("keep lease alive: %v", err)
+			}
+			running.Go(func() {
+				for range ch {
+					done(0, nil)
+				}
+			})
+			continue
+		}
+		running.Go(func() {
+			a := &Agent{cfg: cfg}
+			a.cfg.Client = cli
+			// The agents' renewals spread over the interval, as agents
+			// started at different moments do.
+			t := time.NewTimer(time.Duration(rand.Int63n(int64(every))))
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				t.Reset(every)
+				sent := time.Now()
+				_, _, err := a.renew(ctx, id, sent.Add(cfg.FenceAfter), hedgeAfter(every))
+				if ctx.Err() == nil {
+					done(time.Since(sent), err)
+				}
+			}
+		})
+	}
+	time.Sleep(renewWarm)
+	mu.Lock()
+	window = true
+	mu.Unlock()
+	c0, err := e.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	time.Sleep(renewWindow)
+	c1, err := e.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	t1 := time.Now()
+	mu.Lock()
+	window = false
+	n, fails, lat := renewed, failed, slices.Clone(trips)
+	mu.Unlock()
+	cancel()
+	running.Wait()
+
+	if fails > 0 {
+		b.Errorf("%d of %d renewals failed", fails, fails+n)
+	}
+	// The window holds renewals due before it and answered in it, and the
+	// other way round: as many of each at a steady rate.
+	if want := float64(renewNodes) * renewWindow.Seconds() / every.Seconds(); float64(n) < 0.7*want {
+		b.Errorf("%d renewals in the window, want about %.0f: the load generator fell behind", n, want)
+	}
+	cpu := float64((c1 - c0).Microseconds()) / float64(n)
+	b.ReportMetric(float64(n)/t1.Sub(t0).Seconds(), "renewals/s")
+	b.ReportMetric(cpu, "etcd-cpu-us/renewal")
+	b.ReportMetric(float64(c1-c0)/float64(t1.Sub(t0)), "etcd-core-busy")
+	if !library {
+		b.ReportMetric(benchsum.QuantileMS(lat, 0.5), "renewal-ms-p50")
+		b.ReportMetric(benchsum.QuantileMS(lat, 0.99), "renewal-ms-p99")
+	}
+	return cpu
+}
