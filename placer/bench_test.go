@@ -17,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -380,7 +379,7 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	countBindings(b, ctx, cli, s.k, func() {
 		cpu := time.Duration(0)
 		if counting.Load() {
-			cpu = processCPU(b)
+			cpu = benchsum.ProcessCPU(b)
 		}
 		mu.Lock()
 		bound++
@@ -434,7 +433,7 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	}
 	start := time.Now()
 	close(gate)
-	cpuStart := processCPU(b)
+	cpuStart := benchsum.ProcessCPU(b)
 	counting.Store(true)
 	var cpuUntilLast time.Duration // the process's CPU time at the newest binding
 	var w world
@@ -554,18 +553,6 @@ func benchBurst(b *testing.B, placers int, strategy Strategy, ownCore, measure b
 	}
 	b.Logf("%s, %d placers: %d sessions (%d GPUs) bound in %s = %.0f/s; ceiling (the same %d txns, %.1f sessions each, %d in flight, replayed with no planning) %.0f/s: %.2f of it (from each window's first binding: %.0f/s against %.0f/s, %.2f); %d txns sent, %d conflicts; the process (%s) used %s of CPU until the last binding, %.0f µs per binding (the median replay %.0f)%s. Peers: Nomad C1M 3,750 allocs/s (5 servers), kube-scheduler scheduler_perf 680-810 pods/s",
 		strategy, placers, n, gpus, elapsed.Round(time.Millisecond), rate, len(txns), float64(n)/float64(len(txns)), workers, ceiling, rate/ceiling, steady, steadyCeiling, steady/steadyCeiling, st.Txns, st.Conflicts, process, cpuUntilLast.Round(time.Millisecond), float64(cpuUntilLast.Microseconds())/float64(n), float64(median.cpu.Microseconds())/float64(n), etcdBusy)
-}
-
-// processCPU is the user and system CPU time this process has used: the
-// placers, the embedded etcd and the benchmark's own watch together, a
-// figure the load of other processes on the machine moves far less than
-// wall time.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatalf("getrusage: %v", err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPlacementLatency offers sessions at 500/s for 20 s (10,000

@@ -16,6 +16,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/voyager-gpu/voyager/internal/benchsum"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -218,7 +219,7 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 	seen := 0
 	var cpuStart, cpuAtLast time.Duration
 	countBindings(b, ctx, cli, toKeys, func() {
-		cpu := processCPU(b) // as placement's watch reads it at each binding
+		cpu := benchsum.ProcessCPU(b) // as placement's watch reads it at each binding
 		seenMu.Lock()
 		seen++
 		lastSeen = time.Now()
@@ -332,7 +333,7 @@ func ceilingReplay(b *testing.B, cli *clientv3.Client, txns []recordedTxn, from,
 	// From a collected heap, as placement starts (benchBurst).
 	runtime.GC()
 	start := time.Now()
-	cpuStart = processCPU(b)
+	cpuStart = benchsum.ProcessCPU(b)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {

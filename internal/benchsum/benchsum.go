@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -191,4 +192,16 @@ func QuantileMS(lat []time.Duration, p float64) float64 {
 	slices.Sort(lat)
 	i := int(math.Ceil(p*float64(len(lat)))) - 1
 	return float64(lat[max(0, i)].Microseconds()) / 1000
+}
+
+// ProcessCPU is the user and system CPU time this process has used so
+// far. It fails tb if the kernel does not say. It is one system call (no
+// tb.Helper, which costs more): benchmarks read it at every event they
+// count.
+func ProcessCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
