@@ -34,13 +34,21 @@ const (
 //     second), as Agent.renew sends them (a KeepAliveOnce each, hedged when
 //     unanswered), with the round trip of each (p50, p99 over the window's
 //     60,000);
-//   - agent-ttl30: the same at the timings docs/deployment.md gives a
-//     large site (a 30 s lease, fenced after 15 s: 2,000 a second);
+//   - agent-tls: the same over TLS with client certificates, as deployed
+//     (docs/deployment.md; etcd's authentication off: it would only name
+//     the user by the certificate's CN);
+//   - agent-ttl30, agent-ttl30-tls: the same at the timings
+//     docs/deployment.md gives a large site (a 30 s lease, fenced after
+//     15 s: 2,000 a second);
 //   - client-keepalive: the floor, the default timings' renewals sent by
 //     clientv3's own KeepAlive, which puts all a client's leases on one
 //     stream (its cadence is the TTL's third: leases of 5 s to renew as
 //     often). Agents cannot renew that way: each has a lease and a
 //     connection of its own, and the fence needs each renewal's send time.
+//
+// A case that overloads etcd says so rather than failing: failed-renewals
+// counts the renewals that went unanswered within the fence deadline, and
+// of-offered is the rate answered over the rate offered.
 func BenchmarkLeaseRenewals(b *testing.B) {
 	var deflt, large Config
 	deflt.defaults()
@@ -50,10 +58,12 @@ func BenchmarkLeaseRenewals(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-	}{{"client-keepalive", deflt}, {"agent", deflt}, {"agent-ttl30", large}} {
+		tls  bool
+	}{{"client-keepalive", deflt, false}, {"agent", deflt, false}, {"agent-tls", deflt, true},
+		{"agent-ttl30", large, false}, {"agent-ttl30-tls", large, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				perRenewal[tc.name] = benchRenewals(b, tc.name == "client-keepalive", tc.cfg)
+				perRenewal[tc.name] = benchRenewals(b, tc.name == "client-keepalive", tc.tls, tc.cfg)
 			}
 		})
 	}
@@ -64,17 +74,27 @@ func BenchmarkLeaseRenewals(b *testing.B) {
 }
 
 // benchRenewals renews renewNodes leases at cfg's timings through the
-// window, as agents do or (library) with clientv3's KeepAlive, and reports
-// its figures; it returns etcd's CPU per renewal in µs.
-func benchRenewals(b *testing.B, library bool, cfg Config) float64 {
+// window, as agents do or (library) with clientv3's KeepAlive, over TLS or
+// not, and reports its figures; it returns etcd's CPU per renewal in µs.
+func benchRenewals(b *testing.B, library, tls bool, cfg Config) float64 {
 	every := (&Agent{cfg: cfg}).renewEvery()
-	e := etcdtest.StartOwnCore(b)
+	var e interface{ CPU() (time.Duration, error) }
+	clis := make([]*clientv3.Client, renewClients)
+	if tls {
+		s := etcdtest.StartSecureOwnCore(b)
+		for i := range clis {
+			clis[i] = s.Client(b, fmt.Sprintf("agent-%d", i))
+		}
+		e = s
+	} else {
+		x := etcdtest.StartOwnCore(b)
+		for i := range clis {
+			clis[i] = x.Client(b)
+		}
+		e = x
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	clis := make([]*clientv3.Client, renewClients)
-	for i := range clis {
-		clis[i] = e.Client(b)
-	}
 	ttl := int64(cfg.LeaseTTL / time.Second)
 	if library {
 		ttl = int64(3 * every / time.Second)
@@ -175,13 +195,13 @@ func benchRenewals(b *testing.B, library bool, cfg Config) float64 {
 	cancel()
 	running.Wait()
 
-	if fails > 0 {
-		b.Errorf("%d of %d renewals failed", fails, fails+n)
-	}
-	// The window holds renewals due before it and answered in it, and the
-	// other way round: as many of each at a steady rate.
-	if want := float64(renewNodes) * renewWindow.Seconds() / every.Seconds(); float64(n) < 0.7*want {
-		b.Errorf("%d renewals in the window, want about %.0f: the load generator fell behind", n, want)
+	// clientv3's KeepAlive renews a lease of 3 × every every third of its
+	// TTL, counted from each answer: a little more often.
+	offered := float64(renewNodes) / every.Seconds()
+	b.ReportMetric(float64(fails), "failed-renewals")
+	b.ReportMetric(float64(n)/t1.Sub(t0).Seconds()/offered, "of-offered")
+	if n == 0 {
+		b.Fatalf("no renewal answered in the window (%d failed)", fails)
 	}
 	cpu := float64((c1 - c0).Microseconds()) / float64(n)
 	b.ReportMetric(float64(n)/t1.Sub(t0).Seconds(), "renewals/s")

@@ -77,6 +77,16 @@ func StartExternalWith(tb testing.TB, opts ExternalOptions) *External {
 		"--initial-cluster", "test=http://" + peer,
 		"--log-level", "error",
 	}
+	e := runWith(tb, opts, "http://"+client, path, dir, args...)
+	waitAnswers(tb, e.Client(tb), dir)
+	return e
+}
+
+// runWith starts etcd at path with args and what opts add (fsync off
+// unless opts.Fsync; taskset to opts.CPUs), serving endpoint, and returns
+// its process, whose CPU readers are closed at cleanup.
+func runWith(tb testing.TB, opts ExternalOptions, endpoint, path, dir string, args ...string) *External {
+	tb.Helper()
 	if !opts.Fsync {
 		args = append(args, "--unsafe-no-fsync")
 	}
@@ -88,8 +98,7 @@ func StartExternalWith(tb testing.TB, opts ExternalOptions) *External {
 		args = append([]string{"-c", opts.CPUs, path}, args...)
 		path = taskset
 	}
-	cmd := runEtcd(tb, path, dir, args...)
-	e := &External{Endpoint: "http://" + client, cmd: cmd}
+	e := &External{Endpoint: endpoint, cmd: runEtcd(tb, path, dir, args...)}
 	tb.Cleanup(func() {
 		e.cpu.Lock()
 		defer e.cpu.Unlock()
@@ -97,7 +106,6 @@ func StartExternalWith(tb testing.TB, opts ExternalOptions) *External {
 			_ = f.Close()
 		}
 	})
-	waitAnswers(tb, e.Client(tb), dir)
 	return e
 }
 

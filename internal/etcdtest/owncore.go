@@ -17,16 +17,37 @@ import (
 // taking CPU from the other. It fails tb on a machine of one CPU.
 func StartOwnCore(tb testing.TB) *External {
 	tb.Helper()
+	needTwoCPUs(tb)
+	e := StartExternalWith(tb, ExternalOptions{Fsync: true, CPUs: "0"})
+	pinOffCPU0(tb)
+	return e
+}
+
+// StartSecureOwnCore is StartOwnCore serving TLS with client certificates,
+// as deployed (StartSecure).
+func StartSecureOwnCore(tb testing.TB) *Secure {
+	tb.Helper()
+	needTwoCPUs(tb)
+	s := StartSecureWith(tb, ExternalOptions{Fsync: true, CPUs: "0"})
+	pinOffCPU0(tb)
+	return s
+}
+
+func needTwoCPUs(tb testing.TB) {
+	tb.Helper()
 	if runtime.NumCPU() < 2 {
 		tb.Fatalf("etcd on a core of its own needs 2 CPUs, this machine has %d", runtime.NumCPU())
 	}
-	e := StartExternalWith(tb, ExternalOptions{Fsync: true, CPUs: "0"})
+}
+
+// pinOffCPU0 moves this process onto every CPU but 0 until tb ends.
+func pinOffCPU0(tb testing.TB) {
+	tb.Helper()
 	var rest unix.CPUSet
 	for i := 1; i < runtime.NumCPU(); i++ {
 		rest.Set(i)
 	}
 	tb.Cleanup(PinProcess(tb, rest))
-	return e
 }
 
 // PinProcess moves every thread of this process onto cpus (threads

@@ -23,6 +23,7 @@ type Secure struct {
 	CA     *pki.CA
 	CAFile string
 	dir    string
+	proc   *External // the process, for CPU
 }
 
 // StartSecure starts Debian's etcd with TLS and client-certificate
@@ -30,6 +31,12 @@ type Secure struct {
 // and stops it at cleanup. Authentication itself is off until a test turns
 // it on (etcdrbac.Setup does).
 func StartSecure(tb testing.TB) *Secure {
+	tb.Helper()
+	return StartSecureWith(tb, ExternalOptions{})
+}
+
+// StartSecureWith is StartSecure with options (fsync, CPUs).
+func StartSecureWith(tb testing.TB, opts ExternalOptions) *Secure {
 	tb.Helper()
 	path := etcdBinary(tb)
 	dir := tb.TempDir()
@@ -48,7 +55,7 @@ func StartSecure(tb testing.TB) *Secure {
 	certFile, keyFile := s.writePair(tb, "member", member)
 	client, peer := freePort(tb), freePort(tb)
 	s.Endpoint = "https://" + client
-	runEtcd(tb, path, dir,
+	s.proc = runWith(tb, opts, s.Endpoint, path, dir,
 		"--name", "test",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", s.Endpoint,
@@ -58,12 +65,14 @@ func StartSecure(tb testing.TB) *Secure {
 		"--initial-cluster", "test=http://"+peer,
 		"--cert-file", certFile, "--key-file", keyFile,
 		"--trusted-ca-file", s.CAFile, "--client-cert-auth",
-		"--unsafe-no-fsync",
 		"--log-level", "error",
 	)
 	waitAnswers(tb, s.Client(tb, "root"), dir)
 	return s
 }
+
+// CPU is the CPU time the server's process has used so far (External.CPU).
+func (s *Secure) CPU() (time.Duration, error) { return s.proc.CPU() }
 
 // writePair writes a leaf's certificate and key under the server's
 // directory and returns their paths.
