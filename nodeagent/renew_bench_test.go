@@ -196,7 +196,8 @@ func benchRenewals(b *testing.B, library, tls bool, cfg Config) float64 {
 	running.Wait()
 
 	// clientv3's KeepAlive renews a lease of 3 × every every third of its
-	// TTL, counted from each answer: a little more often.
+	// TTL, counted from each answer and checked every 500 ms: about as
+	// often (0.97–1.1 of it measured).
 	offered := float64(renewNodes) / every.Seconds()
 	b.ReportMetric(float64(fails), "failed-renewals")
 	b.ReportMetric(float64(n)/t1.Sub(t0).Seconds()/offered, "of-offered")
