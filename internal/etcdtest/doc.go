@@ -1,7 +1,8 @@
 // Package etcdtest gives tests a real etcd: an embedded server in the test
 // process with its own temporary data directory and loopback ports, torn
 // down when the test ends; Debian's etcd in its own process
-// (StartExternal), or on a core of its own with the test process moved off
-// it (StartOwnCore, for benchmarks); and a TCP proxy in front of either that a test can cut
-// like a network partition (NewProxy).
+// (StartExternal, or with TLS StartSecure), or on a core of its own with
+// the test process moved off it (StartOwnCore and StartSecureOwnCore, for
+// benchmarks); and a TCP proxy in front of either that a test can cut like
+// a network partition (NewProxy).
 package etcdtest
