@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"testing"
 	"time"
 
@@ -138,14 +137,14 @@ func BenchmarkMergeHop(b *testing.B) {
 		{"start", start, direct, "agent's Running report → Running status (through the merger)", "direct status write, same run"},
 		{"end", end, directEnd, "agent's release → final status (through the merger)", "release alone (the old status in its txn), same run"},
 	} {
-		b.ReportMetric(ms(f.lat, 0.50), f.name+"-p50-ms")
-		b.ReportMetric(ms(f.lat, 0.99), f.name+"-p99-ms")
-		b.ReportMetric(ms(f.ceil, 0.50), "direct-"+f.name+"-p50-ms")
-		b.ReportMetric(ms(f.ceil, 0.99), "direct-"+f.name+"-p99-ms")
-		b.ReportMetric(ms(f.lat, 0.50)/ms(f.ceil, 0.50), f.name+"-x-direct-p50")
+		b.ReportMetric(benchsum.QuantileMS(f.lat, 0.50), f.name+"-p50-ms")
+		b.ReportMetric(benchsum.QuantileMS(f.lat, 0.99), f.name+"-p99-ms")
+		b.ReportMetric(benchsum.QuantileMS(f.ceil, 0.50), "direct-"+f.name+"-p50-ms")
+		b.ReportMetric(benchsum.QuantileMS(f.ceil, 0.99), "direct-"+f.name+"-p99-ms")
+		b.ReportMetric(benchsum.QuantileMS(f.lat, 0.50)/benchsum.QuantileMS(f.ceil, 0.50), f.name+"-x-direct-p50")
 		for _, q := range []float64{0.50, 0.99} {
 			benchsum.Add(b, benchsum.Row{Figure: fmt.Sprintf("%s p%.0f (%d samples)", f.figure, q*100, len(f.lat)),
-				Value: ms(f.lat, q), Unit: "ms", Ceiling: ms(f.ceil, q), CeilingName: f.cap})
+				Value: benchsum.QuantileMS(f.lat, q), Unit: "ms", Ceiling: benchsum.QuantileMS(f.ceil, q), CeilingName: f.cap})
 		}
 	}
 }
@@ -153,10 +152,3 @@ func BenchmarkMergeHop(b *testing.B) {
 // hopSamples is how many samples of each figure one of BenchmarkMergeHop's
 // b.N takes.
 const hopSamples = 1000
-
-// ms is the q-quantile of lat in milliseconds.
-func ms(lat []time.Duration, q float64) float64 {
-	lat = slices.Clone(lat)
-	slices.Sort(lat)
-	return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000
-}
