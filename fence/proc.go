@@ -29,10 +29,11 @@ func containerOf(cgroup []byte, ids map[string]bool) string {
 		if ids[last] {
 			return last
 		}
-		if strings.HasSuffix(last, ".scope") {
-			base := strings.TrimSuffix(last, ".scope")
-			if j := strings.LastIndexAny(base, "-"); j >= 0 && ids[base[j+1:]] {
-				return base[j+1:]
+		if base, ok := strings.CutSuffix(last, ".scope"); ok {
+			for id := range ids {
+				if strings.HasSuffix(base, "-"+id) {
+					return id
+				}
 			}
 		}
 	}
