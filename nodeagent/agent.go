@@ -698,8 +698,8 @@ func (a *Agent) endLease(ctx context.Context) {
 	start := time.Now()
 	ws := a.cancelWorkers(cause)
 	renewed := time.Unix(0, a.renewed.Load())
-	why := fmt.Sprintf("fenced by its agent: the node lease was not renewed for %s (fence deadline %s; %v)",
-		time.Since(renewed).Round(time.Millisecond), a.cfg.FenceAfter, cause)
+	why := fmt.Sprintf("fenced by its agent: %v; the node lease was last renewed %s before (fence deadline %s)",
+		cause, time.Since(renewed).Round(time.Millisecond), a.cfg.FenceAfter)
 	n := a.fence(why)
 	for _, w := range ws {
 		<-w.done
