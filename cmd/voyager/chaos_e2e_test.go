@@ -510,4 +510,3 @@ func (s *containerSampler) sample() {
 		}
 	}
 }
-

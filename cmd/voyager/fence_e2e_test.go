@@ -45,12 +45,12 @@ func running(pid int) bool {
 // pidSampler records, every 20 ms, the last time any of its processes was
 // seen running. It reads /proc, never containerd, which a case hangs.
 type pidSampler struct {
-	mu   sync.Mutex
+	mu    sync.Mutex
 	pids  []int
 	last  time.Time // the last sample that saw a process running
 	taken time.Time // the last sample
 	stop  chan struct{}
-	done chan struct{}
+	done  chan struct{}
 }
 
 func samplePIDs(t *testing.T, pids ...int) *pidSampler {
