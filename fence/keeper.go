@@ -88,7 +88,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 	}
 	_ = lock.Truncate(0)
 	_, _ = lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	k.Logger.Info("fence keeper watching", "dir", k.Dir, "poll", k.Poll)
+	k.Logger.Debug("fence keeper watching", "dir", k.Dir, "poll", k.Poll)
 
 	w := watch{k: k, termed: map[string]int64{}, recorded: map[string]bool{}}
 	tick := time.NewTicker(k.Poll)

@@ -349,6 +349,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.cfg.FenceAfter, a.cfg.FenceGrace, a.cfg.LeaseTTL)
 	}
 	defer a.wg.Wait()
+	a.seedBeat()
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		leaseCtx, cancel, err := a.register(ctx)

@@ -21,6 +21,25 @@ type heartbeat struct {
 	containers []string  // sorted
 }
 
+// seedBeat takes the containers of the heartbeat an earlier agent of this
+// node left, if any: until this agent's first reconcile lists the node's
+// containers, its heartbeats still name them, so that the keeper fences
+// them should this agent die before then.
+func (a *Agent) seedBeat() {
+	if a.cfg.FenceDir == "" {
+		return
+	}
+	hb, err := fence.ReadHeartbeat(a.cfg.FenceDir)
+	if err != nil {
+		return // none, or unreadable: the first reconcile writes the list
+	}
+	a.hb.mu.Lock()
+	defer a.hb.mu.Unlock()
+	if a.hb.containers == nil {
+		a.hb.containers = slices.Clone(hb.Containers)
+	}
+}
+
 // beat records a successful renewal sent at sent and writes the heartbeat:
 // the keeper fences the node once sent + FenceAfter has passed without
 // another.

@@ -115,9 +115,15 @@ func TestChaosE2E(t *testing.T) {
 	add("chaos-nv-1", state.RestartPolicy{}, "sleep", "3600")
 	add("chaos-sh-0", state.RestartPolicy{}, "sleep", "3")
 	add("chaos-sh-1", onFailure, "sleep", "3")
+	// Settled: every session ended, or runs with its container's
+	// processes alive where its status says (a status still Running from
+	// before a fault's consequences reached etcd does not count).
 	settled := func(what string) {
 		t.Helper()
-		waitAll(t, ctx, root, ids, what, func(st state.Status) bool { return st.Phase == state.PhaseRunning || st.Phase.Terminal() })
+		waitAll(t, ctx, root, ids, what, func(st state.Status) bool {
+			return st.Phase.Terminal() || st.Phase == state.PhaseRunning && len(st.Nodes) == 1 &&
+				procs.alive(st.Nodes[0], fmt.Sprintf("%s-q%d", st.Session, st.QueueRevision))
+		})
 	}
 	settled("every session running or ended")
 
@@ -267,11 +273,12 @@ type chaosHistory struct {
 	bindings map[[2]string]map[int64]*span // (node, session) → queue revision → span
 	open     map[[2]string]int64           // (node, session) → queue revision of the live binding
 	launches map[string]map[string]bool    // session/attempt/rank → node@binding revision
+	reasons  map[string]int                // reasons of statuses that left a node: Fenced, NodeLost…
 	err      error
 }
 
 func recordHistory(t *testing.T, ctx context.Context, cli *clientv3.Client, from int64) *chaosHistory {
-	h := &chaosHistory{bindings: map[[2]string]map[int64]*span{}, open: map[[2]string]int64{}, launches: map[string]map[string]bool{}}
+	h := &chaosHistory{bindings: map[[2]string]map[int64]*span{}, open: map[[2]string]int64{}, launches: map[string]map[string]bool{}, reasons: map[string]int{}}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
@@ -323,6 +330,12 @@ func (h *chaosHistory) apply(ev *clientv3.Event, now time.Time) {
 			h.bindings[k][b.QueueRevision] = &span{attempt: b.Attempt, start: now}
 		}
 		h.open[k] = b.QueueRevision
+	case strings.HasPrefix(key, keys.StatusDir()) && ev.Type == clientv3.EventTypePut && ev.PrevKv != nil:
+		st, err1 := state.Decode[state.Status](ev.Kv.Value)
+		prev, err2 := state.Decode[state.Status](ev.PrevKv.Value)
+		if err1 == nil && err2 == nil && st.Phase != prev.Phase && (st.Phase == state.PhasePending || st.Phase.Terminal()) && prev.Phase != state.PhasePending {
+			h.reasons[string(st.Phase)+"/"+st.Reason]++
+		}
 	case strings.HasPrefix(key, keys.Parts()) && ev.Type == clientv3.EventTypePut:
 		p, err := state.Decode[state.PartStatus](ev.Kv.Value)
 		if err != nil || p.Launched == nil {
@@ -401,7 +414,7 @@ func (h *chaosHistory) check(t *testing.T, procs *containerSampler, grace time.D
 			t.Errorf("attempt %s ran in %d containers: %v", a, len(cs), cs)
 		}
 	}
-	t.Logf("history: %d attempts launched, %d containers seen running", len(h.launches), len(procs.seen))
+	t.Logf("history: %d attempts launched, %d containers seen running; sessions leaving their nodes by phase/reason: %v", len(h.launches), len(procs.seen), h.reasons)
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
@@ -452,6 +465,14 @@ func sampleContainers(t *testing.T, nodes []string) *containerSampler {
 	}()
 	t.Cleanup(s.close)
 	return s
+}
+
+// alive reports whether the last sample saw container id of node running.
+func (s *containerSampler) alive(node, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.seen[[2]string{node, id}]
+	return l != nil && l.alive
 }
 
 func (s *containerSampler) close() {

@@ -133,7 +133,7 @@ func spawnFenceKeeper(dir string, cfg config.Config, log *slog.Logger) error {
 	// It is ready once it holds the lock.
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if fence.Held(dir) {
-			log.Info("fence keeper started", "pid", cmd.Process.Pid, "dir", dir)
+			log.Debug("fence keeper started", "pid", cmd.Process.Pid, "dir", dir)
 			return nil
 		}
 	}
