@@ -270,9 +270,13 @@ type Agent struct {
 	// stopped it (also in FenceDir's records, when set), until the
 	// container is removed after its attempt was reported.
 	fenceNotes map[string]string
-	wg         sync.WaitGroup
-	epochs     int
-	leased     bool
+	// registered is when the current lease was registered; fencedRenewal
+	// the send of the last renewal before the latest fence: between them,
+	// the outage as the agent saw it.
+	registered, fencedRenewal time.Time
+	wg                        sync.WaitGroup
+	epochs                    int
+	leased                    bool
 	// gpus is the inventory the node key holds (or the next registration
 	// writes): Config.GPUs, as RecheckGPUs last changed it.
 	gpus []state.GPU
@@ -436,6 +440,7 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	a.mu.Lock()
 	a.epochs++
 	a.leased = true
+	a.registered = time.Now()
 	a.mu.Unlock()
 	a.log.Debug("node registered", "lease", fmt.Sprintf("%x", lease.ID), "ttl", a.cfg.LeaseTTL,
 		"gpus", len(a.cfg.GPUs), "simulated", a.cfg.Simulated)
@@ -701,6 +706,9 @@ func (a *Agent) endLease(ctx context.Context) {
 	renewed := time.Unix(0, a.renewed.Load())
 	why := fmt.Sprintf("fenced by its agent: %v; the node lease was last renewed %s before (fence deadline %s)",
 		cause, time.Since(renewed).Round(time.Millisecond), a.cfg.FenceAfter)
+	a.mu.Lock()
+	a.fencedRenewal = renewed
+	a.mu.Unlock()
 	n := a.fence(why)
 	for _, w := range ws {
 		<-w.done

@@ -155,6 +155,13 @@ func (a *Agent) FencedAttempts() int64 { return a.fencedAttempts.Load() }
 func (w *worker) fencedEnd(ctx context.Context, why string) {
 	b := w.item.Value
 	msg := fmt.Sprintf("attempt %d on %s was fenced and is not started again: %s", b.Attempt, w.a.cfg.Node, why)
+	w.a.mu.Lock()
+	from, to := w.a.fencedRenewal, w.a.registered
+	w.a.mu.Unlock()
+	if !from.IsZero() && to.After(from) {
+		msg += fmt.Sprintf("; outage: no renewal from %s until the node registered again at %s (%s)",
+			from.UTC().Format("15:04:05.000"), to.UTC().Format("15:04:05.000"), to.Sub(from).Round(time.Millisecond))
+	}
 	w.a.fencedAttempts.Add(1)
 	w.log.Warn("attempt fenced; ending it", "why", why)
 	decide := func(spec state.Session, cur *state.PartStatus) (outcome, error) {

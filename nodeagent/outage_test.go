@@ -52,7 +52,7 @@ func TestAgentFencesThroughEtcdOutage(t *testing.T) {
 			etcdtest.Start(t, etcdtest.Options{Dir: dir, ClientAddr: addr})
 			waitFor(t, "a second registration", 30*time.Second, func() (bool, string) { return a.Registrations() >= 2, "" })
 			st := waitPhase(t, cli, "survivor", tc.want, 30*time.Second)
-			if st.Reason != state.ReasonFenced || !strings.Contains(st.Message, "last renewed") || !strings.Contains(st.Message, "attempt 0") {
+			if st.Reason != state.ReasonFenced || !strings.Contains(st.Message, "last renewed") || !strings.Contains(st.Message, "outage: no renewal from") || !strings.Contains(st.Message, "attempt 0") {
 				t.Fatalf("status %s %s %q; want reason Fenced and the outage in the message", st.Phase, st.Reason, st.Message)
 			}
 			if tc.want == state.PhasePending && (st.RetryAt == nil || !st.Waiting()) {
