@@ -37,6 +37,11 @@ type Heartbeat struct {
 	// may be started before the next heartbeat: what the node runs, and
 	// the containers of its bindings.
 	Containers []string `json:"containers"`
+	// Parked says the agent shut down cleanly where its lease cannot
+	// expire while it is down (voyager dev: its embedded etcd stops with
+	// it): Deadline is then the end of time, and nothing is fenced until
+	// an agent writes a heartbeat again.
+	Parked bool `json:"parked,omitempty"`
 }
 
 // Now reads the boot-time clock (CLOCK_BOOTTIME) in nanoseconds.

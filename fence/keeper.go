@@ -136,7 +136,7 @@ func (w *watch) once() bool {
 		clear(w.recorded)
 	}
 	if now <= hb.Deadline {
-		return false
+		return hb.Parked && k.ExitWithAgent && !alive(hb.PID)
 	}
 	// Stale. Scan at every poll while something is being fenced, else
 	// once a second, for a container a resumed agent may yet start.

@@ -101,7 +101,7 @@ func TestKeeperKillsTheListedContainersOnceTheHeartbeatIsStale(t *testing.T) {
 	inCgroup(t, root, other, `sleep 1000 & wait`)
 	ids := map[string]bool{stubborn: true, polite: true, other: true}
 
-	const grace = 300 * time.Millisecond
+	const grace = 2 * time.Second
 	hb := Heartbeat{Node: "gpu-01", PID: pid, Renewed: Now(), Deadline: Now() + int64(time.Hour), Grace: grace,
 		Containers: []string{stubborn, polite}}
 	if err := WriteHeartbeat(dir, hb); err != nil {
@@ -210,5 +210,37 @@ func TestContainerOf(t *testing.T) {
 				t.Errorf("containerOf(%q) = %q; want %q", tc.file, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestParkedHeartbeat: an agent that shut down cleanly where its lease
+// cannot expire meanwhile (voyager dev) parks its heartbeat: the keeper
+// fences nothing, and a keeper that its agent started exits once that
+// agent is gone; a fresh heartbeat of a gone agent does not end it.
+func TestParkedHeartbeat(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	k := &Keeper{Dir: dir, Proc: "/proc", ExitWithAgent: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := watch{k: k, termed: map[string]int64{}, recorded: map[string]bool{}}
+	fresh := Heartbeat{Node: "gpu-01", PID: gone.Process.Pid, Renewed: Now(), Deadline: Now() + int64(time.Hour), Containers: []string{"x-q1"}}
+	if err := WriteHeartbeat(dir, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if w.once() {
+		t.Fatal("the keeper would exit while a heartbeat is fresh and not parked")
+	}
+	parked := fresh
+	parked.Deadline, parked.Parked = int64(^uint64(0)>>1), true
+	if err := WriteHeartbeat(dir, parked); err != nil {
+		t.Fatal(err)
+	}
+	if !w.once() {
+		t.Fatal("the keeper would not exit after its agent parked the heartbeat and went")
+	}
+	if _, ok, _ := ReadRecord(dir, "x-q1"); ok {
+		t.Fatal("a parked heartbeat's container was fenced")
 	}
 }

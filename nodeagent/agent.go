@@ -159,6 +159,12 @@ type Config struct {
 	// container it fences. Empty: no heartbeat (nothing fences the node
 	// when the agent cannot) and fence records are kept in memory only.
 	FenceDir string
+	// ParkOnShutdown is set where the node's lease cannot expire while
+	// the agent is down: voyager dev, whose embedded etcd stops with it.
+	// A clean shutdown then parks the heartbeat (fence.Heartbeat.Parked)
+	// and the containers stay for the next start to adopt, as they did
+	// before the fence keeper; a kill or a pause is fenced all the same.
+	ParkOnShutdown bool
 }
 
 // How a multi-node job's parts reach each other (Config.JobRoutes).
@@ -375,6 +381,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		if ctx.Err() == nil {
 			a.log.Warn("lost the node lease; registering again", "cause", cause)
 		}
+	}
+	if a.cfg.ParkOnShutdown {
+		a.wg.Wait() // no renewal writes a heartbeat after this
+		a.park()
 	}
 	return nil
 }

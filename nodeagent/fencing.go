@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -95,6 +96,24 @@ func (a *Agent) writeBeat() {
 	})
 	if err != nil {
 		a.log.Error("write the fence heartbeat; the fence keeper will stop the node's containers at the last one's deadline", "err", err)
+	}
+}
+
+// park writes the heartbeat of a clean shutdown where the lease cannot
+// expire meanwhile (Config.ParkOnShutdown): the keeper fences nothing
+// until the next agent's first heartbeat.
+func (a *Agent) park() {
+	if a.cfg.FenceDir == "" {
+		return
+	}
+	a.hb.mu.Lock()
+	defer a.hb.mu.Unlock()
+	err := fence.WriteHeartbeat(a.cfg.FenceDir, fence.Heartbeat{
+		Node: a.cfg.Node, PID: os.Getpid(), Renewed: fence.At(a.hb.renewed), Deadline: math.MaxInt64,
+		Grace: a.cfg.FenceGrace, Containers: slices.Clone(a.hb.containers), Parked: true,
+	})
+	if err != nil {
+		a.log.Error("park the fence heartbeat; the fence keeper will stop the node's containers at the last one's deadline", "err", err)
 	}
 }
 

@@ -289,6 +289,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		ActivityEvery: cfg.AgentActivityEvery, GPUSampler: sampler, GPUBusyPercent: cfg.AgentGPUBusyPercent,
 		GPUUnusedAfter: cfg.AgentGPUUnusedAfter, RestartBackoff: cfg.RestartBackoff, RestartBackoffMax: cfg.RestartBackoffMax,
 		JobRoutes: cfg.AgentJobRoutes, FenceDir: fenceDir(cfg),
+		// dev's embedded etcd stops with it: no lease expires while it is
+		// down, so a clean stop leaves the sessions for the next start.
+		ParkOnShutdown: dev && len(cfg.EtcdEndpoints) == 0,
 	})
 	if cfg.AgentFenceKeeper != "off" {
 		parts.keeper = startFenceKeeper(cfg, log)
