@@ -601,6 +601,9 @@ func (c *Controller) requeue(ctx context.Context, v *view, id string, spec watch
 	case state.ReasonBackOff:
 		attempt++
 		msg = fmt.Sprintf("re-queued after a failure: restart %d of %d", attempt, s.Restart.MaxRestarts)
+	case state.ReasonFenced:
+		attempt++
+		msg = fmt.Sprintf("re-queued after its attempt was fenced: restart %d of %d", attempt, s.Restart.MaxRestarts)
 	case state.ReasonPreempted:
 		msg = "re-queued after being preempted"
 		if s.Eviction != nil && s.Eviction.By != "" {

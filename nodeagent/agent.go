@@ -153,6 +153,18 @@ type Config struct {
 	// containers at their own addresses on an isolated network:
 	// JobRoutesDirect (the default), JobRoutesFabric or JobRoutesOff.
 	JobRoutes string
+	// FenceDir is the fence directory shared with the node's fence keeper
+	// (package fence): the agent writes its heartbeat there after every
+	// renewal and whenever the node's containers change, and a record per
+	// container it fences. Empty: no heartbeat (nothing fences the node
+	// when the agent cannot) and fence records are kept in memory only.
+	FenceDir string
+	// ParkOnShutdown is set where the node's lease cannot expire while
+	// the agent is down: voyager dev, whose embedded etcd stops with it.
+	// A clean shutdown then parks the heartbeat (fence.Heartbeat.Parked)
+	// and the containers stay for the next start to adopt, as they did
+	// before the fence keeper; a kill or a pause is fenced all the same.
+	ParkOnShutdown bool
 }
 
 // How a multi-node job's parts reach each other (Config.JobRoutes).
@@ -260,15 +272,25 @@ type Agent struct {
 	// reconcile must not start its session again.
 	released map[string]int64
 	poke     chan struct{}
-	wg       sync.WaitGroup
-	epochs   int
-	leased   bool
+	// fenceNotes holds, by container id, why the agent's own fence
+	// stopped it (also in FenceDir's records, when set), until the
+	// container is removed after its attempt was reported.
+	fenceNotes map[string]string
+	// registered is when the current lease was registered; fencedRenewal
+	// the send of the last renewal before the latest fence: between them,
+	// the outage as the agent saw it.
+	registered, fencedRenewal time.Time
+	wg                        sync.WaitGroup
+	epochs                    int
+	leased                    bool
 	// gpus is the inventory the node key holds (or the next registration
 	// writes): Config.GPUs, as RecheckGPUs last changed it.
 	gpus []state.GPU
 
 	starts, adopted, startFailures  atomic.Int64
 	fences, fenced                  atomic.Int64 // fences, and containers they stopped
+	fencedAttempts                  atomic.Int64 // attempts ended because their containers were fenced
+	hb                              heartbeat
 	renewed                         atomic.Int64 // unix nanoseconds of the last successful renewal's send
 	activitySamples, activityWrites atomic.Int64
 	logKey                          logKey
@@ -286,6 +308,7 @@ func New(cfg Config) *Agent {
 		reaping:     map[string]bool{},
 		released:    map[string]int64{},
 		poke:        make(chan struct{}, 1),
+		fenceNotes:  map[string]string{},
 		gpuActivity: map[string][]state.GPUActivity{},
 		gpus:        cfg.GPUs,
 	}
@@ -336,6 +359,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.cfg.FenceAfter, a.cfg.FenceGrace, a.cfg.LeaseTTL)
 	}
 	defer a.wg.Wait()
+	a.seedBeat()
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		leaseCtx, cancel, err := a.register(ctx)
@@ -357,6 +381,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		if ctx.Err() == nil {
 			a.log.Warn("lost the node lease; registering again", "cause", cause)
 		}
+	}
+	if a.cfg.ParkOnShutdown {
+		a.wg.Wait() // no renewal writes a heartbeat after this
+		a.park()
 	}
 	return nil
 }
@@ -403,6 +431,7 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	}
 	leaseCtx, cancel := context.WithCancelCause(ctx)
 	a.renewed.Store(sent.UnixNano())
+	a.beat(sent)
 	a.wg.Go(func() {
 		cause := a.keepAlive(leaseCtx, lease.ID, sent)
 		a.mu.Lock()
@@ -421,6 +450,7 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	a.mu.Lock()
 	a.epochs++
 	a.leased = true
+	a.registered = time.Now()
 	a.mu.Unlock()
 	a.log.Debug("node registered", "lease", fmt.Sprintf("%x", lease.ID), "ttl", a.cfg.LeaseTTL,
 		"gpus", len(a.cfg.GPUs), "simulated", a.cfg.Simulated)
@@ -516,6 +546,7 @@ func (a *Agent) keepAlive(ctx context.Context, id clientv3.LeaseID, renewed time
 		case err == nil && resp.TTL > 0:
 			renewed, next = sent, sent.Add(every)
 			a.renewed.Store(sent.UnixNano())
+			a.beat(sent)
 		case err == nil, errors.Is(err, rpctypes.ErrLeaseNotFound):
 			return errLeaseLost
 		case ctx.Err() != nil:
@@ -609,7 +640,7 @@ func (a *Agent) revoke(ctx context.Context, id clientv3.LeaseID) {
 // placers will re-queue or end the sessions. Containers whose process has
 // already exited stay, so that a later worker can still report how they
 // ended. It returns the number of containers it stopped.
-func (a *Agent) fence() int {
+func (a *Agent) fence(cause string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.FenceGrace+a.cfg.LeaseTTL)
 	defer cancel()
 	infos, err := a.cfg.Runtime.List(ctx, map[string]string{LabelNode: a.cfg.Node})
@@ -624,6 +655,7 @@ func (a *Agent) fence() int {
 			continue
 		}
 		n.Add(1)
+		a.noteFenced(in.ID, cause)
 		wg.Go(func() {
 			if err := a.cfg.Runtime.Stop(ctx, in.ID, a.cfg.FenceGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				a.log.Error("fence: stop container", "container", in.ID, "err", err)
@@ -681,12 +713,17 @@ func (a *Agent) endLease(ctx context.Context) {
 	a.fences.Add(1)
 	start := time.Now()
 	ws := a.cancelWorkers(cause)
-	n := a.fence()
+	renewed := time.Unix(0, a.renewed.Load())
+	why := fmt.Sprintf("fenced by its agent: %v; the node lease was last renewed %s before (fence deadline %s)",
+		cause, time.Since(renewed).Round(time.Millisecond), a.cfg.FenceAfter)
+	a.mu.Lock()
+	a.fencedRenewal = renewed
+	a.mu.Unlock()
+	n := a.fence(why)
 	for _, w := range ws {
 		<-w.done
 	}
-	n += a.fence()
-	renewed := time.Unix(0, a.renewed.Load())
+	n += a.fence(why)
 	a.log.Warn("fenced: the node lease could not be renewed; stopped the node's containers",
 		"cause", cause, "containers", n, "took", time.Since(start).Round(time.Millisecond),
 		"sinceRenewal", time.Since(renewed).Round(time.Millisecond), "leaseTTL", a.cfg.LeaseTTL)
@@ -737,6 +774,9 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 		}
 		return
 	}
+	// The keeper must know every container that runs or may start before
+	// the next heartbeat: those listed, and those of the bindings.
+	a.beatContainers(want, infos)
 	if a.cfg.LogRetention > 0 && time.Since(a.lastPrune) >= logPruneEvery {
 		a.lastPrune = time.Now()
 		live := make(map[string]bool, len(want)+len(infos))
@@ -837,7 +877,10 @@ func (a *Agent) removeContainer(ctx context.Context, id string) {
 	}
 	if err := a.cfg.Runtime.Remove(ctx, id); err != nil {
 		a.log.Warn("remove container", "container", id, "err", err)
-	} else if path := a.hostfilePath(id); path != "" {
-		_ = os.Remove(path) // a multi-node job's part's, if any
+	} else {
+		if path := a.hostfilePath(id); path != "" {
+			_ = os.Remove(path) // a multi-node job's part's, if any
+		}
+		a.forgetFenced(id)
 	}
 }

@@ -2,6 +2,7 @@ package nodeagent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -184,8 +185,9 @@ func TestAgentAdoptsAfterRestartAndRemovesOrphans(t *testing.T) {
 // TestAgentFencesWhenItsLeaseIsRevoked: a lease gone (here revoked, as
 // etcd expires one) means the placers may re-queue the node's sessions, so
 // the agent fences: its container is stopped and removed. It registers
-// again; no placer ran and the binding is still there, so it starts the
-// session again, once.
+// again; no placer ran and the binding is still there, but the attempt
+// had launched: it is never started again, and ends Lost (no restart
+// policy) with reason Fenced.
 func TestAgentFencesWhenItsLeaseIsRevoked(t *testing.T) {
 	cli := etcdtest.New(t)
 	rt := newFake()
@@ -197,12 +199,18 @@ func TestAgentFencesWhenItsLeaseIsRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := "keep-q" + itoa64(bindingOf(t, cli, "keep").QueueRevision)
-	waitFor(t, "a fence, a second registration and the session started again", 15*time.Second, func() (bool, string) {
-		in, err := rt.Status(context.Background(), id)
-		return a.Fences() == 1 && a.Registrations() >= 2 && !gone(t, cli, keys.Node(node)) && err == nil && in.State == runtime.StateRunning, ""
+	waitFor(t, "a fence and a second registration", 15*time.Second, func() (bool, string) {
+		return a.Fences() == 1 && a.Registrations() >= 2 && !gone(t, cli, keys.Node(node)), ""
 	})
-	if rt.Starts() != 2 {
-		t.Fatalf("%d starts; want 2: the first, and one after the fence", rt.Starts())
+	st := waitPhase(t, cli, "keep", state.PhaseLost, 15*time.Second)
+	if st.Reason != state.ReasonFenced || !strings.Contains(st.Message, "node lease lost") {
+		t.Errorf("status %s %s %q; want Lost, Fenced, saying the lease was lost", st.Phase, st.Reason, st.Message)
+	}
+	if _, err := rt.Status(context.Background(), id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("container %s after the fence: %v; want it gone", id, err)
+	}
+	if rt.Starts() != 1 {
+		t.Fatalf("%d starts; want 1: the attempt never starts again", rt.Starts())
 	}
 }
 

@@ -87,6 +87,8 @@ func (a *Agent) Collectors() []prometheus.Collector {
 		counter("fences_total", "Leases given up because they could not be renewed within the fence deadline (or expired), stopping the node's containers.",
 			func() float64 { return float64(a.fences.Load()) }),
 		counter("fenced_containers_total", "Containers stopped and removed by fences.", func() float64 { return float64(a.fenced.Load()) }),
+		counter("fenced_attempts_total", "Attempts ended (reason Fenced) because their containers were fenced, by the agent or its fence keeper, or were gone after their launch: never started again in place.",
+			func() float64 { return float64(a.fencedAttempts.Load()) }),
 		gauge("lease_renewal_age_seconds", "Time since the send of the last successful renewal of the node lease; the agent fences at the fence deadline.",
 			func() float64 {
 				if r := a.renewed.Load(); r > 0 {

@@ -99,6 +99,7 @@ func (w *worker) run() {
 	}
 
 	info, err := rt.Status(ctx, w.id)
+	again := false // the attempt's launch is recorded, but nothing of it ran
 	if err == nil && info.State == runtime.StateCreated {
 		// Created but never started: an agent died inside Start. Nothing
 		// ran, so start it afresh rather than wait on a process that never
@@ -109,6 +110,7 @@ func (w *worker) run() {
 			return
 		}
 		info, err = rt.Status(ctx, w.id)
+		again = true
 	}
 	adopted := err == nil
 	switch {
@@ -119,10 +121,31 @@ func (w *worker) run() {
 			return
 		default:
 		}
-		err := w.start(ctx, sess)
+		if !again {
+			// Launched and gone: fenced, or removed while no agent
+			// watched. The attempt may have run: it never starts again.
+			p, _, err := w.currentPart(ctx)
+			if err != nil {
+				w.retryLater("read part", err)
+				return
+			}
+			if p.Launched != nil {
+				w.fencedEnd(ctx, w.fencedWhy())
+				return
+			}
+		}
+		err := w.start(ctx, sess, again)
 		if err != nil {
 			if ctx.Err() != nil {
 				w.ended()
+				return
+			}
+			if errors.Is(err, state.ErrLaunched) {
+				w.fencedEnd(ctx, w.fencedWhy())
+				return
+			}
+			if errors.Is(err, state.ErrStale) {
+				w.retryLater("record the launch", err) // the binding went: reconcile cancels this worker
 				return
 			}
 			w.a.startFailures.Add(1)
@@ -387,8 +410,10 @@ func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) 
 	return out, nil
 }
 
-// start pulls the image and creates the container; w.token is set.
-func (w *worker) start(ctx context.Context, sess state.Session) error {
+// start pulls the image, records the attempt's launch (state.Launch: at
+// most once per binding, unless again says nothing of it ran) and creates
+// the container; w.token is set.
+func (w *worker) start(ctx context.Context, sess state.Session, again bool) error {
 	cfg := w.a.cfg
 	b := w.item.Value
 	image := sess.Image
@@ -437,6 +462,9 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	}
 	if p, err := PartPorts(sess, b.Role, b.Ports); err == nil {
 		spec.Publish, spec.Reach = NetworkRules(p, peers)
+	}
+	if _, err := state.Launch(ctx, cfg.Client, cfg.Keys, b, w.item.CreateRevision, again, time.Now()); err != nil {
+		return err
 	}
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
 		return err
@@ -577,6 +605,12 @@ func fixed(o outcome) decider {
 // exited records the end of a container that stopped by itself, releases
 // the binding and removes the container.
 func (w *worker) exited(ctx context.Context, sess state.Session, r exitResult, stopReq chan struct{}) {
+	if why, ok := w.a.fencedWhy(w.id); ok {
+		// Killed by a fence (the keeper's, while this agent could not
+		// renew), not an exit of the session's own.
+		w.fencedEnd(ctx, why)
+		return
+	}
 	code := r.code
 	msg := "exited with code " + strconv.Itoa(code)
 	if code < 0 {

@@ -138,3 +138,6 @@ func logTail(path string) []byte {
 	}
 	return bytes.TrimSpace(b)
 }
+
+// PID is the daemon's process id (tests pause it to hang every call).
+func (d *Daemon) PID() int { return d.cmd.Process.Pid }

@@ -218,9 +218,10 @@ func modRevOf(kvs []*mvccpb.KeyValue) int64 {
 }
 
 // Waiting reports whether the session waits to run again with no queue
-// entry: failed under OnFailure (BackOff) or preempted, until RetryAt.
+// entry: failed under OnFailure (BackOff), preempted, or fenced with
+// restarts left (Fenced), until RetryAt.
 func (st Status) Waiting() bool {
-	return st.Phase == PhasePending && st.RetryAt != nil && (st.Reason == ReasonBackOff || st.Reason == ReasonPreempted)
+	return st.Phase == PhasePending && st.RetryAt != nil && (st.Reason == ReasonBackOff || st.Reason == ReasonPreempted || st.Reason == ReasonFenced)
 }
 
 // Requeue puts a waiting session back in the queue in one transaction: its

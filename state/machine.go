@@ -59,6 +59,13 @@ const (
 	// EventLostStopped ends a session whose node was lost while it was
 	// being stopped.
 	EventLostStopped Event = "LostStopped"
+	// EventFenced releases a session whose attempt was fenced on its node
+	// (agent, reason Fenced) and that may restart: it waits to be
+	// re-queued as the next attempt (lifecycle controller).
+	EventFenced Event = "Fenced"
+	// EventFencedLost ends a session whose attempt was fenced on its node
+	// (agent, reason Fenced) with no restart left: Lost, as a node loss.
+	EventFencedLost Event = "FencedLost"
 )
 
 // Facts are what a writer read before deciding, and what its transaction
@@ -101,6 +108,7 @@ var (
 	lostRequeue  = guard("restarts left, not stopped, not queued", func(f Facts) bool { return f.RestartsLeft && !f.DesiredStopped && !f.Queued })
 	lostNoRetry  = guard("not stopped", func(f Facts) bool { return !f.DesiredStopped })
 	lostStopping = guard("stop asked", func(f Facts) bool { return f.DesiredStopped })
+	fencedLost   = guard("bound, not stopped", func(f Facts) bool { return f.Bound && !f.DesiredStopped })
 )
 
 // live are the phases in which a binding exists and an agent owns the status.
@@ -137,6 +145,8 @@ var Machine = []Transition{
 	{EventLostRequeue, live, PhasePending, lostRequeue},
 	{EventLose, live, PhaseLost, lostNoRetry},
 	{EventLostStopped, live, PhaseStopped, lostStopping},
+	{EventFenced, live, PhasePending, backOff},
+	{EventFencedLost, live, PhaseLost, fencedLost},
 }
 
 // ErrIllegalTransition means an event does not apply to a session in its
@@ -199,6 +209,12 @@ func EventOf(p Phase, reason string) (Event, error) {
 			return EventBackOff, nil
 		case ReasonPreempted:
 			return EventPreempt, nil
+		case ReasonFenced:
+			return EventFenced, nil
+		}
+	case PhaseLost:
+		if reason == ReasonFenced {
+			return EventFencedLost, nil
 		}
 	}
 	return "", fmt.Errorf("no release event ends in phase %s with reason %q: %w", phaseName(p), reason, ErrIllegalTransition)

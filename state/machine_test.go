@@ -53,10 +53,13 @@ func TestMachineEveryTransition(t *testing.T) {
 	add(state.EventLostRequeue, live, P, func(f state.Facts) bool { return f.RestartsLeft && !f.DesiredStopped && !f.Queued })
 	add(state.EventLose, live, state.PhaseLost, func(f state.Facts) bool { return !f.DesiredStopped })
 	add(state.EventLostStopped, live, state.PhaseStopped, func(f state.Facts) bool { return f.DesiredStopped })
+	add(state.EventFenced, live, P, func(f state.Facts) bool { return f.Bound && f.RestartsLeft && !f.DesiredStopped })
+	add(state.EventFencedLost, live, state.PhaseLost, func(f state.Facts) bool { return f.Bound && !f.DesiredStopped })
 
 	events := []state.Event{state.EventSubmit, state.EventExplain, state.EventBind, state.EventCancel, state.EventRequeue,
 		state.EventCreate, state.EventStart, state.EventObserve, state.EventStop, state.EventSucceed, state.EventFail,
-		state.EventHalt, state.EventBackOff, state.EventPreempt, state.EventLostRequeue, state.EventLose, state.EventLostStopped}
+		state.EventHalt, state.EventBackOff, state.EventPreempt, state.EventLostRequeue, state.EventLose, state.EventLostStopped,
+		state.EventFenced, state.EventFencedLost}
 	if len(events) != len(state.Machine) {
 		t.Fatalf("the test knows %d events, the machine has %d rows: add the new event here", len(events), len(state.Machine))
 	}

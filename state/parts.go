@@ -49,6 +49,11 @@ type PartStatus struct {
 	Started  *time.Time `json:"started,omitempty"`
 	Finished *time.Time `json:"finished,omitempty"`
 	RetryAt  *time.Time `json:"retryAt,omitempty"`
+	// Launched is when the part's agent recorded (Launch) that it starts
+	// the binding's container: set once per binding, before the container
+	// is created. An agent that finds it set and the container gone never
+	// starts the binding again: the attempt ended (ReasonFenced).
+	Launched *time.Time `json:"launched,omitempty"`
 	// Activity is the head (or single) part's activity sample.
 	Activity *Activity `json:"activity,omitempty"`
 	Updated  time.Time `json:"updated"`
@@ -67,10 +72,12 @@ func NewPartStatus(b Binding, bindingRev int64) PartStatus {
 // says how it ended.
 func (p PartStatus) Ended() bool { return p.Phase.Terminal() || p.Phase == PhasePending }
 
-// failure reports whether an ended part failed: Failed, or waiting to
-// restart after a failure (BackOff).
+// failure reports whether an ended part failed: Failed, fenced (Lost, or
+// waiting to run again as the next attempt), or waiting to restart after
+// a failure (BackOff).
 func (p PartStatus) failure() bool {
-	return p.Phase == PhaseFailed || (p.Phase == PhasePending && p.Reason == ReasonBackOff)
+	return p.Phase == PhaseFailed || p.Phase == PhaseLost ||
+		(p.Phase == PhasePending && (p.Reason == ReasonBackOff || p.Reason == ReasonFenced))
 }
 
 // PartOps are the puts that write part p as its node's agent reports it:
@@ -132,10 +139,11 @@ func (s Session) StopsAll() bool { return s.OnPartFailure != PartFailureContinue
 //     Continue only rank 0's end ends the job, with rank 0's outcome. The
 //     job's end stops its other parts: their agents watch the status.
 //
-// A part that ended waiting to run again (BackOff, Preempted) whose event
-// the state machine refuses, because its owner asked to stop meanwhile,
-// ends the session Stopped (StopRequested): a stop is never undone by a
-// restart. A restart refused for want of restarts ends it Failed.
+// A part that ended waiting to run again (BackOff, Preempted, Fenced)
+// whose event the state machine refuses, because its owner asked to stop
+// meanwhile, ends the session Stopped (StopRequested): a stop is never
+// undone by a restart. A restart refused for want of restarts ends it
+// Failed (Lost after a fence).
 func MergeParts(spec Session, cur Status, parts []PartStatus, now time.Time) (Event, Status, bool, error) {
 	if !slices.Contains(live, cur.Phase) {
 		return "", cur, false, nil
@@ -151,12 +159,15 @@ func MergeParts(spec Session, cur Status, parts []PartStatus, now time.Time) (Ev
 	f := Facts{Bound: true, DesiredStopped: spec.Desired == DesiredStopped,
 		RestartsLeft: spec.RestartsLeft(cur.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue}
 	next, err := Next(cur.Phase, ev, f)
-	if err != nil && (ev == EventBackOff || ev == EventPreempt) && errors.Is(err, ErrIllegalTransition) {
+	if err != nil && (ev == EventBackOff || ev == EventPreempt || ev == EventFenced) && errors.Is(err, ErrIllegalTransition) {
 		// The part's agent decided to restart from an older spec.
 		v.RetryAt, v.Finished = nil, cmp.Or(v.Finished, &now)
-		if f.DesiredStopped || ev == EventPreempt {
+		switch {
+		case f.DesiredStopped || ev == EventPreempt:
 			v.Phase, v.Reason, v.Message, ev = PhaseStopped, "StopRequested", "stopped on request", EventHalt
-		} else {
+		case ev == EventFenced:
+			v.Phase, ev = PhaseLost, EventFencedLost
+		default:
 			v.Phase, ev = PhaseFailed, EventFail
 		}
 		next, err = Next(cur.Phase, ev, f)

@@ -240,6 +240,12 @@ const (
 	ReasonDrained    = "NodeDrained" // its node is drained and the deadline passed
 	ReasonPreempted  = "Preempted"   // a higher-priority session needs its GPUs
 	ReasonBackOff    = "BackOff"     // failed; waits to restart (OnFailure)
+	// ReasonFenced: the attempt's containers were stopped by a fence (the
+	// agent could not renew its node lease in time, or its fence keeper
+	// acted for it) or are gone after it had launched them. The attempt
+	// ended there and is never started again in place: the session waits
+	// to be re-queued as the next attempt (restarts left), else is Lost.
+	ReasonFenced = "Fenced"
 )
 
 // Eviction is the lifecycle controller's decision to stop a running

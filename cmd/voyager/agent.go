@@ -23,6 +23,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/config"
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/runtime"
@@ -36,7 +37,7 @@ var agentEnvs = []string{
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
 	config.EnvAgentNetwork, config.EnvAgentNetworkName, config.EnvAgentNetworkSubnet, config.EnvAgentNetworkDeny,
-	config.EnvAgentNetworkAllow, config.EnvAgentJobRoutes, config.EnvAgentCNIPluginDirs,
+	config.EnvAgentNetworkAllow, config.EnvAgentJobRoutes, config.EnvAgentCNIPluginDirs, config.EnvAgentFenceKeeper,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
 	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention,
 }
@@ -115,6 +116,9 @@ type agentParts struct {
 	rt     *runtime.Containerd
 	daemon *runtime.Daemon
 	nvml   *nodeagent.NVMLSampler
+	// keeper checks that a fence keeper watches the node (and starts one
+	// when VOYAGER_AGENT_FENCE_KEEPER=spawn); nil when none is wanted.
+	keeper func()
 
 	// What voyager dev's start block tells.
 	node       string
@@ -124,7 +128,18 @@ type agentParts struct {
 }
 
 func (p *agentParts) component() component {
-	return component{name: "agent", run: p.agent.Run}
+	return component{name: "agent", run: func(ctx context.Context) error {
+		if p.keeper != nil {
+			// A keeper that died is started again: a few seconds without
+			// one is a few seconds in which only a live agent fences.
+			go func() {
+				for ctxwait.Sleep(ctx, 5*time.Second) {
+					p.keeper()
+				}
+			}()
+		}
+		return p.agent.Run(ctx)
+	}}
 }
 
 func (p *agentParts) close() {
@@ -276,8 +291,16 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		Version: version, Logger: log, Usage: usage,
 		ActivityEvery: cfg.AgentActivityEvery, GPUSampler: sampler, GPUBusyPercent: cfg.AgentGPUBusyPercent,
 		GPUUnusedAfter: cfg.AgentGPUUnusedAfter, RestartBackoff: cfg.RestartBackoff, RestartBackoffMax: cfg.RestartBackoffMax,
-		JobRoutes: cfg.AgentJobRoutes,
+		JobRoutes: cfg.AgentJobRoutes, FenceDir: fenceDir(cfg),
+		// dev's embedded etcd stops with it: no lease expires while it is
+		// down, so a clean stop leaves the sessions for the next start.
+		ParkOnShutdown: dev && len(cfg.EtcdEndpoints) == 0,
 	})
+	if cfg.AgentFenceKeeper != "off" {
+		parts.keeper = startFenceKeeper(cfg, log)
+	} else {
+		startFenceKeeper(cfg, log) // says that none will
+	}
 	return parts, nil
 }
 

@@ -100,9 +100,10 @@ func containers(t *testing.T, rt *runtime.Containerd) []string {
 }
 
 // TestAgentKillE2E: SIGKILL the agent while sessions run and start it
-// again: the same containers, no duplicates. Keep it down longer than its
-// lease: the node disappears, the placer marks its sessions Lost, and the
-// agent, back, removes their containers.
+// again (within its fence deadline): the same containers, no duplicates.
+// Keep it down longer than its lease: its fence keeper stops the
+// containers before the lease expires, the node disappears, the placer
+// marks its sessions Lost, and the agent, back, removes their containers.
 func TestAgentKillE2E(t *testing.T) {
 	needBinary(t)
 	rt := privateContainerd(t, "voyager-e2e")
@@ -116,8 +117,8 @@ func TestAgentKillE2E(t *testing.T) {
 		"VOYAGER_DATA_DIR="+home+"/data",
 		"VOYAGER_AGENT_NODE=e2e-node", "VOYAGER_AGENT_ADDRESS=127.0.0.1",
 		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_LEASE_TTL=2s", "VOYAGER_AGENT_FENCE_AFTER=1500ms", "VOYAGER_AGENT_FENCE_GRACE=300ms",
-		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
+		"VOYAGER_AGENT_LEASE_TTL=6s", "VOYAGER_AGENT_FENCE_AFTER=4s", "VOYAGER_AGENT_FENCE_GRACE=500ms",
+		"VOYAGER_AGENT_FENCE_KEEPER="+testFenceKeeper(), "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
 		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
 		"VOYAGER_AGENT_NETWORK_NAME="+sessionNetwork(t))
 	startAgent := func() *proc {
@@ -182,8 +183,10 @@ func TestAgentKillE2E(t *testing.T) {
 	if resp, _ := cli.Get(ctx, keys.Node("e2e-node")); len(resp.Kvs) != 0 {
 		t.Fatal("the node record outlived its lease")
 	}
-	if got := containers(t, rt); len(got) != 2 {
-		t.Fatalf("containers while the agent is down: %v; want both still running", got)
+	// Stopped by the fence keeper at the fence deadline, before the lease
+	// expired (kept, with their fence records, for the agent to report).
+	if got := containers(t, rt); len(got) != 2 || slices.ContainsFunc(got, func(c string) bool { return !strings.HasSuffix(c, " stopped") }) {
+		t.Fatalf("containers while the agent is down past its lease: %v; want both stopped by its fence keeper", got)
 	}
 	// Back, the agent finds no bindings for them: no orphan survives.
 	agent = startAgent()

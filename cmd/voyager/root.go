@@ -23,6 +23,7 @@ var subcommands = []func() *cobra.Command{
 	newDevCmd,
 	newPlacerCmd,
 	newAgentCmd,
+	newFenceKeeperCmd,
 	newAPICmd,
 	newSessionCmd,
 	newRunCmd,

@@ -99,6 +99,7 @@ const (
 	EnvAgentNetworkDeny   = "VOYAGER_AGENT_NETWORK_DENY"
 	EnvAgentNetworkAllow  = "VOYAGER_AGENT_NETWORK_ALLOW"
 	EnvAgentJobRoutes     = "VOYAGER_AGENT_JOB_ROUTES"
+	EnvAgentFenceKeeper   = "VOYAGER_AGENT_FENCE_KEEPER"
 	EnvAgentCNIPluginDirs = "VOYAGER_AGENT_CNI_PLUGIN_DIRS"
 
 	EnvAgentActivityEvery  = "VOYAGER_AGENT_ACTIVITY_EVERY"
@@ -292,7 +293,10 @@ type Config struct {
 	AgentNetworkAllow []string `env:"VOYAGER_AGENT_NETWORK_ALLOW" envSeparator:"," docDefault:"empty" doc:"comma-separated ip:port endpoints every session may reach although the network rules refuse them, such as JupyterHub's API (its hub_connect_url) on this machine"`
 	// AgentJobRoutes is how a multi-node job's parts reach each other's
 	// containers: direct, fabric or off.
-	AgentJobRoutes string `env:"VOYAGER_AGENT_JOB_ROUTES" envDefault:"direct" doc:"how a multi-node job's parts reach each other at their containers' own addresses on an isolated network (NCCL, Gloo): direct (a route to each peer node's container subnet through that node; the nodes share a link), fabric (the network between the nodes routes container subnets already) or off (parts reach only each other's published MASTER_PORT and peer ports)"`
+	// AgentFenceKeeper is how the node is fenced when its agent cannot
+	// fence it: spawn, external or off.
+	AgentFenceKeeper string `env:"VOYAGER_AGENT_FENCE_KEEPER" envDefault:"spawn" doc:"what stops the node's containers at the fence deadline when the agent itself cannot (killed, paused, hung in a call): spawn (the agent starts voyager fence-keeper, a process of its own that outlives it, watching <data dir>/fence), external (a keeper runs as a service of its own, as deploy/systemd/voyager-fence-keeper.service; the agent warns while none runs) or off (none: only a live agent fences)"`
+	AgentJobRoutes   string `env:"VOYAGER_AGENT_JOB_ROUTES" envDefault:"direct" doc:"how a multi-node job's parts reach each other at their containers' own addresses on an isolated network (NCCL, Gloo): direct (a route to each peer node's container subnet through that node; the nodes share a link), fabric (the network between the nodes routes container subnets already) or off (parts reach only each other's published MASTER_PORT and peer ports)"`
 	// AgentCNIPluginDirs are searched for the CNI plugins.
 	AgentCNIPluginDirs []string `env:"VOYAGER_AGENT_CNI_PLUGIN_DIRS" envSeparator:"," envDefault:"/usr/lib/cni,/opt/cni/bin" doc:"comma-separated directories of the CNI plugins bridge, host-local, portmap, firewall and loopback (apt-get install containernetworking-plugins)"`
 
@@ -775,6 +779,8 @@ func wantFor(envName string) string {
 		return "one of isolated, host"
 	case EnvAgentJobRoutes:
 		return "one of direct, fabric, off"
+	case EnvAgentFenceKeeper:
+		return "one of spawn, external, off"
 	case EnvAgentNetworkName:
 		return "1-40 letters, digits, '-' or '_', such as gpu07, or empty"
 	case EnvAgentNetworkSubnet:
@@ -806,6 +812,10 @@ func validateNetwork(cfg *Config, invalid func(envName string) error) []error {
 	cfg.AgentJobRoutes = strings.ToLower(cfg.AgentJobRoutes)
 	if !slices.Contains([]string{"direct", "fabric", "off"}, cfg.AgentJobRoutes) {
 		errs = append(errs, invalid(EnvAgentJobRoutes))
+	}
+	cfg.AgentFenceKeeper = strings.ToLower(cfg.AgentFenceKeeper)
+	if !slices.Contains([]string{"spawn", "external", "off"}, cfg.AgentFenceKeeper) {
+		errs = append(errs, invalid(EnvAgentFenceKeeper))
 	}
 	if n := cfg.AgentNetworkName; n != "" && (len(n) > 40 || strings.Trim(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "") {
 		errs = append(errs, invalid(EnvAgentNetworkName))

@@ -60,6 +60,7 @@ func defaults() Config {
 		UlimitMemlock:       "unlimited",
 		AgentNetworkDeny:    []string{"169.254.0.0/16"},
 		AgentJobRoutes:      "direct",
+		AgentFenceKeeper:    "spawn",
 		AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 
 		AgentActivityEvery:  30 * time.Second,
@@ -229,6 +230,7 @@ func TestLoad(t *testing.T) {
 					UlimitMemlock:       "65536",
 					AgentNetworkDeny:    []string{"169.254.0.0/16"},
 					AgentJobRoutes:      "fabric",
+					AgentFenceKeeper:    "spawn",
 					AgentCNIPluginDirs:  []string{"/usr/lib/cni", "/opt/cni/bin"},
 					Retention:           time.Hour,
 					HistoryFile:         "/var/lib/voyager/history.jsonl",

@@ -1,0 +1,118 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// TestLaunchOncePerBinding: a binding's launch is recorded once; a second
+// Launch of the same binding is refused (ErrLaunched) unless again says
+// nothing of the attempt ran; ten concurrent launches of one binding
+// record exactly one; a binding gone or replaced is ErrStale; what the
+// part said before (its phase, reason) is kept.
+func TestLaunchOncePerBinding(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys(state.DefaultPrefix)
+	rev := seedBound(t, cli, k, "s1")
+	b := state.Binding{Session: "s1", Node: "n1", Attempt: 2}
+	pulling := state.NewPartStatus(b, rev)
+	pulling.Phase, pulling.Reason = state.PhaseStarting, "Pulling"
+	if _, err := state.Put(ctx, cli, k.Part("n1", "s1"), pulling); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won, refused := 0, 0
+	for range 10 {
+		wg.Go(func() {
+			_, err := state.Launch(ctx, cli, k, b, rev, false, time.Now())
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case errors.Is(err, state.ErrLaunched):
+				refused++
+			default:
+				t.Errorf("launch: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if won != 1 || refused != 9 {
+		t.Fatalf("%d launches recorded, %d refused; want 1 and 9", won, refused)
+	}
+	p, _, err := state.Get[state.PartStatus](ctx, cli, k.Part("n1", "s1"))
+	if err != nil || p.Launched == nil || p.Phase != state.PhaseStarting || p.Reason != "Pulling" || p.Attempt != 2 || p.BindingRevision != rev {
+		t.Fatalf("part %+v (%v); want the launch recorded on the part as it was", p, err)
+	}
+	first := *p.Launched
+	again, err := state.Launch(ctx, cli, k, b, rev, true, first.Add(time.Second))
+	if err != nil || again.Launched == nil || !again.Launched.After(first) {
+		t.Fatalf("launch again (nothing ran): %+v, %v; want it recorded anew", again, err)
+	}
+
+	if _, err := cli.Delete(ctx, k.Binding("n1", "s1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); !errors.Is(err, state.ErrStale) {
+		t.Fatalf("launch of a binding that is gone: %v; want ErrStale", err)
+	}
+	newer, err := state.Put(ctx, cli, k.Binding("n1", "s1"), state.Binding{Session: "s1", Node: "n1", Attempt: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); !errors.Is(err, state.ErrStale) {
+		t.Fatalf("launch of a replaced binding: %v; want ErrStale", err)
+	}
+	// The newer binding's first launch is its own, whatever the old part said.
+	if _, err := state.Launch(ctx, cli, k, state.Binding{Session: "s1", Node: "n1", Attempt: 3}, newer, false, time.Now()); err != nil {
+		t.Fatalf("first launch of the newer binding: %v", err)
+	}
+}
+
+// TestMergeFencedPart: a part ended Fenced becomes the session's status
+// through the state machine: waiting to be re-queued (restarts left), Lost
+// (none left, also when the part's agent decided from an older spec), or
+// Stopped when the owner asked to stop meanwhile.
+func TestMergeFencedPart(t *testing.T) {
+	now := time.Now().UTC()
+	onFailure := state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 1}
+	for _, tc := range []struct {
+		name    string
+		spec    state.Session
+		attempt int
+		part    state.Phase
+		want    state.Phase
+		event   state.Event
+	}{
+		{"restarts left", state.Session{ID: "s", Kind: state.KindBatch, Restart: onFailure, Desired: state.DesiredRunning}, 0, state.PhasePending, state.PhasePending, state.EventFenced},
+		{"none left", state.Session{ID: "s", Kind: state.KindBatch, Desired: state.DesiredRunning}, 0, state.PhaseLost, state.PhaseLost, state.EventFencedLost},
+		{"used up since the agent decided", state.Session{ID: "s", Kind: state.KindBatch, Restart: onFailure, Desired: state.DesiredRunning}, 1, state.PhasePending, state.PhaseLost, state.EventFencedLost},
+		{"stopped since", state.Session{ID: "s", Kind: state.KindBatch, Restart: onFailure, Desired: state.DesiredStopped}, 0, state.PhasePending, state.PhaseStopped, state.EventHalt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cur := state.Status{Session: "s", Phase: state.PhaseRunning, Nodes: []string{"n1"}, QueueRevision: 7, Attempt: tc.attempt}
+			p := state.PartStatus{Session: "s", Node: "n1", Role: state.RoleSingle, Phase: tc.part, Reason: state.ReasonFenced,
+				Message: "attempt 0 on n1 was fenced", QueueRevision: 7, Attempt: tc.attempt, Updated: now}
+			if tc.part == state.PhasePending {
+				p.RetryAt = &now
+			}
+			ev, st, changed, err := state.MergeParts(tc.spec, cur, []state.PartStatus{p}, now)
+			if err != nil || !changed || ev != tc.event || st.Phase != tc.want {
+				t.Fatalf("merge: %s → %s (changed %v, %v); want %s → %s", ev, st.Phase, changed, err, tc.event, tc.want)
+			}
+			if tc.want == state.PhasePending && !st.Waiting() {
+				t.Fatalf("status %+v is not waiting to be re-queued", st)
+			}
+		})
+	}
+}
