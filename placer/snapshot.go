@@ -148,6 +148,9 @@ type device struct {
 	index     int // parent GPU index
 	gpu       int // position of the parent GPU in the node's GPUs, by index
 	healthy   bool
+	// parent is the UUID of the physical GPU the device belongs to: its
+	// own for a whole GPU.
+	parent string
 }
 
 // nodeState is a node during one pass: what the snapshot says plus what this
@@ -275,24 +278,21 @@ func initNodeState(n *nodeState, v *NodeView) {
 		}
 		if g.MIGEnabled {
 			for _, m := range g.MIGDevices {
-				n.devices = append(n.devices, device{uuid: m.UUID, model: g.Model, memoryMiB: m.MemoryMiB, mig: m.Profile, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy})
+				n.devices = append(n.devices, device{uuid: m.UUID, model: g.Model, memoryMiB: m.MemoryMiB, mig: m.Profile, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy, parent: g.UUID})
 			}
 			continue
 		}
-		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy})
+		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy, parent: g.UUID})
 	}
 	n.taken = make([]bool, len(n.devices))
-	// What the ledger holds, in one walk over it: devices (found among
-	// the node's few by UUID; a UUID the node lacks is no device of it),
-	// CPU, memory and ports.
-	for _, a := range v.Ledger.Allocations {
+	// What the ledger holds, in one walk over it: devices, CPU, memory
+	// and ports. A held device takes itself and whatever shares its
+	// physical GPU exclusively (takenBy): the node's devices may be
+	// another split of that GPU than the one it was bound on.
+	for i := range v.Ledger.Allocations {
+		a := v.Ledger.Allocations[i]
 		for _, u := range a.GPUs {
-			for i := range n.devices {
-				if n.devices[i].uuid == u {
-					n.taken[i] = true
-					break
-				}
-			}
+			n.takenBy(&a, u)
 		}
 		n.freeCPU -= a.CPUMilli
 		n.freeMem -= a.MemoryMiB
@@ -311,6 +311,29 @@ func initNodeState(n *nodeState, v *NodeView) {
 			n.usedGPU++
 		} else if d.healthy && d.mig == "" {
 			n.freeGPUs++
+		}
+	}
+}
+
+// takenBy marks as taken every device of n that device u of allocation a
+// excludes (state.Holdings): u itself; every part of u's GPU when u is a
+// whole GPU; the whole GPU when u is a part of it. u's physical GPU is the
+// one a names, else the one n's inventory gives it, else u.
+func (n *nodeState) takenBy(a *state.Allocation, u string) {
+	p := a.Parents[u]
+	if p == "" {
+		p = u
+		for i := range n.devices {
+			if n.devices[i].uuid == u {
+				p = n.devices[i].parent
+				break
+			}
+		}
+	}
+	for i := range n.devices {
+		d := &n.devices[i]
+		if d.uuid == u || (p == u && d.parent == u) || (p != u && d.uuid == p) {
+			n.taken[i] = true
 		}
 	}
 }
@@ -451,7 +474,11 @@ func (n *nodeState) giveBack(a *state.Allocation) {
 // (an agent released, another writer bound), the engine re-checks each
 // choice against the ledger it is about to write and compares that
 // ledger's revision, as Nomad's plan applier re-checks a plan against the
-// newest state. A nil result means a may be added to l.
+// newest state. Devices are checked per physical GPU (state.Holdings): an
+// allocation of l whose device the inventory no longer lists still
+// excludes its GPU. A nil result means a may be added to l; refit then has
+// recorded in a the physical GPU of each of its devices that is part of
+// one (Allocation.Parents), as n says.
 func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSessions int) error {
 	if _, held := l.Allocations[id]; held {
 		return fmt.Errorf("session %s already holds an allocation on %s", id, n.Name)
@@ -469,13 +496,22 @@ func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSe
 		}
 		healthy[g.UUID] = g.Healthy
 	}
-	owners := l.GPUOwners()
+	inv := n.DeviceParents()
+	held := state.HoldingsOf(*l, inv)
+	var parents map[string]string
 	for _, u := range a.GPUs {
 		if !healthy[u] {
 			return fmt.Errorf("device %s is not a healthy device of %s", u, n.Name)
 		}
-		if other, taken := owners[u]; taken {
-			return fmt.Errorf("device %s of %s is held by session %s", u, n.Name, other)
+		p := inv[u]
+		if others := held.Excluders(u, p, id); len(others) > 0 {
+			return fmt.Errorf("device %s (of physical GPU %s) of %s is held by session %s", u, p, n.Name, others[0])
+		}
+		if p != u {
+			if parents == nil {
+				parents = make(map[string]string, len(a.GPUs))
+			}
+			parents[u] = p
 		}
 	}
 	cpu, mem := l.Used()
@@ -492,5 +528,6 @@ func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSe
 		}
 		used[p] = true
 	}
+	a.Parents = parents
 	return nil
 }

@@ -504,9 +504,15 @@ type Allocation struct {
 	Preemptible bool        `json:"preemptible,omitempty"`
 	Role        Role        `json:"role"`
 	GPUs        []string    `json:"gpus,omitempty"` // GPU or MIG device UUIDs
-	CPUMilli    int64       `json:"cpuMilli"`
-	MemoryMiB   int64       `json:"memoryMiB"`
-	Ports       []int       `json:"ports,omitempty"`
+	// Parents names the physical GPU of each device in GPUs that is a
+	// part of one (a MIG device), as the inventory the bind checked
+	// against said: the allocation keeps excluding that GPU held whole
+	// even once a re-registered inventory no longer lists the device. A
+	// device not in it is a whole GPU (Allocation.Parent, devices.go).
+	Parents   map[string]string `json:"parents,omitempty"`
+	CPUMilli  int64             `json:"cpuMilli"`
+	MemoryMiB int64             `json:"memoryMiB"`
+	Ports     []int             `json:"ports,omitempty"`
 	// Plan is the plan epoch the placer bound it in: the revision of the
 	// snapshot the plan was made on. Placers that see part of an epoch's
 	// binds plan that epoch again with those binds pinned, so they agree
