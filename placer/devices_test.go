@@ -85,3 +85,24 @@ func TestSiblingMIGDevicesStayFree(t *testing.T) {
 		t.Errorf("refit recorded parents %v, want %s-mig1 → %s", a.Parents, gpu, gpu)
 	}
 }
+
+// TestWithheldGPUStaysTaken: a GPU its agent published as held by a
+// session (state.GPU.HeldBy) offers none of its devices while that session
+// holds anything on the node, and all of them once it holds nothing.
+func TestWithheldGPUStaysTaken(t *testing.T) {
+	n := split(gpuNode("n", 1, "A100"), 0)
+	n.GPUs[0].HeldBy = "old"
+	v := view(n)
+	v.Ledger.Allocations["old"] = state.Allocation{Owner: "ada", CPUMilli: 1000, MemoryMiB: 1024}
+	if p := NewPlan(snap([]NodeView{v}, migReq("s", 1)), PlanOptions{}); len(p.Bound) != 0 {
+		t.Fatalf("bound %+v on a GPU withheld for a session that holds it", p.Bound[0].Parts)
+	}
+	a := state.Allocation{Owner: "bob", GPUs: []string{n.GPUs[0].MIGDevices[0].UUID}, CPUMilli: 1000, MemoryMiB: 1024}
+	if err := refit(&n, &v.Ledger, "s", &a, 0); err == nil {
+		t.Fatal("refit accepted a device of a withheld GPU")
+	}
+	delete(v.Ledger.Allocations, "old")
+	if p := NewPlan(snap([]NodeView{v}, migReq("s", 2)), PlanOptions{}); len(p.Bound) != 1 {
+		t.Fatalf("the GPU stayed withheld after its holder ended: %+v", p.Waiting)
+	}
+}

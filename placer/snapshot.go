@@ -303,6 +303,17 @@ func initNodeState(n *nodeState, v *NodeView) {
 			n.ports[p] = true
 		}
 	}
+	// A GPU its agent withheld (state.GPU.HeldBy) stays taken while the
+	// session it names holds anything here.
+	for _, g := range gpus {
+		if _, held := v.Ledger.Allocations[g.HeldBy]; g.HeldBy != "" && held {
+			for i := range n.devices {
+				if n.devices[i].parent == g.UUID {
+					n.taken[i] = true
+				}
+			}
+		}
+	}
 	for i, d := range n.devices {
 		if d.healthy {
 			n.totalGPU++
@@ -488,20 +499,24 @@ func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSe
 	}
 	healthy := map[string]bool{}
 	for _, g := range n.GPUs {
+		// A GPU its agent withheld for a session that still holds
+		// something here offers nothing (state.GPU.HeldBy).
+		_, withheld := l.Allocations[g.HeldBy]
+		withheld = withheld && g.HeldBy != "" && g.HeldBy != id
 		if g.MIGEnabled {
 			for _, m := range g.MIGDevices {
-				healthy[m.UUID] = g.Healthy
+				healthy[m.UUID] = g.Healthy && !withheld
 			}
 			continue
 		}
-		healthy[g.UUID] = g.Healthy
+		healthy[g.UUID] = g.Healthy && !withheld
 	}
 	inv := n.DeviceParents()
 	held := state.HoldingsOf(*l, inv)
 	var parents map[string]string
 	for _, u := range a.GPUs {
 		if !healthy[u] {
-			return fmt.Errorf("device %s is not a healthy device of %s", u, n.Name)
+			return fmt.Errorf("device %s is not a healthy, offered device of %s", u, n.Name)
 		}
 		p := inv[u]
 		if others := held.Excluders(u, p, id); len(others) > 0 {

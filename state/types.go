@@ -454,6 +454,12 @@ type GPU struct {
 	// allocatable, never the whole GPU.
 	MIGEnabled bool        `json:"migEnabled,omitempty"`
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// HeldBy names a session that, when the agent published this
+	// inventory, held a device of this GPU in another split than the one
+	// listed (the GPU whole while it is listed split into MIG devices, or
+	// a MIG device while it is listed whole): while that session holds
+	// anything on the node, no device of this GPU is free.
+	HeldBy string `json:"heldBy,omitempty"`
 }
 
 // MIGDevice is one MIG instance of a partitioned GPU.
