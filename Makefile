@@ -15,7 +15,7 @@ IMAGE_CACHE ?= $(or $(VOYAGER_IMAGE_CACHE),$(HOME)/.cache/voyager/images)
 LAZY := -extldflags=-Wl,-z,lazy
 BUILD_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -extldflags "-Wl,-z,lazy"
 
-.PHONY: build dev image test test-short bench bench-scale gpu-check lint e2e soak
+.PHONY: build dev image test test-short bench bench-scale gpu-check lint e2e soak clean-host
 
 ## build: bin/voyager with the version stamped in
 build:
@@ -98,3 +98,10 @@ lint:
 ## e2e: only the end-to-end tests (real processes, real etcd): names with E2E
 e2e:
 	go test -race -count=1 -timeout 30m -ldflags=$(LAZY) -run E2E ./...
+
+## clean-host: as root, remove every Voyager object left on this machine, in use or not (stop voyager dev and tests
+## first): containers in voyager* containerd namespaces and agents' recorded ones, isolated networks (bridges, iptables
+## chains, CNI records), the tests' network namespaces and bridges, simulated CDI specs, unused private test containerds
+## (internal/hostclean). Every test binary already sweeps what ended test runs left, at its start; this is for the rest.
+clean-host:
+	go run -ldflags=$(LAZY) ./internal/hostclean/cmd/clean-host

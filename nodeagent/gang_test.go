@@ -72,7 +72,8 @@ func machines(t *testing.T, n int) []machine {
 	net3 := freeMachineSubnet(t)
 	br := "vymb" + tag
 	ipCmd(t, "link", "add", br, "type", "bridge")
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", br).Run() })
+	_ = runtime.RecordOwner(runtime.Owner{Kind: "link", Name: br})
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", br).Run(); _ = runtime.ForgetOwner("link", br) })
 	ipCmd(t, "addr", "add", net3+".1/24", "dev", br)
 	ipCmd(t, "link", "set", br, "up")
 	var ms []machine
@@ -81,7 +82,8 @@ func machines(t *testing.T, n int) []machine {
 		veth := fmt.Sprintf("vymv%s%d", tag, i)
 		name := m.netns
 		ipCmd(t, "netns", "add", name)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
+		_ = runtime.RecordOwner(runtime.Owner{Kind: "netns", Name: name})
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run(); _ = runtime.ForgetOwner("netns", name) })
 		ipCmd(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", m.netns)
 		ipCmd(t, "link", "set", veth, "master", br, "up")
 		ipCmd(t, "-n", m.netns, "addr", "add", m.addr+"/24", "dev", "eth0")

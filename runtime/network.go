@@ -127,6 +127,11 @@ func newCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) {
 	if err := n.inHost(n.installChains); err != nil {
 		return nil, err
 	}
+	// Recorded so that a sweep can remove what a killed process left
+	// (internal/hostclean, make clean-host); the network works without it.
+	if err := RecordOwner(Owner{Kind: "network", Name: opts.Name, StateDir: n.opts.StateDir, HostNetNS: opts.HostNetNS}); err != nil {
+		log.Debug("record the network's owner", "err", err)
+	}
 	return n, nil
 }
 
@@ -757,6 +762,9 @@ func (n *cniNetwork) removeHere() error {
 		add(fmt.Errorf("delete bridge %s: %w: %s", n.bridge, err, out))
 	}
 	add(os.RemoveAll(filepath.Join("/var/lib/cni/networks", "voyager-"+n.opts.Name)))
+	if len(errs) == 0 {
+		add(ForgetOwner("network", n.opts.Name))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove network %s: %w", n.opts.Name, err)
 	}

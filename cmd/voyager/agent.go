@@ -215,6 +215,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 			BlockedPorts: [2]int{first, last}, Allow: allowEndpoints(cfg.AgentNetworkAllow),
 		},
 	}
+	// Recorded so that a sweep can find this agent's containers after it
+	// ended (internal/hostclean, make clean-host); advisory.
+	_ = runtime.RecordOwner(runtime.Owner{Kind: "namespace", Name: cfg.AgentNamespace})
 	if cfg.AgentNetwork == runtime.NetworkHost {
 		log.Warn("sessions run on the machine's network: they reach etcd, the agent, the API and each other (" + config.EnvAgentNetwork + "=host is for debugging only)")
 	}
@@ -374,6 +377,9 @@ func writeSimulatedCDISpec(instance string, gpus []state.GPU) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, "voyager-simulated.yaml"), []byte(b.String()), 0o644); err != nil {
 		return "", fmt.Errorf("write simulated CDI spec: %w", err)
 	}
+	// Recorded so that a sweep can remove the spec of an agent that ended
+	// (internal/hostclean); advisory.
+	_ = runtime.RecordOwner(runtime.Owner{Kind: "cdi", Name: instance, StateDir: dir})
 	return dir, nil
 }
 

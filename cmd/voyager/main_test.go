@@ -26,6 +26,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	vrt "github.com/voyager-gpu/voyager/runtime"
+	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 )
 
 // Values stamped into the test binary, checked by TestVersionE2E.
@@ -43,6 +44,7 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
+	runtimetest.SweepLeftovers()
 	dir, err := os.MkdirTemp("", "voyager-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "create temp dir:", err)

@@ -578,13 +578,18 @@ func newVNet(t *testing.T, names ...string) *vnet {
 	n := &vnet{t: t, id: id, bridge: "vdep" + id, subnet: fmt.Sprintf("10.213.%d", 1+time.Now().UnixNano()%250),
 		ns: map[string]string{}, ip: map[string]string{}, veth: map[string]string{}}
 	ipCmd(t, "link", "add", n.bridge, "type", "bridge")
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", n.bridge).Run() })
+	_ = runtime.RecordOwner(runtime.Owner{Kind: "link", Name: n.bridge})
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", n.bridge).Run()
+		_ = runtime.ForgetOwner("link", n.bridge)
+	})
 	ipCmd(t, "addr", "add", n.subnet+".1/24", "dev", n.bridge)
 	ipCmd(t, "link", "set", n.bridge, "up")
 	for i, name := range names {
 		ns, host, peer := "vdep-"+id+"-"+name, fmt.Sprintf("vd%s%d", id, i), fmt.Sprintf("vd%s%dp", id, i)
 		ipCmd(t, "netns", "add", ns)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		_ = runtime.RecordOwner(runtime.Owner{Kind: "netns", Name: ns})
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run(); _ = runtime.ForgetOwner("netns", ns) })
 		ipCmd(t, "link", "add", host, "type", "veth", "peer", "name", peer)
 		ipCmd(t, "link", "set", peer, "netns", ns)
 		ipCmd(t, "-n", ns, "link", "set", peer, "name", "eth0")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
 
+	"github.com/voyager-gpu/voyager/internal/hostclean"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
 )
@@ -45,12 +48,19 @@ var daemon struct {
 // Main runs the tests of m and then stops the private containerd, if one
 // was started, after removing every container the tests left. Use it from
 // TestMain: os.Exit(runtimetest.Main(m)).
+//
+// Before the tests it sweeps what earlier test runs killed midway left on
+// the machine (internal/hostclean: only what it can prove is an ended test
+// process's), and it labels what these tests create on the host as a
+// test's (runtime.EnvHostOwner), so that the next run can sweep it.
 func Main(m *testing.M) int {
+	SweepLeftovers()
 	code := m.Run()
 	if daemon.d != nil {
 		cleanup(daemon.addr)
 		_ = daemon.d.Stop(10 * time.Second)
 		_ = os.RemoveAll(daemon.dir)
+		_ = runtime.ForgetOwner("dir", filepath.Base(daemon.dir))
 	}
 	return code
 }
@@ -102,6 +112,7 @@ func startDaemon() {
 		return
 	}
 	daemon.dir = dir
+	_ = runtime.RecordOwner(runtime.Owner{Kind: "dir", Name: filepath.Base(dir), StateDir: dir})
 	d, err := runtime.StartContainerd(context.Background(), dir)
 	if err != nil {
 		daemon.err = err
@@ -266,4 +277,28 @@ func RendezvousProgram(t testing.TB) []byte {
 		t.Fatal(rendezvous.err)
 	}
 	return rendezvous.bin
+}
+
+// SweepLeftovers labels this process's host objects as a test's and removes
+// what ended test processes left on the machine (internal/hostclean's
+// sweep without All). It only logs failures: a leftover it cannot remove
+// must not stop the tests.
+func SweepLeftovers() {
+	if os.Getenv(runtime.EnvHostOwner) == "" {
+		if start, err := runtime.ProcessStart(os.Getpid()); err == nil {
+			_ = os.Setenv(runtime.EnvHostOwner, runtime.TestLabel(os.Getpid(), start))
+		}
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := hostclean.Sweep(ctx, hostclean.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if len(rep.Removed) > 0 {
+		fmt.Fprintf(os.Stderr, "runtimetest: removed %d leftovers of ended test runs: %s\n", len(rep.Removed), strings.Join(rep.Removed, ", "))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "runtimetest: sweep leftovers of ended test runs: %v\n", err)
+	}
 }

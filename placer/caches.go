@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -92,4 +93,83 @@ func (s *SharedCaches) Run(ctx context.Context) error {
 		return fmt.Errorf("run shared caches: %w", err)
 	}
 	return nil
+}
+
+// Caches are the watcher snapshots that a planning snapshot is read from.
+type Caches struct {
+	Nodes   *watcher.Snapshot[state.Node]
+	Ledgers *watcher.Snapshot[state.Ledger]
+	Cordons *watcher.Snapshot[state.Cordon]
+	Quotas  *watcher.Snapshot[state.Quota]
+	Pending *watcher.Snapshot[state.QueueEntry]
+	// Warnings, when set, gives the nodes held for preempting sessions.
+	Warnings *watcher.Snapshot[state.Warning]
+}
+
+// SnapshotOf builds the planning snapshot of c at now: every placer plans on
+// it, and so does the API's queue view, so both see the same queue.
+func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
+	s := &Snapshot{Now: now, UserQuotas: map[string]state.Quota{}, GroupQuotas: map[string]state.Quota{},
+		QuotaRevisions: map[string]int64{}, LedgersAt: c.Ledgers.Revision()}
+	for _, it := range c.Nodes.List() {
+		name, ok := k.NodeName(it.Key)
+		if !ok {
+			continue
+		}
+		v := NodeView{Node: it.Value, NodeRevision: it.ModRevision}
+		v.Node.Name = name
+		if cd, ok := c.Cordons.Item(k.Cordon(name)); ok {
+			v.Cordon, v.CordonRevision = &cd.Value, cd.ModRevision
+		}
+		if l, ok := c.Ledgers.Item(k.Ledger(name)); ok {
+			v.Ledger, v.LedgerRevision = l.Value, l.ModRevision
+		}
+		if v.Ledger.Allocations == nil {
+			v.Ledger = state.Ledger{Node: name, Allocations: map[string]state.Allocation{}}
+		}
+		s.Nodes = append(s.Nodes, v)
+	}
+	// Plan orders the queue itself (priority, share, age, id), so the
+	// entries need no sorting here.
+	s.Pending = make([]Pending, 0, c.Pending.Len())
+	c.Pending.RangeShared(func(it *watcher.Item[state.QueueEntry]) bool {
+		if e := &it.Value; isKeyTail(it.Key, e.Session) {
+			// decodeQueueEntry set the id from the key, which it found
+			// to name a session: nothing to read again.
+			s.Pending = append(s.Pending, Pending{Entry: e, Revision: it.ModRevision})
+		} else if id, ok := k.SessionID(it.Key); ok {
+			if e.Session != id {
+				// The key names the session: an entry written without
+				// its id (or another) is copied with the key's.
+				cp := *e
+				cp.Session = id
+				e = &cp
+			}
+			s.Pending = append(s.Pending, Pending{Entry: e, Revision: it.ModRevision})
+		}
+		return true
+	})
+	if c.Warnings != nil {
+		c.Warnings.Range(func(it watcher.Item[state.Warning]) bool {
+			if w := it.Value; w.Reason == state.ReasonPreempted && w.Node != "" && w.By != "" {
+				if s.Held == nil {
+					s.Held = map[string]string{}
+				}
+				s.Held[w.Node] = w.By
+			}
+			return true
+		})
+	}
+	c.Quotas.Range(func(it watcher.Item[state.Quota]) bool {
+		if scope, name, ok := k.QuotaKey(it.Key); ok {
+			s.QuotaRevisions[it.Key] = it.ModRevision
+			if scope == state.QuotaUsers {
+				s.UserQuotas[name] = it.Value
+			} else {
+				s.GroupQuotas[name] = it.Value
+			}
+		}
+		return true
+	})
+	return s
 }
