@@ -121,6 +121,7 @@ func (c *PlanCache) nodeStates(s *Snapshot) []nodeState {
 		*n = t.n
 		n.view = v
 		n.taken = slices.Clone(t.n.taken)
+		n.cloneShares()
 		n.portsShared = n.ports != nil
 	}
 	if len(c.nodes) > len(s.Nodes)+len(s.Nodes)/4+16 {
@@ -137,8 +138,8 @@ func (c *PlanCache) nodeStates(s *Snapshot) []nodeState {
 	return out
 }
 
-// device is one allocatable unit of a node: a whole GPU, or a MIG device of
-// a partitioned GPU.
+// device is one allocatable unit of a node: a whole GPU, a MIG device of
+// a partitioned GPU, or a shared GPU (allocated in fractions, share.go).
 type device struct {
 	uuid      string
 	model     string
@@ -151,7 +152,13 @@ type device struct {
 	// parent is the UUID of the physical GPU the device belongs to: its
 	// own for a whole GPU.
 	parent string
+	// shared marks a shared GPU: only fractions are allocated on it.
+	shared bool
 }
+
+// whole reports whether d is allocated whole: a GPU neither partitioned
+// nor shared.
+func (d *device) whole() bool { return d.mig == "" && !d.shared }
 
 // nodeState is a node during one pass: what the snapshot says plus what this
 // pass has proposed on it. Reserve changes it; nothing is written to etcd
@@ -161,6 +168,9 @@ type nodeState struct {
 	name    string
 	devices []device
 	taken   []bool // parallel to devices
+	// shares is what fractions hold of each shared device (parallel to
+	// devices; nil on a node without shared GPUs): share.go.
+	shares []shareUse
 	// nvlink[a*gpus+b] says GPU a reaches GPU b over NVLink (positions
 	// as device.gpu): indexes, not UUID-keyed maps, since every pass
 	// builds every node's state.
@@ -198,12 +208,18 @@ func (n *nodeState) sessions() int {
 // release frees what the ledger allocation a holds, for a pinned session
 // the plan places again at its turn (hold undoes it).
 func (n *nodeState) release(a *state.Allocation) {
+	if a.Share != nil {
+		n.shareTake(a, -1)
+		n.giveBack(a)
+		n.released++
+		return
+	}
 	for _, u := range a.GPUs {
 		for i := range n.devices {
 			if d := &n.devices[i]; d.uuid == u && n.taken[i] {
 				n.taken[i] = false
 				n.usedGPU--
-				if d.healthy && d.mig == "" {
+				if d.healthy && d.whole() {
 					n.freeGPUs++
 				}
 				break
@@ -223,6 +239,13 @@ func (n *nodeState) hold(a *state.Allocation) (free bool) {
 	for _, p := range a.Ports {
 		free = free && !n.ports[p]
 	}
+	if a.Share != nil {
+		free = free && n.shareRoom(a)
+		n.shareTake(a, +1)
+		n.take(a)
+		n.released--
+		return free
+	}
 	for _, u := range a.GPUs {
 		for i := range n.devices {
 			if d := &n.devices[i]; d.uuid == u {
@@ -232,7 +255,7 @@ func (n *nodeState) hold(a *state.Allocation) (free bool) {
 				}
 				n.taken[i] = true
 				n.usedGPU++
-				if d.healthy && d.mig == "" {
+				if d.healthy && d.whole() {
 					n.freeGPUs--
 				}
 				break
@@ -267,6 +290,7 @@ func initNodeState(n *nodeState, v *NodeView) {
 	n.gpus = len(gpus)
 	n.nvlink = make([]bool, n.gpus*n.gpus)
 	n.devices = make([]device, 0, len(gpus))
+	shared := false
 	for a, g := range gpus {
 		for _, p := range g.NVLinkPeers {
 			for b := range gpus {
@@ -282,17 +306,25 @@ func initNodeState(n *nodeState, v *NodeView) {
 			}
 			continue
 		}
-		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy, parent: g.UUID})
+		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy, parent: g.UUID, shared: g.Shared})
+		shared = shared || g.Shared
 	}
 	n.taken = make([]bool, len(n.devices))
+	if shared {
+		n.shares = make([]shareUse, len(n.devices))
+	}
 	// What the ledger holds, in one walk over it: devices, CPU, memory
 	// and ports. A held device takes itself and whatever shares its
 	// physical GPU exclusively (takenBy): the node's devices may be
 	// another split of that GPU than the one it was bound on.
 	for i := range v.Ledger.Allocations {
 		a := v.Ledger.Allocations[i]
-		for _, u := range a.GPUs {
-			n.takenBy(&a, u)
+		if a.Share != nil {
+			n.shareTake(&a, +1)
+		} else {
+			for _, u := range a.GPUs {
+				n.takenBy(&a, u)
+			}
 		}
 		n.freeCPU -= a.CPUMilli
 		n.freeMem -= a.MemoryMiB
@@ -320,7 +352,7 @@ func initNodeState(n *nodeState, v *NodeView) {
 		}
 		if n.taken[i] {
 			n.usedGPU++
-		} else if d.healthy && d.mig == "" {
+		} else if d.healthy && d.whole() {
 			n.freeGPUs++
 		}
 	}
@@ -366,11 +398,12 @@ func (n *nodeState) linked(a, b *device) bool {
 	return a.gpu == b.gpu || n.nvlink[a.gpu*n.gpus+b.gpu]
 }
 
-// freeDevices counts the free devices that match r.
+// freeDevices counts the free devices that match r: for a fraction, the
+// shared GPUs with room for it (of any owner).
 func (n *nodeState) freeDevices(r *state.Resources) int {
 	c := 0
 	for i := range n.devices {
-		if !n.taken[i] && deviceMatches(&n.devices[i], r) {
+		if !n.taken[i] && deviceMatches(&n.devices[i], r) && n.roomFor(i, r, "") {
 			c++
 		}
 	}
@@ -410,11 +443,15 @@ func (n *nodeState) freePorts(count int) []int {
 // reserve records a proposed allocation on the node. The caller has checked
 // that it fits.
 func (n *nodeState) reserve(id string, a state.Allocation, devs []int) {
-	for _, i := range devs {
-		n.taken[i] = true
-		n.usedGPU++
-		if n.devices[i].mig == "" {
-			n.freeGPUs--
+	if a.Share != nil {
+		n.shareTake(&a, +1)
+	} else {
+		for _, i := range devs {
+			n.taken[i] = true
+			n.usedGPU++
+			if n.devices[i].whole() {
+				n.freeGPUs--
+			}
 		}
 	}
 	n.take(&a)
@@ -439,12 +476,17 @@ func (n *nodeState) unreserve(id string) {
 			break
 		}
 	}
+	if a.Share != nil {
+		n.shareTake(&a, -1)
+		n.giveBack(&a)
+		return
+	}
 	for _, u := range a.GPUs {
 		for i := range n.devices {
 			if n.devices[i].uuid == u && n.taken[i] {
 				n.taken[i] = false
 				n.usedGPU--
-				if n.devices[i].mig == "" {
+				if n.devices[i].whole() {
 					n.freeGPUs++
 				}
 			}
@@ -505,16 +547,30 @@ func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSe
 		withheld = withheld && g.HeldBy != "" && g.HeldBy != id
 		if g.MIGEnabled {
 			for _, m := range g.MIGDevices {
-				healthy[m.UUID] = g.Healthy && !withheld
+				healthy[m.UUID] = g.Healthy && !withheld && a.Share == nil
 			}
 			continue
 		}
-		healthy[g.UUID] = g.Healthy && !withheld
+		// A shared GPU offers fractions only, any other GPU no fraction.
+		healthy[g.UUID] = g.Healthy && !withheld && g.Shared == (a.Share != nil)
 	}
 	inv := n.DeviceParents()
 	held := state.HoldingsOf(*l, inv)
+	if a.Share != nil {
+		for _, u := range a.GPUs {
+			if !healthy[u] {
+				return fmt.Errorf("device %s is not a healthy, shared GPU of %s", u, n.Name)
+			}
+		}
+		if err := refitShare(n, l, held, id, a); err != nil {
+			return err
+		}
+	}
 	var parents map[string]string
 	for _, u := range a.GPUs {
+		if a.Share != nil {
+			break // checked by refitShare
+		}
 		if !healthy[u] {
 			return fmt.Errorf("device %s is not a healthy, offered device of %s", u, n.Name)
 		}

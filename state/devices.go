@@ -6,10 +6,13 @@ import (
 )
 
 // Devices are physical first: every allocatable device (a whole GPU, a MIG
-// device of a partitioned GPU) belongs to one physical GPU by UUID, and
-// exclusivity is decided per physical GPU. A device held whole excludes
-// every part of its GPU; a part (a MIG device) excludes its GPU held whole;
-// two distinct parts of one GPU exclude only themselves. What a ledger
+// device of a partitioned GPU, a fraction of a shared GPU) belongs to one
+// physical GPU by UUID, and exclusivity is decided per physical GPU. A
+// device held whole excludes every part of its GPU; a part (a MIG device)
+// excludes its GPU held whole; two distinct parts of one GPU exclude only
+// themselves. A fraction (share.go) excludes its GPU held whole and every
+// MIG device of it; fractions of one GPU exclude none of each other, and
+// their memory sums to at most the GPU's (FractionMiB). What a ledger
 // holds counts against its physical GPUs until the allocation ends, even
 // when a node registers again with an inventory that no longer lists the
 // device (a GPU split into MIG devices, or MIG turned off): the allocation
@@ -51,11 +54,14 @@ type Holdings struct {
 	device map[string]map[string]bool // device UUID → holders
 	whole  map[string]map[string]bool // physical GPU held whole → holders
 	parts  map[string]map[string]bool // physical GPU → holders of a part of it
+	// frac: physical GPU → holders of a fraction of it (share.go), with
+	// the fraction's memory.
+	frac map[string]map[string]int64
 }
 
 // NewHoldings returns an empty index.
 func NewHoldings() *Holdings {
-	return &Holdings{device: map[string]map[string]bool{}, whole: map[string]map[string]bool{}, parts: map[string]map[string]bool{}}
+	return &Holdings{device: map[string]map[string]bool{}, whole: map[string]map[string]bool{}, parts: map[string]map[string]bool{}, frac: map[string]map[string]int64{}}
 }
 
 // HoldingsOf indexes ledger l, whose node's inventory maps devices to
@@ -89,6 +95,18 @@ func removeFrom(m map[string]map[string]bool, k, holder string) {
 
 // Add records holder's allocation a.
 func (h *Holdings) Add(holder string, a Allocation, inv map[string]string) {
+	if a.Share != nil {
+		for _, u := range a.GPUs {
+			p := a.Parent(u, inv)
+			s := h.frac[p]
+			if s == nil {
+				s = map[string]int64{}
+				h.frac[p] = s
+			}
+			s[holder] = a.Share.MemoryMiB
+		}
+		return
+	}
 	for _, u := range a.GPUs {
 		p := a.Parent(u, inv)
 		addTo(h.device, u, holder)
@@ -102,6 +120,18 @@ func (h *Holdings) Add(holder string, a Allocation, inv map[string]string) {
 
 // Remove forgets holder's allocation a, indexed with the same inv.
 func (h *Holdings) Remove(holder string, a Allocation, inv map[string]string) {
+	if a.Share != nil {
+		for _, u := range a.GPUs {
+			p := a.Parent(u, inv)
+			if s := h.frac[p]; s != nil {
+				delete(s, holder)
+				if len(s) == 0 {
+					delete(h.frac, p)
+				}
+			}
+		}
+		return
+	}
 	for _, u := range a.GPUs {
 		p := a.Parent(u, inv)
 		removeFrom(h.device, u, holder)
@@ -116,7 +146,7 @@ func (h *Holdings) Remove(holder string, a Allocation, inv map[string]string) {
 // Excluders returns, sorted, the holders other than self whose
 // allocations exclude device u of physical GPU parent (parent == u: a
 // whole GPU): a holder of u itself, of the whole GPU when u is a part, of
-// any part of it when u is whole.
+// any part of it when u is whole; of a fraction of its GPU either way.
 func (h *Holdings) Excluders(u, parent, self string) []string {
 	set := map[string]bool{}
 	for x := range h.device[u] {
@@ -131,6 +161,51 @@ func (h *Holdings) Excluders(u, parent, self string) []string {
 			set[x] = true
 		}
 	}
+	for x := range h.frac[parent] {
+		set[x] = true
+	}
+	return sortedOthers(set, self)
+}
+
+// FractionExcluders returns, sorted, the holders other than self whose
+// allocations exclude a fraction of physical GPU p: a holder of p whole
+// or of a MIG device of p. Other fractions of p exclude none; their
+// memory counts (FractionMiB).
+func (h *Holdings) FractionExcluders(p, self string) []string {
+	set := map[string]bool{}
+	for x := range h.whole[p] {
+		set[x] = true
+	}
+	for x := range h.parts[p] {
+		set[x] = true
+	}
+	return sortedOthers(set, self)
+}
+
+// FractionMiB returns the memory the fractions of physical GPU p hold,
+// but self's.
+func (h *Holdings) FractionMiB(p, self string) int64 {
+	var sum int64
+	for x, mib := range h.frac[p] {
+		if x != self {
+			sum += mib
+		}
+	}
+	return sum
+}
+
+// SharedGPUs returns, sorted, the physical GPUs of which a fraction is
+// held.
+func (h *Holdings) SharedGPUs() []string {
+	out := make([]string, 0, len(h.frac))
+	for p := range h.frac {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedOthers(set map[string]bool, self string) []string {
 	delete(set, self)
 	out := make([]string, 0, len(set))
 	for x := range set {
@@ -147,6 +222,12 @@ func (h *Holdings) Conflicts(holder string, a Allocation, inv map[string]string)
 	var out []string
 	for _, u := range a.GPUs {
 		p := a.Parent(u, inv)
+		if a.Share != nil {
+			if others := h.FractionExcluders(p, holder); len(others) > 0 {
+				out = append(out, fmt.Sprintf("a fraction of GPU %s held by %s and the GPU whole or a MIG device of it by %v", p, holder, others))
+			}
+			continue
+		}
 		others := h.Excluders(u, p, holder)
 		if len(others) == 0 {
 			continue
@@ -155,6 +236,8 @@ func (h *Holdings) Conflicts(holder string, a Allocation, inv map[string]string)
 		switch {
 		case p != u:
 			what = fmt.Sprintf("device %s of GPU %s", u, p)
+		case h.frac[u] != nil && len(h.device[u]) <= 1:
+			what = fmt.Sprintf("GPU %s (whole, while fractions of it are held)", u)
 		case h.parts[u] != nil && len(h.device[u]) <= 1:
 			what = fmt.Sprintf("GPU %s (whole, while parts of it are held)", u)
 		}
