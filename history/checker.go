@@ -55,7 +55,11 @@ type Checker struct {
 	bindings map[string]map[string]int64 // node → session id → the binding's create revision (0: unknown, listed by Load)
 	pending  map[string]bool
 	statuses map[string]state.Status
-	gpus     map[string]map[string]bool // device UUID → holders ("node/session")
+	// held indexes every ledger's devices per physical GPU, with holders
+	// "node/session"; heldInv is the inventory (device → physical GPU)
+	// each node's ledger was indexed with, to unindex it alike.
+	held     *state.Holdings
+	heldInv  map[string]map[string]string
 	arrays   map[string]int             // array id → its cap (maxRunning)
 	finished map[string]bool            // array id → its record says finished
 	members  map[string]map[string]bool // array id → its elements' session ids
@@ -67,7 +71,7 @@ type Checker struct {
 func New(k state.Keys) *Checker {
 	return &Checker{k: k, nodes: map[string]state.Node{}, ledgers: map[string]state.Ledger{},
 		bindings: map[string]map[string]int64{}, pending: map[string]bool{},
-		statuses: map[string]state.Status{}, gpus: map[string]map[string]bool{},
+		statuses: map[string]state.Status{}, held: state.NewHoldings(), heldInv: map[string]map[string]string{},
 		arrays: map[string]int{}, finished: map[string]bool{}, members: map[string]map[string]bool{}}
 }
 
@@ -385,47 +389,37 @@ func (c *Checker) unfinished(id string) (n, limit int) {
 }
 
 // index records l's devices and describes each device that another
-// allocation holds too.
+// allocation excludes: the same device, or its physical GPU held whole
+// while a part of it is held, or the reverse (state.Holdings). A device's
+// physical GPU is the one its allocation names, else the one the node's
+// inventory gives it now.
 func (c *Checker) index(node string, l state.Ledger) []string {
-	var shared []string
+	var inv map[string]string
+	if n, ok := c.nodes[node]; ok {
+		inv = n.DeviceParents()
+	}
+	c.heldInv[node] = inv
 	ids := make([]string, 0, len(l.Allocations))
 	for id := range l.Allocations {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		holder := node + "/" + id
-		for _, g := range l.Allocations[id].GPUs {
-			hs := c.gpus[g]
-			if hs == nil {
-				hs = map[string]bool{}
-				c.gpus[g] = hs
-			}
-			hs[holder] = true
-			if len(hs) > 1 {
-				others := make([]string, 0, len(hs))
-				for h := range hs {
-					if h != holder {
-						others = append(others, h)
-					}
-				}
-				sort.Strings(others)
-				shared = append(shared, fmt.Sprintf("GPU %s held by %s and %s", g, holder, strings.Join(others, ", ")))
-			}
-		}
+		c.held.Add(node+"/"+id, l.Allocations[id], inv)
+	}
+	var shared []string
+	for _, id := range ids {
+		shared = append(shared, c.held.Conflicts(node+"/"+id, l.Allocations[id], inv)...)
 	}
 	return shared
 }
 
 func (c *Checker) unindex(node string, l state.Ledger) {
+	inv := c.heldInv[node]
 	for id, a := range l.Allocations {
-		for _, g := range a.GPUs {
-			delete(c.gpus[g], node+"/"+id)
-			if len(c.gpus[g]) == 0 {
-				delete(c.gpus, g)
-			}
-		}
+		c.held.Remove(node+"/"+id, a, inv)
 	}
+	delete(c.heldInv, node)
 }
 
 // over describes how node's ledger exceeds its inventory; nothing when the

@@ -79,6 +79,26 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
 			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0"), "s2": alloc(100, nil, "GPU-n1-1", "GPU-n1-0")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2"}})
 		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }},
+		{"a GPU held whole and one of its MIG devices after the node registered again split", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1", GPUs: []string{"GPU-n1-0"}}})
+			split := node("n1")
+			split.GPUs[0].MIGEnabled = true
+			split.GPUs[0].MIGDevices = []state.MIGDevice{{UUID: "MIG-n1-0a", Profile: "1g.10gb"}, {UUID: "MIG-n1-0b", Profile: "1g.10gb"}}
+			write(t, cli, put{k.Node("n1"), split})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0"), "s2": alloc(100, nil, "MIG-n1-0a")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2", GPUs: []string{"MIG-n1-0a"}}})
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }},
+		{"a MIG device's GPU held whole after the node registered again unsplit", func(t *testing.T, k state.Keys) int64 {
+			split := node("n1")
+			split.GPUs[0].MIGEnabled = true
+			split.GPUs[0].MIGDevices = []state.MIGDevice{{UUID: "MIG-n1-0a", Profile: "1g.10gb"}, {UUID: "MIG-n1-0b", Profile: "1g.10gb"}}
+			write(t, cli, put{k.Node("n1"), split})
+			part := alloc(100, nil, "MIG-n1-0a")
+			part.Parents = map[string]string{"MIG-n1-0a": "GPU-n1-0"}
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": part})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1", GPUs: []string{"MIG-n1-0a"}}})
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": part, "s2": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2", GPUs: []string{"GPU-n1-0"}}})
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }},
 		{"node over its CPU", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(3000, nil), "s2": alloc(1001, nil)})},

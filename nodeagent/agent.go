@@ -405,6 +405,7 @@ func (a *Agent) register(ctx context.Context) (context.Context, context.CancelCa
 	a.mu.Lock()
 	gpus := a.gpus
 	a.mu.Unlock()
+	gpus = a.offered(gctx, gpus, gpus, true)
 	node := state.Node{
 		Name: a.cfg.Node, Address: a.cfg.Address, Labels: a.cfg.Labels,
 		CPUMilli: a.cfg.CPUMilli, MemoryMiB: a.cfg.MemoryMiB, GPUs: gpus, Ports: a.cfg.Ports,
@@ -469,6 +470,7 @@ func (a *Agent) recheckGPUs(ctx context.Context, lease clientv3.LeaseID, node st
 		if gpus == nil {
 			gpus = []state.GPU{}
 		}
+		gpus = a.offered(ctx, gpus, node.GPUs, false)
 		if reflect.DeepEqual(gpus, node.GPUs) {
 			continue
 		}

@@ -1,14 +1,17 @@
 package nodeagent
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -238,4 +241,114 @@ func SimulatedGPUs(node, desc string) ([]state.GPU, error) {
 		}
 	}
 	return gpus, nil
+}
+
+// withholdHeld returns gpus as the agent publishes them: every GPU of
+// which a binding in held holds a device in another split than gpus lists
+// (the GPU whole while gpus lists it split into MIG devices, or one of its
+// MIG devices while gpus lists it whole) carries HeldBy, that binding's
+// session, so that no placer offers any device of it while that session
+// holds anything on the node. prev is the inventory published before, to
+// find the GPU of a held MIG device that gpus no longer lists. gpus is not
+// changed; a GPU whose devices no binding holds across splits is returned
+// without HeldBy.
+func withholdHeld(gpus, prev []state.GPU, held []state.Binding) []state.GPU {
+	parent := map[string]string{} // MIG device → its GPU, in either inventory
+	for _, inv := range [][]state.GPU{prev, gpus} {
+		for _, g := range inv {
+			for _, m := range g.MIGDevices {
+				parent[m.UUID] = g.UUID
+			}
+		}
+	}
+	out := make([]state.GPU, len(gpus))
+	copy(out, gpus)
+	byUUID := make(map[string]int, len(out))
+	for i := range out {
+		out[i].HeldBy = ""
+		byUUID[out[i].UUID] = i
+	}
+	for _, b := range held {
+		for _, u := range b.GPUs {
+			if i, whole := byUUID[u]; whole {
+				if out[i].MIGEnabled { // held whole, listed split
+					out[i].HeldBy = b.Session
+				}
+				continue
+			}
+			if i, ok := byUUID[parent[u]]; ok && !out[i].MIGEnabled { // held split, listed whole
+				out[i].HeldBy = b.Session
+			}
+		}
+	}
+	return out
+}
+
+// splitChanged reports whether some GPU is split otherwise in gpus than
+// in prev (MIG turned on or off, other MIG devices), or prev withheld
+// one: only then can a binding hold a device across splits.
+func splitChanged(gpus, prev []state.GPU) bool {
+	before := map[string]state.GPU{}
+	for _, g := range prev {
+		if g.HeldBy != "" {
+			return true
+		}
+		before[g.UUID] = g
+	}
+	for _, g := range gpus {
+		p, ok := before[g.UUID]
+		if !ok || p.MIGEnabled != g.MIGEnabled || len(p.MIGDevices) != len(g.MIGDevices) {
+			return ok || g.MIGEnabled
+		}
+		for j := range g.MIGDevices {
+			if p.MIGDevices[j].UUID != g.MIGDevices[j].UUID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// offered returns gpus as this agent publishes them (withholdHeld). A
+// registration (always) reads the node's bindings for it, and the node
+// key an earlier registration may have left (its inventory, to find the
+// GPU of a held MIG device no longer listed); a re-check only when gpus
+// are split otherwise than prev, the inventory it published before.
+// Where they cannot be read, gpus is returned as it is: the placers'
+// ledgers still count what is held against each physical GPU.
+func (a *Agent) offered(ctx context.Context, gpus, prev []state.GPU, always bool) []state.GPU {
+	if !always && !splitChanged(gpus, prev) {
+		return gpus
+	}
+	k := a.cfg.Keys
+	resp, err := a.cfg.Client.Txn(ctx).Then(clientv3.OpGet(k.Bindings(a.cfg.Node), clientv3.WithPrefix()), clientv3.OpGet(k.Node(a.cfg.Node))).Commit()
+	if err != nil {
+		a.log.Warn("read bindings to withhold held GPUs; publishing the inventory as read", "err", err)
+		return gpus
+	}
+	bkvs, nkvs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(bkvs) == 0 {
+		return withholdHeld(gpus, nil, nil)
+	}
+	if len(nkvs) > 0 {
+		if n, err := state.Decode[state.Node](nkvs[0].Value); err == nil {
+			prev = append(slices.Clone(prev), n.GPUs...)
+		}
+	}
+	held := make([]state.Binding, 0, len(bkvs))
+	for _, kv := range bkvs {
+		b, err := state.Decode[state.Binding](kv.Value)
+		if err != nil {
+			a.log.Warn("ignoring an undecodable binding", "key", string(kv.Key), "err", err)
+			continue
+		}
+		held = append(held, b)
+	}
+	out := withholdHeld(gpus, prev, held)
+	for _, g := range out {
+		if g.HeldBy != "" {
+			a.log.Info("GPU split otherwise than a session holds it: withheld until that session ends", "gpu", g.UUID, "session", g.HeldBy)
+		}
+	}
+	return out
 }

@@ -191,7 +191,7 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 			nodeSlab = append(nodeSlab, pp.Node)
 			writes[pp.Node].Ledger.Allocations[e.Session] = allocs[i]
 			bd := state.Binding{
-				Session: e.Session, Node: pp.Node, Role: pp.Role, Worker: pp.Worker, GPUs: pp.Devices,
+				Session: e.Session, Node: pp.Node, Role: pp.Role, Worker: pp.Worker, GPUs: pp.Devices, Share: allocs[i].Share,
 				CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,
 				QueueRevision: d.Pending.Revision, Attempt: e.Attempt, Scores: pp.Scores, Placer: p.cfg.ID, Bound: now,
 			}

@@ -25,6 +25,7 @@ type part struct {
 	role  state.Role
 	ports int
 	id    string // session id, for reservations
+	owner string // the session's owner: a shared GPU holds one owner's fractions
 }
 
 // filter is one feasibility check. It is a pure function of the part and
@@ -112,6 +113,9 @@ func filterGPUs(p *part, n *nodeState) *Shortfall {
 	if p.req.GPUs == 0 {
 		return nil
 	}
+	if p.req.Fraction() {
+		return filterShare(p, n)
+	}
 	free := n.freeDevices(p.req)
 	if free >= p.req.GPUs {
 		return nil
@@ -129,13 +133,17 @@ func filterPorts(p *part, n *nodeState) *Shortfall {
 }
 
 // deviceMatches says whether device d can serve request r: healthy, of a
-// matching model and memory, and a whole GPU or a MIG device of the asked
-// profile.
+// matching model and memory, and a whole GPU, a MIG device of the asked
+// profile, or a shared GPU at least as large as the asked fraction
+// (whether the fraction has room there now is nodeState.roomFor's).
 func deviceMatches(d *device, r *state.Resources) bool {
 	if !d.healthy {
 		return false
 	}
-	if d.mig != r.MIGProfile {
+	if d.mig != r.MIGProfile || d.shared != r.Fraction() {
+		return false
+	}
+	if r.GPUShareMiB > d.memoryMiB {
 		return false
 	}
 	if r.GPUMemoryMiB > 0 && d.memoryMiB < r.GPUMemoryMiB {

@@ -331,7 +331,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		// without building parts or searching nodes.
 		if p.quotas {
 			var need amounts
-			need.addReq(&e.Request)
+			need.addReq(&e.Request, p.usage.shareRef)
 			if reason, msg, ok := p.quota.quotaAllows(e, need, p.snap); !ok {
 				plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
 				return Decision{}, false
@@ -358,7 +358,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	if p.quotas && !quotaChecked {
 		var need amounts
 		for i := range reqs {
-			need.addReq(&reqs[i])
+			need.addReq(&reqs[i], p.usage.shareRef)
 		}
 		if reason, msg, ok := p.quota.quotaAllows(e, need, p.snap); !ok {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
@@ -428,7 +428,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 func allocation(e *state.QueueEntry, pp PartPlan) state.Allocation {
 	return state.Allocation{
 		Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
-		Role: pp.Role, GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,
+		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,
 	}
 }
 
@@ -461,7 +461,7 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		if exclude[n.name] || feasible(pt, n) != nil {
 			return false
 		}
-		devs := chooseDevices(n, pt.req)
+		devs := choosePart(n, pt)
 		var vals [2]float64
 		total := 0.0
 		for i, s := range p.scorers {
@@ -475,7 +475,7 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		found++
 		return found >= p.opt.Candidates
 	}
-	if pt.req.MIGProfile != "" || len(p.buckets) == 0 {
+	if pt.req.MIGProfile != "" || pt.req.Fraction() || len(p.buckets) == 0 {
 		for _, n := range p.nodes {
 			if consider(n) {
 				break
@@ -638,7 +638,7 @@ func partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
 			role = state.RoleWorker
 		}
 	}
-	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session}
+	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner}
 }
 
 // fits reports whether every part of e finds a node now, each on its own.
@@ -701,6 +701,9 @@ func describe(r *state.Resources) string {
 	if r.GPUs == 0 {
 		return fmt.Sprintf("%s CPU and %d MiB memory", milli(r.CPUMilli), r.MemoryMiB)
 	}
+	if r.Fraction() {
+		return describeShare(r)
+	}
 	model := "GPU"
 	if r.GPUModel != "" {
 		model = strings.Trim(r.GPUModel, "*")
@@ -725,12 +728,13 @@ type shape struct {
 	cpu, mem   int64
 	ports      int
 	selector   string
+	share      shareShape
 }
 
 // shapeOf is pt's shape.
 func shapeOf(pt *part) shape {
 	r := pt.req
-	k := shape{gpus: r.GPUs, model: r.GPUModel, mig: r.MIGProfile, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: pt.ports}
+	k := shape{gpus: r.GPUs, model: r.GPUModel, mig: r.MIGProfile, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: pt.ports, share: shareShapeOf(pt)}
 	if len(r.NodeSelector) > 0 {
 		keys := make([]string, 0, len(r.NodeSelector))
 		for key := range r.NodeSelector {
@@ -988,10 +992,13 @@ func (h *ownerHeap) Pop() any {
 
 // ---- usage: fair share and quotas ----
 
+// amounts are resources held or asked for: GPUs in thousandths (a
+// fraction counts as its share of a GPU, share.go), CPU in milli-cores,
+// memory in MiB.
 type amounts struct{ gpus, cpu, mem int64 }
 
-func (a *amounts) addReq(r *state.Resources) {
-	a.gpus += int64(r.GPUs)
+func (a *amounts) addReq(r *state.Resources, shareRef int64) {
+	a.gpus += milliGPUs(r, shareRef)
 	a.cpu += r.CPUMilli
 	a.mem += r.MemoryMiB
 }
@@ -1001,14 +1008,17 @@ type usage struct {
 	total  amounts
 	users  map[string]*amounts
 	groups map[string]*amounts
+	// shareRef is the memory of the cluster's largest shared GPU: what a
+	// fraction not yet bound counts against (milliGPUs).
+	shareRef int64
 }
 
 // newUsage is what the nodes' ledgers hold, less what pinned sessions
 // hold (counted at their turn).
 func newUsage(nodes []*nodeState, pinned map[string][]pinnedPart) usage {
-	u := usage{users: map[string]*amounts{}, groups: map[string]*amounts{}}
+	u := usage{users: map[string]*amounts{}, groups: map[string]*amounts{}, shareRef: sharedRefMiB(nodes)}
 	for _, n := range nodes {
-		u.total.gpus += int64(n.totalGPU)
+		u.total.gpus += 1000 * int64(n.totalGPU)
 		u.total.cpu += n.view.Node.CPUMilli
 		u.total.mem += n.view.Node.MemoryMiB
 		for id, a := range n.view.Ledger.Allocations {
@@ -1022,7 +1032,7 @@ func newUsage(nodes []*nodeState, pinned map[string][]pinnedPart) usage {
 
 // addAllocation counts what a holds in its owner's and groups' usage.
 func (u *usage) addAllocation(a *state.Allocation) {
-	add := amounts{int64(len(a.GPUs)), a.CPUMilli, a.MemoryMiB}
+	add := amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB}
 	u.get(u.users, a.Owner).plus(add)
 	for _, g := range a.Groups {
 		u.get(u.groups, g).plus(add)
@@ -1043,7 +1053,7 @@ func (u *usage) get(m map[string]*amounts, k string) *amounts {
 func (u *usage) add(e *state.QueueEntry, reqs []state.Resources) {
 	var sum amounts
 	for i := range reqs {
-		sum.addReq(&reqs[i])
+		sum.addReq(&reqs[i], u.shareRef)
 	}
 	u.get(u.users, e.Owner).plus(sum)
 	for _, g := range e.Groups {
@@ -1104,14 +1114,15 @@ func (u *usage) quotaAllows(e *state.QueueEntry, need amounts, s *Snapshot) (str
 			limit       *int64
 			held, needs int64
 			unit        string
+			scale       int64 // held and needs per unit of limit
 		}{
-			{"GPUs", q.GPUs, h.gpus, need.gpus, ""},
-			{"CPU", q.CPUMilli, h.cpu, need.cpu, " milli-cores"},
-			{"memory", q.MemoryMiB, h.mem, need.mem, " MiB"},
+			{"GPUs", q.GPUs, h.gpus, need.gpus, "", 1000},
+			{"CPU", q.CPUMilli, h.cpu, need.cpu, " milli-cores", 1},
+			{"memory", q.MemoryMiB, h.mem, need.mem, " MiB", 1},
 		} {
-			if c.limit != nil && c.needs > 0 && c.held+c.needs > *c.limit {
-				return fmt.Sprintf("over the %s quota of %s %s: %d%s %s held of %d allowed; this needs %d more",
-					c.what, kind, name, c.held, c.unit, c.what, *c.limit, c.needs), false
+			if c.limit != nil && c.needs > 0 && c.held+c.needs > *c.limit*c.scale {
+				return fmt.Sprintf("over the %s quota of %s %s: %s%s %s held of %d allowed; this needs %s more",
+					c.what, kind, name, scaled(c.held, c.scale), c.unit, c.what, *c.limit, scaled(c.needs, c.scale)), false
 			}
 		}
 		return "", true

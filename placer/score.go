@@ -46,8 +46,12 @@ func scorers(s Strategy) []scorer {
 }
 
 // scoreBinpack is how full the node is after the placement: GPUs for GPU
-// requests, CPU for CPU-only ones.
-func scoreBinpack(p *part, n *nodeState, _ []int) float64 {
+// requests, the chosen shared GPU's memory for a fraction, CPU for
+// CPU-only ones.
+func scoreBinpack(p *part, n *nodeState, devs []int) float64 {
+	if p.req.Fraction() {
+		return shareFull(p, n, devs)
+	}
 	if p.req.GPUs > 0 && n.totalGPU > 0 {
 		return float64(n.usedGPU+p.req.GPUs) / float64(n.totalGPU)
 	}

@@ -121,6 +121,7 @@ func (c *PlanCache) nodeStates(s *Snapshot) []nodeState {
 		*n = t.n
 		n.view = v
 		n.taken = slices.Clone(t.n.taken)
+		n.cloneShares()
 		n.portsShared = n.ports != nil
 	}
 	if len(c.nodes) > len(s.Nodes)+len(s.Nodes)/4+16 {
@@ -137,8 +138,8 @@ func (c *PlanCache) nodeStates(s *Snapshot) []nodeState {
 	return out
 }
 
-// device is one allocatable unit of a node: a whole GPU, or a MIG device of
-// a partitioned GPU.
+// device is one allocatable unit of a node: a whole GPU, a MIG device of
+// a partitioned GPU, or a shared GPU (allocated in fractions, share.go).
 type device struct {
 	uuid      string
 	model     string
@@ -148,7 +149,16 @@ type device struct {
 	index     int // parent GPU index
 	gpu       int // position of the parent GPU in the node's GPUs, by index
 	healthy   bool
+	// parent is the UUID of the physical GPU the device belongs to: its
+	// own for a whole GPU.
+	parent string
+	// shared marks a shared GPU: only fractions are allocated on it.
+	shared bool
 }
+
+// whole reports whether d is allocated whole: a GPU neither partitioned
+// nor shared.
+func (d *device) whole() bool { return d.mig == "" && !d.shared }
 
 // nodeState is a node during one pass: what the snapshot says plus what this
 // pass has proposed on it. Reserve changes it; nothing is written to etcd
@@ -158,6 +168,9 @@ type nodeState struct {
 	name    string
 	devices []device
 	taken   []bool // parallel to devices
+	// shares is what fractions hold of each shared device (parallel to
+	// devices; nil on a node without shared GPUs): share.go.
+	shares []shareUse
 	// nvlink[a*gpus+b] says GPU a reaches GPU b over NVLink (positions
 	// as device.gpu): indexes, not UUID-keyed maps, since every pass
 	// builds every node's state.
@@ -195,12 +208,18 @@ func (n *nodeState) sessions() int {
 // release frees what the ledger allocation a holds, for a pinned session
 // the plan places again at its turn (hold undoes it).
 func (n *nodeState) release(a *state.Allocation) {
+	if a.Share != nil {
+		n.shareTake(a, -1)
+		n.giveBack(a)
+		n.released++
+		return
+	}
 	for _, u := range a.GPUs {
 		for i := range n.devices {
 			if d := &n.devices[i]; d.uuid == u && n.taken[i] {
 				n.taken[i] = false
 				n.usedGPU--
-				if d.healthy && d.mig == "" {
+				if d.healthy && d.whole() {
 					n.freeGPUs++
 				}
 				break
@@ -220,6 +239,13 @@ func (n *nodeState) hold(a *state.Allocation) (free bool) {
 	for _, p := range a.Ports {
 		free = free && !n.ports[p]
 	}
+	if a.Share != nil {
+		free = free && n.shareRoom(a)
+		n.shareTake(a, +1)
+		n.take(a)
+		n.released--
+		return free
+	}
 	for _, u := range a.GPUs {
 		for i := range n.devices {
 			if d := &n.devices[i]; d.uuid == u {
@@ -229,7 +255,7 @@ func (n *nodeState) hold(a *state.Allocation) (free bool) {
 				}
 				n.taken[i] = true
 				n.usedGPU++
-				if d.healthy && d.mig == "" {
+				if d.healthy && d.whole() {
 					n.freeGPUs--
 				}
 				break
@@ -264,6 +290,7 @@ func initNodeState(n *nodeState, v *NodeView) {
 	n.gpus = len(gpus)
 	n.nvlink = make([]bool, n.gpus*n.gpus)
 	n.devices = make([]device, 0, len(gpus))
+	shared := false
 	for a, g := range gpus {
 		for _, p := range g.NVLinkPeers {
 			for b := range gpus {
@@ -275,23 +302,28 @@ func initNodeState(n *nodeState, v *NodeView) {
 		}
 		if g.MIGEnabled {
 			for _, m := range g.MIGDevices {
-				n.devices = append(n.devices, device{uuid: m.UUID, model: g.Model, memoryMiB: m.MemoryMiB, mig: m.Profile, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy})
+				n.devices = append(n.devices, device{uuid: m.UUID, model: g.Model, memoryMiB: m.MemoryMiB, mig: m.Profile, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy, parent: g.UUID})
 			}
 			continue
 		}
-		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy})
+		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy, parent: g.UUID, shared: g.Shared})
+		shared = shared || g.Shared
 	}
 	n.taken = make([]bool, len(n.devices))
-	// What the ledger holds, in one walk over it: devices (found among
-	// the node's few by UUID; a UUID the node lacks is no device of it),
-	// CPU, memory and ports.
-	for _, a := range v.Ledger.Allocations {
-		for _, u := range a.GPUs {
-			for i := range n.devices {
-				if n.devices[i].uuid == u {
-					n.taken[i] = true
-					break
-				}
+	if shared {
+		n.shares = make([]shareUse, len(n.devices))
+	}
+	// What the ledger holds, in one walk over it: devices, CPU, memory
+	// and ports. A held device takes itself and whatever shares its
+	// physical GPU exclusively (takenBy): the node's devices may be
+	// another split of that GPU than the one it was bound on.
+	for i := range v.Ledger.Allocations {
+		a := v.Ledger.Allocations[i]
+		if a.Share != nil {
+			n.shareTake(&a, +1)
+		} else {
+			for _, u := range a.GPUs {
+				n.takenBy(&a, u)
 			}
 		}
 		n.freeCPU -= a.CPUMilli
@@ -303,14 +335,48 @@ func initNodeState(n *nodeState, v *NodeView) {
 			n.ports[p] = true
 		}
 	}
+	// A GPU its agent withheld (state.GPU.HeldBy) stays taken while the
+	// session it names holds anything here.
+	for _, g := range gpus {
+		if _, held := v.Ledger.Allocations[g.HeldBy]; g.HeldBy != "" && held {
+			for i := range n.devices {
+				if n.devices[i].parent == g.UUID {
+					n.taken[i] = true
+				}
+			}
+		}
+	}
 	for i, d := range n.devices {
 		if d.healthy {
 			n.totalGPU++
 		}
 		if n.taken[i] {
 			n.usedGPU++
-		} else if d.healthy && d.mig == "" {
+		} else if d.healthy && d.whole() {
 			n.freeGPUs++
+		}
+	}
+}
+
+// takenBy marks as taken every device of n that device u of allocation a
+// excludes (state.Holdings): u itself; every part of u's GPU when u is a
+// whole GPU; the whole GPU when u is a part of it. u's physical GPU is the
+// one a names, else the one n's inventory gives it, else u.
+func (n *nodeState) takenBy(a *state.Allocation, u string) {
+	p := a.Parents[u]
+	if p == "" {
+		p = u
+		for i := range n.devices {
+			if n.devices[i].uuid == u {
+				p = n.devices[i].parent
+				break
+			}
+		}
+	}
+	for i := range n.devices {
+		d := &n.devices[i]
+		if d.uuid == u || (p == u && d.parent == u) || (p != u && d.uuid == p) {
+			n.taken[i] = true
 		}
 	}
 }
@@ -332,11 +398,12 @@ func (n *nodeState) linked(a, b *device) bool {
 	return a.gpu == b.gpu || n.nvlink[a.gpu*n.gpus+b.gpu]
 }
 
-// freeDevices counts the free devices that match r.
+// freeDevices counts the free devices that match r: for a fraction, the
+// shared GPUs with room for it (of any owner).
 func (n *nodeState) freeDevices(r *state.Resources) int {
 	c := 0
 	for i := range n.devices {
-		if !n.taken[i] && deviceMatches(&n.devices[i], r) {
+		if !n.taken[i] && deviceMatches(&n.devices[i], r) && n.roomFor(i, r, "") {
 			c++
 		}
 	}
@@ -376,11 +443,15 @@ func (n *nodeState) freePorts(count int) []int {
 // reserve records a proposed allocation on the node. The caller has checked
 // that it fits.
 func (n *nodeState) reserve(id string, a state.Allocation, devs []int) {
-	for _, i := range devs {
-		n.taken[i] = true
-		n.usedGPU++
-		if n.devices[i].mig == "" {
-			n.freeGPUs--
+	if a.Share != nil {
+		n.shareTake(&a, +1)
+	} else {
+		for _, i := range devs {
+			n.taken[i] = true
+			n.usedGPU++
+			if n.devices[i].whole() {
+				n.freeGPUs--
+			}
 		}
 	}
 	n.take(&a)
@@ -405,12 +476,17 @@ func (n *nodeState) unreserve(id string) {
 			break
 		}
 	}
+	if a.Share != nil {
+		n.shareTake(&a, -1)
+		n.giveBack(&a)
+		return
+	}
 	for _, u := range a.GPUs {
 		for i := range n.devices {
 			if n.devices[i].uuid == u && n.taken[i] {
 				n.taken[i] = false
 				n.usedGPU--
-				if n.devices[i].mig == "" {
+				if n.devices[i].whole() {
 					n.freeGPUs++
 				}
 			}
@@ -451,7 +527,11 @@ func (n *nodeState) giveBack(a *state.Allocation) {
 // (an agent released, another writer bound), the engine re-checks each
 // choice against the ledger it is about to write and compares that
 // ledger's revision, as Nomad's plan applier re-checks a plan against the
-// newest state. A nil result means a may be added to l.
+// newest state. Devices are checked per physical GPU (state.Holdings): an
+// allocation of l whose device the inventory no longer lists still
+// excludes its GPU. A nil result means a may be added to l; refit then has
+// recorded in a the physical GPU of each of its devices that is part of
+// one (Allocation.Parents), as n says.
 func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSessions int) error {
 	if _, held := l.Allocations[id]; held {
 		return fmt.Errorf("session %s already holds an allocation on %s", id, n.Name)
@@ -461,21 +541,48 @@ func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSe
 	}
 	healthy := map[string]bool{}
 	for _, g := range n.GPUs {
+		// A GPU its agent withheld for a session that still holds
+		// something here offers nothing (state.GPU.HeldBy).
+		_, withheld := l.Allocations[g.HeldBy]
+		withheld = withheld && g.HeldBy != "" && g.HeldBy != id
 		if g.MIGEnabled {
 			for _, m := range g.MIGDevices {
-				healthy[m.UUID] = g.Healthy
+				healthy[m.UUID] = g.Healthy && !withheld && a.Share == nil
 			}
 			continue
 		}
-		healthy[g.UUID] = g.Healthy
+		// A shared GPU offers fractions only, any other GPU no fraction.
+		healthy[g.UUID] = g.Healthy && !withheld && g.Shared == (a.Share != nil)
 	}
-	owners := l.GPUOwners()
-	for _, u := range a.GPUs {
-		if !healthy[u] {
-			return fmt.Errorf("device %s is not a healthy device of %s", u, n.Name)
+	inv := n.DeviceParents()
+	held := state.HoldingsOf(*l, inv)
+	if a.Share != nil {
+		for _, u := range a.GPUs {
+			if !healthy[u] {
+				return fmt.Errorf("device %s is not a healthy, shared GPU of %s", u, n.Name)
+			}
 		}
-		if other, taken := owners[u]; taken {
-			return fmt.Errorf("device %s of %s is held by session %s", u, n.Name, other)
+		if err := refitShare(n, l, held, id, a); err != nil {
+			return err
+		}
+	}
+	var parents map[string]string
+	for _, u := range a.GPUs {
+		if a.Share != nil {
+			break // checked by refitShare
+		}
+		if !healthy[u] {
+			return fmt.Errorf("device %s is not a healthy, offered device of %s", u, n.Name)
+		}
+		p := inv[u]
+		if others := held.Excluders(u, p, id); len(others) > 0 {
+			return fmt.Errorf("device %s (of physical GPU %s) of %s is held by session %s", u, p, n.Name, others[0])
+		}
+		if p != u {
+			if parents == nil {
+				parents = make(map[string]string, len(a.GPUs))
+			}
+			parents[u] = p
 		}
 	}
 	cpu, mem := l.Used()
@@ -492,5 +599,6 @@ func refit(n *state.Node, l *state.Ledger, id string, a *state.Allocation, maxSe
 		}
 		used[p] = true
 	}
+	a.Parents = parents
 	return nil
 }

@@ -104,6 +104,13 @@ type Resources struct {
 	// MIGProfile asks for MIG devices of this profile, e.g. "1g.10gb",
 	// instead of whole GPUs.
 	MIGProfile string `json:"migProfile,omitempty"`
+	// GPUShareMiB asks for a fraction of one shared GPU (GPU.Shared)
+	// instead of whole GPUs: this much of its memory, enforced on the
+	// node (share.go). GPUs is then 1.
+	GPUShareMiB int64 `json:"gpuShareMiB,omitempty"`
+	// GPUComputePercent is the fraction's share of the GPU's compute
+	// (1-100; 0: no cap of its own), with GPUShareMiB only.
+	GPUComputePercent int `json:"gpuComputePercent,omitempty"`
 	// CPUMilli is CPU in thousandths of a core.
 	CPUMilli int64 `json:"cpuMilli"`
 	// MemoryMiB is host memory in MiB.
@@ -460,6 +467,16 @@ type GPU struct {
 	// allocatable, never the whole GPU.
 	MIGEnabled bool        `json:"migEnabled,omitempty"`
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// Shared means the operator offers this GPU in fractions
+	// (Resources.GPUShareMiB): only fractions are allocated on it, never
+	// the GPU whole. Never set on a MIG-enabled GPU (GPU.Mode).
+	Shared bool `json:"shared,omitempty"`
+	// HeldBy names a session that, when the agent published this
+	// inventory, held a device of this GPU in another split than the one
+	// listed (the GPU whole while it is listed split into MIG devices, or
+	// a MIG device while it is listed whole): while that session holds
+	// anything on the node, no device of this GPU is free.
+	HeldBy string `json:"heldBy,omitempty"`
 }
 
 // MIGDevice is one MIG instance of a partitioned GPU.
@@ -510,9 +527,18 @@ type Allocation struct {
 	Preemptible bool        `json:"preemptible,omitempty"`
 	Role        Role        `json:"role"`
 	GPUs        []string    `json:"gpus,omitempty"` // GPU or MIG device UUIDs
-	CPUMilli    int64       `json:"cpuMilli"`
-	MemoryMiB   int64       `json:"memoryMiB"`
-	Ports       []int       `json:"ports,omitempty"`
+	// Parents names the physical GPU of each device in GPUs that is a
+	// part of one (a MIG device), as the inventory the bind checked
+	// against said: the allocation keeps excluding that GPU held whole
+	// even once a re-registered inventory no longer lists the device. A
+	// device not in it is a whole GPU (Allocation.Parent, devices.go).
+	Parents map[string]string `json:"parents,omitempty"`
+	// Share, when set, says the allocation holds a fraction of its one
+	// GPU (a shared GPU), not the GPU whole (share.go).
+	Share     *GPUShare `json:"share,omitempty"`
+	CPUMilli  int64     `json:"cpuMilli"`
+	MemoryMiB int64     `json:"memoryMiB"`
+	Ports     []int     `json:"ports,omitempty"`
 	// Plan is the plan epoch the placer bound it in: the revision of the
 	// snapshot the plan was made on. Placers that see part of an epoch's
 	// binds plan that epoch again with those binds pinned, so they agree
@@ -569,11 +595,14 @@ type Binding struct {
 	Node    string `json:"node"`
 	Role    Role   `json:"role"`
 	// Worker is the worker's index (1-based) for RoleWorker, else 0.
-	Worker    int      `json:"worker,omitempty"`
-	GPUs      []string `json:"gpus,omitempty"` // device UUIDs, exact
-	CPUMilli  int64    `json:"cpuMilli"`
-	MemoryMiB int64    `json:"memoryMiB"`
-	Ports     []int    `json:"ports,omitempty"`
+	Worker int      `json:"worker,omitempty"`
+	GPUs   []string `json:"gpus,omitempty"` // device UUIDs, exact
+	// Share, when set, is the fraction of its one GPU the part holds:
+	// the agent enforces its memory and compute limits.
+	Share     *GPUShare `json:"share,omitempty"`
+	CPUMilli  int64     `json:"cpuMilli"`
+	MemoryMiB int64     `json:"memoryMiB"`
+	Ports     []int     `json:"ports,omitempty"`
 	// HeadNode is the node of the Ray head, for workers.
 	HeadNode string `json:"headNode,omitempty"`
 	// QueueRevision is the mod revision of the pending/<id> entry this
