@@ -31,6 +31,7 @@ var subcommands = []func() *cobra.Command{
 	newVolumeCmd,
 	newQueueCmd,
 	newDashboardCmd,
+	newSSHCmd,
 	newTokenCmd,
 	newImageCmd,
 	newCheckCmd,

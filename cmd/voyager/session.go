@@ -213,7 +213,7 @@ func newSessionCmd() *cobra.Command {
 		RunE:    groupRunE,
 	}
 	cmd.AddCommand(newSessionCreateCmd(), newSessionListCmd(), newSessionGetCmd(), newSessionStopCmd(),
-		newSessionExtendCmd(), newSessionLogsCmd(), newSessionWaitCmd())
+		newSessionExtendCmd(), newSessionLogsCmd(), newSessionWaitCmd(), newSessionExecCmd(), newSessionPortForwardCmd())
 	return cmd
 }
 
