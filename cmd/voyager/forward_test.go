@@ -16,7 +16,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // startForward runs `voyager session port-forward id spec` as u and
@@ -261,5 +260,3 @@ func TestSSHProxyCommandE2E(t *testing.T) {
 		t.Errorf("dev exit code %d", code)
 	}
 }
-
-
