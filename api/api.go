@@ -71,6 +71,10 @@ type Config struct {
 	// most they may ask for, state.UlimitUnlimited (the default, as 0) for
 	// none.
 	UlimitMemlockKiB int64
+	// ExecAuditLog is the file (JSON lines, appended) that records every
+	// exec and port-forward into a session (ExecRecord); empty: the API's
+	// log alone.
+	ExecAuditLog string
 }
 
 // admission returns the request bounds of a's configuration. The most Ray
@@ -124,6 +128,8 @@ type API struct {
 	shapes shapeIndex
 	// plans is the queue plan that positions and reasons are read from.
 	plans planCache
+	// execAudit records execs and port-forwards (exec_audit.go).
+	execAudit *execAudit
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -204,6 +210,7 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 	a.queued = newQueuedIndex()
 	a.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) { a.queued.apply(k, ev) })
 	a.streams, a.endStreams = context.WithCancel(context.Background())
+	a.execAudit = &execAudit{path: cfg.ExecAuditLog}
 	a.router = a.routes()
 	return a, nil
 }
@@ -355,6 +362,8 @@ func (a *API) routes() *gin.Engine {
 	svc.GET("/volumes/:name", a.getVolume)
 	// What is free now: JupyterHub's spawn form shows it to the user.
 	svc.GET("/nodes", a.requireSynced, a.listNodes)
+
+	a.streamRoutes(v1)
 
 	usr := v1.Group("", a.denyService, a.requireSynced)
 	usr.GET("/queue", a.queue)

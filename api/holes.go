@@ -34,6 +34,8 @@ func admissionHoles(s state.Session, registries []string) []FieldError {
 	if s.Image != "" {
 		if err := imageAllowed(s.Image, registries); err != "" {
 			add("image", "%s", err)
+		} else if err := localRegistryCase(s.Image); err != "" {
+			add("image", "%s", err)
 		}
 	}
 	return errs

@@ -421,7 +421,7 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 		image = cfg.Image
 	}
 	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
-		st.Reason, st.Message = "Pulling", "pulling image "+image
+		st.Reason, st.Message = preparingImage(image)
 	})
 	if err := cfg.Runtime.EnsureImage(ctx, image); err != nil {
 		return fmt.Errorf("pull image %s: %w", image, err)

@@ -221,7 +221,7 @@ func (c *Containerd) EnsureImage(ctx context.Context, ref string) error {
 		}
 		c.log.Info("pulling image", "image", ref)
 		if _, err := c.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(c.opts.Snapshotter)); err != nil {
-			return fmt.Errorf("pull image %s: %w: %w", ref, ErrImageNotFound, err)
+			return pullError(ref, err)
 		}
 		return nil
 	}

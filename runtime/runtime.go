@@ -282,9 +282,11 @@ func cloneLabels(m map[string]string) map[string]string {
 // asks a DNS server or a registry about it.
 const LocalRegistry = "voyager.local"
 
-// IsLocalImage reports whether ref names an image under LocalRegistry.
+// IsLocalImage reports whether ref names an image under LocalRegistry,
+// in any case: a registry's name is a DNS name, so VOYAGER.LOCAL/x is
+// never pulled either.
 func IsLocalImage(ref string) bool {
-	return strings.HasPrefix(ref, LocalRegistry+"/")
+	return len(ref) > len(LocalRegistry) && strings.EqualFold(ref[:len(LocalRegistry)+1], LocalRegistry+"/")
 }
 
 func notImported(ref, namespace string) error {

@@ -91,6 +91,8 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
 	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 	mux.Handle(nodeagent.DashboardPath, parts.agent.DashboardHandler())
+	mux.Handle(nodeagent.ExecPath, parts.agent.ExecHandler())
+	mux.Handle(nodeagent.ForwardPath, parts.agent.ForwardHandler())
 	hs, err := listenHTTP(cfg, mux, log)
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)

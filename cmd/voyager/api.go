@@ -30,7 +30,7 @@ var apiEnvs = []string{
 	config.EnvAPIMaxBodyBytes, config.EnvAPIRate, config.EnvAPIBurst, config.EnvAPIIdempotencyTTL,
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvHTTPPlain,
 	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
-	config.EnvAPIRegistries, config.EnvAPIMaxQueued,
+	config.EnvAPIRegistries, config.EnvAPIMaxQueued, config.EnvAPIExecAuditLog,
 	config.EnvDefaultShmMiB, config.EnvUlimitNofile, config.EnvUlimitMemlock,
 }
 
@@ -152,6 +152,7 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		DefaultShmMiB:     cfg.DefaultShmMiB,
 		UlimitNofile:      cfg.UlimitNofile,
 		UlimitMemlockKiB:  cfg.MemlockKiB(),
+		ExecAuditLog:      execAuditPath(cfg),
 		Logger:            log,
 	})
 }
@@ -221,4 +222,19 @@ func devSecret(cfg config.Config, create bool) ([]byte, error) {
 		return nil, fmt.Errorf("write token secret: %w", err)
 	}
 	return []byte(secret), nil
+}
+
+// execAuditPath is the API's exec audit file: VOYAGER_API_EXEC_AUDIT_LOG,
+// by default <data dir>/audit/exec.jsonl; "-" is none (the API's log
+// alone).
+func execAuditPath(cfg config.Config) string {
+	switch {
+	case cfg.APIExecAuditLog == "-":
+		return ""
+	case cfg.APIExecAuditLog != "":
+		return cfg.APIExecAuditLog
+	case cfg.DataDir != "":
+		return filepath.Join(cfg.DataDir, "audit", "exec.jsonl")
+	}
+	return ""
 }

@@ -97,6 +97,8 @@ func namesOf(v any) ([]string, bool) {
 		return []string{x.ID}, true
 	case api.StopResult:
 		return []string{x.Session.ID}, true
+	case []api.StopResult:
+		return mapNames(x)
 	case api.NodeSummary:
 		return []string{x.Name}, true
 	case api.QueueEntry:

@@ -130,6 +130,8 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 		registry.MustRegister(parts.agent.Collectors()...)
 		mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
 		mux.Handle(nodeagent.DashboardPath, parts.agent.DashboardHandler())
+		mux.Handle(nodeagent.ExecPath, parts.agent.ExecHandler())
+		mux.Handle(nodeagent.ForwardPath, parts.agent.ForwardHandler())
 		comps = append(comps, parts.component())
 	}
 	if store.server != nil {

@@ -32,6 +32,7 @@ var subcommands = []func() *cobra.Command{
 	newVolumeCmd,
 	newQueueCmd,
 	newDashboardCmd,
+	newSSHCmd,
 	newTokenCmd,
 	newImageCmd,
 	newCheckCmd,
@@ -147,6 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return int(code)
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+	explainUsageError(stderr, cmd, err)
 	fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	return exitUsage
 }

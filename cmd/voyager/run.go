@@ -155,7 +155,9 @@ func (r *runner) follow(ctx context.Context) int {
 		var err error
 		lastID, err = r.c.follow(ctx, r.id, lastID, func(ev api.Event) bool {
 			r.last = ev
-			r.progress("%s", ev.Message)
+			if !ev.Terminal {
+				r.progress("%s", ev.Message)
+			}
 			select {
 			case r.changed <- struct{}{}:
 			default: // one pending wake-up is enough
@@ -198,6 +200,8 @@ func (r *runner) follow(ctx context.Context) int {
 		stopLogs()
 		<-r.logsDone
 	}
+	// How it ended comes after all of its output, with the summary.
+	r.progress("%s", r.last.Message)
 	st := r.last.Status
 	switch {
 	case st.ExitCode != nil:

@@ -76,7 +76,7 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.StringVar(&s.idempotencyKey, "idempotency-key", "", "makes a retried create return the first session (or array, with -array/-params) instead of a second (default: a random key per invocation)")
 	fs.Int64Var(&s.shmMiB, "shm", 0, "/dev/shm in MiB, at most --memory and the profile's maxShmMiB (default: the profile's, else the cluster's, at most half of --memory)")
 	fs.StringArrayVar(&s.ulimits, "ulimit", nil, "nofile=N or memlock=KiB|unlimited, up to the cluster's limits (repeatable; default: the profile's, else the cluster's)")
-	fs.StringArrayVar(&s.volumes, "volume", nil, "NAME:/mount/path[:ro], a volume of `voyager volume list`, besides the profile's (repeatable; naming a profile's volume moves it)")
+	fs.StringArrayVar(&s.volumes, "volume", nil, "`NAME:/mount/path[:ro]`: a volume (voyager volume list) mounted at /mount/path, read-only with :ro, besides the profile's (repeatable; naming a profile's volume moves it)")
 }
 
 // parseVolume reads --volume NAME:/mount/path[:ro].
@@ -213,7 +213,7 @@ func newSessionCmd() *cobra.Command {
 		RunE:    groupRunE,
 	}
 	cmd.AddCommand(newSessionCreateCmd(), newSessionListCmd(), newSessionGetCmd(), newSessionStopCmd(),
-		newSessionExtendCmd(), newSessionLogsCmd(), newSessionWaitCmd())
+		newSessionExtendCmd(), newSessionLogsCmd(), newSessionWaitCmd(), newSessionExecCmd(), newSessionPortForwardCmd())
 	return cmd
 }
 
@@ -363,20 +363,15 @@ stop it, its last activity and its GPUs' use.`,
 func newSessionStopCmd() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
-		Use:               "stop ID",
-		Short:             "Stop a session (a pending one is cancelled)",
-		Long:              "Stops a session: a pending one is cancelled at once, a running one is stopped by its node agent.",
-		Args:              exactArgs(1),
+		Use:   "stop ID…",
+		Short: "Stop sessions (a pending one is cancelled)",
+		Long: `Stops each session named: a pending one is cancelled at once, a running one
+is stopped by its node agent. Every ID is tried; the exit code is 1 if
+any could not be stopped (each such one says why on stderr).`,
+		Args:              minArgsWithHint(1, "want the ID of at least one session to stop: voyager session stop ID…"),
 		ValidArgsFunction: completeSessionIDs(&cf),
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			id := args[0]
-			var r api.StopResult
-			if err := c.do(cmd.Context(), "POST", "/api/v1/sessions/"+url.PathEscape(id)+"/stop", nil, &r); err != nil {
-				return cliError(cmd, err)
-			}
-			return cf.show(cmd.OutOrStdout(), r, func(w io.Writer, _ bool) {
-				fmt.Fprintf(w, "%s: %s (phase %s)\n", id, r.Outcome, r.Session.Status.Phase)
-			})
+			return stopSessions(cmd, c, &cf, args)
 		}),
 	}
 	cf.register(cmd, true)

@@ -68,6 +68,7 @@ const (
 	EnvAPIIdempotencyTTL = "VOYAGER_API_IDEMPOTENCY_TTL"
 	EnvAPIRegistries     = "VOYAGER_API_ALLOWED_REGISTRIES"
 	EnvAPIMaxQueued      = "VOYAGER_API_MAX_QUEUED_PER_USER"
+	EnvAPIExecAuditLog   = "VOYAGER_API_EXEC_AUDIT_LOG"
 	EnvDefaultShmMiB     = "VOYAGER_DEFAULT_SHM_MIB"
 	EnvUlimitNofile      = "VOYAGER_ULIMIT_NOFILE"
 	EnvUlimitMemlock     = "VOYAGER_ULIMIT_MEMLOCK"
@@ -229,6 +230,8 @@ type Config struct {
 	APIAllowedRegistries []string `env:"VOYAGER_API_ALLOWED_REGISTRIES" envSeparator:"," docDefault:"empty" doc:"comma-separated registries session images may come from (docker.io, registry.example.com:5000); empty: any"`
 	// APIMaxQueuedPerUser caps one user's queued sessions.
 	APIMaxQueuedPerUser int `env:"VOYAGER_API_MAX_QUEUED_PER_USER" envDefault:"100" doc:"most sessions one user may have queued at once; a create beyond it is refused; 0: no cap"`
+	// APIExecAuditLog is the exec audit log's file ("-": the log only).
+	APIExecAuditLog string `env:"VOYAGER_API_EXEC_AUDIT_LOG" docDefault:"<data dir>/audit/exec.jsonl" doc:"file (JSON lines, appended, mode 0600) recording every exec and port-forward into a session: who, when, which session, what command or port, how it ended; an exec whose record cannot be written is refused; -: the API's log only"`
 	// DefaultShmMiB sizes /dev/shm of sessions that name no shmMiB.
 	DefaultShmMiB int64 `env:"VOYAGER_DEFAULT_SHM_MIB" envDefault:"8192" doc:"/dev/shm of a session that names no shmMiB, in MiB, at most half its memoryMiB (shm pages count against the session's memory): room for PyTorch DataLoader workers, which pass batches through /dev/shm"`
 	// UlimitNofile is the open-file limit sessions get and the most they
