@@ -370,6 +370,7 @@ func (a *API) routes() *gin.Engine {
 	adm.DELETE("/quotas/:scope/:name", a.deleteQuota)
 	adm.PUT("/volumes/:name", a.putVolume)
 	adm.DELETE("/volumes/:name", a.deleteVolume)
+	a.teamRoutes(svc, adm)
 	return r
 }
 

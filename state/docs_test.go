@@ -83,6 +83,7 @@ var docTypes = map[string]any{
 	"UIDRecord":         state.UIDRecord{},
 	"RayToken":          state.RayToken{},
 	"Volume":            state.Volume{},
+	"Team":              state.Team{},
 	"Array":             state.Array{},
 }
 
@@ -191,6 +192,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.GroupQuota("vision"):                   values["Quota"],
 		k.Profile("a100-small"):                  values["Profile"],
 		k.Volume("results"):                      values["Volume"],
+		k.Team("vision"):                         values["Team"],
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
@@ -207,7 +209,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array", "teams": "Team",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

@@ -29,6 +29,7 @@ var subcommands = []func() *cobra.Command{
 	newArrayCmd,
 	newNodeCmd,
 	newVolumeCmd,
+	newTeamCmd,
 	newQueueCmd,
 	newDashboardCmd,
 	newTokenCmd,
