@@ -419,7 +419,10 @@ func (a *API) authenticate(c *gin.Context) {
 			a.problem(c, http.StatusBadRequest, "Bad request", err.Error())
 			return
 		}
-		pr = Principal{Subject: user, Service: pr.Subject}
+		if pr, err = actFor(pr, user); err != nil {
+			a.problem(c, http.StatusForbidden, "Forbidden", err.Error())
+			return
+		}
 	}
 	c.Set(principalKey, pr)
 	c.Next()
