@@ -358,6 +358,7 @@ func (a *API) routes() *gin.Engine {
 
 	usr := v1.Group("", a.denyService, a.requireSynced)
 	usr.GET("/queue", a.queue)
+	usr.GET("/usage", a.usageReport)
 
 	adm := v1.Group("", a.denyService, a.requireAdmin)
 	adm.POST("/nodes/:name/cordon", a.cordonNode)

@@ -30,6 +30,7 @@ var subcommands = []func() *cobra.Command{
 	newNodeCmd,
 	newVolumeCmd,
 	newTeamCmd,
+	newUsageCmd,
 	newQueueCmd,
 	newDashboardCmd,
 	newTokenCmd,
