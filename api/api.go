@@ -367,6 +367,7 @@ func (a *API) routes() *gin.Engine {
 
 	usr := v1.Group("", a.denyService, a.requireSynced)
 	usr.GET("/queue", a.queue)
+	usr.GET("/usage", a.usageReport)
 
 	adm := v1.Group("", a.denyService, a.requireAdmin)
 	adm.POST("/nodes/:name/cordon", a.cordonNode)
@@ -379,6 +380,7 @@ func (a *API) routes() *gin.Engine {
 	adm.DELETE("/quotas/:scope/:name", a.deleteQuota)
 	adm.PUT("/volumes/:name", a.putVolume)
 	adm.DELETE("/volumes/:name", a.deleteVolume)
+	a.teamRoutes(svc, adm)
 	return r
 }
 
@@ -427,7 +429,10 @@ func (a *API) authenticate(c *gin.Context) {
 			a.problem(c, http.StatusBadRequest, "Bad request", err.Error())
 			return
 		}
-		pr = Principal{Subject: user, Service: pr.Subject}
+		if pr, err = actFor(pr, user); err != nil {
+			a.problem(c, http.StatusForbidden, "Forbidden", err.Error())
+			return
+		}
 	}
 	c.Set(principalKey, pr)
 	c.Next()

@@ -67,6 +67,8 @@ type Principal struct {
 	Service string
 	// serviceOnly marks a service token that named no user.
 	serviceOnly bool
+	// delegation is a service token's signed user and groups (obo.go).
+	delegation *delegation
 }
 
 // authError is a refused token: status 401 (or 403) with a plain reason.
@@ -187,6 +189,11 @@ func (v *verifier) verify(raw string) (Principal, error) {
 	}
 	if pr.Admin {
 		pr.serviceOnly = false
+	}
+	if pr.serviceOnly {
+		if pr.delegation, err = delegationOf(claims); err != nil {
+			return Principal{}, &authError{status: 401, msg: "token refused: " + err.Error()}
+		}
 	}
 	for _, g := range pr.Groups {
 		if state.ValidateSubject("group", g) != nil {

@@ -69,6 +69,9 @@ func estMatches(d GPUDevice, r state.Resources) bool {
 // sessionLimits is the part of a session spec the estimates need.
 type sessionLimits struct {
 	Limits state.Limits `json:"limits"`
+	// What usage.go charges a running attempt to: its owner, team and
+	// GPUs (liveUsage).
+	usageFields
 }
 
 // readEnds finds when every session that holds a device reaches its max

@@ -132,7 +132,7 @@ func (a *API) replaySession(c *gin.Context, rec, stored state.IdempotencyRecord)
 // volume redefined between its read and the write is a conflict to retry.
 func (a *API) createFailed(c *gin.Context, err error) {
 	if errors.Is(err, state.ErrConflict) {
-		a.problem(c, http.StatusConflict, "Conflict", "the profile or a volume the session names was redefined while it was being created; send the request again")
+		a.problem(c, http.StatusConflict, "Conflict", "the profile, a volume or the team the session names was redefined while it was being created; send the request again")
 		return
 	}
 	a.internal(c, "create session", err)
@@ -186,7 +186,12 @@ func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Se
 	if !ok {
 		return state.Session{}, nil, false
 	}
-	return s, append(guards, vguards...), true
+	// Its team, and the team's priority ceiling, as read (teams.go).
+	tguards, ok := a.admitTeam(c, principalOf(c), req.Team, &s)
+	if !ok {
+		return state.Session{}, nil, false
+	}
+	return s, append(append(guards, vguards...), tguards...), true
 }
 
 func (a *API) respondCreated(c *gin.Context, v SessionView, replay bool) {

@@ -47,8 +47,12 @@ type SessionRequest struct {
 	// set (non-zero) overrides the profile's, so {"maxRuntime": "4h"}
 	// keeps the profile's idleTimeout.
 	Limits *state.Limits `json:"limits,omitempty"`
-	// Priority orders the queue: -100 to 100, higher first. Default 0.
+	// Priority orders the queue: -100 to 100, higher first, and at most
+	// the team's maxPriority unless the caller is an admin. Default 0.
 	Priority int `json:"priority,omitempty"`
+	// Team is the team the session is charged to: one of the caller's
+	// (GET /api/v1/teams shows them). Empty: her default team.
+	Team string `json:"team,omitempty"`
 	// Preemptible sessions may be stopped for higher-priority ones.
 	Preemptible bool `json:"preemptible,omitempty"`
 	// Restart is the restart policy of batch sessions.

@@ -65,6 +65,7 @@ type Checker struct {
 	members  map[string]map[string]bool // array id → its elements' session ids
 	rev      int64
 	binds    int64
+	acct     accruals // accrual.go
 }
 
 // New returns a Checker of an empty keyspace under k's prefix.
@@ -247,6 +248,8 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			if transitions {
 				t.parts = append(t.parts, partWrite{key: key, node: node, id: id, p: p})
 			}
+		case strings.HasPrefix(key, k.Accruals()):
+			c.checkAccrual(ch, transitions, bad)
 		case strings.HasPrefix(key, k.PendingDir()):
 			id, ok := k.SessionID(key)
 			if !ok {
@@ -289,6 +292,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				continue
 			}
 			c.statuses[id] = st
+			c.noteAttempt(id, st)
 			t.sessions[id] = true
 			if arr, _, ok := state.ElementOf(id); ok && c.members[arr][id] {
 				t.arrays[arr] = true

@@ -83,6 +83,10 @@ var docTypes = map[string]any{
 	"UIDRecord":         state.UIDRecord{},
 	"RayToken":          state.RayToken{},
 	"Volume":            state.Volume{},
+	"Team":              state.Team{},
+	"Accrual":           state.Accrual{},
+	"UsageDay":          state.UsageDay{},
+	"UsageCursor":       state.UsageCursor{},
 	"Array":             state.Array{},
 }
 
@@ -191,6 +195,10 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.GroupQuota("vision"):                   values["Quota"],
 		k.Profile("a100-small"):                  values["Profile"],
 		k.Volume("results"):                      values["Volume"],
+		k.Team("vision"):                         values["Team"],
+		k.Accrual(sess.ID, 1042):                 values["Accrual"],
+		k.GPUHoursDir() + "2026-11-22":           values["UsageDay"],
+		k.UsageCursor():                          values["UsageCursor"],
 		k.Placer("placer-3f2a"):                  values["Placer"],
 		k.Idempotency("ada", "9f2c"):             values["IdempotencyRecord"],
 		k.Warning(sess.ID):                       values["Warning"],
@@ -207,7 +215,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array", "teams": "Team", "accruals": "Accrual", "gpuhours": "UsageDay",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

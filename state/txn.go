@@ -29,6 +29,7 @@ func NewQueueEntry(s Session, now time.Time) QueueEntry {
 		Kind:        s.Kind,
 		Owner:       s.Owner,
 		Groups:      s.Groups,
+		Team:        s.Team,
 		Priority:    s.Priority,
 		Preemptible: s.Preemptible,
 		Created:     s.Created,

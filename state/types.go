@@ -182,8 +182,11 @@ type Session struct {
 	// UID is the user id the session's containers run as: the owner's
 	// own (EnsureUID), so homes are protected by file permissions. Nil in
 	// sessions from before per-owner ids: the agent's default.
-	UID     *uint32     `json:"uid,omitempty"`
-	Groups  []string    `json:"groups,omitempty"`
+	UID    *uint32  `json:"uid,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+	// Team is the team the session is charged to (teams/<name>), chosen
+	// at admission from the owner's teams; empty where no team exists.
+	Team    string      `json:"team,omitempty"`
 	Name    string      `json:"name,omitempty"` // a label, e.g. a JupyterHub server name
 	Kind    SessionKind `json:"kind"`
 	Profile string      `json:"profile,omitempty"`
@@ -308,6 +311,7 @@ type QueueEntry struct {
 	Kind          SessionKind `json:"kind"`
 	Owner         string      `json:"owner"`
 	Groups        []string    `json:"groups,omitempty"`
+	Team          string      `json:"team,omitempty"` // Session.Team
 	Priority      int         `json:"priority"`
 	Preemptible   bool        `json:"preemptible,omitempty"`
 	Created       time.Time   `json:"created"`  // first submission: the age that orders the queue

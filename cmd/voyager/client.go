@@ -111,6 +111,10 @@ func namesOf(v any) ([]string, bool) {
 		return mapNames(x)
 	case state.Volume:
 		return []string{x.Name}, true
+	case state.Team:
+		return []string{x.Name}, true
+	case []state.Team:
+		return mapNames(x)
 	case []state.Volume:
 		return mapNames(x)
 	case api.ArrayView:

@@ -478,6 +478,11 @@ func TestJupyterHubE2E(t *testing.T) {
 			t.Fatalf("put profile %s: %d %s", name, code, b)
 		}
 	}
+	// ada is in the hub's group vision (load_groups below), which names
+	// a team: the spawner signs her groups into its tokens.
+	if code, b := admin.do("PUT", "/api/v1/teams/vision", map[string]any{"groups": []string{"vision"}}); code != http.StatusOK {
+		t.Fatalf("put team vision: %d %s", code, b)
+	}
 
 	adminTok := randomHex(t)
 	proxyPort, apiPort := freeAddr(t), freeAddr(t)
@@ -504,6 +509,7 @@ c.JupyterHub.db_url = "sqlite:///%s/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "%s/cookie_secret"
 c.JupyterHub.api_tokens = {%q: "admin"}
 c.Authenticator.admin_users = {"admin"}
+c.JupyterHub.load_groups = {"vision": ["ada"]}
 # The REST API answers at once (202) so the test reads every progress event.
 c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
 c.Spawner.start_timeout = 300
@@ -610,6 +616,9 @@ c.Spawner.http_timeout = 60
 		t.Fatalf("GET /user/ada/api/status through the proxy = %d %s", code, body)
 	}
 	specs, sts := sessions("ada")
+	if len(specs) == 1 && (strings.Join(specs[0].Groups, ",") != "vision" || specs[0].Team != "vision") {
+		t.Errorf("ada's session through the hub: groups %v, team %q; want her hub group vision and its team", specs[0].Groups, specs[0].Team)
+	}
 	if len(specs) != 1 || sts[0].Phase != state.PhaseRunning {
 		t.Fatalf("ada's Voyager sessions: %+v %+v", specs, sts)
 	}

@@ -87,6 +87,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 		placerComponent(p),
 		{name: "retention", run: afterFirstPass(p, ret.Run)},
 		{name: "lifecycle", run: afterFirstPass(p, lc.Run)},
+		accountantComponent(store.client, cfg, log),
 		mergerComponent(store.client, cfg, log, registry),
 		sweepComponent(store.client, cfg, log, registry),
 	})

@@ -30,6 +30,8 @@ var subcommands = []func() *cobra.Command{
 	newArrayCmd,
 	newNodeCmd,
 	newVolumeCmd,
+	newTeamCmd,
+	newUsageCmd,
 	newQueueCmd,
 	newDashboardCmd,
 	newSSHCmd,

@@ -34,6 +34,7 @@ type specFlags struct {
 	onPartFailure              string
 	maxRuntime, idleTimeout    time.Duration
 	priority                   int
+	team                       string
 	preemptible                bool
 	restart                    string
 	maxRestarts                int
@@ -66,7 +67,8 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	_ = cmd.RegisterFlagCompletionFunc("on-part-failure", cobra.FixedCompletions([]cobra.Completion{state.PartFailureStopAll, state.PartFailureContinue}, cobra.ShellCompDirectiveNoFileComp))
 	fs.DurationVar(&s.maxRuntime, "max-runtime", 0, "stop after this long running (0: no limit)")
 	fs.DurationVar(&s.idleTimeout, "idle-timeout", 0, "stop a notebook idle this long (0: cluster default)")
-	fs.IntVar(&s.priority, "priority", 0, "queue priority, -100 to 100")
+	fs.IntVar(&s.priority, "priority", 0, "queue priority, -100 to 100, at most your team's maximum (voyager team list)")
+	fs.StringVar(&s.team, "team", "", "the team to charge: one of yours (voyager team list; default: your first)")
 	fs.BoolVar(&s.preemptible, "preemptible", false, "may be stopped for higher-priority sessions")
 	fs.StringVar(&s.restart, "restart", "", "restart policy of batch sessions: Never or OnFailure")
 	_ = cmd.RegisterFlagCompletionFunc("restart", cobra.FixedCompletions([]cobra.Completion{"Never", "OnFailure"}, cobra.ShellCompDirectiveNoFileComp))
@@ -109,7 +111,7 @@ func parseUlimit(u *state.Ulimits, v string) error {
 func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 	r := api.SessionRequest{
 		Kind: state.SessionKind(s.kind), Name: s.name, Profile: s.profile, Image: s.image,
-		Command: command, Priority: s.priority, Preemptible: s.preemptible,
+		Command: command, Priority: s.priority, Preemptible: s.preemptible, Team: s.team,
 		Nodes: s.nodes, OnPartFailure: s.onPartFailure,
 	}
 	if s.gpus != 0 || s.gpuModel != "" || s.gpuMemory != 0 || s.mig != "" || s.cpu != 0 || s.memory != 0 || s.profile == "" {
@@ -511,6 +513,7 @@ func writeSession(w io.Writer, s api.SessionView) {
 	}
 	row("ID", s.ID)
 	row("Owner", s.Owner)
+	row("Team", s.Team)
 	row("Kind", string(s.Kind))
 	row("Name", s.Name)
 	row("Image", s.Image)

@@ -502,6 +502,28 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         # A static token that is not the fake's is refused.
         await self.assertSpawnFails(self.spawner(voyager_token="svc-token"), "refused the hub's credentials")
 
+    async def test_minted_tokens_sign_the_user_and_her_groups(self):
+        d = tempfile.mkdtemp()
+        key, pub = keygen(os.path.join(d, "hub"))
+        with open(pub) as f:
+            self.fake.public_key = f.read()
+
+        async def auth_state():
+            return {"groups": ["staff", "cv"], "access_token": "x"}
+        user = SimpleNamespace(name="ada", escaped_name="ada", url="/user/ada/",
+                               groups=[SimpleNamespace(name="cv")], get_auth_state=auth_state)
+        sp = self.spawner(user=user, voyager_token="", voyager_private_key_file=key, voyager_token_lifetime=60)
+        self.assertEqual(await asyncio.wait_for(sp.start(), 10), "http://gpu-7:40001")
+        method, path, headers = next(r for r in self.fake.requests if r[0] == "POST" and r[1] == "/api/v1/sessions")
+        claims = jwt.decode(headers["Authorization"].split()[1], self.fake.public_key, algorithms=["ES256"])
+        self.assertEqual(claims["voyager_on_behalf_of"], {"sub": "ada", "groups": ["cv", "staff"]})
+        self.assertEqual(headers["X-Voyager-On-Behalf-Of"], "ada")
+        # Switched off, the token signs no user.
+        sp = self.spawner(user=user, voyager_token="", voyager_private_key_file=key, voyager_sign_groups=False)
+        self.assertEqual(await asyncio.wait_for(sp.start(), 10), "http://gpu-7:40001")
+        claims = jwt.decode(self.fake.requests[-1][2]["Authorization"].split()[1], self.fake.public_key, algorithms=["ES256"])
+        self.assertNotIn("voyager_on_behalf_of", claims)
+
 
 class MinterTest(unittest.TestCase):
     def test_renews_at_half_life_and_signs_rs256_and_es256(self):
@@ -528,6 +550,15 @@ class MinterTest(unittest.TestCase):
             self.assertEqual(jwt.decode(t2, public, algorithms=[alg], audience="voyager", issuer="hub.example",
                                         options={"verify_exp": False, "verify_iat": False, "verify_nbf": False})["exp"], 1_000_091)
             self.assertEqual(m.minted, 2)
+            # Per user and groups: one token each, kept like the service's.
+            ta, tb = m.token("ada", ["cv"]), m.token("bob", [])
+            self.assertEqual(m.token("ada", ["cv"]), ta)
+            self.assertNotEqual(m.token("ada", ["cv", "nlp"]), ta, "new groups: a new token")
+            ca = jwt.decode(ta, public, algorithms=[alg], audience="voyager", issuer="hub.example",
+                            options={"verify_exp": False, "verify_iat": False, "verify_nbf": False})
+            self.assertEqual(ca["voyager_on_behalf_of"], {"sub": "ada", "groups": ["cv"]})
+            self.assertNotEqual(ta, tb)
+            self.assertEqual(m.minted, 5)
             now[0] = 1_000_000.0
 
     def test_bad_key_files_say_what_is_wanted(self):

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from jupyterhub.spawner import Spawner
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
-from traitlets import Any, Dict, Integer, List, Unicode, Union, default, validate
+from traitlets import Any, Bool, Dict, Integer, List, Unicode, Union, default, validate
 
 from . import profiles as prof
 from .client import Client, VoyagerError
@@ -124,6 +124,18 @@ class VoyagerSpawner(Spawner):
     voyager_token_issuer = Unicode("", help="iss claim of minted tokens (VOYAGER_JWT_ISSUER); empty: none.").tag(config=True)
     voyager_token_kid = Unicode("", help="kid header of minted tokens, when Voyager's key file is a JWKS with several keys.").tag(config=True)
     voyager_request_timeout = Integer(30, min=1, help="Seconds one request to Voyager may take.").tag(config=True)
+    voyager_sign_groups = Bool(
+        True,
+        help="""Sign the user and her groups into every minted token (claim voyager_on_behalf_of): her
+        JupyterHub groups, and the list under voyager_auth_state_groups_key in her auth state. Voyager
+        then gives hub users their groups' volumes, profiles, quotas and team. Needs
+        voyager_private_key_file: a fixed voyager_token carries no groups.""",
+    ).tag(config=True)
+    voyager_auth_state_groups_key = Unicode(
+        "groups",
+        help="""Key of the user's auth state (Authenticator.enable_auth_state) that lists her groups, as
+        OAuthenticator's and LDAPAuthenticator's may; empty: the auth state is not read.""",
+    ).tag(config=True)
 
     # ---- what a server gets ----
 
@@ -181,6 +193,7 @@ class VoyagerSpawner(Spawner):
         self._progress_done = False
         self._progress_changed = asyncio.Event()
         self._cancelled = False
+        self._auth_state_groups = []
 
     # ---- state ----
 
@@ -203,18 +216,46 @@ class VoyagerSpawner(Spawner):
 
     # ---- credentials ----
 
-    def _token(self):
+    def _token(self, user=None, groups=()):
         if self.voyager_private_key_file:
-            return shared_minter(self.voyager_private_key_file, self.voyager_token_subject, self.voyager_token_roles,
-                                 self.voyager_token_lifetime, self.voyager_token_audience, self.voyager_token_issuer,
-                                 self.voyager_token_kid, self.voyager_token_roles_claim).token()
+            m = shared_minter(self.voyager_private_key_file, self.voyager_token_subject, self.voyager_token_roles,
+                              self.voyager_token_lifetime, self.voyager_token_audience, self.voyager_token_issuer,
+                              self.voyager_token_kid, self.voyager_token_roles_claim)
+            return m.token(user, groups) if self.voyager_sign_groups and user is not None else m.token()
         if not self.voyager_token:
             raise SigningKeyError("the hub has no Voyager credentials: set VoyagerSpawner.voyager_private_key_file "
                                   "(or, for a trial, voyager_token)")
         return self.voyager_token
 
+    def user_groups(self):
+        """The user's groups as signed into her tokens: her JupyterHub
+        groups, then those of her auth state (read at the last spawn or
+        form), in order, each once."""
+        names = []
+        for g in list(getattr(self.user, "groups", None) or []) + list(self._auth_state_groups):
+            name = getattr(g, "name", g)
+            if isinstance(name, str) and name and name not in names:
+                names.append(name)
+        return names
+
+    async def _read_auth_state_groups(self):
+        """Reads the groups listed in the user's auth state, if configured."""
+        key, get = self.voyager_auth_state_groups_key, getattr(self.user, "get_auth_state", None)
+        if not (key and get and self.voyager_sign_groups):
+            return
+        try:
+            st = await get() or {}
+        except Exception as e:  # an auth state that cannot be read: no groups from it
+            self.log.warning("read auth state of %s: %s", self.user.name, e)
+            return
+        gs = st.get(key) if isinstance(st, dict) else None
+        if isinstance(gs, str):
+            gs = [g for g in gs.replace(",", " ").split() if g]
+        self._auth_state_groups = [g for g in (gs or []) if isinstance(g, str)]
+
     def client(self):
-        return Client(self.voyager_url, self._token, self.user.name, self.voyager_request_timeout)
+        return Client(self.voyager_url, lambda: self._token(self.user.name, self.user_groups()), self.user.name,
+                      self.voyager_request_timeout)
 
     # ---- profiles and the form ----
 
@@ -240,6 +281,7 @@ class VoyagerSpawner(Spawner):
 
     async def _options_form(self, spawner):
         """Profiles, override fields, and what is free now by GPU model."""
+        await self._read_auth_state_groups()
         client = self.client()
         error = ""
         try:
@@ -359,6 +401,7 @@ class VoyagerSpawner(Spawner):
             self._finish_progress()
 
     async def _start(self):
+        await self._read_auth_state_groups()
         client = self.client()
         if not self.idempotency_key:
             self.idempotency_key = str(uuid.uuid4())

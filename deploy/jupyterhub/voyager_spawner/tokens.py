@@ -20,6 +20,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 
+# The claim in which the hub signs the user a token acts for, and her
+# groups (api.OnBehalfOfClaim in Voyager).
+ON_BEHALF_OF_CLAIM = "voyager_on_behalf_of"
+
+
 def _b64(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -84,7 +89,10 @@ class Minter:
         self._lock = threading.Lock()
         self._key = self._alg = None
         self._key_stamp = None
-        self._token, self._renew_at, self._exp = "", 0.0, 0.0
+        # By (user, groups): (token, renew at, expires at). The service's
+        # own token is under (None, ()).
+        self._cache = {}
+        self._exp = 0.0
         self.minted = 0  # how many tokens this minter has made
 
     def _load(self):
@@ -93,35 +101,45 @@ class Minter:
         if stamp != self._key_stamp:
             self._key, self._alg = load_private_key(self.key_file)
             self._key_stamp = stamp
-            self._renew_at = 0.0  # a new key: new tokens
+            self._cache.clear()  # a new key: new tokens
         return self._key, self._alg
 
-    def token(self):
-        """A token valid for at least half the lifetime."""
+    def token(self, user=None, groups=()):
+        """A token valid for at least half the lifetime. With user, it also
+        signs the user it acts for and her groups (claim
+        voyager_on_behalf_of), so Voyager gives her those groups: a header
+        alone is not signed."""
         with self._lock:
             try:
                 key, alg = self._load()
             except OSError as e:
                 raise SigningKeyError(f"read Voyager signing key {self.key_file}: {e}") from None
             now = self.clock()
-            if self._token and now < self._renew_at:
-                return self._token
+            ck = (user, tuple(groups or ()))
+            cached = self._cache.get(ck)
+            if cached and now < cached[1]:
+                self._exp = cached[2]
+                return cached[0]
             iat = int(now)
             claims = {"sub": self.subject, "iat": iat, "nbf": iat - 5, "exp": iat + int(self.lifetime),
                       "jti": uuid.uuid4().hex}
             claims.update(_nested(self.roles_claim, self.roles))
+            if user is not None:
+                claims[ON_BEHALF_OF_CLAIM] = {"sub": user, "groups": list(ck[1])}
             if self.audience:
                 claims["aud"] = self.audience
             if self.issuer:
                 claims["iss"] = self.issuer
-            self._token = sign(key, alg, claims, self.kid)
+            tok = sign(key, alg, claims, self.kid)
+            if len(self._cache) > 4096:  # users come and go: forget the expired
+                self._cache = {k: v for k, v in self._cache.items() if v[2] > now}
+            self._cache[ck] = (tok, iat + self.lifetime / 2, iat + self.lifetime)
             self._exp = iat + self.lifetime
-            self._renew_at = iat + self.lifetime / 2
             self.minted += 1
-            return self._token
+            return tok
 
     def expires(self):
-        """When the current token expires (seconds since the epoch)."""
+        """When the token last returned expires (seconds since the epoch)."""
         return self._exp
 
 

@@ -1,0 +1,295 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// AccountantConfig configures an Accountant. Zero fields take the
+// defaults.
+type AccountantConfig struct {
+	// Keys is the key schema. Default: state.DefaultPrefix.
+	Keys state.Keys
+	// CursorEvery is how often the progress (cursors/usage) is written
+	// when no accrual wrote it. Default 10 s.
+	CursorEvery time.Duration
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Accountant turns the ends of sessions' bound attempts into GPU-hours:
+// for every status change that takes a session out of its bound phases
+// (Bound, Starting, Running, Stopping: to an end, a back-off, a
+// preemption, a lost node's re-queue) it records the attempt's accrual
+// and adds its GPU-time to the days it spanned (state.Accrue). It follows
+// the statuses' changes from its cursor (cursors/usage), so a change made
+// while no accountant ran is counted when one starts again, as long as
+// etcd still holds it; the accrual's key is created once, so a change seen
+// twice (a replay, two accountants) counts once. One process leads at a
+// time (elections/usage/).
+type Accountant struct {
+	cfg AccountantConfig
+	cli *clientv3.Client
+	log *slog.Logger
+
+	accrued, late atomic.Int64
+	mu            sync.Mutex
+	applied       int64 // the revision up to which changes were handled
+}
+
+// NewAccountant returns an accountant over cli.
+func NewAccountant(cli *clientv3.Client, cfg AccountantConfig) *Accountant {
+	if cfg.Keys == (state.Keys{}) {
+		cfg.Keys = state.MustKeys(state.DefaultPrefix)
+	}
+	if cfg.CursorEvery <= 0 {
+		cfg.CursorEvery = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Accountant{cfg: cfg, cli: cli, log: cfg.Logger.With("component", "usage")}
+}
+
+// Accrued returns how many attempts this accountant recorded.
+func (a *Accountant) Accrued() int64 { return a.accrued.Load() }
+
+// Late returns how many ended attempts it could not record because their
+// sessions had been retired first (or their specs compacted away).
+func (a *Accountant) Late() int64 { return a.late.Load() }
+
+// Applied returns the revision up to which this accountant has handled
+// every status change.
+func (a *Accountant) Applied() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.applied
+}
+
+// Run accounts while this process holds the usage election, until ctx
+// ends. It returns nil when ctx is cancelled.
+func (a *Accountant) Run(ctx context.Context) error {
+	leadUntilDone(ctx, a.log, "usage accountant", a.lead)
+	return nil
+}
+
+func (a *Accountant) lead(ctx context.Context) error {
+	s, err := elect(ctx, a.cli, a.cfg.Keys, "usage")
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.Ctx(), cancel)
+	defer stop()
+	err = a.follow(ctx)
+	if s.Ctx().Err() != nil {
+		return errors.New("lease expired")
+	}
+	return err
+}
+
+// follow handles every status change from the cursor on (or, without a
+// usable cursor, the statuses as listed now and every change after),
+// until ctx ends or the watch fails.
+func (a *Accountant) follow(ctx context.Context) error {
+	k := a.cfg.Keys
+	cur, _, err := state.Get[state.UsageCursor](ctx, a.cli, k.UsageCursor())
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		return fmt.Errorf("read usage cursor: %w", err)
+	}
+	from := cur.Revision + 1
+	if cur.Revision == 0 {
+		if from, err = a.catchUp(ctx); err != nil {
+			return err
+		}
+	}
+	for {
+		err := a.watch(ctx, from)
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			return err
+		}
+		// History before the cursor is gone: what changed there can no
+		// longer be seen change by change. Count what the statuses show.
+		a.log.Warn("usage cursor is behind etcd's compaction; accounting from the statuses as they are now", "cursor", from-1)
+		if from, err = a.catchUp(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// catchUp lists the statuses and records every attempt one shows ended
+// (a terminal status, or one waiting to run again, with its bound time),
+// and returns the revision to watch from.
+func (a *Accountant) catchUp(ctx context.Context) (int64, error) {
+	resp, err := a.cli.Get(ctx, a.cfg.Keys.StatusDir(), clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("list statuses: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		st, err := state.Decode[state.Status](kv.Value)
+		if err != nil {
+			continue
+		}
+		if qr, att, bound, ended, ok := state.EndedStatus(st); ok {
+			if err := a.accrue(ctx, st.Session, qr, att, bound, ended, kv.ModRevision); err != nil {
+				return 0, err
+			}
+		}
+	}
+	a.setApplied(resp.Header.Revision)
+	return resp.Header.Revision + 1, nil
+}
+
+func (a *Accountant) watch(ctx context.Context, from int64) error {
+	k := a.cfg.Keys
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := a.cli.Watch(wctx, k.StatusDir(), clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	tick := time.NewTicker(a.cfg.CursorEvery)
+	defer tick.Stop()
+	written := from - 1
+	for {
+		select {
+		case <-ctx.Done():
+			a.writeCursor(a.Applied())
+			return nil
+		case <-tick.C:
+			if rev := a.Applied(); rev > written {
+				a.writeCursor(rev)
+				written = rev
+			}
+		case resp, ok := <-wch:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("usage watch closed")
+			}
+			if err := resp.Err(); err != nil {
+				return fmt.Errorf("watch statuses: %w", err)
+			}
+			for _, ev := range resp.Events {
+				if err := a.handle(ctx, ev); err != nil {
+					return err
+				}
+			}
+			a.setApplied(resp.Header.Revision)
+		}
+	}
+}
+
+// handle records the attempt a status change ended, if it ended one.
+func (a *Accountant) handle(ctx context.Context, ev *clientv3.Event) error {
+	var prev, cur *state.Status
+	if ev.PrevKv != nil {
+		if p, err := state.Decode[state.Status](ev.PrevKv.Value); err == nil {
+			prev = &p
+		}
+	}
+	if ev.Type == clientv3.EventTypePut {
+		if c, err := state.Decode[state.Status](ev.Kv.Value); err == nil {
+			cur = &c
+		}
+	}
+	qr, att, bound, ended, ok := state.EndedAttempt(prev, cur, a.cfg.Now().UTC())
+	if !ok {
+		return nil
+	}
+	id, _ := a.cfg.Keys.SessionID(string(ev.Kv.Key))
+	return a.accrue(ctx, id, qr, att, bound, ended, ev.Kv.ModRevision)
+}
+
+// accrue records one ended attempt of session id, reading its spec for
+// the owner, team and GPUs (at rev-1 if it is gone now).
+func (a *Accountant) accrue(ctx context.Context, id string, qr int64, attempt int, bound, ended time.Time, rev int64) error {
+	k := a.cfg.Keys
+	spec, _, err := state.Get[state.Session](ctx, a.cli, k.Session(id))
+	if errors.Is(err, state.ErrNotFound) {
+		var resp *clientv3.GetResponse
+		if resp, err = a.cli.Get(ctx, k.Session(id), clientv3.WithRev(rev-1)); err == nil && len(resp.Kvs) > 0 {
+			spec, err = state.Decode[state.Session](resp.Kvs[0].Value)
+		} else if err == nil {
+			err = state.ErrNotFound
+		}
+	}
+	if err != nil {
+		if errors.Is(err, state.ErrNotFound) || errors.Is(err, rpctypes.ErrCompacted) {
+			a.late.Add(1)
+			a.log.Warn("cannot account an ended attempt: its spec is gone", "session", id, "queueRevision", qr, "err", err)
+			return nil
+		}
+		return fmt.Errorf("read spec of %s: %w", id, err)
+	}
+	acc := state.Accrual{Session: id, Owner: spec.Owner, Team: spec.Team, Attempt: attempt, QueueRevision: qr,
+		GPUs: state.SessionGPUs(spec), Bound: bound.UTC(), Ended: ended.UTC()}
+	for try := 0; ; try++ {
+		done, err := state.Accrue(ctx, a.cli, k, acc, &state.UsageCursor{Revision: rev - 1, Updated: a.cfg.Now().UTC()}, a.cfg.Now())
+		switch {
+		case err == nil:
+			if done {
+				a.accrued.Add(1)
+				a.log.Debug("attempt accounted", "session", id, "queueRevision", qr, "owner", acc.Owner, "team", acc.Team,
+					"gpus", acc.GPUs, "gpuHours", float64(state.GPUMillis(acc.GPUs, acc.Bound, acc.Ended))/3.6e6)
+			}
+			return nil
+		case errors.Is(err, state.ErrNotFound):
+			a.late.Add(1)
+			a.log.Warn("cannot account an ended attempt: its session was retired first", "session", id, "queueRevision", qr)
+			return nil
+		case errors.Is(err, state.ErrConflict) && try < 10:
+			continue
+		default:
+			return err
+		}
+	}
+}
+
+func (a *Accountant) setApplied(rev int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.applied = max(a.applied, rev)
+}
+
+// writeCursor records that every change up to rev was handled.
+func (a *Accountant) writeCursor(rev int64) {
+	if rev <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c := state.UsageCursor{Revision: rev, Updated: a.cfg.Now().UTC()}
+	// Never backwards: an accrual may have written a later one.
+	cur, modRev, err := state.Get[state.UsageCursor](ctx, a.cli, a.cfg.Keys.UsageCursor())
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
+		a.log.Debug("read usage cursor", "err", err)
+		return
+	}
+	if cur.Revision >= rev {
+		return
+	}
+	v, err := state.Encode(c)
+	if err != nil {
+		return
+	}
+	if _, err := a.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(a.cfg.Keys.UsageCursor()), "=", modRev)).
+		Then(clientv3.OpPut(a.cfg.Keys.UsageCursor(), v)).Commit(); err != nil {
+		a.log.Debug("write usage cursor", "err", err)
+	}
+}

@@ -1,0 +1,204 @@
+package lifecycle
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// runAccountant runs an accountant over cli until stop is called or the
+// test ends.
+func runAccountant(t testing.TB, cli *clientv3.Client) (*Accountant, func()) {
+	t.Helper()
+	a := NewAccountant(cli, AccountantConfig{Keys: keys, CursorEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("accountant Run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return a, stop
+}
+
+// usageDriver writes sessions and their statuses as the API, the placer
+// and the merger would, with the times it is told.
+type usageDriver struct {
+	t   *testing.T
+	cli *clientv3.Client
+}
+
+func (d usageDriver) create(id, owner, team string, gpus int, at time.Time) {
+	d.t.Helper()
+	s := state.Session{ID: id, Owner: owner, Team: team, Kind: state.KindBatch, Resources: state.Resources{GPUs: gpus, CPUMilli: 1000, MemoryMiB: 1024},
+		Desired: state.DesiredRunning, Created: at}
+	if _, err := state.CreateSession(context.Background(), d.cli, keys, s, at); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func (d usageDriver) status(st state.Status) {
+	d.t.Helper()
+	if _, err := state.Put(context.Background(), d.cli, keys.Status(st.Session), st); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// run binds attempt (queue revision qr) of id at bound and runs it.
+func (d usageDriver) run(id string, attempt int, qr int64, bound time.Time) state.Status {
+	d.t.Helper()
+	st := state.Status{Session: id, Phase: state.PhaseBound, Attempt: attempt, QueueRevision: qr, Bound: &bound, Updated: bound}
+	d.status(st)
+	started := bound.Add(time.Second)
+	st.Phase, st.Started, st.Updated = state.PhaseRunning, &started, started
+	d.status(st)
+	return st
+}
+
+func (d usageDriver) finish(st state.Status, at time.Time) {
+	d.t.Helper()
+	st.Phase, st.Finished, st.Updated = state.PhaseSucceeded, &at, at
+	d.status(st)
+}
+
+func (d usageDriver) day(day string) state.UsageDay {
+	d.t.Helper()
+	v, _, err := state.Get[state.UsageDay](context.Background(), d.cli, keys.GPUHoursDir()+day)
+	if err != nil {
+		return state.UsageDay{}
+	}
+	return v
+}
+
+func (d usageDriver) accruals() map[string]state.Accrual {
+	d.t.Helper()
+	resp, err := d.cli.Get(context.Background(), keys.Accruals(), clientv3.WithPrefix())
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	out := map[string]state.Accrual{}
+	for _, kv := range resp.Kvs {
+		a, err := state.Decode[state.Accrual](kv.Value)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		out[string(kv.Key)] = a
+	}
+	return out
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+	}
+}
+
+// TestAccountantCountsEachAttemptOnce: ended attempts become accruals
+// and daily GPU-time, split at UTC midnight, by team and owner: a run to
+// its end, a back-off and its restart (two attempts), a lost node's
+// re-queue (the placer's fresh status keeps no bound time: the previous
+// value has it); attempts that end while no accountant runs are counted
+// when one starts again from its cursor; a second accountant, a restart
+// and a replay from no cursor at all count nothing twice; a session
+// retired before it was counted is reported late, not counted.
+func TestAccountantCountsEachAttemptOnce(t *testing.T) {
+	cli := etcdtest.New(t)
+	d := usageDriver{t: t, cli: cli}
+	acc, stop := runAccountant(t, cli)
+	day := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+	h := func(x float64) time.Duration { return time.Duration(x * float64(time.Hour)) }
+
+	// ada, vision, 2 GPUs, 90 minutes on the 20th.
+	d.create("s-ada", "ada", "vision", 2, day.Add(h(9)))
+	d.finish(d.run("s-ada", 0, 10, day.Add(h(9))), day.Add(h(10.5)))
+	// bob, no team, 1 GPU, 23:00 to 01:30 the next day.
+	d.create("s-bob", "bob", "", 1, day.Add(h(23)))
+	d.finish(d.run("s-bob", 0, 20, day.Add(h(23))), day.Add(h(25.5)))
+	// cyd, vision, 4 GPUs: 1 h, backs off, re-queued, 2 h more.
+	d.create("s-cyd", "cyd", "vision", 4, day.Add(h(12)))
+	st := d.run("s-cyd", 0, 30, day.Add(h(12)))
+	retry := day.Add(h(13.5))
+	st.Phase, st.Reason, st.RetryAt, st.Updated = state.PhasePending, state.ReasonBackOff, &retry, day.Add(h(13))
+	d.status(st)
+	d.status(state.Status{Session: "s-cyd", Phase: state.PhasePending, Reason: "Queued", Attempt: 1, Updated: retry})
+	d.finish(d.run("s-cyd", 1, 40, day.Add(h(14))), day.Add(h(16)))
+	waitUntil(t, "four accruals", func() bool { return len(d.accruals()) == 4 })
+
+	want := map[string]map[string]int64{
+		"2026-11-20": {"vision/ada": 2 * 90 * 60000, "/bob": 60 * 60000, "vision/cyd": 4*60*60000 + 4*120*60000},
+		"2026-11-21": {"/bob": 90 * 60000},
+	}
+	check := func(when string) {
+		t.Helper()
+		for dayName, subjects := range want {
+			got := d.day(dayName).GPUMilliseconds
+			if len(got) != len(subjects) {
+				t.Errorf("%s: day %s holds %v, want %v", when, dayName, got, subjects)
+			}
+			for s, ms := range subjects {
+				if got[s] != ms {
+					t.Errorf("%s: day %s %s = %d ms, want %d", when, dayName, s, got[s], ms)
+				}
+			}
+		}
+	}
+	check("first pass")
+	if a := d.accruals()[keys.Accrual("s-cyd", 30)]; a.GPUs != 4 || a.Team != "vision" || !a.Ended.Equal(day.Add(h(13))) || a.GPUMilliseconds != 4*3600000 {
+		t.Errorf("cyd's first attempt: %+v", a)
+	}
+
+	// A lost node while no accountant runs: dan's attempt ends and he is
+	// re-queued by the placer's fresh status.
+	stop()
+	d.create("s-dan", "dan", "vision", 1, day.Add(h(18)))
+	d.run("s-dan", 0, 50, day.Add(h(18)))
+	d.status(state.Status{Session: "s-dan", Phase: state.PhasePending, Reason: "NodeLost", Attempt: 1, Updated: day.Add(h(19))})
+	want["2026-11-20"]["vision/dan"] = 60 * 60000
+
+	// Two accountants at once, then one more from no cursor at all.
+	a2, stop2 := runAccountant(t, cli)
+	a3, stop3 := runAccountant(t, cli)
+	waitUntil(t, "dan's accrual", func() bool { return len(d.accruals()) == 5 })
+	stop2()
+	stop3()
+	if _, err := cli.Delete(context.Background(), keys.UsageCursor()); err != nil {
+		t.Fatal(err)
+	}
+	a4, stop4 := runAccountant(t, cli)
+	waitUntil(t, "the replay to catch up", func() bool { rev := a4.Applied(); return rev > 0 })
+	stop4()
+	check("after a second accountant and a replay")
+	if n := acc.Accrued() + a2.Accrued() + a3.Accrued() + a4.Accrued(); n != 5 {
+		t.Errorf("accountants recorded %d attempts, want 5", n)
+	}
+
+	// Retired before it was counted: late, not counted.
+	d.create("s-eve", "eve", "vision", 8, day.Add(h(20)))
+	d.finish(d.run("s-eve", 0, 60, day.Add(h(20))), day.Add(h(21)))
+	if _, err := cli.Delete(context.Background(), keys.Status("s-eve")); err != nil {
+		t.Fatal(err)
+	}
+	a5, _ := runAccountant(t, cli)
+	waitUntil(t, "eve reported late", func() bool { return a5.Late() == 1 })
+	check("after a retired session")
+}
