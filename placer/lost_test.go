@@ -154,3 +154,66 @@ func TestLiveNodeIsNotCleared(t *testing.T) {
 		t.Errorf("the live node's ledger changed: %v", after.Kvs)
 	}
 }
+
+// TestNodeLossFreesEveryPartFromWhatItReads is point 4 of issue 33: a
+// multi-node job loses one part's node while the placer that handles the
+// loss has a ledgers cache that does not show the other part (it trails
+// the nodes cache), and the other part's agent does nothing (dead or
+// paused; here there is none). The job is ended or re-queued with every
+// part's binding and allocation gone, found from the status and ledgers
+// the transaction reads. Before, the other node kept its binding and its
+// GPUs for a session that had ended.
+func TestNodeLossFreesEveryPartFromWhatItReads(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		restart state.RestartPolicy
+		want    state.Phase
+	}{
+		{"ended", state.RestartPolicy{}, state.PhaseLost},
+		{"re-queued", state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 1}, state.PhasePending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := etcdtest.Start(t, etcdtest.Options{})
+			cli := c.Client(t)
+			ctx := context.Background()
+			s := newSim(t, cli)
+			s.addNodes(ctx, "gpu", 2, 8)
+			job := s.submit(ctx, "ada", []int{4}, func(x *state.Session) {
+				x.Nodes = 2
+				x.Restart = tc.restart
+			})[0]
+			_, stop, _ := runPlacer(t, c.Server.Endpoint(), Config{})
+			var w world
+			eventually(t, 20*time.Second, "the job bound on both nodes", func() bool {
+				w = s.read(ctx)
+				return len(w.bindings[job]) == 2 && w.status[job].Phase == state.PhaseBound
+			})
+			stop() // only the placer below handles the loss
+			lost, other := w.bindings[job][0].Node, w.bindings[job][1].Node
+
+			// A placer whose nodes cache runs and whose ledgers cache shows
+			// nothing: the ledgers cache trails.
+			p := New(cli, Config{ID: "trailing", Logger: quietLogger()})
+			cctx, cancel := context.WithCancel(ctx)
+			t.Cleanup(cancel)
+			go func() { _ = p.nodes.Run(cctx) }()
+			if err := p.nodes.WaitSynced(cctx); err != nil {
+				t.Fatal(err)
+			}
+			s.killNode(ctx, lost)
+			if _, err := p.clearLostNode(ctx, lost); err != nil {
+				t.Fatal(err)
+			}
+			w = s.read(ctx)
+			if st := w.status[job]; st.Phase != tc.want || st.Reason != "NodeLost" {
+				t.Fatalf("job is %s (%s), want %s NodeLost", st.Phase, st.Reason, tc.want)
+			}
+			if bs := w.bindings[job]; len(bs) != 0 {
+				t.Errorf("bindings left for a job that was %s: %+v", tc.name, bs)
+			}
+			if a, held := w.ledgers[other].Allocations[job]; held {
+				t.Errorf("node %s still allocates %v to a job that was %s", other, a.GPUs, tc.name)
+			}
+		})
+	}
+}
