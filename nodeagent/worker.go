@@ -53,6 +53,13 @@ type worker struct {
 	// owner stopped it or the lifecycle controller evicted it decides the
 	// final status. Written before the close, read after it.
 	stopWith state.Session
+
+	// deadline is the start deadline (startdeadline.go; zero: none);
+	// stage and stageDetail say where the start is, for the reason of a
+	// start that misses it.
+	deadline           time.Time
+	stageMu            sync.Mutex
+	stage, stageDetail string
 }
 
 func (a *Agent) newWorker(parent context.Context, id string, it watcher.Item[state.Binding]) *worker {
@@ -111,6 +118,8 @@ func (w *worker) run() {
 		info, err = rt.Status(ctx, w.id)
 	}
 	adopted := err == nil
+	sctx, scancel := w.startCtx(ctx, adopted) // start under the start deadline
+	defer scancel()
 	switch {
 	case errors.Is(err, runtime.ErrNotFound):
 		select {
@@ -119,15 +128,19 @@ func (w *worker) run() {
 			return
 		default:
 		}
-		err := w.start(ctx, sess)
+		err := w.start(sctx, sess)
 		if err != nil {
 			if ctx.Err() != nil {
 				w.ended()
 				return
 			}
+			if startExpired(sctx) {
+				w.startTimedOut(ctx, sess, stopReq)
+				return
+			}
 			w.a.startFailures.Add(1)
 			w.log.Warn("session failed to start", "err", err)
-			w.finish(ctx, nil, w.failed(sess, stopReq, "StartFailed", err.Error()))
+			w.finish(ctx, nil, w.failed(sess, stopReq, ReasonStartFailed, err.Error()))
 			w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 			return
 		}
@@ -151,12 +164,14 @@ func (w *worker) run() {
 	}()
 
 	if info.State != runtime.StateStopped {
-		if r, stop, ok := w.awaitReady(ctx, sess, info, adopted, exitCh, stopReq); !ok {
+		if r, stop, ok := w.awaitReady(sctx, sess, info, adopted, exitCh, stopReq); !ok {
 			switch {
 			case r != nil:
 				w.exited(ctx, sess, *r, stopReq)
 			case stop:
 				w.stop(ctx)
+			case ctx.Err() == nil && startExpired(sctx):
+				w.startTimedOut(ctx, sess, stopReq)
 			default:
 				w.ended()
 			}
@@ -395,11 +410,8 @@ func (w *worker) start(ctx context.Context, sess state.Session) error {
 	if image == "" {
 		image = cfg.Image
 	}
-	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
-		st.Reason, st.Message = "Pulling", "pulling image "+image
-	})
-	if err := cfg.Runtime.EnsureImage(ctx, image); err != nil {
-		return fmt.Errorf("pull image %s: %w", image, err)
+	if err := w.pull(ctx, image); err != nil { // reports its progress
+		return err
 	}
 	var head Head
 	if b.Role == state.RoleWorker {
@@ -479,6 +491,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		p, err := SplitPorts(sess.Kind, b.Role, b.Ports)
 		if err == nil && p.Jupyter > 0 {
 			probe := "http://" + net.JoinHostPort(w.a.cfg.ProbeHost, strconv.Itoa(p.Jupyter)) + "/"
+			w.setStage(StageReadiness, "waiting for Jupyter to answer on port "+strconv.Itoa(p.Jupyter))
 			client := &http.Client{Timeout: time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
