@@ -40,6 +40,11 @@ const (
 	soakUsers     = 8
 	soakAgentTTL  = 2 * time.Second
 	soakPlacerTTL = 2 * time.Second
+	// soakStuckAfter bounds, for the checker, how long a session may go
+	// without progress or keep a part after it ended: far above what the
+	// soak's timings need (a lease of 2 s, stops of 10 ms), far below its
+	// length.
+	soakStuckAfter = time.Minute
 )
 
 // soakProc is one running component that chaos can kill: its own etcd
@@ -116,6 +121,7 @@ func TestSoak(t *testing.T) {
 	go func() {
 		res, err := history.Watch(checkCtx, admin, k, history.Options{
 			Start:      r0.Header.Revision,
+			StuckAfter: soakStuckAfter,
 			OnRevision: func(rev, b int64) { checked.Store(rev); binds.Store(b) },
 			OnViolation: func(v history.Violation) {
 				vmu.Lock()

@@ -33,6 +33,10 @@ type Options struct {
 	// Keep bounds how many violations Result keeps (default 1000); the
 	// count is always exact.
 	Keep int
+	// StuckAfter is the bound of the no-progress and left-behind rules,
+	// by the history's own clock (Checker.SetStuckAfter). 0:
+	// DefaultStuckAfter.
+	StuckAfter time.Duration
 }
 
 // Result is what a check saw.
@@ -78,6 +82,9 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 		start = r.Header.Revision
 	}
 	c := New(k)
+	if opts.StuckAfter > 0 {
+		c.SetStuckAfter(opts.StuckAfter)
+	}
 	var initial []Change
 	for _, dir := range []string{k.Arrays(), k.Sessions(), k.Nodes(), k.Ledgers(), k.AllBindings(), k.PendingDir(), k.StatusDir(), k.Parts()} {
 		r, err := cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(start))
