@@ -217,3 +217,54 @@ func TestNodeLossFreesEveryPartFromWhatItReads(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeLossFreesAnOlderQueueingAlone: the lost node holds a part of a
+// session's older queueing (left there while the session was re-queued
+// and bound again elsewhere). Only that part is freed: the session's
+// current binding, allocation and status are not the lost node's.
+func TestNodeLossFreesAnOlderQueueingAlone(t *testing.T) {
+	_, s := simOnEtcd(t)
+	ctx := context.Background()
+	nodes := s.addNodes(ctx, "gpu", 2, 8)
+	lost, live := nodes[0], nodes[1]
+	id := "s1"
+	now := time.Now().UTC()
+	if _, err := state.Put(ctx, s.cli, s.k.Session(id), state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Desired: state.DesiredRunning, Created: now,
+		Restart: state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	part := func(node string, q int64) {
+		a := state.Allocation{Owner: "ada", Role: state.RoleSingle, GPUs: []string{"GPU-" + node + "-0"}, CPUMilli: 1000, MemoryMiB: 1024}
+		if _, err := state.Put(ctx, s.cli, s.k.Ledger(node), state.Ledger{Node: node, Allocations: map[string]state.Allocation{id: a}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := state.Put(ctx, s.cli, s.k.Binding(node, id), state.Binding{Session: id, Node: node, Role: state.RoleSingle, GPUs: a.GPUs, QueueRevision: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	part(lost, 5)
+	part(live, 9)
+	cur := state.Status{Session: id, Phase: state.PhaseRunning, Nodes: []string{live}, QueueRevision: 9, Attempt: 1, Created: now, Updated: now}
+	if _, err := state.Put(ctx, s.cli, s.k.Status(id), cur); err != nil {
+		t.Fatal(err)
+	}
+	p := New(s.cli, Config{ID: "p1", Logger: quietLogger()})
+	startCaches(t, p)
+	s.killNode(ctx, lost)
+	if _, err := p.clearLostNode(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	w := s.read(ctx)
+	if _, ok := w.ledgers[lost]; ok {
+		t.Errorf("the lost node's ledger is left: %+v", w.ledgers[lost])
+	}
+	if st := w.status[id]; st.Phase != state.PhaseRunning || st.Attempt != 1 {
+		t.Errorf("status %s attempt %d, want Running attempt 1 untouched", st.Phase, st.Attempt)
+	}
+	if len(w.bindings[id]) != 1 || w.bindings[id][0].Node != live {
+		t.Errorf("bindings %+v, want the current one on %s only", w.bindings[id], live)
+	}
+	if _, held := w.ledgers[live].Allocations[id]; !held {
+		t.Errorf("the live node's current allocation was freed")
+	}
+}
