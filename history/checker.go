@@ -1,9 +1,12 @@
 package history
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -22,7 +25,17 @@ const (
 	RulePartUnbound         = "part-without-binding"
 	RuleArrayOverCap        = "array-over-cap"
 	RuleArrayRetiredEarly   = "array-retired-early"
+	RuleBindingDiffers      = "binding-differs"
+	RuleDeviceUnknown       = "device-not-in-inventory"
+	RuleLeftBehind          = "left-behind"
+	RuleStuck               = "no-progress"
+	RuleContainerUnbound    = "container-without-binding"
 )
+
+// DefaultStuckAfter is how long, by the history's own clock (Checker
+// SetStuckAfter), a session may go without progress, or keep a part after
+// it ended, before the checker reports it.
+const DefaultStuckAfter = 10 * time.Minute
 
 // Violation is one broken rule: at Revision, Key is in a state Rule forbids.
 type Violation struct {
@@ -66,6 +79,41 @@ type Checker struct {
 	rev      int64
 	binds    int64
 	acct     accruals // accrual.go
+
+	// bound are the devices and ports each binding names (node, session).
+	bound map[[2]string]boundView
+	// holds says, per session, the nodes where it has a binding (bit 1)
+	// or an allocation (bit 2).
+	holds map[string]map[string]uint8
+	// parts are the parts agents reported, as their phase and binding.
+	parts map[[2]string]partView
+	// clock is the history's own time: the latest time a value written
+	// says it was written at (a status's or part's updated, a binding's
+	// bound, a node's registration). The time-bound rules read it.
+	clock, scanned time.Time
+	stuckAfter     time.Duration
+	// due are the sessions that must make progress: since when (a phase
+	// of Bound, Starting or Stopping entered, or a waiting session's
+	// retryAt), and what they wait in.
+	due map[string]dueView
+	// left are the sessions that ended (or wait to run again) while
+	// holding a binding or an allocation, since when.
+	left map[string]time.Time
+}
+
+type boundView struct {
+	gpus  []string
+	ports []int
+}
+
+type partView struct {
+	phase      state.Phase
+	bindingRev int64
+}
+
+type dueView struct {
+	since time.Time
+	what  string
 }
 
 // New returns a Checker of an empty keyspace under k's prefix.
@@ -73,7 +121,45 @@ func New(k state.Keys) *Checker {
 	return &Checker{k: k, nodes: map[string]state.Node{}, ledgers: map[string]state.Ledger{},
 		bindings: map[string]map[string]int64{}, pending: map[string]bool{},
 		statuses: map[string]state.Status{}, held: state.NewHoldings(), heldInv: map[string]map[string]string{},
-		arrays: map[string]int{}, finished: map[string]bool{}, members: map[string]map[string]bool{}}
+		arrays: map[string]int{}, finished: map[string]bool{}, members: map[string]map[string]bool{},
+		bound: map[[2]string]boundView{}, holds: map[string]map[string]uint8{}, parts: map[[2]string]partView{},
+		due: map[string]dueView{}, left: map[string]time.Time{}, stuckAfter: DefaultStuckAfter}
+}
+
+// SetStuckAfter sets how long, by the history's own clock (the latest
+// time written into a status, part, binding or node value), a session may
+// stay Bound, Starting or Stopping, wait past its retryAt, or keep a
+// binding or allocation after it ended, before no-progress or
+// left-behind reports it. Default DefaultStuckAfter.
+func (c *Checker) SetStuckAfter(d time.Duration) { c.stuckAfter = d }
+
+// tick advances the history's clock to t, if later.
+func (c *Checker) tick(t time.Time) {
+	if t.After(c.clock) {
+		c.clock = t
+	}
+}
+
+// hold sets or clears bit of session id's holdings on node.
+func (c *Checker) hold(id, node string, bit uint8, on bool) {
+	h := c.holds[id]
+	if on {
+		if h == nil {
+			h = map[string]uint8{}
+			c.holds[id] = h
+		}
+		h[node] |= bit
+		return
+	}
+	if h == nil {
+		return
+	}
+	if h[node] &^= bit; h[node] == 0 {
+		delete(h, node)
+	}
+	if len(h) == 0 {
+		delete(c.holds, id)
+	}
 }
 
 // Revision is the last revision applied.
@@ -106,6 +192,8 @@ type touched struct {
 	// create revision): a release writes its part as it deletes them.
 	unbound map[[2]string]int64
 	parts   []partWrite
+	// held are the sessions whose bindings or allocations changed.
+	held map[string]bool
 	// retired are the arrays whose record this revision deleted, and
 	// whether the record had said finished.
 	retired map[string]bool
@@ -124,7 +212,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		out = append(out, Violation{Revision: rev, Key: key, Rule: rule, Detail: fmt.Sprintf(format, args...)})
 	}
 	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}, unbound: map[[2]string]int64{},
-		arrays: map[string]bool{}, retired: map[string]bool{}}
+		arrays: map[string]bool{}, retired: map[string]bool{}, held: map[string]bool{}}
 	k := c.k
 	for _, ch := range changes {
 		key := ch.Key
@@ -138,6 +226,8 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			c.unindex(name, old)
 			for id := range old.Allocations {
 				t.pairs[[2]string{name, id}] = true
+				c.hold(id, name, 2, false)
+				t.held[id] = true
 			}
 			if ch.Value == nil {
 				delete(c.ledgers, name)
@@ -150,6 +240,8 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				c.ledgers[name] = l
 				for id := range l.Allocations {
 					t.pairs[[2]string{name, id}] = true
+					c.hold(id, name, 2, true)
+					t.held[id] = true
 				}
 			}
 			t.nodes[name] = true
@@ -213,6 +305,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				continue
 			}
 			c.nodes[name] = n
+			c.tick(n.Registered)
 			t.nodes[name] = true
 		case strings.HasPrefix(key, k.AllBindings()):
 			node, id, ok := k.BindingKey(key)
@@ -223,28 +316,47 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				c.bindings[node] = map[string]int64{}
 			}
 			created, had := c.bindings[node][id]
+			pair := [2]string{node, id}
+			if ch.Value != nil {
+				b, err := state.Decode[state.Binding](ch.Value)
+				if err != nil {
+					bad(key, RuleUndecodable, "%v", err)
+					continue
+				}
+				c.bound[pair] = boundView{gpus: b.GPUs, ports: b.Ports}
+				c.tick(b.Bound)
+			}
 			switch {
 			case ch.Value == nil:
 				if had {
-					t.unbound[[2]string{node, id}] = created
+					t.unbound[pair] = created
 				}
 				delete(c.bindings[node], id)
+				delete(c.bound, pair)
 			case !had && transitions:
 				c.bindings[node][id] = rev
 			case !had:
 				c.bindings[node][id] = 0 // listed: its create revision is not known
 			}
-			t.pairs[[2]string{node, id}] = true
+			c.hold(id, node, 1, ch.Value != nil)
+			t.held[id] = true
+			t.pairs[pair] = true
 		case strings.HasPrefix(key, k.Parts()):
 			node, id, ok := k.PartKey(key)
-			if !ok || ch.Value == nil {
-				continue // the merger deletes parts at will
+			if !ok {
+				continue
+			}
+			if ch.Value == nil {
+				delete(c.parts, [2]string{node, id}) // the merger deletes parts at will
+				continue
 			}
 			p, err := state.Decode[state.PartStatus](ch.Value)
 			if err != nil {
 				bad(key, RuleUndecodable, "%v", err)
 				continue
 			}
+			c.parts[[2]string{node, id}] = partView{phase: p.Phase, bindingRev: p.BindingRevision}
+			c.tick(p.Updated)
 			if transitions {
 				t.parts = append(t.parts, partWrite{key: key, node: node, id: id, p: p})
 			}
@@ -279,6 +391,8 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			}
 			if ch.Value == nil {
 				delete(c.statuses, id)
+				delete(c.due, id)
+				delete(c.left, id)
 				if transitions {
 					if ok, _ := state.Edge(old.Phase, ""); !ok {
 						bad(key, RulePhaseEdge, "status of a live session (%s) deleted", old.Phase)
@@ -293,6 +407,8 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			}
 			c.statuses[id] = st
 			c.noteAttempt(id, st)
+			c.tick(st.Updated)
+			c.progress(id, st, old, existed)
 			t.sessions[id] = true
 			if arr, _, ok := state.ElementOf(id); ok && c.members[arr][id] {
 				t.arrays[arr] = true
@@ -331,6 +447,38 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			bad(k.Binding(node, id), RuleBindingNoAlloc, "binding of %s on %s has no allocation in the ledger", id, node)
 		case alloc && !bound:
 			bad(k.Ledger(node), RuleAllocNoBinding, "allocation of %s on %s has no binding", id, node)
+		case alloc && bound:
+			a, b := c.ledgers[node].Allocations[id], c.bound[p]
+			if !sameSet(a.GPUs, b.gpus) || !sameSet(a.Ports, b.ports) {
+				bad(k.Binding(node, id), RuleBindingDiffers, "binding of %s on %s names devices %v and ports %v, its allocation %v and %v", id, node, b.gpus, b.ports, a.GPUs, a.Ports)
+			}
+		}
+	}
+	for name := range t.nodes {
+		for _, d := range c.unknownDevices(name) {
+			bad(k.Ledger(name), RuleDeviceUnknown, "%s", d)
+		}
+	}
+	for pair, gone := range t.unbound {
+		if pv, ok := c.parts[pair]; ok && (pv.phase == state.PhaseStarting || pv.phase == state.PhaseRunning || pv.phase == state.PhaseStopping) &&
+			(gone == 0 || pv.bindingRev == gone) {
+			bad(k.Part(pair[0], pair[1]), RuleContainerUnbound, "the agent of %s reports the container of %s %s, and its binding is gone", pair[0], pair[1], pv.phase)
+		}
+	}
+	if transitions {
+		for id := range t.sessions {
+			t.held[id] = true
+		}
+		for id := range t.held {
+			if d := c.leftBehind(id); d != "" {
+				bad(k.Status(id), RuleLeftBehind, "%s", d)
+			}
+		}
+		if c.clock.Sub(c.scanned) >= time.Second {
+			c.scanned = c.clock
+			for _, v := range c.overdue() {
+				bad(k.Status(v[0]), v[1], "%s", v[2])
+			}
 		}
 	}
 	for _, w := range t.parts {
@@ -452,5 +600,143 @@ func (c *Checker) over(name string) []string {
 			out = append(out, fmt.Sprintf("port %d outside the node's range %d-%d", p, n.Ports.First, n.Ports.Last))
 		}
 	}
+	return out
+}
+
+// sameSet reports whether a and b hold the same elements, in any order.
+func sameSet[T cmp.Ordered](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
+}
+
+// unknownDevices describes each device that node's ledger allocates and
+// its inventory (while it has one) knows neither as a device nor as the
+// physical GPU the device belongs to (a GPU held whole and listed split
+// now, a MIG device whose GPU is listed whole now: still there).
+func (c *Checker) unknownDevices(name string) []string {
+	n, ok := c.nodes[name]
+	l := c.ledgers[name]
+	if !ok || len(l.Allocations) == 0 {
+		return nil
+	}
+	inv := n.DeviceParents()
+	var out []string
+	for id, a := range l.Allocations {
+		for _, u := range a.GPUs {
+			if _, known := inv[u]; known {
+				continue
+			}
+			if p := a.Parent(u, inv); p != u {
+				if _, known := inv[p]; known {
+					continue
+				}
+			}
+			out = append(out, fmt.Sprintf("%s holds device %s, which %s's inventory does not list (nor its GPU)", id, u, name))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// nodesOf lists, sorted, the nodes where session id has a binding or an
+// allocation.
+func (c *Checker) nodesOf(id string) []string {
+	var out []string
+	for n := range c.holds[id] {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// leftBehind describes session id's bindings or allocations that the
+// transaction which ended or re-queued it left: one that re-queued it (a
+// queue entry with a Pending status) or ended it for its node's loss
+// (reason NodeLost) must take every part with it. A session that ended
+// otherwise, or waits to run again, may keep parts while their agents
+// stop them: it is recorded, and overdue reports it if it keeps them past
+// the bound.
+func (c *Checker) leftBehind(id string) string {
+	st, has := c.statuses[id]
+	held := len(c.holds[id]) > 0
+	if !has || !held {
+		delete(c.left, id)
+		return ""
+	}
+	switch {
+	case st.Phase == state.PhasePending && c.pending[id]:
+		delete(c.left, id)
+		return fmt.Sprintf("%s was re-queued (attempt %d) and still holds a binding or allocation on %v", id, st.Attempt, c.nodesOf(id))
+	case st.Phase.Terminal() && st.Reason == "NodeLost":
+		delete(c.left, id)
+		return fmt.Sprintf("%s ended %s for a lost node and still holds a binding or allocation on %v", id, st.Phase, c.nodesOf(id))
+	case st.Phase.Terminal() || st.Phase == state.PhasePending:
+		if _, ok := c.left[id]; !ok {
+			c.left[id] = c.clock
+		}
+	default:
+		delete(c.left, id)
+	}
+	return ""
+}
+
+// progress records what session id, whose status became st (from old,
+// when existed), must do next by when: a phase of Bound, Starting or
+// Stopping must change, a waiting session must be re-queued after its
+// retryAt.
+func (c *Checker) progress(id string, st, old state.Status, existed bool) {
+	switch {
+	case st.Phase == state.PhaseBound || st.Phase == state.PhaseStarting || st.Phase == state.PhaseStopping:
+		if existed && old.Phase == st.Phase {
+			if _, ok := c.due[id]; ok {
+				return // the same phase: the bound runs from its start
+			}
+		}
+		since := st.Updated
+		if since.IsZero() {
+			since = c.clock
+		}
+		c.due[id] = dueView{since: since, what: "in phase " + string(st.Phase)}
+	case st.Waiting():
+		c.due[id] = dueView{since: *st.RetryAt, what: "waiting to be re-queued after its retryAt"}
+	default:
+		delete(c.due, id)
+	}
+}
+
+// overdue returns, as [session, rule, detail], each session whose bound
+// passed by the history's clock: no progress (due) or parts kept after it
+// ended (left); each is reported once.
+func (c *Checker) overdue() [][3]string {
+	var out [][3]string
+	for id, d := range c.due {
+		if d.since.IsZero() { // recorded before the clock read any time
+			d.since = c.clock
+			c.due[id] = d
+			continue
+		}
+		if c.clock.Sub(d.since) > c.stuckAfter {
+			out = append(out, [3]string{id, RuleStuck, fmt.Sprintf("%s %s since %s, past the bound of %s (the history's clock is at %s)",
+				id, d.what, d.since.Format(time.RFC3339), c.stuckAfter, c.clock.Format(time.RFC3339))})
+			delete(c.due, id)
+		}
+	}
+	for id, since := range c.left {
+		if since.IsZero() {
+			c.left[id] = c.clock
+			continue
+		}
+		if c.clock.Sub(since) > c.stuckAfter {
+			out = append(out, [3]string{id, RuleLeftBehind, fmt.Sprintf("%s ended (%s) at %s and still holds a binding or allocation on %v past the bound of %s",
+				id, c.statuses[id].Phase, since.Format(time.RFC3339), c.nodesOf(id), c.stuckAfter)})
+			delete(c.left, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] || out[i][0] == out[j][0] && out[i][1] < out[j][1] })
 	return out
 }

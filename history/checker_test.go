@@ -51,6 +51,11 @@ func alloc(cpu int64, ports []int, gpus ...string) state.Allocation {
 	return state.Allocation{Owner: "ada", Role: state.RoleSingle, GPUs: gpus, CPUMilli: cpu, MemoryMiB: 1024, Ports: ports}
 }
 
+// bnd is the binding of session id that allocation a is the ledger's side of.
+func bnd(id string, a state.Allocation) state.Binding {
+	return state.Binding{Session: id, GPUs: a.GPUs, Ports: a.Ports}
+}
+
 func ledger(name string, as map[string]state.Allocation) state.Ledger {
 	return state.Ledger{Node: name, Allocations: as}
 }
@@ -68,17 +73,22 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 		steps func(t *testing.T, k state.Keys) int64
 		rule  string
 		key   func(k state.Keys) string
+		// stuck is the bound of the time-bound rules; 0: the default.
+		stuck time.Duration
 	}{
 		{"one GPU in two allocations on two nodes", func(t *testing.T, k state.Keys) int64 {
-			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Node("n2"), node("n2")})
-			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
-			return write(t, cli, put{k.Ledger("n2"), ledger("n2", map[string]state.Allocation{"s2": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n2", "s2"), state.Binding{Session: "s2"}})
-		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n2") }},
+			// Two nodes that report one GPU UUID (a misconfigured inventory).
+			n2 := node("n2")
+			n2.GPUs[0].UUID = "GPU-n1-0"
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Node("n2"), n2})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), bnd("s1", alloc(100, nil, "GPU-n1-0"))})
+			return write(t, cli, put{k.Ledger("n2"), ledger("n2", map[string]state.Allocation{"s2": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n2", "s2"), bnd("s2", alloc(100, nil, "GPU-n1-0"))})
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n2") }, 0},
 		{"one GPU twice in one ledger", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
-			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
-			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0"), "s2": alloc(100, nil, "GPU-n1-1", "GPU-n1-0")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2"}})
-		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }},
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), bnd("s1", alloc(100, nil, "GPU-n1-0"))})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0"), "s2": alloc(100, nil, "GPU-n1-1", "GPU-n1-0")})}, put{k.Binding("n1", "s2"), bnd("s2", alloc(100, nil, "GPU-n1-1", "GPU-n1-0"))})
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }, 0},
 		{"a GPU held whole and one of its MIG devices after the node registered again split", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1", GPUs: []string{"GPU-n1-0"}}})
@@ -87,7 +97,7 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			split.GPUs[0].MIGDevices = []state.MIGDevice{{UUID: "MIG-n1-0a", Profile: "1g.10gb"}, {UUID: "MIG-n1-0b", Profile: "1g.10gb"}}
 			write(t, cli, put{k.Node("n1"), split})
 			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0"), "s2": alloc(100, nil, "MIG-n1-0a")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2", GPUs: []string{"MIG-n1-0a"}}})
-		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }},
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }, 0},
 		{"a MIG device's GPU held whole after the node registered again unsplit", func(t *testing.T, k state.Keys) int64 {
 			split := node("n1")
 			split.GPUs[0].MIGEnabled = true
@@ -98,74 +108,135 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": part})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1", GPUs: []string{"MIG-n1-0a"}}})
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": part, "s2": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2", GPUs: []string{"GPU-n1-0"}}})
-		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }},
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }, 0},
+		{"a binding that names other devices than its allocation", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, []int{40001}, "GPU-n1-0")})},
+				put{k.Binding("n1", "s1"), bnd("s1", alloc(100, []int{40001}, "GPU-n1-1"))})
+		}, history.RuleBindingDiffers, func(k state.Keys) string { return k.Binding("n1", "s1") }, 0},
+		{"a binding that names other ports than its allocation", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, []int{40001}, "GPU-n1-0")})},
+				put{k.Binding("n1", "s1"), bnd("s1", alloc(100, []int{40002}, "GPU-n1-0"))})
+		}, history.RuleBindingDiffers, func(k state.Keys) string { return k.Binding("n1", "s1") }, 0},
+		{"an allocated GPU gone from the node's inventory", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), bnd("s1", alloc(100, nil, "GPU-n1-0"))})
+			fewer := node("n1")
+			fewer.GPUs = fewer.GPUs[1:]
+			return write(t, cli, put{k.Node("n1"), fewer})
+		}, history.RuleDeviceUnknown, func(k state.Keys) string { return k.Ledger("n1") }, 0},
+		{"a re-queued multi-node session that kept a part", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Node("n2"), node("n2")},
+				put{k.Status("s1"), status("s1", state.PhasePending)}, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
+			a1, a2 := alloc(100, nil, "GPU-n1-0"), alloc(100, nil, "GPU-n2-0")
+			write(t, cli, put{k.Pending("s1"), nil}, put{k.Status("s1"), status("s1", state.PhaseBound)},
+				put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": a1})}, put{k.Binding("n1", "s1"), bnd("s1", a1)},
+				put{k.Ledger("n2"), ledger("n2", map[string]state.Allocation{"s1": a2})}, put{k.Binding("n2", "s1"), bnd("s1", a2)})
+			// n1 is lost; the re-queue frees n1's part and forgets n2's.
+			return write(t, cli, put{k.Ledger("n1"), nil}, put{k.Binding("n1", "s1"), nil},
+				put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhasePending, Reason: "NodeLost", Attempt: 1}}, put{k.Pending("s1"), state.QueueEntry{Session: "s1", Attempt: 1}})
+		}, history.RuleLeftBehind, func(k state.Keys) string { return k.Status("s1") }, 0},
+		{"a session that ended keeps its binding past the bound", func(t *testing.T, k state.Keys) int64 {
+			t0 := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+			a := alloc(100, nil, "GPU-n1-0")
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhasePending, Updated: t0}})
+			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseBound, Updated: t0}},
+				put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": a})}, put{k.Binding("n1", "s1"), bnd("s1", a)})
+			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseSucceeded, Updated: t0.Add(time.Second)}})
+			// Within the bound: an agent may still be stopping a part.
+			write(t, cli, put{k.Status("s2"), state.Status{Session: "s2", Phase: state.PhasePending, Updated: t0.Add(50 * time.Second)}})
+			return write(t, cli, put{k.Status("s2"), state.Status{Session: "s2", Phase: state.PhasePending, Updated: t0.Add(2 * time.Minute)}})
+		}, history.RuleLeftBehind, func(k state.Keys) string { return k.Status("s1") }, time.Minute},
+		{"a session Starting past the bound", func(t *testing.T, k state.Keys) int64 {
+			t0 := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+			a := alloc(100, nil, "GPU-n1-0")
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhasePending, Updated: t0}})
+			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseBound, Updated: t0}},
+				put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": a})}, put{k.Binding("n1", "s1"), bnd("s1", a)})
+			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseStarting, Message: "pulling", Updated: t0.Add(time.Second)}})
+			// Messages within one phase are no progress.
+			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseStarting, Message: "pulling, 1 GiB", Updated: t0.Add(50 * time.Second)}})
+			return write(t, cli, put{k.Status("s2"), state.Status{Session: "s2", Phase: state.PhasePending, Updated: t0.Add(2 * time.Minute)}})
+		}, history.RuleStuck, func(k state.Keys) string { return k.Status("s1") }, time.Minute},
+		{"a container reported running after its binding went", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")})
+			a := alloc(1, nil)
+			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": a})}, put{k.Binding("n1", "s1"), bnd("s1", a)})
+			write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseRunning, BindingRevision: b}})
+			// Freed without the agent's release (which reports the end).
+			return write(t, cli, put{k.Ledger("n1"), nil}, put{k.Binding("n1", "s1"), nil})
+		}, history.RuleContainerUnbound, func(k state.Keys) string { return k.Part("n1", "s1") }, 0},
+		{"a value that is not the JSON its key holds", func(t *testing.T, k state.Keys) int64 {
+			return write(t, cli, put{k.Node("n1"), "not a node"})
+		}, history.RuleUndecodable, func(k state.Keys) string { return k.Node("n1") }, 0},
 		{"node over its CPU", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(3000, nil), "s2": alloc(1001, nil)})},
 				put{k.Binding("n1", "s1"), state.Binding{}}, put{k.Binding("n1", "s2"), state.Binding{}})
-		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }},
+		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }, 0},
 		{"node over its memory", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			a := alloc(1, nil)
 			a.MemoryMiB = 8193
 			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": a})}, put{k.Binding("n1", "s1"), state.Binding{}})
-		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }},
+		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }, 0},
 		{"one port twice", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
-			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40001})})}, put{k.Binding("n1", "s1"), state.Binding{}})
-			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40001}), "s2": alloc(1, []int{40002, 40001})})}, put{k.Binding("n1", "s2"), state.Binding{}})
-		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }},
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40001})})}, put{k.Binding("n1", "s1"), bnd("s1", alloc(1, []int{40001}))})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40001}), "s2": alloc(1, []int{40002, 40001})})}, put{k.Binding("n1", "s2"), bnd("s2", alloc(1, []int{40002, 40001}))})
+		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }, 0},
 		{"a port outside the node's range", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
-			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40010})})}, put{k.Binding("n1", "s1"), state.Binding{}})
-		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }},
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, []int{40010})})}, put{k.Binding("n1", "s1"), bnd("s1", alloc(1, []int{40010}))})
+		}, history.RuleNodeOver, func(k state.Keys) string { return k.Ledger("n1") }, 0},
 		{"a binding without an allocation", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			return write(t, cli, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
-		}, history.RuleBindingNoAlloc, func(k state.Keys) string { return k.Binding("n1", "s1") }},
+		}, history.RuleBindingNoAlloc, func(k state.Keys) string { return k.Binding("n1", "s1") }, 0},
 		{"an allocation released without its binding", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{}})
 			return write(t, cli, put{k.Ledger("n1"), nil})
-		}, history.RuleBindingNoAlloc, func(k state.Keys) string { return k.Binding("n1", "s1") }},
+		}, history.RuleBindingNoAlloc, func(k state.Keys) string { return k.Binding("n1", "s1") }, 0},
 		{"an allocation without a binding", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})})
-		}, history.RuleAllocNoBinding, func(k state.Keys) string { return k.Ledger("n1") }},
+		}, history.RuleAllocNoBinding, func(k state.Keys) string { return k.Ledger("n1") }, 0},
 		{"Stopping back to Running", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseStopping)})
 			return write(t, cli, put{k.Status("s1"), status("s1", state.PhaseRunning)})
-		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }},
+		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }, 0},
 		{"Pending straight to Running", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
 			return write(t, cli, put{k.Status("s1"), status("s1", state.PhaseRunning)})
-		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }},
+		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }, 0},
 		{"a session born Running", func(t *testing.T, k state.Keys) int64 {
 			return write(t, cli, put{k.Status("s1"), status("s1", state.PhaseRunning)})
-		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }},
+		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }, 0},
 		{"a live session's status deleted", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
 			return write(t, cli, put{k.Status("s1"), nil})
-		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }},
+		}, history.RulePhaseEdge, func(k state.Keys) string { return k.Status("s1") }, 0},
 		{"a finished session re-queued", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseSucceeded)})
 			return write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)}, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
-		}, history.RuleFinishedRequeued, func(k state.Keys) string { return k.Status("s1") }},
+		}, history.RuleFinishedRequeued, func(k state.Keys) string { return k.Status("s1") }, 0},
 		{"a queue entry for a finished session", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseFailed)})
 			return write(t, cli, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
-		}, history.RuleFinishedRequeued, func(k state.Keys) string { return k.Pending("s1") }},
+		}, history.RuleFinishedRequeued, func(k state.Keys) string { return k.Pending("s1") }, 0},
 		{"a queue entry for a running session", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
 			write(t, cli, put{k.Status("s1"), status("s1", state.PhaseBound)})
 			return write(t, cli, put{k.Pending("s1"), state.QueueEntry{Session: "s1"}})
-		}, history.RuleQueuedButNotPending, func(k state.Keys) string { return k.Pending("s1") }},
+		}, history.RuleQueuedButNotPending, func(k state.Keys) string { return k.Pending("s1") }, 0},
 		{"a job array over its cap", func(t *testing.T, k state.Keys) int64 {
 			el := func(i int) []put {
 				id := state.ElementID("a", i)
@@ -176,11 +247,11 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			write(t, cli, put{k.Status("a-0"), status("a-0", state.PhaseStopped)})
 			write(t, cli, el(2)...)
 			return write(t, cli, el(3)...)
-		}, history.RuleArrayOverCap, func(k state.Keys) string { return k.Array("a") }},
+		}, history.RuleArrayOverCap, func(k state.Keys) string { return k.Array("a") }, 0},
 		{"an unfinished job array deleted", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Array("a"), state.Array{ID: "a", Indices: "0-9", MaxRunning: 2}})
 			return write(t, cli, put{k.Array("a"), nil})
-		}, history.RuleArrayRetiredEarly, func(k state.Keys) string { return k.Array("a") }},
+		}, history.RuleArrayRetiredEarly, func(k state.Keys) string { return k.Array("a") }, 0},
 		{"a finished job array deleted before its elements", func(t *testing.T, k state.Keys) int64 {
 			done := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
 			el := func(i int) []put {
@@ -193,13 +264,13 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			// Element 0 retired first is legal; the array before element 1 is not.
 			write(t, cli, put{k.Session("a-0"), nil}, put{k.Status("a-0"), nil})
 			return write(t, cli, put{k.Array("a"), nil})
-		}, history.RuleArrayRetiredEarly, func(k state.Keys) string { return k.Array("a") }},
+		}, history.RuleArrayRetiredEarly, func(k state.Keys) string { return k.Array("a") }, 0},
 		{"a part for a binding the node does not hold", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
 			write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseRunning, BindingRevision: b}})
 			return write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseRunning, BindingRevision: b - 1}})
-		}, history.RulePartUnbound, func(k state.Keys) string { return k.Part("n1", "s1") }},
+		}, history.RulePartUnbound, func(k state.Keys) string { return k.Part("n1", "s1") }, 0},
 		{"a part written after its binding was released", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
@@ -208,7 +279,7 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 				put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseSucceeded, BindingRevision: b}})
 			// ... a later write for the gone binding is not.
 			return write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseRunning, BindingRevision: b}})
-		}, history.RulePartUnbound, func(k state.Keys) string { return k.Part("n1", "s1") }},
+		}, history.RulePartUnbound, func(k state.Keys) string { return k.Part("n1", "s1") }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := state.MustKeys(fmt.Sprintf("/case%d", i))
@@ -218,7 +289,7 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			end := write(t, cli, put{k.Profile("marker"), state.Profile{Name: "end"}})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			res, err := history.Watch(ctx, cli, k, history.Options{Start: start, End: end})
+			res, err := history.Watch(ctx, cli, k, history.Options{Start: start, End: end, StuckAfter: tc.stuck})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -265,7 +336,7 @@ func TestCheckerPassesALegalHistory(t *testing.T) {
 			lrev = lr.Kvs[0].ModRevision
 		}
 		cmps, ops, err := state.BindOps(k, []state.LedgerWrite{{Node: "n1", ReadRevision: lrev, NodeRevision: start, Ledger: ledger("n1", map[string]state.Allocation{"s1": alloc(100, []int{40001}, gpu)})}},
-			[]state.Placement{{Session: "s1", PendingRevision: pr.Kvs[0].ModRevision, Bindings: []state.Binding{{Session: "s1", Node: "n1", GPUs: []string{gpu}}},
+			[]state.Placement{{Session: "s1", PendingRevision: pr.Kvs[0].ModRevision, Bindings: []state.Binding{{Session: "s1", Node: "n1", GPUs: []string{gpu}, Ports: []int{40001}}},
 				Status: state.Status{Session: "s1"}}})
 		if err != nil {
 			t.Fatal(err)

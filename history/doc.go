@@ -4,7 +4,8 @@
 // queue entries and statuses, applies each revision's changes to it, and
 // reports every revision after which a rule is broken:
 //
-//   - gpu-shared: a GPU (or MIG device) UUID is in two allocations;
+//   - gpu-shared: a GPU (or MIG device) UUID is in two allocations, or a
+//     GPU held whole beside a MIG device of it;
 //   - node-over: a node's allocations exceed its CPU or memory, or hold a
 //     port twice or outside its range;
 //   - binding-without-allocation / allocation-without-binding: a binding
@@ -12,6 +13,16 @@
 //   - phase-edge: a session's phase moved along no edge of the state
 //     machine (state.Machine);
 //   - finished-requeued: a finished session is queued or Pending again;
+//   - binding-differs: a binding names other devices or ports than its
+//     allocation;
+//   - device-not-in-inventory: an allocated device that its node's
+//     inventory lists neither as a device nor as its physical GPU;
+//   - left-behind: a binding or allocation left for a session re-queued or
+//     ended for its node's loss, or past a bound for one that ended;
+//   - no-progress: Bound, Starting or Stopping (or waiting past retryAt)
+//     longer than a bound, by the history's own clock;
+//   - container-without-binding: a binding deleted while its part says
+//     its container runs;
 //   - history-gap: etcd's previous value of a status differs from the
 //     model's (a revision was missed).
 //

@@ -25,21 +25,28 @@ import (
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/sweep"
 )
 
 var (
 	soakBinds = flag.Int64("soak.binds", 20000, "binds the soak runs before it stops (make soak: 1,000,000)")
 	soakSeed  = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
 	soakChaos = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
+	soakEtcd  = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
+	soakNodeN = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
+	soakLive  = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
 )
 
 const (
-	soakNodes     = 6
 	soakPlacers   = 3
-	soakInFlight  = 80 // live sessions the submitter keeps: about what the nodes hold, so that few wait
 	soakUsers     = 8
 	soakAgentTTL  = 2 * time.Second
 	soakPlacerTTL = 2 * time.Second
+	// soakStuckAfter bounds, for the checker, how long a session may go
+	// without progress or keep a part after it ended: far above what the
+	// soak's timings need (a lease of 2 s, stops of 10 ms), far below its
+	// length.
+	soakStuckAfter = time.Minute
 )
 
 // soakProc is one running component that chaos can kill: its own etcd
@@ -85,20 +92,22 @@ func TestSoak(t *testing.T) {
 	var rngMu sync.Mutex
 	rnd := func(n int) int { rngMu.Lock(); defer rngMu.Unlock(); return rng.IntN(n) }
 
-	// Debian's etcd in its own process: under the race detector only
+	// Debian's etcd in its own processes: under the race detector only
 	// Voyager's code is instrumented, which makes the soak several times
-	// cheaper than with the embedded server.
-	c := etcdtest.StartExternal(t)
-	admin := c.Client(t)
+	// cheaper than with the embedded server. Three members by default, so
+	// that the soak can kill the leader.
+	members := etcdtest.StartMembers(t, *soakEtcd)
+	admin := members.Client(t)
 	k := state.MustKeys("/soak")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	newClient := func() *clientv3.Client {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	dial := func(endpoints []string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cli
 	}
+	newClient := func() *clientv3.Client { return dial(members.Endpoints) }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	began := time.Now()
@@ -116,6 +125,7 @@ func TestSoak(t *testing.T) {
 	go func() {
 		res, err := history.Watch(checkCtx, admin, k, history.Options{
 			Start:      r0.Header.Revision,
+			StuckAfter: soakStuckAfter,
 			OnRevision: func(rev, b int64) { checked.Store(rev); binds.Store(b) },
 			OnViolation: func(v history.Violation) {
 				vmu.Lock()
@@ -138,16 +148,19 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 
-	run := func(f func(ctx context.Context, cli *clientv3.Client)) *soakProc {
-		cli := newClient()
+	runOn := func(cli *clientv3.Client, f func(ctx context.Context, cli *clientv3.Client)) *soakProc {
 		pctx, pcancel := context.WithCancel(ctx)
 		p := &soakProc{cancel: pcancel, cli: cli, done: make(chan struct{})}
 		go func() { defer close(p.done); f(pctx, cli) }()
 		return p
 	}
+	run := func(f func(ctx context.Context, cli *clientv3.Client)) *soakProc {
+		return runOn(newClient(), f)
+	}
+	var mu sync.Mutex
 	// One runtime per node, kept across its agent's restarts: the
 	// containers outlive the agent, as containerd's do.
-	fakes := make([]*runtime.Fake, soakNodes)
+	fakes := make([]*runtime.Fake, *soakNodeN)
 	for i := range fakes {
 		fakes[i] = runtime.NewFake(nil, "busybox")
 		fakes[i].Exit = func(s runtime.Spec) (int, bool) {
@@ -158,10 +171,36 @@ func TestSoak(t *testing.T) {
 			return 0, false // runs until stopped
 		}
 	}
+	// Each agent reaches etcd through proxies of its own, one per member,
+	// which chaos cuts: an etcd outage of that node alone.
+	proxies := make([][]*etcdtest.Proxy, *soakNodeN)
+	for i := range proxies {
+		for _, ep := range members.Endpoints {
+			proxies[i] = append(proxies[i], etcdtest.NewProxy(t, ep))
+		}
+	}
+	// Node i's GPU 0 is split into MIG devices or whole, as split[i]
+	// says; an agent that comes back after a kill comes back with the
+	// other split (an operator changed the MIG mode meanwhile).
+	split := make([]bool, *soakNodeN)
+	split[0] = true
 	agent := func(i int) *soakProc {
 		name := fmt.Sprintf("n%02d", i)
-		return run(func(ctx context.Context, cli *clientv3.Client) {
+		var eps []string
+		for _, p := range proxies[i] {
+			eps = append(eps, p.Endpoint())
+		}
+		mu.Lock()
+		mig := split[i]
+		mu.Unlock()
+		return runOn(dial(eps), func(ctx context.Context, cli *clientv3.Client) {
 			gpus, _ := nodeagent.SimulatedGPUs(name, "8xA100-80GB")
+			if mig {
+				g := &gpus[0]
+				g.MIGEnabled = true
+				g.MIGDevices = []state.MIGDevice{{UUID: "MIG-" + name + "-0a", Profile: "3g.40gb", MemoryMiB: 40192},
+					{UUID: "MIG-" + name + "-0b", Profile: "3g.40gb", MemoryMiB: 40192}}
+			}
 			dir := t.TempDir()
 			a := nodeagent.New(nodeagent.Config{Node: name, Address: "127.0.0.1", Keys: k, Client: cli, Runtime: fakes[i],
 				GPUs: gpus, Simulated: true, CPUMilli: 16000, MemoryMiB: 65536,
@@ -183,8 +222,7 @@ func TestSoak(t *testing.T) {
 			<-merged
 		})
 	}
-	var mu sync.Mutex
-	agents := make([]*soakProc, soakNodes)
+	agents := make([]*soakProc, *soakNodeN)
 	for i := range agents {
 		agents[i] = agent(i)
 	}
@@ -204,18 +242,26 @@ func TestSoak(t *testing.T) {
 		}
 		_ = r.Run(ctx)
 	})
+	sw := run(func(ctx context.Context, cli *clientv3.Client) {
+		_ = sweep.New(cli, sweep.Config{Keys: k, Logger: quiet, Every: time.Second}).Run(ctx)
+	})
+	// Quotas: u0 may hold 10 GPUs; chaos changes u1's.
+	ten := int64(10)
+	if _, err := state.Put(ctx, admin, k.UserQuota("u0"), state.Quota{GPUs: &ten}); err != nil {
+		t.Fatal(err)
+	}
 	lc := run(func(ctx context.Context, cli *clientv3.Client) {
 		ctl := lifecycle.NewController(cli, lifecycle.ControllerConfig{Keys: k, Logger: quiet, Every: 100 * time.Millisecond,
 			StopWarning: 50 * time.Millisecond, PreemptGrace: 50 * time.Millisecond, MaxRuntime: time.Hour})
 		_ = ctl.Run(ctx)
 	})
 
-	// Users: keep soakInFlight sessions live; stop some at random.
+	// Users: keep -soak.live sessions live; stop some at random.
 	var submitted atomic.Int64
 	// Live sessions (bindings and queue entries), counted every 20 ms
 	// for all users.
 	var liveN atomic.Int64
-	liveN.Store(soakInFlight)
+	liveN.Store(*soakLive)
 	go func() {
 		for ctx.Err() == nil {
 			r, err := admin.Txn(ctx).Then(clientv3.OpGet(k.AllBindings(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
@@ -235,7 +281,7 @@ func TestSoak(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for binds.Load() < *soakBinds && ctx.Err() == nil {
-				if live() >= soakInFlight {
+				if live() >= *soakLive {
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
@@ -257,6 +303,23 @@ func TestSoak(t *testing.T) {
 						delete(s.Env, "SOAK_EXIT")
 						s.Ray = &state.Ray{Workers: 1 + rnd(3)}
 						s.Limits.MaxRuntime = state.Duration(time.Duration(200+rnd(800)) * time.Millisecond)
+					case roll < 48: // a multi-node job: every part exits, or all run to their max runtime
+						s.Nodes = 2 + rnd(2)
+						if rnd(2) == 0 {
+							delete(s.Env, "SOAK_EXIT")
+							s.Limits.MaxRuntime = state.Duration(time.Duration(200+rnd(800)) * time.Millisecond)
+						}
+					case roll < 51: // a MIG device, on a node whose GPU 0 is split now
+						s.Resources.GPUs, s.Resources.MIGProfile = 1, "3g.40gb"
+					case roll < 52: // a job array under a cap
+						a := state.Array{ID: fmt.Sprintf("a%07d", n), Owner: s.Owner, Indices: "0-7", MaxRunning: 3, Created: time.Now().UTC(),
+							Template: state.Session{Owner: s.Owner, Kind: state.KindBatch, Desired: state.DesiredRunning, Image: "busybox",
+								Command: []string{"job", "{index}"}, Resources: state.Resources{GPUs: 1, CPUMilli: 500, MemoryMiB: 1024},
+								Env: map[string]string{"SOAK_EXIT": "0"}}}
+						if err := state.CreateArray(ctx, admin, k, a); err != nil && ctx.Err() == nil {
+							t.Errorf("create array %s: %v", a.ID, err)
+						}
+						continue
 					}
 					if _, err := state.CreateSession(ctx, admin, k, s, time.Now()); err != nil && ctx.Err() == nil {
 						t.Errorf("create %s: %v", s.ID, err)
@@ -266,18 +329,21 @@ func TestSoak(t *testing.T) {
 		}()
 	}
 	// Chaos.
+	busy := make([]bool, *soakNodeN) // an agent killed or cut off: one fault at a time per node
+	var outages, cordons, leaderKills atomic.Int64
+	var leaderDown atomic.Bool
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for *soakChaos && binds.Load() < *soakBinds && ctx.Err() == nil {
 			time.Sleep(time.Duration(5+rnd(20)) * time.Millisecond)
-			switch roll := rnd(1000); {
-			case roll < 300: // a user stops a random recent session
+			switch roll := rnd(10000); {
+			case roll < 3000: // a user stops a random recent session
 				if n := submitted.Load(); n > 0 {
 					id := fmt.Sprintf("s%07d", n-int64(rnd(int(min(n, 200)))))
 					_, _ = state.StopSession(ctx, admin, k, id, "soak", time.Now())
 				}
-			case roll < 306: // a placer leaves or is killed; another joins
+			case roll < 3060: // a placer leaves or is killed; another joins
 				mu.Lock()
 				i := rnd(len(placers))
 				if rnd(2) == 0 {
@@ -287,27 +353,101 @@ func TestSoak(t *testing.T) {
 				}
 				placers[i] = placerProc()
 				mu.Unlock()
-			case roll < 310: // an agent is killed: its lease expires, later it comes back
-				i := rnd(soakNodes)
+			case roll < 3100: // an agent is killed: its lease expires, later it comes back, its GPU 0 split otherwise
+				i := rnd(*soakNodeN)
 				mu.Lock()
 				a := agents[i]
-				mu.Unlock()
-				if a == nil {
+				if a == nil || busy[i] {
+					mu.Unlock()
 					continue
 				}
-				a.kill()
-				mu.Lock()
-				agents[i] = nil
+				busy[i], agents[i] = true, nil
+				split[i] = !split[i]
 				mu.Unlock()
+				a.kill()
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					time.Sleep(soakAgentTTL + time.Duration(rnd(2000))*time.Millisecond)
 					mu.Lock()
-					defer mu.Unlock()
+					busy[i] = false
+					mu.Unlock()
 					if ctx.Err() == nil {
-						agents[i] = agent(i)
+						p := agent(i)
+						mu.Lock()
+						agents[i] = p
+						mu.Unlock()
 					}
+				}()
+			case roll < 3160: // a node's etcd outage: longer than its fence deadline, shorter than its lease (3130), or past the lease, as a paused agent's
+				i := rnd(*soakNodeN)
+				mu.Lock()
+				if busy[i] {
+					mu.Unlock()
+					continue
+				}
+				busy[i] = true
+				mu.Unlock()
+				out := soakAgentTTL/2 + soakAgentTTL/10 + time.Duration(rnd(int(soakAgentTTL*3/10/time.Millisecond)))*time.Millisecond
+				if roll >= 3130 {
+					out = soakAgentTTL + time.Duration(500+rnd(1000))*time.Millisecond
+				}
+				outages.Add(1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for _, p := range proxies[i] {
+						p.Cut()
+					}
+					time.Sleep(out)
+					for _, p := range proxies[i] {
+						p.Restore()
+					}
+					mu.Lock()
+					busy[i] = false
+					mu.Unlock()
+				}()
+			case roll < 3190: // a node cordoned, or drained with a short deadline, and uncordoned a little later
+				name := fmt.Sprintf("n%02d", rnd(*soakNodeN))
+				now := time.Now().UTC()
+				cd := state.Cordon{Node: name, Reason: "soak", By: "soak", Since: now}
+				if rnd(2) == 0 {
+					at := now.Add(200 * time.Millisecond)
+					cd.Drain, cd.Deadline = true, &at
+				}
+				if _, err := state.Put(ctx, admin, k.Cordon(name), cd); err == nil {
+					cordons.Add(1)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						time.Sleep(time.Duration(500+rnd(1500)) * time.Millisecond)
+						_, _ = admin.Delete(context.WithoutCancel(ctx), k.Cordon(name))
+					}()
+				}
+			case roll < 3210: // u1's quota changes, or goes
+				if rnd(3) == 0 {
+					_, _ = admin.Delete(ctx, k.UserQuota("u1"))
+				} else {
+					g := int64(6 + rnd(10))
+					_, _ = state.Put(ctx, admin, k.UserQuota("u1"), state.Quota{GPUs: &g})
+				}
+			case roll < 3215 && len(members.Endpoints) >= 3: // the etcd leader is killed, and comes back
+				if !leaderDown.CompareAndSwap(false, true) {
+					continue
+				}
+				l, err := members.Leader(ctx, admin)
+				if err != nil {
+					leaderDown.Store(false)
+					continue
+				}
+				members.Kill(l)
+				leaderKills.Add(1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Duration(1000+rnd(2000)) * time.Millisecond)
+					members.Restart(l)
+					leaderDown.Store(false)
 				}()
 			}
 		}
@@ -392,7 +532,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("session %s stuck after its stop: %s/%s %q", id, st.Phase, st.Reason, st.Message)
 	}
 	mu.Lock()
-	for _, p := range append(append([]*soakProc{lc, ret}, placers...), agents...) {
+	for _, p := range append(append([]*soakProc{lc, ret, sw}, placers...), agents...) {
 		if p != nil {
 			p.kill()
 		}
@@ -409,8 +549,9 @@ func TestSoak(t *testing.T) {
 	stopCheck()
 	res := <-checkDone
 	elapsed := time.Since(began)
-	t.Logf("soak: %d binds, %d sessions, %d revisions checked, %d violations, %s (%.0f binds/s)",
-		res.Binds, submitted.Load(), res.Revisions, res.Count, elapsed.Round(time.Millisecond), float64(res.Binds)/elapsed.Seconds())
+	t.Logf("soak: %d binds, %d sessions, %d revisions checked, %d violations, %s (%.0f binds/s); %d etcd leaders killed, %d node etcd outages, %d cordons",
+		res.Binds, submitted.Load(), res.Revisions, res.Count, elapsed.Round(time.Millisecond), float64(res.Binds)/elapsed.Seconds(),
+		leaderKills.Load(), outages.Load(), cordons.Load())
 	for i, v := range res.Violations {
 		if i == 20 {
 			t.Errorf("… and %d more", res.Count-20)

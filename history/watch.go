@@ -33,6 +33,10 @@ type Options struct {
 	// Keep bounds how many violations Result keeps (default 1000); the
 	// count is always exact.
 	Keep int
+	// StuckAfter is the bound of the no-progress and left-behind rules,
+	// by the history's own clock (Checker.SetStuckAfter). 0:
+	// DefaultStuckAfter.
+	StuckAfter time.Duration
 }
 
 // Result is what a check saw.
@@ -78,6 +82,9 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 		start = r.Header.Revision
 	}
 	c := New(k)
+	if opts.StuckAfter > 0 {
+		c.SetStuckAfter(opts.StuckAfter)
+	}
 	var initial []Change
 	for _, dir := range []string{k.Arrays(), k.Sessions(), k.Nodes(), k.Ledgers(), k.AllBindings(), k.PendingDir(), k.StatusDir(), k.Parts()} {
 		r, err := cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(start))
@@ -98,7 +105,10 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := cli.Watch(wctx, k.All(), clientv3.WithPrefix(), clientv3.WithRev(start+1), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
+	watch := func(from int64) clientv3.WatchChan {
+		return cli.Watch(wctx, k.All(), clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
+	}
+	wch := watch(start + 1)
 	if opts.End != 0 {
 		// Progress notifications tell a range check that nothing more
 		// came up to End.
@@ -130,13 +140,34 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 		}
 		group, groupRev = group[:0], 0
 	}
-	for resp := range wch {
+	// A watch that fails (its member lost the leader, or died) is taken
+	// up again after the last revision applied: etcd never splits a
+	// revision's events across responses, and each response is applied
+	// whole, so nothing is missed or applied twice.
+	failures := 0
+	for {
+		resp, ok := <-wch
+		if !ok {
+			if ctx.Err() != nil {
+				return res, nil
+			}
+			if failures++; failures > 60 {
+				return res, fmt.Errorf("watch history: the watch ended")
+			}
+			time.Sleep(100 * time.Millisecond)
+			wch = watch(res.Last + 1)
+			continue
+		}
 		if resp.CompactRevision != 0 {
 			return res, fmt.Errorf("watch from revision %d: compacted up to %d: %w", res.Last+1, resp.CompactRevision, ErrCompacted)
 		}
 		if err := resp.Err(); err != nil {
+			if errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+				continue // the channel closes next; watched again from there
+			}
 			return res, fmt.Errorf("watch history: %w", err)
 		}
+		failures = 0
 		for _, ev := range resp.Events {
 			if opts.End != 0 && ev.Kv.ModRevision > opts.End {
 				flush()
@@ -171,8 +202,4 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 			return res, nil
 		}
 	}
-	if ctx.Err() != nil {
-		return res, nil
-	}
-	return res, fmt.Errorf("watch history: the watch ended")
 }

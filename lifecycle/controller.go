@@ -346,10 +346,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 func (c *Controller) session(ctx context.Context, v *view, id string, sit watcher.Item[statusView]) error {
 	k := c.cfg.Keys
 	st := sit.Value
-	if !st.terminal && !st.waiting && !st.running {
-		// Queued, binding, starting or stopping: no rule applies (the
-		// switch below would return nil), so a pass over 100,000 queued
-		// sessions spends nothing on them.
+	if !st.terminal && !st.waiting && !st.running && !st.starting {
+		// Queued or stopping: no rule applies (the switch below would
+		// return nil), so a pass over 100,000 queued sessions spends
+		// nothing on them.
 		return nil
 	}
 	spec, ok := v.sessions.Item(k.Session(id))
@@ -370,8 +370,8 @@ func (c *Controller) session(ctx context.Context, v *view, id string, sit watche
 			}
 		}
 		return c.requeue(ctx, v, id, spec, sit)
-	case !st.running || spec.Value.stopping():
-		// Not running yet, or already stopping: a warning stays until the
+	case (!st.running && !st.starting) || spec.Value.stopping():
+		// Not bound, or already stopping: a warning stays until the
 		// session ends, so that its stream shows why it stopped.
 		return nil
 	}
@@ -393,7 +393,7 @@ func (c *Controller) session(ctx context.Context, v *view, id string, sit watche
 	return nil
 }
 
-// rules returns the warning a running session should carry now, or nil:
+// rules returns the warning a bound, starting or running session should carry now, or nil:
 // the one of its causes that stops it first.
 func (c *Controller) rules(v *view, id string, s specView, st statusView, w watcher.Item[state.Warning], hasW bool) *state.Warning {
 	k := c.cfg.Keys
@@ -406,15 +406,22 @@ func (c *Controller) rules(v *view, id string, s specView, st statusView, w watc
 		return nil
 	}
 	var cands []state.Warning
-	if limit := c.maxRuntime(s); limit > 0 && !st.started.IsZero() {
-		stopAt := st.started.Add(limit).UTC()
+	// Max runtime counts from the bind: a session whose start never
+	// completes holds its GPUs from then (a status from before bind
+	// times counts from its start).
+	since := st.bound
+	if since.IsZero() {
+		since = st.started
+	}
+	if limit := c.maxRuntime(s); limit > 0 && !since.IsZero() {
+		stopAt := since.Add(limit).UTC()
 		if !v.now.Before(stopAt.Add(-c.cfg.StopWarning)) {
 			cands = append(cands, state.Warning{Session: id, Reason: state.ReasonMaxRuntime, StopAt: stopAt,
 				Message: fmt.Sprintf("reaches its max runtime of %s at %s and will be stopped then; its owner may extend it (voyager session extend %s <duration>)",
 					limit, stopAt.Format(time.RFC3339), id)})
 		}
 	}
-	if s.notebook {
+	if s.notebook && st.running { // idleness and drains stop running notebooks only
 		if timeout := c.idleTimeout(s); timeout > 0 && st.sampled {
 			last := st.lastActive
 			if !st.started.IsZero() && st.started.After(last) {

@@ -322,3 +322,39 @@ func TestWaitingSessionStoppedByItsOwnerEnds(t *testing.T) {
 		t.Errorf("a stopped session was re-queued (err %v)", err)
 	}
 }
+
+// TestMaxRuntimeCountsFromBind is point 5 of issue 33: max runtime counts
+// from the bind, so a session whose start never completes (Starting, no
+// start time) is warned and evicted when its limit since the bind has
+// passed, and one running counts from its bind too, not its later start.
+// Before, both counted from a start time, never set for the first.
+func TestMaxRuntimeCountsFromBind(t *testing.T) {
+	cli := etcdtest.Start(t, etcdtest.Options{}).Client(t)
+	runController(t, cli, ControllerConfig{StopWarning: time.Minute})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	bound := now.Add(-time.Hour - time.Minute)
+	limit := state.Limits{MaxRuntime: state.Duration(time.Hour)}
+	// Running, bound 61 minutes ago, started only a minute ago.
+	running(t, cli, state.Session{ID: "late", Kind: state.KindBatch, Limits: limit}, "n1", now.Add(-time.Minute), time.Time{})
+	// Starting since its bind 61 minutes ago: its image never came.
+	running(t, cli, state.Session{ID: "stuck", Kind: state.KindNotebook, Limits: limit}, "n1", now, time.Time{})
+	for _, id := range []string{"late", "stuck"} {
+		st, _, err := state.Get[state.Status](ctx, cli, keys.Status(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Bound = &bound
+		if id == "stuck" {
+			st.Phase, st.Reason, st.Started = state.PhaseStarting, "Pulling", nil
+		}
+		if _, err := state.Put(ctx, cli, keys.Status(id), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"late", "stuck"} {
+		if ev := evicted(t, cli, id, state.ReasonMaxRuntime); ev.Message != "stopped at its max runtime of 1h0m0s" {
+			t.Errorf("%s: eviction message %q", id, ev.Message)
+		}
+	}
+}

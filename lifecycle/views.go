@@ -59,10 +59,12 @@ var decodeSpec = decodeView(viewSpec)
 // specView. Times left unset in the status are zero here.
 type statusView struct {
 	started, retryAt, lastActive time.Time
-	terminal                     bool // Phase.Terminal()
-	running                      bool // Phase is PhaseRunning
-	waiting                      bool // Status.Waiting(): waits to be re-queued
-	sampled                      bool // Activity is set
+	bound                        time.Time // when its current parts were bound
+	terminal                     bool      // Phase.Terminal()
+	running                      bool      // Phase is PhaseRunning
+	starting                     bool      // Phase is PhaseBound or PhaseStarting
+	waiting                      bool      // Status.Waiting(): waits to be re-queued
+	sampled                      bool      // Activity is set
 }
 
 // viewStatus is the status's view.
@@ -70,6 +72,7 @@ func viewStatus(st state.Status) statusView {
 	v := statusView{
 		terminal: st.Phase.Terminal(),
 		running:  st.Phase == state.PhaseRunning,
+		starting: st.Phase == state.PhaseBound || st.Phase == state.PhaseStarting,
 		waiting:  st.Waiting(),
 		sampled:  st.Activity != nil,
 	}
@@ -78,6 +81,9 @@ func viewStatus(st state.Status) statusView {
 	}
 	if st.RetryAt != nil {
 		v.retryAt = *st.RetryAt
+	}
+	if st.Bound != nil {
+		v.bound = *st.Bound
 	}
 	if st.Activity != nil {
 		v.lastActive = st.Activity.LastActive

@@ -110,6 +110,10 @@ type Config struct {
 	LogURLTTL time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration
+	// StartTimeout is how long after its bind a part may take to run
+	// (pull, create, readiness) before it ends StartFailed, saying which
+	// stage it was stuck at (startdeadline.go). Zero: no deadline.
+	StartTimeout time.Duration
 	// UID and GID run session containers. Default runtime.DefaultUID/GID.
 	UID, GID *uint32
 	// GPUMode is GPUModeCDI (default) or GPUModeEnv; CDIKind defaults to

@@ -53,6 +53,13 @@ type worker struct {
 	// owner stopped it or the lifecycle controller evicted it decides the
 	// final status. Written before the close, read after it.
 	stopWith state.Session
+
+	// deadline is the start deadline (startdeadline.go; zero: none);
+	// stage and stageDetail say where the start is, for the reason of a
+	// start that misses it.
+	deadline           time.Time
+	stageMu            sync.Mutex
+	stage, stageDetail string
 }
 
 func (a *Agent) newWorker(parent context.Context, id string, it watcher.Item[state.Binding]) *worker {
@@ -113,6 +120,8 @@ func (w *worker) run() {
 		again = true
 	}
 	adopted := err == nil
+	sctx, scancel := w.startCtx(ctx, adopted) // start under the start deadline
+	defer scancel()
 	switch {
 	case errors.Is(err, runtime.ErrNotFound):
 		select {
@@ -134,7 +143,7 @@ func (w *worker) run() {
 				return
 			}
 		}
-		err := w.start(ctx, sess, again)
+		err := w.start(sctx, sess, again)
 		if err != nil {
 			if ctx.Err() != nil {
 				w.ended()
@@ -148,9 +157,13 @@ func (w *worker) run() {
 				w.retryLater("record the launch", err) // the binding went: reconcile cancels this worker
 				return
 			}
+			if startExpired(sctx) {
+				w.startTimedOut(ctx, sess, stopReq)
+				return
+			}
 			w.a.startFailures.Add(1)
 			w.log.Warn("session failed to start", "err", err)
-			w.finish(ctx, nil, w.failed(sess, stopReq, "StartFailed", err.Error()))
+			w.finish(ctx, nil, w.failed(sess, stopReq, ReasonStartFailed, err.Error()))
 			w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 			return
 		}
@@ -174,12 +187,14 @@ func (w *worker) run() {
 	}()
 
 	if info.State != runtime.StateStopped {
-		if r, stop, ok := w.awaitReady(ctx, sess, info, adopted, exitCh, stopReq); !ok {
+		if r, stop, ok := w.awaitReady(sctx, sess, info, adopted, exitCh, stopReq); !ok {
 			switch {
 			case r != nil:
 				w.exited(ctx, sess, *r, stopReq)
 			case stop:
 				w.stop(ctx)
+			case ctx.Err() == nil && startExpired(sctx):
+				w.startTimedOut(ctx, sess, stopReq)
 			default:
 				w.ended()
 			}
@@ -420,11 +435,8 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 	if image == "" {
 		image = cfg.Image
 	}
-	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
-		st.Reason, st.Message = preparingImage(image)
-	})
-	if err := cfg.Runtime.EnsureImage(ctx, image); err != nil {
-		return fmt.Errorf("pull image %s: %w", image, err)
+	if err := w.pull(ctx, image); err != nil { // reports its progress
+		return err
 	}
 	var head Head
 	if b.Role == state.RoleWorker {
@@ -507,6 +519,7 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		p, err := SplitPorts(sess.Kind, b.Role, b.Ports)
 		if err == nil && p.Jupyter > 0 {
 			probe := "http://" + net.JoinHostPort(w.a.cfg.ProbeHost, strconv.Itoa(p.Jupyter)) + "/"
+			w.setStage(StageReadiness, "waiting for Jupyter to answer on port "+strconv.Itoa(p.Jupyter))
 			client := &http.Client{Timeout: time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()

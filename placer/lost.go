@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -109,19 +110,32 @@ func (p *Placer) evict(ctx context.Context, node string, ledger state.Ledger, le
 	handled := 0
 	budget := p.budget()
 	for _, id := range ids {
-		// Room for this session (compares of its spec, status, queue entry
-		// and other ledgers; deletes of its bindings and reported parts,
-		// its status and queue entry) and for the ledger writes at the
-		// end, its other nodes' included. Checked before lostSessionOps,
-		// which releases the session's parts in others.
-		gang := p.otherNodes(node, id)
-		need := state.TxnSize{Compares: len(cmps) + 3 + gang, Then: len(ops) + 4 + 2*gang + len(others) + gang}
-		if handled > 0 && !budget.Fits(need) {
-			break
+		// What the session's ops add to the others' ledger writes is
+		// known only once its status (and so all its nodes) is read:
+		// lostSessionOps records it in others, and a session that does
+		// not fit beside those already handled is taken back out.
+		existed := make(map[string]bool, len(others))
+		held := map[string]state.Allocation{}
+		for name, lw := range others {
+			existed[name] = true
+			if a, ok := lw.Ledger.Allocations[id]; ok {
+				held[name] = a
+			}
 		}
 		sessOps, sessCmps, err := p.lostSessionOps(ctx, node, id, others, now)
 		if err != nil {
 			return 0, 0, err
+		}
+		need := state.TxnSize{Compares: len(cmps) + len(sessCmps) + len(others) - 1, Then: len(ops) + len(sessOps) + len(others)}
+		if handled > 0 && !budget.Fits(need) {
+			for name := range others {
+				if !existed[name] {
+					delete(others, name)
+				} else if a, ok := held[name]; ok {
+					others[name].Ledger.Allocations[id] = a
+				}
+			}
+			break
 		}
 		ops = append(ops, sessOps...)
 		cmps = append(cmps, sessCmps...)
@@ -155,39 +169,96 @@ func (p *Placer) evict(ctx context.Context, node string, ledger state.Ledger, le
 	return resp.Header.Revision, handled, nil
 }
 
-// otherNodes counts the nodes other than node whose ledgers hold id.
-func (p *Placer) otherNodes(node, id string) int {
-	n := 0
-	for _, it := range p.ledgers.List() {
-		if name, ok := p.cfg.Keys.NodeName(it.Key); ok && name != node {
-			if _, held := it.Value.Allocations[id]; held {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // lostSessionOps returns the operations that end or re-queue session id,
 // whose part on node was lost: its bindings everywhere go, its other
 // nodes' allocations are released (recorded in others), and its status says
 // what happened. Whether it is re-queued follows its restart policy.
+//
+// Its other parts are found from what the transaction compares: the
+// nodes its status names (the status is read here, and the transaction
+// requires it unchanged), with their ledgers read here too (each compared
+// by its mod revision); the placer's ledgers cache only adds to them. A
+// cache that trails, or an agent that is dead or paused on the other
+// node, thus never leaves a part allocated or bound for a session that
+// ended or was re-queued.
 func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map[string]*state.LedgerWrite, now time.Time) ([]clientv3.Op, []clientv3.Cmp, error) {
 	k := p.cfg.Keys
+	// What is decided below rests on the spec, the status and the lost
+	// part's binding as read: the transaction requires the spec and the
+	// status unchanged (0: still absent), so a stop or an agent's final
+	// status landing meanwhile is never overwritten; the binding goes
+	// with the ledger, whose revision it compares.
+	read, err := p.cli.Txn(ctx).Then(clientv3.OpGet(k.Session(id)), clientv3.OpGet(k.Status(id)), clientv3.OpGet(k.Binding(node, id))).Commit()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read session %s: %w", id, err)
+	}
+	kv := func(i int) *mvccpb.KeyValue {
+		if kvs := read.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			return kvs[0]
+		}
+		return nil
+	}
+	skv, tkv, bkv := kv(0), kv(1), kv(2)
+	var (
+		spec              state.Session
+		old               state.Status
+		specRev, statusRv int64
+		lostBinding       state.Binding
+	)
+	if skv != nil {
+		if spec, err = state.Decode[state.Session](skv.Value); err != nil {
+			return nil, nil, err
+		}
+		specRev = skv.ModRevision
+	}
+	if tkv != nil {
+		if old, err = state.Decode[state.Status](tkv.Value); err != nil {
+			return nil, nil, err
+		}
+		statusRv = tkv.ModRevision
+	}
+	if bkv != nil {
+		if lostBinding, err = state.Decode[state.Binding](bkv.Value); err != nil {
+			return nil, nil, err
+		}
+	}
 	// The parts its agents reported go with the bindings: a part outlives
 	// no binding but through the merger, and a fenced agent cannot write
 	// one again (its writes compare the binding).
 	ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id)), clientv3.OpDelete(k.Part(node, id))}
-	var cmps []clientv3.Cmp
-	// The other parts of a Ray session go too: all or nothing.
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Status(id)), "=", statusRv)}
+	live := slices.Contains([]state.Phase{state.PhaseBound, state.PhaseStarting, state.PhaseRunning, state.PhaseStopping}, old.Phase)
+	// A lost part of an older queueing than the status's (its session
+	// was re-queued and bound again meanwhile) is freed alone: the
+	// session's current parts are not its.
+	current := bkv == nil || old.QueueRevision == 0 || lostBinding.QueueRevision == old.QueueRevision
+	if skv == nil || !live || !current {
+		// Nothing to tell (no spec), or the session's status already
+		// moved on (its head released it and only this part's binding
+		// was left): free the GPUs only.
+		return ops, append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRev)), nil
+	}
+	// The other parts go too: all or nothing. Their nodes are those its
+	// status names, and any the ledgers cache shows holding it.
+	holders := map[string]bool{}
+	for _, name := range old.Nodes {
+		if name != node {
+			holders[name] = true
+		}
+	}
 	for _, it := range p.ledgers.List() {
-		name, ok := k.NodeName(it.Key)
-		if !ok || name == node {
-			continue
+		if name, ok := k.NodeName(it.Key); ok && name != node {
+			if _, held := it.Value.Allocations[id]; held {
+				holders[name] = true
+			}
 		}
-		if _, held := it.Value.Allocations[id]; !held {
-			continue
-		}
+	}
+	names := make([]string, 0, len(holders))
+	for name := range holders {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
 		lw, ok := others[name]
 		if !ok {
 			l, rev, err := state.Get[state.Ledger](ctx, p.cli, k.Ledger(name))
@@ -203,29 +274,7 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 		delete(lw.Ledger.Allocations, id)
 		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)), clientv3.OpDelete(k.Part(name, id)))
 	}
-	// What is decided below rests on the spec and status as read: the
-	// transaction requires both unchanged (0: still absent), so a stop or
-	// an agent's final status landing meanwhile is never overwritten.
-	spec, specRev, err := state.Get[state.Session](ctx, p.cli, k.Session(id))
-	if errors.Is(err, state.ErrNotFound) {
-		// Nothing to tell: just free the GPUs.
-		return ops, append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", 0)), nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	old, statusRev, err := state.Get[state.Status](ctx, p.cli, k.Status(id))
-	if err != nil && !errors.Is(err, state.ErrNotFound) {
-		return nil, nil, err
-	}
-	if !slices.Contains([]state.Phase{state.PhaseBound, state.PhaseStarting, state.PhaseRunning, state.PhaseStopping}, old.Phase) {
-		// The session's status already moved on (its head released it
-		// and only this part's binding was left): free the GPUs only.
-		return ops, cmps, nil
-	}
-	cmps = append(cmps,
-		clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRev),
-		clientv3.Compare(clientv3.ModRevision(k.Status(id)), "=", statusRev))
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRev))
 	st := state.Status{Session: id, Reason: "NodeLost", Attempt: old.Attempt, Created: spec.Created, Updated: now}
 	lostMsg := fmt.Sprintf("node %s stopped answering (its agent's lease expired)", node)
 	f := state.Facts{DesiredStopped: spec.Desired == state.DesiredStopped, RestartsLeft: spec.RestartsLeft(old.Attempt)}

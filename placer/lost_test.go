@@ -154,3 +154,117 @@ func TestLiveNodeIsNotCleared(t *testing.T) {
 		t.Errorf("the live node's ledger changed: %v", after.Kvs)
 	}
 }
+
+// TestNodeLossFreesEveryPartFromWhatItReads is point 4 of issue 33: a
+// multi-node job loses one part's node while the placer that handles the
+// loss has a ledgers cache that does not show the other part (it trails
+// the nodes cache), and the other part's agent does nothing (dead or
+// paused; here there is none). The job is ended or re-queued with every
+// part's binding and allocation gone, found from the status and ledgers
+// the transaction reads. Before, the other node kept its binding and its
+// GPUs for a session that had ended.
+func TestNodeLossFreesEveryPartFromWhatItReads(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		restart state.RestartPolicy
+		want    state.Phase
+	}{
+		{"ended", state.RestartPolicy{}, state.PhaseLost},
+		{"re-queued", state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 1}, state.PhasePending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := etcdtest.Start(t, etcdtest.Options{})
+			cli := c.Client(t)
+			ctx := context.Background()
+			s := newSim(t, cli)
+			s.addNodes(ctx, "gpu", 2, 8)
+			job := s.submit(ctx, "ada", []int{4}, func(x *state.Session) {
+				x.Nodes = 2
+				x.Restart = tc.restart
+			})[0]
+			_, stop, _ := runPlacer(t, c.Server.Endpoint(), Config{})
+			var w world
+			eventually(t, 20*time.Second, "the job bound on both nodes", func() bool {
+				w = s.read(ctx)
+				return len(w.bindings[job]) == 2 && w.status[job].Phase == state.PhaseBound
+			})
+			stop() // only the placer below handles the loss
+			lost, other := w.bindings[job][0].Node, w.bindings[job][1].Node
+
+			// A placer whose nodes cache runs and whose ledgers cache shows
+			// nothing: the ledgers cache trails.
+			p := New(cli, Config{ID: "trailing", Logger: quietLogger()})
+			cctx, cancel := context.WithCancel(ctx)
+			t.Cleanup(cancel)
+			go func() { _ = p.nodes.Run(cctx) }()
+			if err := p.nodes.WaitSynced(cctx); err != nil {
+				t.Fatal(err)
+			}
+			s.killNode(ctx, lost)
+			if _, err := p.clearLostNode(ctx, lost); err != nil {
+				t.Fatal(err)
+			}
+			w = s.read(ctx)
+			if st := w.status[job]; st.Phase != tc.want || st.Reason != "NodeLost" {
+				t.Fatalf("job is %s (%s), want %s NodeLost", st.Phase, st.Reason, tc.want)
+			}
+			if bs := w.bindings[job]; len(bs) != 0 {
+				t.Errorf("bindings left for a job that was %s: %+v", tc.name, bs)
+			}
+			if a, held := w.ledgers[other].Allocations[job]; held {
+				t.Errorf("node %s still allocates %v to a job that was %s", other, a.GPUs, tc.name)
+			}
+		})
+	}
+}
+
+// TestNodeLossFreesAnOlderQueueingAlone: the lost node holds a part of a
+// session's older queueing (left there while the session was re-queued
+// and bound again elsewhere). Only that part is freed: the session's
+// current binding, allocation and status are not the lost node's.
+func TestNodeLossFreesAnOlderQueueingAlone(t *testing.T) {
+	_, s := simOnEtcd(t)
+	ctx := context.Background()
+	nodes := s.addNodes(ctx, "gpu", 2, 8)
+	lost, live := nodes[0], nodes[1]
+	id := "s1"
+	now := time.Now().UTC()
+	if _, err := state.Put(ctx, s.cli, s.k.Session(id), state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Desired: state.DesiredRunning, Created: now,
+		Restart: state.RestartPolicy{Policy: state.RestartOnFailure, MaxRestarts: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	part := func(node string, q int64) {
+		a := state.Allocation{Owner: "ada", Role: state.RoleSingle, GPUs: []string{"GPU-" + node + "-0"}, CPUMilli: 1000, MemoryMiB: 1024}
+		if _, err := state.Put(ctx, s.cli, s.k.Ledger(node), state.Ledger{Node: node, Allocations: map[string]state.Allocation{id: a}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := state.Put(ctx, s.cli, s.k.Binding(node, id), state.Binding{Session: id, Node: node, Role: state.RoleSingle, GPUs: a.GPUs, QueueRevision: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	part(lost, 5)
+	part(live, 9)
+	cur := state.Status{Session: id, Phase: state.PhaseRunning, Nodes: []string{live}, QueueRevision: 9, Attempt: 1, Created: now, Updated: now}
+	if _, err := state.Put(ctx, s.cli, s.k.Status(id), cur); err != nil {
+		t.Fatal(err)
+	}
+	p := New(s.cli, Config{ID: "p1", Logger: quietLogger()})
+	startCaches(t, p)
+	s.killNode(ctx, lost)
+	if _, err := p.clearLostNode(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	w := s.read(ctx)
+	if _, ok := w.ledgers[lost]; ok {
+		t.Errorf("the lost node's ledger is left: %+v", w.ledgers[lost])
+	}
+	if st := w.status[id]; st.Phase != state.PhaseRunning || st.Attempt != 1 {
+		t.Errorf("status %s attempt %d, want Running attempt 1 untouched", st.Phase, st.Attempt)
+	}
+	if len(w.bindings[id]) != 1 || w.bindings[id][0].Node != live {
+		t.Errorf("bindings %+v, want the current one on %s only", w.bindings[id], live)
+	}
+	if _, held := w.ledgers[live].Allocations[id]; !held {
+		t.Errorf("the live node's current allocation was freed")
+	}
+}

@@ -258,6 +258,13 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 				}
 			}
 		}
+		if final != nil && pkv == nil && tkv != nil {
+			// The session is retired (no spec): its part has no status
+			// to be merged into, and would say the container still runs
+			// once the binding is gone. It goes with the binding.
+			ops = append(ops, clientv3.OpDelete(tk))
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tk), "=", tkv.ModRevision))
+		}
 		if final != nil && pkv != nil {
 			spec, err := Decode[Session](pkv.Value)
 			if err != nil {

@@ -304,3 +304,27 @@ func TestReleaseIsAtomicIdempotentAndSurvivesContention(t *testing.T) {
 		t.Errorf("a release without a finalizer wrote a part: %v", err)
 	}
 }
+
+// TestReleaseOfARetiredSessionTakesItsPart: a part still bound when its
+// session was retired (a Ray worker stopping after its head's end, past
+// retention) is released with nothing to merge its end into: the release
+// deletes the part with the binding, rather than leave a part saying the
+// container still stops (the checker's container-without-binding).
+func TestReleaseOfARetiredSessionTakesItsPart(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys(state.DefaultPrefix)
+	rev := seedBound(t, cli, k, "s1")
+	if _, err := state.Put(ctx, cli, k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStopping, BindingRevision: rev}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, k.Session("s1")); err != nil { // retired
+		t.Fatal(err)
+	}
+	if err := state.Release(ctx, cli, k, "n1", "s1", rev, succeed); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := state.Get[state.PartStatus](ctx, cli, k.Part("n1", "s1")); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("the retired session's part outlived its binding: %v", err)
+	}
+}

@@ -39,7 +39,7 @@ var agentEnvs = []string{
 	config.EnvAgentNetwork, config.EnvAgentNetworkName, config.EnvAgentNetworkSubnet, config.EnvAgentNetworkDeny,
 	config.EnvAgentNetworkAllow, config.EnvAgentJobRoutes, config.EnvAgentCNIPluginDirs, config.EnvAgentFenceKeeper,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
-	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention,
+	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention, config.EnvStartTimeout,
 }
 
 const agentLong = `Runs the node agent of this machine until SIGINT or SIGTERM: it registers
@@ -289,7 +289,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		HomeDir: home, LogDir: filepath.Join(cfg.DataDir, "logs"), LogMaxBytes: int64(cfg.AgentLogMaxMiB) << 20,
 		LogRetention: cfg.Retention,
 		LogsBaseURL:  logsBaseURL(cfg.HTTPScheme(), address, cfg.HTTPAddr),
-		StopGrace:    cfg.AgentStopGrace, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
+		StopGrace:    cfg.AgentStopGrace, StartTimeout: cfg.StartTimeout, UID: &uid, GID: &gid, GPUMode: cfg.AgentGPUMode,
 		Version: version, Logger: log, Usage: usage,
 		ActivityEvery: cfg.AgentActivityEvery, GPUSampler: sampler, GPUBusyPercent: cfg.AgentGPUBusyPercent,
 		GPUUnusedAfter: cfg.AgentGPUUnusedAfter, RestartBackoff: cfg.RestartBackoff, RestartBackoffMax: cfg.RestartBackoffMax,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,6 +32,7 @@ violations or an error; 2: bad usage.`
 func newCheckCmd() *cobra.Command {
 	var start, end int64
 	var follow bool
+	var stuckAfter time.Duration
 	cmd := &cobra.Command{
 		Use:     "check",
 		Short:   "Check the safety rules over etcd's history, read-only (operators)",
@@ -42,12 +44,13 @@ func newCheckCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withCode(runCheck(cmd.Context(), cfg, checkRange{start, end, follow}, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+			return withCode(runCheck(cmd.Context(), cfg, checkRange{start, end, follow, stuckAfter}, cmd.OutOrStdout(), cmd.ErrOrStderr()))
 		},
 	}
 	cmd.Flags().Int64Var(&start, "start", 0, "revision whose keyspace the check starts from; 0: the current revision")
 	cmd.Flags().Int64Var(&end, "end", 0, "last revision to check; 0: the revision current at start (or none with --follow)")
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep checking new revisions until interrupted")
+	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", history.DefaultStuckAfter, "how long, by the history's own clock, a session may stay Bound, Starting or Stopping, or keep a part after it ended, before no-progress or left-behind reports it")
 	return withSettings(cmd, config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvLogLevel, config.EnvLogFormat)
 }
 
@@ -55,6 +58,7 @@ func newCheckCmd() *cobra.Command {
 type checkRange struct {
 	start, end int64
 	follow     bool
+	stuckAfter time.Duration // 0: history.DefaultStuckAfter
 }
 
 // runCheck is `voyager check`: it returns the exit code, having written
@@ -90,7 +94,7 @@ func runCheck(ctx context.Context, cfg config.Config, r checkRange, stdout, stde
 		end = resp.Header.Revision
 	}
 	res, err := history.Watch(ctx, store.client, k, history.Options{
-		Start: r.start, End: end,
+		Start: r.start, End: end, StuckAfter: r.stuckAfter,
 		OnViolation: func(v history.Violation) { fmt.Fprintln(stdout, v) },
 	})
 	fmt.Fprintf(stderr, "voyager check: revisions %d to %d under %s: %d applied, %d binds, %d violations\n", res.Start, res.Last, cfg.EtcdPrefix, res.Revisions, res.Binds, res.Count)

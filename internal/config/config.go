@@ -113,6 +113,7 @@ const (
 	EnvIdleTimeout       = "VOYAGER_IDLE_TIMEOUT"
 	EnvStopWarning       = "VOYAGER_STOP_WARNING"
 	EnvMaxRuntime        = "VOYAGER_MAX_RUNTIME"
+	EnvStartTimeout      = "VOYAGER_START_TIMEOUT"
 	EnvMaxRuntimeCap     = "VOYAGER_MAX_RUNTIME_CAP"
 	EnvDrainDeadline     = "VOYAGER_DRAIN_DEADLINE"
 	EnvPreemptGrace      = "VOYAGER_PREEMPT_GRACE"
@@ -319,8 +320,11 @@ type Config struct {
 	// StopWarning is how far ahead of a stop for idleness, max runtime or
 	// a drain without a deadline the owner is warned.
 	StopWarning time.Duration `env:"VOYAGER_STOP_WARNING" envDefault:"15m" doc:"warning ahead of a system stop: the grace after an idle warning, the lead before max runtime ends"`
+	// StartTimeout is how long after its bind a session may take to
+	// run before its agent ends it StartFailed.
+	StartTimeout time.Duration `env:"VOYAGER_START_TIMEOUT" envDefault:"300s" doc:"a session not running this long after it was bound (image pull, container creation, a notebook's Jupyter answering) ends StartFailed, its message naming the stage it was stuck at (pull, create, readiness), and releases its GPUs (Failed, or a restart for OnFailure batch sessions); JupyterHub's own start_timeout is 300 s too; 0 turns the deadline off"`
 	// MaxRuntime is the cluster default max runtime.
-	MaxRuntime time.Duration `env:"VOYAGER_MAX_RUNTIME" envDefault:"0s" doc:"sessions that name no maxRuntime (nor their profile) stop this long after they start; 0: no default limit"`
+	MaxRuntime time.Duration `env:"VOYAGER_MAX_RUNTIME" envDefault:"0s" doc:"sessions that name no maxRuntime (nor their profile) stop this long after they were bound; 0: no default limit"`
 	// MaxRuntimeCap is the most any session may ask for, extensions included.
 	MaxRuntimeCap time.Duration `env:"VOYAGER_MAX_RUNTIME_CAP" envDefault:"0s" doc:"the longest maxRuntime a session may ask for or be extended to by its owner; 0: no cap"`
 	// DrainDeadline is how long a drain without a deadline gives notebooks.
@@ -672,7 +676,7 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 		v   time.Duration
 	}{
 		{EnvAgentGPUUnusedAfter, cfg.AgentGPUUnusedAfter}, {EnvIdleTimeout, cfg.IdleTimeout},
-		{EnvStopWarning, cfg.StopWarning}, {EnvMaxRuntime, cfg.MaxRuntime}, {EnvMaxRuntimeCap, cfg.MaxRuntimeCap},
+		{EnvStopWarning, cfg.StopWarning}, {EnvMaxRuntime, cfg.MaxRuntime}, {EnvMaxRuntimeCap, cfg.MaxRuntimeCap}, {EnvStartTimeout, cfg.StartTimeout},
 		{EnvDrainDeadline, cfg.DrainDeadline}, {EnvPreemptGrace, cfg.PreemptGrace},
 		{EnvRestartBackoff, cfg.RestartBackoff}, {EnvRestartBackoffMax, cfg.RestartBackoffMax},
 	} {
@@ -798,7 +802,7 @@ func wantFor(envName string) string {
 		return "a duration of at least 100ms, such as 30s"
 	case EnvAgentGPUBusyPercent:
 		return "a whole percent from 0 to 100, such as 10"
-	case EnvAgentGPUUnusedAfter, EnvIdleTimeout, EnvStopWarning, EnvMaxRuntime, EnvMaxRuntimeCap,
+	case EnvAgentGPUUnusedAfter, EnvIdleTimeout, EnvStopWarning, EnvMaxRuntime, EnvMaxRuntimeCap, EnvStartTimeout,
 		EnvDrainDeadline, EnvPreemptGrace, EnvRestartBackoff, EnvRestartBackoffMax:
 		return "a duration of 0 or more, such as 15m or 2h"
 	}
