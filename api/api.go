@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/voyager-gpu/voyager/internal/audit"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -71,6 +72,9 @@ type Config struct {
 	// most they may ask for, state.UlimitUnlimited (the default, as 0) for
 	// none.
 	UlimitMemlockKiB int64
+	// Audit receives a record of every state-changing call (and GET
+	// /api/v1/audit reads it back). Nil: none is kept.
+	Audit *audit.Log
 }
 
 // admission returns the request bounds of a's configuration. The most Ray
@@ -329,7 +333,7 @@ func (a *API) routes() *gin.Engine {
 		a.problem(c, http.StatusMethodNotAllowed, "Method not allowed", fmt.Sprintf("%s is not allowed on %s; see /openapi.json", c.Request.Method, c.Request.URL.Path))
 	})
 	r.GET("/openapi.json", a.openAPI)
-	v1 := r.Group("/api/v1", a.capBody, a.authenticate, a.rateLimit)
+	v1 := r.Group("/api/v1", a.auditCall, a.capBody, a.authenticate, a.rateLimit)
 	v1.GET("/openapi.json", a.openAPI)
 	v1.GET("/whoami", a.whoami)
 
@@ -370,6 +374,7 @@ func (a *API) routes() *gin.Engine {
 	adm.DELETE("/quotas/:scope/:name", a.deleteQuota)
 	adm.PUT("/volumes/:name", a.putVolume)
 	adm.DELETE("/volumes/:name", a.deleteVolume)
+	adm.GET("/audit", a.listAudit)
 	return r
 }
 

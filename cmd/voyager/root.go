@@ -30,6 +30,7 @@ var subcommands = []func() *cobra.Command{
 	newNodeCmd,
 	newVolumeCmd,
 	newQueueCmd,
+	newAuditCmd,
 	newDashboardCmd,
 	newTokenCmd,
 	newImageCmd,

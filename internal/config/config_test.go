@@ -55,6 +55,9 @@ func defaults() Config {
 
 		AgentNetwork:        "isolated",
 		APIMaxQueuedPerUser: 100,
+		APIAuditLog:         "/home/u/.local/share/voyager/audit/api.jsonl",
+		APIAuditMaxMiB:      64,
+		APIAuditKeep:        8,
 		DefaultShmMiB:       8192,
 		UlimitNofile:        1 << 20,
 		UlimitMemlock:       "unlimited",
@@ -92,6 +95,7 @@ func TestLoad(t *testing.T) {
 			edit: func(c *Config) {
 				c.DataDir = "/xdg/voyager"
 				c.HistoryFile = "/xdg/voyager/history/sessions.jsonl"
+				c.APIAuditLog = "/xdg/voyager/audit/api.jsonl"
 			},
 		},
 		{
@@ -101,7 +105,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "no home and no xdg leaves data dir empty",
 			environ: nil,
-			edit:    func(c *Config) { c.DataDir, c.HistoryFile = "", "" },
+			edit:    func(c *Config) { c.DataDir, c.HistoryFile, c.APIAuditLog = "", "", "" },
 		},
 		{
 			name: "env overrides every default",
@@ -224,6 +228,9 @@ func TestLoad(t *testing.T) {
 					AgentLogMaxMiB:      1,
 					AgentNetwork:        "isolated",
 					APIMaxQueuedPerUser: 100,
+					APIAuditLog:         "/data/v/audit/api.jsonl",
+					APIAuditMaxMiB:      64,
+					APIAuditKeep:        8,
 					DefaultShmMiB:       2048,
 					UlimitNofile:        65536,
 					UlimitMemlock:       "65536",
