@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/voyager-gpu/voyager/internal/audit"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -75,6 +76,9 @@ type Config struct {
 	// exec and port-forward into a session (ExecRecord); empty: the API's
 	// log alone.
 	ExecAuditLog string
+	// Audit receives a record of every state-changing call (and GET
+	// /api/v1/audit reads it back). Nil: none is kept.
+	Audit *audit.Log
 }
 
 // admission returns the request bounds of a's configuration. The most Ray
@@ -336,7 +340,7 @@ func (a *API) routes() *gin.Engine {
 		a.problem(c, http.StatusMethodNotAllowed, "Method not allowed", fmt.Sprintf("%s is not allowed on %s; see /openapi.json", c.Request.Method, c.Request.URL.Path))
 	})
 	r.GET("/openapi.json", a.openAPI)
-	v1 := r.Group("/api/v1", a.capBody, a.authenticate, a.rateLimit)
+	v1 := r.Group("/api/v1", a.auditCall, a.capBody, a.authenticate, a.rateLimit)
 	v1.GET("/openapi.json", a.openAPI)
 	v1.GET("/whoami", a.whoami)
 
@@ -381,6 +385,7 @@ func (a *API) routes() *gin.Engine {
 	adm.PUT("/volumes/:name", a.putVolume)
 	adm.DELETE("/volumes/:name", a.deleteVolume)
 	a.teamRoutes(svc, adm)
+	adm.GET("/audit", a.listAudit)
 	return r
 }
 

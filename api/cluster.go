@@ -262,6 +262,9 @@ func (a *API) writeCordon(c *gin.Context, drain bool) {
 		a.invalid(c, "Invalid request", []FieldError{{Field: "deadline", Message: "want a duration of 0 or more, and only when draining"}})
 		return
 	}
+	if !a.requireKnownNode(c, name) {
+		return
+	}
 	p := principalOf(c)
 	now := a.cfg.Now().UTC()
 	cd := state.Cordon{Node: name, Reason: req.Reason, By: p.Subject, Since: now, Drain: drain}
@@ -577,6 +580,7 @@ func (a *API) putProfile(c *gin.Context) {
 	if capd := a.cfg.MaxRuntimeCap; capd > 0 && p.Limits.MaxRuntime.Std() > capd {
 		add("limits.maxRuntime", "got %s, above the cluster's cap of %s (VOYAGER_MAX_RUNTIME_CAP); want at most %s", p.Limits.MaxRuntime.Std(), capd, capd)
 	}
+	a.profileUsable(p, errs, add)
 	if len(errs) > 0 {
 		a.invalid(c, "Invalid request", errs)
 		return

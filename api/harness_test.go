@@ -28,6 +28,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/api/apitest"
+	"github.com/voyager-gpu/voyager/internal/audit"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -61,6 +62,8 @@ type harnessOpts struct {
 	maxQueued  int
 	// memlockKiB is api.Config's UlimitMemlockKiB (0: unlimited).
 	memlockKiB int64
+	// audit, when set, is api.Config's audit log.
+	audit *audit.Log
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -121,6 +124,7 @@ func startHarness(t testing.TB, cli *clientv3.Client, o harnessOpts) *harness {
 		AllowedRegistries: o.registries,
 		MaxQueuedPerUser:  o.maxQueued,
 		UlimitMemlockKiB:  o.memlockKiB,
+		Audit:             o.audit,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

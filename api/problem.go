@@ -40,6 +40,7 @@ func (a *API) problem(c *gin.Context, status int, title, detail string, fields .
 	if err != nil {
 		b = []byte(`{"title":"Internal error","status":500}`)
 	}
+	c.Set(auditProblemKey, detail)
 	c.Abort()
 	c.Data(status, ProblemContentType, b)
 }

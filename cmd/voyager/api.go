@@ -18,6 +18,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/console"
+	"github.com/voyager-gpu/voyager/internal/audit"
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/httpserver"
 	"github.com/voyager-gpu/voyager/state"
@@ -31,6 +32,8 @@ var apiEnvs = []string{
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvHTTPPlain,
 	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
 	config.EnvAPIRegistries, config.EnvAPIMaxQueued, config.EnvAPIExecAuditLog,
+	config.EnvAPIRegistries, config.EnvAPIMaxQueued,
+	config.EnvAPIAuditLog, config.EnvAPIAuditMaxMiB, config.EnvAPIAuditKeep,
 	config.EnvDefaultShmMiB, config.EnvUlimitNofile, config.EnvUlimitMemlock,
 }
 
@@ -77,11 +80,12 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 		return exitCode(exitError)
 	}
 	defer store.close()
-	a, err := newAPI(store.client, cfg, []byte(cfg.JWTSecret), log)
+	a, closeAudit, err := newAPI(store.client, cfg, []byte(cfg.JWTSecret), log)
 	if err != nil {
 		log.Error("voyager api failed", "err", err)
 		return exitCode(exitError)
 	}
+	defer closeAudit()
 	registry := httpserver.NewRegistry()
 	registry.MustRegister(a.Collectors()...)
 	mux := http.NewServeMux()
@@ -110,8 +114,23 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 }
 
 // newAPI builds the API from the process configuration; secret is the
-// HS256 secret (from the environment, or dev's generated one).
-func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Logger) (*api.API, error) {
+// HS256 secret (from the environment, or dev's generated one). The
+// function it returns closes the audit log, after the HTTP server ends.
+func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Logger) (*api.API, func(), error) {
+	auditLog, err := openAuditLog(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := buildAPI(cli, cfg, secret, auditLog, log)
+	if err != nil {
+		closeAuditLog(auditLog)
+		return nil, nil, err
+	}
+	return a, func() { closeAuditLog(auditLog) }, nil
+}
+
+// buildAPI is newAPI with the audit log opened (nil: none).
+func buildAPI(cli *clientv3.Client, cfg config.Config, secret []byte, auditLog *audit.Log, log *slog.Logger) (*api.API, error) {
 	auth := api.AuthConfig{
 		HS256Secret: secret,
 		Audience:    cfg.JWTAudience,
@@ -153,8 +172,30 @@ func newAPI(cli *clientv3.Client, cfg config.Config, secret []byte, log *slog.Lo
 		UlimitNofile:      cfg.UlimitNofile,
 		UlimitMemlockKiB:  cfg.MemlockKiB(),
 		ExecAuditLog:      execAuditPath(cfg),
+		Audit:             auditLog,
 		Logger:            log,
 	})
+}
+
+// openAuditLog opens the API's audit log (VOYAGER_API_AUDIT_LOG), or
+// returns nil when it is off.
+func openAuditLog(cfg config.Config, log *slog.Logger) (*audit.Log, error) {
+	if cfg.APIAuditLog == "" || strings.EqualFold(cfg.APIAuditLog, "off") {
+		log.Warn("no audit log: state-changing API calls are not recorded", "env", config.EnvAPIAuditLog)
+		return nil, nil
+	}
+	l, err := audit.Open(audit.Options{Path: cfg.APIAuditLog, MaxBytes: cfg.APIAuditMaxMiB << 20, Keep: cfg.APIAuditKeep})
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s)", err, config.EnvAPIAuditLog)
+	}
+	log.Debug("audit log open", "path", l.Path())
+	return l, nil
+}
+
+func closeAuditLog(l *audit.Log) {
+	if l != nil {
+		_ = l.Close()
+	}
 }
 
 func apiComponent(a *api.API) component {

@@ -89,10 +89,11 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	if err != nil {
 		return err
 	}
-	apiSrv, err := newAPI(store.client, cfg, secret, log)
+	apiSrv, closeAudit, err := newAPI(store.client, cfg, secret, log)
 	if err != nil {
 		return err
 	}
+	defer closeAudit()
 	registry.MustRegister(apiSrv.Collectors()...)
 	apiSrv.Mount(mux)
 	if err := console.Mount(apiSrv.Engine(), mux, console.Config{Logger: log}); err != nil {

@@ -33,6 +33,7 @@ var subcommands = []func() *cobra.Command{
 	newTeamCmd,
 	newUsageCmd,
 	newQueueCmd,
+	newAuditCmd,
 	newDashboardCmd,
 	newSSHCmd,
 	newTokenCmd,

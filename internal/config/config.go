@@ -69,6 +69,9 @@ const (
 	EnvAPIRegistries     = "VOYAGER_API_ALLOWED_REGISTRIES"
 	EnvAPIMaxQueued      = "VOYAGER_API_MAX_QUEUED_PER_USER"
 	EnvAPIExecAuditLog   = "VOYAGER_API_EXEC_AUDIT_LOG"
+	EnvAPIAuditLog       = "VOYAGER_API_AUDIT_LOG"
+	EnvAPIAuditMaxMiB    = "VOYAGER_API_AUDIT_MAX_MIB"
+	EnvAPIAuditKeep      = "VOYAGER_API_AUDIT_KEEP"
 	EnvDefaultShmMiB     = "VOYAGER_DEFAULT_SHM_MIB"
 	EnvUlimitNofile      = "VOYAGER_ULIMIT_NOFILE"
 	EnvUlimitMemlock     = "VOYAGER_ULIMIT_MEMLOCK"
@@ -233,6 +236,13 @@ type Config struct {
 	APIMaxQueuedPerUser int `env:"VOYAGER_API_MAX_QUEUED_PER_USER" envDefault:"100" doc:"most sessions one user may have queued at once; a create beyond it is refused; 0: no cap"`
 	// APIExecAuditLog is the exec audit log's file ("-": the log only).
 	APIExecAuditLog string `env:"VOYAGER_API_EXEC_AUDIT_LOG" docDefault:"<data dir>/audit/exec.jsonl" doc:"file (JSON lines, appended, mode 0600) recording every exec and port-forward into a session: who, when, which session, what command or port, how it ended; an exec whose record cannot be written is refused; -: the API's log only"`
+	// APIAuditLog is the API's audit log; Load sets it to
+	// DataDir/audit/api.jsonl when empty. "off": none.
+	APIAuditLog string `env:"VOYAGER_API_AUDIT_LOG" docDefault:"<data dir>/audit/api.jsonl" doc:"append-only audit log of every state-changing API call (who, on behalf of whom, what, outcome), one JSON record a line, on the API's machine; off: none"`
+	// APIAuditMaxMiB is the size past which the audit log rotates.
+	APIAuditMaxMiB int64 `env:"VOYAGER_API_AUDIT_MAX_MIB" envDefault:"64" doc:"size in MiB past which the audit log is rotated (to <file>.1, .2, …)"`
+	// APIAuditKeep is how many rotated audit logs are kept.
+	APIAuditKeep int `env:"VOYAGER_API_AUDIT_KEEP" envDefault:"8" doc:"how many rotated audit logs are kept; older ones are deleted"`
 	// DefaultShmMiB sizes /dev/shm of sessions that name no shmMiB.
 	DefaultShmMiB int64 `env:"VOYAGER_DEFAULT_SHM_MIB" envDefault:"8192" doc:"/dev/shm of a session that names no shmMiB, in MiB, at most half its memoryMiB (shm pages count against the session's memory): room for PyTorch DataLoader workers, which pass batches through /dev/shm"`
 	// UlimitNofile is the open-file limit sessions get and the most they
@@ -517,6 +527,9 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	} else if abs, err := filepath.Abs(cfg.DataDir); err == nil {
 		cfg.DataDir = abs
 	}
+	if cfg.APIAuditLog == "" && cfg.DataDir != "" {
+		cfg.APIAuditLog = filepath.Join(cfg.DataDir, "audit", "api.jsonl")
+	}
 	if cfg.HistoryFile == "" && cfg.DataDir != "" {
 		cfg.HistoryFile = filepath.Join(cfg.DataDir, "history", "sessions.jsonl")
 	}
@@ -613,6 +626,12 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	}
 	if cfg.APIMaxQueuedPerUser < 0 {
 		errs = append(errs, invalid(EnvAPIMaxQueued, wantFor(EnvAPIMaxQueued)))
+	}
+	if cfg.APIAuditMaxMiB < 1 {
+		errs = append(errs, invalid(EnvAPIAuditMaxMiB, wantFor(EnvAPIAuditMaxMiB)))
+	}
+	if cfg.APIAuditKeep < 1 {
+		errs = append(errs, invalid(EnvAPIAuditKeep, wantFor(EnvAPIAuditKeep)))
 	}
 	if cfg.DefaultShmMiB < 1 {
 		errs = append(errs, invalid(EnvDefaultShmMiB, wantFor(EnvDefaultShmMiB)))
@@ -748,6 +767,10 @@ func wantFor(envName string) string {
 		return "comma-separated registry hosts such as docker.io,registry.example.com:5000, or empty"
 	case EnvAPIMaxQueued:
 		return "a whole number of 0 (no cap) or more, such as 100"
+	case EnvAPIAuditMaxMiB:
+		return "a whole number of MiB of at least 1, such as 64"
+	case EnvAPIAuditKeep:
+		return "a whole number of at least 1, such as 8"
 	case EnvDefaultShmMiB:
 		return "a whole number of MiB of at least 1, such as 8192"
 	case EnvUlimitNofile:

@@ -55,6 +55,9 @@ func defaults() Config {
 
 		AgentNetwork:        "isolated",
 		APIMaxQueuedPerUser: 100,
+		APIAuditLog:         "/home/u/.local/share/voyager/audit/api.jsonl",
+		APIAuditMaxMiB:      64,
+		APIAuditKeep:        8,
 		DefaultShmMiB:       8192,
 		UlimitNofile:        1 << 20,
 		UlimitMemlock:       "unlimited",
@@ -94,6 +97,7 @@ func TestLoad(t *testing.T) {
 			edit: func(c *Config) {
 				c.DataDir = "/xdg/voyager"
 				c.HistoryFile = "/xdg/voyager/history/sessions.jsonl"
+				c.APIAuditLog = "/xdg/voyager/audit/api.jsonl"
 			},
 		},
 		{
@@ -103,7 +107,7 @@ func TestLoad(t *testing.T) {
 		{
 			name:    "no home and no xdg leaves data dir empty",
 			environ: nil,
-			edit:    func(c *Config) { c.DataDir, c.HistoryFile = "", "" },
+			edit:    func(c *Config) { c.DataDir, c.HistoryFile, c.APIAuditLog = "", "", "" },
 		},
 		{
 			name: "env overrides every default",
@@ -227,6 +231,9 @@ func TestLoad(t *testing.T) {
 					AgentLogMaxMiB:      1,
 					AgentNetwork:        "isolated",
 					APIMaxQueuedPerUser: 100,
+					APIAuditLog:         "/data/v/audit/api.jsonl",
+					APIAuditMaxMiB:      64,
+					APIAuditKeep:        8,
 					DefaultShmMiB:       2048,
 					UlimitNofile:        65536,
 					UlimitMemlock:       "65536",
