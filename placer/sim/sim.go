@@ -149,6 +149,11 @@ type Result struct {
 	Busy float64
 	// LongestRuntime is the longest run time drawn for any session.
 	LongestRuntime time.Duration
+	// MaxExcess is the most, in minutes, that any request waited beyond
+	// the wait its fair share implied at its arrival: the GPU-minutes its
+	// user had queued before it over the GPUs the user's demand-capped
+	// weighted share gave it then.
+	MaxExcess float64
 	// QueuedFraction is the fraction of passes in the window that left
 	// work waiting.
 	QueuedFraction float64
@@ -168,6 +173,10 @@ type session struct {
 	size    Size
 	arrive  time.Duration
 	runtime time.Duration
+	// fairWait is the wait, in minutes, that the user's fair share
+	// implied at arrival: the GPU-minutes it queued before this request
+	// over the GPUs its share gave it.
+	fairWait float64
 }
 
 type running struct {
@@ -323,6 +332,8 @@ func Run(cfg Config) Result {
 		window   int
 		queued   int
 		shareSum = map[string]float64{}
+		waitGPUs = map[string]int{}     // GPUs waiting, by user
+		backlog  = map[string]float64{} // GPU-minutes waiting, by user
 	)
 	for now := time.Duration(0); now < cfg.Duration; now += cfg.Tick {
 		for len(ends) > 0 && ends[0].end <= now {
@@ -334,6 +345,7 @@ func Run(cfg Config) Result {
 			}
 			held[s.user] -= s.size.GPUs * (s.size.Workers + 1)
 		}
+		first := next
 		for next < len(arr) && arr[next].arrive <= now {
 			s := &arr[next]
 			next++
@@ -344,6 +356,19 @@ func Run(cfg Config) Result {
 				e.Workers = s.size.Workers
 			}
 			pending = append(pending, placer.Pending{Entry: &e, Revision: 1})
+			waitGPUs[s.user] += s.size.GPUs * (s.size.Workers + 1)
+		}
+		if first < next {
+			// The wait each new request's fair share implies: the work
+			// its user queued before it, at the GPUs the user's
+			// demand-capped weighted share gives it now.
+			fair := fairShares(capacity, held, waitGPUs, weight)
+			for i := first; i < next; i++ {
+				s := &arr[i]
+				g := float64(s.size.GPUs * (s.size.Workers + 1))
+				s.fairWait = backlog[s.user] / fair[s.user]
+				backlog[s.user] += g * s.runtime.Minutes()
+			}
 		}
 		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now), Cache: cache}
 		start := time.Now()
@@ -364,7 +389,10 @@ func Run(cfg Config) Result {
 			}
 			heap.Push(&ends, r)
 			held[s.user] += s.size.GPUs * (s.size.Workers + 1)
+			waitGPUs[s.user] -= s.size.GPUs * (s.size.Workers + 1)
+			backlog[s.user] -= float64(s.size.GPUs*(s.size.Workers+1)) * s.runtime.Minutes()
 			waits[s.size.Label()] = append(waits[s.size.Label()], (now - s.arrive).Minutes())
+			res.MaxExcess = max(res.MaxExcess, (now-s.arrive).Minutes()-s.fairWait)
 		}
 		if len(bound) > 0 {
 			kept := pending[:0]
@@ -391,10 +419,11 @@ func Run(cfg Config) Result {
 		res.Util += float64(used) / float64(capacity)
 		waitingGPUs := map[string]int{}
 		wantGPUs := 0
-		for _, p := range pending {
-			g := p.Entry.Request.GPUs * (p.Entry.Workers + 1)
-			waitingGPUs[p.Entry.Owner] += g
-			wantGPUs += g
+		for u, g := range waitGPUs {
+			if g > 0 {
+				waitingGPUs[u] = g
+				wantGPUs += g
+			}
 		}
 		if wantGPUs >= capacity-used {
 			res.Busy += float64(used) / float64(capacity)
@@ -440,6 +469,7 @@ func Run(cfg Config) Result {
 	for _, p := range pending {
 		s := bySession[p.Entry.Session]
 		waits[s.size.Label()] = append(waits[s.size.Label()], (cfg.Duration - s.arrive).Minutes())
+		res.MaxExcess = max(res.MaxExcess, (cfg.Duration-s.arrive).Minutes()-s.fairWait)
 		still[s.size.Label()]++
 	}
 	for label, w := range waits {
