@@ -74,7 +74,12 @@ func (r Runtime) draw(rng *rand.Rand) time.Duration {
 // sessions at once (zero means one), of shapes drawn from Sizes (empty:
 // DefaultMix) and run times drawn from Runtime. With RampTo above zero the
 // rate rises (or falls) linearly from Rate at Start to RampTo at End.
+// Each session declares a max runtime (state.QueueEntry.MaxRuntime) the
+// way people pick one: the first of 15 min, 30 min, 1, 2, 4, 8, 24, 72 h
+// and multiples of 72 h that its run time does not exceed (up to twice
+// the run time); NoLimit sessions declare none, as most notebooks.
 type Stream struct {
+	NoLimit bool
 	User    string
 	Groups  []string
 	Rate    float64
@@ -173,6 +178,7 @@ type session struct {
 	size    Size
 	arrive  time.Duration
 	runtime time.Duration
+	limit   time.Duration // declared max runtime; zero: none
 	// fairWait is the wait, in minutes, that the user's fair share
 	// implied at arrival: the GPU-minutes it queued before this request
 	// over the GPUs its share gave it.
@@ -251,8 +257,12 @@ func arrivals(cfg *Config, rng *rand.Rand) []session {
 					}
 					x -= s.Share
 				}
-				out = append(out, session{id: fmt.Sprintf("s%d-%06d-%d", si, n, b), user: st.User, groups: st.Groups,
-					size: size, arrive: t, runtime: st.Runtime.draw(rng)})
+				s := session{id: fmt.Sprintf("s%d-%06d-%d", si, n, b), user: st.User, groups: st.Groups,
+					size: size, arrive: t, runtime: st.Runtime.draw(rng)}
+				if !st.NoLimit {
+					s.limit = limitFor(s.runtime)
+				}
+				out = append(out, s)
 			}
 		}
 	}
@@ -351,7 +361,8 @@ func Run(cfg Config) Result {
 			next++
 			created := epoch.Add(s.arrive)
 			e := state.QueueEntry{Session: s.id, Kind: state.KindBatch, Owner: s.user, Groups: s.groups, Created: created, Enqueued: created,
-				Request: state.Resources{GPUs: s.size.GPUs, CPUMilli: int64(s.size.GPUs) * 1000, MemoryMiB: int64(s.size.GPUs) << 13}}
+				Request:    state.Resources{GPUs: s.size.GPUs, CPUMilli: int64(s.size.GPUs) * 1000, MemoryMiB: int64(s.size.GPUs) << 13},
+				MaxRuntime: state.Duration(s.limit)}
 			if s.size.Workers > 0 {
 				e.Workers = s.size.Workers
 			}
@@ -383,7 +394,7 @@ func Run(cfg Config) Result {
 			for _, pp := range d.Parts {
 				v := &views[index[pp.Node]]
 				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Role: pp.Role,
-					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports}
+					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends}
 				v.LedgerRevision++
 				r.nodes = append(r.nodes, pp.Node)
 			}
@@ -570,4 +581,19 @@ func fairShares(capacity int, held, waiting map[string]int, weight func(string) 
 		}
 	}
 	return out
+}
+
+// limitLadder is the max runtimes people pick from.
+var limitLadder = []time.Duration{15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour, 24 * time.Hour, 72 * time.Hour}
+
+// limitFor is the max runtime a session of run time run declares: the
+// first rung of limitLadder at least run, or the multiple of 72 h above it.
+func limitFor(run time.Duration) time.Duration {
+	for _, l := range limitLadder {
+		if run <= l {
+			return l
+		}
+	}
+	step := limitLadder[len(limitLadder)-1]
+	return (run + step - 1) / step * step
 }

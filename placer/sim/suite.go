@@ -96,8 +96,8 @@ func Suite(nodes int, hours float64) []Shape {
 				only("small", nodes, 1.2, Size{GPUs: 1}, Runtime{Mean: time.Hour}))
 		}},
 		{Name: "long-8-short-1", About: "8-GPU sessions of mean 8 h (60%) against 1-GPU sessions of mean 10 min (70%)", Build: func(o placer.PlanOptions, s uint64) Config {
-			d := dur(48)
-			return cfg(o, s, d, d/6, 0, only("long", nodes, 0.6, Size{GPUs: 8}, Runtime{Mean: 8 * time.Hour}),
+			d := dur(24)
+			return cfg(o, s, d, d/4, 0, only("long", nodes, 0.6, Size{GPUs: 8}, Runtime{Mean: 8 * time.Hour}),
 				only("short", nodes, 0.7, Size{GPUs: 1}, Runtime{Mean: 10 * time.Minute}))
 		}},
 		{Name: "two-floods", About: "two users at 60%; two floods of 90% each, over hours 4–12 and 8–16", Build: func(o placer.PlanOptions, s uint64) Config {
@@ -123,10 +123,11 @@ func Suite(nodes int, hours float64) []Shape {
 			return cfg(o, s, d, d/8, 0, only("hog", nodes, 1.5, Size{GPUs: 8}, Runtime{Mean: time.Hour}),
 				steady("u0", nodes, 0.3), steady("u1", nodes, 0.3))
 		}},
-		{Name: "adv-sticky-small", About: "adversarial: 1-GPU sessions with a long tail (log-normal, mean 4 h) at 100%, so nodes never drain by themselves, against 8-GPU sessions (50%)", Build: func(o placer.PlanOptions, s uint64) Config {
+		{Name: "adv-sticky-small", About: "adversarial: 1-GPU sessions without a max runtime (nothing can backfill beside them) and with a long tail (log-normal, mean 4 h) at 100%, so nodes never drain by themselves, against 8-GPU sessions (50%)", Build: func(o placer.PlanOptions, s uint64) Config {
 			d := dur(36)
-			return cfg(o, s, d, d/6, 0, only("sticky", nodes, 1.0, Size{GPUs: 1}, Runtime{Kind: LogNormal, Mean: 4 * time.Hour, Sigma: 1.5}),
-				only("big", nodes, 0.5, Size{GPUs: 8}, Runtime{Mean: time.Hour}))
+			sticky := only("sticky", nodes, 1.0, Size{GPUs: 1}, Runtime{Kind: LogNormal, Mean: 4 * time.Hour, Sigma: 1.5})
+			sticky.NoLimit = true
+			return cfg(o, s, d, d/6, 0, sticky, only("big", nodes, 0.5, Size{GPUs: 8}, Runtime{Mean: time.Hour}))
 		}},
 		{Name: "adv-7-of-8", About: "adversarial: 7-GPU sessions (fit only a node with 1 GPU used) at 50% against a 1- and 2-GPU flood at 100%", Build: func(o placer.PlanOptions, s uint64) Config {
 			d := dur(24)
