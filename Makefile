@@ -15,7 +15,7 @@ IMAGE_CACHE ?= $(or $(VOYAGER_IMAGE_CACHE),$(HOME)/.cache/voyager/images)
 LAZY := -extldflags=-Wl,-z,lazy
 BUILD_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -extldflags "-Wl,-z,lazy"
 
-.PHONY: build dev image test test-short bench bench-scale gpu-check lint e2e soak clean-host
+.PHONY: build dev image test test-short bench bench-scale sim gpu-check lint e2e soak clean-host
 
 ## build: bin/voyager with the version stamped in
 build:
@@ -64,6 +64,12 @@ bench: build
 	VOYAGER_IMAGE_CACHE=$(IMAGE_CACHE) VOYAGER_BENCH_BINARY=$(CURDIR)/bin/voyager BENCH_SUMMARY=$$summary \
 		go test -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 120m -ldflags=$(LAZY) ./...; rc=$$?; \
 	echo; go run ./internal/benchsum/benchtable $$summary; rm -f $$summary; exit $$rc
+
+## sim: placer/sim's whole suite of workload shapes (placer/README.md, "The simulator"): every shape at 16, 200 and
+## 2,000 nodes (2,000 over half the simulated hours), binpack and spread, seeds 1-3, default settings; one table
+## with the goals each run misses (exit 1 if any). SIMFLAGS passes flags (-nodes, -seeds, -hours, -shape)
+sim:
+	go run ./placer/sim/simsuite $(SIMFLAGS)
 
 ## bench-scale: the large-site runs against one real etcd each: a load generator registers SCALE_NODES lease-backed
 ## 8-GPU nodes and queues SCALE_SESSIONS sessions, then one real `voyager placer` (bin/voyager) fills the cluster

@@ -3,6 +3,7 @@ package placer
 import (
 	"fmt"
 	"path"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -26,6 +27,10 @@ type part struct {
 	ports int
 	id    string // session id, for reservations
 	owner string // the session's owner: a shared GPU holds one owner's fractions
+	// ends is when the part's session ends at the latest (the plan's
+	// clock plus its max runtime); zero: no max runtime. A part that ends
+	// by the time a held node drains may run there (backfill).
+	ends time.Time
 }
 
 // filter is one feasibility check. It is a pure function of the part and
@@ -70,7 +75,7 @@ func filterCordon(_ *part, n *nodeState) *Shortfall {
 }
 
 func filterReserved(p *part, n *nodeState) *Shortfall {
-	if n.reservedFor != "" && n.reservedFor != p.id {
+	if n.reservedFor != "" && n.reservedFor != p.id && !backfills(p, n) {
 		return &Shortfall{Filter: "reserved", Message: "node " + n.name + " is held for a request that has waited longer"}
 	}
 	return nil

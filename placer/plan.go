@@ -17,11 +17,13 @@ import (
 type PlanOptions struct {
 	// Strategy is Binpack (the default) or Spread.
 	Strategy Strategy
-	// ReserveAfter is how long a request may wait before, if it fits no
-	// node, it holds the nodes closest to fitting it (one such request per
-	// owner, chosen by fair share), so a stream of small requests cannot
-	// starve a large one. It does not move the request ahead of the
-	// fair-share order. Zero disables reservations.
+	// ReserveAfter is how long a 1-GPU request may wait before, if it fits
+	// no node in use, it holds the nodes closest to fitting it, so that a
+	// stream of small requests cannot starve a large one; a request of g
+	// GPUs in all may hold after ReserveAfter/g (hold.go). How many
+	// requests of an owner hold nodes is bounded by what its fair share
+	// exceeds its holding by. Holding does not move a request ahead of the
+	// fair-share order. Zero disables holds.
 	ReserveAfter time.Duration
 	// Candidates bounds how many feasible nodes are scored for one part;
 	// zero means 16. Like the Kubernetes scheduler's percentageOfNodesToScore
@@ -74,6 +76,9 @@ type PartPlan struct {
 	MemoryMiB int64
 	Ports     []int
 	Scores    map[string]float64
+	// Ends is when the part ends at the latest by its session's max
+	// runtime, from the plan's clock (state.Allocation.Ends); zero: none.
+	Ends time.Time
 }
 
 // Decision binds one session: every part on its own node.
@@ -138,10 +143,23 @@ type planner struct {
 	usage    usage
 	// ownerGroups caches groupsOf.
 	ownerGroups map[string][]string
-	// holding marks the sessions that hold nodes in this pass; holders
-	// counts them by owner.
-	holding map[string]bool
+	// holding marks the sessions that hold nodes in this pass, with the
+	// nodes they hold; holdGPUs is the GPUs the requests holding nodes
+	// ask for, by owner, and holdBudget the GPUs by which each owner's
+	// fair entitlement exceeds what it holds (hold.go).
+	holding    map[string][]*nodeState
+	holdGPUs   map[string]int64
+	holdBudget map[string]int64
+	// chargeBudget is the GPUs each owner's requests may hold beyond its
+	// hold budget, charged to its share (hold.go).
+	chargeBudget map[string]int64
+	// holders counts each owner's requests holding nodes; charged is the
+	// idle GPUs held beyond an owner's budget, counted in its share for
+	// the order (by owner), and charge what each such session was
+	// charged.
 	holders map[string]int
+	charged map[string]int64
+	charge  map[string]int64
 	// pinned is what each pinned session of the snapshot holds (PinEpoch).
 	pinned map[string][]pinnedPart
 	// quota is the usage that quotas are checked against: usage, except
@@ -268,7 +286,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 			}
 		}
 	}
-	p.holdUnfit(plan)
+	p.holdLarge(plan)
 	order := p.order()
 	position := 0
 	for it := order.next(); it != nil; it = order.next() {
@@ -338,7 +356,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			}
 			quotaChecked = true
 		}
-		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle)})]; ok {
+		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e)})]; ok {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: f.message})
 			return Decision{}, false
 		}
@@ -371,7 +389,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		exclude map[string]bool // nodes taken by this session's earlier parts
 	)
 	for i := range reqs {
-		pt := partOf(e, reqs, i)
+		pt := p.partOf(e, reqs, i)
 		role := pt.role
 		n, devs, scores, fail := p.best(pt, exclude)
 		if n == nil {
@@ -379,8 +397,11 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 				c.unreserve(e.Session)
 				p.reindex(c)
 			}
-			if p.aged(e) && !p.holding[e.Session] && p.holders[e.Owner] < maxHoldsPerOwner {
+			if p.mayHold(e) {
 				p.holdFor(e, reqs, plan)
+			}
+			if held := p.holding[e.Session]; len(held) > 0 {
+				fail.message = p.heldMessage(e, reqs, held)
 			}
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: fail.reason, Message: fail.message})
 			return Decision{}, false
@@ -392,7 +413,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		for _, di := range devs {
 			uuids = append(uuids, n.devices[di].uuid)
 		}
-		alloc := allocation(e, PartPlan{Role: role, Devices: uuids, CPUMilli: pt.req.CPUMilli, MemoryMiB: pt.req.MemoryMiB, Ports: n.freePorts(pt.ports)})
+		alloc := allocation(e, PartPlan{Role: role, Devices: uuids, CPUMilli: pt.req.CPUMilli, MemoryMiB: pt.req.MemoryMiB, Ports: n.freePorts(pt.ports), Ends: pt.ends})
 		n.reserve(e.Session, alloc, devs)
 		p.reindex(n)
 		chosen = append(chosen, n)
@@ -407,9 +428,20 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			worker = i
 		}
 		d.Parts = append(d.Parts, PartPlan{Node: n.name, Role: role, Worker: worker, Devices: alloc.GPUs,
-			CPUMilli: alloc.CPUMilli, MemoryMiB: alloc.MemoryMiB, Ports: alloc.Ports, Scores: scores})
+			CPUMilli: alloc.CPUMilli, MemoryMiB: alloc.MemoryMiB, Ports: alloc.Ports, Scores: scores, Ends: alloc.Ends})
 	}
 	for _, c := range chosen {
+		if c.reservedFor == e.Session {
+			c.reservedFor = ""
+			delete(plan.Reserved, c.name)
+		}
+	}
+	if c := p.charge[e.Session]; c > 0 {
+		p.charged[e.Owner] -= c // its own GPUs count now
+	}
+	// Placed elsewhere than some node it held (binpack's choice among
+	// equally empty nodes): the rest of the pass may use that node.
+	for _, c := range p.holding[e.Session] {
 		if c.reservedFor == e.Session {
 			c.reservedFor = ""
 			delete(plan.Reserved, c.name)
@@ -428,13 +460,8 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 func allocation(e *state.QueueEntry, pp PartPlan) state.Allocation {
 	return state.Allocation{
 		Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
-		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports,
+		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends,
 	}
-}
-
-// aged reports whether e has waited long enough to reserve capacity.
-func (p *planner) aged(e *state.QueueEntry) bool {
-	return p.opt.ReserveAfter > 0 && p.snap.Now.Sub(e.Created) >= p.opt.ReserveAfter
 }
 
 // best returns the highest scoring feasible node for pt, with the devices
@@ -582,55 +609,9 @@ func (p *planner) largest(r *state.Resources) string {
 	return fmt.Sprintf("the largest node has %d matching GPUs, %s CPU and %d MiB memory", maxDev, milli(maxCPU), maxMem)
 }
 
-// maxHoldsPerOwner bounds the requests of one owner that hold nodes at
-// once: holding is a share of the cluster too, and an owner with more
-// large requests waiting must not hold more of it.
-const maxHoldsPerOwner = 1
-
-// holdUnfit lets every aged request that fits no node before anything is
-// placed hold the nodes closest to fitting it, before the queue order runs:
-// the capacity freed since the last pass on a node that is draining for a
-// large request stays there, instead of going to whichever smaller request
-// comes first in the fair-share order (issue 17). Holders are taken by
-// priority, then by their owner's weighted share, then by age.
-func (p *planner) holdUnfit(plan *Plan) {
-	if p.opt.ReserveAfter <= 0 {
-		return
-	}
-	var cands []*Pending
-	share := map[string]float64{}
-	for i := range p.snap.Pending {
-		it := &p.snap.Pending[i]
-		if it.Pinned || !p.aged(it.Entry) {
-			continue
-		}
-		if _, ok := share[it.Entry.Owner]; !ok {
-			share[it.Entry.Owner], _ = p.weightedShare(it.Entry.Owner)
-		}
-		cands = append(cands, it)
-	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := cands[i].Entry, cands[j].Entry
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
-		}
-		if share[a.Owner] != share[b.Owner] {
-			return share[a.Owner] < share[b.Owner]
-		}
-		return olderFirst(cands[i], cands[j])
-	})
-	for _, it := range cands {
-		e := it.Entry
-		if p.holding[e.Session] || p.holders[e.Owner] >= maxHoldsPerOwner || p.fits(e) {
-			continue
-		}
-		p.holdFor(e, e.Parts(), plan)
-	}
-}
-
 // partOf is part i of e, whose parts are reqs: the single part, or the
-// Ray head (0) and its workers.
-func partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
+// Ray head (0) and its workers; it ends by e's max runtime.
+func (p *planner) partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
 	role := state.RoleSingle
 	if e.Workers > 0 {
 		role = state.RoleHead
@@ -638,62 +619,7 @@ func partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
 			role = state.RoleWorker
 		}
 	}
-	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner}
-}
-
-// fits reports whether every part of e finds a node now, each on its own.
-func (p *planner) fits(e *state.QueueEntry) bool {
-	reqs := e.Parts()
-	var exclude map[string]bool
-	for i := range reqs {
-		pt := partOf(e, reqs, i)
-		n, _, _, _ := p.best(pt, exclude)
-		if n == nil {
-			return false
-		}
-		if exclude == nil {
-			exclude = map[string]bool{}
-		}
-		exclude[n.name] = true
-	}
-	return true
-}
-
-// holdFor reserves, for an aged request that does not fit, the nodes
-// closest to fitting each part, so that later requests in the order cannot
-// take their free capacity.
-func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Plan) {
-	used := map[string]bool{}
-	for i := range reqs {
-		pt := &part{req: &reqs[i], id: e.Session}
-		var best *nodeState
-		bestFree := -1
-		for _, n := range p.nodes {
-			if used[n.name] || n.reservedFor != "" || n.view.Cordon != nil || filterLabels(pt, n) != nil {
-				continue
-			}
-			if pt.req.GPUs > 0 && n.capacityDevices(pt.req) < pt.req.GPUs {
-				continue
-			}
-			if f := n.freeDevices(pt.req); f > bestFree {
-				best, bestFree = n, f
-			}
-		}
-		if best == nil {
-			continue
-		}
-		best.reservedFor = e.Session
-		p.holds[e.Session] = true
-		if p.holding == nil {
-			p.holding, p.holders = map[string]bool{}, map[string]int{}
-		}
-		if !p.holding[e.Session] {
-			p.holders[e.Owner]++
-		}
-		p.holding[e.Session] = true
-		used[best.name] = true
-		plan.Reserved[best.name] = e.Session
-	}
+	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: p.endsOf(e)}
 }
 
 // describe writes a request the way a person would ask for it: "8×A100-80GB".
@@ -729,12 +655,18 @@ type shape struct {
 	ports      int
 	selector   string
 	share      shareShape
+	// ends: parts that end at different times may backfill different
+	// held nodes.
+	ends int64
 }
 
 // shapeOf is pt's shape.
 func shapeOf(pt *part) shape {
 	r := pt.req
 	k := shape{gpus: r.GPUs, model: r.GPUModel, mig: r.MIGProfile, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: pt.ports, share: shareShapeOf(pt)}
+	if !pt.ends.IsZero() {
+		k.ends = pt.ends.UnixNano()
+	}
 	if len(r.NodeSelector) > 0 {
 		keys := make([]string, 0, len(r.NodeSelector))
 		for key := range r.NodeSelector {
@@ -753,21 +685,22 @@ func shapeOf(pt *part) shape {
 // ---- queue order ----
 
 // queueOrder yields pending sessions in placement order: priority first;
-// within a priority, requests older than ReserveAfter (the aged tier)
-// before the rest; within each tier, the owner with the smallest weighted
-// dominant resource share (DRF) first, recomputed as the pass places
-// sessions, then the owner's oldest request. The aged tier is ordered by
-// fair share too (issue 17): in a backlog deeper than ReserveAfter every
-// request is aged, and an order by age hands a flooding user the cluster.
+// within a priority, the owner with the smallest weighted dominant
+// resource share (DRF) first, recomputed as the pass places sessions,
+// then the owner's oldest request. Age orders only an owner's own
+// requests (issue 34): an aged tier before the young one (issue 17) let a
+// flooder's backlog, all of it aged, go before another owner's fresh
+// requests whatever their shares; aging now decides only who may hold
+// nodes (hold.go).
 type queueOrder struct {
 	levels []*level
 	cur    int
 }
 
-// level is one priority: its aged tier, then the rest, each a set of
-// owner queues ordered by weighted dominant share.
+// level is one priority: one tier, a set of owner queues ordered by
+// weighted dominant share.
 type level struct {
-	tiers [2]*tier
+	tiers [1]*tier
 }
 
 type tier struct {
@@ -791,7 +724,7 @@ func (p *planner) order() *queueOrder {
 	var prios []int
 	// groupsOf's map is built here, in the one walk of the queue the
 	// order needs anyway, unless something asked for it before
-	// (holdUnfit does, when requests age into reservations).
+	// (holdLarge does, when requests age into reservations).
 	groups := p.ownerGroups == nil
 	if groups {
 		p.ownerGroups = map[string][]string{}
@@ -800,14 +733,11 @@ func (p *planner) order() *queueOrder {
 		it := &p.snap.Pending[i]
 		lv, ok := byPrio[it.Entry.Priority]
 		if !ok {
-			lv = &level{tiers: [2]*tier{{byName: map[string]*ownerQueue{}}, {byName: map[string]*ownerQueue{}}}}
+			lv = &level{tiers: [1]*tier{{byName: map[string]*ownerQueue{}}}}
 			byPrio[it.Entry.Priority] = lv
 			prios = append(prios, it.Entry.Priority)
 		}
-		tr := lv.tiers[1]
-		if p.aged(it.Entry) {
-			tr = lv.tiers[0]
-		}
+		tr := lv.tiers[0]
 		oq, ok := tr.byName[it.Entry.Owner]
 		if !ok {
 			oq = &ownerQueue{owner: it.Entry.Owner}
@@ -919,7 +849,17 @@ func (q *queueOrder) placed(owner string, share func(string) (float64, float64))
 // hold, and its members share that evenly. Weights come from quotas
 // (state.Quota.Weight); absent, a weight is 1.
 func (p *planner) weightedShare(owner string) (float64, float64) {
-	own := p.usage.share(p.usage.users[owner])
+	mine := p.usage.users[owner]
+	if c := p.charged[owner]; c > 0 {
+		// Nodes held beyond the owner's budget count as its own.
+		var a amounts
+		if mine != nil {
+			a = *mine
+		}
+		a.gpus += c
+		mine = &a
+	}
+	own := p.usage.share(mine)
 	first, grouped := own, false
 	for _, g := range p.groupsOf(owner) {
 		if q, ok := p.snap.GroupQuotas[g]; ok && q.Weight != nil && *q.Weight > 0 {

@@ -185,9 +185,10 @@ func TestPlanDRFInterleavesOwners(t *testing.T) {
 
 func TestPlanBackfillAndReservation(t *testing.T) {
 	// One node with 4 of 8 GPUs held. An 8-GPU request waits; a 1-GPU request
-	// behind it backfills while the big one is young...
+	// behind it backfills while the big one is young (under ReserveAfter/8:
+	// size-aware aging)...
 	nodes := []NodeView{holding(view(gpuNode("a", 8, "A100")), "x", "carol", 4)}
-	big := req("big", "ada", 8, 10*time.Minute)
+	big := req("big", "ada", 8, 5*time.Minute)
 	small := req("small", "bob", 1, 0)
 	p := NewPlan(snap(nodes, big, small), PlanOptions{ReserveAfter: time.Hour})
 	if len(p.Bound) != 1 || p.Bound[0].Pending.Entry.Session != "small" {

@@ -188,6 +188,9 @@ type nodeState struct {
 	// reservedFor names the session holding this node's free capacity
 	// until it fits (anti-starvation); "" when free for all.
 	reservedFor string
+	// drainBy is when a held node's sessions have all ended by their max
+	// runtimes (zero: some session has none); set with reservedFor.
+	drainBy     time.Time
 	bucket      int // freeGPUs when last indexed
 	pos         int // position in its bucket
 	proposed    map[string]state.Allocation

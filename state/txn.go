@@ -35,6 +35,7 @@ func NewQueueEntry(s Session, now time.Time) QueueEntry {
 		Created:     s.Created,
 		Enqueued:    now,
 		Request:     s.Resources,
+		MaxRuntime:  s.Limits.MaxRuntime,
 	}
 	if s.Ray != nil {
 		q.Workers = s.Ray.Workers

@@ -324,6 +324,11 @@ type QueueEntry struct {
 	// its Workers are the job's ranks 1 to Nodes-1, not Ray workers, and
 	// its parts need the job's ports, not Ray's (Ports).
 	Nodes int `json:"nodes,omitempty"`
+	// MaxRuntime is the session's max runtime (Limits.MaxRuntime) when it
+	// was queued; zero: none. The placer lets a session with one run on a
+	// node held for a large request when it ends before the node drains
+	// (backfill, placer/hold.go).
+	MaxRuntime Duration `json:"maxRuntime,omitempty"`
 }
 
 // JobPeerPorts is how many host ports every part of a multi-node job gets
@@ -552,6 +557,13 @@ type Allocation struct {
 	// Queued is when the session's queue entry was created: with the
 	// priority, owner and id, its place in the plan's queue order.
 	Queued time.Time `json:"queued,omitzero"`
+	// Ends is when the session ends at the latest by its max runtime, as
+	// the placer estimated it at the bind (the plan's clock plus the max
+	// runtime; start-up and an extension make it later); zero: no max
+	// runtime. A node whose every allocation has one drains by the
+	// latest, and work ending before then may run on it while it is held
+	// (placer/hold.go).
+	Ends time.Time `json:"ends,omitzero"`
 }
 
 // Ledger is what is allocated on a node, stored at ledger/<name>. The

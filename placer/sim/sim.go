@@ -72,11 +72,18 @@ func (r Runtime) draw(rng *rand.Rand) time.Duration {
 // Stream is one source of sessions: Poisson arrivals at Rate per hour
 // between Start and End (End zero: the whole run), each bringing Burst
 // sessions at once (zero means one), of shapes drawn from Sizes (empty:
-// DefaultMix) and run times drawn from Runtime.
+// DefaultMix) and run times drawn from Runtime. With RampTo above zero the
+// rate rises (or falls) linearly from Rate at Start to RampTo at End.
+// Each session declares a max runtime (state.QueueEntry.MaxRuntime) the
+// way people pick one: the first of 15 min, 30 min, 1, 2, 4, 8, 24, 72 h
+// and multiples of 72 h that its run time does not exceed (up to twice
+// the run time); NoLimit sessions declare none, as most notebooks.
 type Stream struct {
+	NoLimit bool
 	User    string
 	Groups  []string
 	Rate    float64
+	RampTo  float64
 	Start   time.Duration
 	End     time.Duration
 	Burst   int
@@ -113,17 +120,24 @@ type Config struct {
 
 // Stats summarises the queueing times of one request shape, in minutes.
 type Stats struct {
-	N          int
-	Mean, P99  float64
-	StillWaits int // of N, still waiting at the end
+	N              int
+	Mean, P50, P99 float64
+	Max            float64
+	StillWaits     int // of N, still waiting at the end
 }
 
 // Result is what one run measured.
 type Result struct {
-	// Jain is the mean, over passes in the window with at least two users
-	// waiting, of Jain's index over those users' GPUs held, each divided
-	// by its user's weight: 1 is perfectly fair, 1/n one user holding all.
-	Jain float64
+	// Jain is the mean, and JainMin the least, over passes in the window
+	// with at least two users waiting, of Jain's index over those users'
+	// GPUs held, each divided by the user's fair share: the weighted
+	// max-min (water-filling) division of the cluster's GPUs over every
+	// user's demand (GPUs held plus GPUs waiting). 1 is perfectly fair,
+	// 1/n one user holding all. Dividing by the demand-capped share rather
+	// than the weight alone keeps a user who asks for less than an equal
+	// share (one 8-GPU request waiting beside one running) from counting
+	// as treated unfairly for holding less than the others.
+	Jain, JainMin float64
 	// Share is each user's mean fraction of the cluster's GPUs held over
 	// the window.
 	Share map[string]float64
@@ -133,6 +147,18 @@ type Result struct {
 	// window that left work waiting; IdleHeld and IdleFragmented split the
 	// rest: free GPUs on nodes held for a waiting request, and elsewhere.
 	Util, IdleHeld, IdleFragmented float64
+	// Busy is the mean fraction of GPUs allocated over passes in the
+	// window whose waiting requests together asked for at least the GPUs
+	// free: the moments at which the queue could have filled the cluster
+	// ("busy while work waits").
+	Busy float64
+	// LongestRuntime is the longest run time drawn for any session.
+	LongestRuntime time.Duration
+	// MaxExcess is the most, in minutes, that any request waited beyond
+	// the wait its fair share implied at its arrival: the GPU-minutes its
+	// user had queued before it over the GPUs the user's demand-capped
+	// weighted share gave it then.
+	MaxExcess float64
 	// QueuedFraction is the fraction of passes in the window that left
 	// work waiting.
 	QueuedFraction float64
@@ -152,6 +178,11 @@ type session struct {
 	size    Size
 	arrive  time.Duration
 	runtime time.Duration
+	limit   time.Duration // declared max runtime; zero: none
+	// fairWait is the wait, in minutes, that the user's fair share
+	// implied at arrival: the GPU-minutes it queued before this request
+	// over the GPUs its share gave it.
+	fairWait float64
 }
 
 type running struct {
@@ -198,14 +229,23 @@ func arrivals(cfg *Config, rng *rand.Rand) []session {
 			total += s.Share
 		}
 		burst := max(st.Burst, 1)
-		if st.Rate <= 0 {
+		peak := max(st.Rate, st.RampTo)
+		if peak <= 0 {
 			continue
 		}
 		t := st.Start
 		for n := 0; ; n++ {
-			t += time.Duration(rng.ExpFloat64() / st.Rate * float64(time.Hour))
+			t += time.Duration(rng.ExpFloat64() / peak * float64(time.Hour))
 			if t >= end {
 				break
+			}
+			if st.RampTo > 0 {
+				// Thinning: arrivals drawn at the peak rate, each kept
+				// with the rate at its time over the peak.
+				rate := st.Rate + (st.RampTo-st.Rate)*float64(t-st.Start)/float64(end-st.Start)
+				if rng.Float64()*peak >= rate {
+					continue
+				}
 			}
 			for b := 0; b < burst; b++ {
 				x := rng.Float64() * total
@@ -217,8 +257,12 @@ func arrivals(cfg *Config, rng *rand.Rand) []session {
 					}
 					x -= s.Share
 				}
-				out = append(out, session{id: fmt.Sprintf("s%d-%06d-%d", si, n, b), user: st.User, groups: st.Groups,
-					size: size, arrive: t, runtime: st.Runtime.draw(rng)})
+				s := session{id: fmt.Sprintf("s%d-%06d-%d", si, n, b), user: st.User, groups: st.Groups,
+					size: size, arrive: t, runtime: st.Runtime.draw(rng)}
+				if !st.NoLimit {
+					s.limit = limitFor(s.runtime)
+				}
+				out = append(out, s)
 			}
 		}
 	}
@@ -267,6 +311,9 @@ func Run(cfg Config) Result {
 		index[n.Name] = i
 	}
 	capacity := cfg.Nodes * cfg.GPUsPerNode
+	// The placer's own case: node state kept between passes, rebuilt where
+	// a ledger's revision moved (it changes no plan).
+	cache := placer.NewPlanCache()
 	users, groups := map[string]state.Quota{}, map[string]state.Quota{}
 	for u, w := range cfg.UserWeights {
 		users[u] = state.Quota{Weight: &w}
@@ -291,9 +338,12 @@ func Run(cfg Config) Result {
 		planDur  []time.Duration
 		next     int
 		jainN    int
+		busyN    int
 		window   int
 		queued   int
 		shareSum = map[string]float64{}
+		waitGPUs = map[string]int{}     // GPUs waiting, by user
+		backlog  = map[string]float64{} // GPU-minutes waiting, by user
 	)
 	for now := time.Duration(0); now < cfg.Duration; now += cfg.Tick {
 		for len(ends) > 0 && ends[0].end <= now {
@@ -305,18 +355,33 @@ func Run(cfg Config) Result {
 			}
 			held[s.user] -= s.size.GPUs * (s.size.Workers + 1)
 		}
+		first := next
 		for next < len(arr) && arr[next].arrive <= now {
 			s := &arr[next]
 			next++
 			created := epoch.Add(s.arrive)
 			e := state.QueueEntry{Session: s.id, Kind: state.KindBatch, Owner: s.user, Groups: s.groups, Created: created, Enqueued: created,
-				Request: state.Resources{GPUs: s.size.GPUs, CPUMilli: int64(s.size.GPUs) * 1000, MemoryMiB: int64(s.size.GPUs) << 13}}
+				Request:    state.Resources{GPUs: s.size.GPUs, CPUMilli: int64(s.size.GPUs) * 1000, MemoryMiB: int64(s.size.GPUs) << 13},
+				MaxRuntime: state.Duration(s.limit)}
 			if s.size.Workers > 0 {
 				e.Workers = s.size.Workers
 			}
 			pending = append(pending, placer.Pending{Entry: &e, Revision: 1})
+			waitGPUs[s.user] += s.size.GPUs * (s.size.Workers + 1)
 		}
-		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now)}
+		if first < next {
+			// The wait each new request's fair share implies: the work
+			// its user queued before it, at the GPUs the user's
+			// demand-capped weighted share gives it now.
+			fair := fairShares(capacity, held, waitGPUs, weight)
+			for i := first; i < next; i++ {
+				s := &arr[i]
+				g := float64(s.size.GPUs * (s.size.Workers + 1))
+				s.fairWait = backlog[s.user] / fair[s.user]
+				backlog[s.user] += g * s.runtime.Minutes()
+			}
+		}
+		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now), Cache: cache}
 		start := time.Now()
 		plan := placer.NewPlan(snap, cfg.Plan)
 		planDur = append(planDur, time.Since(start))
@@ -329,13 +394,16 @@ func Run(cfg Config) Result {
 			for _, pp := range d.Parts {
 				v := &views[index[pp.Node]]
 				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Role: pp.Role,
-					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports}
+					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends}
 				v.LedgerRevision++
 				r.nodes = append(r.nodes, pp.Node)
 			}
 			heap.Push(&ends, r)
 			held[s.user] += s.size.GPUs * (s.size.Workers + 1)
+			waitGPUs[s.user] -= s.size.GPUs * (s.size.Workers + 1)
+			backlog[s.user] -= float64(s.size.GPUs*(s.size.Workers+1)) * s.runtime.Minutes()
 			waits[s.size.Label()] = append(waits[s.size.Label()], (now - s.arrive).Minutes())
+			res.MaxExcess = max(res.MaxExcess, (now-s.arrive).Minutes()-s.fairWait)
 		}
 		if len(bound) > 0 {
 			kept := pending[:0]
@@ -360,6 +428,18 @@ func Run(cfg Config) Result {
 		}
 		queued++
 		res.Util += float64(used) / float64(capacity)
+		waitingGPUs := map[string]int{}
+		wantGPUs := 0
+		for u, g := range waitGPUs {
+			if g > 0 {
+				waitingGPUs[u] = g
+				wantGPUs += g
+			}
+		}
+		if wantGPUs >= capacity-used {
+			res.Busy += float64(used) / float64(capacity)
+			busyN++
+		}
 		slots, free := 0, 0
 		for _, v := range views {
 			f := cfg.GPUsPerNode
@@ -378,28 +458,29 @@ func Run(cfg Config) Result {
 		}
 		res.Slots8 += float64(slots)
 		res.Floor8 += float64(free / 8)
-		waitingUsers := map[string]bool{}
-		for _, p := range pending {
-			waitingUsers[p.Entry.Owner] = true
-		}
-		if len(waitingUsers) >= 2 {
+		if len(waitingGPUs) >= 2 {
+			fair := fairShares(capacity, held, waitingGPUs, weight)
 			var sum, sq float64
-			for u := range waitingUsers {
-				x := float64(held[u]) / weight(u)
+			for u := range waitingGPUs {
+				x := float64(held[u]) / fair[u]
 				sum += x
 				sq += x * x
 			}
 			j := 1.0
 			if sq > 0 {
-				j = sum * sum / (float64(len(waitingUsers)) * sq)
+				j = sum * sum / (float64(len(waitingGPUs)) * sq)
 			}
 			res.Jain += j
+			if jainN == 0 || j < res.JainMin {
+				res.JainMin = j
+			}
 			jainN++
 		}
 	}
 	for _, p := range pending {
 		s := bySession[p.Entry.Session]
 		waits[s.size.Label()] = append(waits[s.size.Label()], (cfg.Duration - s.arrive).Minutes())
+		res.MaxExcess = max(res.MaxExcess, (cfg.Duration-s.arrive).Minutes()-s.fairWait)
 		still[s.size.Label()]++
 	}
 	for label, w := range waits {
@@ -408,12 +489,21 @@ func Run(cfg Config) Result {
 		for _, x := range w {
 			sum += x
 		}
-		res.Wait[label] = Stats{N: len(w), Mean: sum / float64(len(w)), P99: quantile(w, 0.99), StillWaits: still[label]}
+		res.Wait[label] = Stats{N: len(w), Mean: sum / float64(len(w)), P50: quantile(w, 0.5), P99: quantile(w, 0.99),
+			Max: w[len(w)-1], StillWaits: still[label]}
+	}
+	for i := range arr {
+		res.LongestRuntime = max(res.LongestRuntime, arr[i].runtime)
 	}
 	if jainN > 0 {
 		res.Jain /= float64(jainN)
 	} else {
-		res.Jain = 1
+		res.Jain, res.JainMin = 1, 1
+	}
+	if busyN > 0 {
+		res.Busy /= float64(busyN)
+	} else {
+		res.Busy = 1
 	}
 	if window > 0 {
 		for u, s := range shareSum {
@@ -443,4 +533,67 @@ func quantile(xs []float64, q float64) float64 {
 	}
 	i := int(math.Ceil(q*float64(len(xs)))) - 1
 	return xs[max(0, min(i, len(xs)-1))]
+}
+
+// fairShares is each waiting user's weighted max-min share of capacity
+// GPUs given every user's demand (held plus waiting): water-filling, each
+// user capped at its demand, the rest divided again by weight. Only the
+// users of waiting are returned; each share is above zero.
+func fairShares(capacity int, held, waiting map[string]int, weight func(string) float64) map[string]float64 {
+	type claim struct {
+		user   string
+		demand float64
+		w      float64
+	}
+	var cs []claim
+	seen := map[string]bool{}
+	for u, g := range held {
+		if g > 0 || waiting[u] > 0 {
+			cs = append(cs, claim{u, float64(g + waiting[u]), weight(u)})
+			seen[u] = true
+		}
+	}
+	for u, g := range waiting {
+		if !seen[u] {
+			cs = append(cs, claim{u, float64(g), weight(u)})
+		}
+	}
+	// Users in order of demand per weight: each takes the lesser of its
+	// demand and its weight's part of what is left.
+	sort.Slice(cs, func(i, j int) bool {
+		a, b := cs[i].demand/cs[i].w, cs[j].demand/cs[j].w
+		if a != b {
+			return a < b
+		}
+		return cs[i].user < cs[j].user
+	})
+	left, wsum := float64(capacity), 0.0
+	for _, c := range cs {
+		wsum += c.w
+	}
+	out := make(map[string]float64, len(waiting))
+	for _, c := range cs {
+		give := min(c.demand, left*c.w/wsum)
+		left -= give
+		wsum -= c.w
+		if _, ok := waiting[c.user]; ok {
+			out[c.user] = max(give, 1e-9)
+		}
+	}
+	return out
+}
+
+// limitLadder is the max runtimes people pick from.
+var limitLadder = []time.Duration{15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour, 24 * time.Hour, 72 * time.Hour}
+
+// limitFor is the max runtime a session of run time run declares: the
+// first rung of limitLadder at least run, or the multiple of 72 h above it.
+func limitFor(run time.Duration) time.Duration {
+	for _, l := range limitLadder {
+		if run <= l {
+			return l
+		}
+	}
+	step := limitLadder[len(limitLadder)-1]
+	return (run + step - 1) / step * step
 }

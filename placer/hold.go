@@ -1,0 +1,407 @@
+package placer
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// Holds (issue 34). A request that needs a whole node (or more free GPUs
+// than any node in use has) starves behind a stream of small ones unless
+// freed GPUs are kept for it: a freed GPU goes to a small request within
+// a pass, while a node frees whole only when its last session ends. So an
+// aged request that fits no node in use holds the nodes closest to fitting
+// it (the emptiest): nothing else is placed there, and the node drains.
+//
+// How much an owner may hold scales with the cluster and with its fair
+// share: each owner is entitled to its weighted max-min share of the
+// cluster's GPUs given every owner's demand (GPUs held plus GPUs waiting;
+// water-filling), and its requests may hold nodes while the GPUs they ask
+// for stay below what its entitlement exceeds its holding by. An owner at
+// or above its share holds nothing; one far below it (an owner asking only
+// for 8-GPU sessions against one flooding 1-GPU sessions) drains as many
+// nodes as it is owed, at once, instead of one at a time. Holders are
+// taken by priority, then weighted share, then age, as the order is.
+//
+// A held node's free GPUs are idle until the request fits: that is what
+// draining costs, and the budget bounds it by what the owners below their
+// share are owed. Backfill recovers part of it: when every session on a
+// held node has a max runtime, the node has drained by the latest of
+// their ends (state.Allocation.Ends), and a request whose own max runtime
+// ends by then may run there: it is gone before the holder could start.
+// Sessions without a max runtime (most notebooks) leave nothing to
+// backfill: their node's drain time is unknown.
+
+// entitle computes each owner's hold budget: its weighted max-min share of
+// the cluster's GPUs, given every owner's demand, less what it holds. For
+// an owner at or above its share (no budget), the charge budget: the part
+// of what it holds that its own large requests may keep idle while nodes
+// drain for them, charged to its share: what it holds times the fraction
+// of its waiting GPUs that large requests (a part above maxPartial GPUs)
+// ask for. Such an owner thus spends its share on its requests of every
+// size, in proportion to what it waits for, instead of its small requests
+// taking all of it while its large ones wait.
+func (p *planner) entitle(maxPartial int) {
+	held := map[string]int64{}
+	for o, a := range p.quota.users { // ledgers, pinned sessions included
+		held[o] = a.gpus
+	}
+	demand := make(map[string]int64, len(held))
+	for o, g := range held {
+		demand[o] = g
+	}
+	waiting, large := map[string]int64{}, map[string]int64{}
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		if it.Pinned {
+			continue
+		}
+		g := requestGPUs(it.Entry)
+		demand[it.Entry.Owner] += g
+		waiting[it.Entry.Owner] += g
+		if largeReq(it.Entry, maxPartial) {
+			large[it.Entry.Owner] += g
+		}
+	}
+	ent := waterFill(p.usage.total.gpus, demand, p.ownerWeight)
+	p.holdBudget = make(map[string]int64, len(ent))
+	p.chargeBudget = make(map[string]int64, len(ent))
+	for o, e := range ent {
+		p.holdBudget[o] = e - held[o]
+		if w := waiting[o]; w > 0 {
+			p.chargeBudget[o] = held[o] * large[o] / w
+		}
+	}
+	p.holdGPUs = map[string]int64{}
+}
+
+// largeReq reports whether some part of e asks for more GPUs than
+// maxPartial, the most free on any node in use: it needs an empty node.
+func largeReq(e *state.QueueEntry, maxPartial int) bool {
+	if e.Request.GPUs > maxPartial {
+		return true
+	}
+	if e.Workers > 0 && e.WorkerRequest != nil {
+		return e.WorkerRequest.GPUs > maxPartial
+	}
+	return false
+}
+
+// requestGPUs is every GPU e asks for, on all its parts.
+func requestGPUs(e *state.QueueEntry) int64 {
+	g := int64(e.Request.GPUs)
+	if e.Workers > 0 {
+		w := e.Request.GPUs
+		if e.WorkerRequest != nil {
+			w = e.WorkerRequest.GPUs
+		}
+		g += int64(e.Workers * w)
+	}
+	return g
+}
+
+// ownerWeight is owner's own fair-share weight (its user quota's weight;
+// 1 if none). Group weights order the queue (weightedShare); the hold
+// budget divides by owners alone.
+func (p *planner) ownerWeight(owner string) float64 {
+	if q, ok := p.snap.UserQuotas[owner]; ok && q.Weight != nil && *q.Weight > 0 {
+		return *q.Weight
+	}
+	return 1
+}
+
+// waterFill divides capacity among demands by weight, max-min: owners in
+// order of demand over weight each take the lesser of their demand and
+// their weight's part of what is left. Deterministic: ties by name.
+func waterFill(capacity int64, demand map[string]int64, weight func(string) float64) map[string]int64 {
+	owners := make([]string, 0, len(demand))
+	wsum := 0.0
+	for o, d := range demand {
+		if d > 0 {
+			owners = append(owners, o)
+			wsum += weight(o)
+		}
+	}
+	sort.Slice(owners, func(i, j int) bool {
+		a, b := float64(demand[owners[i]])/weight(owners[i]), float64(demand[owners[j]])/weight(owners[j])
+		if a != b {
+			return a < b
+		}
+		return owners[i] < owners[j]
+	})
+	left := float64(capacity)
+	out := make(map[string]int64, len(owners))
+	for _, o := range owners {
+		w := weight(o)
+		give := min(float64(demand[o]), left*w/wsum)
+		left -= give
+		wsum -= w
+		out[o] = int64(give + 0.5)
+	}
+	return out
+}
+
+// aged reports whether e has waited long enough to hold nodes: its hold
+// delay, ReserveAfter over the GPUs it asks for in all (at least one).
+// Size-aware aging: the larger a request, the less its chance of finding
+// a node by itself among small ones, so the sooner it may make one drain;
+// an 8-GPU request may hold after a pass or two (75 s at the default 10
+// minutes), a 1-GPU one after ReserveAfter, and the hold budget, not the
+// delay, bounds how much of the cluster drains.
+func (p *planner) aged(e *state.QueueEntry) bool {
+	if p.opt.ReserveAfter <= 0 {
+		return false
+	}
+	return p.snap.Now.Sub(e.Created) >= p.holdAfter(e)
+}
+
+// holdAfter is how long e waits before it may hold nodes.
+func (p *planner) holdAfter(e *state.QueueEntry) time.Duration {
+	return p.opt.ReserveAfter / time.Duration(max(requestGPUs(e), 1))
+}
+
+// mayHold reports whether e may hold nodes now: it has waited
+// ReserveAfter, holds none yet, and its owner's requests holding nodes ask
+// for less than the owner's hold budget.
+func (p *planner) mayHold(e *state.QueueEntry) bool {
+	if !p.aged(e) || len(p.holding[e.Session]) > 0 || p.holdBudget == nil {
+		return false
+	}
+	if b := p.holdBudget[e.Owner]; b > 0 {
+		return p.holdGPUs[e.Owner] < b
+	}
+	return p.holdGPUs[e.Owner] < p.chargeBudget[e.Owner] || p.holders[e.Owner] == 0
+}
+
+// holdLarge, before the queue order runs, lets aged requests that fit no
+// node in use hold the nodes closest to fitting them (the emptiest), by
+// priority, then their owner's weighted share, then age, within each
+// owner's hold budget: capacity freed on a draining node stays there
+// instead of going to whichever small request comes first, and an empty
+// node is kept for the large request whose turn it is.
+func (p *planner) holdLarge(plan *Plan) {
+	if p.opt.ReserveAfter <= 0 {
+		return
+	}
+	// The most GPUs free on a node that runs something: a request asking
+	// for more can only go to an empty node.
+	maxPartial := 0
+	for _, n := range p.nodes {
+		if n.usedGPU > 0 && n.reservedFor == "" && n.view.Cordon == nil {
+			maxPartial = max(maxPartial, n.freeGPUs)
+		}
+	}
+	p.entitle(maxPartial)
+	var cands []*Pending
+	share := map[string]float64{}
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		if it.Pinned || !p.aged(it.Entry) {
+			continue
+		}
+		if _, ok := share[it.Entry.Owner]; !ok {
+			share[it.Entry.Owner], _ = p.weightedShare(it.Entry.Owner)
+		}
+		cands = append(cands, it)
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i].Entry, cands[j].Entry
+		if a.Priority != b.Priority {
+			return a.Priority > b.Priority
+		}
+		if share[a.Owner] != share[b.Owner] {
+			return share[a.Owner] < share[b.Owner]
+		}
+		return olderFirst(cands[i], cands[j])
+	})
+	fitting := map[shape]bool{} // single-part shapes seen to fit a node in use
+	for _, it := range cands {
+		e := it.Entry
+		if !p.mayHold(e) {
+			continue
+		}
+		reqs := e.Parts()
+		if !largeReq(e, maxPartial) {
+			if len(reqs) == 1 {
+				k := shapeOf(&part{req: &reqs[0], ports: e.Ports(state.RoleSingle)})
+				if fitting[k] {
+					continue
+				}
+				if p.fits(e) {
+					fitting[k] = true
+					continue
+				}
+			} else if p.fits(e) {
+				continue
+			}
+		}
+		p.holdFor(e, reqs, plan)
+	}
+}
+
+// fits reports whether every part of e finds a node now, each on its own.
+func (p *planner) fits(e *state.QueueEntry) bool {
+	reqs := e.Parts()
+	var exclude map[string]bool
+	for i := range reqs {
+		pt := p.partOf(e, reqs, i)
+		n, _, _, _ := p.best(pt, exclude)
+		if n == nil {
+			return false
+		}
+		if exclude == nil {
+			exclude = map[string]bool{}
+		}
+		exclude[n.name] = true
+	}
+	return true
+}
+
+// holdFor reserves, for e, the nodes closest to fitting each part (the
+// most matching devices free; ties by name), so that later requests in
+// the order cannot take their free capacity, and counts e's GPUs against
+// its owner's hold budget.
+func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Plan) {
+	used := map[string]bool{}
+	// Beyond its budget (an owner at or above its fair share holds for
+	// one request at a time), what the hold keeps idle counts as the
+	// owner's in the order until the request is placed: its own younger
+	// requests, not other owners', pay for the drain.
+	charged := p.holdBudget[e.Owner] <= 0
+	for i := range reqs {
+		pt := &part{req: &reqs[i], id: e.Session}
+		best := p.closest(pt, used)
+		if best == nil {
+			continue
+		}
+		best.reservedFor = e.Session
+		best.drainBy = drainBy(best)
+		p.holds[e.Session] = true
+		if p.holding == nil {
+			p.holding = map[string][]*nodeState{}
+		}
+		if p.holders == nil {
+			p.holders, p.charged, p.charge = map[string]int{}, map[string]int64{}, map[string]int64{}
+		}
+		if len(p.holding[e.Session]) == 0 {
+			p.holders[e.Owner]++
+			if p.holdGPUs != nil {
+				p.holdGPUs[e.Owner] += requestGPUs(e)
+			}
+		}
+		if charged {
+			p.charge[e.Session] += int64(best.freeGPUs)
+			p.charged[e.Owner] += int64(best.freeGPUs)
+		}
+		p.holding[e.Session] = append(p.holding[e.Session], best)
+		used[best.name] = true
+		plan.Reserved[best.name] = e.Session
+	}
+}
+
+// closest is the node not yet reserved, not cordoned and not in used that
+// could hold pt when empty and has the most of its devices free (the first
+// by name among equals), or nil.
+func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
+	ok := func(n *nodeState) bool {
+		if used[n.name] || n.reservedFor != "" || n.view.Cordon != nil || filterLabels(pt, n) != nil {
+			return false
+		}
+		return pt.req.GPUs == 0 || n.capacityDevices(pt.req) >= pt.req.GPUs
+	}
+	r := pt.req
+	if r.GPUs > 0 && r.MIGProfile == "" && r.GPUModel == "" && r.GPUMemoryMiB == 0 && len(p.buckets) > 0 {
+		// Whole GPUs of any model: a node's free devices are its free
+		// whole GPUs, its bucket. The emptiest bucket with a node that
+		// qualifies holds the answer: its first by name.
+		for b := len(p.buckets) - 1; b >= 0; b-- {
+			var best *nodeState
+			for _, n := range p.buckets[b] {
+				if ok(n) && (best == nil || n.name < best.name) {
+					best = n
+				}
+			}
+			if best != nil {
+				return best
+			}
+		}
+		return nil
+	}
+	var best *nodeState
+	bestFree := -1
+	for _, n := range p.nodes {
+		if !ok(n) {
+			continue
+		}
+		if f := n.freeDevices(r); f > bestFree {
+			best, bestFree = n, f
+		}
+	}
+	return best
+}
+
+// heldMessage is the reason of a request that waits holding nodes: which
+// nodes, how much of each is free, and why it may hold them, in the words
+// of issue 34 ("node gpu-17 is held for your 8-GPU request since 14:02; 5
+// of 8 GPUs free").
+func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held []*nodeState) string {
+	var parts []string
+	for _, n := range held {
+		if n.reservedFor != e.Session {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("node %s (%d of %d GPUs free, the rest draining as its sessions end)", n.name, n.freeGPUs, n.totalGPU))
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("waiting for %s", describe(&reqs[0]))
+	}
+	what := "node"
+	if len(parts) > 1 {
+		what = "nodes"
+	}
+	after := p.holdAfter(e)
+	since := e.Created.Add(after).UTC().Format("15:04")
+	return fmt.Sprintf("waiting for %s: %s %s held for it, nothing else placed there (it may hold nodes since %s UTC, %s after it was queued, while its owner holds less than its fair share of the cluster)",
+		describe(&reqs[0]), what, strings.Join(parts, ", "), since, after.Round(time.Second))
+}
+
+// endsOf is when e ends at the latest if it starts now, the plan's clock
+// plus its max runtime, for a request that may backfill held nodes; zero
+// if it has no max runtime, or its owner holds its fair share or more: a
+// max runtime is an upper bound, most sessions end well before it, so a
+// node filled to its drain time by them drains later than it would have
+// without them, and only an owner below its share may take that from
+// the holder.
+func (p *planner) endsOf(e *state.QueueEntry) time.Time {
+	if e.MaxRuntime <= 0 || p.holdBudget[e.Owner] <= 0 {
+		return time.Time{}
+	}
+	return p.snap.Now.Add(time.Duration(e.MaxRuntime))
+}
+
+// drainBy is when every session on n (in its ledger, or proposed in this
+// pass) has ended by its max runtime: the latest of their ends; zero if
+// some session has none, or n runs nothing.
+func drainBy(n *nodeState) time.Time {
+	var latest time.Time
+	for _, allocs := range []map[string]state.Allocation{n.view.Ledger.Allocations, n.proposed} {
+		for _, a := range allocs {
+			if a.Ends.IsZero() {
+				return time.Time{}
+			}
+			if a.Ends.After(latest) {
+				latest = a.Ends
+			}
+		}
+	}
+	return latest
+}
+
+// backfills reports whether part pt may run on n although n is held for
+// another request: n drains by a known time, and pt ends by then.
+func backfills(pt *part, n *nodeState) bool {
+	return !n.drainBy.IsZero() && !pt.ends.IsZero() && !pt.ends.After(n.drainBy)
+}

@@ -1,0 +1,6 @@
+// Command simsuite runs placer/sim's whole suite of workload shapes (issue
+// 34) at 16, 200 and 2,000 nodes, for binpack and spread, three seeds
+// each, with the placer's default settings, and prints one Markdown table
+// with the goals each run misses. `make sim` runs it; it exits 1 if any
+// run misses a goal.
+package main

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/voyager-gpu/voyager/internal/config"
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/placer/sim"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "simsuite:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("simsuite", flag.ContinueOnError)
+	sizes := fs.String("nodes", "16,200,2000", "cluster sizes, comma-separated")
+	seeds := fs.Int("seeds", 3, "seeds 1..N for every shape and strategy")
+	hours := fs.String("hours", "16=1,200=1,2000=0.5", "size=factor on each shape's simulated hours")
+	only := fs.String("shape", "", "run only the shapes whose name contains this")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(nil, nil)
+	if err != nil {
+		return fmt.Errorf("load default settings: %w", err)
+	}
+	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter}
+	factor := map[int]float64{}
+	for _, kv := range strings.Split(*hours, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		n, err1 := strconv.Atoi(k)
+		f, err2 := strconv.ParseFloat(v, 64)
+		if !ok || err1 != nil || err2 != nil || f <= 0 {
+			return fmt.Errorf("parse -hours %q: want size=factor pairs such as 2000=0.25", kv)
+		}
+		factor[n] = f
+	}
+	var ss []uint64
+	for s := 1; s <= *seeds; s++ {
+		ss = append(ss, uint64(s))
+	}
+	var rows []sim.SuiteRow
+	start := time.Now()
+	for _, part := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("parse -nodes %q: want positive cluster sizes such as 16,200,2000", part)
+		}
+		f, ok := factor[n]
+		if !ok {
+			f = 1
+		}
+		var shapes []sim.Shape
+		for _, sh := range sim.Suite(n, f) {
+			if strings.Contains(sh.Name, *only) {
+				shapes = append(shapes, sh)
+			}
+		}
+		t := time.Now()
+		rows = append(rows, sim.RunSuite(shapes, opt, []placer.Strategy{placer.Binpack, placer.Spread}, ss)...)
+		fmt.Fprintf(os.Stderr, "simsuite: %d nodes (hours ×%g) in %v\n", n, f, time.Since(t).Round(time.Second))
+	}
+	fmt.Printf("Default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; %s in all.\n\n", opt.ReserveAfter, sim.SuiteTick, *seeds, time.Since(start).Round(time.Second))
+	fmt.Print(sim.SuiteTable(rows, sim.IssueGoals))
+	missed := 0
+	for _, r := range rows {
+		if len(r.Misses(sim.IssueGoals)) > 0 {
+			missed++
+		}
+	}
+	fmt.Printf("\n%d of %d runs miss a goal.\n", missed, len(rows))
+	if missed > 0 {
+		os.Exit(1)
+	}
+	return nil
+}
