@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/fence"
+	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -197,6 +199,29 @@ func (w *worker) fencedEnd(ctx context.Context, why string) {
 		return
 	}
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
+}
+
+// errLaunchUnknown means the launch could not be recorded (etcd did not
+// answer): nothing was started, and a later worker decides again.
+var errLaunchUnknown = errors.New("launch not recorded")
+
+// launch records the attempt's launch (state.Launch), retrying a few times
+// when etcd does not answer; a retry of a commit whose answer was lost
+// finds its own launch (the same time) and goes on.
+func (w *worker) launch(ctx context.Context, again bool) error {
+	at := time.Now()
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		_, err = state.Launch(ctx, w.a.cfg.Client, w.a.cfg.Keys, w.item.Value, w.item.CreateRevision, again, at)
+		if err == nil || errors.Is(err, state.ErrLaunched) || errors.Is(err, state.ErrStale) || ctx.Err() != nil {
+			return err
+		}
+		w.log.Warn("record the launch; retrying", "err", err)
+		if !ctxwait.Sleep(ctx, time.Duration(attempt)*200*time.Millisecond) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", errLaunchUnknown, err)
 }
 
 // fencedWhy says why the worker's launched container is gone or ended:

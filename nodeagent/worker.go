@@ -153,8 +153,8 @@ func (w *worker) run() {
 				w.fencedEnd(ctx, w.fencedWhy())
 				return
 			}
-			if errors.Is(err, state.ErrStale) {
-				w.retryLater("record the launch", err) // the binding went: reconcile cancels this worker
+			if errors.Is(err, state.ErrStale) || errors.Is(err, errLaunchUnknown) {
+				w.retryLater("record the launch", err) // the binding went (reconcile cancels this worker), or etcd did not answer
 				return
 			}
 			if startExpired(sctx) {
@@ -475,7 +475,7 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 	if p, err := PartPorts(sess, b.Role, b.Ports); err == nil {
 		spec.Publish, spec.Reach = NetworkRules(p, peers)
 	}
-	if _, err := state.Launch(ctx, cfg.Client, cfg.Keys, b, w.item.CreateRevision, again, time.Now()); err != nil {
+	if err := w.launch(ctx, again); err != nil {
 		return err
 	}
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {

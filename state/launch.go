@@ -23,7 +23,9 @@ const maxLaunchAttempts = 16
 // revision (bindingRev) and the part's mod revision as read. It returns
 // ErrLaunched, writing nothing, when the part already records a launch for
 // this binding, unless again is set (the container was created and its
-// process provably never started, so nothing of the attempt ran);
+// process provably never started, so nothing of the attempt ran), or
+// unless the recorded launch is exactly now: a retry of this same call
+// whose commit's answer was lost;
 // ErrStale when the binding is gone or replaced. It returns the part as
 // written. A conflict re-reads and decides again.
 func Launch(ctx context.Context, kv clientv3.KV, k Keys, b Binding, bindingRev int64, again bool, now time.Time) (PartStatus, error) {
@@ -47,6 +49,9 @@ func Launch(ctx context.Context, kv clientv3.KV, k Keys, b Binding, bindingRev i
 			if cur.BindingRevision == bindingRev {
 				p = cur
 			}
+		}
+		if p.Launched != nil && p.Launched.Equal(now.UTC()) {
+			return p, nil // our own launch: its answer was lost
 		}
 		if p.Launched != nil && !again {
 			return p, fmt.Errorf("launch %s on %s: attempt %d launched at %s: %w", b.Session, b.Node, b.Attempt,

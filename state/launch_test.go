@@ -55,6 +55,9 @@ func TestLaunchOncePerBinding(t *testing.T) {
 		t.Fatalf("part %+v (%v); want the launch recorded on the part as it was", p, err)
 	}
 	first := *p.Launched
+	if _, err := state.Launch(ctx, cli, k, b, rev, false, first); err != nil {
+		t.Fatalf("a retry of the launch that committed (the same time): %v; want it found as its own", err)
+	}
 	again, err := state.Launch(ctx, cli, k, b, rev, true, first.Add(time.Second))
 	if err != nil || again.Launched == nil || !again.Launched.After(first) {
 		t.Fatalf("launch again (nothing ran): %+v, %v; want it recorded anew", again, err)

@@ -145,6 +145,16 @@ func TestChaosE2E(t *testing.T) {
 		}
 		return best
 	}
+	// leftNode waits until no live session names node: the placer handled
+	// its loss (re-queued or Lost). Only then does the faulty agent come
+	// back, so that a container it left running would be seen running
+	// past its binding.
+	leftNode := func(node string) {
+		t.Helper()
+		waitAll(t, ctx, root, ids, "every session off "+node, func(st state.Status) bool {
+			return st.Phase.Terminal() || !slices.Contains(st.Nodes, node)
+		})
+	}
 	waitGone := func(node string) time.Time {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -169,6 +179,7 @@ func TestChaosE2E(t *testing.T) {
 	agents[nodes[i]].waitExit(10 * time.Second)
 	gone := waitGone(nodes[i])
 	t.Logf("kill -9 of %s's agent: the node's lease expired %s later", machineOf[nodes[i]], gone.Sub(killed).Round(time.Millisecond))
+	leftNode(nodes[i])
 	startAgent(i)
 	settled("every session running or ended after the kill")
 
@@ -180,6 +191,7 @@ func TestChaosE2E(t *testing.T) {
 	}
 	gone = waitGone(nodes[i])
 	t.Logf("SIGSTOP of %s's agent: the node's lease expired %s later", machineOf[nodes[i]], gone.Sub(paused).Round(time.Millisecond))
+	leftNode(nodes[i])
 	if err := agents[nodes[i]].cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
