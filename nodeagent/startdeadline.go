@@ -29,8 +29,13 @@ const ReasonStartFailed = "StartFailed"
 var errStartDeadline = errors.New("start deadline passed")
 
 // pullReportEvery is how often a pull under way reports its progress in
-// the part's message.
-const pullReportEvery = 5 * time.Second
+// the part's message; pullReportAfter is when it first reports: an image
+// already present (or imported, as voyager.local's) is ready sooner and
+// reports nothing, which spares a part write and a status write a start.
+const (
+	pullReportEvery = 5 * time.Second
+	pullReportAfter = 250 * time.Millisecond
+)
 
 // startCtx returns the context a worker's start (pull, create, readiness)
 // runs under: ctx, ended with cause errStartDeadline at the binding's
@@ -103,8 +108,9 @@ func (w *worker) startTimedOut(ctx context.Context, sess state.Session, stopReq 
 }
 
 // pull makes image present (Runtime.EnsureImage), reporting in the part
-// meanwhile that it pulls and, where the runtime can tell
-// (runtime.PullProgress), how far it has come, every pullReportEvery.
+// meanwhile, from pullReportAfter on and then every pullReportEvery, that
+// it pulls and, where the runtime can tell (runtime.PullProgress), how far
+// it has come.
 func (w *worker) pull(ctx context.Context, image string) error {
 	started := time.Now()
 	report := func(first bool) {
@@ -125,21 +131,22 @@ func (w *worker) pull(ctx context.Context, image string) error {
 			st.Reason, st.Message = "Pulling", msg
 		})
 	}
-	report(true)
+	w.setStage(StagePull, "pulling image "+image)
 	done := make(chan struct{})
 	reported := make(chan struct{})
 	go func() {
 		defer close(reported)
-		t := time.NewTicker(pullReportEvery)
+		t := time.NewTimer(pullReportAfter)
 		defer t.Stop()
-		for {
+		for first := true; ; first = false {
 			select {
 			case <-done:
 				return
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				report(false)
+				report(first)
+				t.Reset(pullReportEvery)
 			}
 		}
 	}()
