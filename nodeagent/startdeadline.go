@@ -74,6 +74,17 @@ func (w *worker) setStage(stage, detail string) {
 	w.stageMu.Unlock()
 }
 
+// reportStage writes the stage the start is in (setStage's detail) into
+// the part, with reason, so the session's status says what it waits for.
+func (w *worker) reportStage(ctx context.Context, reason string) {
+	w.stageMu.Lock()
+	detail := w.stageDetail
+	w.stageMu.Unlock()
+	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
+		st.Reason, st.Message = reason, detail
+	})
+}
+
 // startFailure says why a start missed its deadline: the stage it was in
 // and what it did there.
 func (w *worker) startFailure() string {
