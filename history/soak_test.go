@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -285,6 +287,21 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 	live := func() int64 { return liveN.Load() }
+	// A user's create that meets a leader's death (unavailable, timed out)
+	// is tried again, as the CLI does with its idempotency key: a create
+	// that had committed says the id exists.
+	retried := func(create func() error) error {
+		for i := 0; ; i++ {
+			err := create()
+			if i > 0 && errors.Is(err, state.ErrExists) {
+				return nil
+			}
+			if err == nil || ctx.Err() != nil || i == 50 || !transient(err) {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	var wg sync.WaitGroup
 	// Several users at once: one etcd round trip at a time would pace
 	// the soak by its latency, not by what the components can do.
@@ -328,12 +345,12 @@ func TestSoak(t *testing.T) {
 							Template: state.Session{Owner: s.Owner, Kind: state.KindBatch, Desired: state.DesiredRunning, Image: "busybox",
 								Command: []string{"job", "{index}"}, Resources: state.Resources{GPUs: 1, CPUMilli: 500, MemoryMiB: 1024},
 								Env: map[string]string{"SOAK_EXIT": "0"}}}
-						if err := state.CreateArray(ctx, admin, k, a); err != nil && ctx.Err() == nil {
+						if err := retried(func() error { return state.CreateArray(ctx, admin, k, a) }); err != nil && ctx.Err() == nil {
 							t.Errorf("create array %s: %v", a.ID, err)
 						}
 						continue
 					}
-					if _, err := state.CreateSession(ctx, admin, k, s, time.Now()); err != nil && ctx.Err() == nil {
+					if err := retried(func() error { _, err := state.CreateSession(ctx, admin, k, s, time.Now()); return err }); err != nil && ctx.Err() == nil {
 						t.Errorf("create %s: %v", s.ID, err)
 					}
 				}
@@ -574,4 +591,16 @@ func TestSoak(t *testing.T) {
 	if res.Binds < *soakBinds {
 		t.Errorf("the checker saw %d binds, want at least %d", res.Binds, *soakBinds)
 	}
+}
+
+// transient reports whether err is an etcd error that a leader's death
+// causes and that a retry outlives.
+func transient(err error) bool {
+	if errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	// gRPC's own (a connection reset as the member died) wrapped in ours.
+	return strings.Contains(err.Error(), "code = Unavailable") || strings.Contains(err.Error(), "code = DeadlineExceeded") ||
+		strings.Contains(err.Error(), "request timed out")
 }
