@@ -42,8 +42,9 @@ test:
 	/usr/bin/python3 -m unittest discover -s deploy/jupyterhub/tests
 
 ## soak: the randomized soak (history/soak_test.go) for SOAK_BINDS binds (default 1,000,000), without
-## the race detector: placers, agents, the lifecycle controller and users with chaos on a real etcd, the
-## history checker over the whole history; reports binds, violations (must be 0) and time
+## the race detector: placers, agents, the lifecycle and array controllers and users with chaos (leader kills,
+## node etcd outages, inventory changes, cordons, quotas) on a 3-member etcd, the history checker over the whole
+## history; reports binds, violations (must be 0) and time
 SOAK_BINDS ?= 1000000
 soak:
 	go test -count=1 -timeout 0 -ldflags=$(LAZY) -run '^TestSoak$$' -v ./history/ -args -soak.binds=$(SOAK_BINDS)

@@ -102,7 +102,7 @@ func (a *API) nodeSummaries() []NodeSummary {
 			s.Cordon = &c
 		}
 		l, _ := ledgers.Get(a.keys.Ledger(n.Name))
-		owners := l.GPUOwners()
+		owners := state.Holders(n, l) // a device whose GPU or MIG device is held is not free either
 		for _, g := range n.GPUs {
 			s.Models[g.Model]++
 			if !g.Healthy {

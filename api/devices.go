@@ -40,7 +40,7 @@ type GPUDevice struct {
 // nodeDevices lists n's allocatable devices with their holders from
 // ledger l and their use from the holders' statuses, as p may see them.
 func nodeDevices(p Principal, n state.Node, l state.Ledger, status func(id string) (state.Status, bool)) []GPUDevice {
-	owners := l.GPUOwners()
+	owners := state.Holders(n, l) // a device whose GPU or MIG device is held is not free either
 	use := map[string]state.GPUActivity{}
 	for id := range l.Allocations {
 		if st, ok := status(id); ok && st.Activity != nil && !st.Phase.Terminal() {

@@ -1,10 +1,7 @@
 package history
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -31,11 +28,6 @@ const (
 	RuleStuck               = "no-progress"
 	RuleContainerUnbound    = "container-without-binding"
 )
-
-// DefaultStuckAfter is how long, by the history's own clock (Checker
-// SetStuckAfter), a session may go without progress, or keep a part after
-// it ended, before the checker reports it.
-const DefaultStuckAfter = 10 * time.Minute
 
 // Violation is one broken rule: at Revision, Key is in a state Rule forbids.
 type Violation struct {
@@ -124,42 +116,6 @@ func New(k state.Keys) *Checker {
 		arrays: map[string]int{}, finished: map[string]bool{}, members: map[string]map[string]bool{},
 		bound: map[[2]string]boundView{}, holds: map[string]map[string]uint8{}, parts: map[[2]string]partView{},
 		due: map[string]dueView{}, left: map[string]time.Time{}, stuckAfter: DefaultStuckAfter}
-}
-
-// SetStuckAfter sets how long, by the history's own clock (the latest
-// time written into a status, part, binding or node value), a session may
-// stay Bound, Starting or Stopping, wait past its retryAt, or keep a
-// binding or allocation after it ended, before no-progress or
-// left-behind reports it. Default DefaultStuckAfter.
-func (c *Checker) SetStuckAfter(d time.Duration) { c.stuckAfter = d }
-
-// tick advances the history's clock to t, if later.
-func (c *Checker) tick(t time.Time) {
-	if t.After(c.clock) {
-		c.clock = t
-	}
-}
-
-// hold sets or clears bit of session id's holdings on node.
-func (c *Checker) hold(id, node string, bit uint8, on bool) {
-	h := c.holds[id]
-	if on {
-		if h == nil {
-			h = map[string]uint8{}
-			c.holds[id] = h
-		}
-		h[node] |= bit
-		return
-	}
-	if h == nil {
-		return
-	}
-	if h[node] &^= bit; h[node] == 0 {
-		delete(h, node)
-	}
-	if len(h) == 0 {
-		delete(c.holds, id)
-	}
 }
 
 // Revision is the last revision applied.
@@ -540,40 +496,6 @@ func (c *Checker) unfinished(id string) (n, limit int) {
 	return n, c.arrays[id]
 }
 
-// index records l's devices and describes each device that another
-// allocation excludes: the same device, or its physical GPU held whole
-// while a part of it is held, or the reverse (state.Holdings). A device's
-// physical GPU is the one its allocation names, else the one the node's
-// inventory gives it now.
-func (c *Checker) index(node string, l state.Ledger) []string {
-	var inv map[string]string
-	if n, ok := c.nodes[node]; ok {
-		inv = n.DeviceParents()
-	}
-	c.heldInv[node] = inv
-	ids := make([]string, 0, len(l.Allocations))
-	for id := range l.Allocations {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		c.held.Add(node+"/"+id, l.Allocations[id], inv)
-	}
-	var shared []string
-	for _, id := range ids {
-		shared = append(shared, c.held.Conflicts(node+"/"+id, l.Allocations[id], inv)...)
-	}
-	return shared
-}
-
-func (c *Checker) unindex(node string, l state.Ledger) {
-	inv := c.heldInv[node]
-	for id, a := range l.Allocations {
-		c.held.Remove(node+"/"+id, a, inv)
-	}
-	delete(c.heldInv, node)
-}
-
 // over describes how node's ledger exceeds its inventory; nothing when the
 // node has no inventory now (its lease expired: its ledger is being
 // cleared).
@@ -600,143 +522,5 @@ func (c *Checker) over(name string) []string {
 			out = append(out, fmt.Sprintf("port %d outside the node's range %d-%d", p, n.Ports.First, n.Ports.Last))
 		}
 	}
-	return out
-}
-
-// sameSet reports whether a and b hold the same elements, in any order.
-func sameSet[T cmp.Ordered](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	x, y := slices.Clone(a), slices.Clone(b)
-	slices.Sort(x)
-	slices.Sort(y)
-	return slices.Equal(x, y)
-}
-
-// unknownDevices describes each device that node's ledger allocates and
-// its inventory (while it has one) knows neither as a device nor as the
-// physical GPU the device belongs to (a GPU held whole and listed split
-// now, a MIG device whose GPU is listed whole now: still there).
-func (c *Checker) unknownDevices(name string) []string {
-	n, ok := c.nodes[name]
-	l := c.ledgers[name]
-	if !ok || len(l.Allocations) == 0 {
-		return nil
-	}
-	inv := n.DeviceParents()
-	var out []string
-	for id, a := range l.Allocations {
-		for _, u := range a.GPUs {
-			if _, known := inv[u]; known {
-				continue
-			}
-			if p := a.Parent(u, inv); p != u {
-				if _, known := inv[p]; known {
-					continue
-				}
-			}
-			out = append(out, fmt.Sprintf("%s holds device %s, which %s's inventory does not list (nor its GPU)", id, u, name))
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// nodesOf lists, sorted, the nodes where session id has a binding or an
-// allocation.
-func (c *Checker) nodesOf(id string) []string {
-	var out []string
-	for n := range c.holds[id] {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// leftBehind describes session id's bindings or allocations that the
-// transaction which ended or re-queued it left: one that re-queued it (a
-// queue entry with a Pending status) or ended it for its node's loss
-// (reason NodeLost) must take every part with it. A session that ended
-// otherwise, or waits to run again, may keep parts while their agents
-// stop them: it is recorded, and overdue reports it if it keeps them past
-// the bound.
-func (c *Checker) leftBehind(id string) string {
-	st, has := c.statuses[id]
-	held := len(c.holds[id]) > 0
-	if !has || !held {
-		delete(c.left, id)
-		return ""
-	}
-	switch {
-	case st.Phase == state.PhasePending && c.pending[id]:
-		delete(c.left, id)
-		return fmt.Sprintf("%s was re-queued (attempt %d) and still holds a binding or allocation on %v", id, st.Attempt, c.nodesOf(id))
-	case st.Phase.Terminal() && st.Reason == "NodeLost":
-		delete(c.left, id)
-		return fmt.Sprintf("%s ended %s for a lost node and still holds a binding or allocation on %v", id, st.Phase, c.nodesOf(id))
-	case st.Phase.Terminal() || st.Phase == state.PhasePending:
-		if _, ok := c.left[id]; !ok {
-			c.left[id] = c.clock
-		}
-	default:
-		delete(c.left, id)
-	}
-	return ""
-}
-
-// progress records what session id, whose status became st (from old,
-// when existed), must do next by when: a phase of Bound, Starting or
-// Stopping must change, a waiting session must be re-queued after its
-// retryAt.
-func (c *Checker) progress(id string, st, old state.Status, existed bool) {
-	switch {
-	case st.Phase == state.PhaseBound || st.Phase == state.PhaseStarting || st.Phase == state.PhaseStopping:
-		if existed && old.Phase == st.Phase {
-			if _, ok := c.due[id]; ok {
-				return // the same phase: the bound runs from its start
-			}
-		}
-		since := st.Updated
-		if since.IsZero() {
-			since = c.clock
-		}
-		c.due[id] = dueView{since: since, what: "in phase " + string(st.Phase)}
-	case st.Waiting():
-		c.due[id] = dueView{since: *st.RetryAt, what: "waiting to be re-queued after its retryAt"}
-	default:
-		delete(c.due, id)
-	}
-}
-
-// overdue returns, as [session, rule, detail], each session whose bound
-// passed by the history's clock: no progress (due) or parts kept after it
-// ended (left); each is reported once.
-func (c *Checker) overdue() [][3]string {
-	var out [][3]string
-	for id, d := range c.due {
-		if d.since.IsZero() { // recorded before the clock read any time
-			d.since = c.clock
-			c.due[id] = d
-			continue
-		}
-		if c.clock.Sub(d.since) > c.stuckAfter {
-			out = append(out, [3]string{id, RuleStuck, fmt.Sprintf("%s %s since %s, past the bound of %s (the history's clock is at %s)",
-				id, d.what, d.since.Format(time.RFC3339), c.stuckAfter, c.clock.Format(time.RFC3339))})
-			delete(c.due, id)
-		}
-	}
-	for id, since := range c.left {
-		if since.IsZero() {
-			c.left[id] = c.clock
-			continue
-		}
-		if c.clock.Sub(since) > c.stuckAfter {
-			out = append(out, [3]string{id, RuleLeftBehind, fmt.Sprintf("%s ended (%s) at %s and still holds a binding or allocation on %v past the bound of %s",
-				id, c.statuses[id].Phase, since.Format(time.RFC3339), c.nodesOf(id), c.stuckAfter)})
-			delete(c.left, id)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] || out[i][0] == out[j][0] && out[i][1] < out[j][1] })
 	return out
 }

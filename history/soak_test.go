@@ -8,12 +8,16 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -171,6 +175,16 @@ func TestSoak(t *testing.T) {
 			return 0, false // runs until stopped
 		}
 	}
+	// The agents' homes and logs (a log and a topology file a container)
+	// on tmpfs where there is one: creating files on this machine's disk
+	// took a fifth of the soak's CPU.
+	scratch := t.TempDir()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", fmt.Sprintf("voyager-soak-%d-", os.Getpid())); err == nil {
+			scratch = d
+			t.Cleanup(func() { _ = os.RemoveAll(d) })
+		}
+	}
 	// Each agent reaches etcd through proxies of its own, one per member,
 	// which chaos cuts: an etcd outage of that node alone.
 	proxies := make([][]*etcdtest.Proxy, *soakNodeN)
@@ -195,13 +209,13 @@ func TestSoak(t *testing.T) {
 		mu.Unlock()
 		return runOn(dial(eps), func(ctx context.Context, cli *clientv3.Client) {
 			gpus, _ := nodeagent.SimulatedGPUs(name, "8xA100-80GB")
+			dir := filepath.Join(scratch, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
 			if mig {
 				g := &gpus[0]
 				g.MIGEnabled = true
 				g.MIGDevices = []state.MIGDevice{{UUID: "MIG-" + name + "-0a", Profile: "3g.40gb", MemoryMiB: 40192},
 					{UUID: "MIG-" + name + "-0b", Profile: "3g.40gb", MemoryMiB: 40192}}
 			}
-			dir := t.TempDir()
 			a := nodeagent.New(nodeagent.Config{Node: name, Address: "127.0.0.1", Keys: k, Client: cli, Runtime: fakes[i],
 				GPUs: gpus, Simulated: true, CPUMilli: 16000, MemoryMiB: 65536,
 				Ports: state.PortRange{First: 41000 + 100*i, Last: 41099 + 100*i}, LeaseTTL: soakAgentTTL,
@@ -273,6 +287,21 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 	live := func() int64 { return liveN.Load() }
+	// A user's create that meets a leader's death (unavailable, timed out)
+	// is tried again, as the CLI does with its idempotency key: a create
+	// that had committed says the id exists.
+	retried := func(create func() error) error {
+		for i := 0; ; i++ {
+			err := create()
+			if i > 0 && errors.Is(err, state.ErrExists) {
+				return nil
+			}
+			if err == nil || ctx.Err() != nil || i == 50 || !transient(err) {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	var wg sync.WaitGroup
 	// Several users at once: one etcd round trip at a time would pace
 	// the soak by its latency, not by what the components can do.
@@ -316,12 +345,12 @@ func TestSoak(t *testing.T) {
 							Template: state.Session{Owner: s.Owner, Kind: state.KindBatch, Desired: state.DesiredRunning, Image: "busybox",
 								Command: []string{"job", "{index}"}, Resources: state.Resources{GPUs: 1, CPUMilli: 500, MemoryMiB: 1024},
 								Env: map[string]string{"SOAK_EXIT": "0"}}}
-						if err := state.CreateArray(ctx, admin, k, a); err != nil && ctx.Err() == nil {
+						if err := retried(func() error { return state.CreateArray(ctx, admin, k, a) }); err != nil && ctx.Err() == nil {
 							t.Errorf("create array %s: %v", a.ID, err)
 						}
 						continue
 					}
-					if _, err := state.CreateSession(ctx, admin, k, s, time.Now()); err != nil && ctx.Err() == nil {
+					if err := retried(func() error { _, err := state.CreateSession(ctx, admin, k, s, time.Now()); return err }); err != nil && ctx.Err() == nil {
 						t.Errorf("create %s: %v", s.ID, err)
 					}
 				}
@@ -562,4 +591,16 @@ func TestSoak(t *testing.T) {
 	if res.Binds < *soakBinds {
 		t.Errorf("the checker saw %d binds, want at least %d", res.Binds, *soakBinds)
 	}
+}
+
+// transient reports whether err is an etcd error that a leader's death
+// causes and that a retry outlives.
+func transient(err error) bool {
+	if errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	// gRPC's own (a connection reset as the member died) wrapped in ours.
+	return strings.Contains(err.Error(), "code = Unavailable") || strings.Contains(err.Error(), "code = DeadlineExceeded") ||
+		strings.Contains(err.Error(), "request timed out")
 }

@@ -29,8 +29,13 @@ const ReasonStartFailed = "StartFailed"
 var errStartDeadline = errors.New("start deadline passed")
 
 // pullReportEvery is how often a pull under way reports its progress in
-// the part's message.
-const pullReportEvery = 5 * time.Second
+// the part's message; pullReportAfter is when it first reports: an image
+// already present (or imported, as voyager.local's) is ready sooner and
+// reports nothing, which spares a part write and a status write a start.
+const (
+	pullReportEvery = 5 * time.Second
+	pullReportAfter = 250 * time.Millisecond
+)
 
 // startCtx returns the context a worker's start (pull, create, readiness)
 // runs under: ctx, ended with cause errStartDeadline at the binding's
@@ -69,6 +74,17 @@ func (w *worker) setStage(stage, detail string) {
 	w.stageMu.Unlock()
 }
 
+// reportStage writes the stage the start is in (setStage's detail) into
+// the part, with reason, so the session's status says what it waits for.
+func (w *worker) reportStage(ctx context.Context, reason string) {
+	w.stageMu.Lock()
+	detail := w.stageDetail
+	w.stageMu.Unlock()
+	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
+		st.Reason, st.Message = reason, detail
+	})
+}
+
 // startFailure says why a start missed its deadline: the stage it was in
 // and what it did there.
 func (w *worker) startFailure() string {
@@ -103,8 +119,9 @@ func (w *worker) startTimedOut(ctx context.Context, sess state.Session, stopReq 
 }
 
 // pull makes image present (Runtime.EnsureImage), reporting in the part
-// meanwhile that it pulls and, where the runtime can tell
-// (runtime.PullProgress), how far it has come, every pullReportEvery.
+// meanwhile, from pullReportAfter on and then every pullReportEvery, that
+// it pulls and, where the runtime can tell (runtime.PullProgress), how far
+// it has come.
 func (w *worker) pull(ctx context.Context, image string) error {
 	started := time.Now()
 	report := func(first bool) {
@@ -125,21 +142,22 @@ func (w *worker) pull(ctx context.Context, image string) error {
 			st.Reason, st.Message = reason, msg
 		})
 	}
-	report(true)
+	w.setStage(StagePull, "pulling image "+image)
 	done := make(chan struct{})
 	reported := make(chan struct{})
 	go func() {
 		defer close(reported)
-		t := time.NewTicker(pullReportEvery)
+		t := time.NewTimer(pullReportAfter)
 		defer t.Stop()
-		for {
+		for first := true; ; first = false {
 			select {
 			case <-done:
 				return
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				report(false)
+				report(first)
+				t.Reset(pullReportEvery)
 			}
 		}
 	}()

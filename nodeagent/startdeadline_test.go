@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/nodeagent"
 	"github.com/voyager-gpu/voyager/runtime"
@@ -40,19 +42,48 @@ func TestStartDeadline(t *testing.T) {
 	cfg.StartTimeout = 2 * time.Second
 	runAgent(t, cfg)
 	for _, tc := range []struct {
-		name  string
-		sess  state.Session
-		ports []int
-		stage string
+		name   string
+		sess   state.Session
+		ports  []int
+		stage  string
+		report string // the part's reason while the stage lasts
 	}{
-		{"readiness", state.Session{ID: "nb1", Owner: "ada", Kind: state.KindNotebook}, []int{freePort(t)}, nodeagent.StageReadiness},
-		{"pull", state.Session{ID: "job1", Owner: "ada", Kind: state.KindBatch, Image: "slow:1", Command: []string{"true"}}, nil, nodeagent.StagePull},
+		{"readiness", state.Session{ID: "nb1", Owner: "ada", Kind: state.KindNotebook}, []int{freePort(t)}, nodeagent.StageReadiness, "WaitingForJupyter"},
+		{"pull", state.Session{ID: "job1", Owner: "ada", Kind: state.KindBatch, Image: "slow:1", Command: []string{"true"}}, nil, nodeagent.StagePull, "Pulling"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Watch the session's status for the stage's report.
+			wctx, stopWatch := context.WithCancel(context.Background())
+			defer stopWatch()
+			seen := make(chan struct{})
+			from, err := cli.Get(wctx, keys.Status(tc.sess.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				for resp := range cli.Watch(wctx, keys.Status(tc.sess.ID), clientv3.WithRev(from.Header.Revision+1)) {
+					for _, ev := range resp.Events {
+						if st, err := state.Decode[state.Status](ev.Kv.Value); err == nil && st.Reason == tc.report {
+							close(seen)
+							return
+						}
+					}
+				}
+			}()
 			b := bind(t, cli, tc.sess, state.Binding{GPUs: []string{cfg.GPUs[0].UUID}, CPUMilli: 500, MemoryMiB: 256, Ports: tc.ports})
 			st := waitPhase(t, cli, tc.sess.ID, state.PhaseFailed, 20*time.Second)
+			reported := map[string]bool{}
+			select {
+			case <-seen:
+				reported[tc.sess.ID] = true
+			case <-time.After(5 * time.Second):
+			}
 			if st.Reason != nodeagent.ReasonStartFailed || !strings.Contains(st.Message, "stuck at "+tc.stage) {
 				t.Errorf("final status %s %q, want StartFailed naming the stage %s", st.Reason, st.Message, tc.stage)
+			}
+			// Meanwhile the part said which stage it was in.
+			if tc.report != "" && !reported[tc.sess.ID] {
+				t.Errorf("the session's status never said %s while it started", tc.report)
 			}
 			if !gone(t, cli, keys.Binding(node, tc.sess.ID)) {
 				t.Error("binding left after the start deadline")

@@ -520,6 +520,9 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 		if err == nil && p.Jupyter > 0 {
 			probe := "http://" + net.JoinHostPort(w.a.cfg.ProbeHost, strconv.Itoa(p.Jupyter)) + "/"
 			w.setStage(StageReadiness, "waiting for Jupyter to answer on port "+strconv.Itoa(p.Jupyter))
+			if !adopted {
+				w.reportStage(ctx, "WaitingForJupyter")
+			}
 			client := &http.Client{Timeout: time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()

@@ -134,8 +134,9 @@ var decodeNode = decodeFixed(func(_ string, n *state.Node) {
 // goccy/go-json, about 4x faster than encoding/json (17 µs to 4.5 for a
 // ledger of five allocations). That decoder's strings point into its copy
 // of the whole input, so none is kept: owners, groups, kinds and roles are
-// interned (a site has few of each), and the device UUIDs and the session
-// ids that key the allocations copied (TestDecodeLedgerKeepsNotItsInput).
+// interned (a site has few of each), and the device UUIDs (with their
+// physical GPUs, Parents) and the session ids that key the allocations
+// copied (TestDecodeLedgerKeepsNotItsInput).
 func decodeLedger(key string, value []byte) (state.Ledger, error) {
 	var l state.Ledger
 	if err := gojson.Unmarshal(value, &l); err != nil {
@@ -152,6 +153,13 @@ func decodeLedger(key string, value []byte) (state.Ledger, error) {
 		a.Role = intern(a.Role)
 		internAll(a.Groups)
 		cloneAll(a.GPUs) // each device's UUID is in one allocation only
+		if len(a.Parents) > 0 {
+			parents := make(map[string]string, len(a.Parents))
+			for d, g := range a.Parents {
+				parents[strings.Clone(d)] = strings.Clone(g)
+			}
+			a.Parents = parents
+		}
 		allocs[strings.Clone(id)] = a
 	}
 	l.Allocations = allocs

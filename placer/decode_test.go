@@ -104,6 +104,7 @@ func fullLedger(node string, allocs int) state.Ledger {
 		id := fmt.Sprintf("s%02d-\"<x>&\u2028é", i)
 		l.Allocations[id] = state.Allocation{Kind: state.KindNotebook, Owner: "ada\"<&>", Groups: []string{"ml", "vision"},
 			Priority: -2, Preemptible: true, Role: state.RoleHead, GPUs: []string{fmt.Sprintf("GPU-%s-%d", node, i), "MIG-é"},
+			Parents:  map[string]string{"MIG-é": fmt.Sprintf("GPU-%s-9é", node)},
 			CPUMilli: 1500, MemoryMiB: 2048, Ports: []int{40000 + i, 40100 + i}, Plan: 77, Queued: t0.Add(time.Duration(i) * time.Nanosecond)}
 	}
 	return l

@@ -245,3 +245,36 @@ func (h *Holdings) Conflicts(holder string, a Allocation, inv map[string]string)
 	}
 	return out
 }
+
+// Holders maps every allocatable device of n's inventory (whole GPUs, and
+// MIG devices of split ones) that ledger l keeps from being free to the
+// session that does: one that holds the device, its GPU whole or a MIG
+// device of it (Holdings), or that the agent withheld the GPU for
+// (GPU.HeldBy) while it holds anything on the node. A device not in it
+// is free. Views of the cluster's free GPUs read it, as the placer does.
+func Holders(n Node, l Ledger) map[string]string {
+	inv := n.DeviceParents()
+	h := HoldingsOf(l, inv)
+	out := map[string]string{}
+	mark := func(u, parent string, withheld string) {
+		if others := h.Excluders(u, parent, ""); len(others) > 0 {
+			out[u] = others[0]
+		} else if withheld != "" {
+			out[u] = withheld
+		}
+	}
+	for _, g := range n.GPUs {
+		withheld := ""
+		if _, holds := l.Allocations[g.HeldBy]; g.HeldBy != "" && holds {
+			withheld = g.HeldBy
+		}
+		if !g.MIGEnabled {
+			mark(g.UUID, g.UUID, withheld)
+			continue
+		}
+		for _, m := range g.MIGDevices {
+			mark(m.UUID, g.UUID, withheld)
+		}
+	}
+	return out
+}

@@ -18,11 +18,15 @@ import (
 
 const checkLong = `Checks Voyager's safety rules over etcd's history, read-only: from a start
 revision (default: now) it applies every revision of the keyspace to a model
-and reports each revision after which a GPU is in two allocations, a node
-is over its CPU, memory or ports, a binding has no allocation or the
-reverse, a session's phase moved along no edge of the state machine, a
-finished session was queued again, or an agent reported a part
-(parts/<node>/<id>) for a binding its node does not hold (history/README.md). Each violation is a
+and reports each revision after which a GPU is in two allocations (or held
+whole beside a MIG device of it), a node is over its CPU, memory or ports,
+a binding has no allocation or the reverse or names other devices or ports,
+an allocated device is not in its node's inventory, a session's phase moved
+along no edge of the state machine, a finished session was queued again, a
+binding or allocation was left for a session that ended or was re-queued, a
+session made no progress past --stuck-after, or an agent reported a part
+(parts/<node>/<id>) for a binding its node does not hold, or a running
+container whose binding is gone (history/README.md). Each violation is a
 line "revision N key K rule R: detail" on stdout. Without --end or --follow
 it checks up to the revision current when it started; --follow keeps
 checking the live cluster until SIGINT. The start revision must not be
