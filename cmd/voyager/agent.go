@@ -170,6 +170,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	if err != nil {
 		return nil, err
 	}
+	if gpus, err = shareGPUs(gpus, cfg, log); err != nil {
+		return nil, err
+	}
 	first, last, _ := config.ParsePortRange(cfg.AgentPorts) // Load validated it
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("find data directory: neither XDG_DATA_HOME nor HOME is set; set %s", config.EnvDataDir)
@@ -370,6 +373,9 @@ func writeSimulatedCDISpec(instance string, gpus []state.GPU) (string, error) {
 	b.WriteString("cdiVersion: \"0.6.0\"\nkind: nvidia.com/gpu\ndevices:\n")
 	for _, g := range gpus {
 		fmt.Fprintf(&b, "- name: %s\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia%d\n      hostPath: /dev/null\n", g.UUID, g.Index)
+		for _, m := range g.MIGDevices {
+			fmt.Fprintf(&b, "- name: %s\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia%d\n      hostPath: /dev/null\n", m.UUID, g.Index)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("write simulated CDI spec: %w", err)
