@@ -268,7 +268,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
 	fenceAfter, fenceGrace := cfg.FenceTimings()
 	parts.agent = nodeagent.New(nodeagent.Config{
-		FenceAfter: fenceAfter, FenceGrace: fenceGrace,
+		FenceAfter: fenceAfter, FenceGrace: fenceGrace, MPS: newMPS(gpus, simulated, cfg, log),
 		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
 		GPUs: gpus, RecheckGPUs: recheck, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/voyager-gpu/voyager/internal/config"
@@ -48,4 +49,19 @@ func gpuModeNote(g state.GPU) string {
 		return " MIG " + strings.Join(ps, "+")
 	}
 	return ""
+}
+
+// newMPS is the manager of the MPS daemons of the node's shared GPUs
+// (VOYAGER_AGENT_MPS_CONTROL, directories under <data dir>/mps); nil
+// where no GPU is shared, and for simulated GPUs, which have no daemon.
+func newMPS(gpus []state.GPU, simulated bool, cfg config.Config, log *slog.Logger) *nodeagent.MPS {
+	if simulated {
+		return nil
+	}
+	for _, g := range gpus {
+		if g.Shared {
+			return nodeagent.NewMPS(cfg.AgentMPSControl, filepath.Join(cfg.DataDir, "mps"), log)
+		}
+	}
+	return nil
 }
