@@ -487,6 +487,9 @@ func describeRequest(e state.QueueEntry) string {
 		if r.MIGProfile != "" {
 			s += " MIG " + r.MIGProfile
 		}
+		if r.Fraction() {
+			s = shareWords(r)
+		}
 		s += fmt.Sprintf(", %g CPU, %d MiB", float64(r.CPUMilli)/1000, r.MemoryMiB)
 		if i == 0 && len(e.Parts()) > 1 {
 			s = "head " + s

@@ -20,6 +20,13 @@ type GPUDevice struct {
 	// UUID of its GPU.
 	MIGProfile string `json:"migProfile,omitempty"`
 	Parent     string `json:"parent,omitempty"`
+	// Shared marks a GPU offered in fractions (gpuShareMiB): Fractions
+	// are held of it, FreeMiB of its memory is free for more, and Owner
+	// is the one user whose fractions it holds (one at a time); Session
+	// stays empty.
+	Shared    bool  `json:"shared,omitempty"`
+	Fractions int   `json:"fractions,omitempty"`
+	FreeMiB   int64 `json:"freeMiB,omitempty"`
 	// Session and Owner hold the device; both empty when it is free.
 	// Another user's read "(another user)" with no session, except for
 	// admins, as in the queue.
@@ -65,6 +72,22 @@ func nodeDevices(p Principal, n state.Node, l state.Ledger, status func(id strin
 	}
 	for _, g := range n.GPUs {
 		base := GPUDevice{Index: g.Index, Model: g.Model, Healthy: g.Healthy, Problem: g.Problem, Simulated: n.Simulated}
+		if g.Shared && !g.MIGEnabled {
+			d := base
+			d.UUID, d.MemoryMiB, d.Shared, d.FreeMiB = g.UUID, g.MemoryMiB, true, g.MemoryMiB
+			for _, a := range l.Allocations {
+				if a.Share != nil && len(a.GPUs) == 1 && a.GPUs[0] == g.UUID {
+					d.Fractions++
+					d.FreeMiB -= a.Share.MemoryMiB
+					d.Owner = a.Owner
+					if !p.Admin && d.Owner != p.Subject {
+						d.Owner = "(another user)"
+					}
+				}
+			}
+			out = append(out, d)
+			continue
+		}
 		if !g.MIGEnabled {
 			d := base
 			d.UUID, d.MemoryMiB = g.UUID, g.MemoryMiB

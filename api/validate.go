@@ -164,6 +164,12 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 			if r.MIGProfile != "" {
 				over.MIGProfile = r.MIGProfile
 			}
+			if r.GPUShareMiB != 0 {
+				over.GPUShareMiB = r.GPUShareMiB
+			}
+			if r.GPUComputePercent != 0 {
+				over.GPUComputePercent = r.GPUComputePercent
+			}
 			if r.CPUMilli != 0 {
 				over.CPUMilli = r.CPUMilli
 			}
@@ -572,6 +578,7 @@ func validateResources(prefix string, r state.Resources, add func(field, format 
 	if r.GPUs == 0 && (r.GPUModel != "" || r.GPUMemoryMiB != 0 || r.MIGProfile != "") {
 		add(prefix+".gpus", "is 0 but a GPU model, memory or MIG profile is set; want 1 or more GPUs")
 	}
+	validateShare(prefix, r, add)
 	if r.CPUMilli < 0 {
 		add(prefix+".cpuMilli", "got %d, want thousandths of a core above 0, e.g. 4000 for 4 cores", r.CPUMilli)
 	}

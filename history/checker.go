@@ -11,6 +11,8 @@ import (
 // Rules, as Violation.Rule names them.
 const (
 	RuleGPUShared           = "gpu-shared"
+	RuleGPUOverShared       = "gpu-over-shared" // share.go
+	RuleSharedOwners        = "gpu-shared-owners"
 	RuleNodeOver            = "node-over"
 	RuleBindingNoAlloc      = "binding-without-allocation"
 	RuleAllocNoBinding      = "allocation-without-binding"
@@ -391,6 +393,13 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		if l, ok := c.ledgers[name]; ok {
 			for _, v := range c.index(name, l) {
 				bad(k.Ledger(name), RuleGPUShared, "%s", v)
+			}
+			over, owners := c.overShared(name, l)
+			for _, v := range over {
+				bad(k.Ledger(name), RuleGPUOverShared, "%s", v)
+			}
+			for _, v := range owners {
+				bad(k.Ledger(name), RuleSharedOwners, "%s", v)
 			}
 		}
 	}

@@ -56,6 +56,24 @@ func bnd(id string, a state.Allocation) state.Binding {
 	return state.Binding{Session: id, GPUs: a.GPUs, Ports: a.Ports}
 }
 
+// sharedNode is node(name) with 80 GiB GPUs, GPU 0 shared.
+func sharedNode(name string) state.Node {
+	n := node(name)
+	for i := range n.GPUs {
+		n.GPUs[i].MemoryMiB = 81920
+	}
+	n.GPUs[0].Shared = true
+	return n
+}
+
+// frac is owner's fraction of mib MiB of an 80 GiB GPU.
+func frac(owner string, mib int64, gpu string) state.Allocation {
+	a := alloc(1, nil, gpu)
+	a.Owner = owner
+	a.Share = &state.GPUShare{MemoryMiB: mib, GPUMemoryMiB: 81920}
+	return a
+}
+
 func ledger(name string, as map[string]state.Allocation) state.Ledger {
 	return state.Ledger{Node: name, Allocations: as}
 }
@@ -170,6 +188,33 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 		{"a value that is not the JSON its key holds", func(t *testing.T, k state.Keys) int64 {
 			return write(t, cli, put{k.Node("n1"), "not a node"})
 		}, history.RuleUndecodable, func(k state.Keys) string { return k.Node("n1") }, 0},
+		{"fractions of a shared GPU over its memory", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), sharedNode("n1")})
+			two := map[string]state.Allocation{"s1": frac("ada", 40960, "GPU-n1-0"), "s2": frac("ada", 40960, "GPU-n1-0")}
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", two)}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1", GPUs: []string{"GPU-n1-0"}}}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2", GPUs: []string{"GPU-n1-0"}}})
+			two["s3"] = frac("ada", 1, "GPU-n1-0")
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", two)}, put{k.Binding("n1", "s3"), state.Binding{Session: "s3", GPUs: []string{"GPU-n1-0"}}})
+		}, history.RuleGPUOverShared, func(k state.Keys) string { return k.Ledger("n1") }, 0},
+		{"a GPU held whole beside a fraction of it", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), sharedNode("n1")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": frac("ada", 1024, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1", GPUs: []string{"GPU-n1-0"}}})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": frac("ada", 1024, "GPU-n1-0"), "s2": alloc(100, nil, "GPU-n1-0")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2", GPUs: []string{"GPU-n1-0"}}})
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }, 0},
+		{"a MIG device beside a fraction of its GPU after the node registered again split", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), sharedNode("n1")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": frac("ada", 1024, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1", GPUs: []string{"GPU-n1-0"}}})
+			split := sharedNode("n1")
+			split.GPUs[0].Shared = false
+			split.GPUs[0].MIGEnabled = true
+			split.GPUs[0].MIGDevices = []state.MIGDevice{{UUID: "MIG-n1-0a", Profile: "1g.10gb"}}
+			write(t, cli, put{k.Node("n1"), split})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": frac("ada", 1024, "GPU-n1-0"), "s2": alloc(100, nil, "MIG-n1-0a")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2", GPUs: []string{"MIG-n1-0a"}}})
+		}, history.RuleGPUShared, func(k state.Keys) string { return k.Ledger("n1") }, 0},
+		{"fractions of two owners on one shared GPU", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), sharedNode("n1")})
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": frac("ada", 1024, "GPU-n1-0")})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1", GPUs: []string{"GPU-n1-0"}}})
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": frac("ada", 1024, "GPU-n1-0"), "s2": frac("bob", 1024, "GPU-n1-0")})}, put{k.Binding("n1", "s2"), state.Binding{Session: "s2", GPUs: []string{"GPU-n1-0"}}})
+		}, history.RuleSharedOwners, func(k state.Keys) string { return k.Ledger("n1") }, 0},
 		{"node over its CPU", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(3000, nil), "s2": alloc(1001, nil)})},

@@ -42,6 +42,9 @@ const (
 type Config struct {
 	// Node is this machine's name in etcd (nodes/<Node>, bindings/<Node>/).
 	Node string
+	// MPS runs the MPS daemons of the node's shared GPUs (share.go); nil
+	// where none is shared, or they are simulated.
+	MPS *MPS
 	// Address is how other machines and users reach this one (URLs).
 	Address string
 	Labels  map[string]string
@@ -771,6 +774,8 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 		}
 	}
 	a.mu.Unlock()
+
+	a.reconcileMPS(ctx, want)
 
 	// What runs here decides what may start: no list, no new workers.
 	infos, err := a.cfg.Runtime.List(ctx, map[string]string{LabelNode: a.cfg.Node})

@@ -200,8 +200,10 @@ var simRE = regexp.MustCompile(`^(\d+)x([A-Za-z0-9]+)-(\d+)GB$`)
 // machines without GPUs. UUIDs are stable per node name, GPUs split evenly
 // over two NUMA nodes and all NVLink to each other (as on an NVSwitch
 // machine), with made-up PCI addresses (0000:10:00.0 up) and the compute
-// capability of the model where it is known. The node record must be
-// marked Simulated.
+// capability of the model where it is known. A group may end in a mode
+// (simulatedMode): "/shared" (offered in fractions) or "/mig=<profiles>"
+// (partitioned, "2xA100-80GB/mig=3g.40gb+1g.10gb"). The node record must
+// be marked Simulated.
 func SimulatedGPUs(node, desc string) ([]state.GPU, error) {
 	var gpus []state.GPU
 	for part := range strings.SplitSeq(desc, ",") {
@@ -209,6 +211,7 @@ func SimulatedGPUs(node, desc string) ([]state.GPU, error) {
 		if part == "" {
 			continue
 		}
+		part, mode, _ := strings.Cut(part, "/")
 		m := simRE.FindStringSubmatch(part)
 		if m == nil {
 			return nil, fmt.Errorf("parse simulated GPUs %q: want <count>x<model>-<memory>GB, such as 8xA100-80GB", part)
@@ -221,7 +224,7 @@ func SimulatedGPUs(node, desc string) ([]state.GPU, error) {
 		for range n {
 			i := len(gpus)
 			sum := sha256.Sum256([]byte(node + "/" + strconv.Itoa(i)))
-			gpus = append(gpus, state.GPU{
+			g := state.GPU{
 				Index:       i,
 				UUID:        fmt.Sprintf("GPU-%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16]),
 				Model:       fmt.Sprintf("NVIDIA %s-%dGB (simulated)", m[2], gb),
@@ -229,7 +232,11 @@ func SimulatedGPUs(node, desc string) ([]state.GPU, error) {
 				Healthy:     true,
 				PCIBusID:    fmt.Sprintf("0000:%02x:00.0", 0x10+i),
 				CUDACompute: simulatedCompute[strings.ToUpper(m[2])],
-			})
+			}
+			if err := simulatedMode(node, &g, mode); err != nil {
+				return nil, fmt.Errorf("parse simulated GPUs %q: %w", part+"/"+mode, err)
+			}
+			gpus = append(gpus, g)
 		}
 	}
 	for i := range gpus {

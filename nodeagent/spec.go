@@ -151,6 +151,11 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 			spec.CDIDevices = append(spec.CDIDevices, cfg.CDIKind+"="+g)
 		}
 	}
+	if b.Share != nil {
+		if err := a.shareSpec(&spec, b); err != nil {
+			return runtime.Spec{}, fmt.Errorf("build container of %s: %w", s.ID, err)
+		}
+	}
 	return spec, nil
 }
 

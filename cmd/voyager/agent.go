@@ -187,6 +187,9 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	if err != nil {
 		return nil, err
 	}
+	if gpus, err = shareGPUs(gpus, cfg, log); err != nil {
+		return nil, err
+	}
 	first, last, _ := config.ParsePortRange(cfg.AgentPorts) // Load validated it
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("find data directory: neither XDG_DATA_HOME nor HOME is set; set %s", config.EnvDataDir)
@@ -282,7 +285,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)
 	fenceAfter, fenceGrace := cfg.FenceTimings()
 	parts.agent = nodeagent.New(nodeagent.Config{
-		FenceAfter: fenceAfter, FenceGrace: fenceGrace,
+		FenceAfter: fenceAfter, FenceGrace: fenceGrace, MPS: newMPS(gpus, simulated, cfg, log),
 		Node: node, Address: address, Keys: state.MustKeys(cfg.EtcdPrefix), Client: cli, Runtime: rt,
 		GPUs: gpus, RecheckGPUs: recheck, Simulated: simulated, CPUMilli: int64(goruntime.NumCPU()) * 1000, MemoryMiB: memTotalMiB(),
 		Ports: state.PortRange{First: first, Last: last}, LeaseTTL: cfg.AgentLeaseTTL, Image: cfg.AgentImage,
@@ -395,6 +398,9 @@ func writeSimulatedCDISpec(instance string, gpus []state.GPU) (string, error) {
 	b.WriteString("cdiVersion: \"0.6.0\"\nkind: nvidia.com/gpu\ndevices:\n")
 	for _, g := range gpus {
 		fmt.Fprintf(&b, "- name: %s\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia%d\n      hostPath: /dev/null\n", g.UUID, g.Index)
+		for _, m := range g.MIGDevices {
+			fmt.Fprintf(&b, "- name: %s\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia%d\n      hostPath: /dev/null\n", m.UUID, g.Index)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("write simulated CDI spec: %w", err)

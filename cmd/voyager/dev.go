@@ -303,7 +303,7 @@ func writeDevBlock(ctx context.Context, out io.Writer, cfg config.Config, st *st
 	} else {
 		byModel := map[string]int{}
 		for _, g := range parts.gpus {
-			byModel[g.Model]++
+			byModel[g.Model+gpuModeNote(g)]++
 		}
 		gpus := models(byModel)
 		if parts.simulated {

@@ -27,6 +27,8 @@ type specFlags struct {
 	gpus                       int
 	gpuModel, mig              string
 	gpuMemory, memory          int64
+	gpuShare                   int64
+	gpuCompute                 int
 	cpu                        float64
 	env                        []string
 	rayWorkers                 int
@@ -58,6 +60,8 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.StringVar(&s.gpuModel, "gpu-model", "", `GPU model pattern, e.g. "*A100*"`)
 	fs.Int64Var(&s.gpuMemory, "gpu-memory", 0, "least memory per GPU, MiB")
 	fs.StringVar(&s.mig, "mig", "", "MIG profile, e.g. 1g.10gb")
+	fs.Int64Var(&s.gpuShare, "gpu-share", 0, "a fraction of one shared GPU: this much of its memory, MiB (instead of --gpus; --gpu-memory still picks GPUs by size)")
+	fs.IntVar(&s.gpuCompute, "gpu-compute", 0, "with --gpu-share: the fraction's share of the GPU's compute, percent (default: no cap of its own)")
 	fs.Float64Var(&s.cpu, "cpu", 0, "CPU cores (default 1)")
 	fs.Int64Var(&s.memory, "memory", 0, "memory in MiB (default 4096)")
 	fs.StringArrayVar(&s.env, "env", nil, "KEY=VALUE for the container's environment (repeatable)")
@@ -114,9 +118,12 @@ func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 		Command: command, Priority: s.priority, Preemptible: s.preemptible, Team: s.team,
 		Nodes: s.nodes, OnPartFailure: s.onPartFailure,
 	}
-	if s.gpus != 0 || s.gpuModel != "" || s.gpuMemory != 0 || s.mig != "" || s.cpu != 0 || s.memory != 0 || s.profile == "" {
+	if s.gpus != 0 || s.gpuModel != "" || s.gpuMemory != 0 || s.mig != "" || s.gpuShare != 0 || s.gpuCompute != 0 || s.cpu != 0 || s.memory != 0 || s.profile == "" {
 		r.Resources = &state.Resources{GPUs: s.gpus, GPUModel: s.gpuModel, GPUMemoryMiB: s.gpuMemory, MIGProfile: s.mig,
-			CPUMilli: int64(s.cpu * 1000), MemoryMiB: s.memory}
+			GPUShareMiB: s.gpuShare, GPUComputePercent: s.gpuCompute, CPUMilli: int64(s.cpu * 1000), MemoryMiB: s.memory}
+		if s.gpuShare != 0 && s.gpus == 0 {
+			r.Resources.GPUs = 1 // a fraction is of one GPU
+		}
 	}
 	for _, kv := range s.env {
 		k, v, ok := strings.Cut(kv, "=")

@@ -87,6 +87,7 @@ const (
 	EnvAgentFenceAfter   = "VOYAGER_AGENT_FENCE_AFTER"
 	EnvAgentFenceGrace   = "VOYAGER_AGENT_FENCE_GRACE"
 	EnvAgentSimulateGPUs = "VOYAGER_AGENT_SIMULATE_GPUS"
+	EnvAgentSharedGPUs   = "VOYAGER_AGENT_SHARED_GPUS"
 	EnvAgentGPUMode      = "VOYAGER_AGENT_GPU_MODE"
 	EnvAgentCDISpecDirs  = "VOYAGER_AGENT_CDI_SPEC_DIRS"
 	EnvAgentImage        = "VOYAGER_AGENT_IMAGE"
@@ -273,6 +274,10 @@ type Config struct {
 	AgentFenceGrace time.Duration `env:"VOYAGER_AGENT_FENCE_GRACE" envDefault:"0s" doc:"time between SIGTERM and SIGKILL when a fence stops containers; fence after + fence grace must be below the lease TTL; 0: a fifth of the lease TTL"`
 	// AgentSimulateGPUs, when set, replaces NVML with a made-up inventory.
 	AgentSimulateGPUs string `env:"VOYAGER_AGENT_SIMULATE_GPUS" docDefault:"empty" doc:"made-up GPUs such as 8xA100-80GB or 4xA100-80GB,2xH100-80GB, marked simulated (dev, benchmarks); empty: read NVML (voyager dev simulates 8xA100-80GB where NVML is absent)"`
+	// AgentSharedGPUs names the GPUs offered in fractions.
+	AgentSharedGPUs string `env:"VOYAGER_AGENT_SHARED_GPUS" docDefault:"empty" doc:"GPUs of this node offered in fractions (sessions' gpuShareMiB, enforced by a CUDA MPS daemon per GPU): all, or a comma-separated list of GPU indexes or UUIDs; a GPU with MIG enabled is never shared (its MIG layout is the operator's, never changed); empty: none"`
+	// AgentMPSControl is the MPS control daemon's binary.
+	AgentMPSControl string `env:"VOYAGER_AGENT_MPS_CONTROL" envDefault:"nvidia-cuda-mps-control" doc:"the CUDA MPS control binary the agent starts (with -d) for each shared GPU, with its pipe and log directories under <data dir>/mps/<GPU UUID>; a simulated shared GPU gets none"`
 	// AgentGPUMode is cdi or env.
 	AgentGPUMode string `env:"VOYAGER_AGENT_GPU_MODE" envDefault:"cdi" doc:"how containers get their GPUs: cdi (CDI device names nvidia.com/gpu=<uuid>) or env (NVIDIA_VISIBLE_DEVICES, with nvidia-container-runtime as the OCI runtime)"`
 	// AgentCDISpecDirs are where CDI specs are read.

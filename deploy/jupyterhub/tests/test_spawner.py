@@ -421,6 +421,25 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
         await sp.start()
         self.assertEqual(self.fake.sessions["s0004"]["resources"]["gpus"], 4)
 
+    async def test_fraction_of_a_shared_gpu(self):
+        # Typed in the form: GiB of a shared GPU become gpuShareMiB of one GPU.
+        sp = self.spawner(gpus=1, cpu_milli=1000, memory_mib=2048)
+        sp.user_options = sp.options_from_form({"profile": [""], "gpu_share": ["10"]})
+        self.assertEqual(sp.user_options, {"gpu_share_mib": 10240})
+        await sp.start()
+        self.assertEqual(self.fake.sessions["s0001"]["resources"],
+                         {"gpus": 1, "gpuShareMiB": 10240, "cpuMilli": 1000, "memoryMiB": 2048})
+        # From a profile_list entry, with a compute share.
+        sp = self.spawner(profile_list=[{"display_name": "Small share", "default": True,
+                                         "voyager_override": {"gpu_share_mib": 20480, "gpu_compute_percent": 25}}])
+        sp.user_options = {}
+        await sp.start()
+        self.assertEqual(self.fake.sessions["s0002"]["resources"]["gpuShareMiB"], 20480)
+        self.assertEqual(self.fake.sessions["s0002"]["resources"]["gpuComputePercent"], 25)
+        # Too small a share is refused, saying what would do.
+        with self.assertRaisesRegex(ValueError, "GiB of a shared GPU"):
+            sp.options_from_form({"gpu_share": ["0.1"]})
+
     async def test_form_refuses_what_cannot_be_honoured(self):
         sp = self.spawner()
         for form, words in [({"gpus": ["many"]}, "want a whole number from 0 to 64"),

@@ -28,6 +28,8 @@ OVERRIDE_FIELDS = {
     "image": str,
     "gpus": int,
     "gpu_model": str,
+    "gpu_share_mib": int,
+    "gpu_compute_percent": int,
     "cpu_milli": int,
     "memory_mib": int,
     "idle_timeout": str,
@@ -36,7 +38,7 @@ OVERRIDE_FIELDS = {
 }
 
 # The fields a user may override from the form or user_options.
-USER_FIELDS = {"gpus": int, "gpu_model": str, "cpu_milli": int, "memory_mib": int}
+USER_FIELDS = {"gpus": int, "gpu_model": str, "gpu_share_mib": int, "cpu_milli": int, "memory_mib": int}
 
 SLUG_RE = re.compile(r"[^a-z0-9-]+")
 
@@ -134,6 +136,7 @@ def voyager_fields(p):
     r = p.get("resources") or {}
     lim = p.get("limits") or {}
     f = {"image": p.get("image"), "gpus": r.get("gpus"), "gpu_model": r.get("gpuModel"),
+         "gpu_share_mib": r.get("gpuShareMiB"), "gpu_compute_percent": r.get("gpuComputePercent"),
          "cpu_milli": r.get("cpuMilli"), "memory_mib": r.get("memoryMiB"),
          "idle_timeout": lim.get("idleTimeout"), "max_runtime": lim.get("maxRuntime")}
     return {k: v for k, v in f.items() if v}
@@ -194,7 +197,10 @@ def plural(n, one, many=None):
 def summary(f):
     """A profile's resources in words: "4 GPUs (*A100*), 8 CPUs, 64 GiB"."""
     parts = []
-    if "gpus" in f:
+    if f.get("gpu_share_mib"):
+        parts.append(f"{_num(f['gpu_share_mib'] / 1024)} GiB of a shared GPU"
+                     + (f" ({f['gpu_compute_percent']}% compute)" if f.get("gpu_compute_percent") else ""))
+    elif "gpus" in f:
         parts.append(plural(f["gpus"], "GPU") + (f" ({f['gpu_model']})" if f.get("gpu_model") else ""))
     if "cpu_milli" in f:
         parts.append(plural(_num(f["cpu_milli"] / 1000), "CPU"))
@@ -265,6 +271,8 @@ def form_html(profiles, hub_profiles, defaults_summary, free, error=""):
         '<fieldset class="voyager-overrides"><legend>Change the profile\'s resources (leave blank to keep them)</legend>'
         '<label for="voyager-gpus">GPUs</label>'
         '<input class="form-control" type="number" min="0" max="64" name="gpus" id="voyager-gpus" value="" placeholder="profile\'s">'
+        '<label for="voyager-gpu-share">Or a share of one shared GPU (GiB of its memory)</label>'
+        '<input class="form-control" type="number" min="0.25" step="0.25" name="gpu_share" id="voyager-gpu-share" value="" placeholder="none">'
         '<label for="voyager-cpu">CPU cores</label>'
         '<input class="form-control" type="number" min="0.1" step="0.1" name="cpu" id="voyager-cpu" value="" placeholder="profile\'s">'
         '<label for="voyager-memory">Memory (GiB)</label>'
@@ -310,6 +318,7 @@ def options_from_form(formdata):
         opts["gpus"] = int(gpus)
     # Form field → (user_options key, units per unit typed, least, label, example).
     for field, key, scale, least, label, example in (
+            ("gpu_share", "gpu_share_mib", 1024, 256, "GPU share", "GiB of a shared GPU such as 10"),
             ("cpu", "cpu_milli", 1000, 100, "CPU cores", "a number of cores such as 0.5 or 4"),
             ("memory", "memory_mib", 1024, 256, "Memory", "GiB such as 0.5 or 16")):
         typed = first(field)

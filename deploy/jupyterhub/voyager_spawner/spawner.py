@@ -336,6 +336,12 @@ class VoyagerSpawner(Spawner):
         resources = {"gpus": fields["gpus"], "cpuMilli": fields["cpu_milli"], "memoryMiB": fields["memory_mib"]}
         if fields.get("gpu_model"):
             resources["gpuModel"] = fields["gpu_model"]
+        if fields.get("gpu_share_mib"):
+            # A fraction of one shared GPU (enforced by CUDA MPS on the node).
+            resources["gpus"] = 1
+            resources["gpuShareMiB"] = fields["gpu_share_mib"]
+            if fields.get("gpu_compute_percent"):
+                resources["gpuComputePercent"] = fields["gpu_compute_percent"]
         body = {
             "kind": "notebook",
             "name": server_label(self.name),
