@@ -59,3 +59,55 @@ class UnreachableWordsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PendingEstimateTest(unittest.IsolatedAsyncioTestCase):
+    """The pending page shows when the server could start, from the
+    session view's estimate (the API computes it as for GET /queue)."""
+
+    async def asyncSetUp(self):
+        from tornado.httpserver import HTTPServer
+        from tornado.netutil import bind_sockets
+        from test_spawner import FakeVoyager, make_app
+
+        self.fake = FakeVoyager()
+        sockets = bind_sockets(0, "127.0.0.1")
+        self.server = HTTPServer(make_app(self.fake))
+        self.server.add_sockets(sockets)
+        self.url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+
+    async def asyncTearDown(self):
+        self.server.stop()
+
+    async def test_pending_page_shows_the_estimate(self):
+        from types import SimpleNamespace
+
+        from jupyterhub.objects import Hub
+
+        from voyager_spawner import VoyagerSpawner
+
+        self.fake.script = lambda sid: [("Pending", "Queued", "waiting for 1×GPU: 2 ahead of you"), "gate",
+                                        ("Running", "Started", "up")]
+        estimate = {"at": "2026-11-29T03:10:00Z",
+                    "message": "by 2026-11-29 03:10 UTC at the latest the sessions holding enough GPUs reach their max runtime"}
+
+        class WithEstimate(dict):  # every session the fake creates has one
+            def __setitem__(self, k, v):
+                super().__setitem__(k, dict(v, estimate=estimate))
+
+        self.fake.sessions = WithEstimate()
+        sp = VoyagerSpawner(user=SimpleNamespace(name="ada", escaped_name="ada", url="/user/ada/"), hub=Hub(base_url="/hub/"),
+                            voyager_url=self.url, voyager_token="svc-token", api_token="hub-token",
+                            oauth_client_id="jupyterhub-user-ada")
+        start = asyncio.ensure_future(sp.start())
+        want = ("Waiting for GPUs: waiting for 1×GPU: 2 ahead of you. Estimated start: by 2026-11-29 03:10 UTC "
+                "at the latest the sessions holding enough GPUs reach their max runtime.")
+        for _ in range(500):
+            if any(e["message"] == want for e in sp._progress):
+                break
+            await asyncio.sleep(0.01)
+        self.fake.gate.set()
+        self.assertEqual(await asyncio.wait_for(start, 10), "http://gpu-7:40001")
+        messages = [e["message"] for e in sp._progress]
+        self.assertIn(want, messages)
+        self.assertEqual(messages[-1], "Server running: up", "an estimate came after the server ran")

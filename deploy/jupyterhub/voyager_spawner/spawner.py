@@ -382,6 +382,8 @@ class VoyagerSpawner(Spawner):
         def on_event(ev):
             self._emit(self._progress_event(ev))
             phase, reason = ev.get("phase"), ev.get("reason")
+            if phase == "Pending" and reason not in HOPELESS:
+                self._schedule_estimate(client, ev)
             if phase == "Running" and ev.get("status", {}).get("urls"):
                 outcome["running"] = ev["status"]
             elif ev.get("terminal") or phase not in LIVE:
@@ -440,11 +442,37 @@ class VoyagerSpawner(Spawner):
             return SpawnError(f"Voyager refused this server: {e.detail or e.title}", 400 if e.status == 404 else e.status, e)
         return SpawnError(f"Voyager failed ({e.status} {e.title}): {e.detail}", 502, e)
 
-    def _progress_event(self, ev):
+    def _schedule_estimate(self, client, ev):
+        """Reads the waiting session's estimated start (GET /sessions/ID's
+        estimate) and shows it on the pending page, once per event and
+        never two at a time."""
+        task = getattr(self, "_estimate_task", None)
+        if task is not None and not task.done():
+            return
+        self._estimate_task = asyncio.ensure_future(self._emit_estimate(client, ev))
+
+    async def _emit_estimate(self, client, ev):
+        try:
+            view = await client.get_session(self.session_id)
+        except VoyagerError as e:
+            self.log.debug("read the estimate of %s: %s", self.session_id, e)
+            return
+        est = view.get("estimate") or {}
+        if (view.get("status") or {}).get("phase") != "Pending" or not est.get("message"):
+            return
+        # Only while the page still says it waits: never after a later
+        # event (bound, running, ended) was shown.
+        if self._progress_done or not self._progress or self._progress[-1] != self._progress_event(ev):
+            return
+        self._emit(self._progress_event(ev, estimate_words(est)))
+
+    def _progress_event(self, ev, extra=""):
         """progress_event, with a "Leave the queue" button while the
         session waits in the queue, where the hub serves the cancel page
-        (voyager_spawner.extra_handlers)."""
+        (voyager_spawner.extra_handlers); extra follows the message."""
         out = progress_event(ev)
+        if extra:
+            out["message"] = out["message"].rstrip(". ") + ". " + extra
         if ev.get("phase") == "Pending" and handlers.registered:
             action = url_path_join(self.hub.base_url, CANCEL_PATH, self.user.escaped_name, url_escape_path(self.name or ""))
             out["html_message"] = (html.escape(out["message"]) +
@@ -490,6 +518,15 @@ class VoyagerSpawner(Spawner):
                 return
             await asyncio.sleep(0.5)
         self.log.warning("Voyager session %s still stopping after 5 minutes", self.session_id)
+
+
+def estimate_words(est):
+    """A queue estimate (the API's QueueEstimate) in words for the pending
+    page."""
+    msg = est.get("message", "")
+    if est.get("at"):
+        return f"Estimated start: {msg}."
+    return f"Start time: {msg}."
 
 
 def status_words(ev):
