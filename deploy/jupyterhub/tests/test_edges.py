@@ -111,3 +111,28 @@ class PendingEstimateTest(unittest.IsolatedAsyncioTestCase):
         messages = [e["message"] for e in sp._progress]
         self.assertIn(want, messages)
         self.assertEqual(messages[-1], "Server running: up", "an estimate came after the server ran")
+
+    async def test_form_keeps_the_choice_after_a_refusal(self):
+        from types import SimpleNamespace
+
+        from jupyterhub.objects import Hub
+
+        from voyager_spawner import SpawnError, VoyagerSpawner
+
+        sp = VoyagerSpawner(user=SimpleNamespace(name="ada", escaped_name="ada", url="/user/ada/"), hub=Hub(base_url="/hub/"),
+                            voyager_url=self.url, voyager_token="svc-token", api_token="hub-token",
+                            oauth_client_id="jupyterhub-user-ada")
+        fresh = await sp._options_form(sp)
+        self.assertNotIn('value="a100-quad" checked', fresh)
+        # The user picks the 4-GPU profile with 2 GPUs, 1.5 cores, 3 GiB;
+        # Voyager refuses (over quota); the form comes back as they left it.
+        sp.user_options = sp.options_from_form({"profile": ["a100-quad"], "gpus": ["2"], "cpu": ["1.5"], "memory": ["3"]})
+        self.fake.refuse = (422, "Invalid request", "quota: ada may hold 1 GPU")
+        with self.assertRaises(SpawnError):
+            await asyncio.wait_for(sp.start(), 10)
+        form = await sp._options_form(sp)
+        self.assertIn('value="a100-quad" checked', form)
+        self.assertNotIn('value="" checked', form)
+        self.assertIn('name="gpus" id="voyager-gpus" value="2"', form)
+        self.assertIn('name="cpu" id="voyager-cpu" value="1.5"', form)
+        self.assertIn('name="memory" id="voyager-memory" value="3"', form)

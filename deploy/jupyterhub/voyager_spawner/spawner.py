@@ -252,7 +252,8 @@ class VoyagerSpawner(Spawner):
         except VoyagerError as e:
             self.log.warning("read Voyager nodes: %s", e)
             free = "<p>Free now: unknown (Voyager did not answer).</p>"
-        return prof.form_html(profiles, hub, prof.summary(self._trait_fields()), free, error)
+        # After a refused request the form comes back as the user left it.
+        return prof.form_html(profiles, hub, prof.summary(self._trait_fields()), free, error, self.user_options or None)
 
     def options_from_form(self, formdata):
         return prof.options_from_form(formdata)
