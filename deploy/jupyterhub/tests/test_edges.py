@@ -136,3 +136,24 @@ class PendingEstimateTest(unittest.IsolatedAsyncioTestCase):
         self.assertIn('name="gpus" id="voyager-gpus" value="2"', form)
         self.assertIn('name="cpu" id="voyager-cpu" value="1.5"', form)
         self.assertIn('name="memory" id="voyager-memory" value="3"', form)
+
+    async def test_session_carries_the_hubs_links(self):
+        from types import SimpleNamespace
+
+        from jupyterhub.objects import Hub
+
+        from voyager_spawner import VoyagerSpawner
+
+        def spawner(**kw):
+            return VoyagerSpawner(user=SimpleNamespace(name="ada", escaped_name="ada", url="/user/ada/"), hub=Hub(base_url="/hub/"),
+                                  voyager_url=self.url, voyager_token="svc-token", api_token="hub-token",
+                                  oauth_client_id="jupyterhub-user-ada", **kw)
+
+        sp = spawner(hub_public_url="https://hub.example.org/")
+        await asyncio.wait_for(sp.start(), 10)
+        env = self.fake.sessions["s0001"]["env"]
+        self.assertEqual(env["VOYAGER_JUPYTERHUB_URL"], "https://hub.example.org/user/ada/")
+        self.assertEqual(env["VOYAGER_JUPYTERHUB_HOME"], "https://hub.example.org/hub/home")
+        sp = spawner()
+        await asyncio.wait_for(sp.start(), 10)
+        self.assertNotIn("VOYAGER_JUPYTERHUB_URL", self.fake.sessions["s0002"]["env"])

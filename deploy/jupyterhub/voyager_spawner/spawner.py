@@ -142,6 +142,18 @@ class VoyagerSpawner(Spawner):
     idle_timeout = Unicode("", help='Idle timeout as a Go duration ("2h"); empty: the profile\'s, else the cluster default.').tag(config=True)
     max_runtime = Unicode("", help='Maximum run time as a Go duration ("24h"); empty: the profile\'s, else none.').tag(config=True)
     extra_env = Dict(help="More environment for every server (over the profile's).").tag(config=True)
+    hub_public_url = Unicode(
+        "",
+        help="""The hub's URL as users' browsers reach it (https://hub.example.org); empty: the
+        JUPYTERHUB_PUBLIC_URL environment variable, else unknown. Set, every server's session carries
+        VOYAGER_JUPYTERHUB_URL (the server through the hub, under its base URL) and
+        VOYAGER_JUPYTERHUB_HOME (the hub's home page), so that Voyager's web console opens the
+        server and stops it through the hub, which then knows it stopped.""",
+    ).tag(config=True)
+
+    @default("hub_public_url")
+    def _default_hub_public_url(self):
+        return os.environ.get("JUPYTERHUB_PUBLIC_URL", "")
     profile_list = Union(
         [List(Dict()), Any()],
         default_value=[],
@@ -286,12 +298,24 @@ class VoyagerSpawner(Spawner):
         fields.update(asked)
         return fields, vname
 
+    def hub_links(self):
+        """VOYAGER_JUPYTERHUB_URL and VOYAGER_JUPYTERHUB_HOME for the
+        session's environment (the console's links through the hub), when
+        hub_public_url is known."""
+        base = (self.hub_public_url or "").rstrip("/")
+        if not base:
+            return {}
+        server = getattr(self.server, "base_url", None) or url_path_join(self.user.url, url_escape_path(self.name or ""), "")
+        return {"VOYAGER_JUPYTERHUB_URL": base + server.rstrip("/") + "/",
+                "VOYAGER_JUPYTERHUB_HOME": base + url_path_join(self.hub.base_url, "home")}
+
     async def session_request(self, client):
         """The body of POST /api/v1/sessions for this server."""
         fields, vname = await self.resolve(client)
         env = {k: v for k, v in self.get_env().items() if k not in self.drop_env}
         env.update(fields.get("env") or {})
         env.update(self.extra_env)
+        env.update(self.hub_links())
         resources = {"gpus": fields["gpus"], "cpuMilli": fields["cpu_milli"], "memoryMiB": fields["memory_mib"]}
         if fields.get("gpu_model"):
             resources["gpuModel"] = fields["gpu_model"]
