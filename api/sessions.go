@@ -34,6 +34,10 @@ type SessionView struct {
 	// limit (limits.maxRuntime, else the cluster default). Absent while it
 	// has not started, and when it has no limit.
 	RunsUntil *time.Time `json:"runsUntil,omitempty"`
+	// Estimate is, while the session waits in the queue, when it could
+	// start (as GET /queue estimates the caller's own): JupyterHub's
+	// pending page shows it.
+	Estimate *QueueEstimate `json:"estimate,omitempty"`
 }
 
 // SessionList is one page of GET /api/v1/sessions.
@@ -334,6 +338,9 @@ func (a *API) presentAs(p Principal, v SessionView, live bool) SessionView {
 		if i, ok := qp.waiting[v.ID]; ok {
 			w := qp.plan.Waiting[i]
 			v.Status.QueuePosition, v.Status.Reason, v.Status.Message = w.Position, w.Reason, w.Message
+			if w.Pending.Entry != nil {
+				v.Estimate = a.newEstimator().estimate(*w.Pending.Entry, w.Position)
+			}
 		}
 	}
 	if len(v.Status.URLs) > 0 {

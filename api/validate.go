@@ -31,7 +31,8 @@ type SessionRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Resources is what the session's (head) node provides. With a
 	// profile, each field that is set (non-zero) overrides the profile's.
-	// cpuMilli defaults to 1000 and memoryMiB to 4096.
+	// cpuMilli defaults to 1000 and memoryMiB to 4096, for a session
+	// without GPUs to 500 and 1024.
 	Resources *state.Resources `json:"resources,omitempty"`
 	// Ray asks for Ray workers on more nodes.
 	Ray *state.Ray `json:"ray,omitempty"`
@@ -89,6 +90,11 @@ const (
 	maxRestarts    = 100
 	defaultCPU     = 1000
 	defaultMemory  = 4096
+	// A session without GPUs (a script's helper job, a CPU notebook) gets
+	// less by default: what `voyager run -- sh -c …` needs, so that it
+	// fits beside the notebooks of a small node instead of queueing.
+	defaultCPUNoGPU    = 500
+	defaultMemoryNoGPU = 1024
 	// maxGroupsBytes bounds the groups a session records (from the
 	// token's groups claim): every ledger allocation repeats them, and a
 	// node's ledger is one etcd value.
@@ -211,11 +217,15 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 	if req.Restart != nil {
 		s.Restart = *req.Restart
 	}
+	cpu, mem := int64(defaultCPU), int64(defaultMemory)
+	if s.Resources.GPUs == 0 {
+		cpu, mem = defaultCPUNoGPU, defaultMemoryNoGPU
+	}
 	if s.Resources.CPUMilli == 0 {
-		s.Resources.CPUMilli = defaultCPU
+		s.Resources.CPUMilli = cpu
 	}
 	if s.Resources.MemoryMiB == 0 {
-		s.Resources.MemoryMiB = defaultMemory
+		s.Resources.MemoryMiB = mem
 	}
 
 	switch s.Kind {

@@ -15,6 +15,7 @@ import (
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // ErrNotRunning means the container exists but its process is not running,
@@ -95,6 +96,11 @@ func (c *Containerd) Exec(ctx context.Context, id string, opts ExecOptions) (int
 	proc.Terminal = opts.TTY
 	proc.Env = slices.Clone(spec.Process.Env)
 	proc.ConsoleSize = nil
+	if opts.TTY && opts.Size.Cols > 0 && opts.Size.Rows > 0 {
+		// The terminal has its size before the process starts: a
+		// resize after the start could come after its first output.
+		proc.ConsoleSize = &specs.Box{Width: uint(opts.Size.Cols), Height: uint(opts.Size.Rows)}
+	}
 	if opts.TTY && !slices.ContainsFunc(proc.Env, func(e string) bool { return strings.HasPrefix(e, "TERM=") }) {
 		proc.Env = append(proc.Env, "TERM=xterm")
 	}
@@ -180,8 +186,17 @@ func (c *Containerd) Exec(ctx context.Context, id string, opts ExecOptions) (int
 			return -1, fmt.Errorf("exec in container %s: %w", id, err)
 		}
 		// Everything the process wrote is copied before its exit is
-		// reported: its output is whole.
-		process.IO().Wait()
+		// reported: its output is whole. A child it left running in the
+		// background may hold its output open: then the caller going away
+		// ends the wait.
+		copied := make(chan struct{})
+		go func() { process.IO().Wait(); close(copied) }()
+		select {
+		case <-copied:
+		case <-ctx.Done():
+			process.IO().Cancel()
+			_ = process.IO().Close()
+		}
 		return int(code), nil
 	case <-ctx.Done():
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

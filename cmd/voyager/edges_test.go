@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
@@ -60,6 +61,21 @@ func TestCLIRoughEdges(t *testing.T) {
 		code, out, stderr = voyager(t, "session", "stop", ids[0], "no-such-session", "-o", "name")
 		if code != exitError || strings.TrimSpace(out) != ids[0] || !strings.Contains(stderr, `no session "no-such-session"`) {
 			t.Errorf("stop of one good and one unknown ID: exit %d, %q, %s; want 1, the good one stopped, the other named", code, out, stderr)
+		}
+	})
+	t.Run("a job without GPUs asks for little by default", func(t *testing.T) {
+		for _, tc := range []struct {
+			gpus        string
+			cpu, memory int64
+		}{{"0", 500, 1024}, {"1", 1000, 4096}} {
+			code, out, stderr := voyager(t, "session", "create", "--kind", "batch", "--image", "busybox", "--gpus", tc.gpus, "-o", "json", "--", "true")
+			var v api.SessionView
+			if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+				t.Fatalf("create --gpus %s: exit %d %s", tc.gpus, code, stderr)
+			}
+			if v.Resources.CPUMilli != tc.cpu || v.Resources.MemoryMiB != tc.memory {
+				t.Errorf("--gpus %s: defaults %d mCPU, %d MiB; want %d, %d", tc.gpus, v.Resources.CPUMilli, v.Resources.MemoryMiB, tc.cpu, tc.memory)
+			}
 		}
 	})
 	t.Run("did you mean", func(t *testing.T) {

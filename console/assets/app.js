@@ -183,8 +183,13 @@
     if (pos) pos.textContent = e.status.queuePosition ? "(position " + e.status.queuePosition + ")" : "";
     row.querySelector("[data-field=message]").textContent = e.message;
     const urls = e.status.urls || {};
-    if (urls.jupyter) {
-      const cell = row.querySelector("[data-field=jupyter]");
+    const cell = row.querySelector("[data-field=jupyter]");
+    if (cell.dataset.hub) {
+      // A JupyterHub server opens through the hub, whose link the view
+      // renders: the container's own URL is outside the hub's base URL.
+      // (Rendered Running, a linked one has its link: no reload loop.)
+      if (cell.dataset.hub === "link" && e.phase === "Running" && !cell.querySelector("a")) load();
+    } else if (urls.jupyter) {
       const a = document.createElement("a");
       a.href = urls.jupyter; a.target = "_blank"; a.rel = "noopener"; a.textContent = "Jupyter";
       cell.replaceChildren(a);

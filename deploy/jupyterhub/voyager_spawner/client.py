@@ -4,6 +4,8 @@ one user: every request carries the service token and the user's name."""
 
 import asyncio
 import json
+import socket
+import ssl
 from urllib.parse import quote, urlsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
@@ -58,7 +60,7 @@ class Client:
         except HTTPClientError as e:
             raise problem(e) from None
         except OSError as e:
-            raise VoyagerError(0, "Voyager is unreachable", f"{self.url}: {e}") from None
+            raise VoyagerError(0, "Voyager is unreachable", unreachable_words(urlsplit(self.url).netloc, e)) from None
         if raw:
             return resp.body.decode("utf-8", "replace")
         return json.loads(resp.body or b"null")
@@ -104,7 +106,7 @@ class Client:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(u.hostname, port, ssl=(u.scheme == "https") or None), self.timeout)
         except (OSError, asyncio.TimeoutError) as e:
-            raise VoyagerError(0, "Voyager is unreachable", f"{u.netloc}: {e}") from None
+            raise VoyagerError(0, "Voyager is unreachable", unreachable_words(u.netloc, e)) from None
         last = {"id": last_event_id}
         try:
             target = u.path + (("?" + u.query) if u.query else "")
@@ -172,6 +174,25 @@ async def _read_body(reader, chunked):
         if len(out) > 1 << 20:
             break
     return out
+
+
+def unreachable_words(where, e):
+    """Why Voyager's API at where (host:port) could not be reached, in
+    words rather than an errno: what the hub's administrator checks."""
+    if isinstance(e, socket.gaierror):
+        why = "its host name does not resolve"
+    elif isinstance(e, ConnectionRefusedError):
+        why = "nothing accepts connections there (is voyager api running?)"
+    elif isinstance(e, (TimeoutError, asyncio.TimeoutError, socket.timeout)):
+        why = "it did not answer in time"
+    elif isinstance(e, ConnectionResetError):
+        why = "it closed the connection"
+    elif isinstance(e, ssl.SSLError):
+        why = f"the TLS handshake failed ({getattr(e, 'reason', None) or 'certificate or protocol'})"
+    else:
+        why = getattr(e, "strerror", None) or e.__class__.__name__
+        why = why[0].lower() + why[1:] if why else "it could not be reached"
+    return f"the hub could not reach Voyager's API at {where}: {why}"
 
 
 def problem_from(code, body):

@@ -250,42 +250,65 @@ def free_html(nodes):
     return f'<p>Free now{note}:</p><ul class="voyager-free">{items}</ul>'
 
 
-def form_html(profiles, hub_profiles, defaults_summary, free, error=""):
+def form_html(profiles, hub_profiles, defaults_summary, free, error="", previous=None):
     """The spawn form: a radio per profile (with its options), override
     fields left blank, and what is free now. hub_profiles: the profiles
-    are the hub's profile_list, else Voyager's."""
+    are the hub's profile_list, else Voyager's. previous: the user_options
+    of the user's last request (after a refusal, the form comes back with
+    the same choice made and the same fields filled in)."""
+    prev = previous or {}
+    prev_slug = prev.get("profile", "")
+    slugs = {p["slug"] for p in profiles} | ({""} if not hub_profiles else set())
+    use_prev = bool(prev) and prev_slug in slugs
     rows = []
     any_default = any(p["default"] for p in profiles)
     if not hub_profiles:
         # Voyager's profiles: "the hub's defaults" is a choice of its own.
-        rows.append(_radio("", "Default server", defaults_summary, not any_default, []))
+        rows.append(_radio("", "Default server", defaults_summary, prev_slug == "" if use_prev else not any_default, []))
         any_default = True
     for i, p in enumerate(profiles):
-        checked = p["default"] or (not any_default and i == 0)
+        checked = p["slug"] == prev_slug if use_prev else (p["default"] or (not any_default and i == 0))
+        chosen = (prev.get("profile_options") or {}) if use_prev and p["slug"] == prev_slug else {}
         rows.append(_radio(p["slug"], p["display_name"], p.get("description") or p.get("summary", ""), checked,
-                           p["options"], p.get("summary", "") if p.get("description") else ""))
+                           p["options"], p.get("summary", "") if p.get("description") else "", chosen))
     err = f'<div class="alert alert-danger">{html.escape(error)}</div>' if error else ""
+    gpus = str(prev["gpus"]) if isinstance(prev.get("gpus"), int) else ""
+    cpu = _number(prev.get("cpu_milli"), 1000)
+    memory = _number(prev.get("memory_mib"), 1024)
     return (
         err +
         '<fieldset class="voyager-profiles"><legend>Server</legend>' + "".join(rows) + "</fieldset>"
         '<fieldset class="voyager-overrides"><legend>Change the profile\'s resources (leave blank to keep them)</legend>'
         '<label for="voyager-gpus">GPUs</label>'
-        '<input class="form-control" type="number" min="0" max="64" name="gpus" id="voyager-gpus" value="" placeholder="profile\'s">'
+        f'<input class="form-control" type="number" min="0" max="64" name="gpus" id="voyager-gpus" value="{gpus}" placeholder="profile\'s">'
         '<label for="voyager-gpu-share">Or a share of one shared GPU (GiB of its memory)</label>'
         '<input class="form-control" type="number" min="0.25" step="0.25" name="gpu_share" id="voyager-gpu-share" value="" placeholder="none">'
         '<label for="voyager-cpu">CPU cores</label>'
-        '<input class="form-control" type="number" min="0.1" step="0.1" name="cpu" id="voyager-cpu" value="" placeholder="profile\'s">'
+        f'<input class="form-control" type="number" min="0.1" step="0.1" name="cpu" id="voyager-cpu" value="{cpu}" placeholder="profile\'s">'
         '<label for="voyager-memory">Memory (GiB)</label>'
-        '<input class="form-control" type="number" min="0.25" step="0.25" name="memory" id="voyager-memory" value="" placeholder="profile\'s">'
+        f'<input class="form-control" type="number" min="0.25" step="0.25" name="memory" id="voyager-memory" value="{memory}" placeholder="profile\'s">'
         "</fieldset>" + free
     )
 
 
-def _radio(slug, name, description, checked, options, extra=""):
+def _number(v, per):
+    """A user_options amount (milli-cores, MiB) as the form's field shows it
+    (cores, GiB), "" when not given."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return ""
+    return f"{v / per:g}"
+
+
+def _radio(slug, name, description, checked, options, extra="", chosen=None):
     s = html.escape(slug)
+    chosen = chosen or {}
     opts = ""
     for o in options:
-        sel = "".join(f'<option value="{html.escape(c["key"])}"{" selected" if c["default"] else ""}>'
+        pick = chosen.get(o["name"])
+        if pick not in {c["key"] for c in o["choices"]}:
+            pick = None
+        sel = "".join(f'<option value="{html.escape(c["key"])}"'
+                      f'{" selected" if (c["key"] == pick if pick is not None else c["default"]) else ""}>'
                       f'{html.escape(c["display_name"])}</option>' for c in o["choices"])
         oid = f"profile-option-{s}--{html.escape(o['name'])}"
         opts += (f'<label for="{oid}">{html.escape(o["display_name"])}</label>'

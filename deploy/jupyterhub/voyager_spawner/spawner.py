@@ -154,6 +154,18 @@ class VoyagerSpawner(Spawner):
     idle_timeout = Unicode("", help='Idle timeout as a Go duration ("2h"); empty: the profile\'s, else the cluster default.').tag(config=True)
     max_runtime = Unicode("", help='Maximum run time as a Go duration ("24h"); empty: the profile\'s, else none.').tag(config=True)
     extra_env = Dict(help="More environment for every server (over the profile's).").tag(config=True)
+    hub_public_url = Unicode(
+        "",
+        help="""The hub's URL as users' browsers reach it (https://hub.example.org); empty: the
+        JUPYTERHUB_PUBLIC_URL environment variable, else unknown. Set, every server's session carries
+        VOYAGER_JUPYTERHUB_URL (the server through the hub, under its base URL) and
+        VOYAGER_JUPYTERHUB_HOME (the hub's home page), so that Voyager's web console opens the
+        server and stops it through the hub, which then knows it stopped.""",
+    ).tag(config=True)
+
+    @default("hub_public_url")
+    def _default_hub_public_url(self):
+        return os.environ.get("JUPYTERHUB_PUBLIC_URL", "")
     profile_list = Union(
         [List(Dict()), Any()],
         default_value=[],
@@ -294,7 +306,8 @@ class VoyagerSpawner(Spawner):
         except VoyagerError as e:
             self.log.warning("read Voyager nodes: %s", e)
             free = "<p>Free now: unknown (Voyager did not answer).</p>"
-        return prof.form_html(profiles, hub, prof.summary(self._trait_fields()), free, error)
+        # After a refused request the form comes back as the user left it.
+        return prof.form_html(profiles, hub, prof.summary(self._trait_fields()), free, error, self.user_options or None)
 
     def options_from_form(self, formdata):
         return prof.options_from_form(formdata)
@@ -327,12 +340,24 @@ class VoyagerSpawner(Spawner):
         fields.update(asked)
         return fields, vname
 
+    def hub_links(self):
+        """VOYAGER_JUPYTERHUB_URL and VOYAGER_JUPYTERHUB_HOME for the
+        session's environment (the console's links through the hub), when
+        hub_public_url is known."""
+        base = (self.hub_public_url or "").rstrip("/")
+        if not base:
+            return {}
+        server = getattr(self.server, "base_url", None) or url_path_join(self.user.url, url_escape_path(self.name or ""), "")
+        return {"VOYAGER_JUPYTERHUB_URL": base + server.rstrip("/") + "/",
+                "VOYAGER_JUPYTERHUB_HOME": base + url_path_join(self.hub.base_url, "home")}
+
     async def session_request(self, client):
         """The body of POST /api/v1/sessions for this server."""
         fields, vname = await self.resolve(client)
         env = {k: v for k, v in self.get_env().items() if k not in self.drop_env}
         env.update(fields.get("env") or {})
         env.update(self.extra_env)
+        env.update(self.hub_links())
         resources = {"gpus": fields["gpus"], "cpuMilli": fields["cpu_milli"], "memoryMiB": fields["memory_mib"]}
         if fields.get("gpu_model"):
             resources["gpuModel"] = fields["gpu_model"]
@@ -431,6 +456,8 @@ class VoyagerSpawner(Spawner):
         def on_event(ev):
             self._emit(self._progress_event(ev))
             phase, reason = ev.get("phase"), ev.get("reason")
+            if phase == "Pending" and reason not in HOPELESS:
+                self._schedule_estimate(client, ev)
             if phase == "Running" and ev.get("status", {}).get("urls"):
                 outcome["running"] = ev["status"]
             elif ev.get("terminal") or phase not in LIVE:
@@ -489,11 +516,37 @@ class VoyagerSpawner(Spawner):
             return SpawnError(f"Voyager refused this server: {e.detail or e.title}", 400 if e.status == 404 else e.status, e)
         return SpawnError(f"Voyager failed ({e.status} {e.title}): {e.detail}", 502, e)
 
-    def _progress_event(self, ev):
+    def _schedule_estimate(self, client, ev):
+        """Reads the waiting session's estimated start (GET /sessions/ID's
+        estimate) and shows it on the pending page, once per event and
+        never two at a time."""
+        task = getattr(self, "_estimate_task", None)
+        if task is not None and not task.done():
+            return
+        self._estimate_task = asyncio.ensure_future(self._emit_estimate(client, ev))
+
+    async def _emit_estimate(self, client, ev):
+        try:
+            view = await client.get_session(self.session_id)
+        except VoyagerError as e:
+            self.log.debug("read the estimate of %s: %s", self.session_id, e)
+            return
+        est = view.get("estimate") or {}
+        if (view.get("status") or {}).get("phase") != "Pending" or not est.get("message"):
+            return
+        # Only while the page still says it waits: never after a later
+        # event (bound, running, ended) was shown.
+        if self._progress_done or not self._progress or self._progress[-1] != self._progress_event(ev):
+            return
+        self._emit(self._progress_event(ev, estimate_words(est)))
+
+    def _progress_event(self, ev, extra=""):
         """progress_event, with a "Leave the queue" button while the
         session waits in the queue, where the hub serves the cancel page
-        (voyager_spawner.extra_handlers)."""
+        (voyager_spawner.extra_handlers); extra follows the message."""
         out = progress_event(ev)
+        if extra:
+            out["message"] = out["message"].rstrip(". ") + ". " + extra
         if ev.get("phase") == "Pending" and handlers.registered:
             action = url_path_join(self.hub.base_url, CANCEL_PATH, self.user.escaped_name, url_escape_path(self.name or ""))
             out["html_message"] = (html.escape(out["message"]) +
@@ -539,6 +592,15 @@ class VoyagerSpawner(Spawner):
                 return
             await asyncio.sleep(0.5)
         self.log.warning("Voyager session %s still stopping after 5 minutes", self.session_id)
+
+
+def estimate_words(est):
+    """A queue estimate (the API's QueueEstimate) in words for the pending
+    page."""
+    msg = est.get("message", "")
+    if est.get("at"):
+        return f"Estimated start: {msg}."
+    return f"Start time: {msg}."
 
 
 def status_words(ev):

@@ -168,7 +168,8 @@ def shared_minter(key_file, subject, roles, lifetime, audience="", issuer="", ki
 
 def keygen(prefix, kind="ec"):
     """Writes prefix.key (private, mode 0600) and prefix.pub (public, for
-    VOYAGER_JWT_PUBLIC_KEYS); refuses to overwrite a key."""
+    VOYAGER_JWT_PUBLIC_KEYS), making prefix's directory (mode 0700) if it
+    does not exist; refuses to overwrite a key."""
     if kind == "ec":
         key = ec.generate_private_key(ec.SECP256R1())
     elif kind == "rsa":
@@ -179,6 +180,11 @@ def keygen(prefix, kind="ec"):
                              serialization.NoEncryption())
     pub = key.public_key().public_bytes(serialization.Encoding.PEM,
                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+    parent = os.path.dirname(prefix)
+    if parent:
+        # keygen /etc/jupyterhub/voyager/hub on a fresh hub: the directory
+        # holds a private key, so it is made for its owner alone.
+        os.makedirs(parent, mode=0o700, exist_ok=True)
     fd = os.open(prefix + ".key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(priv)
