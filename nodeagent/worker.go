@@ -53,6 +53,9 @@ type worker struct {
 	// owner stopped it or the lifecycle controller evicted it decides the
 	// final status. Written before the close, read after it.
 	stopWith state.Session
+	// secretsErr is why the session's secrets could not be joined into
+	// its spec (errNoSecrets): it does not start without them.
+	secretsErr error
 }
 
 func (a *Agent) newWorker(parent context.Context, id string, it watcher.Item[state.Binding]) *worker {
@@ -85,6 +88,11 @@ func (w *worker) run() {
 	if gone {
 		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
 	}
+	if sess, err = w.a.withSecrets(ctx, sess); err != nil && !errors.Is(err, errNoSecrets) {
+		w.retryLater("read session secrets", err)
+		return
+	}
+	w.secretsErr = err
 	w.jobWorker = sess.Gang() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
@@ -389,6 +397,9 @@ func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) 
 
 // start pulls the image and creates the container; w.token is set.
 func (w *worker) start(ctx context.Context, sess state.Session) error {
+	if w.secretsErr != nil {
+		return w.secretsErr
+	}
 	cfg := w.a.cfg
 	b := w.item.Value
 	image := sess.Image

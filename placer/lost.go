@@ -177,7 +177,7 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 	// The parts its agents reported go with the bindings: a part outlives
 	// no binding but through the merger, and a fenced agent cannot write
 	// one again (its writes compare the binding).
-	ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id)), clientv3.OpDelete(k.Part(node, id))}
+	ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id)), clientv3.OpDelete(k.Part(node, id)), clientv3.OpDelete(k.BoundSecrets(node, id))}
 	var cmps []clientv3.Cmp
 	// The other parts of a Ray session go too: all or nothing.
 	for _, it := range p.ledgers.List() {
@@ -201,7 +201,7 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 			others[name] = lw
 		}
 		delete(lw.Ledger.Allocations, id)
-		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)), clientv3.OpDelete(k.Part(name, id)))
+		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)), clientv3.OpDelete(k.Part(name, id)), clientv3.OpDelete(k.BoundSecrets(name, id)))
 	}
 	// What is decided below rests on the spec and status as read: the
 	// transaction requires both unchanged (0: still absent), so a stop or

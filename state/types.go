@@ -197,6 +197,10 @@ type Session struct {
 	Image   string            `json:"image,omitempty"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// SecretEnv is set when the values of Env (all but VOYAGER_*) are
+	// held empty here and kept in specsecrets/<id> (SpecSecrets), which
+	// the operator and other nodes' agents cannot read.
+	SecretEnv bool `json:"secretEnv,omitempty"`
 	// Egress, when set, limits the connections the session's containers
 	// open (from its profile, or asked by the owner). Nil: they reach
 	// the world outside the node.
@@ -307,6 +311,9 @@ type QueueEntry struct {
 	// its Workers are the job's ranks 1 to Nodes-1, not Ray workers, and
 	// its parts need the job's ports, not Ray's (Ports).
 	Nodes int `json:"nodes,omitempty"`
+	// Secrets is set when the session has a secrets record
+	// (specsecrets/<id>) that its bind must hand to its nodes.
+	Secrets bool `json:"secrets,omitempty"`
 }
 
 // JobPeerPorts is how many host ports every part of a multi-node job gets

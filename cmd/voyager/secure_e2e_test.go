@@ -533,6 +533,7 @@ func TestSecureClusterE2E(t *testing.T) {
 		t.Fatalf("jobs ran on %v; want one on each of %v", on, nodes)
 	}
 	c.checkRefusals(ctx, nodes, agentHTTP[nodes[0]])
+	c.checkSecrets(ctx, cliEnv, nodes)
 
 	// Kill the etcd leader and a placer. The remaining members elect a
 	// leader; the CLI retries a create that etcd could not answer
