@@ -112,6 +112,9 @@ type API struct {
 	// secrets holds secrets/: the URLs with tokens, joined into owners'
 	// views only.
 	secrets *watcher.Cache[state.Secrets]
+	// envs holds specsecrets/: the environment values joined into
+	// owners' views only.
+	envs *watcher.Cache[state.SpecSecrets]
 	// runtimes holds, of each spec under sessions/, only its limits: the
 	// queue estimates read the max runtimes of the GPUs' holders from it,
 	// never from etcd per request.
@@ -207,6 +210,7 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		status:  watcher.New(cli, k.StatusDir(), watcher.JSON[state.Status], wopt("status")),
 		warns:   watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
 		secrets: watcher.New(cli, k.SecretsDir(), watcher.JSON[state.Secrets], wopt("secrets")),
+		envs:    watcher.New(cli, k.SpecSecretsDir(), watcher.JSON[state.SpecSecrets], wopt("spec-secrets")),
 		// Decoding a spec into sessionLimits keeps its limits alone.
 		runtimes: watcher.New(cli, k.Sessions(), watcher.JSON[sessionLimits], wopt("session-limits")),
 	}
@@ -259,6 +263,7 @@ func (a *API) Run(ctx context.Context) error {
 	g.Go(func() error { return a.status.Run(ctx) })
 	g.Go(func() error { return a.warns.Run(ctx) })
 	g.Go(func() error { return a.secrets.Run(ctx) })
+	g.Go(func() error { return a.envs.Run(ctx) })
 	g.Go(func() error { return a.runtimes.Run(ctx) })
 	g.Go(func() error {
 		// Plan the queue once the caches are in, so that the first
@@ -279,7 +284,7 @@ func (a *API) Run(ctx context.Context) error {
 
 // WaitSynced blocks until every cache has its first list, or ctx ends.
 func (a *API) WaitSynced(ctx context.Context) error {
-	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status, a.warns, a.secrets, a.runtimes} {
+	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status, a.warns, a.secrets, a.envs, a.runtimes} {
 		if err := w.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("wait for api caches: %w", err)
 		}

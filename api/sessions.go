@@ -361,6 +361,8 @@ func (a *API) presentAs(p Principal, v SessionView, live bool) SessionView {
 	}
 	if p.Subject != v.Owner {
 		v.Env = nil // may hold the owner's secrets
+	} else {
+		v = a.withEnvSecrets(v)
 	}
 	if limit := a.effectiveMaxRuntime(v.Session); limit > 0 && v.Status.Started != nil && v.Status.Phase == state.PhaseRunning {
 		until := v.Status.Started.Add(limit)

@@ -32,9 +32,10 @@ type RetentionConfig struct {
 	HistoryPath string
 	// Every is the time between sweeps. Default 1 minute.
 	Every time.Duration
-	// Batch is how many sessions one delete transaction removes (four
-	// keys each: spec, status, any warning and any Ray token, so at most
-	// a quarter of etcd's --max-txn-ops). Default 30.
+	// Batch is how many sessions one delete transaction removes (five
+	// keys each: spec, status, any warning, any secrets record and any
+	// Ray token of an older session, so at most a fifth of etcd's
+	// --max-txn-ops). Default 25.
 	Batch int
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
@@ -84,7 +85,7 @@ func NewRetention(cli *clientv3.Client, cfg RetentionConfig) (*Retention, error)
 		cfg.Every = time.Minute
 	}
 	if cfg.Batch <= 0 {
-		cfg.Batch = 30
+		cfg.Batch = 25
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -226,11 +227,11 @@ func (r *Retention) Sweep(ctx context.Context) (int, error) {
 		for b := 0; b < len(chunk); b += r.cfg.Batch {
 			batch := chunk[b:min(b+r.cfg.Batch, len(chunk))]
 			cmps := make([]clientv3.Cmp, 0, len(batch))
-			ops := make([]clientv3.Op, 0, 4*len(batch))
+			ops := make([]clientv3.Op, 0, 5*len(batch))
 			for _, d := range batch {
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(d.id)), "=", d.rev))
 				ops = append(ops, clientv3.OpDelete(k.Session(d.id)), clientv3.OpDelete(k.Status(d.id)), clientv3.OpDelete(k.Warning(d.id)),
-					clientv3.OpDelete(k.RayToken(d.id)))
+					clientv3.OpDelete(k.SpecSecrets(d.id)), clientv3.OpDelete(k.RayToken(d.id)))
 			}
 			resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 			if err != nil {

@@ -79,21 +79,21 @@ func (a *Agent) DashboardHandler() http.Handler {
 	})
 }
 
-// rayToken is the Ray authentication token of session s (raytokens/<id>),
-// "" for a session that is no Ray gang or was made before Voyager gave
-// them tokens.
+// rayToken is the Ray authentication token of session s, from this
+// node's copy of its secrets (boundsecrets/<node>/<id>); "" for a session
+// that is no Ray gang, or whose bind handed this node none.
 func (a *Agent) rayToken(ctx context.Context, s state.Session) (string, error) {
 	if s.Ray == nil || s.Ray.Workers == 0 {
 		return "", nil
 	}
-	t, _, err := state.Get[state.RayToken](ctx, a.cfg.Client, a.cfg.Keys.RayToken(s.ID))
-	if errors.Is(err, state.ErrNotFound) {
+	sec, err := a.boundSecrets(ctx, s.ID)
+	if errors.Is(err, errNoSecrets) {
 		return "", nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("read Ray token of %s: %w", s.ID, err)
 	}
-	return t.Token, nil
+	return sec.RayToken, nil
 }
 
 // dashboardOf is how to reach container id's Ray dashboard, or the HTTP

@@ -196,7 +196,7 @@ func bindParts(t *testing.T, cli *clientv3.Client, s state.Session, parts []stat
 			nodes = append(nodes, b.Node)
 		}
 		cmps, ops, err := state.BindOps(keys, lws, []state.Placement{{
-			Session: s.ID, PendingRevision: pr.Kvs[0].ModRevision, Bindings: parts,
+			Session: s.ID, PendingRevision: pr.Kvs[0].ModRevision, Bindings: parts, Secrets: specSecretsOf(t, cli, s.ID),
 			Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: nodes, Created: now, Updated: now, Bound: &now},
 		}})
 		if err != nil {
@@ -258,11 +258,11 @@ func TestRayGangAcrossMachines(t *testing.T) {
 	// Both parts run with the session's Ray token (the stand-in's head
 	// shows its fingerprint, and a worker with another is refused, as
 	// Ray's token authentication refuses it).
-	tok, _, err := state.Get[state.RayToken](context.Background(), cli, keys.RayToken("gang"))
-	if err != nil || len(tok.Token) < 32 {
+	tok, _, err := state.Get[state.SpecSecrets](context.Background(), cli, keys.SpecSecrets("gang"))
+	if err != nil || len(tok.RayToken) < 32 {
 		t.Fatalf("Ray token of the gang: %+v, %v", tok, err)
 	}
-	sum := sha256.Sum256([]byte(tok.Token))
+	sum := sha256.Sum256([]byte(tok.RayToken))
 	waitFor(t, "the worker to join its head", 60*time.Second, func() (bool, string) {
 		b, _ := os.ReadFile(workerLog)
 		return strings.Contains(string(b), "joined head "+m1.addr+":45001: ray head of gang auth "+hex.EncodeToString(sum[:])[:16]), string(b)

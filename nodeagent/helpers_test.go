@@ -139,7 +139,7 @@ func bindAll(t testing.TB, cli *clientv3.Client, ss []state.Session, bs []state.
 			b := bs[i]
 			l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, GPUs: b.GPUs, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
 			placements = append(placements, state.Placement{
-				Session: s.ID, PendingRevision: b.QueueRevision, Bindings: []state.Binding{b},
+				Session: s.ID, PendingRevision: b.QueueRevision, Bindings: []state.Binding{b}, Secrets: specSecretsOf(t, cli, s.ID),
 				Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: []string{node}, Attempt: b.Attempt, Created: s.Created, Updated: now, Bound: &now},
 			})
 		}

@@ -60,6 +60,9 @@ type worker struct {
 	deadline           time.Time
 	stageMu            sync.Mutex
 	stage, stageDetail string
+	// secretsErr is why the session's secrets could not be joined into
+	// its spec (errNoSecrets): it does not start without them.
+	secretsErr error
 }
 
 func (a *Agent) newWorker(parent context.Context, id string, it watcher.Item[state.Binding]) *worker {
@@ -92,6 +95,11 @@ func (w *worker) run() {
 	if gone {
 		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
 	}
+	if sess, err = w.a.withSecrets(ctx, sess); err != nil && !errors.Is(err, errNoSecrets) {
+		w.retryLater("read session secrets", err)
+		return
+	}
+	w.secretsErr = err
 	w.jobWorker = sess.Gang() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
@@ -429,6 +437,9 @@ func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) 
 // most once per binding, unless again says nothing of it ran) and creates
 // the container; w.token is set.
 func (w *worker) start(ctx context.Context, sess state.Session, again bool) error {
+	if w.secretsErr != nil {
+		return w.secretsErr
+	}
 	cfg := w.a.cfg
 	b := w.item.Value
 	image := sess.Image

@@ -41,6 +41,9 @@ func decisionSize(d *Decision, seen map[string]bool, nodes map[string]*NodeView,
 		bytes += allocationBytes(d.Pending.Entry.Session, d.Pending.Entry, len(pp.Devices), len(pp.Ports))
 	}
 	s := state.BindSize(newNodes, 1, len(d.Parts)).Plus(state.QuotaGuardSize(len(quotaScopes(d.Pending.Entry, snap))))
+	if d.Pending.Entry.Secrets {
+		s = s.Plus(state.SecretsSize(len(d.Parts)))
+	}
 	s.Bytes = bytes
 	return s
 }

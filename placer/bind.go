@@ -31,6 +31,11 @@ import (
 func (p *Placer) commitBatch(ctx context.Context, b *bindBatch, fresh *watcher.Snapshot[state.Ledger], nodes map[string]*NodeView, snap *Snapshot, prior int64, readBack bool) (bound int, rev int64, stale int, err error) {
 	k := p.cfg.Keys
 	t, stale := p.buildBatch(b, fresh, nodes, snap, prior)
+	left, err := p.attachSecrets(ctx, &t)
+	if err != nil {
+		return 0, 0, stale, err
+	}
+	stale += left
 	if len(t.ps) == 0 {
 		return 0, 0, stale, nil
 	}
@@ -180,7 +185,7 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 			stale++
 			continue
 		}
-		pl := state.Placement{Session: e.Session, PendingRevision: d.Pending.Revision}
+		pl := state.Placement{Session: e.Session, PendingRevision: d.Pending.Revision, NeedsSecrets: e.Secrets}
 		for _, sc := range scopes {
 			pl.Quotas = append(pl.Quotas, state.QuotaGuard{Scope: sc.scope, Name: sc.name,
 				QuotaRevision: snap.QuotaRevisions[k.QuotaOf(sc.scope, sc.name)], LedgersAt: snap.LedgersAt,

@@ -225,7 +225,7 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 	// The parts its agents reported go with the bindings: a part outlives
 	// no binding but through the merger, and a fenced agent cannot write
 	// one again (its writes compare the binding).
-	ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id)), clientv3.OpDelete(k.Part(node, id))}
+	ops := []clientv3.Op{clientv3.OpDelete(k.Binding(node, id)), clientv3.OpDelete(k.Part(node, id)), clientv3.OpDelete(k.BoundSecrets(node, id))}
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Status(id)), "=", statusRv)}
 	live := slices.Contains([]state.Phase{state.PhaseBound, state.PhaseStarting, state.PhaseRunning, state.PhaseStopping}, old.Phase)
 	// A lost part of an older queueing than the status's (its session
@@ -272,7 +272,7 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 			others[name] = lw
 		}
 		delete(lw.Ledger.Allocations, id)
-		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)), clientv3.OpDelete(k.Part(name, id)))
+		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)), clientv3.OpDelete(k.Part(name, id)), clientv3.OpDelete(k.BoundSecrets(name, id)))
 	}
 	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRev))
 	st := state.Status{Session: id, Reason: "NodeLost", Attempt: old.Attempt, Created: spec.Created, Updated: now}

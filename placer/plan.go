@@ -61,9 +61,10 @@ func MaxRayWorkers(maxOps, guards int) int {
 }
 
 // gangSize is the size of the bind transaction of one session of parts
-// parts (each on its own node) with guards quota scopes.
+// parts (each on its own node) with guards quota scopes, counting its
+// secrets' copies (a Ray gang always has its token).
 func gangSize(parts, guards int) state.TxnSize {
-	return state.BindSize(parts, 1, parts).Plus(state.QuotaGuardSize(guards))
+	return state.BindSize(parts, 1, parts).Plus(state.QuotaGuardSize(guards)).Plus(state.SecretsSize(parts))
 }
 
 // PartPlan is one node's share of a planned session.

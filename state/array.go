@@ -237,12 +237,12 @@ func (a Array) Unfinished() int { return a.Next - len(a.Done) }
 // controller does). It returns ErrExists when the id is taken and
 // ErrConflict when a guard failed, writing nothing either way.
 func CreateArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, guards ...clientv3.Cmp) error {
-	v, err := encodeArray(a)
+	ops, err := arrayOps(k, a)
 	if err != nil {
 		return err
 	}
 	resp, err := kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.Array(a.ID)), "=", 0)}, guards...)...).
-		Then(clientv3.OpPut(k.Array(a.ID), v)).
+		Then(ops...).
 		Else(clientv3.OpGet(k.Array(a.ID), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return fmt.Errorf("create array %s: %w", a.ID, err)
@@ -264,15 +264,37 @@ func CreateArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, guards ..
 // with it (the first array, or a refusal when the record's body digest or
 // kind differs).
 func CreateArrayIdempotent(ctx context.Context, kv clientv3.KV, k Keys, a Array, idem Idempotency, guards ...clientv3.Cmp) (stored IdempotencyRecord, created bool, err error) {
-	v, err := encodeArray(a)
+	ops, err := arrayOps(k, a)
 	if err != nil {
 		return IdempotencyRecord{}, false, err
 	}
-	stored, created, err = createIdempotent(ctx, kv, k.Array(a.ID), []clientv3.Op{clientv3.OpPut(k.Array(a.ID), v)}, idem, guards)
+	stored, created, err = createIdempotent(ctx, kv, k.Array(a.ID), ops, idem, guards)
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create array %s: %w", a.ID, err)
 	}
 	return stored, created, nil
+}
+
+// arrayOps are the writes of a new array: its record, with the
+// template's environment values moved to specsecrets/<array id>
+// (SplitSpecSecrets), and that secrets record.
+func arrayOps(k Keys, a Array) ([]clientv3.Op, error) {
+	var sec *SpecSecrets
+	a.Template, sec = SplitSpecSecrets(a.Template)
+	v, err := encodeArray(a)
+	if err != nil {
+		return nil, err
+	}
+	ops := []clientv3.Op{clientv3.OpPut(k.Array(a.ID), v)}
+	if sec != nil {
+		sec.Session = a.ID
+		sv, err := Encode(sec)
+		if err != nil {
+			return nil, fmt.Errorf("create array: %w", err)
+		}
+		ops = append(ops, clientv3.OpPut(k.SpecSecrets(a.ID), sv))
+	}
+	return ops, nil
 }
 
 // encodeArray checks a new array's id and encodes its record.
@@ -288,11 +310,12 @@ func encodeArray(a Array) (string, error) {
 }
 
 // ArrayStepSize is the size of an AdvanceArray transaction that creates n
-// elements and writes bytes of values; with ray, each element is a Ray
-// session and gets its token too (a fourth key).
-func ArrayStepSize(n, bytes int, ray bool) TxnSize {
+// elements and writes bytes of values; with secrets, each element gets
+// its secrets record too (a fourth key: environment values, a Ray
+// session's token; NeedsSecrets).
+func ArrayStepSize(n, bytes int, secrets bool) TxnSize {
 	per := 3
-	if ray {
+	if secrets {
 		per = 4
 	}
 	return TxnSize{Compares: 1 + n, Then: 1 + per*n, Bytes: bytes}
@@ -317,11 +340,11 @@ func AdvanceArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, rev int6
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Array(a.ID)), "=", rev)}
 	ops := []clientv3.Op{clientv3.OpPut(k.Array(a.ID), v)}
 	for _, s := range create {
-		spec, entry, st, err := encodeNew(s, now)
+		s, ray, err := secretOps(k, s)
 		if err != nil {
 			return fmt.Errorf("advance array %s: %w", a.ID, err)
 		}
-		ray, err := rayTokenOps(k, s)
+		spec, entry, st, err := encodeNew(s, now)
 		if err != nil {
 			return fmt.Errorf("advance array %s: %w", a.ID, err)
 		}
@@ -354,7 +377,8 @@ func StopArray(ctx context.Context, kv clientv3.KV, k Keys, a Array, rev int64, 
 	return a, nil
 }
 
-// RetireArray deletes array id's record, read at rev, on condition that it
+// RetireArray deletes array id's record (and its template's secrets),
+// read at rev, on condition that it
 // is still at rev and that no element of it has a spec or a status left:
 // the retention sweeper retires a finished array's elements first, so an
 // array never leaves etcd while an element it counts is there. It returns
@@ -367,7 +391,7 @@ func RetireArray(ctx context.Context, kv clientv3.KV, k Keys, id string, rev int
 		clientv3.Compare(clientv3.ModRevision(k.Array(id)), "=", rev),
 		none(k.Status(id+"-")),
 		none(k.Session(id+"-")),
-	).Then(clientv3.OpDelete(k.Array(id))).Commit()
+	).Then(clientv3.OpDelete(k.Array(id)), clientv3.OpDelete(k.SpecSecrets(id))).Commit()
 	if err != nil {
 		return fmt.Errorf("retire array %s: %w", id, err)
 	}

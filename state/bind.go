@@ -38,6 +38,11 @@ type Placement struct {
 	Bindings        []Binding
 	Status          Status
 	Quotas          []QuotaGuard
+	// Secrets, when set, are copied to each binding's node
+	// (boundsecrets/<node>/<id>); NeedsSecrets says the session has
+	// some (QueueEntry.Secrets), for the placer to read them.
+	Secrets      *SpecSecrets
+	NeedsSecrets bool
 }
 
 // BindOps builds the bind transaction for a batch: compares that every
@@ -46,7 +51,9 @@ type Placement struct {
 // write the ledgers, bindings and statuses. Either all of the batch commits
 // or none of it: a gang session's parts are always in one batch. Each quota
 // that a placement was checked against is guarded once per batch
-// (QuotaGuard). Its size is BindSize plus QuotaGuardSize of the batch.
+// (QuotaGuard). A placement with Secrets puts a copy of them to each of
+// its bindings' nodes. Its size is BindSize plus QuotaGuardSize of the
+// batch, plus SecretsSize of those placements' bindings.
 // The operations begin with the ledgers' puts, ops[i] writing ledgers[i].
 func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []clientv3.Op, error) {
 	cmps := make([]clientv3.Cmp, 0, 3*len(ledgers)+len(ps))
@@ -135,6 +142,9 @@ func BindOps(k Keys, ledgers []LedgerWrite, ps []Placement) ([]clientv3.Cmp, []c
 		if sp.valEnd > sp.val {
 			ops[sp.op].WithValueBytes(buf[sp.val:sp.valEnd:sp.valEnd])
 		}
+	}
+	if ops, err = boundSecretOps(k, ps, ops); err != nil {
+		return nil, nil, fmt.Errorf("build bind txn: %w", err)
 	}
 	guarded := map[string]bool{}
 	for _, p := range ps {
@@ -239,7 +249,8 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			clientv3.Compare(clientv3.ModRevision(lk), "=", modRev(lkv)),
 			clientv3.Compare(clientv3.CreateRevision(bk), "=", bindingRev),
 		}
-		ops := []clientv3.Op{clientv3.OpDelete(bk)}
+		// The node's copy of the session's secrets goes with its binding.
+		ops := []clientv3.Op{clientv3.OpDelete(bk), clientv3.OpDelete(k.BoundSecrets(node, id))}
 		if lkv != nil {
 			l, err := Decode[Ledger](lkv.Value)
 			if err != nil {

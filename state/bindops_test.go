@@ -178,6 +178,19 @@ func TestBindOpsWritesWhatEncodeWrites(t *testing.T) {
 				want = append(want, kv{k.Binding(b.Node, b.Session), v})
 			}
 		}
+		// Then each placement's secrets, to each of its bindings' nodes.
+		for _, p := range ps {
+			if p.Secrets == nil {
+				continue
+			}
+			v, err := Encode(p.Secrets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range p.Bindings {
+				want = append(want, kv{k.BoundSecrets(b.Node, p.Session), v})
+			}
+		}
 		cmps, ops, err := BindOps(k, lws, ps)
 		if err != nil {
 			t.Fatal(err)

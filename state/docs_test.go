@@ -82,6 +82,7 @@ var docTypes = map[string]any{
 	"IdempotencyRecord": state.IdempotencyRecord{},
 	"UIDRecord":         state.UIDRecord{},
 	"RayToken":          state.RayToken{},
+	"SpecSecrets":       state.SpecSecrets{},
 	"Volume":            state.Volume{},
 	"Team":              state.Team{},
 	"Accrual":           state.Accrual{},

@@ -43,11 +43,11 @@ func CreateSessionIdempotent(ctx context.Context, kv clientv3.KV, k Keys, s Sess
 	if err := ValidateName("session id", s.ID); err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}
-	spec, entry, st, err := encodeNew(s, now)
+	s, ray, err := secretOps(k, s)
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}
-	ray, err := rayTokenOps(k, s)
+	spec, entry, st, err := encodeNew(s, now)
 	if err != nil {
 		return IdempotencyRecord{}, false, fmt.Errorf("create session: %w", err)
 	}

@@ -2,8 +2,6 @@ package state
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -46,6 +44,7 @@ func NewQueueEntry(s Session, now time.Time) QueueEntry {
 		// session's resources.
 		q.Nodes, q.Workers, q.WorkerRequest = s.Nodes, s.Nodes-1, nil
 	}
+	q.Secrets = NeedsSecrets(s)
 	return q
 }
 
@@ -58,11 +57,11 @@ func CreateSession(ctx context.Context, kv clientv3.KV, k Keys, s Session, now t
 	if err := ValidateName("session id", s.ID); err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
-	spec, entry, st, err := encodeNew(s, now)
+	s, ray, err := secretOps(k, s)
 	if err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
-	ray, err := rayTokenOps(k, s)
+	spec, entry, st, err := encodeNew(s, now)
 	if err != nil {
 		return 0, fmt.Errorf("create session: %w", err)
 	}
@@ -147,21 +146,4 @@ func createOps(k Keys, id, spec, entry, st string) []clientv3.Op {
 		clientv3.OpPut(k.Pending(id), entry),
 		clientv3.OpPut(k.Status(id), st),
 	}
-}
-
-// rayTokenOps are the operations that give a Ray session (one with Ray
-// workers) its authentication token, written with the session.
-func rayTokenOps(k Keys, s Session) ([]clientv3.Op, error) {
-	if s.Ray == nil || s.Ray.Workers == 0 {
-		return nil, nil
-	}
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("make Ray token: %w", err)
-	}
-	v, err := Encode(RayToken{Session: s.ID, Token: hex.EncodeToString(b[:])})
-	if err != nil {
-		return nil, err
-	}
-	return []clientv3.Op{clientv3.OpPut(k.RayToken(s.ID), v)}, nil
 }

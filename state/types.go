@@ -207,6 +207,10 @@ type Session struct {
 	Image   string            `json:"image,omitempty"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// SecretEnv is set when the values of Env (all but VOYAGER_*) are
+	// held empty here and kept in specsecrets/<id> (SpecSecrets), which
+	// the operator and other nodes' agents cannot read.
+	SecretEnv bool `json:"secretEnv,omitempty"`
 	// Egress, when set, limits the connections the session's containers
 	// open (from its profile, or asked by the owner). Nil: they reach
 	// the world outside the node.
@@ -329,6 +333,9 @@ type QueueEntry struct {
 	// node held for a large request when it ends before the node drains
 	// (backfill, placer/hold.go).
 	MaxRuntime Duration `json:"maxRuntime,omitempty"`
+	// Secrets is set when the session has a secrets record
+	// (specsecrets/<id>) that its bind must hand to its nodes.
+	Secrets bool `json:"secrets,omitempty"`
 }
 
 // JobPeerPorts is how many host ports every part of a multi-node job gets

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -214,6 +215,7 @@ func (c *Controller) step(ctx context.Context, id string) error {
 	resp, err := c.cli.Txn(ctx).Then(
 		clientv3.OpGet(k.Array(id)),
 		clientv3.OpGet(k.Status(id+"-"), clientv3.WithPrefix()),
+		clientv3.OpGet(k.SpecSecrets(id)),
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("read array %s: %w", id, err)
@@ -278,7 +280,11 @@ func (c *Controller) step(ctx context.Context, id string) error {
 			limit = len(ix)
 		}
 		room := min(limit-(a.Next-len(next.Done)), len(ix)-a.Next)
-		create = c.fit(&next, ix, room, now)
+		tmpl, err := templateWithSecrets(a, resp.Responses[2].GetResponseRange().Kvs)
+		if err != nil {
+			return err
+		}
+		create = c.fit(&next, tmpl, ix, room, now)
 	}
 	if next.Next-len(next.Done) == 0 && (next.Next == len(ix) || next.Stop != nil) {
 		next.Finished = &now
@@ -311,9 +317,30 @@ func (c *Controller) step(ctx context.Context, id string) error {
 	return nil
 }
 
-// fit builds up to room elements from position a.Next on, as many as one
-// transaction holds with a's record, and advances a.Next past them.
-func (c *Controller) fit(a *state.Array, ix []int, room int, now time.Time) []state.Session {
+// templateWithSecrets is a's element template with its environment values
+// joined back from the array's secrets record (kvs, the read of
+// specsecrets/<id>); AdvanceArray moves each element's out of its spec
+// again.
+func templateWithSecrets(a state.Array, kvs []*mvccpb.KeyValue) (state.Session, error) {
+	if !a.Template.SecretEnv {
+		return a.Template, nil
+	}
+	if len(kvs) == 0 {
+		return state.Session{}, fmt.Errorf("array %s: its template's environment values (specsecrets/%s) are missing", a.ID, a.ID)
+	}
+	sec, err := state.Decode[state.SpecSecrets](kvs[0].Value)
+	if err != nil {
+		return state.Session{}, fmt.Errorf("read secrets of array %s: %w", a.ID, err)
+	}
+	t := state.JoinSpecSecrets(a.Template, sec)
+	t.SecretEnv = false
+	return t, nil
+}
+
+// fit builds up to room elements from position a.Next on, from template
+// tmpl (a's, with its secrets), as many as one transaction holds with a's
+// record, and advances a.Next past them.
+func (c *Controller) fit(a *state.Array, tmpl state.Session, ix []int, room int, now time.Time) []state.Session {
 	if room <= 0 {
 		return nil
 	}
@@ -323,20 +350,24 @@ func (c *Controller) fit(a *state.Array, ix []int, room int, now time.Time) []st
 	}
 	bytes := len(rec) + 64
 	var out []state.Session
+	el := *a
+	el.Template = tmpl
 	for pos := a.Next; pos < a.Next+room; pos++ {
-		s := a.Element(ix, pos, now)
+		s := el.Element(ix, pos, now)
 		spec, err := state.Encode(s)
 		if err != nil {
 			break
 		}
-		// Spec, queue entry and status: the spec's size bounds each (and
-		// a Ray session's token).
-		ray := s.Ray != nil && s.Ray.Workers > 0
+		// Spec, queue entry and status: the spec (with its environment
+		// values) bounds each, and its secrets record (values and a Ray
+		// session's token).
+		_, sec := state.SplitSpecSecrets(s)
+		secrets := sec != nil || s.Ray != nil && s.Ray.Workers > 0
 		b := bytes + 3*len(spec) + 3*len(c.cfg.Keys.Session(s.ID))
-		if ray {
-			b += 128
+		if secrets {
+			b += len(spec) + 128
 		}
-		if !c.cfg.Budget.Fits(state.ArrayStepSize(len(out)+1, b, ray)) {
+		if !c.cfg.Budget.Fits(state.ArrayStepSize(len(out)+1, b, secrets)) {
 			break
 		}
 		bytes = b

@@ -87,17 +87,17 @@ func TestRayElementsGetTheirTokens(t *testing.T) {
 			t.Fatalf("%d elements after a pass, want %d", got, want)
 		}
 	}
-	r, err := cli.Get(ctx, k.RayTokens(), clientv3.WithPrefix())
+	r, err := cli.Get(ctx, k.SpecSecretsDir(), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
 	for _, kv := range r.Kvs {
-		tok, err := state.Decode[state.RayToken](kv.Value)
-		if err != nil || len(tok.Token) < 32 || seen[tok.Token] {
-			t.Fatalf("token %s: %+v, %v; want a fresh token per element", kv.Key, tok, err)
+		sec, err := state.Decode[state.SpecSecrets](kv.Value)
+		if err != nil || len(sec.RayToken) < 32 || seen[sec.RayToken] {
+			t.Fatalf("secrets %s: %+v, %v; want a fresh token per element", kv.Key, sec, err)
 		}
-		seen[tok.Token] = true
+		seen[sec.RayToken] = true
 	}
 	if len(seen) != 40 {
 		t.Errorf("%d Ray tokens for 40 Ray elements", len(seen))

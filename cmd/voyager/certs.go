@@ -18,14 +18,27 @@ import (
 )
 
 const certsLong = `Creates the certificates of a small cluster under --dir: a CA (ca.pem,
-ca-key.pem), a serving and peer certificate per etcd member (etcd/<name>.pem),
-and one certificate per Voyager identity, whose CN is its etcd user (see
-voyager etcd-roles): root, voyager-api, voyager-placer, voyager-operator and
-voyager-agent-<node> per node. Each leaf also serves HTTPS (VOYAGER_HTTP_TLS_CERT)
-for the hosts given. Files that exist are kept, so it can be run again to
-add a member or a node; --renew issues every leaf again from the same CA
-(docs/deployment.md: rotation without downtime). Keys are ECDSA P-256,
-written 0600.`
+ca-key.pem), a serving certificate per etcd member (etcd/<name>.pem), and one
+certificate per Voyager identity, whose CN is its etcd user (see voyager
+etcd-roles): root, voyager-api, voyager-placer, voyager-operator and
+voyager-agent-<node> per node. The API's, placers' and agents' leaves also
+serve HTTPS (VOYAGER_HTTP_TLS_CERT) for the hosts given; root's and the
+operator's are for client use only.
+
+etcd's replication (peer) port gets a CA of its own (peer-ca.pem,
+peer-ca-key.pem) and one peer certificate per member (etcd/<name>-peer.pem,
+CN ` + peerCN + `): a member trusts only that CA on its peer port
+(ETCD_PEER_TRUSTED_CA_FILE) and only that CN (ETCD_PEER_CERT_ALLOWED_CN),
+so no component's or operator's certificate reaches it.
+
+Files that exist are kept, so it can be run again to add a member or a
+node; --renew issues every leaf again from the same CAs (docs/deployment.md:
+rotation without downtime). Keys are ECDSA P-256, written 0600.`
+
+// peerCN is the common name of every etcd member's peer certificate, the
+// one CN the members' peer ports allow (ETCD_PEER_CERT_ALLOWED_CN; etcd
+// 3.4 takes one name).
+const peerCN = "voyager-etcd-peer"
 
 // certsOptions are voyager certs' flags.
 type certsOptions struct {
@@ -110,37 +123,46 @@ func runCerts(_ context.Context, o certsOptions, stdout, stderr io.Writer) int {
 		return out
 	}
 	local := []string{"localhost", "127.0.0.1", "::1"}
-	var plan []certPlan
+	var plan, peers []certPlan
 	for i, n := range o.members.names {
-		plan = append(plan, certPlan{"etcd/" + n, pki.Request{CommonName: n, Hosts: append(append([]string{n}, o.members.hosts[i]...), local...)}})
+		hosts := append(append([]string{n}, o.members.hosts[i]...), local...)
+		plan = append(plan, certPlan{"etcd/" + n, pki.Request{CommonName: n, Hosts: hosts}})
+		peers = append(peers, certPlan{"etcd/" + n + "-peer", pki.Request{CommonName: peerCN, Hosts: hosts}})
 	}
 	plan = append(plan,
-		certPlan{etcdrbac.Root, pki.Request{CommonName: etcdrbac.Root}},
+		certPlan{etcdrbac.Root, pki.Request{CommonName: etcdrbac.Root, ClientOnly: true}},
 		certPlan{etcdrbac.API, pki.Request{CommonName: etcdrbac.API, Hosts: append(split(o.apiHosts), local...)}},
 		certPlan{etcdrbac.Placer, pki.Request{CommonName: etcdrbac.Placer, Hosts: append(split(o.placerHosts), local...)}},
-		certPlan{etcdrbac.Operator, pki.Request{CommonName: etcdrbac.Operator}},
+		certPlan{etcdrbac.Operator, pki.Request{CommonName: etcdrbac.Operator, ClientOnly: true}},
 	)
 	for i, n := range o.nodes.names {
 		user := etcdrbac.Agent(n)
 		plan = append(plan, certPlan{user, pki.Request{CommonName: user, Hosts: append(append([]string{n}, o.nodes.hosts[i]...), local...)}})
 	}
-	if err := writeCerts(o.dir, plan, o.validity, o.caValidity, o.renew, stdout); err != nil {
+	if err := writeCerts(o.dir, "ca", "Voyager cluster CA", plan, o.validity, o.caValidity, o.renew, stdout); err != nil {
 		fmt.Fprintf(stderr, "voyager certs: %v\n", err)
 		return exitError
+	}
+	if len(peers) > 0 {
+		if err := writeCerts(o.dir, "peer-ca", "Voyager etcd peer CA", peers, o.validity, o.caValidity, o.renew, stdout); err != nil {
+			fmt.Fprintf(stderr, "voyager certs: %v\n", err)
+			return exitError
+		}
 	}
 	return exitOK
 }
 
-// writeCerts loads or makes the CA under dir and issues each planned
-// certificate that is absent (or all with renew).
-func writeCerts(dir string, plan []certPlan, validity, caValidity time.Duration, renew bool, out io.Writer) error {
-	caCert, caKey := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
+// writeCerts loads or makes the CA named caName (cn on a new one) under
+// dir and issues each planned certificate that is absent (or all with
+// renew).
+func writeCerts(dir, caName, cn string, plan []certPlan, validity, caValidity time.Duration, renew bool, out io.Writer) error {
+	caCert, caKey := filepath.Join(dir, caName+".pem"), filepath.Join(dir, caName+"-key.pem")
 	ca, err := pki.LoadCA(caCert, caKey)
 	switch {
 	case err == nil:
 		fmt.Fprintf(out, "kept    %s (CA %q, until %s)\n", caCert, ca.Cert.Subject.CommonName, ca.Cert.NotAfter.Format(time.DateOnly))
 	case errors.Is(err, os.ErrNotExist):
-		if ca, err = pki.NewCA("Voyager cluster CA", caValidity); err != nil {
+		if ca, err = pki.NewCA(cn, caValidity); err != nil {
 			return err
 		}
 		if err := pki.WriteFile(caKey, ca.KeyPEM(), 0o600); err != nil {

@@ -23,8 +23,11 @@ component with the least key ranges it needs, and one user of the same name.
   setup  makes etcd's roles, users and grants equal to the table, creates the
          root user and turns authentication on; run it again at any time (it
          changes only what differs), e.g. after adding a --node
-  check  lists every difference between etcd and the table; exit status 1
-         when there is one
+  check  lists every difference between etcd and the table, and probes
+         every member's ports: client URLs must be https and refuse a
+         client without a certificate, peer URLs must be https and refuse
+         no certificate and this client's (peers have a CA and CN of their
+         own: voyager certs); exit status 1 when anything differs
   list   prints the table without connecting
 
 Connect as etcd's root: a client certificate with CN root (voyager certs
@@ -139,13 +142,14 @@ func runEtcdRoles(ctx context.Context, cfg config.Config, o etcdRolesOptions, ar
 			fmt.Fprintf(stderr, "voyager etcd-roles check: %v\n", err)
 			return exitError
 		}
+		diffs = append(diffs, transportDiffs(cctx, cli, cc.TLS)...)
 		for _, d := range diffs {
 			fmt.Fprintln(stdout, d)
 		}
 		if len(diffs) > 0 {
 			return exitError
 		}
-		fmt.Fprintf(stdout, "ok: %d roles as in the table, authentication on\n", len(roles))
+		fmt.Fprintf(stdout, "ok: %d roles as in the table, authentication on; client ports refuse clients without a certificate, peer ports refuse client certificates\n", len(roles))
 	}
 	return exitOK
 }

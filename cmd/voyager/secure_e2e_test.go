@@ -40,6 +40,7 @@ type secureCluster struct {
 	t         *testing.T
 	pki       string
 	endpoints []string
+	peers     []string // the members' peer URLs
 	members   map[string]*exec.Cmd
 	base      []string // environment every process shares
 }
@@ -95,13 +96,15 @@ func startSecureEtcdMembers(t *testing.T, ms []etcdMember, certArgs []string) *s
 		args = append(args, "--etcd", m.name+"="+host)
 		cluster = append(cluster, m.name+"=https://"+m.peer)
 		c.endpoints = append(c.endpoints, "https://"+m.client)
+		c.peers = append(c.peers, "https://"+m.peer)
 	}
 	if code, out := runVoyager(t, nil, args...); code != 0 {
 		t.Fatalf("voyager certs: exit %d\n%s", code, out)
 	}
-	ca := filepath.Join(c.pki, "ca.pem")
+	ca, peerCA := filepath.Join(c.pki, "ca.pem"), filepath.Join(c.pki, "peer-ca.pem")
 	for _, m := range ms {
 		cert, key := filepath.Join(c.pki, "etcd", m.name+".pem"), filepath.Join(c.pki, "etcd", m.name+"-key.pem")
+		peerCert, peerKey := filepath.Join(c.pki, "etcd", m.name+"-peer.pem"), filepath.Join(c.pki, "etcd", m.name+"-peer-key.pem")
 		eargs := []string{
 			"--name", m.name, "--data-dir", filepath.Join(dir, m.name),
 			"--listen-client-urls", "https://" + m.client, "--advertise-client-urls", "https://" + m.client,
@@ -109,7 +112,9 @@ func startSecureEtcdMembers(t *testing.T, ms []etcdMember, certArgs []string) *s
 			"--initial-cluster", strings.Join(cluster, ","), "--initial-cluster-state", "new",
 			"--initial-cluster-token", "vdep-" + filepath.Base(dir),
 			"--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
-			"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", ca, "--peer-client-cert-auth",
+			// Peers as deploy/systemd/etcd.env: their own CA and CN.
+			"--peer-cert-file", peerCert, "--peer-key-file", peerKey, "--peer-trusted-ca-file", peerCA, "--peer-client-cert-auth",
+			"--peer-cert-allowed-cn", peerCN,
 			"--pre-vote", "--unsafe-no-fsync", "--log-level", "error"} // pre-vote as deploy/systemd/etcd.env
 		cmd := exec.Command(bin, eargs...)
 		if m.ns != "" {
@@ -533,6 +538,8 @@ func TestSecureClusterE2E(t *testing.T) {
 		t.Fatalf("jobs ran on %v; want one on each of %v", on, nodes)
 	}
 	c.checkRefusals(ctx, nodes, agentHTTP[nodes[0]])
+	c.checkSecrets(ctx, cliEnv, nodes)
+	c.checkPeerPort(ctx, nodes)
 
 	// Kill the etcd leader and a placer. The remaining members elect a
 	// leader; the CLI retries a create that etcd could not answer

@@ -120,6 +120,17 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			// A session's volumes are in its spec: agents never read
 			// the definitions.
 			deny(get(func(k state.Keys) string { return k.Volume("data") })),
+			// Secrets: its own node's copies only (environment values,
+			// Ray tokens), never another node's, never the originals.
+			allow(get(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
+			allow(list(func(k state.Keys) string { return k.NodeBoundSecrets("gpu-a") })),
+			allow(del(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
+			deny(get(func(k state.Keys) string { return k.BoundSecrets("gpu-b", "s1") })),
+			deny(get(func(k state.Keys) string { return k.BoundSecrets("gpu-ab", "s1") })),
+			deny(list(func(k state.Keys) string { return k.BoundSecretsDir() })),
+			deny(put(func(k state.Keys) string { return k.BoundSecrets("gpu-b", "s1") })),
+			deny(get(func(k state.Keys) string { return k.SpecSecrets("s1") })),
+			deny(get(func(k state.Keys) string { return k.RayToken("s1") })),
 		}},
 		{etcdrbac.Operator, []probe{
 			allow(list(func(k state.Keys) string { return k.Sessions() })),
@@ -134,6 +145,11 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			deny(list(func(k state.Keys) string { return k.All() })),
 			deny(put(func(k state.Keys) string { return k.Status("s1") })),
 			deny(put(func(k state.Keys) string { return k.Cordon("gpu-a") })),
+			deny(list(func(k state.Keys) string { return k.SpecSecretsDir() })),
+			deny(get(func(k state.Keys) string { return k.SpecSecrets("s1") })),
+			deny(list(func(k state.Keys) string { return k.BoundSecretsDir() })),
+			deny(get(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
+			deny(get(func(k state.Keys) string { return k.RayToken("s1") })),
 		}},
 		{etcdrbac.API, []probe{
 			allow(put(func(k state.Keys) string { return k.Session("s1") })),
@@ -146,6 +162,9 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			deny(put(func(k state.Keys) string { return k.Binding("gpu-a", "s1") })),
 			deny(put(func(k state.Keys) string { return k.Node("gpu-a") })),
 			deny(put(func(k state.Keys) string { return k.Secret("gpu-a", "s1") })),
+			allow(put(func(k state.Keys) string { return k.SpecSecrets("s1") })),
+			allow(list(func(k state.Keys) string { return k.SpecSecretsDir() })),
+			deny(get(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
 		}},
 		{etcdrbac.Placer, []probe{
 			allow(put(func(k state.Keys) string { return k.Ledger("gpu-a") })),
@@ -159,6 +178,9 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			deny(put(func(k state.Keys) string { return k.Node("gpu-a") })),
 			deny(put(func(k state.Keys) string { return k.Cordon("gpu-a") })),
 			deny(put(func(k state.Keys) string { return k.Profile("p") })),
+			allow(get(func(k state.Keys) string { return k.SpecSecrets("s1") })),
+			allow(put(func(k state.Keys) string { return k.BoundSecrets("gpu-b", "s1") })),
+			allow(del(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
 		}},
 	}
 	for _, c := range cases {

@@ -18,7 +18,9 @@ const (
 	// Placer is the role of `voyager placer` (with its lifecycle
 	// controller and retention).
 	Placer = "voyager-placer"
-	// Operator reads everything but secrets/: for etcdctl inspection.
+	// Operator reads everything but the secrets (secrets/, specsecrets/,
+	// boundsecrets/, raytokens/): for etcdctl inspection. Specs hold
+	// their environment values empty (state.SpecSecrets).
 	Operator = "voyager-operator"
 	// agentPrefix + node name is the role of that node's agent.
 	agentPrefix = "voyager-agent-"
@@ -86,8 +88,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Cordons()), prefix(rw, k.Quotas()), prefix(rw, k.Profiles()),
 			prefix(rw, k.IdempotencyDir()),
 			// Each owner's container user id, made at their first create;
-			// a Ray session's token, made with it.
-			prefix(rw, k.UIDs()), prefix(rw, k.RayTokens()),
+			// a session's secrets (its environment values, a Ray token),
+			// made with it and joined into its owner's view.
+			prefix(rw, k.UIDs()), prefix(rw, k.SpecSecretsDir()),
 			// Volume definitions: admins write them; a create resolves a
 			// session's volumes into its spec, so no agent reads them.
 			prefix(rw, k.Volumes()),
@@ -109,7 +112,11 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
 			// Quota usage marks, compared by every bind against a quota.
 			prefix(rw, k.UsageDir()),
-			// Retention deletes a retired Ray session's token.
+			// Sessions' secrets: the bind reads them and copies them to
+			// each bound node (boundsecrets/<node>/), node loss deletes
+			// those copies, the array controller writes its elements',
+			// retention deletes them (and an older session's Ray token).
+			prefix(rw, k.SpecSecretsDir()), prefix(rw, k.BoundSecretsDir()),
 			prefix(rw, k.RayTokens()),
 			// The array controller: elements created, results folded in;
 			// retention deletes a finished array.
@@ -137,15 +144,17 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// Other nodes' parts: a multi-node job's part waits for its
 			// peers' container addresses there.
 			prefix(r, k.Parts()),
-			// Ray tokens (a read as wide as the specs': a gang's parts run
-			// on nodes no prefix names).
-			prefix(r, k.RayTokens()),
+			// The secrets of the sessions bound to it (environment
+			// values, Ray tokens), which the bind copies there, and no
+			// other node's; it deletes them with the binding.
+			prefix(rw, k.NodeBoundSecrets(n)),
 		}})
 	}
 	return roles
 }
 
-// operatorPerms reads every directory but secrets/ and raytokens/: one range per
+// operatorPerms reads every directory but the secrets ones (secrets/,
+// specsecrets/, boundsecrets/, raytokens/): one range per
 // directory, since a prefix range over the whole of k would include it.
 func operatorPerms(k state.Keys, probe Perm) []Perm {
 	out := []Perm{probe}

@@ -42,6 +42,10 @@ type Request struct {
 	Hosts []string
 	// Validity is how long it is valid from now.
 	Validity time.Duration
+	// ClientOnly limits the certificate to client authentication (no
+	// serverAuth usage): for identities that never serve, such as root
+	// and the operator, so that a stolen one cannot pose as a server.
+	ClientOnly bool
 }
 
 // NewCA makes a self-signed CA named cn, valid for validity.
@@ -141,6 +145,9 @@ func (ca *CA) Issue(r Request) (Leaf, error) {
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if r.ClientOnly {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	}
 	for _, h := range r.Hosts {
 		if ip := net.ParseIP(h); ip != nil {
