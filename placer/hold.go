@@ -1,7 +1,9 @@
 package placer
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -195,31 +197,41 @@ func (p *planner) holdLarge(plan *Plan) {
 		}
 	}
 	p.entitle(maxPartial)
-	var cands []*Pending
+	// Candidates sorted by keys copied out (priority, owner's weighted
+	// share, age, id: a total order), not through each entry: 20,000
+	// aged requests cost a map lookup per comparison otherwise.
+	type cand struct {
+		prio  int
+		share float64
+		age   ageKey
+	}
+	var cands []cand
 	share := map[string]float64{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
 		if it.Pinned || !p.aged(it.Entry) {
 			continue
 		}
-		if _, ok := share[it.Entry.Owner]; !ok {
-			share[it.Entry.Owner], _ = p.weightedShare(it.Entry.Owner)
+		sh, ok := share[it.Entry.Owner]
+		if !ok {
+			sh, _ = p.weightedShare(it.Entry.Owner)
+			share[it.Entry.Owner] = sh
 		}
-		cands = append(cands, it)
+		c := it.Entry.Created
+		cands = append(cands, cand{prio: it.Entry.Priority, share: sh, age: ageKey{sec: c.Unix(), nsec: int32(c.Nanosecond()), it: it}})
 	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := cands[i].Entry, cands[j].Entry
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
+	slices.SortFunc(cands, func(a, b cand) int {
+		if a.prio != b.prio {
+			return cmp.Compare(b.prio, a.prio)
 		}
-		if share[a.Owner] != share[b.Owner] {
-			return share[a.Owner] < share[b.Owner]
+		if a.share != b.share {
+			return cmp.Compare(a.share, b.share)
 		}
-		return olderFirst(cands[i], cands[j])
+		return olderFirstKey(a.age, b.age)
 	})
 	fitting := map[shape]bool{} // single-part shapes seen to fit a node in use
-	for _, it := range cands {
-		e := it.Entry
+	for _, c := range cands {
+		e := c.age.it.Entry
 		if !p.mayHold(e) {
 			continue
 		}
