@@ -238,7 +238,7 @@ func (p *planner) holdLarge(plan *Plan) {
 		reqs := e.Parts()
 		if !largeReq(e, maxPartial) {
 			if len(reqs) == 1 {
-				k := shapeOf(&part{req: &reqs[0], ports: e.Ports(state.RoleSingle)})
+				k := shapeOf(p.partOf(e, reqs, 0))
 				if fitting[k] {
 					continue
 				}
@@ -380,15 +380,10 @@ func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held 
 		describe(&reqs[0]), what, strings.Join(parts, ", "), since, after.Round(time.Second))
 }
 
-// endsOf is when e ends at the latest if it starts now, the plan's clock
-// plus its max runtime, for a request that may backfill held nodes; zero
-// if it has no max runtime, or its owner holds its fair share or more: a
-// max runtime is an upper bound, most sessions end well before it, so a
-// node filled to its drain time by them drains later than it would have
-// without them, and only an owner below its share may take that from
-// the holder.
+// endsOf is when e ends at the latest if it starts now: the plan's clock
+// plus its max runtime; zero if it has none.
 func (p *planner) endsOf(e *state.QueueEntry) time.Time {
-	if e.MaxRuntime <= 0 || p.holdBudget[e.Owner] <= 0 {
+	if e.MaxRuntime <= 0 {
 		return time.Time{}
 	}
 	return p.snap.Now.Add(time.Duration(e.MaxRuntime))
@@ -412,8 +407,18 @@ func drainBy(n *nodeState) time.Time {
 	return latest
 }
 
+// mayBackfill reports whether e's owner is below its fair share (has a
+// hold budget): a max runtime is an upper bound, most sessions end well
+// before it, so a node filled to its drain time drains later than it
+// would have, and only an owner below its share may take that from the
+// holder.
+func (p *planner) mayBackfill(e *state.QueueEntry) bool {
+	return e.MaxRuntime > 0 && p.holdBudget[e.Owner] > 0
+}
+
 // backfills reports whether part pt may run on n although n is held for
-// another request: n drains by a known time, and pt ends by then.
+// another request: pt may backfill, n drains by a known time, and pt ends
+// by then.
 func backfills(pt *part, n *nodeState) bool {
-	return !n.drainBy.IsZero() && !pt.ends.IsZero() && !pt.ends.After(n.drainBy)
+	return pt.backfill && !n.drainBy.IsZero() && !pt.ends.IsZero() && !pt.ends.After(n.drainBy)
 }
