@@ -67,7 +67,7 @@ bench: build
 	echo; go run ./internal/benchsum/benchtable $$summary; rm -f $$summary; exit $$rc
 
 ## sim: placer/sim's whole suite of workload shapes (placer/README.md, "The simulator"): every shape at 16, 200 and
-## 2,000 nodes (2,000 over half the simulated hours), binpack and spread, seeds 1-3, default settings; one table
+## 2,000 nodes (2,000 over a quarter of the simulated hours), binpack and spread, seeds 1-3, default settings; one table
 ## with the goals each run misses (exit 1 if any). SIMFLAGS passes flags (-nodes, -seeds, -hours, -shape)
 sim:
 	go run ./placer/sim/simsuite $(SIMFLAGS)

@@ -198,7 +198,7 @@ func finished(w world) int {
 }
 
 // TestLargeRequestNotStarved: a steady stream of 1-GPU sessions keeps both
-// nodes partly busy; an 8-GPU request that has waited past ReserveAfter
+// nodes partly busy; an 8-GPU request that has waited past ReserveAfter/8
 // holds a node, the small ones drain from it, and it binds while the
 // stream goes on.
 func TestLargeRequestNotStarved(t *testing.T) {
@@ -208,7 +208,9 @@ func TestLargeRequestNotStarved(t *testing.T) {
 	defer cancel()
 	s := newSim(t, cli)
 	s.addNodes(ctx, "gpu", 2, 8)
-	runPlacer(t, c.Server.Endpoint(), Config{Plan: PlanOptions{ReserveAfter: 500 * time.Millisecond}, Tick: 100 * time.Millisecond})
+	// An 8-GPU request may hold after ReserveAfter/8 (size-aware aging):
+	// half a second, about 25 small sessions of the stream.
+	runPlacer(t, c.Server.Endpoint(), Config{Plan: PlanOptions{ReserveAfter: 4 * time.Second}, Tick: 100 * time.Millisecond})
 	agents(t, ctx, cli, s.k, 400*time.Millisecond, 0)
 
 	// The stream: 1-GPU sessions from bob, faster than they finish.

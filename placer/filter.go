@@ -29,8 +29,10 @@ type part struct {
 	owner string // the session's owner: a shared GPU holds one owner's fractions
 	// ends is when the part's session ends at the latest (the plan's
 	// clock plus its max runtime); zero: no max runtime. A part that ends
-	// by the time a held node drains may run there (backfill).
-	ends time.Time
+	// by the time a held node drains may run there (backfill) if backfill
+	// is set: its owner is below its fair share.
+	ends     time.Time
+	backfill bool
 }
 
 // filter is one feasibility check. It is a pure function of the part and

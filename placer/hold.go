@@ -1,7 +1,9 @@
 package placer
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -195,38 +197,48 @@ func (p *planner) holdLarge(plan *Plan) {
 		}
 	}
 	p.entitle(maxPartial)
-	var cands []*Pending
+	// Candidates sorted by keys copied out (priority, owner's weighted
+	// share, age, id: a total order), not through each entry: 20,000
+	// aged requests cost a map lookup per comparison otherwise.
+	type cand struct {
+		prio  int
+		share float64
+		age   ageKey
+	}
+	var cands []cand
 	share := map[string]float64{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
 		if it.Pinned || !p.aged(it.Entry) {
 			continue
 		}
-		if _, ok := share[it.Entry.Owner]; !ok {
-			share[it.Entry.Owner], _ = p.weightedShare(it.Entry.Owner)
+		sh, ok := share[it.Entry.Owner]
+		if !ok {
+			sh, _ = p.weightedShare(it.Entry.Owner)
+			share[it.Entry.Owner] = sh
 		}
-		cands = append(cands, it)
+		c := it.Entry.Created
+		cands = append(cands, cand{prio: it.Entry.Priority, share: sh, age: ageKey{sec: c.Unix(), nsec: int32(c.Nanosecond()), it: it}})
 	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := cands[i].Entry, cands[j].Entry
-		if a.Priority != b.Priority {
-			return a.Priority > b.Priority
+	slices.SortFunc(cands, func(a, b cand) int {
+		if a.prio != b.prio {
+			return cmp.Compare(b.prio, a.prio)
 		}
-		if share[a.Owner] != share[b.Owner] {
-			return share[a.Owner] < share[b.Owner]
+		if a.share != b.share {
+			return cmp.Compare(a.share, b.share)
 		}
-		return olderFirst(cands[i], cands[j])
+		return olderFirstKey(a.age, b.age)
 	})
 	fitting := map[shape]bool{} // single-part shapes seen to fit a node in use
-	for _, it := range cands {
-		e := it.Entry
+	for _, c := range cands {
+		e := c.age.it.Entry
 		if !p.mayHold(e) {
 			continue
 		}
 		reqs := e.Parts()
 		if !largeReq(e, maxPartial) {
 			if len(reqs) == 1 {
-				k := shapeOf(&part{req: &reqs[0], ports: e.Ports(state.RoleSingle)})
+				k := shapeOf(p.partOf(e, reqs, 0))
 				if fitting[k] {
 					continue
 				}
@@ -368,15 +380,10 @@ func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held 
 		describe(&reqs[0]), what, strings.Join(parts, ", "), since, after.Round(time.Second))
 }
 
-// endsOf is when e ends at the latest if it starts now, the plan's clock
-// plus its max runtime, for a request that may backfill held nodes; zero
-// if it has no max runtime, or its owner holds its fair share or more: a
-// max runtime is an upper bound, most sessions end well before it, so a
-// node filled to its drain time by them drains later than it would have
-// without them, and only an owner below its share may take that from
-// the holder.
+// endsOf is when e ends at the latest if it starts now: the plan's clock
+// plus its max runtime; zero if it has none.
 func (p *planner) endsOf(e *state.QueueEntry) time.Time {
-	if e.MaxRuntime <= 0 || p.holdBudget[e.Owner] <= 0 {
+	if e.MaxRuntime <= 0 {
 		return time.Time{}
 	}
 	return p.snap.Now.Add(time.Duration(e.MaxRuntime))
@@ -400,8 +407,18 @@ func drainBy(n *nodeState) time.Time {
 	return latest
 }
 
+// mayBackfill reports whether e's owner is below its fair share (has a
+// hold budget): a max runtime is an upper bound, most sessions end well
+// before it, so a node filled to its drain time drains later than it
+// would have, and only an owner below its share may take that from the
+// holder.
+func (p *planner) mayBackfill(e *state.QueueEntry) bool {
+	return e.MaxRuntime > 0 && p.holdBudget[e.Owner] > 0
+}
+
 // backfills reports whether part pt may run on n although n is held for
-// another request: n drains by a known time, and pt ends by then.
+// another request: pt may backfill, n drains by a known time, and pt ends
+// by then.
 func backfills(pt *part, n *nodeState) bool {
-	return !n.drainBy.IsZero() && !pt.ends.IsZero() && !pt.ends.After(n.drainBy)
+	return pt.backfill && !n.drainBy.IsZero() && !pt.ends.IsZero() && !pt.ends.After(n.drainBy)
 }

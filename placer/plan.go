@@ -357,7 +357,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			}
 			quotaChecked = true
 		}
-		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e)})]; ok {
+		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e), backfill: p.mayBackfill(e)})]; ok {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: f.message})
 			return Decision{}, false
 		}
@@ -620,7 +620,7 @@ func (p *planner) partOf(e *state.QueueEntry, reqs []state.Resources, i int) *pa
 			role = state.RoleWorker
 		}
 	}
-	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: p.endsOf(e)}
+	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: p.endsOf(e), backfill: p.mayBackfill(e)}
 }
 
 // describe writes a request the way a person would ask for it: "8×A100-80GB".
@@ -665,7 +665,7 @@ type shape struct {
 func shapeOf(pt *part) shape {
 	r := pt.req
 	k := shape{gpus: r.GPUs, model: r.GPUModel, mig: r.MIGProfile, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: pt.ports, share: shareShapeOf(pt)}
-	if !pt.ends.IsZero() {
+	if pt.backfill && !pt.ends.IsZero() {
 		k.ends = pt.ends.UnixNano()
 	}
 	if len(r.NodeSelector) > 0 {

@@ -13,4 +13,11 @@
 // still waiting at the end counted with their wait so far), utilisation
 // while work waits, idle GPUs by cause (held for a waiting request, or
 // fragmented), and the 8-GPU slots free against floor(free GPUs / 8).
+//
+// Suite is issue 34's suite of workload shapes (floods that drain, rising
+// load, 8-GPU-only users, long and short jobs, weights, Ray gangs and
+// shapes built to defeat holds) at a cluster size; RunSuite runs it for
+// strategies and seeds, SuiteTable prints one table with each run's
+// missed goals (IssueGoals), and the simsuite command (`make sim`) runs
+// it at 16, 200 and 2,000 nodes.
 package sim

@@ -24,7 +24,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("simsuite", flag.ContinueOnError)
 	sizes := fs.String("nodes", "16,200,2000", "cluster sizes, comma-separated")
 	seeds := fs.Int("seeds", 3, "seeds 1..N for every shape and strategy")
-	hours := fs.String("hours", "16=1,200=1,2000=0.5", "size=factor on each shape's simulated hours")
+	hours := fs.String("hours", "16=1,200=1,2000=0.25", "size=factor on each shape's simulated hours")
 	only := fs.String("shape", "", "run only the shapes whose name contains this")
 	if err := fs.Parse(args); err != nil {
 		return err
