@@ -178,6 +178,7 @@ func cliRunE(cf *clientFlags, fn func(cmd *cobra.Command, c *client, args []stri
 			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", cmd.CommandPath(), err)
 			return exitCode(exitUsage)
 		}
+		c.warn = cmd.ErrOrStderr()
 		return fn(cmd, c, args)
 	}
 }
@@ -191,6 +192,9 @@ func cliError(cmd *cobra.Command, err error) error {
 type client struct {
 	base, token string
 	hc          *http.Client
+	// warn, when set, receives the API's Warning headers (a budget
+	// nearly spent), one line each.
+	warn io.Writer
 }
 
 // apiError is a problem document answered by the API.
@@ -249,6 +253,7 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 		return err
 	}
 	defer resp.Body.Close()
+	printWarnings(c.warn, resp.Header)
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
