@@ -57,7 +57,7 @@ func newMetrics() *metrics {
 // Collectors returns the API's collectors, to register on the process's
 // Prometheus registry.
 func (a *API) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics.plans, a.metrics.servingRereads, a.metrics}
+	return []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics.plans, a.metrics.servingRereads, a.metrics, newTeamMetrics(a)}
 }
 
 // Describe implements prometheus.Collector.

@@ -112,6 +112,20 @@ func TestBudgetsRefuseQueueAndWarn(t *testing.T) {
 	if len(last.Rows) != 1 || last.Total.GPUHours != 80 {
 		t.Errorf("the last day of last month: %+v", last)
 	}
+	// The team gauges.
+	if _, err := state.Put(context.Background(), h.cli, h.keys.Ledger("gpu-1"), state.Ledger{Node: "gpu-1", Allocations: map[string]state.Allocation{
+		live.ID: {Owner: "dan", Role: state.RoleSingle, GPUs: []string{"GPU-gpu-1-0"}, CPUMilli: 1000, MemoryMiB: 1024}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the team gauges", func() bool { return strings.Contains(gather(t, h.api), `voyager_team_gpus{team="-"} 1`) })
+	m := gather(t, h.api)
+	for _, line := range []string{`voyager_team_gpu_hours{team="vision"} 7.5`, `voyager_team_gpu_hours{team="research"} 3`,
+		`voyager_team_budget_used_ratio{team="research"} 1.05`, `voyager_team_budget_gpu_hours{team="research"} 10`,
+		`voyager_team_guarantee_gpus{team="research"} 4`, `voyager_team_gpus{team="vision"} 0`} {
+		if !strings.Contains(m, line+"\n") {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
 	for _, q := range []string{"period=year", "by=owner", "from=2026-13-01", "from=2026-11-02&to=2026-11-01", "period=month&from=2026-11-01"} {
 		want(t, h.do("GET", "/api/v1/usage?"+q, root, nil), http.StatusUnprocessableEntity)
 	}
