@@ -55,7 +55,7 @@ func TestTeamUsageChartInBrowser(t *testing.T) {
 		}
 	}
 	twoDaysAgo := today.AddDate(0, 0, -2)
-	accrue("s-1", "ada", "vision", 4, twoDaysAgo.Add(time.Hour), 10) // 40 GPU-hours two days ago
+	accrue("s-1", "ada", "vision", 4, twoDaysAgo.Add(time.Hour), 10)  // 40 GPU-hours two days ago
 	accrue("s-2", "bob", "vision", 1, twoDaysAgo.Add(2*time.Hour), 8) // 8 more
 	accrue("s-3", "cyd", "nlp", 2, today, 0.5)                        // 1 today
 
