@@ -234,6 +234,7 @@ func (c *client) request(ctx context.Context, method, path string, body any, hea
 	if err != nil {
 		return nil, fmt.Errorf("call %s (%s): %w", c.base, envURL, err)
 	}
+	printWarnings(c.warn, resp.Header)
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -253,7 +254,6 @@ func (c *client) do(ctx context.Context, method, path string, body, out any) err
 		return err
 	}
 	defer resp.Body.Close()
-	printWarnings(c.warn, resp.Header)
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
