@@ -168,8 +168,9 @@ func teamFieldErrors(probs []string) []FieldError {
 	return out
 }
 
-// admitTeam charges s to its owner's team (asked, else her default one)
-// and holds its priority to the team's maximum unless p is an admin. It
+// admitTeam charges s to its owner's team (asked, else her default one),
+// holds its priority to the team's maximum unless p is an admin, and
+// applies the budgets of the team and the teams above it. It
 // returns the compares that keep the create to the definitions it read
 // (the team and those above it), or answers the problem and returns
 // false.
@@ -201,6 +202,9 @@ func (a *API) admitTeam(c *gin.Context, p Principal, asked string, s *state.Sess
 		a.invalid(c, "Priority above the team's maximum", []FieldError{{Field: "priority", Message: fmt.Sprintf("got %d, above %d, %s; ask for %d or less, or ask an admin", s.Priority, maxp, from, maxp)}})
 		return nil, false
 	}
+	if !a.admitBudgets(c, tr, name, p.Subject, s) {
+		return nil, false
+	}
 	var guards []clientv3.Cmp
 	for _, n := range tr.Path(name) {
 		guards = append(guards, clientv3.Compare(clientv3.ModRevision(a.keys.Team(n)), "=", tr.Revs[n]))
@@ -217,4 +221,38 @@ func init() {
 		operation{method: "PUT", path: "/api/v1/teams/{name}", summary: "Define or replace a team, live. Refused with 422, each problem named (teams.<team>.<field>), when the tree it makes is invalid: an unknown parent, a cycle, children guaranteed more than their parent (in all or per model), a maximum or maximum priority above the parent's, a group named by two teams, two default teams.", access: "admin", request: state.Team{}, response: state.Team{}, status: 200, params: name},
 		operation{method: "DELETE", path: "/api/v1/teams/{name}", summary: "Delete a team; 409 while teams are below it. Sessions already charged to it keep its name.", access: "admin", status: 204, params: name},
 	)
+}
+
+// admitBudgets applies the GPU-hour budgets of team's path to a create of
+// owner's: over a "refuse" budget it answers 422 with the numbers and
+// returns false; over a "queue" budget it lowers s to the lowest
+// priority; past BudgetWarnPercent it adds a Warning header. Budgets are
+// read, not compared: a create racing the accountant may pass a budget by
+// the GPU-time counted meanwhile.
+func (a *API) admitBudgets(c *gin.Context, tr state.TeamTree, team, owner string, s *state.Session) bool {
+	checks, err := a.budgets(c.Request.Context(), tr, team, owner, a.cfg.Now())
+	if err != nil {
+		a.internal(c, "read usage", err)
+		return false
+	}
+	d := decideBudgets(checks)
+	if len(d.refuse) > 0 {
+		fields := make([]FieldError, len(d.refuse))
+		for i, m := range d.refuse {
+			fields[i] = FieldError{Field: "team", Message: m + "; ask an admin to raise it, or wait until it resets"}
+		}
+		a.invalid(c, "Over budget", fields)
+		return false
+	}
+	for _, m := range d.lowered {
+		s.Priority = lowestPriority
+		msg := m + fmt.Sprintf("; admitted at the lowest priority (%d)", lowestPriority)
+		c.Writer.Header().Add("Warning", warningHeader(msg))
+		a.log.Info("budget exhausted: session queued at the lowest priority", "team", team, "owner", owner, "detail", m)
+	}
+	for _, m := range d.warnings {
+		c.Writer.Header().Add("Warning", warningHeader(m))
+		a.log.Info("budget warning", "team", team, "owner", owner, "detail", m)
+	}
+	return true
 }

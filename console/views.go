@@ -229,6 +229,11 @@ type historyView struct {
 	ByUser   []usage
 	ByGroup  []usage
 	GPUHours float64
+	// Teams is the chart of GPU-hours per team per day (teamusage.go).
+	Teams struct {
+		Me     api.Whoami
+		Charts []teamChart
+	}
 }
 
 // gpuHours is what a session held: its GPUs (head and Ray workers) times
@@ -288,6 +293,10 @@ func (c *Console) historyView(k *caller) (historyView, error) {
 		return finishedAt(v.Finished[i].SessionView).After(finishedAt(v.Finished[j].SessionView))
 	})
 	v.ByUser, v.ByGroup = sortedUsage(users), sortedUsage(groups)
+	v.Teams.Me = v.Me
+	if v.Teams.Charts, err = c.teamCharts(k); err != nil {
+		return v, err
+	}
 	return v, nil
 }
 

@@ -269,6 +269,11 @@ func TestSoak(t *testing.T) {
 			StopWarning: 50 * time.Millisecond, PreemptGrace: 50 * time.Millisecond, MaxRuntime: time.Hour})
 		_ = ctl.Run(ctx)
 	})
+	// The usage accountant: every ended attempt's GPU-hours, which the
+	// checker's accrual rules hold to once each.
+	acct := run(func(ctx context.Context, cli *clientv3.Client) {
+		_ = lifecycle.NewAccountant(cli, lifecycle.AccountantConfig{Keys: k, Logger: quiet, CursorEvery: time.Second}).Run(ctx)
+	})
 
 	// Users: keep -soak.live sessions live; stop some at random.
 	var submitted atomic.Int64
@@ -561,7 +566,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("session %s stuck after its stop: %s/%s %q", id, st.Phase, st.Reason, st.Message)
 	}
 	mu.Lock()
-	for _, p := range append(append([]*soakProc{lc, ret, sw}, placers...), agents...) {
+	for _, p := range append(append([]*soakProc{lc, ret, sw, acct}, placers...), agents...) {
 		if p != nil {
 			p.kill()
 		}
@@ -590,6 +595,21 @@ func TestSoak(t *testing.T) {
 	}
 	if res.Binds < *soakBinds {
 		t.Errorf("the checker saw %d binds, want at least %d", res.Binds, *soakBinds)
+	}
+	// The accountant counted attempts (its rules above held for each).
+	days, err := admin.Get(context.Background(), k.GPUHoursDir(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	for _, kv := range days.Kvs {
+		if d, err := state.Decode[state.UsageDay](kv.Value); err == nil {
+			attempts += d.Attempts
+		}
+	}
+	t.Logf("soak: the usage accountant counted %d attempt-days", attempts)
+	if attempts == 0 {
+		t.Error("the usage accountant counted no attempt")
 	}
 }
 

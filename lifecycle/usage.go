@@ -23,6 +23,9 @@ type AccountantConfig struct {
 	// CursorEvery is how often the progress (cursors/usage) is written
 	// when no accrual wrote it. Default 10 s.
 	CursorEvery time.Duration
+	// SweepEvery is how often the accruals of retired sessions are
+	// deleted (SweepMarks). Default 1 hour.
+	SweepEvery time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -56,6 +59,9 @@ func NewAccountant(cli *clientv3.Client, cfg AccountantConfig) *Accountant {
 	}
 	if cfg.CursorEvery <= 0 {
 		cfg.CursorEvery = 10 * time.Second
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Hour
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -164,12 +170,18 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 	wch := a.cli.Watch(wctx, k.StatusDir(), clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(from), clientv3.WithProgressNotify())
 	tick := time.NewTicker(a.cfg.CursorEvery)
 	defer tick.Stop()
+	sweep := time.NewTicker(a.cfg.SweepEvery)
+	defer sweep.Stop()
 	written := from - 1
 	for {
 		select {
 		case <-ctx.Done():
 			a.writeCursor(a.Applied())
 			return nil
+		case <-sweep.C:
+			if _, err := a.SweepMarks(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("sweep accruals of retired sessions", "err", err)
+			}
 		case <-tick.C:
 			if rev := a.Applied(); rev > written {
 				a.writeCursor(rev)
@@ -292,4 +304,34 @@ func (a *Accountant) writeCursor(rev int64) {
 		Then(clientv3.OpPut(a.cfg.Keys.UsageCursor(), v)).Commit(); err != nil {
 		a.log.Debug("write usage cursor", "err", err)
 	}
+}
+
+// SweepMarks deletes the accruals of sessions whose status is gone
+// (retired) and returns how many sessions' it deleted. The daily records
+// keep their GPU-time. Deleting is safe: state.Accrue counts nothing for a
+// session whose status is gone, so a late replay cannot count it again,
+// and each delete requires the status still absent.
+func (a *Accountant) SweepMarks(ctx context.Context) (int, error) {
+	k := a.cfg.Keys
+	resp, err := a.cli.Get(ctx, k.Accruals(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, fmt.Errorf("list accruals: %w", err)
+	}
+	seen, n := map[string]bool{}, 0
+	for _, kv := range resp.Kvs {
+		id, _, ok := k.AccrualKey(string(kv.Key))
+		if !ok || seen[id] {
+			continue
+		}
+		seen[id] = true
+		r, err := a.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k.Status(id)), "=", 0)).
+			Then(clientv3.OpDelete(k.SessionAccruals(id), clientv3.WithPrefix())).Commit()
+		if err != nil {
+			return n, fmt.Errorf("delete accruals of %s: %w", id, err)
+		}
+		if r.Succeeded {
+			n++
+		}
+	}
+	return n, nil
 }

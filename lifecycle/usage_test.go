@@ -201,4 +201,16 @@ func TestAccountantCountsEachAttemptOnce(t *testing.T) {
 	a5, _ := runAccountant(t, cli)
 	waitUntil(t, "eve reported late", func() bool { return a5.Late() == 1 })
 	check("after a retired session")
+
+	// Retention takes ada's session: its mark goes, her GPU-time stays.
+	if _, err := cli.Delete(context.Background(), keys.Status("s-ada")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a5.SweepMarks(context.Background()); err != nil || n != 1 {
+		t.Fatalf("sweep: %d, %v; want ada's marks deleted", n, err)
+	}
+	if _, ok := d.accruals()[keys.Accrual("s-ada", 10)]; ok || len(d.accruals()) != 4 {
+		t.Errorf("accruals after the sweep: %d, ada's still there: %v", len(d.accruals()), ok)
+	}
+	check("after the sweep")
 }

@@ -202,8 +202,8 @@ func Accrue(ctx context.Context, kv clientv3.KV, k Keys, a Accrual, cursor *Usag
 		return false, nil
 	}
 	// The session's status must still exist: the marks of retired
-	// sessions may then be deleted (DeleteRetiredAccruals) without a late
-	// replay of an old change counting their attempts again.
+	// sessions may then be deleted (lifecycle.Accountant.SweepMarks)
+	// without a late replay of an old change counting their attempts again.
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mark), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(k.Status(a.Session)), ">", 0)}
 	v, err := Encode(a)

@@ -180,6 +180,7 @@ func cliRunE(cf *clientFlags, fn func(cmd *cobra.Command, c *client, args []stri
 			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", cmd.CommandPath(), err)
 			return exitCode(exitUsage)
 		}
+		c.warn = cmd.ErrOrStderr()
 		return fn(cmd, c, args)
 	}
 }
@@ -193,6 +194,9 @@ func cliError(cmd *cobra.Command, err error) error {
 type client struct {
 	base, token string
 	hc          *http.Client
+	// warn, when set, receives the API's Warning headers (a budget
+	// nearly spent), one line each.
+	warn io.Writer
 }
 
 // apiError is a problem document answered by the API.
@@ -232,6 +236,7 @@ func (c *client) request(ctx context.Context, method, path string, body any, hea
 	if err != nil {
 		return nil, fmt.Errorf("call %s (%s): %w", c.base, envURL, err)
 	}
+	printWarnings(c.warn, resp.Header)
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

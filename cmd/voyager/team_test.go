@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // TestCLITeams: `voyager team` defines a tree (admins only), refuses an
@@ -53,5 +59,62 @@ func TestCLITeams(t *testing.T) {
 	}
 	if code, out, _ := voyager(t, "session", "get", strings.TrimSpace(id), "-o", "json"); code != 0 || !strings.Contains(out, `"team": "vision"`) {
 		t.Errorf("session get: exit %d\n%s", code, out)
+	}
+}
+
+// TestCLIUsageAndBudgetWarning: `voyager usage` prints the GPU-hours as a
+// table with a total, as CSV, and refuses an unknown -o; a create past
+// 80 % of the team's budget prints the API's warning on stderr.
+func TestCLIUsageAndBudgetWarning(t *testing.T) {
+	e := newCLIEnv(t)
+	_, tok, _ := voyager(t, "token", "-sub", "root", "-admin")
+	t.Setenv(envToken, strings.TrimSpace(tok))
+	if code, _, stderr := voyager(t, "team", "create", "vision", "--groups", "cv", "--budget", "10"); code != 0 {
+		t.Fatalf("team create: %s", stderr)
+	}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	month, _ := api.PeriodStart(state.PeriodMonth, now)
+	for i, u := range []struct {
+		owner string
+		gpus  int
+		hours float64
+	}{{"ada", 2, 3}, {"bob", 1, 2.5}, {"ada", 1, 3}} {
+		id := fmt.Sprintf("s-u%d", i)
+		from, to := month, month.Add(time.Duration(u.hours*float64(time.Hour)))
+		if _, err := state.Put(ctx, e.cli, e.keys.Status(id), state.Status{Session: id, Phase: state.PhaseSucceeded, Bound: &from, Finished: &to, QueueRevision: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := state.Accrue(ctx, e.cli, e.keys, state.Accrual{Session: id, Owner: u.owner, Team: "vision", QueueRevision: 1, GPUs: u.gpus, Bound: from, Ended: to}, nil, to); err != nil || !ok {
+			t.Fatalf("accrue: %v %v", ok, err)
+		}
+	}
+	code, out, stderr := voyager(t, "usage")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 5 || !strings.HasPrefix(lines[1], "TEAM") ||
+		strings.Join(strings.Fields(lines[2]), " ") != "vision ada 9.000 32400.000" ||
+		strings.Join(strings.Fields(lines[3]), " ") != "vision bob 2.500 9000.000" ||
+		strings.Join(strings.Fields(lines[4]), " ") != "TOTAL 11.500 41400.000" {
+		t.Errorf("voyager usage: exit %d %s\n%s", code, stderr, out)
+	}
+	if code, out, _ := voyager(t, "usage", "--by", "user", "-o", "csv"); code != 0 || out != "user,gpu_hours,gpu_seconds\nada,9.000,32400.000\nbob,2.500,9000.000\n" {
+		t.Errorf("voyager usage -o csv: exit %d\n%s", code, out)
+	}
+	if code, _, stderr := voyager(t, "usage", "-o", "yaml"); code != 2 || !strings.Contains(stderr, "want table, json or csv") {
+		t.Errorf("voyager usage -o yaml: exit %d %s", code, stderr)
+	}
+	// 11.5 of 10 GPU-hours: bob's create is refused; at 9 of 12, warned.
+	_, tok, _ = voyager(t, "token", "-sub", "bob", "-group", "cv")
+	t.Setenv(envToken, strings.TrimSpace(tok))
+	if code, _, stderr := voyager(t, "session", "create", "--kind", "batch", "--", "true"); code != 1 || !strings.Contains(stderr, "team vision has used 11.50 of its 10 GPU-hours this month") {
+		t.Errorf("over budget: exit %d %s", code, stderr)
+	}
+	_, tok, _ = voyager(t, "token", "-sub", "root", "-admin")
+	t.Setenv(envToken, strings.TrimSpace(tok))
+	voyager(t, "team", "create", "vision", "--groups", "cv", "--budget", "12")
+	_, tok, _ = voyager(t, "token", "-sub", "bob", "-group", "cv")
+	t.Setenv(envToken, strings.TrimSpace(tok))
+	if code, _, stderr := voyager(t, "session", "create", "--kind", "batch", "--", "true"); code != 0 || !strings.Contains(stderr, "warning: team vision has used 11.50 of its 12 GPU-hours this month (96%)") {
+		t.Errorf("past 80%%: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -137,4 +138,19 @@ func writeUsageCSV(w io.Writer, r api.UsageReport) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// printWarnings writes the text of each Warning header (RFC 9111: code,
+// agent, quoted text) of an answer to w, as "warning: text".
+func printWarnings(w io.Writer, h http.Header) {
+	if w == nil {
+		return
+	}
+	for _, v := range h.Values("Warning") {
+		text := v
+		if i := strings.IndexByte(v, '"'); i >= 0 {
+			text = strings.TrimSuffix(v[i+1:], `"`)
+		}
+		fmt.Fprintf(w, "warning: %s\n", text)
+	}
 }

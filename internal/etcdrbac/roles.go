@@ -96,6 +96,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Volumes()),
 			// Job arrays: create, stop, summaries.
 			prefix(rw, k.Arrays()),
+			// Teams: admins write them; creates read a session's team;
+			// usage reports and budgets read the GPU-hours.
+			prefix(rw, k.Teams()), prefix(r, k.GPUHoursDir()),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -121,6 +124,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// The array controller: elements created, results folded in;
 			// retention deletes a finished array.
 			prefix(rw, k.Arrays()),
+			// The usage accountant: accruals, daily GPU-hours, its cursor.
+			prefix(rw, k.Accruals()), prefix(rw, k.GPUHoursDir()), prefix(rw, k.Cursors()), prefix(r, k.Teams()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
@@ -162,6 +167,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
 		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(),
+		k.Teams(), k.Accruals(), k.GPUHoursDir(), k.Cursors(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}
