@@ -32,7 +32,6 @@ var apiEnvs = []string{
 	config.EnvMaxRuntime, config.EnvMaxRuntimeCap, config.EnvHTTPPlain,
 	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
 	config.EnvAPIRegistries, config.EnvAPIMaxQueued, config.EnvAPIExecAuditLog,
-	config.EnvAPIRegistries, config.EnvAPIMaxQueued,
 	config.EnvAPIAuditLog, config.EnvAPIAuditMaxMiB, config.EnvAPIAuditKeep,
 	config.EnvDefaultShmMiB, config.EnvUlimitNofile, config.EnvUlimitMemlock,
 }
