@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
@@ -163,6 +164,23 @@ func TestAccountantCountsEachAttemptOnce(t *testing.T) {
 		}
 	}
 	check("first pass")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(acc.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "voyager_usage_attempts_accrued_total" && mf.GetMetric()[0].GetCounter().GetValue() != 4 {
+			t.Errorf("voyager_usage_attempts_accrued_total %v, want 4", mf.GetMetric()[0].GetCounter().GetValue())
+		}
+		if mf.GetName() == "voyager_usage_applied_revision" && mf.GetMetric()[0].GetGauge().GetValue() <= 0 {
+			t.Errorf("voyager_usage_applied_revision %v, want the revision handled", mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	if len(mfs) != 3 {
+		t.Errorf("%d usage metrics, want 3", len(mfs))
+	}
 	if a := d.accruals()[keys.Accrual("s-cyd", 30)]; a.GPUs != 4 || a.Team != "vision" || !a.Ended.Equal(day.Add(h(13))) || a.GPUMilliseconds != 4*3600000 {
 		t.Errorf("cyd's first attempt: %+v", a)
 	}
@@ -178,7 +196,8 @@ func TestAccountantCountsEachAttemptOnce(t *testing.T) {
 	// Two accountants at once, then one more from no cursor at all.
 	a2, stop2 := runAccountant(t, cli)
 	a3, stop3 := runAccountant(t, cli)
-	waitUntil(t, "dan's accrual", func() bool { return len(d.accruals()) == 5 })
+	// Counted by the one that leads (and answered before it is stopped).
+	waitUntil(t, "dan's accrual", func() bool { return len(d.accruals()) == 5 && a2.Accrued()+a3.Accrued() == 1 })
 	stop2()
 	stop3()
 	if _, err := cli.Delete(context.Background(), keys.UsageCursor()); err != nil {

@@ -115,7 +115,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	if err != nil {
 		return err
 	}
-	comps = append(comps, component{name: "retention", run: afterFirstPass(pl, ret.Run)}, accountantComponent(store.client, cfg, log))
+	comps = append(comps, component{name: "retention", run: afterFirstPass(pl, ret.Run)}, accountantComponent(store.client, cfg, log, registry))
 	lc := newLifecycle(store.client, cfg, log, shared)
 	registry.MustRegister(lc.Collectors()...)
 	comps = append(comps, component{name: "lifecycle", run: afterFirstPass(pl, lc.Run)}, mergerComponent(store.client, cfg, log, registry),

@@ -87,7 +87,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 		placerComponent(p),
 		{name: "retention", run: afterFirstPass(p, ret.Run)},
 		{name: "lifecycle", run: afterFirstPass(p, lc.Run)},
-		accountantComponent(store.client, cfg, log),
+		accountantComponent(store.client, cfg, log, registry),
 		mergerComponent(store.client, cfg, log, registry),
 		sweepComponent(store.client, cfg, log, registry),
 	})

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -21,9 +22,11 @@ import (
 )
 
 // accountantComponent is the usage accountant of `voyager placer` and
-// `voyager dev`: GPU-hours of ended attempts (lifecycle.Accountant).
-func accountantComponent(cli *clientv3.Client, cfg config.Config, log *slog.Logger) component {
+// `voyager dev`: GPU-hours of ended attempts (lifecycle.Accountant), its
+// metrics on reg.
+func accountantComponent(cli *clientv3.Client, cfg config.Config, log *slog.Logger, reg *prometheus.Registry) component {
 	acc := lifecycle.NewAccountant(cli, lifecycle.AccountantConfig{Keys: state.MustKeys(cfg.EtcdPrefix), Logger: log})
+	reg.MustRegister(acc.Collectors()...)
 	return component{name: "usage", run: acc.Run}
 }
 
