@@ -134,6 +134,9 @@ func runEtcd(tb testing.TB, path, dir string, args ...string) *exec.Cmd {
 		tb.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// Die with the test binary: a test killed by its timeout runs no
+	// cleanup, and an etcd left running holds a core and its data dir.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start etcd: %v", err)
 	}
