@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/voyager-gpu/voyager/internal/audit"
 )
 
 // ExecRecord is one line of the exec audit log: someone ran a command in,
@@ -56,6 +59,9 @@ func (a *API) auditExec(r ExecRecord) error {
 	a.log.Info("exec audit", "event", r.Event, "stream", r.Stream, "action", r.Action, "subject", r.Subject, "admin", r.Admin,
 		"session", r.Session, "owner", r.Owner, "node", r.Node, "command", r.Command, "tty", r.TTY, "port", r.Port,
 		"exit_code", r.ExitCode, "error", r.Error, "remote", r.Remote)
+	if err := a.auditExecRecord(r); err != nil {
+		return err
+	}
 	ea := a.execAudit
 	if ea == nil || ea.path == "" {
 		return nil
@@ -81,6 +87,48 @@ func (a *API) auditExec(r ExecRecord) error {
 		_ = ea.f.Close()
 		ea.f = nil
 		return fmt.Errorf("write exec audit log: %w", err)
+	}
+	return nil
+}
+
+// auditExecRecord writes r into the API's audit log (Config.Audit, the
+// one admins read with voyager audit) as action session.exec.start,
+// session.exec.end, session.port-forward.start or …end: an exec is a GET
+// (a WebSocket upgrade), which the audit middleware of state-changing calls
+// does not record. A start that cannot be recorded refuses the exec, as
+// with the exec log's own file.
+func (a *API) auditExecRecord(r ExecRecord) error {
+	if a.cfg.Audit == nil {
+		return nil
+	}
+	outcome := audit.OK
+	if r.Error != "" {
+		outcome = audit.Failed
+	}
+	fields := map[string]string{"stream": r.Stream, "owner": r.Owner}
+	if r.Node != "" {
+		fields["node"] = r.Node
+	}
+	if len(r.Command) > 0 {
+		b, _ := json.Marshal(r.Command)
+		fields["command"] = string(b)
+	}
+	if r.TTY {
+		fields["tty"] = "true"
+	}
+	if r.Port != 0 {
+		fields["port"] = strconv.Itoa(r.Port)
+	}
+	if r.ExitCode != nil {
+		fields["exitCode"] = strconv.Itoa(*r.ExitCode)
+	}
+	if r.Seconds > 0 {
+		fields["seconds"] = strconv.FormatFloat(r.Seconds, 'f', 3, 64)
+	}
+	rec := audit.Record{Time: r.Time, Actor: r.Subject, Admin: r.Admin, Action: "session." + r.Action + "." + r.Event,
+		Target: r.Session, Outcome: outcome, Detail: r.Error, Remote: r.Remote, Fields: fields}
+	if err := a.cfg.Audit.Write(rec); err != nil {
+		return fmt.Errorf("write audit log: %w", err)
 	}
 	return nil
 }

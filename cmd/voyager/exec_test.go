@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/audit"
 )
 
 // streamUser is one person using the CLI against a test dev.
@@ -227,6 +228,38 @@ echo "cols $(ls -C | head -1 | wc -w)"; read x; echo "cols $(ls -C | head -1 | w
 		}
 		if starts < 6 || starts != ends || admin != 2 {
 			t.Errorf("audit log: %d starts, %d ends, %d admin records; want every exec (6) started and ended, the admin's marked\n%+v", starts, ends, admin, recs)
+		}
+	})
+	t.Run("API audit log", func(t *testing.T) {
+		// Admins read execs where they read every other write: the API's
+		// audit log (voyager audit), as session.exec.start and .end.
+		b, err := os.ReadFile(filepath.Join(env.dataDir(), "audit", "api.jsonl"))
+		if err != nil {
+			t.Fatalf("read the API's audit log: %v", err)
+		}
+		var starts, ends int
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var r audit.Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("audit line %q: %v", line, err)
+			}
+			if r.Target != id {
+				continue
+			}
+			switch r.Action {
+			case "session.exec.start":
+				starts++
+			case "session.exec.end":
+				ends++
+				var cmd []string
+				_ = json.Unmarshal([]byte(r.Fields["command"]), &cmd)
+				if strings.Join(cmd, " ") == "sh -c echo out; echo err >&2; exit 7" && r.Fields["exitCode"] != "7" {
+					t.Errorf("API audit end of exit 7: %+v", r)
+				}
+			}
+		}
+		if starts < 6 || starts != ends {
+			t.Errorf("API audit log: %d exec starts, %d ends for %s; want every exec (6) started and ended", starts, ends, id)
 		}
 	})
 	if code := dev.stop(); code != 0 {
