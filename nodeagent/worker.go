@@ -564,7 +564,9 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 			}
 		}
 	}
-	w.setPart(ctx, state.EventStart, func(st *state.PartStatus) {
+	// Running is written under the worker's context, not the start's
+	// (ctx): a start that made it just at its deadline still says so.
+	w.setPart(w.ctx, state.EventStart, func(st *state.PartStatus) {
 		if adopted && st.Phase == state.PhaseRunning {
 			return
 		}

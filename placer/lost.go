@@ -265,11 +265,14 @@ func (p *Placer) lostSessionOps(ctx context.Context, node, id string, others map
 			if err != nil && !errors.Is(err, state.ErrNotFound) {
 				return nil, nil, err
 			}
-			if l.Allocations == nil {
-				l = state.Ledger{Node: name, Allocations: map[string]state.Allocation{}}
+			ops = append(ops, clientv3.OpDelete(k.Binding(name, id)), clientv3.OpDelete(k.Part(name, id)))
+			if _, held := l.Allocations[id]; !held {
+				continue // released already: its ledger stays as it is
 			}
 			lw = &state.LedgerWrite{Node: name, ReadRevision: rev, Ledger: l}
 			others[name] = lw
+			delete(lw.Ledger.Allocations, id)
+			continue
 		}
 		delete(lw.Ledger.Allocations, id)
 		ops = append(ops, clientv3.OpDelete(k.Binding(name, id)), clientv3.OpDelete(k.Part(name, id)), clientv3.OpDelete(k.BoundSecrets(name, id)))
