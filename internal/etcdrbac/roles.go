@@ -96,6 +96,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			prefix(rw, k.Volumes()),
 			// Job arrays: create, stop, summaries.
 			prefix(rw, k.Arrays()),
+			// Its HTTPS endpoint's record, which agents deny sessions.
+			prefix(rw, k.ControlPlaneKind(state.EndpointAPI)),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -122,6 +124,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// retention deletes a finished array.
 			prefix(rw, k.Arrays()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
+			// Its HTTPS endpoint's record, which agents deny sessions.
+			prefix(rw, k.ControlPlaneKind(state.EndpointPlacer)),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
 	}
@@ -148,6 +152,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// values, Ray tokens), which the bind copies there, and no
 			// other node's; it deletes them with the binding.
 			prefix(rw, k.NodeBoundSecrets(n)),
+			// Its HTTPS endpoint's record; every control-plane record,
+			// whose endpoints it denies its sessions.
+			exact(rw, k.ControlPlane(state.EndpointAgent, n)), prefix(r, k.ControlPlaneDir()),
 		}})
 	}
 	return roles
@@ -161,7 +168,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(), k.ControlPlaneDir(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}
