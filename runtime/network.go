@@ -267,6 +267,8 @@ func (n *cniNetwork) fwdRules() []rule {
 	for _, c := range n.opts.DenyCIDRs {
 		rules = append(rules, r("-i "+br+" -d "+c+" -j DROP"))
 	}
+	// The control plane's endpoints on other machines (DenyEndpoints).
+	rules = append(rules, r("-i "+br+" -j "+n.cpChain()))
 	if p := n.opts.BlockedPorts; p[0] > 0 && p[1] >= p[0] {
 		span := strconv.Itoa(p[0]) + ":" + strconv.Itoa(p[1])
 		rules = append(rules,
@@ -303,7 +305,7 @@ func (n *cniNetwork) installChains() error {
 	for _, c := range []struct {
 		chain string
 		rules []rule
-	}{{n.ses, nil}, {n.fwd, n.fwdRules()}, {n.in, n.inRules()}} {
+	}{{n.ses, nil}, {n.cpChain(), nil}, {n.fwd, n.fwdRules()}, {n.in, n.inRules()}} {
 		if err := n.syncChain(c.chain, c.rules, c.rules != nil); err != nil {
 			return err
 		}

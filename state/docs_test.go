@@ -83,6 +83,7 @@ var docTypes = map[string]any{
 	"UIDRecord":         state.UIDRecord{},
 	"RayToken":          state.RayToken{},
 	"SpecSecrets":       state.SpecSecrets{},
+	"Endpoints":         state.Endpoints{},
 	"Volume":            state.Volume{},
 	"Team":              state.Team{},
 	"Accrual":           state.Accrual{},

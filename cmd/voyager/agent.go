@@ -37,7 +37,7 @@ var agentEnvs = []string{
 	config.EnvAgentImage, config.EnvAgentPorts, config.EnvAgentStopGrace, config.EnvAgentHomeDir,
 	config.EnvAgentUID, config.EnvAgentGID, config.EnvAgentLogMaxMiB,
 	config.EnvAgentNetwork, config.EnvAgentNetworkName, config.EnvAgentNetworkSubnet, config.EnvAgentNetworkDeny,
-	config.EnvAgentNetworkAllow, config.EnvAgentJobRoutes, config.EnvAgentCNIPluginDirs, config.EnvAgentFenceKeeper,
+	config.EnvAgentNetworkAllow, config.EnvAgentDenyControl, config.EnvAgentJobRoutes, config.EnvAgentCNIPluginDirs, config.EnvAgentFenceKeeper,
 	config.EnvAgentActivityEvery, config.EnvAgentGPUBusyPercent, config.EnvAgentGPUUnusedAfter,
 	config.EnvRestartBackoff, config.EnvRestartBackoffMax, config.EnvRetention, config.EnvStartTimeout,
 }
@@ -99,10 +99,15 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 		return exitCode(exitError)
 	}
 	log.Info("http listening", "addr", hs.Addr())
-	err = supervise(ctx, log, []component{
+	comps, err := agentControlPlane(ctx, store.client, cfg, parts, hs.Addr(), log)
+	if err != nil {
+		log.Error("voyager agent failed", "err", err)
+		return exitCode(exitError)
+	}
+	err = supervise(ctx, log, append([]component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
 		parts.component(),
-	})
+	}, comps...))
 	if err != nil {
 		log.Error("voyager agent failed", "err", err)
 		return exitCode(exitError)

@@ -103,6 +103,7 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 	err = supervise(ctx, log, []component{
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
 		apiComponent(a),
+		selfEndpoint(store.client, cfg, state.EndpointAPI, hs.Addr(), log),
 	})
 	if err != nil {
 		log.Error("voyager api failed", "err", err)

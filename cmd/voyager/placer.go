@@ -85,6 +85,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
 		{name: "caches", run: shared.Run},
 		placerComponent(p),
+		selfEndpoint(store.client, cfg, state.EndpointPlacer, hs.Addr(), log),
 		{name: "retention", run: afterFirstPass(p, ret.Run)},
 		{name: "lifecycle", run: afterFirstPass(p, lc.Run)},
 		accountantComponent(store.client, cfg, log, registry),

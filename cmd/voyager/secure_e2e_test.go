@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -669,6 +670,17 @@ func TestMultiMachineE2E(t *testing.T) {
 		t.Fatalf("jobs ran on %v; want one on each of %v", on, nodes)
 	}
 	c.checkRefusals(ctx, nodes, net.ip["gpu-1"]+":7071")
+	var cp []string
+	for _, m := range ms {
+		cp = append(cp, m.client, m.peer)
+	}
+	for _, ctl := range []string{"ctl-1", "ctl-2"} {
+		cp = append(cp, apis[ctl], net.ip[ctl]+":7070")
+	}
+	for _, g := range gpus {
+		cp = append(cp, net.ip[g]+":7071")
+	}
+	checkControlPlaneUnreachable(t, c.cliEnv(apis["ctl-1"], secret), net.ns["ctl-2"], cp, net.ip["ctl-2"]+":"+strconv.Itoa(controlPlaneProbePort))
 
 	// A gang: a Ray head and a worker of two GPUs each, so on two machines,
 	// bound in one transaction; the worker gets the head's address on the

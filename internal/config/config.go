@@ -103,6 +103,7 @@ const (
 	EnvAgentNetworkSubnet = "VOYAGER_AGENT_NETWORK_SUBNET"
 	EnvAgentNetworkDeny   = "VOYAGER_AGENT_NETWORK_DENY"
 	EnvAgentNetworkAllow  = "VOYAGER_AGENT_NETWORK_ALLOW"
+	EnvAgentDenyControl   = "VOYAGER_AGENT_NETWORK_DENY_CONTROL_PLANE"
 	EnvAgentJobRoutes     = "VOYAGER_AGENT_JOB_ROUTES"
 	EnvAgentFenceKeeper   = "VOYAGER_AGENT_FENCE_KEEPER"
 	EnvAgentCNIPluginDirs = "VOYAGER_AGENT_CNI_PLUGIN_DIRS"
@@ -308,6 +309,10 @@ type Config struct {
 	AgentNetworkSubnet string `env:"VOYAGER_AGENT_NETWORK_SUBNET" docDefault:"a /24 in 10.128.0.0/10 derived from the name" doc:"IPv4 subnet (CIDR) the sessions' addresses come from"`
 	// AgentNetworkDeny are networks sessions may never reach.
 	AgentNetworkDeny []string `env:"VOYAGER_AGENT_NETWORK_DENY" envSeparator:"," envDefault:"169.254.0.0/16" doc:"comma-separated networks (CIDR) sessions may not reach at all: the control plane's (etcd, API), the cloud metadata service's"`
+	// AgentDenyControlPlane denies sessions every control-plane endpoint
+	// the agent knows, besides AgentNetworkDeny.
+	AgentDenyControlPlane bool `env:"VOYAGER_AGENT_NETWORK_DENY_CONTROL_PLANE" envDefault:"true" doc:"deny sessions every control-plane endpoint the agent knows (the etcd members' client and peer ports, every API, placer and other node's agent, from etcd), besides VOYAGER_AGENT_NETWORK_DENY; false only for debugging"`
+
 	// AgentNetworkAllow are ip:port endpoints every session may reach.
 	AgentNetworkAllow []string `env:"VOYAGER_AGENT_NETWORK_ALLOW" envSeparator:"," docDefault:"empty" doc:"comma-separated ip:port endpoints every session may reach although the network rules refuse them, such as JupyterHub's API (its hub_connect_url) on this machine"`
 	// AgentJobRoutes is how a multi-node job's parts reach each other's

@@ -12,7 +12,7 @@ import (
 
 // defaults is the Config that an environment with only HOME yields.
 func defaults() Config {
-	return Config{
+	c := Config{
 		EtcdPrefix:      "/voyager",
 		EtcdDialTimeout: 5 * time.Second,
 		DataDir:         "/home/u/.local/share/voyager",
@@ -81,6 +81,8 @@ func defaults() Config {
 		Retention:   168 * time.Hour,
 		HistoryFile: "/home/u/.local/share/voyager/history/sessions.jsonl",
 	}
+	c.AgentDenyControlPlane = true
+	return c
 }
 
 func TestLoad(t *testing.T) {
@@ -180,6 +182,7 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_ULIMIT_NOFILE=65536",
 				"VOYAGER_ULIMIT_MEMLOCK=65536",
 				"VOYAGER_AGENT_JOB_ROUTES=Fabric",
+				"VOYAGER_AGENT_NETWORK_DENY_CONTROL_PLANE=false",
 			},
 			edit: func(c *Config) {
 				*c = Config{

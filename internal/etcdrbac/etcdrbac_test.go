@@ -131,6 +131,11 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			deny(put(func(k state.Keys) string { return k.BoundSecrets("gpu-b", "s1") })),
 			deny(get(func(k state.Keys) string { return k.SpecSecrets("s1") })),
 			deny(get(func(k state.Keys) string { return k.RayToken("s1") })),
+			// Its own endpoint record; every record it reads.
+			allow(put(func(k state.Keys) string { return k.ControlPlane(state.EndpointAgent, "gpu-a") })),
+			allow(list(func(k state.Keys) string { return k.ControlPlaneDir() })),
+			deny(put(func(k state.Keys) string { return k.ControlPlane(state.EndpointAgent, "gpu-b") })),
+			deny(del(func(k state.Keys) string { return k.ControlPlane(state.EndpointAPI, "x") })),
 		}},
 		{etcdrbac.Operator, []probe{
 			allow(list(func(k state.Keys) string { return k.Sessions() })),

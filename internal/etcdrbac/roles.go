@@ -99,6 +99,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// Teams: admins write them; creates read a session's team;
 			// usage reports and budgets read the GPU-hours.
 			prefix(rw, k.Teams()), prefix(r, k.GPUHoursDir()),
+			// Its HTTPS endpoint's record, which agents deny sessions.
+			prefix(rw, k.ControlPlaneKind(state.EndpointAPI)),
 			// Views, the queue plan, events; the owner's URLs.
 			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
 			prefix(r, k.SecretsDir()),
@@ -127,6 +129,8 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// The usage accountant: accruals, daily GPU-hours, its cursor.
 			prefix(rw, k.Accruals()), prefix(rw, k.GPUHoursDir()), prefix(rw, k.Cursors()), prefix(r, k.Teams()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
+			// Its HTTPS endpoint's record, which agents deny sessions.
+			prefix(rw, k.ControlPlaneKind(state.EndpointPlacer)),
 		}},
 		{Name: Operator, Perms: operatorPerms(k, probe)},
 	}
@@ -153,6 +157,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// values, Ray tokens), which the bind copies there, and no
 			// other node's; it deletes them with the binding.
 			prefix(rw, k.NodeBoundSecrets(n)),
+			// Its HTTPS endpoint's record; every control-plane record,
+			// whose endpoints it denies its sessions.
+			exact(rw, k.ControlPlane(state.EndpointAgent, n)), prefix(r, k.ControlPlaneDir()),
 		}})
 	}
 	return roles
@@ -166,7 +173,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 	for _, d := range []string{
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
-		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(),
+		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(), k.ControlPlaneDir(),
 		k.Teams(), k.Accruals(), k.GPUHoursDir(), k.Cursors(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))

@@ -60,7 +60,8 @@ func TestTableCoversDocumentedKeys(t *testing.T) {
 		dirs++
 		// A key of the directory: a node's own, or one under a node (the
 		// per-node ranges of the agents' roles).
-		keys := []string{k.All() + m[1] + "/gpu-1", k.All() + m[1] + "/gpu-1/x"}
+		// controlplane/ is by kind, then name (an agent's own: its node).
+		keys := []string{k.All() + m[1] + "/gpu-1", k.All() + m[1] + "/gpu-1/x", k.All() + m[1] + "/agent/gpu-1"}
 		readable := false
 		for _, p := range operator.Perms {
 			readable = readable || covers(p, keys[1], false)
@@ -105,7 +106,7 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 			continue
 		}
 		writes++
-		own := p.End == "" && (p.Key == k.Node("gpu-1") || p.Key == k.Ledger("gpu-1"))
+		own := p.End == "" && (p.Key == k.Node("gpu-1") || p.Key == k.Ledger("gpu-1") || p.Key == k.ControlPlane(state.EndpointAgent, "gpu-1"))
 		own = own || (strings.HasSuffix(p.Key, "/gpu-1/") && p.End == clientv3.GetPrefixRangeEnd(p.Key))
 		if !own {
 			t.Errorf("the agent of gpu-1 may %s: not its node's", p)
