@@ -221,19 +221,7 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 // placements kept are written. It returns those ledger writes, and checks
 // the transaction against this placer's budget.
 func (p *Placer) bindOps(t *bindTxn) ([]state.LedgerWrite, []clientv3.Cmp, []clientv3.Op, error) {
-	used := map[string]bool{}
-	for _, pl := range t.ps {
-		for _, bd := range pl.Bindings {
-			used[bd.Node] = true
-		}
-	}
-	lws := make([]state.LedgerWrite, 0, len(t.order))
-	for _, n := range t.order {
-		if used[n] {
-			lws = append(lws, *t.writes[n])
-		}
-	}
-	cmps, ops, err := state.BindOps(p.cfg.Keys, lws, t.ps)
+	lws, cmps, ops, err := p.bindOpsUnchecked(t)
 	if err != nil {
 		return nil, nil, nil, err
 	}
