@@ -48,7 +48,8 @@ func bound(shape, goal string, issue float64) (float64, bool) {
 }
 
 // TestSuiteGoals runs every shape of the suite at 16 nodes, binpack and
-// spread, seeds 1–3 (seed 1 with -short), at the default settings, and
+// spread, seeds 1–3 (seed 1 with -short or the race detector), at the
+// default settings, and
 // asserts issue 34's goals on every run: Jain's index over users with
 // waiting work at least 0.95 at every pass of the window and on average;
 // the p99 wait of 8-GPU requests at most twice that of 1-GPU requests; no
@@ -61,7 +62,7 @@ func bound(shape, goal string, issue float64) (float64, bool) {
 // spread, Jain min 0.500).
 func TestSuiteGoals(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		seeds = seeds[:1]
 	}
 	rows := RunSuite(Suite(16, 1), defaultOptions(t), []placer.Strategy{placer.Binpack, placer.Spread}, seeds)
