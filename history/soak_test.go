@@ -33,7 +33,7 @@ import (
 )
 
 var (
-	soakBinds = flag.Int64("soak.binds", 20000, "binds the soak runs before it stops (make soak: 1,000,000)")
+	soakBinds = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
 	soakSeed  = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
 	soakChaos = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
 	soakEtcd  = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
