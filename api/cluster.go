@@ -125,7 +125,7 @@ func (a *API) nodeSummaries() []NodeSummary {
 				}
 				if g.Healthy {
 					s.GPUs.Total++
-					if !held {
+					if !held && !g.Shared { // a shared GPU is never free whole: its room is its devices' freeMiB
 						s.GPUs.Free++
 						s.ModelsFree[g.Model]++
 					}

@@ -2,11 +2,13 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -57,6 +59,20 @@ func TestFractionRequests(t *testing.T) {
 	h.waitFor("gpu-2 in the API's view", func() bool {
 		return strings.Contains(string(h.do("GET", "/api/v1/nodes", h.token("root", "admin"), nil).body), `"name":"gpu-2"`)
 	})
+	// The shared GPU is no free GPU for whole requests (nor the spawn
+	// form's count); its room shows as the device's freeMiB.
+	var nodes api.NodeList
+	if err := json.Unmarshal(h.do("GET", "/api/v1/nodes?devices=true", ada, nil).body, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Name != "gpu-2" {
+			continue
+		}
+		if n.GPUs.Total != 1 || n.GPUs.Free != 0 || n.ModelsFree["NVIDIA A100-SXM4-80GB"] != 0 || len(n.Devices) != 1 || !n.Devices[0].Shared || n.Devices[0].FreeMiB != 81920 {
+			t.Errorf("gpu-2 %+v; want its shared GPU counted but not free, with 81920 MiB free for fractions", n)
+		}
+	}
 	p = want(t, h.do("POST", "/api/v1/sessions", ada, frac(map[string]any{"gpus": 1, "gpuShareMiB": 102400})), http.StatusUnprocessableEntity).problem(t)
 	if !strings.Contains(p.Detail, "no node can ever hold a 102400 MiB fraction") {
 		t.Errorf("too large a fraction: %q", p.Detail)

@@ -254,6 +254,9 @@ func gpuHours(s api.SessionView, now time.Time) float64 {
 	if h < 0 {
 		return 0
 	}
+	if sh := s.Status.GPUShare; sh != nil { // a fraction counts as its share of a GPU
+		return float64(sh.MilliGPUs()) / 1000 * h
+	}
 	return float64(gpus) * h
 }
 

@@ -102,6 +102,7 @@ func (a *Agent) Collectors() []prometheus.Collector {
 			func() float64 { return float64(a.activityWrites.Load()) }),
 		&usageCollector{a: a, labels: labels},
 		&sessionGPUCollector{a: a, labels: labels},
+		&shareCollector{a: a, labels: labels},
 	}
 }
 

@@ -209,7 +209,7 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 		pl.Bindings = bdSlab[first:last:last]
 		pl.Status = state.Status{
 			Session: e.Session, Phase: state.PhaseBound, Reason: "Bound",
-			Message: boundMessage(d), Nodes: nodeSlab[first:last:last], Attempt: e.Attempt,
+			Message: boundMessage(d), Nodes: nodeSlab[first:last:last], Attempt: e.Attempt, GPUShare: allocs[0].Share,
 			Created: e.Created, Updated: now, Bound: boundAt,
 		}
 		ps = append(ps, pl)

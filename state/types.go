@@ -405,12 +405,16 @@ type Status struct {
 	// current bindings consumed (Binding.QueueRevision), written by the
 	// bind: the status merger folds in only the parts of this queueing.
 	// Zero before the first bind, and in statuses from before part keys.
-	QueueRevision int64      `json:"queueRevision,omitempty"`
-	Created       time.Time  `json:"created"`
-	Updated       time.Time  `json:"updated"`
-	Bound         *time.Time `json:"bound,omitempty"`
-	Started       *time.Time `json:"started,omitempty"`
-	Finished      *time.Time `json:"finished,omitempty"`
+	QueueRevision int64 `json:"queueRevision,omitempty"`
+	// GPUShare is the fraction of a shared GPU each part of the current
+	// attempt holds (Allocation.Share), written by the bind: GPU-hours
+	// count it as its share of a GPU. Nil for whole GPUs and MIG devices.
+	GPUShare *GPUShare  `json:"gpuShare,omitempty"`
+	Created  time.Time  `json:"created"`
+	Updated  time.Time  `json:"updated"`
+	Bound    *time.Time `json:"bound,omitempty"`
+	Started  *time.Time `json:"started,omitempty"`
+	Finished *time.Time `json:"finished,omitempty"`
 	// RetryAt is when a session that waits to run again (Phase Pending,
 	// Reason BackOff or Preempted, no queue entry yet) is re-queued.
 	RetryAt *time.Time `json:"retryAt,omitempty"`

@@ -23,7 +23,12 @@ type RunSummary struct {
 	Finished *time.Time `json:"finished,omitempty"`
 	// WallSeconds is from the start of its last attempt to its end.
 	WallSeconds float64 `json:"wallSeconds"`
-	// GPUHours is GPUs × wall time in hours.
+	// GPUShare is the fraction of a GPU each node's part held, for a
+	// fraction of a shared GPU (its memory's share of the GPU, or its
+	// compute percent where larger); absent for whole GPUs.
+	GPUShare float64 `json:"gpuShare,omitempty"`
+	// GPUHours is GPUs × wall time in hours (a fraction counts as its
+	// share of a GPU).
 	GPUHours float64 `json:"gpuHours"`
 	ExitCode *int    `json:"exitCode,omitempty"`
 	Attempt  int     `json:"attempt"`
@@ -42,6 +47,10 @@ func summarize(s state.Session, st state.Status) RunSummary {
 		sum.WallSeconds = wall.Seconds()
 		sum.GPUHours = float64(sum.GPUs) * wall.Hours()
 	}
+	if sh := st.GPUShare; sh != nil {
+		sum.GPUShare = float64(sh.MilliGPUs()) / 1000
+		sum.GPUHours = sum.GPUShare * float64(nodes) * sum.WallSeconds / 3600
+	}
 	return sum
 }
 
@@ -57,7 +66,11 @@ func (r RunSummary) line() string {
 		exit = itoa(*r.ExitCode)
 	}
 	wall := (time.Duration(r.WallSeconds * float64(time.Second))).Round(100 * time.Millisecond)
-	return fmt.Sprintf("%s %s on %s, %d GPU(s), wall %s, %.3f GPU-hours, exit %s", r.Session, r.Phase, nodes, r.GPUs, wall, r.GPUHours, exit)
+	gpus := fmt.Sprintf("%d GPU(s)", r.GPUs)
+	if r.GPUShare > 0 {
+		gpus = fmt.Sprintf("%g of a shared GPU", r.GPUShare)
+	}
+	return fmt.Sprintf("%s %s on %s, %s, wall %s, %.3f GPU-hours, exit %s", r.Session, r.Phase, nodes, gpus, wall, r.GPUHours, exit)
 }
 
 // report prints the summary of a finished job: as JSON on stdout, or as

@@ -91,6 +91,10 @@ func TestSharedGPUE2E(t *testing.T) {
 	if st1, st2 := status(s1), status(s2); len(st1.Nodes) != 1 || len(st2.Nodes) != 1 || st1.Phase != state.PhaseRunning || st2.Phase != state.PhaseRunning {
 		t.Fatalf("statuses %+v and %+v; want both running", st1, st2)
 	}
+	// The status records the fraction as bound: GPU-hours count it so.
+	if sh := status(s1).GPUShare; sh == nil || sh.MemoryMiB != 30000 || sh.GPUMemoryMiB != 81920 || sh.ComputePercent != 25 {
+		t.Errorf("%s's status share %+v; want 30000 of 81920 MiB at 25%%", s1, sh)
+	}
 	sharedFree := func() int64 {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+env.httpAddr+"/api/v1/nodes?devices=true", nil)
