@@ -61,7 +61,7 @@ func (p *planner) entitle(maxPartial int) {
 		if it.Pinned {
 			continue
 		}
-		g := requestGPUs(it.Entry)
+		g := requestGPUs(it.Entry, p.usage.shareRef)
 		demand[it.Entry.Owner] += g
 		waiting[it.Entry.Owner] += g
 		if largeReq(it.Entry, maxPartial) {
@@ -92,15 +92,18 @@ func largeReq(e *state.QueueEntry, maxPartial int) bool {
 	return false
 }
 
-// requestGPUs is every GPU e asks for, on all its parts.
-func requestGPUs(e *state.QueueEntry) int64 {
-	g := int64(e.Request.GPUs)
+// requestGPUs is every GPU e asks for, on all its parts, in thousandths
+// of a GPU (a fraction as its share of a GPU of refMiB, share.go): the
+// unit of the planner's usage amounts, which the hold budget is computed
+// against.
+func requestGPUs(e *state.QueueEntry, refMiB int64) int64 {
+	g := milliGPUs(&e.Request, refMiB)
 	if e.Workers > 0 {
-		w := e.Request.GPUs
+		w := &e.Request
 		if e.WorkerRequest != nil {
-			w = e.WorkerRequest.GPUs
+			w = e.WorkerRequest
 		}
-		g += int64(e.Workers * w)
+		g += int64(e.Workers) * milliGPUs(w, refMiB)
 	}
 	return g
 }
@@ -162,7 +165,7 @@ func (p *planner) aged(e *state.QueueEntry) bool {
 
 // holdAfter is how long e waits before it may hold nodes.
 func (p *planner) holdAfter(e *state.QueueEntry) time.Duration {
-	return p.opt.ReserveAfter / time.Duration(max(requestGPUs(e), 1))
+	return p.opt.ReserveAfter / time.Duration(max(requestGPUs(e, p.usage.shareRef)/1000, 1))
 }
 
 // mayHold reports whether e may hold nodes now: it has waited
@@ -301,12 +304,12 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 		if len(p.holding[e.Session]) == 0 {
 			p.holders[e.Owner]++
 			if p.holdGPUs != nil {
-				p.holdGPUs[e.Owner] += requestGPUs(e)
+				p.holdGPUs[e.Owner] += requestGPUs(e, p.usage.shareRef)
 			}
 		}
 		if charged {
-			p.charge[e.Session] += int64(best.freeGPUs)
-			p.charged[e.Owner] += int64(best.freeGPUs)
+			p.charge[e.Session] += 1000 * int64(best.freeGPUs) // thousandths, as usage amounts
+			p.charged[e.Owner] += 1000 * int64(best.freeGPUs)
 		}
 		p.holding[e.Session] = append(p.holding[e.Session], best)
 		used[best.name] = true

@@ -147,7 +147,8 @@ type planner struct {
 	// holding marks the sessions that hold nodes in this pass, with the
 	// nodes they hold; holdGPUs is the GPUs the requests holding nodes
 	// ask for, by owner, and holdBudget the GPUs by which each owner's
-	// fair entitlement exceeds what it holds (hold.go).
+	// fair entitlement exceeds what it holds (hold.go). All GPU amounts of
+	// the planner are thousandths of a GPU (a fraction is its share).
 	holding    map[string][]*nodeState
 	holdGPUs   map[string]int64
 	holdBudget map[string]int64
