@@ -277,20 +277,5 @@ func (f *teamFlags) team(cmd *cobra.Command) (state.Team, error) {
 }
 
 func newTeamDeleteCmd() *cobra.Command {
-	var cf clientFlags
-	cmd := &cobra.Command{
-		Use:     "delete NAME",
-		Aliases: []string{"rm"},
-		Short:   "Delete a team with no teams below it (admin)",
-		Args:    exactArgs(1),
-		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			if err := c.do(cmd.Context(), "DELETE", "/api/v1/teams/"+url.PathEscape(args[0]), nil, nil); err != nil {
-				return cliError(cmd, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "team %s: deleted\n", args[0])
-			return nil
-		}),
-	}
-	cf.register(cmd, false)
-	return cmd
+	return newDeleteCmd("team", "/api/v1/teams/", "Delete a team with no teams below it (admin)")
 }

@@ -128,17 +128,23 @@ keep the definition they were admitted with.`,
 }
 
 func newVolumeDeleteCmd() *cobra.Command {
+	return newDeleteCmd("volume", "/api/v1/volumes/", "Delete a volume's definition; its files stay on the nodes (admin)")
+}
+
+// newDeleteCmd is `voyager KIND delete NAME` (alias rm): DELETE of
+// prefix+NAME through the API, saying "KIND NAME: deleted".
+func newDeleteCmd(kind, prefix, short string) *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
 		Use:     "delete NAME",
 		Aliases: []string{"rm"},
-		Short:   "Delete a volume's definition; its files stay on the nodes (admin)",
+		Short:   short,
 		Args:    exactArgs(1),
 		RunE: cliRunE(&cf, func(cmd *cobra.Command, c *client, args []string) error {
-			if err := c.do(cmd.Context(), "DELETE", "/api/v1/volumes/"+url.PathEscape(args[0]), nil, nil); err != nil {
+			if err := c.do(cmd.Context(), "DELETE", prefix+url.PathEscape(args[0]), nil, nil); err != nil {
 				return cliError(cmd, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "volume %s: deleted\n", args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: deleted\n", kind, args[0])
 			return nil
 		}),
 	}

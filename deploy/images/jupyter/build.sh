@@ -14,45 +14,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../debian-image.sh
+. "$here/../debian-image.sh"
 cache=${VOYAGER_IMAGE_CACHE:-$HOME/.cache/voyager/images}
-out=${1:-$cache/voyager.local-jupyter.tar}
-tag=${VOYAGER_JUPYTER_IMAGE:-voyager.local/jupyter:latest}
-mirror=${DEBIAN_MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)}
-mirror=${mirror:-http://deb.debian.org/debian}
-
-if [[ -s $out ]]; then
-	echo "image archive $out exists; delete it to rebuild"
-	exit 0
-fi
-if [[ $(id -u) != 0 ]]; then
-	echo "build.sh: needs root for debootstrap and chroot" >&2
-	exit 1
-fi
-command -v debootstrap >/dev/null || {
-	apt-get update
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends debootstrap
-}
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/voyager-jupyter.XXXXXX")
-trap 'umount "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
-root=$work/rootfs
-
-debootstrap --variant=minbase bookworm "$root" "$mirror"
-mount -t proc proc "$root/proc"
-chroot "$root" /bin/sh -ec '
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update
-	apt-get install -y --no-install-recommends \
-		jupyterhub python3-jupyter-server python3-notebook jupyter-core \
-		python3-ipykernel ca-certificates
-	apt-get clean
-	rm -rf /var/lib/apt/lists/*
-	useradd --uid 1000 --user-group --create-home --shell /bin/bash jovyan
-'
-umount "$root/proc"
-
-mkdir -p "$(dirname "$out")"
-python3 "$here/../mkimage.py" --rootfs "$root" --tag "$tag" --user 1000:1000 \
-	--workdir /home/jovyan --env HOME=/home/jovyan --env SHELL=/bin/bash --out "$out.tmp"
-mv "$out.tmp" "$out"
-echo "wrote $out ($tag)"
+debian_image jupyter "${1:-$cache/voyager.local-jupyter.tar}" "${VOYAGER_JUPYTER_IMAGE:-voyager.local/jupyter:latest}" \
+	"jupyterhub python3-jupyter-server python3-notebook jupyter-core python3-ipykernel ca-certificates"
