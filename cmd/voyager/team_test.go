@@ -60,6 +60,19 @@ func TestCLITeams(t *testing.T) {
 	if code, out, _ := voyager(t, "session", "get", strings.TrimSpace(id), "-o", "json"); code != 0 || !strings.Contains(out, `"team": "vision"`) {
 		t.Errorf("session get: exit %d\n%s", code, out)
 	}
+	// Delete: a user may not; an admin may delete a team with none below
+	// it, not one with teams below it.
+	if code, _, stderr := voyager(t, "team", "rm", "vision"); code != 1 || !strings.Contains(stderr, "admin") {
+		t.Errorf("a user deleted a team: exit %d, %s", code, stderr)
+	}
+	_, tok, _ = voyager(t, "token", "-sub", "root", "-admin")
+	t.Setenv(envToken, strings.TrimSpace(tok))
+	if code, _, stderr := voyager(t, "team", "delete", "research"); code != 1 {
+		t.Errorf("deleted a team with a team below it: exit %d, %s", code, stderr)
+	}
+	if code, out, stderr := voyager(t, "team", "delete", "vision"); code != 0 || out != "team vision: deleted\n" {
+		t.Errorf("team delete vision: exit %d, %q, %s", code, out, stderr)
+	}
 }
 
 // TestCLIUsageAndBudgetWarning: `voyager usage` prints the GPU-hours as a
