@@ -66,6 +66,7 @@ func TestMain(m *testing.M) {
 		}
 		return m.Run()
 	}()
+	runtimetest.SweepOwn() // what its voyager processes left: agents' CDI specs, networks, containers
 	os.Exit(code)
 }
 

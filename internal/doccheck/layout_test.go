@@ -3,6 +3,7 @@ package doccheck
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -101,8 +102,9 @@ func goPackageDirs(t *testing.T, root string) []string {
 //     such as placer/sim, is not covered by its parent's row: it has a
 //     job of its own to state);
 //   - every row names a file or directory that exists;
-//   - every top-level directory not hidden has a row naming it or a path
-//     under it, so non-Go parts (deploy, docs) are in the table too.
+//   - every top-level directory neither hidden nor ignored by git (bin/,
+//     build output) has a row naming it or a path under it, so non-Go
+//     parts (deploy, docs) are in the table too.
 func TestLayoutMatchesTree(t *testing.T) {
 	root := repoRoot(t)
 	b, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -138,7 +140,7 @@ func TestLayoutMatchesTree(t *testing.T) {
 		t.Fatalf("read %s: %v", root, err)
 	}
 	for _, e := range entries {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), "_") {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), "_") || gitIgnored(root, e.Name()) {
 			continue
 		}
 		covered := slices.ContainsFunc(rows, func(p string) bool {
@@ -159,4 +161,10 @@ func TestLayoutRowsParse(t *testing.T) {
 	if want := []string{"a", "a/b"}; !slices.Equal(got, want) {
 		t.Fatalf("layoutRows = %q, want %q", got, want)
 	}
+}
+
+// gitIgnored reports whether git ignores path (relative to root): build
+// output such as bin/ is no part of the layout.
+func gitIgnored(root, path string) bool {
+	return exec.Command("git", "-C", root, "check-ignore", "-q", path).Run() == nil
 }

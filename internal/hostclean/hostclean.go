@@ -26,6 +26,11 @@ type Options struct {
 	// whether or not it is in use (make clean-host). Off, only what an
 	// ended test process left.
 	All bool
+	// Own, without All, also removes what processes this one started
+	// (agents, voyager dev, under its runtime.EnvHostOwner label) recorded
+	// and left: those whose recorder has ended. A test binary sets it when
+	// its tests are done.
+	Own bool
 	// Match, when set, limits the sweep to objects whose name it accepts:
 	// a test sweeping only what it made itself.
 	Match func(name string) bool
@@ -67,6 +72,16 @@ type sweeper struct {
 
 func (s *sweeper) match(name string) bool { return s.opts.Match == nil || s.opts.Match(name) }
 
+// left reports whether o is provably a leftover: made under a test binary
+// that has ended, or (Own) under this process's label by a process that
+// has ended.
+func (s *sweeper) left(o runtime.Owner) bool {
+	if o.EndedTest() {
+		return true
+	}
+	return s.opts.Own && o.Label != "" && o.Label == os.Getenv(runtime.EnvHostOwner) && !o.Alive()
+}
+
 func (s *sweeper) removed(kind, name string) {
 	s.rep.Removed = append(s.rep.Removed, kind+" "+name)
 	s.log.Info("removed", "kind", kind, "name", name)
@@ -90,7 +105,7 @@ func Sweep(ctx context.Context, opts Options) (Report, error) {
 	// Containers first: their network attachments go with the networks.
 	s.containers(ctx, owners)
 	for _, o := range owners {
-		if o.Kind == "namespace" || !s.match(o.Name) || (!opts.All && !o.EndedTest()) {
+		if o.Kind == "namespace" || !s.match(o.Name) || (!opts.All && !s.left(o)) {
 			continue
 		}
 		s.owned(ctx, o)
@@ -156,7 +171,7 @@ func (s *sweeper) containers(ctx context.Context, owners []runtime.Owner) {
 			continue
 		}
 		if !s.opts.All {
-			ended := isRecorded && o.EndedTest()
+			ended := isRecorded && s.left(o)
 			if m := testNSRE.FindStringSubmatch(ns); m != nil {
 				pid, _ := strconv.Atoi(m[1])
 				ended = ended || !processAlive(pid)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,6 +106,13 @@ func leftovers(t *testing.T, tag string, pid int) []string {
 // killedVictim runs TestVictim in a process of its own, waits until it
 // holds its objects, kills it with -9 and returns its tag and pid.
 func killedVictim(t *testing.T) (string, int) {
+	return killedVictimLabelled(t, false)
+}
+
+// killedVictimLabelled is killedVictim; with child, the victim keeps this
+// test binary's label (runtime.EnvHostOwner), as the agents and voyager dev
+// processes a test starts do.
+func killedVictimLabelled(t *testing.T, child bool) (string, int) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testreq.Missing(t, "root", "the sweep test makes networks and containers: run as root")
@@ -126,7 +134,7 @@ func killedVictim(t *testing.T) (string, int) {
 	// of this one: what it leaves is an ended test binary's.
 	var env []string
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, runtime.EnvHostOwner+"=") {
+		if child || !strings.HasPrefix(e, runtime.EnvHostOwner+"=") {
 			env = append(env, e)
 		}
 	}
@@ -201,5 +209,32 @@ func TestCleanHostRemovesEverything(t *testing.T) {
 	}
 	if after := leftovers(t, tag, pid); len(after) > 0 {
 		t.Fatalf("after the clean-host sweep these remain: %v (it removed %v)", after, rep.Removed)
+	}
+}
+
+// TestSweepOwnAfterAChildEnded: what a process this test binary started
+// left (it carries this binary's label) is no ended test binary's, so the
+// sweep at a run's start leaves it; the sweep a test binary runs when its
+// tests are done (Own) removes it, its recorder having ended.
+func TestSweepOwnAfterAChildEnded(t *testing.T) {
+	tag, pid := killedVictimLabelled(t, true)
+	before := leftovers(t, tag, pid)
+	if len(before) < 5 {
+		t.Fatalf("a killed child left only %v; want its container, bridges, chains, netns and records", before)
+	}
+	// Its containerd namespace (voyager-test-<pid>-1) names the child's
+	// ended pid, so that goes at once; the records need Own.
+	if _, err := hostclean.Sweep(context.Background(), hostclean.Options{}); err != nil {
+		t.Errorf("sweep: %v", err)
+	}
+	if owners, _ := runtime.Owners(); !slices.ContainsFunc(owners, func(o runtime.Owner) bool { return strings.Contains(o.Name, tag) }) {
+		t.Fatal("the sweep of ended test binaries removed what a live test binary's child recorded")
+	}
+	rep, err := hostclean.Sweep(context.Background(), hostclean.Options{Own: true})
+	if err != nil {
+		t.Errorf("sweep (Own): %v", err)
+	}
+	if after := leftovers(t, tag, pid); len(after) > 0 {
+		t.Fatalf("after the Own sweep these remain: %v (it removed %v)", after, rep.Removed)
 	}
 }

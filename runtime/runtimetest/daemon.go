@@ -52,10 +52,12 @@ var daemon struct {
 // Before the tests it sweeps what earlier test runs killed midway left on
 // the machine (internal/hostclean: only what it can prove is an ended test
 // process's), and it labels what these tests create on the host as a
-// test's (runtime.EnvHostOwner), so that the next run can sweep it.
+// test's (runtime.EnvHostOwner), so that the next run can sweep it. After
+// them it sweeps what the processes they started left (SweepOwn).
 func Main(m *testing.M) int {
 	SweepLeftovers()
 	code := m.Run()
+	defer SweepOwn()
 	if daemon.d != nil {
 		cleanup(daemon.addr)
 		_ = daemon.d.Stop(10 * time.Second)
@@ -300,5 +302,21 @@ func SweepLeftovers() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "runtimetest: sweep leftovers of ended test runs: %v\n", err)
+	}
+}
+
+// SweepOwn removes what the processes this test binary started (agents,
+// voyager dev) recorded on the host and left when they ended: simulated
+// CDI specs, their containerd namespaces' containers, their networks. A
+// test binary calls it once its tests are done (Main does), so that a
+// passing run leaves nothing behind.
+func SweepOwn() {
+	if os.Geteuid() != 0 || os.Getenv(runtime.EnvHostOwner) == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := hostclean.Sweep(ctx, hostclean.Options{Own: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}); err != nil {
+		fmt.Fprintf(os.Stderr, "runtimetest: sweep what this test binary's processes left: %v\n", err)
 	}
 }
