@@ -765,6 +765,10 @@ func (n *cniNetwork) removeHere() error {
 	}
 	add(os.RemoveAll(filepath.Join("/var/lib/cni/networks", "voyager-"+n.opts.Name)))
 	if len(errs) == 0 {
+		// The state directory goes too when nothing is left in it (an
+		// empty netns pin directory included).
+		_ = os.Remove(filepath.Join(n.opts.StateDir, "netns"))
+		_ = os.Remove(n.opts.StateDir)
 		add(ForgetOwner("network", n.opts.Name))
 	}
 	if err := errors.Join(errs...); err != nil {

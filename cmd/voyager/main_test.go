@@ -153,6 +153,12 @@ func start(t *testing.T, environ []string, args ...string) *proc {
 // `ip netns exec`) and reads its stderr like start; name labels its log.
 func startCmd(t *testing.T, cmd *exec.Cmd, name string) *proc {
 	t.Helper()
+	// The process records what it makes on the host under this test
+	// binary's label, so that the binary's sweep at its end removes it
+	// (runtimetest.SweepOwn), whatever environment the test gave it.
+	if l := os.Getenv(vrt.EnvHostOwner); l != "" && cmd.Env != nil {
+		cmd.Env = append(cmd.Env, vrt.EnvHostOwner+"="+l)
+	}
 	p := &proc{t: t, cmd: cmd, lines: make(chan string, 1024), exit: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

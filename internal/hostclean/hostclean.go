@@ -3,6 +3,7 @@ package hostclean
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -183,6 +184,41 @@ func (s *sweeper) containers(ctx context.Context, owners []runtime.Owner) {
 		s.namespace(ctx, ns)
 		if isRecorded {
 			s.fail(runtime.ForgetOwner("namespace", ns))
+		}
+	}
+	if s.opts.All {
+		s.orphanedRunc(ctx)
+	}
+}
+
+// orphanedRunc removes, in every namespace's runc directory, the records of
+// stopped containers whose bundle is gone (their containerd, a test's
+// private one, was removed with its directory), then the runc directories
+// left empty. Nothing runs in either.
+func (s *sweeper) orphanedRunc(ctx context.Context) {
+	entries, _ := os.ReadDir(RuncRoot)
+	for _, e := range entries {
+		if !s.match(e.Name()) {
+			continue
+		}
+		root := filepath.Join(RuncRoot, e.Name())
+		out, _ := exec.CommandContext(ctx, "runc", "--root", root, "list", "--format", "json").Output()
+		var conts []struct {
+			ID, Status, Bundle string
+		}
+		_ = json.Unmarshal(out, &conts)
+		for _, c := range conts {
+			if c.Status != "stopped" || c.Bundle == "" || dirExists(c.Bundle) {
+				continue
+			}
+			if b, err := exec.CommandContext(ctx, "runc", "--root", root, "delete", "--force", c.ID).CombinedOutput(); err != nil {
+				s.fail(fmt.Errorf("delete container %s/%s: %w: %s", e.Name(), c.ID, err, bytes.TrimSpace(b)))
+				continue
+			}
+			s.removed("container", e.Name()+"/"+c.ID)
+		}
+		if os.Remove(root) == nil { // only when empty
+			s.removed("runc directory", root)
 		}
 	}
 }
