@@ -106,7 +106,15 @@ func Sweep(ctx context.Context, opts Options) (Report, error) {
 	// Containers first: their network attachments go with the networks.
 	s.containers(ctx, owners)
 	for _, o := range owners {
-		if o.Kind == "namespace" || !s.match(o.Name) || (!opts.All && !s.left(o)) {
+		if !s.match(o.Name) || (!opts.All && !s.left(o)) {
+			continue
+		}
+		if o.Kind == "namespace" {
+			// Its containers went above; a record of a namespace that
+			// never held one (no runc directory) goes here.
+			if !dirExists(filepath.Join(RuncRoot, o.Name)) {
+				s.fail(runtime.ForgetOwner(o.Kind, o.Name))
+			}
 			continue
 		}
 		s.owned(ctx, o)
@@ -136,8 +144,6 @@ func (s *sweeper) owned(ctx context.Context, o runtime.Owner) {
 		}
 		_ = os.RemoveAll(o.StateDir)
 		s.removed("network", o.Name)
-	case "namespace":
-		// its containers went with the namespaces (containers)
 	case "netns":
 		s.delNetns(o.Name)
 	case "link":
