@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containerd/containerd/pkg/netns"
 	gocni "github.com/containerd/go-cni"
@@ -447,6 +448,20 @@ func (n *cniNetwork) setup(ctx context.Context, id, nsPath string, spec Spec) (i
 // goroutines, outside HostNetNS).
 func (n *cniNetwork) attachHere(ctx context.Context, id, nsPath string, publish []Published) (string, error) {
 	res, err := n.cni.SetupSerially(ctx, id, nsPath, gocni.WithCapabilityPortMap(portMaps(publish)))
+	// Containers started at once on one machine race in the firewall
+	// plugin, which checks for its chains and then creates them: the loser
+	// gets iptables' exit status 4 (a resource problem, the chain being
+	// created). That is transient: undo the half-made attachment and try
+	// again, a few times.
+	for try := 1; err != nil && try < 4 && strings.Contains(err.Error(), "exit status 4") && ctx.Err() == nil; try++ {
+		n.log.Debug("CNI setup raced another; retrying", "container", id, "try", try, "err", err)
+		_ = n.cni.Remove(ctx, id, nsPath, gocni.WithCapabilityPortMap(portMaps(publish)))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+		res, err = n.cni.SetupSerially(ctx, id, nsPath, gocni.WithCapabilityPortMap(portMaps(publish)))
+	}
 	if err != nil {
 		return "", fmt.Errorf("set up network of %s: %w", id, err)
 	}
