@@ -16,11 +16,13 @@
 # iptables and iproute2 give each session its own network (docs/networking.md);
 # bash-completion and zsh load the CLI's completion scripts; gcc and
 # libc6-dev build the race detector's cgo parts; git stamps the version.
+# openssh-client is the ssh and scp that `voyager ssh` is tested under as a
+# ProxyCommand.
 set -euo pipefail
 
 packages=(containerd runc etcd-client etcd-server python3-jwt python3-cryptography busybox-static
 	jupyterhub debootstrap chromium bash-completion zsh gcc libc6-dev git
-	containernetworking-plugins iptables iproute2 python3-venv python3-pip python3-setuptools)
+	containernetworking-plugins iptables iproute2 python3-venv python3-pip python3-setuptools openssh-client)
 
 missing=()
 for p in "${packages[@]}"; do
