@@ -236,7 +236,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	leadUntilDone(ctx, c.log, "lifecycle", c.lead)
+	leadUntilDone(ctx, c.cli, c.cfg.Keys, "lifecycle", c.log, c.lead)
 	cancel()
 	wg.Wait()
 	close(errc)
@@ -246,12 +246,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
+// lead applies the rules, a pass at a time, until ctx ends.
 func (c *Controller) lead(ctx context.Context) error {
-	s, err := elect(ctx, c.cli, c.cfg.Keys, "lifecycle")
-	if err != nil {
-		return err
-	}
-	defer s.Close()
 	for _, cache := range c.caches() {
 		if err := cache.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("sync lifecycle caches: %w", err)
@@ -270,8 +266,6 @@ func (c *Controller) lead(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.Done():
-			return errors.New("lease expired")
 		case <-tick.C:
 		case <-c.kick:
 		}

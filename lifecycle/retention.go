@@ -16,9 +16,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/voyager-gpu/voyager/internal/ctxwait"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -113,16 +111,12 @@ func (r *Retention) RetiredArrays() int64 {
 // Run sweeps every Every while this process holds the retention election,
 // until ctx ends. It returns nil when ctx is cancelled.
 func (r *Retention) Run(ctx context.Context) error {
-	leadUntilDone(ctx, r.log, "retention", r.lead)
+	leadUntilDone(ctx, r.cli, r.cfg.Keys, "retention", r.log, r.lead)
 	return nil
 }
 
+// lead sweeps every Every until ctx ends.
 func (r *Retention) lead(ctx context.Context) error {
-	s, err := elect(ctx, r.cli, r.cfg.Keys, "retention")
-	if err != nil {
-		return err
-	}
-	defer s.Close()
 	r.log.Debug("retention sweeper elected", "after", r.cfg.After, "history", r.cfg.HistoryPath)
 	tick := time.NewTicker(r.cfg.Every)
 	defer tick.Stop()
@@ -133,8 +127,6 @@ func (r *Retention) lead(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.Done():
-			return errors.New("lease expired")
 		case <-tick.C:
 		}
 	}
@@ -378,33 +370,4 @@ func (r *Retention) appendHistory(records []HistoryRecord) error {
 		return fmt.Errorf("close history: %w", err)
 	}
 	return nil
-}
-
-// leadUntilDone runs lead again and again until ctx ends: lead campaigns,
-// works while it leads and returns when it lost the leadership; a second
-// passes before the next campaign.
-func leadUntilDone(ctx context.Context, log *slog.Logger, name string, lead func(context.Context) error) {
-	for ctx.Err() == nil {
-		if err := lead(ctx); err != nil && ctx.Err() == nil {
-			log.Warn(name+" leadership lost; campaigning again", "err", err)
-			ctxwait.Sleep(ctx, time.Second)
-		}
-	}
-}
-
-// elect campaigns in the etcd election elections/<name> under keys'
-// prefix and returns, once this process leads, the session whose lease
-// holds the leadership: it is lost when the session's Done closes. The
-// caller closes the session to resign.
-func elect(ctx context.Context, cli *clientv3.Client, keys state.Keys, name string) (*concurrency.Session, error) {
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("create %s lease: %w", name, err)
-	}
-	host, _ := os.Hostname()
-	if err := concurrency.NewElection(s, keys.Elections()+name).Campaign(ctx, host); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("campaign for %s: %w", name, err)
-	}
-	return s, nil
 }

@@ -91,25 +91,8 @@ func (a *Accountant) Applied() int64 {
 // Run accounts while this process holds the usage election, until ctx
 // ends. It returns nil when ctx is cancelled.
 func (a *Accountant) Run(ctx context.Context) error {
-	leadUntilDone(ctx, a.log, "usage accountant", a.lead)
+	leadUntilDone(ctx, a.cli, a.cfg.Keys, "usage", a.log, a.follow)
 	return nil
-}
-
-func (a *Accountant) lead(ctx context.Context) error {
-	s, err := elect(ctx, a.cli, a.cfg.Keys, "usage")
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.Ctx(), cancel)
-	defer stop()
-	err = a.follow(ctx)
-	if s.Ctx().Err() != nil {
-		return errors.New("lease expired")
-	}
-	return err
 }
 
 // follow handles every status change from the cursor on (or, without a
