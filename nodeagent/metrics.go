@@ -101,40 +101,53 @@ func (a *Agent) Collectors() []prometheus.Collector {
 		counter("activity_writes_total", "Samples that changed meaningfully and were written to a session's status.",
 			func() float64 { return float64(a.activityWrites.Load()) }),
 		&usageCollector{a: a, labels: labels},
-		&sessionGPUCollector{a: a, labels: labels},
-		&shareCollector{a: a, labels: labels},
+		newSessionGPUCollector(a, labels),
+		newShareCollector(a, labels),
 	}
 }
 
-// Per allocated GPU, from each session's latest activity sample.
+// sessionGPULabels label a series of one GPU, or one fraction of a GPU,
+// that a session holds here: the GPU's UUID, the session, and whether the
+// GPU is simulated. The samples of allocated GPUs and the limits of
+// fractions carry the same labels, so a dashboard joins them.
 var sessionGPULabels = []string{"gpu", "session", "simulated"}
+
+// sessionGPUDesc describes a per-session GPU series of the agent's node.
+func sessionGPUDesc(name, help string, node prometheus.Labels) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, sessionGPULabels, node)
+}
+
+// describe sends ds: the Describe of a collector whose series are fixed.
+func describe(ch chan<- *prometheus.Desc, ds ...*prometheus.Desc) {
+	for _, d := range ds {
+		ch <- d
+	}
+}
 
 // sessionGPUCollector reports each allocated GPU's last sample: its
 // utilisation, memory in use, and whether it is unused (no process and no
 // utilisation for Config.GPUUnusedAfter).
 type sessionGPUCollector struct {
-	a      *Agent
-	labels prometheus.Labels
+	a                 *Agent
+	util, mem, unused *prometheus.Desc
 }
 
-func (c *sessionGPUCollector) descs() (util, mem, unused *prometheus.Desc) {
-	return prometheus.NewDesc("voyager_agent_session_gpu_utilization_ratio",
-			"Fraction of the last sample period each allocated GPU was busy (simulated=\"true\": made up from the container's CPU use).", sessionGPULabels, c.labels),
-		prometheus.NewDesc("voyager_agent_session_gpu_memory_used_bytes",
-			"Device memory in use on each allocated GPU at the last sample.", sessionGPULabels, c.labels),
-		prometheus.NewDesc("voyager_agent_session_gpu_unused",
-			"1 when an allocated GPU has had no process and no utilisation for the unused-after time.", sessionGPULabels, c.labels)
+func newSessionGPUCollector(a *Agent, node prometheus.Labels) *sessionGPUCollector {
+	return &sessionGPUCollector{a: a,
+		util: sessionGPUDesc("voyager_agent_session_gpu_utilization_ratio",
+			"Fraction of the last sample period each allocated GPU was busy (simulated=\"true\": made up from the container's CPU use).", node),
+		mem: sessionGPUDesc("voyager_agent_session_gpu_memory_used_bytes",
+			"Device memory in use on each allocated GPU at the last sample.", node),
+		unused: sessionGPUDesc("voyager_agent_session_gpu_unused",
+			"1 when an allocated GPU has had no process and no utilisation for the unused-after time.", node),
+	}
 }
 
 func (c *sessionGPUCollector) Describe(ch chan<- *prometheus.Desc) {
-	u, m, n := c.descs()
-	ch <- u
-	ch <- m
-	ch <- n
+	describe(ch, c.util, c.mem, c.unused)
 }
 
 func (c *sessionGPUCollector) Collect(ch chan<- prometheus.Metric) {
-	u, m, n := c.descs()
 	c.a.mu.Lock()
 	defer c.a.mu.Unlock()
 	for session, gpus := range c.a.gpuActivity {
@@ -144,9 +157,9 @@ func (c *sessionGPUCollector) Collect(ch chan<- prometheus.Metric) {
 			if g.Unused {
 				unused = 1
 			}
-			ch <- prometheus.MustNewConstMetric(u, prometheus.GaugeValue, float64(g.UtilizationPercent)/100, lv...)
-			ch <- prometheus.MustNewConstMetric(m, prometheus.GaugeValue, float64(g.MemoryUsedMiB<<20), lv...)
-			ch <- prometheus.MustNewConstMetric(n, prometheus.GaugeValue, unused, lv...)
+			ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, float64(g.UtilizationPercent)/100, lv...)
+			ch <- prometheus.MustNewConstMetric(c.mem, prometheus.GaugeValue, float64(g.MemoryUsedMiB<<20), lv...)
+			ch <- prometheus.MustNewConstMetric(c.unused, prometheus.GaugeValue, unused, lv...)
 		}
 	}
 }

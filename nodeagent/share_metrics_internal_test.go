@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -30,7 +31,7 @@ voyager_agent_session_gpu_share_bytes{gpu="GPU-a",node="n1",session="s1",simulat
 # TYPE voyager_agent_mps_daemons gauge
 voyager_agent_mps_daemons{node="n1"} 0
 `
-	c := &shareCollector{a: a, labels: map[string]string{"node": "n1"}}
+	c := newShareCollector(a, prometheus.Labels{"node": "n1"})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
