@@ -46,13 +46,7 @@ func runBinary(t *testing.T, environ []string, args ...string) (int, string, str
 // contract on real containers.
 func TestRunSummaryAndArrayRealAgentE2E(t *testing.T) {
 	needBinary(t)
-	rt := privateContainerd(t, "voyager-sw-e2e")
-	env := newDevEnv(t)
-	environ := append(env.environ(),
-		"VOYAGER_AGENT_NODE=sw-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s", "VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB")
-	dev := start(t, environ, "dev")
-	dev.waitFor(`msg="node registered"`, 60*time.Second)
+	env, environ, dev := devWithAgent(t, "voyager-sw-e2e", "sw-e2e", "VOYAGER_AGENT_SIMULATE_GPUS=8xA100-80GB")
 	environ = append(environ, envURL+"=http://"+env.httpAddr, envToken+"="+binaryToken(t, environ, "-sub", "ada"))
 
 	// One job: its output on stdout, the summary last on stderr.

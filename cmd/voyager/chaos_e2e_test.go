@@ -17,7 +17,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdrbac"
-	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -50,29 +49,14 @@ const (
 func TestChaosE2E(t *testing.T) {
 	needBinary(t)
 	gpus := []string{"gpu-1", "gpu-2", "gpu-3"}
-	net := newVNet(t, "etcd-1", "etcd-2", "etcd-3", "ctl-1", "gpu-1", "gpu-2", "gpu-3")
-	nodes := make([]string, len(gpus))
+	machines := startMachines(t, []string{"ctl-1"}, gpus)
+	c, net, nodes, rt := machines.secureCluster, machines.net, machines.nodes, machines.rt
 	machineOf := map[string]string{}
 	for i, g := range gpus {
-		nodes[i] = "vdep-" + net.id + "-" + g
 		machineOf[nodes[i]] = g
 	}
-	rt := privateContainerd(t, nodes[0])
-	for _, n := range nodes[1:] {
-		namespaceRuntime(t, rt.Address(), n)
-	}
-	var ms []etcdMember
-	for _, m := range []string{"etcd-1", "etcd-2", "etcd-3"} {
-		ms = append(ms, etcdMember{m, net.ns[m], net.ip[m] + ":2379", net.ip[m] + ":2380"})
-	}
-	certArgs := []string{"--api-hosts", net.ip["ctl-1"]}
-	for i, g := range gpus {
-		certArgs = append(certArgs, "--node", nodes[i]+"="+net.ip[g])
-	}
-	c := startSecureEtcdMembers(t, ms, certArgs)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	c.setupRoles(nodes)
 	root := c.client(etcdrbac.Root)
 	first, err := root.Get(ctx, "/voyager/", clientv3.WithCountOnly())
 	if err != nil {
@@ -85,7 +69,8 @@ func TestChaosE2E(t *testing.T) {
 	c.startPlacer(net.ns["ctl-1"], net.ip["ctl-1"]+":7070")
 	agents := map[string]*proc{}
 	startAgent := func(i int) {
-		agents[nodes[i]] = c.startChaosAgent(net.ns[gpus[i]], nodes[i], net.ip[gpus[i]], net.ip[gpus[i]]+":7071", rt, fmt.Sprintf("%d-%d", 47300+50*i, 47349+50*i))
+		agents[nodes[i]], _ = c.startAgentTimed(net.ns[gpus[i]], nodes[i], net.ip[gpus[i]], net.ip[gpus[i]]+":7071", rt, fmt.Sprintf("%d-%d", 47300+50*i, 47349+50*i),
+			agentTimings{ttl: chaosTTL, fenceAfter: chaosAfter, fenceGrace: chaosGrace, keeper: testFenceKeeper()})
 	}
 	for i := range gpus {
 		startAgent(i)
@@ -229,23 +214,6 @@ func TestChaosE2E(t *testing.T) {
 		st, _, _ := state.Get[state.Status](ctx, root, keys.Status(id))
 		t.Logf("%s: %s %s attempt %d on %v: %s", id, st.Phase, st.Reason, st.Attempt, st.Nodes, st.Message)
 	}
-}
-
-// startChaosAgent is startAgent with the chaos test's timings and fence
-// keeper (testFenceKeeper).
-func (c *secureCluster) startChaosAgent(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string) *proc {
-	c.t.Helper()
-	home := c.t.TempDir()
-	user := etcdrbac.Agent(node)
-	p := voyagerIn(c.t, ns, c.as(user, append(c.https(user, httpAddr),
-		"HOME="+home, "VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_CLIENT_CA="+filepath.Join(c.pki, "ca.pem"),
-		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS="+address,
-		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+node, "VOYAGER_AGENT_PORTS="+ports,
-		"VOYAGER_AGENT_LEASE_TTL="+chaosTTL.String(), "VOYAGER_AGENT_FENCE_AFTER="+chaosAfter.String(),
-		"VOYAGER_AGENT_FENCE_GRACE="+chaosGrace.String(), "VOYAGER_AGENT_FENCE_KEEPER="+testFenceKeeper(),
-		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB", "VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")...), "agent")
-	p.waitFor(`msg="node registered"`, 60*time.Second)
-	return p
 }
 
 // waitAll waits until every session's status satisfies ok.
@@ -450,32 +418,18 @@ type life struct {
 // nodes' containers: a process whose cgroup is containerd's
 // /<namespace>/<container> with a node's namespace.
 type containerSampler struct {
+	*sampler
 	mu    sync.Mutex
 	nodes map[string]bool
 	seen  map[[2]string]*life // (node, container) → its life
-	stop  chan struct{}
-	done  chan struct{}
 }
 
 func sampleContainers(t *testing.T, nodes []string) *containerSampler {
-	s := &containerSampler{nodes: map[string]bool{}, seen: map[[2]string]*life{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &containerSampler{nodes: map[string]bool{}, seen: map[[2]string]*life{}}
 	for _, n := range nodes {
 		s.nodes[n] = true
 	}
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			s.sample()
-			select {
-			case <-s.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	t.Cleanup(s.close)
+	s.sampler = startSampler(t, 100*time.Millisecond, s.sample)
 	return s
 }
 
@@ -485,15 +439,6 @@ func (s *containerSampler) alive(node, id string) bool {
 	defer s.mu.Unlock()
 	l := s.seen[[2]string{node, id}]
 	return l != nil && l.alive
-}
-
-func (s *containerSampler) close() {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	<-s.done
 }
 
 func (s *containerSampler) sample() {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -405,14 +406,23 @@ func runBinaryAs(t *testing.T, environ []string, httpAddr, token string, args ..
 
 // devWithAgent starts the built binary's `voyager dev` with its real agent
 // (node name node) on a private containerd whose namespace is namespace,
-// and waits for the node to register.
-func devWithAgent(t *testing.T, namespace, node string) (devEnv, []string, *proc) {
+// with the settings extra adds (VAR=value: a later one wins), and waits
+// for the node to register. It returns dev's environment (extra
+// included) and the process.
+func devWithAgent(t *testing.T, namespace, node string, extra ...string) (devEnv, []string, *proc) {
 	t.Helper()
-	rt := privateContainerd(t, namespace)
+	return devOn(t, privateContainerd(t, namespace), node, extra...)
+}
+
+// devOn is devWithAgent on rt, a containerd namespace the test prepared
+// (an image imported).
+func devOn(t *testing.T, rt *runtime.Containerd, node string, extra ...string) (devEnv, []string, *proc) {
+	t.Helper()
 	env := newDevEnv(t)
 	environ := append(env.environ(),
 		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
 		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
+	environ = append(environ, extra...)
 	dev := start(t, environ, "dev")
 	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	return env, environ, dev

@@ -163,14 +163,8 @@ func artifactDir(t *testing.T) string {
 func TestConsoleBrowserE2E(t *testing.T) {
 	needBinary(t)
 	adminTab := newBrowser(t, "admin")
-	rt := privateContainerd(t, "voyager-console-e2e")
-	env := newDevEnv(t)
 	const node = "console-e2e"
-	environ := append(env.environ(),
-		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
-	dev := start(t, environ, "dev")
-	dev.waitFor(`msg="node registered"`, 60*time.Second)
+	env, environ, dev := devWithAgent(t, "voyager-console-e2e", node)
 	base := "http://" + env.httpAddr + "/console/"
 	shots := artifactDir(t)
 	adaToken := binaryToken(t, environ, "-sub", "ada", "-group", "vision")

@@ -42,31 +42,20 @@ func running(pid int) bool {
 	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
-// pidSampler records, every 20 ms, the last time any of its processes was
-// seen running. It reads /proc, never containerd, which a case hangs.
-type pidSampler struct {
-	mu    sync.Mutex
-	pids  []int
-	last  time.Time // the last sample that saw a process running
-	taken time.Time // the last sample
-	stop  chan struct{}
-	done  chan struct{}
+// sampler calls a sample function at once and then every period, in a
+// goroutine, until close (at the latest when the test ends).
+type sampler struct {
+	stop, done chan struct{}
 }
 
-func samplePIDs(t *testing.T, pids ...int) *pidSampler {
-	s := &pidSampler{pids: pids, stop: make(chan struct{}), done: make(chan struct{})}
+func startSampler(t *testing.T, period time.Duration, sample func()) *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		tick := time.NewTicker(20 * time.Millisecond)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
-			now := time.Now()
-			s.mu.Lock()
-			if slices.ContainsFunc(s.pids, running) {
-				s.last = now
-			}
-			s.taken = now
-			s.mu.Unlock()
+			sample()
 			select {
 			case <-s.stop:
 				return
@@ -75,6 +64,41 @@ func samplePIDs(t *testing.T, pids ...int) *pidSampler {
 		}
 	}()
 	t.Cleanup(s.close)
+	return s
+}
+
+// close stops the sampling and waits for the last sample to end. It may
+// be called more than once.
+func (s *sampler) close() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+// pidSampler records, every 20 ms, the last time any of its processes was
+// seen running. It reads /proc, never containerd, which a case hangs.
+type pidSampler struct {
+	*sampler
+	mu    sync.Mutex
+	pids  []int
+	last  time.Time // the last sample that saw a process running
+	taken time.Time // the last sample
+}
+
+func samplePIDs(t *testing.T, pids ...int) *pidSampler {
+	s := &pidSampler{pids: pids}
+	s.sampler = startSampler(t, 20*time.Millisecond, func() {
+		now := time.Now()
+		s.mu.Lock()
+		if slices.ContainsFunc(s.pids, running) {
+			s.last = now
+		}
+		s.taken = now
+		s.mu.Unlock()
+	})
 	return s
 }
 
@@ -95,15 +119,6 @@ func (s *pidSampler) lastRunningUpTo(tb testing.TB, t time.Time) time.Time {
 		}
 		time.Sleep(10 * time.Millisecond) // polling, bounded by deadline
 	}
-}
-
-func (s *pidSampler) close() {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	<-s.done
 }
 
 // TestFenceWithoutTheAgentE2E: a real agent process on a private

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -113,13 +112,7 @@ func TestSessionPortForwardE2E(t *testing.T) {
 	}
 
 	t.Run("host network", func(t *testing.T) {
-		rt := privateContainerd(t, "voyager-fwd-host")
-		env := newDevEnv(t)
-		environ := append(env.environ(),
-			"VOYAGER_AGENT_NODE=fwd-host", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-			"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s", "VOYAGER_AGENT_NETWORK=host")
-		dev := start(t, environ, "dev")
-		dev.waitFor(`msg="node registered"`, 60*time.Second)
+		env, environ, dev := devWithAgent(t, "voyager-fwd-host", "fwd-host", "VOYAGER_AGENT_NETWORK=host")
 		ada := streamUser{t, environ, env.httpAddr, binaryToken(t, environ, "-sub", "ada")}
 		id := ada.startSession("sleep", "600")
 		_, etcdPort, _ := net.SplitHostPort(env.clientAddr)
@@ -133,29 +126,6 @@ func TestSessionPortForwardE2E(t *testing.T) {
 	})
 }
 
-// sshdImage is the archive of voyager.local/sshd (deploy/images/sshd),
-// built when missing (minutes) and cached like the Jupyter image.
-func sshdImage(t *testing.T) string {
-	t.Helper()
-	cache := os.Getenv("VOYAGER_IMAGE_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "voyager", "images")
-	}
-	out := filepath.Join(cache, "voyager.local-sshd.tar")
-	if _, err := os.Stat(out); err == nil {
-		return out
-	}
-	root, _ := filepath.Abs("../..")
-	cmd := exec.Command(filepath.Join(root, "deploy", "images", "sshd", "build.sh"), out)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("build the sshd image (deploy/images/sshd/build.sh): %v\n%s", err, log.String())
-	}
-	return out
-}
-
 // TestSSHProxyCommandE2E: OpenSSH's own client reaches a session's sshd
 // with voyager ssh as its ProxyCommand, as docs/ssh.md says to: a session
 // of the recipe image (deploy/images/sshd, Debian's openssh-server run as
@@ -167,23 +137,10 @@ func TestSSHProxyCommandE2E(t *testing.T) {
 	if _, err := exec.LookPath("ssh"); err != nil {
 		t.Fatal("needs OpenSSH's client: apt-get install openssh-client")
 	}
-	image := sshdImage(t)
+	image := recipeImage(t, "sshd")
 	rt := privateContainerd(t, "voyager-ssh-e2e")
-	f, err := os.Open(image)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = rt.Import(context.Background(), f)
-	f.Close()
-	if err != nil {
-		t.Fatalf("import %s: %v", image, err)
-	}
-	env := newDevEnv(t)
-	environ := append(env.environ(),
-		"VOYAGER_AGENT_NODE=ssh-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
-	dev := start(t, environ, "dev")
-	dev.waitFor(`msg="node registered"`, 60*time.Second)
+	importImage(t, rt, image)
+	env, environ, dev := devOn(t, rt, "ssh-e2e")
 	ada := streamUser{t, environ, env.httpAddr, binaryToken(t, environ, "-sub", "ada")}
 	bob := streamUser{t, environ, env.httpAddr, binaryToken(t, environ, "-sub", "bob")}
 

@@ -28,31 +28,48 @@ import (
 
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/internal/testlog"
+	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
-// jupyterImage builds (once, cached outside the repository) the notebook
-// image from Debian's packages and returns the path of its archive.
-func jupyterImage(t *testing.T) string {
+// recipeImage returns the archive of the image voyager.local/<name>, built
+// by deploy/images/<name>/build.sh from Debian's packages when it is not
+// in the cache yet (minutes): $VOYAGER_IMAGE_CACHE, else
+// ~/.cache/voyager/images, as make image names it.
+func recipeImage(t *testing.T, name string) string {
 	t.Helper()
 	cache := os.Getenv("VOYAGER_IMAGE_CACHE")
 	if cache == "" {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "voyager", "images")
 	}
-	out := filepath.Join(cache, "voyager.local-jupyter.tar") // as make image names it
+	out := filepath.Join(cache, "voyager.local-"+name+".tar")
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
 	root, _ := filepath.Abs("../..")
-	cmd := exec.Command(filepath.Join(root, "deploy", "images", "jupyter", "build.sh"), out)
+	script := filepath.Join("deploy", "images", name, "build.sh")
+	cmd := exec.Command(filepath.Join(root, script), out)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("build the Jupyter image (deploy/images/jupyter/build.sh): %v\n%s", err, log.String())
+		t.Fatalf("build the %s image (%s): %v\n%s", name, script, err, log.String())
 	}
 	return out
+}
+
+// importImage imports the image archive into rt's namespace.
+func importImage(t *testing.T, rt *runtime.Containerd, archive string) {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := rt.Import(context.Background(), f); err != nil {
+		t.Fatalf("import %s: %v", archive, err)
+	}
 }
 
 // hub is a running JupyterHub with the VoyagerSpawner, run by python (a
@@ -427,15 +444,7 @@ func TestJupyterHubE2E(t *testing.T) {
 		t.Fatalf("jupyterhub not found: install Debian's jupyterhub (.ci/run does): %v", err)
 	}
 	rt := privateContainerd(t, "voyager-hub-e2e")
-	archive := jupyterImage(t)
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rt.Import(context.Background(), f); err != nil {
-		t.Fatalf("import %s: %v", archive, err)
-	}
-	f.Close()
+	importImage(t, rt, recipeImage(t, "jupyter"))
 
 	// The spawner, installed as its README says, into a venv that sees
 	// Debian's JupyterHub; then the hub's key pair, made by its keygen.

@@ -106,15 +106,9 @@ func (l *warningLog) first(id string) (int64, bool) {
 // its deadline while the batch job runs to completion.
 func TestLifecycleE2E(t *testing.T) {
 	needBinary(t)
-	rt := privateContainerd(t, "voyager-lifecycle-e2e")
-	env := newDevEnv(t)
-	environ := append(env.environ(),
-		"VOYAGER_AGENT_NODE=lc-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
+	env, environ, dev := devWithAgent(t, "voyager-lifecycle-e2e", "lc-e2e",
 		"VOYAGER_AGENT_ACTIVITY_EVERY=300ms", "VOYAGER_IDLE_TIMEOUT=3s", "VOYAGER_STOP_WARNING=2s",
 		"VOYAGER_PREEMPT_GRACE=1s", "VOYAGER_AGENT_PORTS=43000-43099")
-	dev := start(t, environ, "dev")
-	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	a := lcAPI{t: t, base: "http://" + env.httpAddr, token: binaryToken(t, environ, "-sub", "ada", "-role", "admin")}
 	cli := etcdClient(t, env.clientAddr)
 	k := state.MustKeys(state.DefaultPrefix)

@@ -316,14 +316,44 @@ const (
 // the agent and the directory of its users' homes.
 func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string) (*proc, string) {
 	c.t.Helper()
+	return c.startAgentTimed(ns, node, address, httpAddr, rt, ports, agentTimings{ttl: agentLeaseTTL, fenceAfter: agentFenceAfter})
+}
+
+// agentTimings are an agent's lease TTL, fence deadline and fence grace
+// (zero: the agent's default) and its fence keeper ("": the default).
+type agentTimings struct {
+	ttl, fenceAfter, fenceGrace time.Duration
+	keeper                      string
+}
+
+// environ is the agent's settings for tm.
+func (tm agentTimings) environ() []string {
+	var env []string
+	for _, s := range []struct {
+		name string
+		d    time.Duration
+	}{{"VOYAGER_AGENT_LEASE_TTL", tm.ttl}, {"VOYAGER_AGENT_FENCE_AFTER", tm.fenceAfter}, {"VOYAGER_AGENT_FENCE_GRACE", tm.fenceGrace}} {
+		if s.d > 0 {
+			env = append(env, s.name+"="+s.d.String())
+		}
+	}
+	if tm.keeper != "" {
+		env = append(env, "VOYAGER_AGENT_FENCE_KEEPER="+tm.keeper)
+	}
+	return env
+}
+
+// startAgentTimed is startAgent with the lease and fence timings tm.
+func (c *secureCluster) startAgentTimed(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string, tm agentTimings) (*proc, string) {
+	c.t.Helper()
 	home := c.t.TempDir()
 	user := etcdrbac.Agent(node)
-	p := voyagerIn(c.t, ns, c.as(user, append(c.https(user, httpAddr),
+	env := append(c.https(user, httpAddr),
 		"HOME="+home, "VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_CLIENT_CA="+filepath.Join(c.pki, "ca.pem"),
 		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS="+address,
 		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+node, "VOYAGER_AGENT_PORTS="+ports,
-		"VOYAGER_AGENT_LEASE_TTL="+agentLeaseTTL.String(), "VOYAGER_AGENT_FENCE_AFTER="+agentFenceAfter.String(), "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")...), "agent")
+		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB", "VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
+	p := voyagerIn(c.t, ns, c.as(user, append(env, tm.environ()...)...), "agent")
 	p.waitFor(`msg="node registered"`, 60*time.Second)
 	return p, filepath.Join(home, "data", "homes")
 }
@@ -611,6 +641,51 @@ func newVNet(t *testing.T, names ...string) *vnet {
 	return n
 }
 
+// machines is a secured cluster across network namespaces on one bridge
+// (a vnet): three etcd members (etcd-1, etcd-2, etcd-3: TLS for clients
+// and peers, authentication on, the roles set up), control machines and
+// GPU machines. Each GPU machine's node, vdep-<net>-<machine>, runs its
+// sessions in a namespace of its own on one private containerd. The
+// processes are the test's to start.
+type machines struct {
+	*secureCluster
+	net     *vnet
+	nodes   []string // the GPU machines' nodes, in their order
+	rt      *runtime.Containerd
+	members []etcdMember
+}
+
+// startMachines makes the network of the machines (the control machines
+// ctls and the GPU machines gpus beside the etcd members), starts the
+// etcd members and sets up etcd's users and roles.
+func startMachines(t *testing.T, ctls, gpus []string) *machines {
+	t.Helper()
+	etcds := []string{"etcd-1", "etcd-2", "etcd-3"}
+	net := newVNet(t, slices.Concat(etcds, ctls, gpus)...)
+	m := &machines{net: net}
+	for _, g := range gpus {
+		m.nodes = append(m.nodes, "vdep-"+net.id+"-"+g)
+	}
+	m.rt = privateContainerd(t, m.nodes[0])
+	for _, n := range m.nodes[1:] {
+		namespaceRuntime(t, m.rt.Address(), n)
+	}
+	for _, e := range etcds {
+		m.members = append(m.members, etcdMember{e, net.ns[e], net.ip[e] + ":2379", net.ip[e] + ":2380"})
+	}
+	var apiHosts []string
+	for _, ctl := range ctls {
+		apiHosts = append(apiHosts, net.ip[ctl])
+	}
+	certArgs := []string{"--api-hosts", strings.Join(apiHosts, ",")}
+	for i, g := range gpus {
+		certArgs = append(certArgs, "--node", m.nodes[i]+"="+net.ip[g])
+	}
+	m.secureCluster = startSecureEtcdMembers(t, m.members, certArgs)
+	m.setupRoles(m.nodes)
+	return m
+}
+
 // TestMultiMachineE2E runs a secured cluster across eight "machines", each
 // a network namespace with its own address on a bridge: three etcd
 // members (TLS for clients and peers, authentication on), two control
@@ -624,27 +699,10 @@ func newVNet(t *testing.T, names ...string) *vnet {
 func TestMultiMachineE2E(t *testing.T) {
 	needBinary(t)
 	gpus := []string{"gpu-1", "gpu-2", "gpu-3"}
-	net := newVNet(t, "etcd-1", "etcd-2", "etcd-3", "ctl-1", "ctl-2", "gpu-1", "gpu-2", "gpu-3")
-	nodes := make([]string, len(gpus))
-	for i, g := range gpus {
-		nodes[i] = "vdep-" + net.id + "-" + g
-	}
-	rt := privateContainerd(t, nodes[0])
-	for _, n := range nodes[1:] {
-		namespaceRuntime(t, rt.Address(), n)
-	}
-	var ms []etcdMember
-	for _, m := range []string{"etcd-1", "etcd-2", "etcd-3"} {
-		ms = append(ms, etcdMember{m, net.ns[m], net.ip[m] + ":2379", net.ip[m] + ":2380"})
-	}
-	certArgs := []string{"--api-hosts", net.ip["ctl-1"] + "," + net.ip["ctl-2"]}
-	for i, g := range gpus {
-		certArgs = append(certArgs, "--node", nodes[i]+"="+net.ip[g])
-	}
-	c := startSecureEtcdMembers(t, ms, certArgs)
+	machines := startMachines(t, []string{"ctl-1", "ctl-2"}, gpus)
+	c, net, nodes, rt, ms := machines.secureCluster, machines.net, machines.nodes, machines.rt, machines.members
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c.setupRoles(nodes)
 
 	secret := "vdep-" + strings.Repeat("m", 40)
 	apis := map[string]string{}

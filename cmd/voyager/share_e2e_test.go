@@ -21,14 +21,8 @@ import (
 // third then runs. A MIG device's session sees its own stand-in.
 func TestSharedGPUE2E(t *testing.T) {
 	needBinary(t)
-	rt := privateContainerd(t, "h8-share-e2e")
-	env := newDevEnv(t)
-	environ := append(env.environ(),
-		"VOYAGER_AGENT_NODE=h8-share", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
+	env, environ, dev := devWithAgent(t, "h8-share-e2e", "h8-share",
 		"VOYAGER_AGENT_SIMULATE_GPUS=1xA100-80GB/shared,1xA100-80GB/mig=3g.40gb+2g.20gb+1g.10gb")
-	dev := start(t, environ, "dev")
-	dev.waitFor(`msg="node registered"`, 60*time.Second)
 	ada, root := binaryToken(t, environ, "-sub", "ada"), binaryToken(t, environ, "-sub", "root", "-admin")
 
 	create := func(args ...string) string {

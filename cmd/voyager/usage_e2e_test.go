@@ -26,15 +26,9 @@ import (
 // used refuses the next create with the numbers.
 func TestTeamsUsageE2E(t *testing.T) {
 	needBinary(t)
-	rt := privateContainerd(t, "voyager-usage-e2e")
-	env := newDevEnv(t)
-	history := filepath.Join(env.home, "history.jsonl")
-	environ := append(env.environ(),
-		"VOYAGER_AGENT_NODE=usage-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s", "VOYAGER_AGENT_PORTS=43300-43399",
-		"VOYAGER_RETENTION=1m", "VOYAGER_HISTORY_FILE="+history)
-	dev := start(t, environ, "dev")
-	dev.waitFor(`msg="node registered"`, 60*time.Second)
+	history := filepath.Join(t.TempDir(), "history.jsonl")
+	env, environ, dev := devWithAgent(t, "voyager-usage-e2e", "usage-e2e",
+		"VOYAGER_AGENT_PORTS=43300-43399", "VOYAGER_RETENTION=1m", "VOYAGER_HISTORY_FILE="+history)
 	base := "http://" + env.httpAddr
 	admin := lcAPI{t: t, base: base, token: binaryToken(t, environ, "-sub", "root", "-role", "admin")}
 	ada := lcAPI{t: t, base: base, token: binaryToken(t, environ, "-sub", "ada", "-group", "cv")}
