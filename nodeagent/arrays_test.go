@@ -1,9 +1,7 @@
 package nodeagent_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/api/apitest"
 	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/lifecycle"
@@ -90,25 +89,7 @@ func newGangCluster(t *testing.T, n int) *gangCluster {
 // answer into out.
 func (g *gangCluster) call(t *testing.T, method, path string, body, out any, want int) {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(method, g.url+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+g.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var raw json.RawMessage
-	_ = json.NewDecoder(resp.Body).Decode(&raw)
-	if resp.StatusCode != want {
-		t.Fatalf("%s %s: status %d, want %d: %s", method, path, resp.StatusCode, want, raw)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
-		}
-	}
+	apitest.Call(t, method, g.url+path, g.token, body, out, want)
 }
 
 // logs returns the log files of session id's containers on every

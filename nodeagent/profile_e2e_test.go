@@ -1,7 +1,6 @@
 package nodeagent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -58,20 +57,7 @@ func TestE2EProfileResources(t *testing.T) {
 	}
 	call := func(method, path, tok string, body any, want int) []byte {
 		t.Helper()
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequest(method, srv.URL+path, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s: %d %s; want %d", method, path, resp.StatusCode, out, want)
-		}
-		return out
+		return apitest.Call(t, method, srv.URL+path, tok, body, nil, want)
 	}
 
 	datasets, results := t.TempDir(), t.TempDir()

@@ -1,0 +1,60 @@
+package apitest
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+)
+
+// Do sends one request to the API: method on url, body encoded as JSON
+// (nil: no body), token as its bearer ("": none). It returns the answer's
+// status and body; a request that gets no answer fails tb.
+func Do(tb testing.TB, method, url, token string, body any) (int, []byte) {
+	tb.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			tb.Fatalf("%s %s: encode the body: %v", method, url, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("%s %s: read the answer: %v", method, url, err)
+	}
+	return resp.StatusCode, b
+}
+
+// Call is Do that fails tb unless the answer's status is want, and decodes
+// the answer into out (nil: not decoded). It returns the answer's body.
+func Call(tb testing.TB, method, url, token string, body, out any, want int) []byte {
+	tb.Helper()
+	code, b := Do(tb, method, url, token, body)
+	if code != want {
+		tb.Fatalf("%s %s: %d, want %d: %s", method, url, code, want, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			tb.Fatalf("%s %s: decode the answer: %v: %s", method, url, err, b)
+		}
+	}
+	return b
+}

@@ -1,0 +1,85 @@
+package apitest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// echo answers 201 with what it was sent: the method, the bearer, the
+// content type and the body.
+func echo(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]string{"method": r.Method, "auth": r.Header.Get("Authorization"),
+			"type": r.Header.Get("Content-Type"), "body": string(b)})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestDoSendsJSONWithTheBearer(t *testing.T) {
+	srv := echo(t)
+	for _, tc := range []struct {
+		name, token string
+		body        any
+		want        map[string]string
+	}{
+		{"body and token", "tok", map[string]int{"gpus": 2}, map[string]string{"method": "POST", "auth": "Bearer tok", "type": "application/json", "body": `{"gpus":2}`}},
+		{"neither", "", nil, map[string]string{"method": "POST", "auth": "", "type": "", "body": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, b := Do(t, "POST", srv.URL+"/x", tc.token, tc.body)
+			var got map[string]string
+			if err := json.Unmarshal(b, &got); err != nil || code != http.StatusCreated {
+				t.Fatalf("answer %d %s (%v)", code, b, err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("the server saw %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// recorder is a testing.TB that records a failure instead of ending the
+// test.
+type recorder struct {
+	testing.TB
+	failed string
+}
+
+type stopped struct{}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.failed = fmt.Sprintf(format, args...)
+	panic(stopped{})
+}
+
+func TestCallFailsOnAnotherStatus(t *testing.T) {
+	srv := echo(t)
+	var out map[string]string
+	Call(t, "PUT", srv.URL+"/x", "tok", nil, &out, http.StatusCreated)
+	if out["method"] != "PUT" || out["auth"] != "Bearer tok" {
+		t.Errorf("decoded %v, want the echo of PUT with the bearer", out)
+	}
+	r := &recorder{TB: t}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				if _, ok := p.(stopped); !ok {
+					panic(p)
+				}
+			}
+		}()
+		Call(r, "GET", srv.URL+"/x", "", nil, nil, http.StatusOK)
+	}()
+	if r.failed == "" {
+		t.Fatal("Call passed a 201 where 200 was wanted")
+	}
+	t.Log(r.failed)
+}
