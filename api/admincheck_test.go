@@ -87,3 +87,27 @@ func TestCordonUnknownNode(t *testing.T) {
 		t.Errorf("%d cordons, want 2 (gpu-1, gpu-down)", n)
 	}
 }
+
+// TestInvalidPathNameRefused: a PUT of a profile, volume or team, and a
+// cordon or drain, whose path names no valid record answer 422 with the
+// field "path name" and write nothing.
+func TestInvalidPathNameRefused(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	root := h.token("root", "admin")
+	before := h.countKeys("/")
+	for _, tc := range []struct{ method, path string }{
+		{"PUT", "/api/v1/profiles/Not_A_Name"},
+		{"PUT", "/api/v1/volumes/Not_A_Name"},
+		{"PUT", "/api/v1/teams/Not_A_Name"},
+		{"POST", "/api/v1/nodes/Not_A_Name/cordon"},
+		{"POST", "/api/v1/nodes/Not_A_Name/drain"},
+	} {
+		p := want(t, h.do(tc.method, tc.path, root, map[string]any{}), http.StatusUnprocessableEntity).problem(t)
+		if len(p.Errors) != 1 || p.Errors[0].Field != "path name" || !strings.Contains(p.Errors[0].Message, "Not_A_Name") {
+			t.Errorf("%s %s: %+v; want one error of the field \"path name\" naming it", tc.method, tc.path, p)
+		}
+	}
+	if after := h.countKeys("/"); after != before {
+		t.Errorf("refused requests changed the key count from %d to %d", before, after)
+	}
+}

@@ -222,9 +222,11 @@ type CordonRequest struct {
 	Deadline *state.Duration `json:"deadline,omitempty"`
 }
 
-func (a *API) nodeName(c *gin.Context) (string, bool) {
+// pathName returns the path's name, which names a record of kind what,
+// or answers 422 saying why it cannot and returns false.
+func (a *API) pathName(c *gin.Context, what string) (string, bool) {
 	name := c.Param("name")
-	if err := state.ValidateName("node name", name); err != nil {
+	if err := state.ValidateName(what, name); err != nil {
 		a.invalid(c, "Invalid request", []FieldError{{Field: "path name", Message: err.Error()}})
 		return "", false
 	}
@@ -246,7 +248,7 @@ func (a *API) drainNode(c *gin.Context)  { a.writeCordon(c, true) }
 // sessions and stops them at the deadline, while batch sessions run to
 // completion.
 func (a *API) writeCordon(c *gin.Context, drain bool) {
-	name, ok := a.nodeName(c)
+	name, ok := a.pathName(c, "node name")
 	if !ok {
 		return
 	}
@@ -295,7 +297,7 @@ func (a *API) writeCordon(c *gin.Context, drain bool) {
 }
 
 func (a *API) uncordonNode(c *gin.Context) {
-	name, ok := a.nodeName(c)
+	name, ok := a.pathName(c, "node name")
 	if !ok {
 		return
 	}
@@ -541,9 +543,8 @@ func (a *API) getProfile(c *gin.Context) {
 }
 
 func (a *API) putProfile(c *gin.Context) {
-	name := c.Param("name")
-	if err := state.ValidateName("profile", name); err != nil {
-		a.invalid(c, "Invalid request", []FieldError{{Field: "path name", Message: err.Error()}})
+	name, ok := a.pathName(c, "profile")
+	if !ok {
 		return
 	}
 	var p state.Profile

@@ -73,9 +73,8 @@ func (a *API) getTeam(c *gin.Context) {
 const teamWriteAttempts = 5
 
 func (a *API) putTeam(c *gin.Context) {
-	name := c.Param("name")
-	if err := state.ValidateName("team", name); err != nil {
-		a.invalid(c, "Invalid request", []FieldError{{Field: "path name", Message: err.Error()}})
+	name, ok := a.pathName(c, "team")
+	if !ok {
 		return
 	}
 	var t state.Team

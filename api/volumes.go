@@ -119,9 +119,8 @@ func (a *API) getVolume(c *gin.Context) {
 }
 
 func (a *API) putVolume(c *gin.Context) {
-	name := c.Param("name")
-	if err := state.ValidateName("volume", name); err != nil {
-		a.invalid(c, "Invalid request", []FieldError{{Field: "path name", Message: err.Error()}})
+	name, ok := a.pathName(c, "volume")
+	if !ok {
 		return
 	}
 	var v state.Volume
