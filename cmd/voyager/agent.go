@@ -71,49 +71,31 @@ func runAgent(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	log := cfg.NewLogger(cmd.ErrOrStderr())
-	store, err := connectExternal(ctx, cfg, log)
-	if err != nil {
-		log.Error("voyager agent failed", "err", err)
-		return exitCode(exitError)
-	}
-	defer store.close()
-	parts, err := newAgent(ctx, store.client, cfg, log, false)
-	if err != nil {
-		log.Error("voyager agent failed", "err", err)
-		return exitCode(exitError)
-	}
-	defer parts.close()
-	mux := http.NewServeMux()
-	registry := httpserver.NewRegistry()
-	registry.MustRegister(parts.agent.Collectors()...)
-	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
-	mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
-	mux.Handle(nodeagent.DashboardPath, parts.agent.DashboardHandler())
-	mux.Handle(nodeagent.ExecPath, parts.agent.ExecHandler())
-	mux.Handle(nodeagent.ForwardPath, parts.agent.ForwardHandler())
-	hs, err := listenHTTP(cfg, mux, log)
-	if err != nil {
-		log.Error("voyager agent failed", "err", err)
-		return exitCode(exitError)
-	}
-	log.Info("http listening", "addr", hs.Addr())
-	comps, err := agentControlPlane(ctx, store.client, cfg, parts, hs.Addr(), log)
-	if err != nil {
-		log.Error("voyager agent failed", "err", err)
-		return exitCode(exitError)
-	}
-	err = supervise(ctx, log, append([]component{
-		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
-		parts.component(),
-	}, comps...))
-	if err != nil {
-		log.Error("voyager agent failed", "err", err)
-		return exitCode(exitError)
-	}
-	log.Info("stopped")
-	return nil
+	return runProcess(cmd, "agent", cfg, func(p *process) ([]component, error) {
+		parts, err := newAgent(p.ctx, p.cli, cfg, p.log, false)
+		if err != nil {
+			return nil, err
+		}
+		p.onExit(parts.close)
+		mux := http.NewServeMux()
+		registry := httpserver.NewRegistry()
+		registry.MustRegister(parts.agent.Collectors()...)
+		httpserver.Routes(mux, etcdProbes(registry, p.cli, cfg.EtcdPrefix))
+		mux.Handle(nodeagent.LogsPath, parts.agent.LogsHandler())
+		mux.Handle(nodeagent.DashboardPath, parts.agent.DashboardHandler())
+		mux.Handle(nodeagent.ExecPath, parts.agent.ExecHandler())
+		mux.Handle(nodeagent.ForwardPath, parts.agent.ForwardHandler())
+		hs, err := listenHTTP(cfg, mux, p.log)
+		if err != nil {
+			return nil, err
+		}
+		p.log.Info("http listening", "addr", hs.Addr())
+		comps, err := agentControlPlane(p.ctx, p.cli, cfg, parts, hs.Addr(), p.log)
+		if err != nil {
+			return nil, err
+		}
+		return append([]component{httpComponent(hs), parts.component()}, comps...), nil
+	})
 }
 
 // agentParts is an agent with what it owns: the runtime connection and,

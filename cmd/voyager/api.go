@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -71,46 +70,31 @@ func runAPI(cmd *cobra.Command, _ []string) error {
 		writeConfigError(cmd.ErrOrStderr(), cmd.CommandPath(), err)
 		return exitCode(exitUsage)
 	}
-	ctx := cmd.Context()
-	log := cfg.NewLogger(cmd.ErrOrStderr())
-	store, err := connectExternal(ctx, cfg, log)
-	if err != nil {
-		log.Error("voyager api failed", "err", err)
-		return exitCode(exitError)
-	}
-	defer store.close()
-	a, closeAudit, err := newAPI(store.client, cfg, []byte(cfg.JWTSecret), log)
-	if err != nil {
-		log.Error("voyager api failed", "err", err)
-		return exitCode(exitError)
-	}
-	defer closeAudit()
-	registry := httpserver.NewRegistry()
-	registry.MustRegister(a.Collectors()...)
-	mux := http.NewServeMux()
-	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
-	a.Mount(mux)
-	if err := console.Mount(a.Engine(), mux, console.Config{Logger: log}); err != nil {
-		log.Error("voyager api failed", "err", err)
-		return exitCode(exitError)
-	}
-	hs, err := listenHTTP(cfg, mux, log)
-	if err != nil {
-		log.Error("voyager api failed", "err", err)
-		return exitCode(exitError)
-	}
-	log.Info("api listening", "url", cfg.HTTPScheme()+"://"+hs.Addr()+"/api/v1/")
-	err = supervise(ctx, log, []component{
-		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
-		apiComponent(a),
-		selfEndpoint(store.client, cfg, state.EndpointAPI, hs.Addr(), log),
+	return runProcess(cmd, "api", cfg, func(p *process) ([]component, error) {
+		a, closeAudit, err := newAPI(p.cli, cfg, []byte(cfg.JWTSecret), p.log)
+		if err != nil {
+			return nil, err
+		}
+		p.onExit(closeAudit)
+		registry := httpserver.NewRegistry()
+		registry.MustRegister(a.Collectors()...)
+		mux := http.NewServeMux()
+		httpserver.Routes(mux, etcdProbes(registry, p.cli, cfg.EtcdPrefix))
+		a.Mount(mux)
+		if err := console.Mount(a.Engine(), mux, console.Config{Logger: p.log}); err != nil {
+			return nil, err
+		}
+		hs, err := listenHTTP(cfg, mux, p.log)
+		if err != nil {
+			return nil, err
+		}
+		p.log.Info("api listening", "url", cfg.HTTPScheme()+"://"+hs.Addr()+"/api/v1/")
+		return []component{
+			httpComponent(hs),
+			apiComponent(a),
+			selfEndpoint(p.cli, cfg, state.EndpointAPI, hs.Addr(), p.log),
+		}, nil
 	})
-	if err != nil {
-		log.Error("voyager api failed", "err", err)
-		return exitCode(exitError)
-	}
-	log.Info("stopped")
-	return nil
 }
 
 // newAPI builds the API from the process configuration; secret is the

@@ -106,7 +106,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	log.Debug("http listening", "addr", hs.Addr())
 
 	comps := []component{
-		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
+		httpComponent(hs),
 		{name: "caches", run: shared.Run},
 		placerComponent(pl),
 		apiComponent(apiSrv),

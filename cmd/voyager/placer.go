@@ -54,50 +54,37 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	log := cfg.NewLogger(cmd.ErrOrStderr())
-	store, err := connectExternal(ctx, cfg, log)
-	if err != nil {
-		log.Error("voyager placer failed", "err", err)
-		return exitCode(exitError)
-	}
-	defer store.close()
-	registry := httpserver.NewRegistry()
-	shared := newSharedCaches(store.client, cfg, log)
-	p := newPlacer(store.client, cfg, log, shared)
-	registry.MustRegister(p.Collectors()...)
-	lc := newLifecycle(store.client, cfg, log, shared)
-	registry.MustRegister(lc.Collectors()...)
-	mux := http.NewServeMux()
-	httpserver.Routes(mux, etcdProbes(registry, store.client, cfg.EtcdPrefix))
-	hs, err := listenHTTP(cfg, mux, log)
-	if err != nil {
-		log.Error("voyager placer failed", "err", err)
-		return exitCode(exitError)
-	}
-	log.Info("http listening", "addr", hs.Addr())
-	ret, err := newRetention(store.client, cfg, log)
-	if err != nil {
-		log.Error("voyager placer failed", "err", err)
-		return exitCode(exitError)
-	}
-	err = supervise(ctx, log, []component{
-		{name: "http", run: func(ctx context.Context) error { return hs.Run(ctx, httpShutdownTimeout) }},
-		{name: "caches", run: shared.Run},
-		placerComponent(p),
-		selfEndpoint(store.client, cfg, state.EndpointPlacer, hs.Addr(), log),
-		{name: "retention", run: afterFirstPass(p, ret.Run)},
-		{name: "lifecycle", run: afterFirstPass(p, lc.Run)},
-		accountantComponent(store.client, cfg, log, registry),
-		mergerComponent(store.client, cfg, log, registry),
-		sweepComponent(store.client, cfg, log, registry),
+	return runProcess(cmd, "placer", cfg, func(proc *process) ([]component, error) {
+		cli, log := proc.cli, proc.log
+		registry := httpserver.NewRegistry()
+		shared := newSharedCaches(cli, cfg, log)
+		p := newPlacer(cli, cfg, log, shared)
+		registry.MustRegister(p.Collectors()...)
+		lc := newLifecycle(cli, cfg, log, shared)
+		registry.MustRegister(lc.Collectors()...)
+		mux := http.NewServeMux()
+		httpserver.Routes(mux, etcdProbes(registry, cli, cfg.EtcdPrefix))
+		hs, err := listenHTTP(cfg, mux, log)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("http listening", "addr", hs.Addr())
+		ret, err := newRetention(cli, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		return []component{
+			httpComponent(hs),
+			{name: "caches", run: shared.Run},
+			placerComponent(p),
+			selfEndpoint(cli, cfg, state.EndpointPlacer, hs.Addr(), log),
+			{name: "retention", run: afterFirstPass(p, ret.Run)},
+			{name: "lifecycle", run: afterFirstPass(p, lc.Run)},
+			accountantComponent(cli, cfg, log, registry),
+			mergerComponent(cli, cfg, log, registry),
+			sweepComponent(cli, cfg, log, registry),
+		}, nil
 	})
-	if err != nil {
-		log.Error("voyager placer failed", "err", err)
-		return exitCode(exitError)
-	}
-	log.Info("stopped")
-	return nil
 }
 
 // planOptions are the planning settings every planner of the process uses
