@@ -168,3 +168,30 @@ func TestLayoutRowsParse(t *testing.T) {
 func gitIgnored(root, path string) bool {
 	return exec.Command("git", "-C", root, "check-ignore", "-q", path).Run() == nil
 }
+
+// TestEveryPackageHasDocGo: every package with code (not only tests) has
+// a doc.go whose package comment says its job: "// Package name …", or
+// "// Command name …" for a command. A package comment elsewhere is moved
+// there, so a reader finds it in one place.
+func TestEveryPackageHasDocGo(t *testing.T) {
+	root := repoRoot(t)
+	for _, dir := range goPackageDirs(t, root) {
+		abs := filepath.Join(root, filepath.FromSlash(dir))
+		code, err := filepath.Glob(filepath.Join(abs, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		code = slices.DeleteFunc(code, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
+		if len(code) == 0 {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(abs, "doc.go"))
+		if err != nil {
+			t.Errorf("package %s has no doc.go saying its job", dir)
+			continue
+		}
+		if !regexp.MustCompile(`(?m)^// (Package|Command) \S+ .*\n(//.*\n)*package \w+`).Match(b) {
+			t.Errorf("%s/doc.go has no package comment (// Package name … or // Command name …) right above its package clause", dir)
+		}
+	}
+}
