@@ -149,21 +149,48 @@ func (r *Retention) lead(ctx context.Context) error {
 func (r *Retention) Sweep(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := r.cfg.Keys
 	cutoff := r.cfg.Now().Add(-r.cfg.After)
 	arrays, err := r.dueArrays(ctx, cutoff)
 	if err != nil {
 		return 0, err
 	}
-	type due struct {
-		id  string
-		st  state.Status
-		rev int64
+	todo, err := r.dueSessions(ctx, cutoff, arrays)
+	if err != nil {
+		return 0, err
 	}
-	var todo []due
-	// Statuses at one revision; only terminal, old ones count (and those
-	// of a due array's elements).
-	err = r.listPaged(ctx, k.StatusDir(), 1000, func(kv *mvccpb.KeyValue) {
+	moved := 0
+	// A chunk's records are appended and fsynced once, then its keys are
+	// deleted a transaction (Batch sessions) at a time.
+	for start := 0; start < len(todo); start += maxChunk {
+		n, err := r.retireChunk(ctx, todo[start:min(start+maxChunk, len(todo))])
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+	}
+	if moved > 0 {
+		r.log.Info("retired finished sessions", "sessions", moved, "older_than", r.cfg.After)
+	}
+	if err := r.retireArrays(ctx, arrays); err != nil {
+		return moved, err
+	}
+	return moved, nil
+}
+
+// dueSession is a finished session to retire: its status and the
+// revision it was read at.
+type dueSession struct {
+	id  string
+	st  state.Status
+	rev int64
+}
+
+// dueSessions lists, by id, the sessions that finished before cutoff and
+// the elements of the due arrays, from the statuses at one revision.
+func (r *Retention) dueSessions(ctx context.Context, cutoff time.Time, arrays map[string]dueArray) ([]dueSession, error) {
+	k := r.cfg.Keys
+	var todo []dueSession
+	err := r.listPaged(ctx, k.StatusDir(), 1000, func(kv *mvccpb.KeyValue) {
 		st, err := state.Decode[state.Status](kv.Value)
 		if err != nil || !st.Phase.Terminal() {
 			return
@@ -178,75 +205,82 @@ func (r *Retention) Sweep(ctx context.Context) (int, error) {
 		}
 		arr, _, element := state.ElementOf(id)
 		if _, arrayDue := arrays[arr]; finished.Before(cutoff) || (element && arrayDue) {
-			todo = append(todo, due{id: id, st: st, rev: kv.ModRevision})
+			todo = append(todo, dueSession{id: id, st: st, rev: kv.ModRevision})
 		}
 	})
 	if err != nil {
-		return 0, fmt.Errorf("list statuses: %w", err)
+		return nil, fmt.Errorf("list statuses: %w", err)
 	}
 	sort.Slice(todo, func(i, j int) bool { return todo[i].id < todo[j].id })
+	return todo, nil
+}
+
+// retireChunk appends the records of chunk's sessions to the history
+// file, then deletes their keys Batch sessions a transaction, each
+// transaction conditional on the statuses being unchanged. It returns how
+// many it deleted.
+func (r *Retention) retireChunk(ctx context.Context, chunk []dueSession) (int, error) {
+	records, err := r.records(ctx, chunk)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.appendHistory(records); err != nil {
+		return 0, err
+	}
+	k := r.cfg.Keys
 	moved := 0
-	// A chunk's records are appended and fsynced once, then its keys are
-	// deleted a transaction (Batch sessions) at a time.
-	for start := 0; start < len(todo); start += maxChunk {
-		chunk := todo[start:min(start+maxChunk, len(todo))]
-		now := r.cfg.Now().UTC()
-		records := make([]HistoryRecord, 0, len(chunk))
-		for b := 0; b < len(chunk); b += r.cfg.Batch {
-			batch := chunk[b:min(b+r.cfg.Batch, len(chunk))]
-			// One round trip reads the batch's specs.
-			gets := make([]clientv3.Op, len(batch))
-			for i, d := range batch {
-				gets[i] = clientv3.OpGet(k.Session(d.id))
-			}
-			specs, err := r.cli.Txn(ctx).Then(gets...).Commit()
-			if err != nil {
-				return moved, fmt.Errorf("read retired specs: %w", err)
-			}
-			for i, d := range batch {
-				spec := state.Session{ID: d.id}
-				if kvs := specs.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
-					if v, err := state.Decode[state.Session](kvs[0].Value); err == nil {
-						spec = v
-					}
-				}
-				records = append(records, HistoryRecord{Session: spec, Status: d.st, Retired: now})
-			}
+	for b := 0; b < len(chunk); b += r.cfg.Batch {
+		batch := chunk[b:min(b+r.cfg.Batch, len(chunk))]
+		cmps := make([]clientv3.Cmp, 0, len(batch))
+		ops := make([]clientv3.Op, 0, 5*len(batch))
+		for _, d := range batch {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(d.id)), "=", d.rev))
+			ops = append(ops, clientv3.OpDelete(k.Session(d.id)), clientv3.OpDelete(k.Status(d.id)), clientv3.OpDelete(k.Warning(d.id)),
+				clientv3.OpDelete(k.SpecSecrets(d.id)), clientv3.OpDelete(k.RayToken(d.id)))
 		}
-		if err := r.appendHistory(records); err != nil {
-			return moved, err
+		resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return moved, fmt.Errorf("delete retired sessions: %w", err)
 		}
-		for b := 0; b < len(chunk); b += r.cfg.Batch {
-			batch := chunk[b:min(b+r.cfg.Batch, len(chunk))]
-			cmps := make([]clientv3.Cmp, 0, len(batch))
-			ops := make([]clientv3.Op, 0, 5*len(batch))
-			for _, d := range batch {
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(d.id)), "=", d.rev))
-				ops = append(ops, clientv3.OpDelete(k.Session(d.id)), clientv3.OpDelete(k.Status(d.id)), clientv3.OpDelete(k.Warning(d.id)),
-					clientv3.OpDelete(k.SpecSecrets(d.id)), clientv3.OpDelete(k.RayToken(d.id)))
-			}
-			resp, err := r.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-			if err != nil {
-				return moved, fmt.Errorf("delete retired sessions: %w", err)
-			}
-			if !resp.Succeeded {
-				// A status changed under us (rare: a finished session does
-				// not change). Its record is in the file; the next sweep
-				// re-reads and retires it.
-				r.log.Info("retired batch changed concurrently; retrying next sweep", "sessions", len(batch))
-				continue
-			}
-			moved += len(batch)
-			r.retired += int64(len(batch))
+		if !resp.Succeeded {
+			// A status changed under us (rare: a finished session does
+			// not change). Its record is in the file; the next sweep
+			// re-reads and retires it.
+			r.log.Info("retired batch changed concurrently; retrying next sweep", "sessions", len(batch))
+			continue
 		}
-	}
-	if moved > 0 {
-		r.log.Info("retired finished sessions", "sessions", moved, "older_than", r.cfg.After)
-	}
-	if err := r.retireArrays(ctx, arrays); err != nil {
-		return moved, err
+		moved += len(batch)
+		r.retired += int64(len(batch))
 	}
 	return moved, nil
+}
+
+// records reads the specs of chunk's sessions, one round trip a Batch,
+// and returns their history records (a spec already gone: its id only).
+func (r *Retention) records(ctx context.Context, chunk []dueSession) ([]HistoryRecord, error) {
+	now := r.cfg.Now().UTC()
+	records := make([]HistoryRecord, 0, len(chunk))
+	for b := 0; b < len(chunk); b += r.cfg.Batch {
+		batch := chunk[b:min(b+r.cfg.Batch, len(chunk))]
+		gets := make([]clientv3.Op, len(batch))
+		for i, d := range batch {
+			gets[i] = clientv3.OpGet(r.cfg.Keys.Session(d.id))
+		}
+		specs, err := r.cli.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("read retired specs: %w", err)
+		}
+		for i, d := range batch {
+			spec := state.Session{ID: d.id}
+			if kvs := specs.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				if v, err := state.Decode[state.Session](kvs[0].Value); err == nil {
+					spec = v
+				}
+			}
+			records = append(records, HistoryRecord{Session: spec, Status: d.st, Retired: now})
+		}
+	}
+	return records, nil
 }
 
 // dueArray is a job array to retire: its record and the revision it was
