@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
@@ -74,10 +73,7 @@ func newGangCluster(t *testing.T, n int) *gangCluster {
 	run("placer", placer.New(cli, placer.Config{Keys: keys, Tick: 200 * time.Millisecond, Logger: quietLogger()}).Run)
 	run("lifecycle", lifecycle.NewController(cli, lifecycle.ControllerConfig{Keys: keys, Every: 100 * time.Millisecond, Logger: quietLogger()}).Run)
 	run("sweep", sweep.New(cli, sweep.Config{Keys: keys, Logger: quietLogger()}).Run)
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "ada", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(gangSecret))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := apitest.Token(t, []byte(gangSecret), "ada")
 	r, err := cli.Get(ctx, "/", clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)

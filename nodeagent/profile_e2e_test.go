@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/api/apitest"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
@@ -48,13 +46,7 @@ func TestE2EProfileResources(t *testing.T) {
 	a.Mount(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	token := func(sub string, roles ...string) string {
-		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "roles": roles, "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	token := func(sub string, roles ...string) string { return apitest.Token(t, secret, sub, roles...) }
 	call := func(method, path, tok string, body any, want int) []byte {
 		t.Helper()
 		return apitest.Call(t, method, srv.URL+path, tok, body, nil, want)

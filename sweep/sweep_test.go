@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
@@ -76,10 +75,7 @@ func newCluster(t *testing.T) *cluster {
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
 	c.url = srv.URL
-	c.token, err = jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "ada", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(secret))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.token = apitest.Token(t, []byte(secret), "ada")
 
 	p := placer.New(cli, placer.Config{Keys: k, Logger: quiet()})
 	run("placer", p.Run)

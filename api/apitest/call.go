@@ -6,6 +6,9 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // Do sends one request to the API: method on url, body encoded as JSON
@@ -57,4 +60,19 @@ func Call(tb testing.TB, method, url, token string, body, out any, want int) []b
 		}
 	}
 	return b
+}
+
+// Token signs, with the HS256 secret, a token for sub with roles that is
+// valid for an hour: what the API's default claims (sub, roles) accept.
+func Token(tb testing.TB, secret []byte, sub string, roles ...string) string {
+	tb.Helper()
+	claims := jwt.MapClaims{"sub": sub, "exp": time.Now().Add(time.Hour).Unix()}
+	if len(roles) > 0 {
+		claims["roles"] = roles
+	}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+	if err != nil {
+		tb.Fatalf("sign a token for %s: %v", sub, err)
+	}
+	return s
 }

@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // echo answers 201 with what it was sent: the method, the bearer, the
@@ -82,4 +85,29 @@ func TestCallFailsOnAnotherStatus(t *testing.T) {
 		t.Fatal("Call passed a 201 where 200 was wanted")
 	}
 	t.Log(r.failed)
+}
+
+// TestTokenCarriesSubjectAndRoles: Token's token verifies with its secret
+// only, and carries the subject, the roles (none: no roles claim) and an
+// expiry within the hour.
+func TestTokenCarriesSubjectAndRoles(t *testing.T) {
+	secret := []byte("apitest-token-secret-0123456789")
+	parse := func(tok string, key []byte) (jwt.MapClaims, error) {
+		claims := jwt.MapClaims{}
+		_, err := jwt.ParseWithClaims(tok, claims, func(*jwt.Token) (any, error) { return key, nil }, jwt.WithValidMethods([]string{"HS256"}))
+		return claims, err
+	}
+	c, err := parse(Token(t, secret, "ada", "admin"), secret)
+	if err != nil || c["sub"] != "ada" || fmt.Sprint(c["roles"]) != "[admin]" {
+		t.Fatalf("claims %v (%v); want sub ada, roles [admin]", c, err)
+	}
+	if exp, err := c.GetExpirationTime(); err != nil || time.Until(exp.Time) > time.Hour || time.Until(exp.Time) < 50*time.Minute {
+		t.Errorf("expiry %v (%v); want about an hour from now", exp, err)
+	}
+	if c, err := parse(Token(t, secret, "bob"), secret); err != nil || c["roles"] != nil {
+		t.Errorf("claims %v (%v); want no roles claim", c, err)
+	}
+	if _, err := parse(Token(t, secret, "ada"), []byte("another-secret-0123456789abcdef")); err == nil {
+		t.Error("a token verified with another secret")
+	}
 }
