@@ -245,15 +245,6 @@ func SuiteTable(rows []SuiteRow, g Goals) string {
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range rows {
 		r := row.Result
-		users := make([]string, 0, len(r.Share))
-		for u := range r.Share {
-			users = append(users, u)
-		}
-		sort.Strings(users)
-		var shares []string
-		for _, u := range users {
-			shares = append(shares, fmt.Sprintf("%s %.0f%%", u, 100*r.Share[u]))
-		}
 		labels := make([]string, 0, len(r.Wait))
 		for l := range r.Wait {
 			labels = append(labels, l)
@@ -273,7 +264,7 @@ func SuiteTable(rows []SuiteRow, g Goals) string {
 			missed = "none"
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %d | %d | %.3f / %.3f | %s | %s | %s | %.0f / %.0f | %.1f%% | %.2f / %.2f | %v / %v | %s |\n",
-			row.Shape.Nodes, row.Shape.Name, row.Strategy, row.Seed, r.Sessions, r.JainMin, r.Jain, strings.Join(shares, ", "),
+			row.Shape.Nodes, row.Shape.Name, row.Strategy, row.Seed, r.Sessions, r.JainMin, r.Jain, sharesCell(r.Share),
 			strings.Join(waits, ", "), ratio, r.MaxExcess, g.Excess*r.LongestRuntime.Minutes(), 100*r.Busy,
 			r.Slots8, r.Floor8, r.PlanP50.Round(10*time.Microsecond), r.PlanP99.Round(10*time.Microsecond), missed)
 	}

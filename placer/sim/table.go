@@ -2,7 +2,8 @@ package sim
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -24,24 +25,25 @@ func Table(rows []Row) string {
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		res := r.Result
-		users := make([]string, 0, len(res.Share))
-		for u := range res.Share {
-			users = append(users, u)
-		}
-		sort.Strings(users)
-		var shares []string
-		for _, u := range users {
-			shares = append(shares, fmt.Sprintf("%s %.0f%%", u, 100*res.Share[u]))
-		}
 		one, eight := res.Wait["1"], res.Wait["8"]
 		ratio := 0.0
 		if one.P99 > 0 {
 			ratio = eight.P99 / one.P99
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %s | %.0f / %.0f | %.0f / %.0f | %.2f | %.1f%% | %.1f%% | %.1f%% | %.0f%% | %.2f / %.2f | %v / %v |\n",
-			r.Strategy, r.Seed, res.Sessions, res.Jain, strings.Join(shares, ", "), one.Mean, one.P99, eight.Mean, eight.P99, ratio,
+			r.Strategy, r.Seed, res.Sessions, res.Jain, sharesCell(res.Share), one.Mean, one.P99, eight.Mean, eight.P99, ratio,
 			100*res.Util, 100*res.IdleHeld, 100*res.IdleFragmented, 100*res.QueuedFraction, res.Slots8, res.Floor8,
 			res.PlanP50.Round(10*1000), res.PlanP99.Round(10*1000))
 	}
 	return b.String()
+}
+
+// sharesCell is a table's shares cell: each user's share of the GPUs in
+// percent, users in name order ("ada 50%, bob 50%").
+func sharesCell(share map[string]float64) string {
+	var cells []string
+	for _, u := range slices.Sorted(maps.Keys(share)) {
+		cells = append(cells, fmt.Sprintf("%s %.0f%%", u, 100*share[u]))
+	}
+	return strings.Join(cells, ", ")
 }
