@@ -87,31 +87,48 @@ func (a *API) putTeam(c *gin.Context) {
 	}
 	t.Name, t.By, t.Updated = name, principalOf(c).Subject, a.cfg.Now().UTC()
 	ctx := c.Request.Context()
-	// The check is made on the whole tree as read and the write compares
-	// it: a write that lost to another admin's is checked again.
-	for range teamWriteAttempts {
-		tr, err := state.ReadTeams(ctx, a.cli, a.keys)
-		if err != nil {
-			a.internal(c, "read teams", err)
-			return
-		}
-		_, err = state.PutTeam(ctx, a.cli, a.keys, tr, t)
-		if errors.Is(err, state.ErrConflict) {
-			continue
-		}
-		if probs, ok := state.IsTeamError(err); ok {
-			a.invalid(c, "Invalid team", teamFieldErrors(probs))
-			return
-		}
-		if err != nil {
-			a.internal(c, "write team", err)
-			return
-		}
-		a.log.Info("team defined", "team", name, "parent", t.Parent, "guaranteeGPUs", t.Guarantee.GPUs, "by", t.By)
-		c.JSON(http.StatusOK, t)
+	err := a.writeTeams(c, func(tr state.TeamTree) error {
+		_, err := state.PutTeam(ctx, a.cli, a.keys, tr, t)
+		return err
+	})
+	if errors.Is(err, errAnswered) {
 		return
 	}
-	a.problem(c, http.StatusConflict, "Conflict", "the teams kept changing while this one was written; send the request again")
+	if probs, ok := state.IsTeamError(err); ok {
+		a.invalid(c, "Invalid team", teamFieldErrors(probs))
+		return
+	}
+	if err != nil {
+		a.internal(c, "write team", err)
+		return
+	}
+	a.log.Info("team defined", "team", name, "parent", t.Parent, "guaranteeGPUs", t.Guarantee.GPUs, "by", t.By)
+	c.JSON(http.StatusOK, t)
+}
+
+// errAnswered is what writeTeams returns when it answered the request
+// itself.
+var errAnswered = errors.New("answered")
+
+// writeTeams runs write against the team tree as read now; while write
+// fails with state.ErrConflict (another admin's write came between the
+// read and the write, which compares the whole tree it was checked on) it
+// reads again and retries, teamWriteAttempts times at most. It returns
+// write's error, or errAnswered when it answered itself (a failed read:
+// 500; the tree changed on every attempt: 409).
+func (a *API) writeTeams(c *gin.Context, write func(state.TeamTree) error) error {
+	for range teamWriteAttempts {
+		tr, err := state.ReadTeams(c.Request.Context(), a.cli, a.keys)
+		if err != nil {
+			a.internal(c, "read teams", err)
+			return errAnswered
+		}
+		if err := write(tr); !errors.Is(err, state.ErrConflict) {
+			return err
+		}
+	}
+	a.problem(c, http.StatusConflict, "Conflict", "the teams kept changing on every attempt to write them; send the request again")
+	return errAnswered
 }
 
 func (a *API) deleteTeam(c *gin.Context) {
@@ -121,29 +138,22 @@ func (a *API) deleteTeam(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	for range teamWriteAttempts {
-		tr, err := state.ReadTeams(ctx, a.cli, a.keys)
-		if err != nil {
-			a.internal(c, "read teams", err)
-			return
-		}
-		_, err = state.DeleteTeam(ctx, a.cli, a.keys, tr, name)
-		switch probs, isTeam := state.IsTeamError(err); {
-		case errors.Is(err, state.ErrConflict):
-			continue
-		case errors.Is(err, state.ErrNotFound):
-			a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no team %q", name))
-		case isTeam:
-			a.problem(c, http.StatusConflict, "Team in use", strings.Join(probs, "; "))
-		case err != nil:
-			a.internal(c, "delete team", err)
-		default:
-			a.log.Info("team deleted", "team", name, "by", principalOf(c).Subject)
-			c.Status(http.StatusNoContent)
-		}
-		return
+	err := a.writeTeams(c, func(tr state.TeamTree) error {
+		_, err := state.DeleteTeam(ctx, a.cli, a.keys, tr, name)
+		return err
+	})
+	switch probs, isTeam := state.IsTeamError(err); {
+	case errors.Is(err, errAnswered):
+	case errors.Is(err, state.ErrNotFound):
+		a.problem(c, http.StatusNotFound, "Not found", fmt.Sprintf("no team %q", name))
+	case isTeam:
+		a.problem(c, http.StatusConflict, "Team in use", strings.Join(probs, "; "))
+	case err != nil:
+		a.internal(c, "delete team", err)
+	default:
+		a.log.Info("team deleted", "team", name, "by", principalOf(c).Subject)
+		c.Status(http.StatusNoContent)
 	}
-	a.problem(c, http.StatusConflict, "Conflict", "the teams kept changing while this one was deleted; send the request again")
 }
 
 // teamFieldErrors turns "team T: field: message" problems into field

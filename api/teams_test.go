@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -136,5 +137,30 @@ func TestTeamPriorityCeiling(t *testing.T) {
 	}
 	if s := decode[api.SessionView](t, want(t, h.do("POST", "/api/v1/sessions", bob, nb(0, "")), http.StatusCreated)); s.Team != "guests" {
 		t.Errorf("bob's session has team %q, want guests", s.Team)
+	}
+}
+
+// TestConcurrentTeamWritesAllLand: four admins write four teams at once.
+// Each write compares the whole tree it was checked on, so all but one
+// of a round are refused by etcd; the API reads the tree again and
+// retries (writeTeams), and every write lands: each refusal means another
+// writer's write landed in between, at most three times.
+func TestConcurrentTeamWritesAllLand(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	root := h.token("root", "admin")
+	codes := make(chan int, 4)
+	for i := range 4 {
+		go func() {
+			codes <- h.do("PUT", fmt.Sprintf("/api/v1/teams/t%d", i), root, map[string]any{"guarantee": map[string]any{"gpus": 1}}).status
+		}()
+	}
+	for range 4 {
+		if code := <-codes; code != http.StatusOK {
+			t.Errorf("a concurrent team write answered %d, want 200", code)
+		}
+	}
+	list := decode[api.TeamList](t, want(t, h.do("GET", "/api/v1/teams", root, nil), http.StatusOK))
+	if len(list.Items) != 4 {
+		t.Errorf("%d teams, want the 4 written: %+v", len(list.Items), list.Items)
 	}
 }
