@@ -42,13 +42,22 @@ func (u streamUser) run(args ...string) (int, string, string) {
 // and waits until it runs; it returns its id.
 func (u streamUser) startSession(command ...string) string {
 	u.t.Helper()
+	return u.createAndWait(nil, command)
+}
+
+// createAndWait creates a batch session running command in the test image
+// and waits, with voyager session wait and its flags waitFlags (none:
+// until it runs), for at most two minutes; it returns its id.
+func (u streamUser) createAndWait(waitFlags, command []string) string {
+	u.t.Helper()
 	args := append([]string{"session", "create", "--kind", "batch", "--image", agentTestImage, "--cpu", "0.2", "--memory", "256", "-o", "name", "--"}, command...)
 	code, out, stderr := u.run(args...)
 	if code != 0 {
 		u.t.Fatalf("session create: exit %d\n%s", code, stderr)
 	}
 	id := strings.TrimSpace(out)
-	if code, out, stderr := u.run("session", "wait", "--timeout", "120s", id); code != 0 {
+	wait := append(append([]string{"session", "wait", "--timeout", "120s"}, waitFlags...), id)
+	if code, out, stderr := u.run(wait...); code != 0 {
 		u.t.Fatalf("session wait %s: exit %d\n%s%s", id, code, out, stderr)
 	}
 	return id
@@ -271,16 +280,7 @@ echo "cols $(ls -C | head -1 | wc -w)"; read x; echo "cols $(ls -C | head -1 | w
 // for it to end.
 func (u streamUser) startSessionEnded(command ...string) string {
 	u.t.Helper()
-	args := append([]string{"session", "create", "--kind", "batch", "--image", agentTestImage, "--cpu", "0.2", "--memory", "256", "-o", "name", "--"}, command...)
-	code, out, stderr := u.run(args...)
-	if code != 0 {
-		u.t.Fatalf("session create: exit %d\n%s", code, stderr)
-	}
-	id := strings.TrimSpace(out)
-	if code, out, stderr := u.run("session", "wait", "--for", "end", "--timeout", "120s", id); code != 0 {
-		u.t.Fatalf("session wait %s: exit %d\n%s%s", id, code, out, stderr)
-	}
-	return id
+	return u.createAndWait([]string{"--for", "end"}, command)
 }
 
 // openPTY opens a pseudo-terminal of cols×rows: its master and its slave.
