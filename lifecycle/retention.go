@@ -270,10 +270,11 @@ func (r *Retention) records(ctx context.Context, chunk []dueSession) ([]HistoryR
 		if err != nil {
 			return nil, fmt.Errorf("read retired specs: %w", err)
 		}
+		kvs := state.FirstKVs(specs)
 		for i, d := range batch {
 			spec := state.Session{ID: d.id}
-			if kvs := specs.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
-				if v, err := state.Decode[state.Session](kvs[0].Value); err == nil {
+			if kvs[i] != nil {
+				if v, err := state.Decode[state.Session](kvs[i].Value); err == nil {
 					spec = v
 				}
 			}

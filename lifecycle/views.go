@@ -114,12 +114,12 @@ func (c *Controller) readWhole(ctx context.Context, id string, specRev, statusRe
 	if err != nil {
 		return w, false, fmt.Errorf("read spec and status: %w", err)
 	}
+	kvs := state.FirstKVs(r)
 	at := func(i int, rev int64) ([]byte, bool) {
-		kvs := r.Responses[i].GetResponseRange().GetKvs()
-		if len(kvs) == 0 || kvs[0].ModRevision != rev {
+		if kvs[i] == nil || kvs[i].ModRevision != rev {
 			return nil, false
 		}
-		return kvs[0].Value, true
+		return kvs[i].Value, true
 	}
 	val, ok := at(0, specRev)
 	if !ok {

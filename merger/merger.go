@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -236,14 +235,7 @@ func (m *Merger) Merge(ctx context.Context, id string, extra ...string) error {
 	if err != nil {
 		return fmt.Errorf("merge %s: %w", id, err)
 	}
-	var kvs []*mvccpb.KeyValue
-	for _, r := range read.Responses {
-		var kv *mvccpb.KeyValue
-		if got := r.GetResponseRange().Kvs; len(got) > 0 {
-			kv = got[0]
-		}
-		kvs = append(kvs, kv)
-	}
+	kvs := state.FirstKVs(read)
 	skv, pkv := kvs[0], kvs[1]
 	partKVs := kvs[2:]
 	var st state.Status
@@ -264,24 +256,18 @@ func (m *Merger) Merge(ctx context.Context, id string, extra ...string) error {
 		if err != nil {
 			return fmt.Errorf("merge %s: %w", id, err)
 		}
-		for _, rr := range r.Responses {
-			var kv *mvccpb.KeyValue
-			if got := rr.GetResponseRange().Kvs; len(got) > 0 {
-				kv = got[0]
-			}
-			partKVs = append(partKVs, kv)
-		}
+		partKVs = append(partKVs, state.FirstKVs(r)...)
 	}
 	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.ModRevision(sk), "=", modRev(skv)),
-		clientv3.Compare(clientv3.ModRevision(pk), "=", modRev(pkv)),
+		clientv3.Compare(clientv3.ModRevision(sk), "=", state.ModRevision(skv)),
+		clientv3.Compare(clientv3.ModRevision(pk), "=", state.ModRevision(pkv)),
 	}
 	var wops []clientv3.Op
 	var current []state.PartStatus
 	currentKey := map[string]string{}
 	for i, n := range nodes {
 		key, kv := k.Part(n, id), partKVs[i]
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", modRev(kv)))
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", state.ModRevision(kv)))
 		if kv == nil {
 			continue
 		}
@@ -338,11 +324,4 @@ func (m *Merger) Merge(ctx context.Context, id string, extra ...string) error {
 	}
 	m.writes.Add(1)
 	return nil
-}
-
-func modRev(kv *mvccpb.KeyValue) int64 {
-	if kv == nil {
-		return 0
-	}
-	return kv.ModRevision
 }

@@ -9,7 +9,6 @@ import (
 
 	json "github.com/goccy/go-json"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -235,18 +234,13 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 		if err != nil {
 			return fmt.Errorf("release %s on %s: %w", id, node, err)
 		}
-		kvs := func(i int) *mvccpb.KeyValue {
-			if r := read.Responses[i].GetResponseRange().Kvs; len(r) > 0 {
-				return r[0]
-			}
-			return nil
-		}
-		lkv, bkv, tkv, pkv := kvs(0), kvs(1), kvs(2), kvs(3)
+		kvs := FirstKVs(read)
+		lkv, bkv, tkv, pkv := kvs[0], kvs[1], kvs[2], kvs[3]
 		if bkv == nil || bkv.CreateRevision != bindingRev {
 			return fmt.Errorf("release %s on %s (binding of revision %d): %w", id, node, bindingRev, ErrStale)
 		}
 		cmps := []clientv3.Cmp{
-			clientv3.Compare(clientv3.ModRevision(lk), "=", modRev(lkv)),
+			clientv3.Compare(clientv3.ModRevision(lk), "=", ModRevision(lkv)),
 			clientv3.Compare(clientv3.CreateRevision(bk), "=", bindingRev),
 		}
 		// The node's copy of the session's secrets goes with its binding.
@@ -310,7 +304,7 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
 			ops = append(ops, sops...)
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tk), "=", modRev(tkv)),
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tk), "=", ModRevision(tkv)),
 				clientv3.Compare(clientv3.ModRevision(pk), "=", pkv.ModRevision))
 		}
 		resp, err := kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
@@ -322,13 +316,6 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 		}
 	}
 	return fmt.Errorf("release %s on %s: %w after %d attempts", id, node, ErrConflict, maxReleaseAttempts)
-}
-
-func modRev(kv *mvccpb.KeyValue) int64 {
-	if kv == nil {
-		return 0
-	}
-	return kv.ModRevision
 }
 
 // RestartsLeft reports whether a session whose status counts attempt
