@@ -3,6 +3,7 @@ package apitest
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -51,15 +52,25 @@ func Do(tb testing.TB, method, url, token string, body any) (int, []byte) {
 func Call(tb testing.TB, method, url, token string, body, out any, want int) []byte {
 	tb.Helper()
 	code, b := Do(tb, method, url, token, body)
+	if err := expect(code, b, out, want); err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	return b
+}
+
+// expect says what is wrong with an answer of status code and body b
+// where the status want was expected, and decodes b into out (nil: not
+// decoded).
+func expect(code int, b []byte, out any, want int) error {
 	if code != want {
-		tb.Fatalf("%s %s: %d, want %d: %s", method, url, code, want, b)
+		return fmt.Errorf("%d, want %d: %s", code, want, b)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			tb.Fatalf("%s %s: decode the answer: %v: %s", method, url, err, b)
+			return fmt.Errorf("decode the answer: %w: %s", err, b)
 		}
 	}
-	return b
+	return nil
 }
 
 // Token signs, with the HS256 secret, a token for sub with roles that is

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,43 +49,39 @@ func TestDoSendsJSONWithTheBearer(t *testing.T) {
 	}
 }
 
-// recorder is a testing.TB that records a failure instead of ending the
-// test.
-type recorder struct {
-	testing.TB
-	failed string
-}
-
-type stopped struct{}
-
-func (r *recorder) Helper() {}
-func (r *recorder) Fatalf(format string, args ...any) {
-	r.failed = fmt.Sprintf(format, args...)
-	panic(stopped{})
-}
-
-func TestCallFailsOnAnotherStatus(t *testing.T) {
+func TestCallDecodesTheWantedStatus(t *testing.T) {
 	srv := echo(t)
 	var out map[string]string
 	Call(t, "PUT", srv.URL+"/x", "tok", nil, &out, http.StatusCreated)
 	if out["method"] != "PUT" || out["auth"] != "Bearer tok" {
 		t.Errorf("decoded %v, want the echo of PUT with the bearer", out)
 	}
-	r := &recorder{TB: t}
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				if _, ok := p.(stopped); !ok {
-					panic(p)
-				}
+}
+
+// TestExpect: what Call fails a test with: another status than wanted,
+// or an answer that does not decode into out.
+func TestExpect(t *testing.T) {
+	var out struct{ N int }
+	for _, tc := range []struct {
+		name, body, err string
+		code            int
+		out             any
+	}{
+		{"wanted, decoded", `{"N":3}`, "", 200, &out},
+		{"wanted, not decoded", `not json`, "", 200, nil},
+		{"another status", `{"detail":"no"}`, `201, want 200: {"detail":"no"}`, 201, &out},
+		{"undecodable", `not json`, "decode the answer", 200, &out},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := expect(tc.code, []byte(tc.body), tc.out, 200)
+			if (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("expect = %v, want an error saying %q (none if empty)", err, tc.err)
 			}
-		}()
-		Call(r, "GET", srv.URL+"/x", "", nil, nil, http.StatusOK)
-	}()
-	if r.failed == "" {
-		t.Fatal("Call passed a 201 where 200 was wanted")
+		})
 	}
-	t.Log(r.failed)
+	if out.N != 3 {
+		t.Errorf("decoded %+v, want N 3", out)
+	}
 }
 
 // TestTokenCarriesSubjectAndRoles: Token's token verifies with its secret
