@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from voyager_spawner.client import Client, VoyagerError  # noqa: E402
 from voyager_spawner.tokens import keygen  # noqa: E402
+from test_spawner import FakeVoyagerServer  # noqa: E402
 
 
 class KeygenTest(unittest.TestCase):
@@ -57,27 +58,9 @@ class UnreachableWordsTest(unittest.TestCase):
         self.assertTrue("does not resolve" in e.detail or "did not answer" in e.detail, e.detail)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
-class PendingEstimateTest(unittest.IsolatedAsyncioTestCase):
+class PendingEstimateTest(FakeVoyagerServer, unittest.IsolatedAsyncioTestCase):
     """The pending page shows when the server could start, from the
     session view's estimate (the API computes it as for GET /queue)."""
-
-    async def asyncSetUp(self):
-        from tornado.httpserver import HTTPServer
-        from tornado.netutil import bind_sockets
-        from test_spawner import FakeVoyager, make_app
-
-        self.fake = FakeVoyager()
-        sockets = bind_sockets(0, "127.0.0.1")
-        self.server = HTTPServer(make_app(self.fake))
-        self.server.add_sockets(sockets)
-        self.url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
-
-    async def asyncTearDown(self):
-        self.server.stop()
 
     async def test_pending_page_shows_the_estimate(self):
         from types import SimpleNamespace
@@ -157,3 +140,7 @@ class PendingEstimateTest(unittest.IsolatedAsyncioTestCase):
         sp = spawner()
         await asyncio.wait_for(sp.start(), 10)
         self.assertNotIn("VOYAGER_JUPYTERHUB_URL", self.fake.sessions["s0002"]["env"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -202,7 +202,10 @@ def make_app(fake):
     ])
 
 
-class SpawnerTest(unittest.IsolatedAsyncioTestCase):
+class FakeVoyagerServer:
+    """Serves a FakeVoyager on a free loopback port for each test of an
+    asyncio test case: self.fake, and its address self.url."""
+
     async def asyncSetUp(self):
         self.fake = FakeVoyager()
         sockets = bind_sockets(0, "127.0.0.1")
@@ -212,6 +215,9 @@ class SpawnerTest(unittest.IsolatedAsyncioTestCase):
 
     async def asyncTearDown(self):
         self.server.stop()
+
+
+class SpawnerTest(FakeVoyagerServer, unittest.IsolatedAsyncioTestCase):
 
     def spawner(self, **kw):
         user = SimpleNamespace(name="ada", escaped_name="ada", url="/user/ada/")
