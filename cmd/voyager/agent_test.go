@@ -23,6 +23,43 @@ import (
 
 const agentTestImage = "voyager.local/busybox:e2e"
 
+// agentTimings are an agent's lease TTL, fence deadline and fence grace
+// (zero: the agent's default) and its fence keeper ("": the default).
+type agentTimings struct {
+	ttl, fenceAfter, fenceGrace time.Duration
+	keeper                      string
+}
+
+// environ is the agent's settings for tm.
+func (tm agentTimings) environ() []string {
+	var env []string
+	for _, s := range []struct {
+		name string
+		d    time.Duration
+	}{{"VOYAGER_AGENT_LEASE_TTL", tm.ttl}, {"VOYAGER_AGENT_FENCE_AFTER", tm.fenceAfter}, {"VOYAGER_AGENT_FENCE_GRACE", tm.fenceGrace}} {
+		if s.d > 0 {
+			env = append(env, s.name+"="+s.d.String())
+		}
+	}
+	if tm.keeper != "" {
+		env = append(env, "VOYAGER_AGENT_FENCE_KEEPER="+tm.keeper)
+	}
+	return env
+}
+
+// localAgentEnv is the environment of a voyager agent process on this
+// machine, without TLS, to add to its etcd settings: node at 127.0.0.1,
+// its data under home, its sessions in namespace ns of the containerd at
+// containerd, two simulated GPUs, the test image, the lease and fence
+// timings tm, and a session network of its own.
+func localAgentEnv(t *testing.T, home, node, containerd, ns string, tm agentTimings) []string {
+	return append([]string{"VOYAGER_DATA_DIR=" + home + "/data",
+		"VOYAGER_AGENT_NODE=" + node, "VOYAGER_AGENT_ADDRESS=127.0.0.1",
+		"VOYAGER_AGENT_CONTAINERD=" + containerd, "VOYAGER_AGENT_NAMESPACE=" + ns,
+		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB", "VOYAGER_AGENT_IMAGE=" + agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
+		"VOYAGER_AGENT_NETWORK_NAME=" + sessionNetwork(t)}, tm.environ()...)
+}
+
 // privateContainerd starts a containerd for one test, or skips the test
 // where that cannot be (not root, containerd or busybox-static missing;
 // a failure where testreq.Env requires them).
@@ -113,14 +150,8 @@ func TestAgentKillE2E(t *testing.T) {
 	defer cancel()
 	home := t.TempDir()
 	base := []string{"HOME=" + home, "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_LOG_LEVEL=debug"}
-	agentEnv := append(slices.Clone(base),
-		"VOYAGER_DATA_DIR="+home+"/data",
-		"VOYAGER_AGENT_NODE=e2e-node", "VOYAGER_AGENT_ADDRESS=127.0.0.1",
-		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
-		"VOYAGER_AGENT_LEASE_TTL=6s", "VOYAGER_AGENT_FENCE_AFTER=4s", "VOYAGER_AGENT_FENCE_GRACE=500ms",
-		"VOYAGER_AGENT_FENCE_KEEPER="+testFenceKeeper(), "VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB",
-		"VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
-		"VOYAGER_AGENT_NETWORK_NAME="+sessionNetwork(t))
+	agentEnv := append(slices.Clone(base), localAgentEnv(t, home, "e2e-node", rt.Address(), rt.Namespace(),
+		agentTimings{ttl: 6 * time.Second, fenceAfter: 4 * time.Second, fenceGrace: 500 * time.Millisecond, keeper: testFenceKeeper()})...)
 	startAgent := func() *proc {
 		p := start(t, append(slices.Clone(agentEnv), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "agent")
 		p.waitFor(`msg="node registered"`, 30*time.Second)

@@ -175,15 +175,9 @@ func testFenceWithoutTheAgent(t *testing.T, fault string) {
 	pl := start(t, append(slices.Clone(base), "VOYAGER_ETCD_ENDPOINTS="+c.Server.Endpoint(), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "placer")
 	pl.waitFor(`msg="placer caches synced"`, 30*time.Second)
 	node := "fence-" + fault
-	agent := start(t, append(slices.Clone(base),
-		"VOYAGER_ETCD_ENDPOINTS="+proxy.Endpoint(), "VOYAGER_ETCD_DIAL_TIMEOUT=1s",
-		"VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_ADDR="+freeAddr(t),
-		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS=127.0.0.1",
-		"VOYAGER_AGENT_CONTAINERD="+d.Address, "VOYAGER_AGENT_NAMESPACE="+ns,
-		"VOYAGER_AGENT_LEASE_TTL="+ttl.String(), "VOYAGER_AGENT_FENCE_AFTER="+after.String(), "VOYAGER_AGENT_FENCE_GRACE="+grace.String(),
-		"VOYAGER_AGENT_FENCE_KEEPER="+testFenceKeeper(),
-		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB", "VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
-		"VOYAGER_AGENT_NETWORK_NAME="+sessionNetwork(t)), "agent")
+	agent := start(t, append(append(slices.Clone(base),
+		"VOYAGER_ETCD_ENDPOINTS="+proxy.Endpoint(), "VOYAGER_ETCD_DIAL_TIMEOUT=1s", "VOYAGER_HTTP_ADDR="+freeAddr(t)),
+		localAgentEnv(t, home, node, d.Address, ns, agentTimings{ttl: ttl, fenceAfter: after, fenceGrace: grace, keeper: testFenceKeeper()})...), "agent")
 	agent.waitFor(`msg="node registered"`, 30*time.Second)
 	t.Cleanup(func() { _ = agent.cmd.Process.Signal(syscall.SIGCONT) })
 

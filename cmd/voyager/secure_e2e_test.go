@@ -319,30 +319,6 @@ func (c *secureCluster) startAgent(ns, node, address, httpAddr string, rt *runti
 	return c.startAgentTimed(ns, node, address, httpAddr, rt, ports, agentTimings{ttl: agentLeaseTTL, fenceAfter: agentFenceAfter})
 }
 
-// agentTimings are an agent's lease TTL, fence deadline and fence grace
-// (zero: the agent's default) and its fence keeper ("": the default).
-type agentTimings struct {
-	ttl, fenceAfter, fenceGrace time.Duration
-	keeper                      string
-}
-
-// environ is the agent's settings for tm.
-func (tm agentTimings) environ() []string {
-	var env []string
-	for _, s := range []struct {
-		name string
-		d    time.Duration
-	}{{"VOYAGER_AGENT_LEASE_TTL", tm.ttl}, {"VOYAGER_AGENT_FENCE_AFTER", tm.fenceAfter}, {"VOYAGER_AGENT_FENCE_GRACE", tm.fenceGrace}} {
-		if s.d > 0 {
-			env = append(env, s.name+"="+s.d.String())
-		}
-	}
-	if tm.keeper != "" {
-		env = append(env, "VOYAGER_AGENT_FENCE_KEEPER="+tm.keeper)
-	}
-	return env
-}
-
 // startAgentTimed is startAgent with the lease and fence timings tm.
 func (c *secureCluster) startAgentTimed(ns, node, address, httpAddr string, rt *runtime.Containerd, ports string, tm agentTimings) (*proc, string) {
 	c.t.Helper()
