@@ -212,6 +212,19 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("%d %s", e.status, http.StatusText(e.status))
 }
 
+// answerError reads an error answer of the API (an HTTP request's or a
+// refused WebSocket upgrade's) into an apiError: its problem's detail, else
+// the status and the body as they came.
+func answerError(resp *http.Response) *apiError {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &apiError{status: resp.StatusCode}
+	if json.Unmarshal(b, &e.p) != nil || e.p.Detail == "" {
+		e.p.Detail = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return e
+}
+
 func (c *client) request(ctx context.Context, method, path string, body any, headers map[string]string) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
@@ -238,13 +251,7 @@ func (c *client) request(ctx context.Context, method, path string, body any, hea
 	}
 	printWarnings(c.warn, resp.Header)
 	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		e := &apiError{status: resp.StatusCode}
-		if json.Unmarshal(b, &e.p) != nil || e.p.Detail == "" {
-			e.p.Detail = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
-		}
-		return nil, e
+		return nil, answerError(resp)
 	}
 	return resp, nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -106,13 +105,7 @@ func (c *client) dialStream(ctx context.Context, path string, q url.Values, prot
 	ws, resp, err := d.DialContext(ctx, u.String(), http.Header{"Authorization": {"Bearer " + c.token}})
 	if err != nil {
 		if resp != nil {
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			e := &apiError{status: resp.StatusCode}
-			if json.Unmarshal(b, &e.p) != nil || e.p.Detail == "" {
-				e.p.Detail = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
-			}
-			return nil, e
+			return nil, answerError(resp)
 		}
 		return nil, fmt.Errorf("call %s (%s): %w", c.base, envURL, err)
 	}
