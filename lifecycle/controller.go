@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
+	"github.com/voyager-gpu/voyager/internal/promfunc"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -177,24 +178,15 @@ func (c *Controller) Leading() bool { return c.leading.Load() }
 
 // Collectors returns the controller's Prometheus metrics.
 func (c *Controller) Collectors() []prometheus.Collector {
-	counter := func(name, help string, f func() int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "voyager", Subsystem: "lifecycle", Name: name, Help: help},
-			func() float64 { return float64(f()) })
-	}
+	m := promfunc.Set{Subsystem: "lifecycle"}
 	return []prometheus.Collector{
-		counter("warnings_total", "Warnings written (idle, max runtime, drain, preemption).", c.warned.Load),
-		counter("warnings_withdrawn_total", "Warnings withdrawn because their cause went away.", c.withdrawn.Load),
-		counter("evictions_total", "Sessions stopped by a lifecycle rule after their warning.", c.evicted.Load),
-		counter("preemptions_total", "Sessions stopped to make room for higher-priority ones.", c.preempted.Load),
-		counter("requeues_total", "Sessions re-queued after a restart back-off or a preemption.", c.requeued.Load),
-		counter("conflicts_total", "Writes refused because state moved since read.", c.conflicts.Load),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "voyager", Subsystem: "lifecycle", Name: "leader",
-			Help: "1 while this process runs the lifecycle rules."}, func() float64 {
-			if c.leading.Load() {
-				return 1
-			}
-			return 0
-		}),
+		m.Counter("warnings_total", "Warnings written (idle, max runtime, drain, preemption).", c.warned.Load),
+		m.Counter("warnings_withdrawn_total", "Warnings withdrawn because their cause went away.", c.withdrawn.Load),
+		m.Counter("evictions_total", "Sessions stopped by a lifecycle rule after their warning.", c.evicted.Load),
+		m.Counter("preemptions_total", "Sessions stopped to make room for higher-priority ones.", c.preempted.Load),
+		m.Counter("requeues_total", "Sessions re-queued after a restart back-off or a preemption.", c.requeued.Load),
+		m.Counter("conflicts_total", "Writes refused because state moved since read.", c.conflicts.Load),
+		m.Gauge("leader", "1 while this process runs the lifecycle rules.", promfunc.Flag(c.leading.Load)),
 	}
 }
 

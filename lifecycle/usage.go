@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/promfunc"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -324,15 +325,12 @@ func (a *Accountant) SweepMarks(ctx context.Context) (int, error) {
 // it counted and those it could not (their sessions retired first), and
 // the revision up to which it has handled every status change.
 func (a *Accountant) Collectors() []prometheus.Collector {
+	m := promfunc.Set{Subsystem: "usage"}
 	return []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voyager_usage_attempts_accrued_total",
-			Help: "Ended attempts this process's usage accountant counted into GPU-hours (accruals/, gpuhours/)."},
-			func() float64 { return float64(a.Accrued()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voyager_usage_attempts_late_total",
-			Help: "Ended attempts the usage accountant could not count: their sessions were retired (or their specs compacted away) before it saw them end."},
-			func() float64 { return float64(a.Late()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voyager_usage_applied_revision",
-			Help: "The etcd revision up to which this process's usage accountant handled every status change (0 while it does not lead)."},
+		m.Counter("attempts_accrued_total", "Ended attempts this process's usage accountant counted into GPU-hours (accruals/, gpuhours/).", a.Accrued),
+		m.Counter("attempts_late_total",
+			"Ended attempts the usage accountant could not count: their sessions were retired (or their specs compacted away) before it saw them end.", a.Late),
+		m.Gauge("applied_revision", "The etcd revision up to which this process's usage accountant handled every status change (0 while it does not lead).",
 			func() float64 { return float64(a.Applied()) }),
 	}
 }

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
+	"github.com/voyager-gpu/voyager/internal/promfunc"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
@@ -73,14 +74,11 @@ func (m *Merger) Merges() int64 { return m.merges.Load() }
 // Collectors are the merger's Prometheus metrics, for the process's
 // registry.
 func (m *Merger) Collectors() []prometheus.Collector {
-	counter := func(name, help string, f func() int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "voyager", Subsystem: "merger", Name: name, Help: help},
-			func() float64 { return float64(f()) })
-	}
+	set := promfunc.Set{Subsystem: "merger"}
 	return []prometheus.Collector{
-		counter("merges_total", "Merges of a session's parts run.", m.merges.Load),
-		counter("writes_total", "Merges that wrote a status or deleted parts.", m.writes.Load),
-		counter("conflicts_total", "Merges refused because a status, spec or part moved since read; merged again.", m.conflicts.Load),
+		set.Counter("merges_total", "Merges of a session's parts run.", m.merges.Load),
+		set.Counter("writes_total", "Merges that wrote a status or deleted parts.", m.writes.Load),
+		set.Counter("conflicts_total", "Merges refused because a status, spec or part moved since read; merged again.", m.conflicts.Load),
 	}
 }
 

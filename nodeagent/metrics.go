@@ -7,6 +7,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/voyager-gpu/voyager/internal/promfunc"
 )
 
 // GPUUsage is one GPU's load at one moment.
@@ -56,50 +58,33 @@ func ReadNVMLUsage(lib nvml.Interface) ([]GPUUsage, error) {
 // (Config.Usage; none when it is nil). Register them once.
 func (a *Agent) Collectors() []prometheus.Collector {
 	labels := prometheus.Labels{"node": a.cfg.Node}
-	counter := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "voyager", Subsystem: "agent", Name: name, Help: help, ConstLabels: labels,
-		}, f)
-	}
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "voyager", Subsystem: "agent", Name: name, Help: help, ConstLabels: labels,
-		}, f)
-	}
+	m := promfunc.Set{Subsystem: "agent", Labels: labels}
 	return []prometheus.Collector{
-		counter("registrations_total", "Leases the node was registered under; more than one means a lease was lost.",
-			func() float64 { return float64(a.Registrations()) }),
-		gauge("registered", "1 while the node holds a live lease.", func() float64 {
-			if a.Registered() {
-				return 1
-			}
-			return 0
-		}),
-		gauge("sessions", "Bindings the agent is driving now.", func() float64 {
+		m.Counter("registrations_total", "Leases the node was registered under; more than one means a lease was lost.",
+			func() int64 { return int64(a.Registrations()) }),
+		m.Gauge("registered", "1 while the node holds a live lease.", promfunc.Flag(a.Registered)),
+		m.Gauge("sessions", "Bindings the agent is driving now.", func() float64 {
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			return float64(len(a.workers))
 		}),
-		counter("container_starts_total", "Containers the agent created.", func() float64 { return float64(a.starts.Load()) }),
-		counter("containers_adopted_total", "Running containers found and adopted after a restart or a lost lease.",
-			func() float64 { return float64(a.adopted.Load()) }),
-		counter("start_failures_total", "Sessions that failed to start.", func() float64 { return float64(a.startFailures.Load()) }),
-		counter("fences_total", "Leases given up because they could not be renewed within the fence deadline (or expired), stopping the node's containers.",
-			func() float64 { return float64(a.fences.Load()) }),
-		counter("fenced_containers_total", "Containers stopped and removed by fences.", func() float64 { return float64(a.fenced.Load()) }),
-		counter("fenced_attempts_total", "Attempts ended (reason Fenced) because their containers were fenced, by the agent or its fence keeper, or were gone after their launch: never started again in place.",
-			func() float64 { return float64(a.fencedAttempts.Load()) }),
-		gauge("lease_renewal_age_seconds", "Time since the send of the last successful renewal of the node lease; the agent fences at the fence deadline.",
+		m.Counter("container_starts_total", "Containers the agent created.", a.starts.Load),
+		m.Counter("containers_adopted_total", "Running containers found and adopted after a restart or a lost lease.", a.adopted.Load),
+		m.Counter("start_failures_total", "Sessions that failed to start.", a.startFailures.Load),
+		m.Counter("fences_total", "Leases given up because they could not be renewed within the fence deadline (or expired), stopping the node's containers.",
+			a.fences.Load),
+		m.Counter("fenced_containers_total", "Containers stopped and removed by fences.", a.fenced.Load),
+		m.Counter("fenced_attempts_total", "Attempts ended (reason Fenced) because their containers were fenced, by the agent or its fence keeper, or were gone after their launch: never started again in place.",
+			a.fencedAttempts.Load),
+		m.Gauge("lease_renewal_age_seconds", "Time since the send of the last successful renewal of the node lease; the agent fences at the fence deadline.",
 			func() float64 {
 				if r := a.renewed.Load(); r > 0 {
 					return time.Since(time.Unix(0, r)).Seconds()
 				}
 				return 0
 			}),
-		counter("activity_samples_total", "Samples of running sessions' activity (Jupyter, GPUs).",
-			func() float64 { return float64(a.activitySamples.Load()) }),
-		counter("activity_writes_total", "Samples that changed meaningfully and were written to a session's status.",
-			func() float64 { return float64(a.activityWrites.Load()) }),
+		m.Counter("activity_samples_total", "Samples of running sessions' activity (Jupyter, GPUs).", a.activitySamples.Load),
+		m.Counter("activity_writes_total", "Samples that changed meaningfully and were written to a session's status.", a.activityWrites.Load),
 		&usageCollector{a: a, labels: labels},
 		newSessionGPUCollector(a, labels),
 		newShareCollector(a, labels),

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
+	"github.com/voyager-gpu/voyager/internal/promfunc"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -78,15 +79,12 @@ func (c *Controller) Stats() Stats {
 
 // Collectors returns the controller's Prometheus metrics.
 func (c *Controller) Collectors() []prometheus.Collector {
-	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "voyager", Subsystem: "sweep", Name: name, Help: help},
-			func() float64 { return float64(v.Load()) })
-	}
+	m := promfunc.Set{Subsystem: "sweep"}
 	return []prometheus.Collector{
-		counter("elements_created_total", "Array elements created by this process.", &c.created),
-		counter("elements_finished_total", "Finished array elements whose result this process recorded.", &c.finished),
-		counter("element_stops_total", "Stops of elements of stopped arrays asked by this process.", &c.stopped),
-		counter("conflicts_total", "Array writes refused because the array changed since read.", &c.conflicts),
+		m.Counter("elements_created_total", "Array elements created by this process.", c.created.Load),
+		m.Counter("elements_finished_total", "Finished array elements whose result this process recorded.", c.finished.Load),
+		m.Counter("element_stops_total", "Stops of elements of stopped arrays asked by this process.", c.stopped.Load),
+		m.Counter("conflicts_total", "Array writes refused because the array changed since read.", c.conflicts.Load),
 	}
 }
 
