@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
@@ -33,12 +34,16 @@ import (
 )
 
 var (
-	soakBinds = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
-	soakSeed  = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
-	soakChaos = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
-	soakEtcd  = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
-	soakNodeN = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
-	soakLive  = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
+	soakBinds  = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
+	soakSeed   = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
+	soakChaos  = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
+	soakEtcd   = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
+	soakNodeN  = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
+	soakLive   = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
+	soakEvery  = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
+	soakCensus = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
+	soakMix    = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
+	soakCalls  = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
 )
 
 const (
@@ -101,17 +106,26 @@ func TestSoak(t *testing.T) {
 	// cheaper than with the embedded server. Three members by default, so
 	// that the soak can kill the leader.
 	members := etcdtest.StartMembers(t, *soakEtcd)
-	admin := members.Client(t)
 	k := state.MustKeys("/soak")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dial := func(endpoints []string) *clientv3.Client {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	var calls callCounter
+	dial := func(who string, endpoints []string) *clientv3.Client {
+		cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+		if *soakCalls {
+			cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(calls.interceptor(who)))
+		}
+		cli, err := clientv3.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cli
 	}
-	newClient := func() *clientv3.Client { return dial(members.Endpoints) }
+	newClient := func(who string) *clientv3.Client { return dial(who, members.Endpoints) }
+	// The users' and chaos's client.
+	admin := newClient("users")
+	t.Cleanup(func() { _ = admin.Close() })
+	checkCli := newClient("checker")
+	t.Cleanup(func() { _ = checkCli.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	began := time.Now()
@@ -127,7 +141,7 @@ func TestSoak(t *testing.T) {
 	checkCtx, stopCheck := context.WithCancel(ctx)
 	checkDone := make(chan history.Result, 1)
 	go func() {
-		res, err := history.Watch(checkCtx, admin, k, history.Options{
+		res, err := history.Watch(checkCtx, checkCli, k, history.Options{
 			Start:      r0.Header.Revision,
 			StuckAfter: soakStuckAfter,
 			OnRevision: func(rev, b int64) { checked.Store(rev); binds.Store(b) },
@@ -142,6 +156,10 @@ func TestSoak(t *testing.T) {
 		}
 		checkDone <- res
 	}()
+	var mix revisionMix
+	if *soakMix {
+		go mix.follow(checkCtx, admin, k, r0.Header.Revision+1)
+	}
 	// Compaction only behind the checker.
 	go func() {
 		for ctx.Err() == nil {
@@ -158,8 +176,8 @@ func TestSoak(t *testing.T) {
 		go func() { defer close(p.done); f(pctx, cli) }()
 		return p
 	}
-	run := func(f func(ctx context.Context, cli *clientv3.Client)) *soakProc {
-		return runOn(newClient(), f)
+	run := func(who string, f func(ctx context.Context, cli *clientv3.Client)) *soakProc {
+		return runOn(newClient(who), f)
 	}
 	var mu sync.Mutex
 	// One runtime per node, kept across its agent's restarts: the
@@ -207,7 +225,7 @@ func TestSoak(t *testing.T) {
 		mu.Lock()
 		mig := split[i]
 		mu.Unlock()
-		return runOn(dial(eps), func(ctx context.Context, cli *clientv3.Client) {
+		return runOn(dial("agent", eps), func(ctx context.Context, cli *clientv3.Client) {
 			gpus, _ := nodeagent.SimulatedGPUs(name, "8xA100-80GB")
 			dir := filepath.Join(scratch, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
 			if mig {
@@ -226,7 +244,7 @@ func TestSoak(t *testing.T) {
 		})
 	}
 	placerProc := func() *soakProc {
-		return run(func(ctx context.Context, cli *clientv3.Client) {
+		return run("placer", func(ctx context.Context, cli *clientv3.Client) {
 			// A placer process runs the status merger beside the placer.
 			m := merger.New(cli, merger.Config{Keys: k, Logger: quiet})
 			merged := make(chan struct{})
@@ -247,7 +265,7 @@ func TestSoak(t *testing.T) {
 	// Retention removes finished sessions as it does in production, and
 	// keeps a million binds from piling up in etcd and every cache.
 	retDir := t.TempDir()
-	ret := run(func(ctx context.Context, cli *clientv3.Client) {
+	ret := run("retention", func(ctx context.Context, cli *clientv3.Client) {
 		r, err := lifecycle.NewRetention(cli, lifecycle.RetentionConfig{Keys: k, After: 2 * time.Second, Every: time.Second,
 			HistoryPath: retDir + "/history.jsonl", Logger: quiet})
 		if err != nil {
@@ -256,7 +274,7 @@ func TestSoak(t *testing.T) {
 		}
 		_ = r.Run(ctx)
 	})
-	sw := run(func(ctx context.Context, cli *clientv3.Client) {
+	sw := run("sweep", func(ctx context.Context, cli *clientv3.Client) {
 		_ = sweep.New(cli, sweep.Config{Keys: k, Logger: quiet, Every: time.Second}).Run(ctx)
 	})
 	// Quotas: u0 may hold 10 GPUs; chaos changes u1's.
@@ -264,14 +282,14 @@ func TestSoak(t *testing.T) {
 	if _, err := state.Put(ctx, admin, k.UserQuota("u0"), state.Quota{GPUs: &ten}); err != nil {
 		t.Fatal(err)
 	}
-	lc := run(func(ctx context.Context, cli *clientv3.Client) {
+	lc := run("lifecycle", func(ctx context.Context, cli *clientv3.Client) {
 		ctl := lifecycle.NewController(cli, lifecycle.ControllerConfig{Keys: k, Logger: quiet, Every: 100 * time.Millisecond,
 			StopWarning: 50 * time.Millisecond, PreemptGrace: 50 * time.Millisecond, MaxRuntime: time.Hour})
 		_ = ctl.Run(ctx)
 	})
 	// The usage accountant: every ended attempt's GPU-hours, which the
 	// checker's accrual rules hold to once each.
-	acct := run(func(ctx context.Context, cli *clientv3.Client) {
+	acct := run("accountant", func(ctx context.Context, cli *clientv3.Client) {
 		_ = lifecycle.NewAccountant(cli, lifecycle.AccountantConfig{Keys: k, Logger: quiet, CursorEvery: time.Second}).Run(ctx)
 	})
 
@@ -520,16 +538,34 @@ func TestSoak(t *testing.T) {
 		nodes, _ := admin.Get(ctx, k.Nodes(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return fmt.Sprintf("%v; %d nodes; e.g. %q", n, nodes.Count, example["Pending/Capacity"])
 	}
+	// Progress every -soak.every: binds, their rate and CPU since the last
+	// line and in all, violations so far, the machine's load.
+	cpu0, err := readSoakCPU(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load0 := loadAverage()
+	lastCPU, lastBinds, lastAt := cpu0, int64(0), time.Now()
 	for tick := 0; binds.Load() < *soakBinds && ctx.Err() == nil && !t.Failed(); tick++ {
 		time.Sleep(time.Second)
-		if testing.Verbose() && tick%10 == 9 {
+		if testing.Verbose() && *soakCensus && tick%10 == 9 {
 			t.Logf("live sessions by phase/reason: %s", census())
 		}
-		if testing.Verbose() {
-			vmu.Lock()
-			t.Logf("%s: %d binds, %d submitted, checked up to revision %d, %d violations", time.Since(began).Round(time.Second), binds.Load(), submitted.Load(), checked.Load(), len(violations))
-			vmu.Unlock()
+		if time.Since(lastAt) < *soakEvery {
+			continue
 		}
+		cpu, err := readSoakCPU(members)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := binds.Load()
+		vmu.Lock()
+		nv := len(violations)
+		vmu.Unlock()
+		t.Logf("%s: %d binds (%.0f/s; CPU %s a bind since the last line, %s in all), %d submitted, checked up to revision %d, %d violations; load %s",
+			time.Since(began).Round(time.Second), b, float64(b-lastBinds)/time.Since(lastAt).Seconds(), cpu.sub(lastCPU).perBind(b-lastBinds),
+			cpu.sub(cpu0).perBind(b), submitted.Load(), checked.Load(), nv, loadAverage())
+		lastCPU, lastBinds, lastAt = cpu, b, time.Now()
 	}
 	wg.Wait()
 	// Nothing is stuck: with every agent back, every session still live
@@ -583,9 +619,17 @@ func TestSoak(t *testing.T) {
 	stopCheck()
 	res := <-checkDone
 	elapsed := time.Since(began)
-	t.Logf("soak: %d binds, %d sessions, %d revisions checked, %d violations, %s (%.0f binds/s); %d etcd leaders killed, %d node etcd outages, %d cordons",
-		res.Binds, submitted.Load(), res.Revisions, res.Count, elapsed.Round(time.Millisecond), float64(res.Binds)/elapsed.Seconds(),
-		leaderKills.Load(), outages.Load(), cordons.Load())
+	cpu, err := readSoakCPU(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := cpu.sub(cpu0)
+	t.Logf("soak: %d binds, %d sessions, %d revisions checked (%.1f a bind), %d violations; wall %s, %.0f binds/s; CPU %s (%s test process, %s etcd), %s a bind; load %s at the start, %s at the end; %d etcd leaders killed, %d node etcd outages, %d cordons",
+		res.Binds, submitted.Load(), res.Revisions, float64(res.Revisions)/float64(max(res.Binds, 1)), res.Count,
+		elapsed.Round(time.Second), float64(res.Binds)/elapsed.Seconds(),
+		used.total().Round(time.Second), used.self.Round(time.Second), used.etcd.Round(time.Second), used.perBind(res.Binds),
+		load0, loadAverage(), leaderKills.Load(), outages.Load(), cordons.Load())
+	t.Logf("soak: the etcd members' processes now have used %v (a member killed and started again counts from its restart)", roundAll(cpu.members))
 	for i, v := range res.Violations {
 		if i == 20 {
 			t.Errorf("… and %d more", res.Count-20)
@@ -608,9 +652,23 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	t.Logf("soak: the usage accountant counted %d attempt-days", attempts)
+	if *soakMix {
+		t.Logf("soak: %s", mix.report(res.Binds, 25))
+	}
+	if *soakCalls {
+		t.Logf("soak: %s", calls.report(res.Binds))
+	}
 	if attempts == 0 {
 		t.Error("the usage accountant counted no attempt")
 	}
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(100 * time.Millisecond)
+	}
+	return out
 }
 
 // transient reports whether err is an etcd error that a leader's death
