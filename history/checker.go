@@ -29,6 +29,7 @@ const (
 	RuleLeftBehind          = "left-behind"
 	RuleStuck               = "no-progress"
 	RuleContainerUnbound    = "container-without-binding"
+	RuleLaunchedTwice       = "launched-twice" // launch.go
 )
 
 // Violation is one broken rule: at Revision, Key is in a state Rule forbids.
@@ -93,6 +94,9 @@ type Checker struct {
 	// left are the sessions that ended (or wait to run again) while
 	// holding a binding or an allocation, since when.
 	left map[string]time.Time
+	// launches are the attempts' launches by session, until its status
+	// is deleted (launch.go).
+	launches map[string]map[launchKey]launchRecord
 }
 
 type boundView struct {
@@ -117,7 +121,8 @@ func New(k state.Keys) *Checker {
 		statuses: map[string]state.Status{}, held: state.NewHoldings(), heldInv: map[string]map[string]string{},
 		arrays: map[string]int{}, finished: map[string]bool{}, members: map[string]map[string]bool{},
 		bound: map[[2]string]boundView{}, holds: map[string]map[string]uint8{}, parts: map[[2]string]partView{},
-		due: map[string]dueView{}, left: map[string]time.Time{}, stuckAfter: DefaultStuckAfter}
+		due: map[string]dueView{}, left: map[string]time.Time{}, launches: map[string]map[launchKey]launchRecord{},
+		stuckAfter: DefaultStuckAfter}
 }
 
 // Revision is the last revision applied.
@@ -162,6 +167,10 @@ type touched struct {
 type partWrite struct {
 	key, node, id string
 	p             state.PartStatus
+	// launch says the write records a launch; twice, why that launch is
+	// the attempt's second (launch.go).
+	launch bool
+	twice  string
 }
 
 func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violation {
@@ -313,10 +322,11 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				bad(key, RuleUndecodable, "%v", err)
 				continue
 			}
+			launch, twice := c.notePart(node, id, p)
 			c.parts[[2]string{node, id}] = partView{phase: p.Phase, bindingRev: p.BindingRevision}
 			c.tick(p.Updated)
 			if transitions {
-				t.parts = append(t.parts, partWrite{key: key, node: node, id: id, p: p})
+				t.parts = append(t.parts, partWrite{key: key, node: node, id: id, p: p, launch: launch, twice: twice})
 			}
 		case strings.HasPrefix(key, k.Accruals()):
 			c.checkAccrual(ch, transitions, bad)
@@ -351,6 +361,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				delete(c.statuses, id)
 				delete(c.due, id)
 				delete(c.left, id)
+				delete(c.launches, id)
 				if transitions {
 					if ok, _ := state.Edge(old.Phase, ""); !ok {
 						bad(key, RulePhaseEdge, "status of a live session (%s) deleted", old.Phase)
@@ -447,6 +458,13 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		}
 	}
 	for _, w := range t.parts {
+		if w.twice != "" {
+			bad(w.key, RuleLaunchedTwice, "%s", w.twice)
+		} else if w.launch {
+			if why := c.launchNotLive(w); why != "" {
+				bad(w.key, RuleLaunchedTwice, "%s", why)
+			}
+		}
 		cur, bound := c.bindings[w.node][w.id]
 		gone, released := t.unbound[[2]string{w.node, w.id}]
 		switch {

@@ -62,6 +62,12 @@ type worker struct {
 	// secretsErr is why the session's secrets could not be joined into
 	// its spec (errNoSecrets): it does not start without them.
 	secretsErr error
+
+	// known is the part this worker last wrote or read, with its mod
+	// revision (outcome.go: setPart writes from it without reading first;
+	// its transaction compares that revision, and a part that moved is read
+	// again).
+	known knownPart
 }
 
 func (a *Agent) newWorker(parent context.Context, id string, it watcher.Item[state.Binding]) *worker {
@@ -158,6 +164,14 @@ func (w *worker) run() {
 			}
 			if errors.Is(err, state.ErrLaunched) {
 				w.fencedEnd(ctx, w.fencedWhy())
+				return
+			}
+			if errors.Is(err, state.ErrEnded) {
+				// The session ended for this binding before its part
+				// launched (a multi-node job's rank 0 ended): nothing
+				// starts; release only.
+				stop.fire(state.Session{ID: b.Session, Desired: state.DesiredStopped})
+				w.stop(ctx)
 				return
 			}
 			if errors.Is(err, state.ErrStale) || errors.Is(err, errLaunchUnknown) {
@@ -485,7 +499,7 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 	if p, err := PartPorts(sess, b.Role, b.Ports); err == nil {
 		spec.Publish, spec.Reach = NetworkRules(p, peers)
 	}
-	if err := w.launch(ctx, again); err != nil {
+	if err := w.launch(ctx, again); err != nil { // the part says Starting from here
 		return err
 	}
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
@@ -493,9 +507,6 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 	}
 	w.a.starts.Add(1)
 	w.log.Info("container started", "image", spec.Image)
-	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
-		st.Reason, st.Message = "Created", "container started"
-	})
 	return nil
 }
 

@@ -27,6 +27,7 @@ type Members struct {
 	path  string
 	mu    sync.Mutex
 	args  [][]string
+	env   []string // added to each member's environment
 	dirs  []string
 	procs []*exec.Cmd // nil while killed
 }
@@ -35,8 +36,25 @@ type Members struct {
 // it answers, and stops every member at cleanup.
 func StartMembers(tb testing.TB, n int) *Members {
 	tb.Helper()
+	return StartMembersWith(tb, n, MembersOptions{})
+}
+
+// MembersOptions are settings of a cluster's members beyond StartMembers'.
+type MembersOptions struct {
+	// GOGC, when not 0, is each member's Go garbage collector target
+	// (the GOGC environment variable; Go's default is 100): a higher one
+	// trades memory for the collector's CPU, as a long soak wants.
+	GOGC int
+}
+
+// StartMembersWith is StartMembers with opts.
+func StartMembersWith(tb testing.TB, n int, opts MembersOptions) *Members {
+	tb.Helper()
 	path := etcdBinary(tb)
 	m := &Members{tb: tb, path: path, procs: make([]*exec.Cmd, n)}
+	if opts.GOGC != 0 {
+		m.env = []string{fmt.Sprintf("GOGC=%d", opts.GOGC)}
+	}
 	peers := make([]string, n)
 	clients := make([]string, n)
 	cluster := make([]string, n)
@@ -63,7 +81,7 @@ func StartMembers(tb testing.TB, n int) *Members {
 		})
 	}
 	for i := range n {
-		m.procs[i] = runEtcd(tb, path, m.dirs[i], m.args[i]...)
+		m.procs[i] = runEtcdEnv(tb, path, m.dirs[i], m.env, m.args[i]...)
 	}
 	cli := m.Client(tb)
 	waitAnswers(tb, cli, m.dirs[0])
@@ -118,7 +136,7 @@ func (m *Members) Restart(i int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.procs[i] == nil {
-		m.procs[i] = runEtcd(m.tb, m.path, m.dirs[i], m.args[i]...)
+		m.procs[i] = runEtcdEnv(m.tb, m.path, m.dirs[i], m.env, m.args[i]...)
 	}
 }
 
