@@ -91,20 +91,16 @@ func (w *worker) run() {
 	cfg := w.a.cfg
 	rt := cfg.Runtime
 
-	sess, rev, err := state.Get[state.Session](ctx, cfg.Client, cfg.Keys.Session(b.Session))
+	sess, rev, secretsErr, err := w.a.readSpec(ctx, b.Session)
 	gone := errors.Is(err, state.ErrNotFound)
 	if err != nil && !gone {
 		w.retryLater("read session", err)
 		return
 	}
 	if gone {
-		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
+		sess, secretsErr = state.Session{ID: b.Session, Desired: state.DesiredStopped}, nil
 	}
-	if sess, err = w.a.withSecrets(ctx, sess); err != nil && !errors.Is(err, errNoSecrets) {
-		w.retryLater("read session secrets", err)
-		return
-	}
-	w.secretsErr = err
+	w.secretsErr = secretsErr
 	w.jobWorker = sess.Gang() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
