@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +40,7 @@ var (
 	soakEtcd   = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
 	soakNodeN  = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
 	soakLive   = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
+	soakProcs  = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
 	soakEvery  = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
 	soakCensus = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
 	soakMix    = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
@@ -66,6 +66,7 @@ type soakProc struct {
 	cancel context.CancelFunc
 	cli    *clientv3.Client
 	done   chan struct{}
+	proc   *agentProcess // an agent process (soakproc_test.go); the fields above are unset then
 }
 
 // leave stops it the orderly way: it returns from Run (a placer revokes
@@ -77,6 +78,10 @@ func (p *soakProc) leave() {
 }
 
 func (p *soakProc) kill() {
+	if p.proc != nil {
+		p.proc.kill()
+		return
+	}
 	_ = p.cli.Close() // a cut connection first: the lease is not revoked, it expires
 	p.cancel()
 	<-p.done
@@ -190,17 +195,11 @@ func TestSoak(t *testing.T) {
 	}
 	var mu sync.Mutex
 	// One runtime per node, kept across its agent's restarts: the
-	// containers outlive the agent, as containerd's do.
+	// containers outlive the agent, as containerd's do (an agent process
+	// has a runtime of its own).
 	fakes := make([]*runtime.Fake, *soakNodeN)
 	for i := range fakes {
-		fakes[i] = runtime.NewFake(nil, "busybox")
-		fakes[i].Exit = func(s runtime.Spec) (int, bool) {
-			if v, ok := s.Env["SOAK_EXIT"]; ok {
-				code, _ := strconv.Atoi(v)
-				return code, true
-			}
-			return 0, false // runs until stopped
-		}
+		fakes[i] = soakRuntime()
 	}
 	// The agents' homes and logs (a log and a topology file a container)
 	// on tmpfs where there is one: creating files on this machine's disk
@@ -225,6 +224,9 @@ func TestSoak(t *testing.T) {
 	// other split (an operator changed the MIG mode meanwhile).
 	split := make([]bool, *soakNodeN)
 	split[0] = true
+	var aprocs agentProcs
+	// The last -soak.procs nodes' agents are processes of their own.
+	isProc := func(i int) bool { return i >= *soakNodeN-*soakProcs }
 	agent := func(i int) *soakProc {
 		name := fmt.Sprintf("n%02d", i)
 		var eps []string
@@ -234,22 +236,17 @@ func TestSoak(t *testing.T) {
 		mu.Lock()
 		mig := split[i]
 		mu.Unlock()
-		return runOn(dial("agent", eps), func(ctx context.Context, cli *clientv3.Client) {
-			gpus, _ := nodeagent.SimulatedGPUs(name, "8xA100-80GB")
-			dir := filepath.Join(scratch, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
-			if mig {
-				g := &gpus[0]
-				g.MIGEnabled = true
-				g.MIGDevices = []state.MIGDevice{{UUID: "MIG-" + name + "-0a", Profile: "3g.40gb", MemoryMiB: 40192},
-					{UUID: "MIG-" + name + "-0b", Profile: "3g.40gb", MemoryMiB: 40192}}
+		dir := filepath.Join(scratch, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
+		if isProc(i) {
+			p, err := aprocs.start(i, name, mig, eps, dir, *soakGOGC)
+			if err != nil {
+				t.Error(err)
+				return nil
 			}
-			a := nodeagent.New(nodeagent.Config{Node: name, Address: "127.0.0.1", Keys: k, Client: cli, Runtime: fakes[i],
-				GPUs: gpus, Simulated: true, CPUMilli: 16000, MemoryMiB: 65536,
-				Ports: state.PortRange{First: 41000 + 100*i, Last: 41099 + 100*i}, LeaseTTL: soakAgentTTL,
-				Image: "busybox", HomeDir: dir + "/home", LogDir: dir + "/logs", StopGrace: 10 * time.Millisecond,
-				Logger: quiet, Resync: time.Second, RestartBackoff: 10 * time.Millisecond, RestartBackoffMax: 50 * time.Millisecond,
-				ActivityEvery: time.Hour})
-			_ = a.Run(ctx)
+			return &soakProc{proc: p}
+		}
+		return runOn(dial("agent", eps), func(ctx context.Context, cli *clientv3.Client) {
+			_ = nodeagent.New(soakAgentConfig(i, name, mig, cli, fakes[i], dir)).Run(ctx)
 		})
 	}
 	placerProc := func() *soakProc {
@@ -391,7 +388,7 @@ func TestSoak(t *testing.T) {
 	}
 	// Chaos.
 	busy := make([]bool, *soakNodeN) // an agent killed or cut off: one fault at a time per node
-	var outages, cordons, leaderKills atomic.Int64
+	var outages, cordons, leaderKills, pauses atomic.Int64
 	var leaderDown atomic.Bool
 	wg.Add(1)
 	go func() {
@@ -510,6 +507,29 @@ func TestSoak(t *testing.T) {
 					members.Restart(l)
 					leaderDown.Store(false)
 				}()
+			case roll < 3245 && *soakProcs > 0: // an agent process paused (SIGSTOP) past its fence deadline, within its lease or past it, then let go on (SIGCONT)
+				i := *soakNodeN - 1 - rnd(min(*soakProcs, *soakNodeN))
+				mu.Lock()
+				a := agents[i]
+				if a == nil || a.proc == nil || busy[i] {
+					mu.Unlock()
+					continue
+				}
+				busy[i] = true
+				mu.Unlock()
+				out := soakAgentTTL/2 + soakAgentTTL/10 + time.Duration(rnd(int(soakAgentTTL*3/10/time.Millisecond)))*time.Millisecond
+				if roll >= 3230 {
+					out = soakAgentTTL + time.Duration(500+rnd(1000))*time.Millisecond
+				}
+				pauses.Add(1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					a.proc.pause(out)
+					mu.Lock()
+					busy[i] = false
+					mu.Unlock()
+				}()
 			}
 		}
 	}()
@@ -549,7 +569,7 @@ func TestSoak(t *testing.T) {
 	}
 	// Progress every -soak.every: binds, their rate and CPU since the last
 	// line and in all, violations so far, the machine's load.
-	cpu0, err := readSoakCPU(members)
+	cpu0, err := readSoakCPU(members, &aprocs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +583,7 @@ func TestSoak(t *testing.T) {
 		if time.Since(lastAt) < *soakEvery {
 			continue
 		}
-		cpu, err := readSoakCPU(members)
+		cpu, err := readSoakCPU(members, &aprocs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -628,16 +648,16 @@ func TestSoak(t *testing.T) {
 	stopCheck()
 	res := <-checkDone
 	elapsed := time.Since(began)
-	cpu, err := readSoakCPU(members)
+	cpu, err := readSoakCPU(members, &aprocs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	used := cpu.sub(cpu0)
-	t.Logf("soak: %d binds, %d sessions, %d revisions checked (%.1f a bind), %d violations; wall %s, %.0f binds/s; CPU %s (%s test process, %s etcd), %s a bind; load %s at the start, %s at the end; %d etcd leaders killed, %d node etcd outages, %d cordons",
+	t.Logf("soak: %d binds, %d sessions, %d revisions checked (%.1f a bind), %d violations; wall %s, %.0f binds/s; CPU %s (%s test process, %s agent processes, %s etcd), %s a bind; load %s at the start, %s at the end; %d etcd leaders killed, %d node etcd outages, %d agent processes paused, %d cordons",
 		res.Binds, submitted.Load(), res.Revisions, float64(res.Revisions)/float64(max(res.Binds, 1)), res.Count,
 		elapsed.Round(time.Second), float64(res.Binds)/elapsed.Seconds(),
-		used.total().Round(time.Second), used.self.Round(time.Second), used.etcd.Round(time.Second), used.perBind(res.Binds),
-		load0, loadAverage(), leaderKills.Load(), outages.Load(), cordons.Load())
+		used.total().Round(time.Second), used.self.Round(time.Second), used.agents.Round(time.Second), used.etcd.Round(time.Second), used.perBind(res.Binds),
+		load0, loadAverage(), leaderKills.Load(), outages.Load(), pauses.Load(), cordons.Load())
 	t.Logf("soak: the etcd members' processes now have used %v (a member killed and started again counts from its restart)", roundAll(cpu.members))
 	for i, v := range res.Violations {
 		if i == 20 {

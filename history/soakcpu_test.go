@@ -15,14 +15,14 @@ import (
 // ones' from /proc, the killed ones' from the children this process
 // waited for).
 type soakCPU struct {
-	self, etcd time.Duration
-	members    []time.Duration // the live members' own, by member
+	self, agents, etcd time.Duration
+	members            []time.Duration // the live members' own, by member
 }
 
-func (c soakCPU) total() time.Duration { return c.self + c.etcd }
+func (c soakCPU) total() time.Duration { return c.self + c.agents + c.etcd }
 
 func (c soakCPU) sub(o soakCPU) soakCPU {
-	return soakCPU{self: c.self - o.self, etcd: c.etcd - o.etcd}
+	return soakCPU{self: c.self - o.self, agents: c.agents - o.agents, etcd: c.etcd - o.etcd}
 }
 
 // perBind formats c a bind, as "total (test process + etcd) ms".
@@ -31,10 +31,13 @@ func (c soakCPU) perBind(binds int64) string {
 		return "-"
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(binds) }
-	return fmt.Sprintf("%.1f ms (%.1f test process + %.1f etcd)", ms(c.total()), ms(c.self), ms(c.etcd))
+	return fmt.Sprintf("%.1f ms (%.1f test process + %.1f agent processes + %.1f etcd)", ms(c.total()), ms(c.self), ms(c.agents), ms(c.etcd))
 }
 
-func readSoakCPU(m *etcdtest.Members) (soakCPU, error) {
+// readSoakCPU reads the CPU used so far. The children this process
+// waited for are etcd members killed and agent processes ended; ap counts
+// the latter.
+func readSoakCPU(m *etcdtest.Members, ap *agentProcs) (soakCPU, error) {
 	var self, children syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &self); err != nil {
 		return soakCPU{}, fmt.Errorf("read own CPU: %w", err)
@@ -47,7 +50,8 @@ func readSoakCPU(m *etcdtest.Members) (soakCPU, error) {
 		return soakCPU{}, err
 	}
 	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
-	c := soakCPU{self: tv(self.Utime) + tv(self.Stime), etcd: tv(children.Utime) + tv(children.Stime), members: live}
+	ended := time.Duration(ap.ended.Load())
+	c := soakCPU{self: tv(self.Utime) + tv(self.Stime), agents: ap.cpu(), etcd: tv(children.Utime) + tv(children.Stime) - ended, members: live}
 	for _, d := range live {
 		c.etcd += d
 	}
