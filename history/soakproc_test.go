@@ -29,7 +29,7 @@ import (
 // Agents as processes of their own, so that the soak can pause them for
 // real (SIGSTOP, SIGCONT), as a machine's agent is paused by a debugger,
 // a stalled VM or a swap storm: the test binary started again with the
-// environment below runs one node agent (TestSoakAgentProcess) on an
+// environment below runs one node agent (TestMain, soakAgentMain) on an
 // in-memory runtime of its own. Its containers live in that process, so
 // a kill -9 takes them along (containerd's outlive their agent: the
 // in-process agents keep that case); the agent that comes back finds its
@@ -76,29 +76,40 @@ func soakRuntime() *runtime.Fake {
 	return f
 }
 
-// TestSoakAgentProcess is the body of a soak agent process; it does
-// nothing unless the soak started it (envSoakAgentNode).
-func TestSoakAgentProcess(t *testing.T) {
-	name := os.Getenv(envSoakAgentNode)
-	if name == "" {
-		t.Skip("runs only as an agent process of TestSoak")
+// TestMain runs the package's tests, or, in a process the soak started
+// (envSoakAgentNode), one soak agent until SIGTERM or SIGKILL.
+func TestMain(m *testing.M) {
+	if os.Getenv(envSoakAgentNode) != "" {
+		os.Exit(soakAgentMain())
 	}
+	os.Exit(m.Run())
+}
+
+// soakAgentMain is the body of a soak agent process.
+func soakAgentMain() int {
+	name := os.Getenv(envSoakAgentNode)
 	i, err := strconv.Atoi(strings.TrimPrefix(name, "n"))
 	if err != nil {
-		t.Fatalf("node %q: %v", name, err)
+		fmt.Fprintf(os.Stderr, "soak agent: node %q: %v\n", name, err)
+		return 2
 	}
 	if gc, err := strconv.Atoi(os.Getenv(envSoakAgentGC)); err == nil && gc > 0 {
 		debug.SetGCPercent(gc)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(os.Getenv(envSoakAgentEtcd), ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintf(os.Stderr, "soak agent %s: %v\n", name, err)
+		return 1
 	}
 	defer cli.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	cfg := soakAgentConfig(i, name, os.Getenv(envSoakAgentMIG) == "1", cli, soakRuntime(), os.Getenv(envSoakAgentDir))
-	_ = nodeagent.New(cfg).Run(ctx)
+	if err := nodeagent.New(cfg).Run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "soak agent %s: %v\n", name, err)
+		return 1
+	}
+	return 0
 }
 
 // agentProcess is a running soak agent process.
@@ -118,7 +129,7 @@ type agentProcs struct {
 
 // start runs node i's agent process (name) through endpoints.
 func (ap *agentProcs) start(i int, name string, mig bool, endpoints []string, dir string, gogc int) (*agentProcess, error) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSoakAgentProcess$", "-test.count=1")
+	cmd := exec.Command(os.Args[0])
 	migv := "0"
 	if mig {
 		migv = "1"
