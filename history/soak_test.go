@@ -162,7 +162,11 @@ func TestSoak(t *testing.T) {
 			OnViolation: func(v history.Violation) {
 				vmu.Lock()
 				violations = append(violations, v)
+				n := len(violations)
 				vmu.Unlock()
+				if n <= 20 { // at once: a long soak's end may be hours away
+					t.Logf("violation found: %s", v)
+				}
 			},
 		})
 		if err != nil {
