@@ -160,6 +160,10 @@ type touched struct {
 	// retired are the arrays whose record this revision deleted, and
 	// whether the record had said finished.
 	retired map[string]bool
+	// unlaunch are the sessions whose status or a binding this revision
+	// deleted: their launches are forgotten if nothing of them is left
+	// (launch.go).
+	unlaunch map[string]bool
 }
 
 // partWrite is a part put by a revision, checked once the whole revision
@@ -179,7 +183,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		out = append(out, Violation{Revision: rev, Key: key, Rule: rule, Detail: fmt.Sprintf(format, args...)})
 	}
 	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}, unbound: map[[2]string]int64{},
-		arrays: map[string]bool{}, retired: map[string]bool{}, held: map[string]bool{}}
+		arrays: map[string]bool{}, retired: map[string]bool{}, held: map[string]bool{}, unlaunch: map[string]bool{}}
 	k := c.k
 	for _, ch := range changes {
 		key := ch.Key
@@ -308,6 +312,9 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			c.hold(id, node, 1, ch.Value != nil)
 			t.held[id] = true
 			t.pairs[pair] = true
+			if ch.Value == nil {
+				t.unlaunch[id] = true
+			}
 		case strings.HasPrefix(key, k.Parts()):
 			node, id, ok := k.PartKey(key)
 			if !ok {
@@ -361,7 +368,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				delete(c.statuses, id)
 				delete(c.due, id)
 				delete(c.left, id)
-				delete(c.launches, id)
+				t.unlaunch[id] = true // its launches go once nothing of it is bound (launch.go)
 				if transitions {
 					if ok, _ := state.Edge(old.Phase, ""); !ok {
 						bad(key, RulePhaseEdge, "status of a live session (%s) deleted", old.Phase)
@@ -497,6 +504,9 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		if n, limit := c.unfinished(id); limit > 0 && n > limit {
 			bad(k.Array(id), RuleArrayOverCap, "%d elements unfinished, the cap is %d", n, limit)
 		}
+	}
+	for id := range t.unlaunch {
+		c.forgetLaunches(id)
 	}
 	for id, finished := range t.retired {
 		left := len(c.members[id])

@@ -582,3 +582,37 @@ func TestCheckerReadsPreviousValues(t *testing.T) {
 		t.Fatalf("violations %v, want phase-edge (Running → Starting)", vs)
 	}
 }
+
+// TestCheckerLaunchOutlivesItsStatus: a part's binding outlives its
+// session's status (its agent was cut off while retention retired the
+// ended session), the merger deletes the stale part, and the agent's
+// release writes the part's end, carrying the launch it recorded: that is
+// no new launch (the soak found the checker calling it one).
+func TestCheckerLaunchOutlivesItsStatus(t *testing.T) {
+	cli := etcdtest.New(t)
+	k := state.MustKeys("/outlives")
+	t1 := time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC)
+	start := write(t, cli, put{k.Node("n1"), node("n1")})
+	q := write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
+	st := func(p state.Phase) state.Status { return state.Status{Session: "s1", Phase: p, QueueRevision: q} }
+	b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}},
+		put{k.Status("s1"), st(state.PhaseBound)})
+	part := state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStarting, QueueRevision: q, BindingRevision: b, Launched: &t1}
+	write(t, cli, put{k.Part("n1", "s1"), part})
+	write(t, cli, put{k.Status("s1"), st(state.PhaseStarting)})
+	part.Phase, part.Started = state.PhaseRunning, &t1
+	write(t, cli, put{k.Part("n1", "s1"), part})
+	write(t, cli, put{k.Status("s1"), st(state.PhaseRunning)})
+	write(t, cli, put{k.Status("s1"), st(state.PhaseSucceeded)})
+	write(t, cli, put{k.Status("s1"), nil})     // retention
+	write(t, cli, put{k.Part("n1", "s1"), nil}) // the merger: stale
+	part.Phase, part.Finished = state.PhaseSucceeded, &t1
+	end := write(t, cli, put{k.Ledger("n1"), nil}, put{k.Binding("n1", "s1"), nil}, put{k.Part("n1", "s1"), part})
+	res, err := history.Watch(context.Background(), cli, k, history.Options{Start: start, End: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Count != 0 {
+		t.Errorf("a legal history broke rules: %v", res.Violations)
+	}
+}

@@ -16,6 +16,23 @@ import (
 // its binding is not the node's live binding, or while the session's
 // status is not live for that queueing.
 
+// forgetLaunches forgets session id's launches once its status is gone
+// and nothing of it is bound: a part written later for a binding that
+// outlived the status (an agent cut off while retention retired the
+// session, then releasing) still carries its recorded launch, which must
+// not count as a new one.
+func (c *Checker) forgetLaunches(id string) {
+	if _, ok := c.statuses[id]; ok {
+		return
+	}
+	for _, bits := range c.holds[id] {
+		if bits&1 != 0 {
+			return
+		}
+	}
+	delete(c.launches, id)
+}
+
 // launchKey is one attempt's part: a session's queueing (and attempt) on
 // one node.
 type launchKey struct {
