@@ -43,8 +43,9 @@ test:
 
 ## soak: the randomized soak (history/soak_test.go) for SOAK_BINDS binds (default 1,000,000), without
 ## the race detector: placers, agents, the lifecycle and array controllers and users with chaos (leader kills,
-## node etcd outages, inventory changes, cordons, quotas) on a 3-member etcd, the history checker over the whole
-## history; reports binds, violations (must be 0) and time
+## node etcd outages, agent processes paused, inventory changes, cordons, quotas) on a 3-member etcd, the history
+## checker over the whole history; logs progress every 10 s and reports binds, violations (must be 0), wall and
+## CPU time and binds/s
 SOAK_BINDS ?= 1000000
 soak:
 	go test -count=1 -timeout 0 -ldflags=$(LAZY) -run '^TestSoak$$' -v ./history/ -args -soak.binds=$(SOAK_BINDS)

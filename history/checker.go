@@ -29,6 +29,7 @@ const (
 	RuleLeftBehind          = "left-behind"
 	RuleStuck               = "no-progress"
 	RuleContainerUnbound    = "container-without-binding"
+	RuleLaunchedTwice       = "launched-twice" // launch.go
 )
 
 // Violation is one broken rule: at Revision, Key is in a state Rule forbids.
@@ -93,6 +94,9 @@ type Checker struct {
 	// left are the sessions that ended (or wait to run again) while
 	// holding a binding or an allocation, since when.
 	left map[string]time.Time
+	// launches are the attempts' launches by session, until its status
+	// is deleted (launch.go).
+	launches map[string]map[launchKey]launchRecord
 }
 
 type boundView struct {
@@ -117,7 +121,8 @@ func New(k state.Keys) *Checker {
 		statuses: map[string]state.Status{}, held: state.NewHoldings(), heldInv: map[string]map[string]string{},
 		arrays: map[string]int{}, finished: map[string]bool{}, members: map[string]map[string]bool{},
 		bound: map[[2]string]boundView{}, holds: map[string]map[string]uint8{}, parts: map[[2]string]partView{},
-		due: map[string]dueView{}, left: map[string]time.Time{}, stuckAfter: DefaultStuckAfter}
+		due: map[string]dueView{}, left: map[string]time.Time{}, launches: map[string]map[launchKey]launchRecord{},
+		stuckAfter: DefaultStuckAfter}
 }
 
 // Revision is the last revision applied.
@@ -155,6 +160,10 @@ type touched struct {
 	// retired are the arrays whose record this revision deleted, and
 	// whether the record had said finished.
 	retired map[string]bool
+	// unlaunch are the sessions whose status or a binding this revision
+	// deleted: their launches are forgotten if nothing of them is left
+	// (launch.go).
+	unlaunch map[string]bool
 }
 
 // partWrite is a part put by a revision, checked once the whole revision
@@ -162,6 +171,10 @@ type touched struct {
 type partWrite struct {
 	key, node, id string
 	p             state.PartStatus
+	// launch says the write records a launch; twice, why that launch is
+	// the attempt's second (launch.go).
+	launch bool
+	twice  string
 }
 
 func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violation {
@@ -170,7 +183,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		out = append(out, Violation{Revision: rev, Key: key, Rule: rule, Detail: fmt.Sprintf(format, args...)})
 	}
 	t := touched{pairs: map[[2]string]bool{}, nodes: map[string]bool{}, sessions: map[string]bool{}, unbound: map[[2]string]int64{},
-		arrays: map[string]bool{}, retired: map[string]bool{}, held: map[string]bool{}}
+		arrays: map[string]bool{}, retired: map[string]bool{}, held: map[string]bool{}, unlaunch: map[string]bool{}}
 	k := c.k
 	for _, ch := range changes {
 		key := ch.Key
@@ -299,6 +312,9 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			c.hold(id, node, 1, ch.Value != nil)
 			t.held[id] = true
 			t.pairs[pair] = true
+			if ch.Value == nil {
+				t.unlaunch[id] = true
+			}
 		case strings.HasPrefix(key, k.Parts()):
 			node, id, ok := k.PartKey(key)
 			if !ok {
@@ -313,10 +329,11 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				bad(key, RuleUndecodable, "%v", err)
 				continue
 			}
+			launch, twice := c.notePart(node, id, p)
 			c.parts[[2]string{node, id}] = partView{phase: p.Phase, bindingRev: p.BindingRevision}
 			c.tick(p.Updated)
 			if transitions {
-				t.parts = append(t.parts, partWrite{key: key, node: node, id: id, p: p})
+				t.parts = append(t.parts, partWrite{key: key, node: node, id: id, p: p, launch: launch, twice: twice})
 			}
 		case strings.HasPrefix(key, k.Accruals()):
 			c.checkAccrual(ch, transitions, bad)
@@ -351,6 +368,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				delete(c.statuses, id)
 				delete(c.due, id)
 				delete(c.left, id)
+				t.unlaunch[id] = true // its launches go once nothing of it is bound (launch.go)
 				if transitions {
 					if ok, _ := state.Edge(old.Phase, ""); !ok {
 						bad(key, RulePhaseEdge, "status of a live session (%s) deleted", old.Phase)
@@ -447,6 +465,13 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		}
 	}
 	for _, w := range t.parts {
+		if w.twice != "" {
+			bad(w.key, RuleLaunchedTwice, "%s", w.twice)
+		} else if w.launch {
+			if why := c.launchNotLive(w); why != "" {
+				bad(w.key, RuleLaunchedTwice, "%s", why)
+			}
+		}
 		cur, bound := c.bindings[w.node][w.id]
 		gone, released := t.unbound[[2]string{w.node, w.id}]
 		switch {
@@ -479,6 +504,9 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 		if n, limit := c.unfinished(id); limit > 0 && n > limit {
 			bad(k.Array(id), RuleArrayOverCap, "%d elements unfinished, the cap is %d", n, limit)
 		}
+	}
+	for id := range t.unlaunch {
+		c.forgetLaunches(id)
 	}
 	for id, finished := range t.retired {
 		left := len(c.members[id])

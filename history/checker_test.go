@@ -325,6 +325,43 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			// ... a later write for the gone binding is not.
 			return write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseRunning, BindingRevision: b}})
 		}, history.RulePartUnbound, func(k state.Keys) string { return k.Part("n1", "s1") }, 0},
+		{"an attempt launched under a second binding", func(t *testing.T, k state.Keys) int64 {
+			t1, t2 := time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC), time.Date(2026, 11, 29, 4, 0, 5, 0, time.UTC)
+			q := write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Status("s1"), status("s1", state.PhasePending)})
+			bound := state.Status{Session: "s1", Phase: state.PhaseBound, QueueRevision: q}
+			b1 := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}},
+				put{k.Status("s1"), bound})
+			write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStarting, QueueRevision: q, BindingRevision: b1, Launched: &t1}})
+			// Released with its end reported; then bound again for the
+			// same queueing (no placer does that) and launched again.
+			write(t, cli, put{k.Ledger("n1"), nil}, put{k.Binding("n1", "s1"), nil},
+				put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseSucceeded, QueueRevision: q, BindingRevision: b1, Launched: &t1}})
+			write(t, cli, put{k.Part("n1", "s1"), nil}) // the merger is done with it
+			b2 := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}})
+			return write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStarting, QueueRevision: q, BindingRevision: b2, Launched: &t2}})
+		}, history.RuleLaunchedTwice, func(k state.Keys) string { return k.Part("n1", "s1") }, 0},
+		{"an attempt launched again after its container ran", func(t *testing.T, k state.Keys) int64 {
+			t1, t2 := time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC), time.Date(2026, 11, 29, 4, 0, 5, 0, time.UTC)
+			q := write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Status("s1"), status("s1", state.PhasePending)})
+			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}},
+				put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseBound, QueueRevision: q}})
+			part := state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStarting, QueueRevision: q, BindingRevision: b, Launched: &t1}
+			write(t, cli, put{k.Part("n1", "s1"), part})
+			part.Phase, part.Started = state.PhaseRunning, &t1
+			write(t, cli, put{k.Part("n1", "s1"), part})
+			// Its container gone (fenced), the agent starts it again in
+			// place: the attempt runs twice.
+			part.Phase, part.Started, part.Launched = state.PhaseStarting, nil, &t2
+			return write(t, cli, put{k.Part("n1", "s1"), part})
+		}, history.RuleLaunchedTwice, func(k state.Keys) string { return k.Part("n1", "s1") }, 0},
+		{"a launch for a queueing the status has left", func(t *testing.T, k state.Keys) int64 {
+			t1 := time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC)
+			q := write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Status("s1"), status("s1", state.PhasePending)})
+			b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}},
+				put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseBound, QueueRevision: q}})
+			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseStarting, QueueRevision: q + 1000}})
+			return write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStarting, QueueRevision: q, BindingRevision: b, Launched: &t1}})
+		}, history.RuleLaunchedTwice, func(k state.Keys) string { return k.Part("n1", "s1") }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := state.MustKeys(fmt.Sprintf("/case%d", i))
@@ -381,7 +418,7 @@ func TestCheckerPassesALegalHistory(t *testing.T) {
 			lrev = lr.Kvs[0].ModRevision
 		}
 		cmps, ops, err := state.BindOps(k, []state.LedgerWrite{{Node: "n1", ReadRevision: lrev, NodeRevision: start, Ledger: ledger("n1", map[string]state.Allocation{"s1": alloc(100, []int{40001}, gpu)})}},
-			[]state.Placement{{Session: "s1", PendingRevision: pr.Kvs[0].ModRevision, Bindings: []state.Binding{{Session: "s1", Node: "n1", GPUs: []string{gpu}, Ports: []int{40001}}},
+			[]state.Placement{{Session: "s1", PendingRevision: pr.Kvs[0].ModRevision, Bindings: []state.Binding{{Session: "s1", Node: "n1", GPUs: []string{gpu}, Ports: []int{40001}, QueueRevision: pr.Kvs[0].ModRevision}},
 				Status: state.Status{Session: "s1"}}})
 		if err != nil {
 			t.Fatal(err)
@@ -392,12 +429,32 @@ func TestCheckerPassesALegalHistory(t *testing.T) {
 		}
 		return r.Header.Revision
 	}
-	bindOnce("GPU-n1-0")
+	first := bindOnce("GPU-n1-0")
+	// The agent launches the attempt, finds its container created and
+	// never started, and launches it again (Launch with again: legal);
+	// then it runs.
+	b1, _, err := state.Get[state.Binding](ctx, cli, k.Binding("n1", "s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := state.Launch(ctx, cli, k, b1, first, false, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := state.Launch(ctx, cli, k, b1, first, true, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	write(t, cli, put{k.Status("s1"), status("s1", state.PhaseRunning)})
 	// The node is lost and the session re-queued, in one txn (as the placer does).
-	write(t, cli, put{k.Binding("n1", "s1"), nil}, put{k.Ledger("n1"), nil},
+	write(t, cli, put{k.Binding("n1", "s1"), nil}, put{k.Ledger("n1"), nil}, put{k.Part("n1", "s1"), nil},
 		put{k.Pending("s1"), state.NewQueueEntry(s, now)}, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhasePending, Attempt: 1}})
 	rev := bindOnce("GPU-n1-1")
+	b2, _, err := state.Get[state.Binding](ctx, cli, k.Binding("n1", "s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := state.Launch(ctx, cli, k, b2, rev, false, now.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	if err := state.Release(ctx, cli, k, "n1", "s1", rev, func(_ state.Session, p state.PartStatus) (state.Event, state.PartStatus, error) {
 		return state.EventSucceed, p, nil
 	}); err != nil {
@@ -523,5 +580,39 @@ func TestCheckerReadsPreviousValues(t *testing.T) {
 	vs = c.Apply(4, []history.Change{{Key: k.Status("s1"), Value: enc(state.PhaseStarting), Prev: enc(state.PhaseRunning)}})
 	if len(vs) != 1 || vs[0].Rule != history.RulePhaseEdge {
 		t.Fatalf("violations %v, want phase-edge (Running → Starting)", vs)
+	}
+}
+
+// TestCheckerLaunchOutlivesItsStatus: a part's binding outlives its
+// session's status (its agent was cut off while retention retired the
+// ended session), the merger deletes the stale part, and the agent's
+// release writes the part's end, carrying the launch it recorded: that is
+// no new launch (the soak found the checker calling it one).
+func TestCheckerLaunchOutlivesItsStatus(t *testing.T) {
+	cli := etcdtest.New(t)
+	k := state.MustKeys("/outlives")
+	t1 := time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC)
+	start := write(t, cli, put{k.Node("n1"), node("n1")})
+	q := write(t, cli, put{k.Status("s1"), status("s1", state.PhasePending)})
+	st := func(p state.Phase) state.Status { return state.Status{Session: "s1", Phase: p, QueueRevision: q} }
+	b := write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": alloc(1, nil)})}, put{k.Binding("n1", "s1"), state.Binding{Session: "s1"}},
+		put{k.Status("s1"), st(state.PhaseBound)})
+	part := state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStarting, QueueRevision: q, BindingRevision: b, Launched: &t1}
+	write(t, cli, put{k.Part("n1", "s1"), part})
+	write(t, cli, put{k.Status("s1"), st(state.PhaseStarting)})
+	part.Phase, part.Started = state.PhaseRunning, &t1
+	write(t, cli, put{k.Part("n1", "s1"), part})
+	write(t, cli, put{k.Status("s1"), st(state.PhaseRunning)})
+	write(t, cli, put{k.Status("s1"), st(state.PhaseSucceeded)})
+	write(t, cli, put{k.Status("s1"), nil})     // retention
+	write(t, cli, put{k.Part("n1", "s1"), nil}) // the merger: stale
+	part.Phase, part.Finished = state.PhaseSucceeded, &t1
+	end := write(t, cli, put{k.Ledger("n1"), nil}, put{k.Binding("n1", "s1"), nil}, put{k.Part("n1", "s1"), part})
+	res, err := history.Watch(context.Background(), cli, k, history.Options{Start: start, End: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Count != 0 {
+		t.Errorf("a legal history broke rules: %v", res.Violations)
 	}
 }

@@ -23,6 +23,9 @@
 //     longer than a bound, by the history's own clock;
 //   - container-without-binding: a binding deleted while its part says
 //     its container runs;
+//   - launched-twice: an attempt's launch (state.Launch's record on its
+//     part) recorded a second time, or for a binding or queueing that was
+//     not live;
 //   - history-gap: etcd's previous value of a status differs from the
 //     model's (a revision was missed).
 //

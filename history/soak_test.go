@@ -10,7 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/voyager-gpu/voyager/history"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
@@ -33,12 +34,18 @@ import (
 )
 
 var (
-	soakBinds = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
-	soakSeed  = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
-	soakChaos = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
-	soakEtcd  = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
-	soakNodeN = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
-	soakLive  = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
+	soakBinds  = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
+	soakSeed   = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
+	soakChaos  = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
+	soakEtcd   = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
+	soakNodeN  = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
+	soakLive   = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
+	soakProcs  = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
+	soakEvery  = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
+	soakCensus = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
+	soakMix    = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
+	soakGOGC   = flag.Int("soak.gogc", 400, "the Go collector's target (GOGC) of the soak's process and its etcd members; 0: Go's default")
+	soakCalls  = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
 )
 
 const (
@@ -59,6 +66,7 @@ type soakProc struct {
 	cancel context.CancelFunc
 	cli    *clientv3.Client
 	done   chan struct{}
+	proc   *agentProcess // an agent process (soakproc_test.go); the fields above are unset then
 }
 
 // leave stops it the orderly way: it returns from Run (a placer revokes
@@ -70,6 +78,10 @@ func (p *soakProc) leave() {
 }
 
 func (p *soakProc) kill() {
+	if p.proc != nil {
+		p.proc.kill()
+		return
+	}
 	_ = p.cli.Close() // a cut connection first: the lease is not revoked, it expires
 	p.cancel()
 	<-p.done
@@ -100,18 +112,34 @@ func TestSoak(t *testing.T) {
 	// Voyager's code is instrumented, which makes the soak several times
 	// cheaper than with the embedded server. Three members by default, so
 	// that the soak can kill the leader.
-	members := etcdtest.StartMembers(t, *soakEtcd)
-	admin := members.Client(t)
+	// The collector's target, in this process and in the etcd members:
+	// at Go's default (100) collection took about a tenth of the soak's
+	// CPU; the heaps here are far below the machine's memory.
+	if *soakGOGC > 0 {
+		old := debug.SetGCPercent(*soakGOGC)
+		t.Cleanup(func() { debug.SetGCPercent(old) })
+	}
+	members := etcdtest.StartMembersWith(t, *soakEtcd, etcdtest.MembersOptions{GOGC: *soakGOGC})
 	k := state.MustKeys("/soak")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dial := func(endpoints []string) *clientv3.Client {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	var calls callCounter
+	dial := func(who string, endpoints []string) *clientv3.Client {
+		cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+		if *soakCalls {
+			cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(calls.interceptor(who)))
+		}
+		cli, err := clientv3.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cli
 	}
-	newClient := func() *clientv3.Client { return dial(members.Endpoints) }
+	newClient := func(who string) *clientv3.Client { return dial(who, members.Endpoints) }
+	// The users' and chaos's client.
+	admin := newClient("users")
+	t.Cleanup(func() { _ = admin.Close() })
+	checkCli := newClient("checker")
+	t.Cleanup(func() { _ = checkCli.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	began := time.Now()
@@ -127,14 +155,18 @@ func TestSoak(t *testing.T) {
 	checkCtx, stopCheck := context.WithCancel(ctx)
 	checkDone := make(chan history.Result, 1)
 	go func() {
-		res, err := history.Watch(checkCtx, admin, k, history.Options{
+		res, err := history.Watch(checkCtx, checkCli, k, history.Options{
 			Start:      r0.Header.Revision,
 			StuckAfter: soakStuckAfter,
 			OnRevision: func(rev, b int64) { checked.Store(rev); binds.Store(b) },
 			OnViolation: func(v history.Violation) {
 				vmu.Lock()
 				violations = append(violations, v)
+				n := len(violations)
 				vmu.Unlock()
+				if n <= 20 { // at once: a long soak's end may be hours away
+					t.Logf("violation found: %s", v)
+				}
 			},
 		})
 		if err != nil {
@@ -142,6 +174,10 @@ func TestSoak(t *testing.T) {
 		}
 		checkDone <- res
 	}()
+	var mix revisionMix
+	if *soakMix {
+		go mix.follow(checkCtx, admin, k, r0.Header.Revision+1)
+	}
 	// Compaction only behind the checker.
 	go func() {
 		for ctx.Err() == nil {
@@ -158,22 +194,16 @@ func TestSoak(t *testing.T) {
 		go func() { defer close(p.done); f(pctx, cli) }()
 		return p
 	}
-	run := func(f func(ctx context.Context, cli *clientv3.Client)) *soakProc {
-		return runOn(newClient(), f)
+	run := func(who string, f func(ctx context.Context, cli *clientv3.Client)) *soakProc {
+		return runOn(newClient(who), f)
 	}
 	var mu sync.Mutex
 	// One runtime per node, kept across its agent's restarts: the
-	// containers outlive the agent, as containerd's do.
+	// containers outlive the agent, as containerd's do (an agent process
+	// has a runtime of its own).
 	fakes := make([]*runtime.Fake, *soakNodeN)
 	for i := range fakes {
-		fakes[i] = runtime.NewFake(nil, "busybox")
-		fakes[i].Exit = func(s runtime.Spec) (int, bool) {
-			if v, ok := s.Env["SOAK_EXIT"]; ok {
-				code, _ := strconv.Atoi(v)
-				return code, true
-			}
-			return 0, false // runs until stopped
-		}
+		fakes[i] = soakRuntime()
 	}
 	// The agents' homes and logs (a log and a topology file a container)
 	// on tmpfs where there is one: creating files on this machine's disk
@@ -198,6 +228,9 @@ func TestSoak(t *testing.T) {
 	// other split (an operator changed the MIG mode meanwhile).
 	split := make([]bool, *soakNodeN)
 	split[0] = true
+	var aprocs agentProcs
+	// The last -soak.procs nodes' agents are processes of their own.
+	isProc := func(i int) bool { return i >= *soakNodeN-*soakProcs }
 	agent := func(i int) *soakProc {
 		name := fmt.Sprintf("n%02d", i)
 		var eps []string
@@ -207,31 +240,26 @@ func TestSoak(t *testing.T) {
 		mu.Lock()
 		mig := split[i]
 		mu.Unlock()
-		return runOn(dial(eps), func(ctx context.Context, cli *clientv3.Client) {
-			gpus, _ := nodeagent.SimulatedGPUs(name, "8xA100-80GB")
-			dir := filepath.Join(scratch, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
-			if mig {
-				g := &gpus[0]
-				g.MIGEnabled = true
-				g.MIGDevices = []state.MIGDevice{{UUID: "MIG-" + name + "-0a", Profile: "3g.40gb", MemoryMiB: 40192},
-					{UUID: "MIG-" + name + "-0b", Profile: "3g.40gb", MemoryMiB: 40192}}
+		dir := filepath.Join(scratch, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
+		if isProc(i) {
+			p, err := aprocs.start(i, name, mig, eps, dir, *soakGOGC)
+			if err != nil {
+				t.Error(err)
+				return nil
 			}
-			a := nodeagent.New(nodeagent.Config{Node: name, Address: "127.0.0.1", Keys: k, Client: cli, Runtime: fakes[i],
-				GPUs: gpus, Simulated: true, CPUMilli: 16000, MemoryMiB: 65536,
-				Ports: state.PortRange{First: 41000 + 100*i, Last: 41099 + 100*i}, LeaseTTL: soakAgentTTL,
-				Image: "busybox", HomeDir: dir + "/home", LogDir: dir + "/logs", StopGrace: 10 * time.Millisecond,
-				Logger: quiet, Resync: time.Second, RestartBackoff: 10 * time.Millisecond, RestartBackoffMax: 50 * time.Millisecond,
-				ActivityEvery: time.Hour})
-			_ = a.Run(ctx)
+			return &soakProc{proc: p}
+		}
+		return runOn(dial("agent", eps), func(ctx context.Context, cli *clientv3.Client) {
+			_ = nodeagent.New(soakAgentConfig(i, name, mig, cli, fakes[i], dir)).Run(ctx)
 		})
 	}
 	placerProc := func() *soakProc {
-		return run(func(ctx context.Context, cli *clientv3.Client) {
+		return run("placer", func(ctx context.Context, cli *clientv3.Client) {
 			// A placer process runs the status merger beside the placer.
-			m := merger.New(cli, merger.Config{Keys: k, Logger: quiet})
+			p := placer.New(cli, placer.Config{Keys: k, LeaseTTL: soakPlacerTTL, Logger: quiet, Tick: 200 * time.Millisecond})
+			m := merger.New(cli, merger.Config{Keys: k, Logger: quiet, Member: p.ID()})
 			merged := make(chan struct{})
 			go func() { defer close(merged); _ = m.Run(ctx) }()
-			p := placer.New(cli, placer.Config{Keys: k, LeaseTTL: soakPlacerTTL, Logger: quiet, Tick: 200 * time.Millisecond})
 			_ = p.Run(ctx)
 			<-merged
 		})
@@ -247,7 +275,7 @@ func TestSoak(t *testing.T) {
 	// Retention removes finished sessions as it does in production, and
 	// keeps a million binds from piling up in etcd and every cache.
 	retDir := t.TempDir()
-	ret := run(func(ctx context.Context, cli *clientv3.Client) {
+	ret := run("retention", func(ctx context.Context, cli *clientv3.Client) {
 		r, err := lifecycle.NewRetention(cli, lifecycle.RetentionConfig{Keys: k, After: 2 * time.Second, Every: time.Second,
 			HistoryPath: retDir + "/history.jsonl", Logger: quiet})
 		if err != nil {
@@ -256,7 +284,7 @@ func TestSoak(t *testing.T) {
 		}
 		_ = r.Run(ctx)
 	})
-	sw := run(func(ctx context.Context, cli *clientv3.Client) {
+	sw := run("sweep", func(ctx context.Context, cli *clientv3.Client) {
 		_ = sweep.New(cli, sweep.Config{Keys: k, Logger: quiet, Every: time.Second}).Run(ctx)
 	})
 	// Quotas: u0 may hold 10 GPUs; chaos changes u1's.
@@ -264,14 +292,14 @@ func TestSoak(t *testing.T) {
 	if _, err := state.Put(ctx, admin, k.UserQuota("u0"), state.Quota{GPUs: &ten}); err != nil {
 		t.Fatal(err)
 	}
-	lc := run(func(ctx context.Context, cli *clientv3.Client) {
+	lc := run("lifecycle", func(ctx context.Context, cli *clientv3.Client) {
 		ctl := lifecycle.NewController(cli, lifecycle.ControllerConfig{Keys: k, Logger: quiet, Every: 100 * time.Millisecond,
 			StopWarning: 50 * time.Millisecond, PreemptGrace: 50 * time.Millisecond, MaxRuntime: time.Hour})
 		_ = ctl.Run(ctx)
 	})
 	// The usage accountant: every ended attempt's GPU-hours, which the
 	// checker's accrual rules hold to once each.
-	acct := run(func(ctx context.Context, cli *clientv3.Client) {
+	acct := run("accountant", func(ctx context.Context, cli *clientv3.Client) {
 		_ = lifecycle.NewAccountant(cli, lifecycle.AccountantConfig{Keys: k, Logger: quiet, CursorEvery: time.Second}).Run(ctx)
 	})
 
@@ -364,7 +392,7 @@ func TestSoak(t *testing.T) {
 	}
 	// Chaos.
 	busy := make([]bool, *soakNodeN) // an agent killed or cut off: one fault at a time per node
-	var outages, cordons, leaderKills atomic.Int64
+	var outages, cordons, leaderKills, pauses atomic.Int64
 	var leaderDown atomic.Bool
 	wg.Add(1)
 	go func() {
@@ -483,6 +511,29 @@ func TestSoak(t *testing.T) {
 					members.Restart(l)
 					leaderDown.Store(false)
 				}()
+			case roll < 3245 && *soakProcs > 0: // an agent process paused (SIGSTOP) past its fence deadline, within its lease or past it, then let go on (SIGCONT)
+				i := *soakNodeN - 1 - rnd(min(*soakProcs, *soakNodeN))
+				mu.Lock()
+				a := agents[i]
+				if a == nil || a.proc == nil || busy[i] {
+					mu.Unlock()
+					continue
+				}
+				busy[i] = true
+				mu.Unlock()
+				out := soakAgentTTL/2 + soakAgentTTL/10 + time.Duration(rnd(int(soakAgentTTL*3/10/time.Millisecond)))*time.Millisecond
+				if roll >= 3230 {
+					out = soakAgentTTL + time.Duration(500+rnd(1000))*time.Millisecond
+				}
+				pauses.Add(1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					a.proc.pause(out)
+					mu.Lock()
+					busy[i] = false
+					mu.Unlock()
+				}()
 			}
 		}
 	}()
@@ -520,16 +571,34 @@ func TestSoak(t *testing.T) {
 		nodes, _ := admin.Get(ctx, k.Nodes(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return fmt.Sprintf("%v; %d nodes; e.g. %q", n, nodes.Count, example["Pending/Capacity"])
 	}
+	// Progress every -soak.every: binds, their rate and CPU since the last
+	// line and in all, violations so far, the machine's load.
+	cpu0, err := readSoakCPU(members, &aprocs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load0 := loadAverage()
+	lastCPU, lastBinds, lastAt := cpu0, int64(0), time.Now()
 	for tick := 0; binds.Load() < *soakBinds && ctx.Err() == nil && !t.Failed(); tick++ {
 		time.Sleep(time.Second)
-		if testing.Verbose() && tick%10 == 9 {
+		if testing.Verbose() && *soakCensus && tick%10 == 9 {
 			t.Logf("live sessions by phase/reason: %s", census())
 		}
-		if testing.Verbose() {
-			vmu.Lock()
-			t.Logf("%s: %d binds, %d submitted, checked up to revision %d, %d violations", time.Since(began).Round(time.Second), binds.Load(), submitted.Load(), checked.Load(), len(violations))
-			vmu.Unlock()
+		if time.Since(lastAt) < *soakEvery {
+			continue
 		}
+		cpu, err := readSoakCPU(members, &aprocs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := binds.Load()
+		vmu.Lock()
+		nv := len(violations)
+		vmu.Unlock()
+		t.Logf("%s: %d binds (%.0f/s; CPU %s a bind since the last line, %s in all), %d submitted, checked up to revision %d, %d violations; load %s",
+			time.Since(began).Round(time.Second), b, float64(b-lastBinds)/time.Since(lastAt).Seconds(), cpu.sub(lastCPU).perBind(b-lastBinds),
+			cpu.sub(cpu0).perBind(b), submitted.Load(), checked.Load(), nv, loadAverage())
+		lastCPU, lastBinds, lastAt = cpu, b, time.Now()
 	}
 	wg.Wait()
 	// Nothing is stuck: with every agent back, every session still live
@@ -583,9 +652,17 @@ func TestSoak(t *testing.T) {
 	stopCheck()
 	res := <-checkDone
 	elapsed := time.Since(began)
-	t.Logf("soak: %d binds, %d sessions, %d revisions checked, %d violations, %s (%.0f binds/s); %d etcd leaders killed, %d node etcd outages, %d cordons",
-		res.Binds, submitted.Load(), res.Revisions, res.Count, elapsed.Round(time.Millisecond), float64(res.Binds)/elapsed.Seconds(),
-		leaderKills.Load(), outages.Load(), cordons.Load())
+	cpu, err := readSoakCPU(members, &aprocs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := cpu.sub(cpu0)
+	t.Logf("soak: %d binds, %d sessions, %d revisions checked (%.1f a bind), %d violations; wall %s, %.0f binds/s; CPU %s (%s test process, %s agent processes, %s etcd), %s a bind; load %s at the start, %s at the end; %d etcd leaders killed, %d node etcd outages, %d agent processes paused, %d cordons",
+		res.Binds, submitted.Load(), res.Revisions, float64(res.Revisions)/float64(max(res.Binds, 1)), res.Count,
+		elapsed.Round(time.Second), float64(res.Binds)/elapsed.Seconds(),
+		used.total().Round(time.Second), used.self.Round(time.Second), used.agents.Round(time.Second), used.etcd.Round(time.Second), used.perBind(res.Binds),
+		load0, loadAverage(), leaderKills.Load(), outages.Load(), pauses.Load(), cordons.Load())
+	t.Logf("soak: the etcd members' processes now have used %v (a member killed and started again counts from its restart)", roundAll(cpu.members))
 	for i, v := range res.Violations {
 		if i == 20 {
 			t.Errorf("… and %d more", res.Count-20)
@@ -608,9 +685,23 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	t.Logf("soak: the usage accountant counted %d attempt-days", attempts)
+	if *soakMix {
+		t.Logf("soak: %s", mix.report(res.Binds, 25))
+	}
+	if *soakCalls {
+		t.Logf("soak: %s", calls.report(res.Binds))
+	}
 	if attempts == 0 {
 		t.Error("the usage accountant counted no attempt")
 	}
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(100 * time.Millisecond)
+	}
+	return out
 }
 
 // transient reports whether err is an etcd error that a leader's death

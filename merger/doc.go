@@ -11,6 +11,11 @@
 // one round trip and writes in a transaction that compares the mod
 // revision of every one of them, so two mergers never write a status from
 // different reads, and a part that changed meanwhile is merged again.
+// The mergers of placer processes (Config.Member, their placer's id) share
+// the sessions by rendezvous hashing over the live placers (placers/): a
+// part's change is merged at once by one of them, not read and merged by
+// each (share.go); the others merge it at their resync, and merge a dead
+// placer's share as soon as its key goes.
 // A Merger also deletes the parts it has done with: a part whose end is
 // in the status, and a stale part (of another queueing, or of a session
 // whose status is gone).

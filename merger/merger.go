@@ -27,6 +27,15 @@ type Config struct {
 	// Resync is how often every known part is merged again, which deletes
 	// parts left behind by a status that went away (default 30 s).
 	Resync time.Duration
+	// Member is the id under placers/ of the placer process this merger
+	// runs in (placer.Placer.ID). Set, the live placers' mergers share the
+	// sessions (rendezvous hashing over placers/, share.go): a part's
+	// change is merged at once only by the merger whose share its session
+	// is, by the others at their resync; when the live placers change,
+	// each merges at once every known part newly in its share, so a
+	// placer that dies delays its share's merges by at most its lease.
+	// Empty (a process without a placer), every change is merged at once.
+	Member string
 	Logger *slog.Logger
 }
 
@@ -37,6 +46,10 @@ type Merger struct {
 	cfg   Config
 	log   *slog.Logger
 	parts *watcher.Cache[state.PartStatus]
+	// placers and share are set with Config.Member (share.go); share is
+	// guarded by mu.
+	placers *watcher.Cache[state.Placer]
+	share   *share
 
 	mu    sync.Mutex
 	dirty map[string]map[string]bool // session → nodes whose parts changed
@@ -61,10 +74,14 @@ func New(cli *clientv3.Client, cfg Config) *Merger {
 		dirty: map[string]map[string]bool{}, busy: map[string]bool{}, wake: make(chan struct{}, 1)}
 	m.parts = watcher.New(cli, cfg.Keys.Parts(), watcher.JSON[state.PartStatus], watcher.Options{Name: "parts", Logger: cfg.Logger})
 	m.parts.AddHandler(func(ev watcher.Event[state.PartStatus]) {
-		if node, id, ok := cfg.Keys.PartKey(ev.Key); ok {
+		if node, id, ok := cfg.Keys.PartKey(ev.Key); ok && m.owns(id) {
 			m.enqueue(id, node)
 		}
 	})
+	if cfg.Member != "" {
+		m.share = &share{member: cfg.Member, ids: []string{cfg.Member}}
+		m.placers = newPlacersCache(m)
+	}
 	return m
 }
 
@@ -86,16 +103,27 @@ func (m *Merger) Collectors() []prometheus.Collector {
 func (m *Merger) Writes() int64 { return m.writes.Load() }
 
 // Run watches parts/ and merges until ctx ends.
-func (m *Merger) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+func (m *Merger) Run(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		errc <- m.parts.Run(ctx)
+		if err := m.parts.Run(ctx); err != nil {
+			errc <- fmt.Errorf("watch parts: %w", err)
+		}
 	}()
+	if m.placers != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.placers.Run(ctx); err != nil {
+				errc <- fmt.Errorf("watch placers: %w", err)
+			}
+		}()
+	}
 	for range m.cfg.Workers {
 		wg.Add(1)
 		go func() {
@@ -123,8 +151,8 @@ loop:
 	}
 	cancel()
 	wg.Wait()
-	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("watch parts: %w", err)
+	if err != nil && parent.Err() == nil {
+		return err
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -29,18 +31,36 @@ func (a *Agent) boundSecrets(ctx context.Context, id string) (state.SpecSecrets,
 	return sec, nil
 }
 
-// withSecrets returns s with its environment values joined from this
-// node's copy of its secrets, for a spec that holds them empty
-// (SecretEnv). It returns errNoSecrets (wrapped) when there is no copy.
-func (a *Agent) withSecrets(ctx context.Context, s state.Session) (state.Session, error) {
-	if !s.SecretEnv {
-		return s, nil
-	}
-	sec, err := a.boundSecrets(ctx, s.ID)
+// readSpec reads session id's spec and this node's copy of its secrets in
+// one round trip, and returns the spec with its environment joined from
+// them, and its mod revision; state.ErrNotFound when the spec is gone.
+// secretsErr is errNoSecrets (wrapped) when the spec says it has secrets
+// and this node holds no copy (the spec is returned as it is then).
+func (a *Agent) readSpec(ctx context.Context, id string) (s state.Session, rev int64, secretsErr, err error) {
+	sk, bk := a.cfg.Keys.Session(id), a.cfg.Keys.BoundSecrets(a.cfg.Node, id)
+	r, err := a.cfg.Client.Txn(ctx).Then(clientv3.OpGet(sk), clientv3.OpGet(bk)).Commit()
 	if err != nil {
-		return s, err
+		return s, 0, nil, fmt.Errorf("read session %s: %w", id, err)
+	}
+	skvs, bkvs := r.Responses[0].GetResponseRange().Kvs, r.Responses[1].GetResponseRange().Kvs
+	if len(skvs) == 0 {
+		return s, 0, nil, fmt.Errorf("read session %s: %w", id, state.ErrNotFound)
+	}
+	if s, err = state.Decode[state.Session](skvs[0].Value); err != nil {
+		return s, 0, nil, fmt.Errorf("read session %s: %w", id, err)
+	}
+	rev = skvs[0].ModRevision
+	if !s.SecretEnv {
+		return s, rev, nil, nil
+	}
+	if len(bkvs) == 0 {
+		return s, rev, fmt.Errorf("read secrets of %s (%s): %w", id, bk, errNoSecrets), nil
+	}
+	sec, err := state.Decode[state.SpecSecrets](bkvs[0].Value)
+	if err != nil {
+		return s, 0, nil, fmt.Errorf("read secrets of %s: %w", id, err)
 	}
 	s = state.JoinSpecSecrets(s, sec)
 	s.SecretEnv = false
-	return s, nil
+	return s, rev, nil, nil
 }

@@ -212,8 +212,13 @@ func (w *worker) launch(ctx context.Context, again bool) error {
 	at := time.Now()
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
-		_, err = state.Launch(ctx, w.a.cfg.Client, w.a.cfg.Keys, w.item.Value, w.item.CreateRevision, again, at)
-		if err == nil || errors.Is(err, state.ErrLaunched) || errors.Is(err, state.ErrStale) || ctx.Err() != nil {
+		var p state.PartStatus
+		var rev int64
+		p, rev, err = state.Launch(ctx, w.a.cfg.Client, w.a.cfg.Keys, w.item.Value, w.item.CreateRevision, again, at)
+		if err == nil {
+			w.known.set(p, rev)
+		}
+		if err == nil || errors.Is(err, state.ErrLaunched) || errors.Is(err, state.ErrStale) || errors.Is(err, state.ErrEnded) || ctx.Err() != nil {
 			return err
 		}
 		w.log.Warn("record the launch; retrying", "err", err)

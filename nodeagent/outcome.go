@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -259,6 +261,38 @@ func (w *worker) currentPart(ctx context.Context) (state.PartStatus, int64, erro
 	return p, rev, nil
 }
 
+// knownPart is a worker's part as it last wrote or read it, and its mod
+// revision; safe for concurrent use (the worker's loop and its start's
+// progress reports both write the part).
+type knownPart struct {
+	mu  sync.Mutex
+	p   state.PartStatus
+	rev int64
+	ok  bool
+}
+
+func (k *knownPart) get() (state.PartStatus, int64, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p := k.p
+	if p.URLs != nil { // mutated by setPart's callers: a copy of its own
+		p.URLs = maps.Clone(p.URLs)
+	}
+	return p, k.rev, k.ok
+}
+
+func (k *knownPart) set(p state.PartStatus, rev int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.p, k.rev, k.ok = p, rev, true
+}
+
+func (k *knownPart) forget() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ok = false
+}
+
 // maxStatusAttempts bounds setPart's read-modify-write retries when
 // another writer of the same part (the activity sampler, a transition)
 // got in between.
@@ -278,12 +312,16 @@ func (w *worker) setPart(ctx context.Context, ev state.Event, mutate func(*state
 	b := w.item.Value
 	pk, bk := cfg.Keys.Part(cfg.Node, b.Session), cfg.Keys.Binding(cfg.Node, b.Session)
 	for attempt := 0; attempt < maxStatusAttempts; attempt++ {
-		p, rev, err := w.currentPart(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("read part", "err", err)
+		p, rev, ok := w.known.get()
+		if !ok {
+			var err error
+			if p, rev, err = w.currentPart(ctx); err != nil {
+				if ctx.Err() == nil {
+					w.log.Warn("read part", "err", err)
+				}
+				return false
 			}
-			return false
+			w.known.set(p, rev)
 		}
 		next, err := state.Next(p.Phase, ev, state.Facts{Bound: true})
 		if err != nil {
@@ -306,18 +344,32 @@ func (w *worker) setPart(ctx context.Context, ev state.Event, mutate func(*state
 			If(clientv3.Compare(clientv3.CreateRevision(bk), "=", w.item.CreateRevision),
 				clientv3.Compare(clientv3.ModRevision(pk), "=", rev)).
 			Then(ops...).
-			Else(clientv3.OpGet(bk)).Commit()
+			Else(clientv3.OpGet(bk), clientv3.OpGet(pk)).Commit()
 		if err != nil {
+			w.known.forget() // it may have committed
 			if ctx.Err() == nil {
 				w.log.Warn("write part", "err", err)
 			}
 			return false
 		}
 		if resp.Succeeded {
+			w.known.set(p, resp.Header.Revision)
 			return true
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != w.item.CreateRevision {
+			w.known.forget()
 			return false // the binding is gone or replaced: not ours to write
+		}
+		// The part moved since this worker knew it: the failed
+		// transaction read it.
+		w.known.forget()
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			if cur, err := state.Decode[state.PartStatus](kvs[0].Value); err == nil {
+				if cur.BindingRevision != w.item.CreateRevision {
+					cur = state.NewPartStatus(b, w.item.CreateRevision)
+				}
+				w.known.set(cur, kvs[0].ModRevision)
+			}
 		}
 	}
 	return false

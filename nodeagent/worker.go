@@ -62,6 +62,12 @@ type worker struct {
 	// secretsErr is why the session's secrets could not be joined into
 	// its spec (errNoSecrets): it does not start without them.
 	secretsErr error
+
+	// known is the part this worker last wrote or read, with its mod
+	// revision (outcome.go: setPart writes from it without reading first;
+	// its transaction compares that revision, and a part that moved is read
+	// again).
+	known knownPart
 }
 
 func (a *Agent) newWorker(parent context.Context, id string, it watcher.Item[state.Binding]) *worker {
@@ -85,20 +91,16 @@ func (w *worker) run() {
 	cfg := w.a.cfg
 	rt := cfg.Runtime
 
-	sess, rev, err := state.Get[state.Session](ctx, cfg.Client, cfg.Keys.Session(b.Session))
+	sess, rev, secretsErr, err := w.a.readSpec(ctx, b.Session)
 	gone := errors.Is(err, state.ErrNotFound)
 	if err != nil && !gone {
 		w.retryLater("read session", err)
 		return
 	}
 	if gone {
-		sess = state.Session{ID: b.Session, Desired: state.DesiredStopped}
+		sess, secretsErr = state.Session{ID: b.Session, Desired: state.DesiredStopped}, nil
 	}
-	if sess, err = w.a.withSecrets(ctx, sess); err != nil && !errors.Is(err, errNoSecrets) {
-		w.retryLater("read session secrets", err)
-		return
-	}
-	w.secretsErr = err
+	w.secretsErr = secretsErr
 	w.jobWorker = sess.Gang() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
@@ -158,6 +160,14 @@ func (w *worker) run() {
 			}
 			if errors.Is(err, state.ErrLaunched) {
 				w.fencedEnd(ctx, w.fencedWhy())
+				return
+			}
+			if errors.Is(err, state.ErrEnded) {
+				// The session ended for this binding before its part
+				// launched (a multi-node job's rank 0 ended): nothing
+				// starts; release only.
+				stop.fire(state.Session{ID: b.Session, Desired: state.DesiredStopped})
+				w.stop(ctx)
 				return
 			}
 			if errors.Is(err, state.ErrStale) || errors.Is(err, errLaunchUnknown) {
@@ -485,7 +495,7 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 	if p, err := PartPorts(sess, b.Role, b.Ports); err == nil {
 		spec.Publish, spec.Reach = NetworkRules(p, peers)
 	}
-	if err := w.launch(ctx, again); err != nil {
+	if err := w.launch(ctx, again); err != nil { // the part says Starting from here
 		return err
 	}
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
@@ -493,9 +503,6 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 	}
 	w.a.starts.Add(1)
 	w.log.Info("container started", "image", spec.Image)
-	w.setPart(ctx, state.EventCreate, func(st *state.PartStatus) {
-		st.Reason, st.Message = "Created", "container started"
-	})
 	return nil
 }
 

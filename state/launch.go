@@ -13,6 +13,12 @@ import (
 // (its part carries Launched): it is never started there again.
 var ErrLaunched = errors.New("attempt already launched")
 
+// ErrEnded means a binding's session is no longer live for the binding's
+// queueing (its status is gone, final, waiting to be queued again, or of
+// another queueing): a multi-node job whose rank 0 ended before another
+// part launched, say. Nothing of the attempt may start any more.
+var ErrEnded = errors.New("session ended for this binding")
+
 // maxLaunchAttempts bounds Launch's read-modify-write retries when another
 // writer of the part got in between.
 const maxLaunchAttempts = 16
@@ -26,53 +32,73 @@ const maxLaunchAttempts = 16
 // process provably never started, so nothing of the attempt ran), or
 // unless the recorded launch is exactly now: a retry of this same call
 // whose commit's answer was lost;
-// ErrStale when the binding is gone or replaced. It returns the part as
-// written. A conflict re-reads and decides again.
-func Launch(ctx context.Context, kv clientv3.KV, k Keys, b Binding, bindingRev int64, again bool, now time.Time) (PartStatus, error) {
-	bk, pk := k.Binding(b.Node, b.Session), k.Part(b.Node, b.Session)
+// ErrStale when the binding is gone or replaced; ErrEnded when the
+// session's status (status/<id>, whose mod revision the transaction
+// compares too) is not live for b's queueing. It returns the part as
+// written and its mod revision. The launch moves the part to Starting
+// (EventCreate, reason Launching), so that the agent need not write a part
+// of its own between the launch and Running. A conflict re-reads and
+// decides again.
+func Launch(ctx context.Context, kv clientv3.KV, k Keys, b Binding, bindingRev int64, again bool, now time.Time) (PartStatus, int64, error) {
+	bk, pk, sk := k.Binding(b.Node, b.Session), k.Part(b.Node, b.Session), k.Status(b.Session)
 	for attempt := 0; attempt < maxLaunchAttempts; attempt++ {
-		read, err := kv.Txn(ctx).Then(clientv3.OpGet(bk), clientv3.OpGet(pk)).Commit()
+		read, err := kv.Txn(ctx).Then(clientv3.OpGet(bk), clientv3.OpGet(pk), clientv3.OpGet(sk)).Commit()
 		if err != nil {
-			return PartStatus{}, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
+			return PartStatus{}, 0, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
 		}
-		bkvs, pkvs := read.Responses[0].GetResponseRange().Kvs, read.Responses[1].GetResponseRange().Kvs
+		bkvs, pkvs, skvs := read.Responses[0].GetResponseRange().Kvs, read.Responses[1].GetResponseRange().Kvs, read.Responses[2].GetResponseRange().Kvs
 		if len(bkvs) == 0 || bkvs[0].CreateRevision != bindingRev {
-			return PartStatus{}, fmt.Errorf("launch %s on %s (binding of revision %d): %w", b.Session, b.Node, bindingRev, ErrStale)
+			return PartStatus{}, 0, fmt.Errorf("launch %s on %s (binding of revision %d): %w", b.Session, b.Node, bindingRev, ErrStale)
+		}
+		if len(skvs) == 0 {
+			return PartStatus{}, 0, fmt.Errorf("launch %s on %s: its status is gone: %w", b.Session, b.Node, ErrEnded)
+		}
+		st, err := Decode[Status](skvs[0].Value)
+		if err != nil {
+			return PartStatus{}, 0, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
+		}
+		if st.Phase.Terminal() || st.Phase == PhasePending || st.QueueRevision != 0 && b.QueueRevision != 0 && st.QueueRevision != b.QueueRevision {
+			return PartStatus{}, 0, fmt.Errorf("launch %s on %s (queueing of revision %d): its status is %s (queueing of revision %d): %w",
+				b.Session, b.Node, b.QueueRevision, st.Phase, st.QueueRevision, ErrEnded)
 		}
 		p, prev := NewPartStatus(b, bindingRev), int64(0)
 		if len(pkvs) > 0 {
 			prev = pkvs[0].ModRevision
 			cur, err := Decode[PartStatus](pkvs[0].Value)
 			if err != nil {
-				return PartStatus{}, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
+				return PartStatus{}, 0, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
 			}
 			if cur.BindingRevision == bindingRev {
 				p = cur
 			}
 		}
 		if p.Launched != nil && p.Launched.Equal(now.UTC()) {
-			return p, nil // our own launch: its answer was lost
+			return p, prev, nil // our own launch: its answer was lost
 		}
 		if p.Launched != nil && !again {
-			return p, fmt.Errorf("launch %s on %s: attempt %d launched at %s: %w", b.Session, b.Node, b.Attempt,
+			return p, prev, fmt.Errorf("launch %s on %s: attempt %d launched at %s: %w", b.Session, b.Node, b.Attempt,
 				p.Launched.Format(time.RFC3339), ErrLaunched)
 		}
 		at := now.UTC()
 		p.Launched, p.Updated = &at, at
+		if next, err := Next(p.Phase, EventCreate, Facts{Bound: true}); err == nil {
+			p.Phase, p.Reason, p.Message = next, "Launching", "creating the container"
+		}
 		ops, err := PartOps(k, p)
 		if err != nil {
-			return PartStatus{}, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
+			return PartStatus{}, 0, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
 		}
 		resp, err := kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(bk), "=", bindingRev),
-				clientv3.Compare(clientv3.ModRevision(pk), "=", prev)).
+				clientv3.Compare(clientv3.ModRevision(pk), "=", prev),
+				clientv3.Compare(clientv3.ModRevision(sk), "=", skvs[0].ModRevision)).
 			Then(ops...).Commit()
 		if err != nil {
-			return PartStatus{}, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
+			return PartStatus{}, 0, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
 		}
 		if resp.Succeeded {
-			return p, nil
+			return p, resp.Header.Revision, nil
 		}
 	}
-	return PartStatus{}, fmt.Errorf("launch %s on %s: %w after %d attempts", b.Session, b.Node, ErrConflict, maxLaunchAttempts)
+	return PartStatus{}, 0, fmt.Errorf("launch %s on %s: %w after %d attempts", b.Session, b.Node, ErrConflict, maxLaunchAttempts)
 }

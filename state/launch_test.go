@@ -33,7 +33,7 @@ func TestLaunchOncePerBinding(t *testing.T) {
 	won, refused := 0, 0
 	for range 10 {
 		wg.Go(func() {
-			_, err := state.Launch(ctx, cli, k, b, rev, false, time.Now())
+			_, _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now())
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -50,15 +50,15 @@ func TestLaunchOncePerBinding(t *testing.T) {
 	if won != 1 || refused != 9 {
 		t.Fatalf("%d launches recorded, %d refused; want 1 and 9", won, refused)
 	}
-	p, _, err := state.Get[state.PartStatus](ctx, cli, k.Part("n1", "s1"))
-	if err != nil || p.Launched == nil || p.Phase != state.PhaseStarting || p.Reason != "Pulling" || p.Attempt != 2 || p.BindingRevision != rev {
-		t.Fatalf("part %+v (%v); want the launch recorded on the part as it was", p, err)
+	p, prev, err := state.Get[state.PartStatus](ctx, cli, k.Part("n1", "s1"))
+	if err != nil || p.Launched == nil || p.Phase != state.PhaseStarting || p.Reason != "Launching" || p.Attempt != 2 || p.BindingRevision != rev {
+		t.Fatalf("part %+v (%v); want the launch recorded on the part as it was, Starting for Launching", p, err)
 	}
 	first := *p.Launched
-	if _, err := state.Launch(ctx, cli, k, b, rev, false, first); err != nil {
-		t.Fatalf("a retry of the launch that committed (the same time): %v; want it found as its own", err)
+	if _, r, err := state.Launch(ctx, cli, k, b, rev, false, first); err != nil || r != prev {
+		t.Fatalf("a retry of the launch that committed (the same time): revision %d, %v; want it found as its own, of revision %d", r, err, prev)
 	}
-	again, err := state.Launch(ctx, cli, k, b, rev, true, first.Add(time.Second))
+	again, _, err := state.Launch(ctx, cli, k, b, rev, true, first.Add(time.Second))
 	if err != nil || again.Launched == nil || !again.Launched.After(first) {
 		t.Fatalf("launch again (nothing ran): %+v, %v; want it recorded anew", again, err)
 	}
@@ -66,18 +66,18 @@ func TestLaunchOncePerBinding(t *testing.T) {
 	if _, err := cli.Delete(ctx, k.Binding("n1", "s1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); !errors.Is(err, state.ErrStale) {
+	if _, _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); !errors.Is(err, state.ErrStale) {
 		t.Fatalf("launch of a binding that is gone: %v; want ErrStale", err)
 	}
 	newer, err := state.Put(ctx, cli, k.Binding("n1", "s1"), state.Binding{Session: "s1", Node: "n1", Attempt: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); !errors.Is(err, state.ErrStale) {
+	if _, _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); !errors.Is(err, state.ErrStale) {
 		t.Fatalf("launch of a replaced binding: %v; want ErrStale", err)
 	}
 	// The newer binding's first launch is its own, whatever the old part said.
-	if _, err := state.Launch(ctx, cli, k, state.Binding{Session: "s1", Node: "n1", Attempt: 3}, newer, false, time.Now()); err != nil {
+	if _, _, err := state.Launch(ctx, cli, k, state.Binding{Session: "s1", Node: "n1", Attempt: 3}, newer, false, time.Now()); err != nil {
 		t.Fatalf("first launch of the newer binding: %v", err)
 	}
 }
@@ -117,5 +117,45 @@ func TestMergeFencedPart(t *testing.T) {
 				t.Fatalf("status %+v is not waiting to be re-queued", st)
 			}
 		})
+	}
+}
+
+// TestLaunchRefusedOnceTheSessionEnded: a binding whose session's status
+// is final, waits to be queued again, names another queueing, or is gone
+// is not launched (ErrEnded), and nothing is written: a multi-node job
+// whose rank 0 ended before another part launched must not start that
+// part (the soak's launched-twice rule found it).
+func TestLaunchRefusedOnceTheSessionEnded(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys(state.DefaultPrefix)
+	rev := seedBound(t, cli, k, "s1")
+	b := state.Binding{Session: "s1", Node: "n1", QueueRevision: 7}
+	for _, st := range []*state.Status{
+		{Session: "s1", Phase: state.PhaseSucceeded, QueueRevision: 7},
+		{Session: "s1", Phase: state.PhaseFailed},
+		{Session: "s1", Phase: state.PhasePending, QueueRevision: 7},
+		{Session: "s1", Phase: state.PhaseRunning, QueueRevision: 9},
+		nil,
+	} {
+		if st == nil {
+			if _, err := cli.Delete(ctx, k.Status("s1")); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := state.Put(ctx, cli, k.Status("s1"), *st); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); !errors.Is(err, state.ErrEnded) {
+			t.Errorf("launch with status %+v: %v; want ErrEnded", st, err)
+		}
+		if r, err := cli.Get(ctx, k.Part("n1", "s1")); err != nil || len(r.Kvs) != 0 {
+			t.Fatalf("part after a refused launch: %v, %v; want none", r.Kvs, err)
+		}
+	}
+	if _, err := state.Put(ctx, cli, k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseBound, QueueRevision: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); err != nil {
+		t.Fatalf("launch while the status is Bound for its queueing: %v", err)
 	}
 }

@@ -118,7 +118,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	comps = append(comps, component{name: "retention", run: afterFirstPass(pl, ret.Run)}, accountantComponent(store.client, cfg, log, registry))
 	lc := newLifecycle(store.client, cfg, log, shared)
 	registry.MustRegister(lc.Collectors()...)
-	comps = append(comps, component{name: "lifecycle", run: afterFirstPass(pl, lc.Run)}, mergerComponent(store.client, cfg, log, registry),
+	comps = append(comps, component{name: "lifecycle", run: afterFirstPass(pl, lc.Run)}, mergerComponent(store.client, cfg, log, registry, pl.ID()),
 		sweepComponent(store.client, cfg, log, registry))
 	// The agent: where it cannot run (no containerd and not root), dev
 	// says why and goes on without it; sessions then wait in the queue.

@@ -81,7 +81,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 			{name: "retention", run: afterFirstPass(p, ret.Run)},
 			{name: "lifecycle", run: afterFirstPass(p, lc.Run)},
 			accountantComponent(cli, cfg, log, registry),
-			mergerComponent(cli, cfg, log, registry),
+			mergerComponent(cli, cfg, log, registry, p.ID()),
 			sweepComponent(cli, cfg, log, registry),
 		}, nil
 	})
@@ -115,9 +115,11 @@ func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger, shared
 }
 
 // mergerComponent folds the parts agents report into session statuses
-// (package merger): every placer process runs one, as does dev.
-func mergerComponent(cli *clientv3.Client, cfg config.Config, log *slog.Logger, reg *prometheus.Registry) component {
-	m := merger.New(cli, merger.Config{Keys: state.MustKeys(cfg.EtcdPrefix), Logger: log})
+// (package merger): every placer process runs one, as does dev, sharing
+// the sessions with the other placer processes' as member (its placer's
+// id).
+func mergerComponent(cli *clientv3.Client, cfg config.Config, log *slog.Logger, reg *prometheus.Registry, member string) component {
+	m := merger.New(cli, merger.Config{Keys: state.MustKeys(cfg.EtcdPrefix), Logger: log, Member: member})
 	reg.MustRegister(m.Collectors()...)
 	return component{name: "merger", run: m.Run}
 }

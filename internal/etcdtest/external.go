@@ -128,7 +128,16 @@ func etcdBinary(tb testing.TB) string {
 // kills it at cleanup.
 func runEtcd(tb testing.TB, path, dir string, args ...string) *exec.Cmd {
 	tb.Helper()
+	return runEtcdEnv(tb, path, dir, nil, args...)
+}
+
+// runEtcdEnv is runEtcd with env added to the test process's environment.
+func runEtcdEnv(tb testing.TB, path, dir string, env []string, args ...string) *exec.Cmd {
+	tb.Helper()
 	cmd := exec.Command(path, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
 	if err != nil {
 		tb.Fatal(err)

@@ -3,8 +3,10 @@ package etcdtest
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,7 @@ type Members struct {
 	path  string
 	mu    sync.Mutex
 	args  [][]string
+	env   []string // added to each member's environment
 	dirs  []string
 	procs []*exec.Cmd // nil while killed
 }
@@ -33,8 +36,25 @@ type Members struct {
 // it answers, and stops every member at cleanup.
 func StartMembers(tb testing.TB, n int) *Members {
 	tb.Helper()
+	return StartMembersWith(tb, n, MembersOptions{})
+}
+
+// MembersOptions are settings of a cluster's members beyond StartMembers'.
+type MembersOptions struct {
+	// GOGC, when not 0, is each member's Go garbage collector target
+	// (the GOGC environment variable; Go's default is 100): a higher one
+	// trades memory for the collector's CPU, as a long soak wants.
+	GOGC int
+}
+
+// StartMembersWith is StartMembers with opts.
+func StartMembersWith(tb testing.TB, n int, opts MembersOptions) *Members {
+	tb.Helper()
 	path := etcdBinary(tb)
 	m := &Members{tb: tb, path: path, procs: make([]*exec.Cmd, n)}
+	if opts.GOGC != 0 {
+		m.env = []string{fmt.Sprintf("GOGC=%d", opts.GOGC)}
+	}
 	peers := make([]string, n)
 	clients := make([]string, n)
 	cluster := make([]string, n)
@@ -61,7 +81,7 @@ func StartMembers(tb testing.TB, n int) *Members {
 		})
 	}
 	for i := range n {
-		m.procs[i] = runEtcd(tb, path, m.dirs[i], m.args[i]...)
+		m.procs[i] = runEtcdEnv(tb, path, m.dirs[i], m.env, m.args[i]...)
 	}
 	cli := m.Client(tb)
 	waitAnswers(tb, cli, m.dirs[0])
@@ -116,6 +136,57 @@ func (m *Members) Restart(i int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.procs[i] == nil {
-		m.procs[i] = runEtcd(m.tb, m.path, m.dirs[i], m.args[i]...)
+		m.procs[i] = runEtcdEnv(m.tb, m.path, m.dirs[i], m.env, m.args[i]...)
 	}
+}
+
+// CPU is the CPU time (user and system) each member's current process has
+// used so far (/proc/<pid>/stat), by member; 0 for a member that is
+// killed now. A killed member's time is its parent's, the test process's,
+// to count: getrusage(RUSAGE_CHILDREN) holds it once the member was
+// waited for, as Kill does.
+func (m *Members) CPU() ([]time.Duration, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]time.Duration, len(m.procs))
+	for i, p := range m.procs {
+		if p == nil {
+			continue
+		}
+		d, err := ProcessCPU(p.Process.Pid)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+// ProcessCPU is the CPU time (user and system) process pid has used so
+// far, from /proc/<pid>/stat's utime and stime (in clock ticks of 10 ms).
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read process %d's CPU: %w", pid, err)
+	}
+	// The command name (field 2) may hold spaces; the fields after its
+	// closing parenthesis are state (3), …, utime (14), stime (15).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("read process %d's CPU: no command name in %q", pid, s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("read process %d's CPU: %d fields after the command name, want 13 or more", pid, len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read process %d's CPU: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }

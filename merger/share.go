@@ -1,0 +1,97 @@
+package merger
+
+import (
+	"hash/fnv"
+	"slices"
+
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// share is this merger's share of the sessions when Config.Member is set:
+// the live placers (placers/) share them by rendezvous hashing, so that
+// each part's change is merged at once by one merger, not by every placer
+// process's (with three placers, each merge had been read three times and
+// two of the three found nothing left to write).
+type share struct {
+	member string
+	ids    []string // the live placers' ids, sorted, always with member
+}
+
+// owns reports whether session id is this merger's to merge at once.
+func (s *share) owns(id string) bool {
+	if s == nil || len(s.ids) <= 1 {
+		return true
+	}
+	return ownerOf(s.ids, id) == s.member
+}
+
+// placersChanged lists the live placers again and, when they changed,
+// merges every known part of the sessions now in this merger's share (a
+// placer that left or died leaves its share's merges to the others).
+func (m *Merger) placersChanged() {
+	ids := []string{m.cfg.Member}
+	for _, it := range m.placers.List() {
+		if it.Value.ID != "" && it.Value.ID != m.cfg.Member {
+			ids = append(ids, it.Value.ID)
+		}
+	}
+	slices.Sort(ids)
+	m.mu.Lock()
+	same := slices.Equal(ids, m.share.ids)
+	m.share.ids = ids
+	m.mu.Unlock()
+	if same {
+		return
+	}
+	for _, it := range m.parts.List() {
+		if node, id, ok := m.cfg.Keys.PartKey(it.Key); ok && m.owns(id) {
+			m.enqueue(id, node)
+		}
+	}
+}
+
+// owns reports whether session id's part changes are this merger's to
+// merge at once (all of them without Config.Member).
+func (m *Merger) owns(id string) bool {
+	if m.share == nil {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.share.owns(id)
+}
+
+func newPlacersCache(m *Merger) *watcher.Cache[state.Placer] {
+	c := watcher.New(m.cli, m.cfg.Keys.Placers(), watcher.JSON[state.Placer], watcher.Options{Name: "merger-placers", Logger: m.cfg.Logger})
+	c.AddHandler(func(watcher.Event[state.Placer]) { m.placersChanged() })
+	return c
+}
+
+// ownerOf picks the member that merges session id at once: the one with
+// the highest hash of (member, id), so a member joining or leaving moves
+// only its own share.
+func ownerOf(ids []string, id string) string {
+	var best string
+	var bestH uint64
+	for _, m := range ids {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(m))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(id))
+		if v := mix64(h.Sum64()); best == "" || v > bestH {
+			best, bestH = m, v
+		}
+	}
+	return best
+}
+
+// mix64 is splitmix64's finaliser: FNV's high bits barely change between
+// similar strings.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
