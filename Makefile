@@ -30,8 +30,8 @@ dev: build
 ## image: build voyager.local/jupyter:latest from Debian's packages (deploy/images/jupyter/build.sh,
 ## cached in IMAGE_CACHE; root) and load it into the node agent's containerd (voyager dev's)
 image: build
-	deploy/images/jupyter/build.sh $(IMAGE_CACHE)/voyager.local-jupyter.tar
-	bin/voyager image load $(IMAGE_CACHE)/voyager.local-jupyter.tar
+	deploy/images/jupyter/build.sh $(IMAGE_CACHE)/voyager.local-jupyterlab.tar
+	bin/voyager image load $(IMAGE_CACHE)/voyager.local-jupyterlab.tar
 
 ## test: install what the tests need if missing (deploy/test-setup.sh), then the whole suite:
 ## Go with the race detector, then the JupyterHub spawner's tests (what CI runs).
@@ -60,7 +60,7 @@ test-short:
 ## bin/voyager as its own process; then one summary table of the figures benchmarks recorded (internal/benchsum) with their
 ## ratio to the ceiling measured in the same run
 bench: build
-	@deploy/images/jupyter/build.sh $(IMAGE_CACHE)/voyager.local-jupyter.tar || \
+	@deploy/images/jupyter/build.sh $(IMAGE_CACHE)/voyager.local-jupyterlab.tar || \
 		echo "make bench: the Jupyter image could not be built: the agent benchmark reports its Jupyter figures as skipped"
 	@summary=$$(mktemp); \
 	VOYAGER_IMAGE_CACHE=$(IMAGE_CACHE) VOYAGER_BENCH_BINARY=$(CURDIR)/bin/voyager BENCH_SUMMARY=$$summary \

@@ -86,8 +86,8 @@ func TestConsoleHubServers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mk("hub-linked", map[string]string{"JUPYTERHUB_SERVICE_PREFIX": "/user/ada/", "VOYAGER_JUPYTERHUB_URL": "https://hub.example.org/user/ada/",
-		"VOYAGER_JUPYTERHUB_HOME": "https://hub.example.org/hub/home"})
+	mk("hub-linked", map[string]string{"JUPYTERHUB_SERVICE_PREFIX": "/user/ada/", "JUPYTERHUB_PUBLIC_URL": "https://hub.example.org/user/ada/",
+		"JUPYTERHUB_PUBLIC_HUB_URL": "https://hub.example.org/hub/"})
 	mk("hub-plain", map[string]string{"JUPYTERHUB_SERVICE_PREFIX": "/user/ada/"})
 	mk("own", nil)
 	var b string

@@ -11,7 +11,9 @@
 # jupyterhub is the real hub the spawner is tested under (python3-venv,
 # python3-pip and python3-setuptools install the spawner as its README
 # says: a venv that sees the system's packages, pip without PyPI); debootstrap builds
-# the notebook image from Debian's packages (deploy/images/jupyter/build.sh);
+# the notebook image from Debian's packages (deploy/images/jupyter/build.sh,
+# which also needs node and npm for JupyterLab's front end and installs
+# Debian's nodejs and npm itself where npm is missing);
 # chromium runs the web console's browser tests; containernetworking-plugins,
 # iptables and iproute2 give each session its own network (docs/networking.md);
 # bash-completion and zsh load the CLI's completion scripts; gcc and

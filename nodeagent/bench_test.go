@@ -210,7 +210,7 @@ func jupyterArchive() (string, bool) {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "voyager", "images")
 	}
-	path := filepath.Join(cache, "voyager.local-jupyter.tar")
+	path := filepath.Join(cache, "voyager.local-jupyterlab.tar")
 	_, err := os.Stat(path)
 	return path, err == nil
 }

@@ -78,7 +78,7 @@ func filterCordon(_ *part, n *nodeState) *Shortfall {
 
 func filterReserved(p *part, n *nodeState) *Shortfall {
 	if n.reservedFor != "" && n.reservedFor != p.id && !backfills(p, n) {
-		return &Shortfall{Filter: "reserved", Message: "node " + n.name + " is held for a request that has waited longer"}
+		return &Shortfall{Filter: "reserved", Message: reservedMessage(p, n)}
 	}
 	return nil
 }

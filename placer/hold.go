@@ -292,7 +292,7 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 		if best == nil {
 			continue
 		}
-		best.reservedFor = e.Session
+		best.reservedFor, best.reservedWhat = e.Session, describe(pt.req)
 		best.drainBy = drainBy(best)
 		p.holds[e.Session] = true
 		if p.holding == nil {

@@ -272,15 +272,15 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 
 	plan = &Plan{Epoch: s.Epoch, Reserved: map[string]string{}, Waiting: make([]Waiting, 0, len(s.Pending))}
 	if len(s.Held) > 0 {
-		pending := make(map[string]bool, len(s.Pending))
+		pending := make(map[string]*state.QueueEntry, len(s.Pending))
 		for i := range s.Pending {
 			if !s.Pending[i].Pinned {
-				pending[s.Pending[i].Entry.Session] = true
+				pending[s.Pending[i].Entry.Session] = s.Pending[i].Entry
 			}
 		}
 		for name, id := range s.Held {
-			if n := p.byName[name]; n != nil && pending[id] {
-				n.reservedFor = id
+			if n := p.byName[name]; n != nil && pending[id] != nil {
+				n.reservedFor, n.reservedWhat = id, describe(&pending[id].Parts()[0])
 				p.holds[id] = true
 				plan.Reserved[name] = id
 			}

@@ -188,6 +188,9 @@ type nodeState struct {
 	// reservedFor names the session holding this node's free capacity
 	// until it fits (anti-starvation); "" when free for all.
 	reservedFor string
+	// reservedWhat is what reservedFor asks for, as describe writes it
+	// ("4×A100"), for the reason of a request kept off the node.
+	reservedWhat string
 	// drainBy is when a held node's sessions have all ended by their max
 	// runtimes (zero: some session has none); set with reservedFor.
 	drainBy     time.Time

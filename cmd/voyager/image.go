@@ -36,7 +36,7 @@ func newImageCmd() *cobra.Command {
 		Short: "Import image archives into the agent's containerd",
 		Long:  imageLoadLong,
 		Example: `  make image     # builds voyager.local/jupyter:latest, then:
-  voyager image load ~/.cache/voyager/images/voyager.local-jupyter.tar`,
+  voyager image load ~/.cache/voyager/images/voyager.local-jupyterlab.tar`,
 		Args: cobra.MinimumNArgs(1),
 		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			return []cobra.Completion{"tar"}, cobra.ShellCompDirectiveFilterFileExt

@@ -135,11 +135,13 @@ class PendingEstimateTest(FakeVoyagerServer, unittest.IsolatedAsyncioTestCase):
         sp = spawner(hub_public_url="https://hub.example.org/")
         await asyncio.wait_for(sp.start(), 10)
         env = self.fake.sessions["s0001"]["env"]
-        self.assertEqual(env["VOYAGER_JUPYTERHUB_URL"], "https://hub.example.org/user/ada/")
-        self.assertEqual(env["VOYAGER_JUPYTERHUB_HOME"], "https://hub.example.org/hub/home")
+        self.assertEqual(env["JUPYTERHUB_PUBLIC_URL"], "https://hub.example.org/user/ada/")
+        self.assertEqual(env["JUPYTERHUB_PUBLIC_HUB_URL"], "https://hub.example.org/hub/")
+        # Voyager refuses VOYAGER_* names from clients (api/validate.go).
+        self.assertFalse([k for k in env if k.startswith("VOYAGER_")], env)
         sp = spawner()
         await asyncio.wait_for(sp.start(), 10)
-        self.assertNotIn("VOYAGER_JUPYTERHUB_URL", self.fake.sessions["s0002"]["env"])
+        self.assertNotIn("JUPYTERHUB_PUBLIC_URL", self.fake.sessions["s0002"]["env"])
 
 
 if __name__ == "__main__":

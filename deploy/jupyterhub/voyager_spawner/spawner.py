@@ -158,9 +158,10 @@ class VoyagerSpawner(Spawner):
         "",
         help="""The hub's URL as users' browsers reach it (https://hub.example.org); empty: the
         JUPYTERHUB_PUBLIC_URL environment variable, else unknown. Set, every server's session carries
-        VOYAGER_JUPYTERHUB_URL (the server through the hub, under its base URL) and
-        VOYAGER_JUPYTERHUB_HOME (the hub's home page), so that Voyager's web console opens the
-        server and stops it through the hub, which then knows it stopped.""",
+        JUPYTERHUB_PUBLIC_URL (the server through the hub, under its base URL) and
+        JUPYTERHUB_PUBLIC_HUB_URL (the hub's own pages), the names JupyterHub 4 gives them, so
+        that Voyager's web console opens the server and stops it through the hub (its home
+        page), which then knows it stopped. (Voyager refuses VOYAGER_* names from clients.)""",
     ).tag(config=True)
 
     @default("hub_public_url")
@@ -341,15 +342,15 @@ class VoyagerSpawner(Spawner):
         return fields, vname
 
     def hub_links(self):
-        """VOYAGER_JUPYTERHUB_URL and VOYAGER_JUPYTERHUB_HOME for the
+        """JUPYTERHUB_PUBLIC_URL and JUPYTERHUB_PUBLIC_HUB_URL for the
         session's environment (the console's links through the hub), when
         hub_public_url is known."""
         base = (self.hub_public_url or "").rstrip("/")
         if not base:
             return {}
         server = getattr(self.server, "base_url", None) or url_path_join(self.user.url, url_escape_path(self.name or ""), "")
-        return {"VOYAGER_JUPYTERHUB_URL": base + server.rstrip("/") + "/",
-                "VOYAGER_JUPYTERHUB_HOME": base + url_path_join(self.hub.base_url, "home")}
+        return {"JUPYTERHUB_PUBLIC_URL": base + server.rstrip("/") + "/",
+                "JUPYTERHUB_PUBLIC_HUB_URL": base + "/" + self.hub.base_url.strip("/") + "/"}
 
     async def session_request(self, client):
         """The body of POST /api/v1/sessions for this server."""
