@@ -36,10 +36,10 @@ func deviceChoices(nodes []api.NodeSummary, viewer string) []deviceChoice {
 		sim            bool
 	}
 	type shared struct {
-		model         string
-		open, all     int
-		most, memory  int64
-		sim           bool
+		model        string
+		open, all    int
+		most, memory int64
+		sim          bool
 	}
 	migs, shares := map[[2]string]*mig{}, map[string]*shared{}
 	for _, n := range nodes {
