@@ -235,7 +235,9 @@ section "sharing: fractions of one GPU under CUDA MPS (issue 35)"
 # voyager dev again, with the first GPU not in MIG mode shared. Nothing
 # of the machine's settings changes (MIG mode included): the MPS control
 # daemon is the agent's own, its pipe and log directories under
-# $VOYAGER_DATA_DIR/mps/<GPU UUID>, and it is stopped with voyager dev.
+# $VOYAGER_DATA_DIR/mps/<GPU UUID>, and the agent stops it once no
+# fraction of the GPU is held. Written without a GPU to run it on: the
+# first run on one is its test.
 share=$(python3 -c '
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1]), skipinitialspace=True))[1:]
