@@ -3,6 +3,7 @@ package nodeagent_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -120,7 +121,7 @@ func TestNVMLSamplerReadsAContainersOwnProcesses(t *testing.T) {
 	if want := (nodeagent.GPUSample{MemoryUsedMiB: 10 << 10, Processes: 1}); err != nil || got[u] != want {
 		t.Errorf("busy with no newer sample: %+v, %v; want %+v", got[u], err, want)
 	}
-	if want := []uint64{0, 0, 0, 10}; !equalU64(g.seen, want) {
+	if want := []uint64{0, 0, 0, 10}; !slices.Equal(g.seen, want) {
 		t.Errorf("lastSeenTimestamps %v; want %v", g.seen, want)
 	}
 	// A driver that keeps no per-process samples: the processes decide.
@@ -133,18 +134,6 @@ func TestNVMLSamplerReadsAContainersOwnProcesses(t *testing.T) {
 	if _, err := s.SampleProcesses(ctx, "gone", []string{u}); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("a gone container: %v; want ErrNotFound", err)
 	}
-}
-
-func equalU64(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestAgentFlagsAnIdleFractionBesideABusyOne: three sessions hold
