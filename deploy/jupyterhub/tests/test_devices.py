@@ -193,6 +193,8 @@ class FormTest(unittest.IsolatedAsyncioTestCase):
         sp = self.spawner()
         for form, words in [
                 ({"device": [f"shared:{A100}"], "gpu_share": [""]}, f"you chose a fraction of a shared {A100}: want the fraction's memory in GiB"),
+                # The memory first, even with a compute percent (which needs it).
+                ({"device": [f"shared:{A100}"], "gpu_share": [""], "gpu_compute": ["30"]}, "want the fraction's memory in GiB"),
                 ({"device": [f"whole:{A100}"], "gpu_share": ["10"]}, "you chose whole GPUs: choose a shared GPU under GPU kind, or clear the share"),
                 ({"device": [f"mig:1g.10gb:{A100}"], "gpu_share": ["10"]}, "you chose MIG devices"),
                 ({"device": [f"mig:1g.10gb:{A100}"], "gpus": ["0"]}, "GPUs: 0 with MIG devices chosen"),

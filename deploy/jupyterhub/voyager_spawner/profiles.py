@@ -448,14 +448,6 @@ def options_from_form(formdata):
         if value < least:
             raise ValueError(f"{label}: {typed!r}: want {example}, or blank for the profile's")
         opts[key] = value
-    compute = first("gpu_compute")
-    if compute:
-        if not compute.isdigit() or not 1 <= int(compute) <= 100:
-            raise ValueError(f"Compute percent: {compute!r}: want a whole percent from 1 to 100, or blank for no cap")
-        if "gpu_share_mib" not in opts:
-            raise ValueError("Compute percent: it caps a fraction of a shared GPU: choose a shared GPU under "
-                             "GPU kind and type the fraction's memory, or leave the percent blank")
-        opts["gpu_compute_percent"] = int(compute)
     device = parse_device(first("device"))
     kind = device.get("gpu_kind")
     if kind == "shared" and "gpu_share_mib" not in opts:
@@ -469,5 +461,13 @@ def options_from_form(formdata):
         words = "whole GPUs of a model" if kind == "whole" else "MIG devices"
         raise ValueError(f"GPUs: 0 with {words} chosen: want 1 or more (or blank for one), or choose "
                          "the profile's GPUs under GPU kind")
+    compute = first("gpu_compute")
+    if compute:
+        if not compute.isdigit() or not 1 <= int(compute) <= 100:
+            raise ValueError(f"Compute percent: {compute!r}: want a whole percent from 1 to 100, or blank for no cap")
+        if "gpu_share_mib" not in opts:
+            raise ValueError("Compute percent: it caps a fraction of a shared GPU: choose a shared GPU under "
+                             "GPU kind and type the fraction's memory, or leave the percent blank")
+        opts["gpu_compute_percent"] = int(compute)
     opts.update(device)
     return opts
