@@ -189,6 +189,23 @@ class FormTest(unittest.IsolatedAsyncioTestCase):
         await sp.start()
         self.assertEqual(self.fake.sessions["s0002"]["resources"]["gpuShareMiB"], 20480)
 
+    async def test_whole_gpus_on_a_voyager_profile_of_another_kind_are_refused(self):
+        # Voyager fills a request's blanks from the profile it names, so a
+        # request cannot take back the profile's MIG profile: say so.
+        self.fake.profiles["mig-small"] = {"name": "mig-small", "resources": {"gpus": 1, "migProfile": "1g.10gb", "cpuMilli": 1000, "memoryMiB": 4096}}
+        sp = self.spawner()
+        sp.user_options = sp.options_from_form({"profile": ["mig-small"], "device": [f"whole:{L4}"]})
+        with self.assertRaises(SpawnError) as cm:
+            await sp.start()
+        self.assertIn("profile 'mig-small' gives MIG devices: for whole GPUs choose a profile of whole GPUs", str(cm.exception))
+        self.assertEqual(self.fake.sessions, {}, "nothing was asked of Voyager")
+        # Its own kind of another model, or a fraction, is sent (Voyager
+        # drops the profile's MIG profile for a fraction).
+        sp.user_options = sp.options_from_form({"profile": ["mig-small"], "device": [f"shared:{A100}"], "gpu_share": ["8"]})
+        await sp.start()
+        r = self.fake.sessions["s0001"]["resources"]
+        self.assertEqual((r["gpuShareMiB"], r["gpuModel"], "migProfile" in r), (8192, A100, False))
+
     async def test_wrong_choices_say_what_would_do_and_the_form_keeps_them(self):
         sp = self.spawner()
         for form, words in [

@@ -352,6 +352,12 @@ class VoyagerSpawner(Spawner):
                              "choose a profile without GPUs for a server without them")
         fields.update(asked)
         prof.apply_kind(fields, asked)
+        if prof.chosen_kind(asked) == "whole" and (vfields.get("mig_profile") or vfields.get("gpu_share_mib")):
+            # Voyager fills what a request leaves out from the profile it
+            # names: a request cannot take back its MIG profile or fraction.
+            what = "MIG devices" if vfields.get("mig_profile") else "a fraction of a shared GPU"
+            raise ValueError(f"profile {vname!r} gives {what}: for whole GPUs choose a profile of whole GPUs "
+                             "(or the default server), or its own kind of GPU")
         return fields, vname
 
     def hub_links(self):
