@@ -97,6 +97,13 @@ func deviceChoices(nodes []api.NodeSummary, viewer string) []deviceChoice {
 	return out
 }
 
+// patternMeta escapes path.Match's metacharacters.
+var patternMeta = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+
+// modelPattern is the gpuModel pattern (path.Match) that matches the
+// model name m alone, as a device choice means it.
+func modelPattern(m string) string { return patternMeta.Replace(m) }
+
 func simLabel(label string, sim bool) string {
 	if sim {
 		return label + " — simulated"
@@ -129,7 +136,7 @@ func applyDevice(res *state.Resources, get func(string) string) (bool, error) {
 		if !ok || profile == "" || model == "" {
 			return false, badField("device", fmt.Sprintf("got %q, want mig:<profile>:<model> such as mig:1g.10gb:A100", v))
 		}
-		res.MIGProfile, res.GPUModel = profile, model
+		res.MIGProfile, res.GPUModel = profile, modelPattern(model)
 		if res.GPUs == 0 {
 			res.GPUs = 1
 		}
@@ -141,7 +148,7 @@ func applyDevice(res *state.Resources, get func(string) string) (bool, error) {
 		if err != nil || mib <= 0 {
 			return false, badField("gpuShareMiB", fmt.Sprintf("got %q, want the fraction's memory in MiB, such as 10240", m))
 		}
-		res.GPUShareMiB, res.GPUModel = mib, model
+		res.GPUShareMiB, res.GPUModel = mib, modelPattern(model)
 		if c := strings.TrimSpace(get("gpuComputePercent")); c != "" {
 			p, err := strconv.Atoi(c)
 			if err != nil {
