@@ -235,6 +235,32 @@ class FormTest(unittest.IsolatedAsyncioTestCase):
         form = await sp._options_form(sp)
         self.assertIn('<option value="" selected>', form)
 
+    async def test_user_options_through_the_rest_api_are_checked(self):
+        # The REST API's user_options take the same keys, checked alike.
+        for opts, words in [({"gpu_kind": "tpu"}, "gpu_kind = 'tpu': want one of whole, mig, shared"),
+                            ({"gpu_kind": "mig"}, "want mig_profile too"),
+                            ({"gpu_kind": "shared", "gpu_model": A100}, "want gpu_share_mib too"),
+                            ({"mig_profile": "1g.10gb", "gpu_share_mib": 1024}, "not both"),
+                            ({"gpu_share_mib": 1024, "gpu_compute_percent": 101}, "want a whole percent from 1 to 100")]:
+            with self.subTest(opts=opts):
+                sp = self.spawner()
+                sp.user_options = opts
+                with self.assertRaises(SpawnError) as cm:
+                    await sp.start()
+                self.assertIn(words, str(cm.exception))
+        self.assertEqual(self.fake.sessions, {}, "nothing was asked of Voyager")
+        # A compute percent of 0 is no cap, as Voyager reads it; a MIG
+        # profile alone implies its kind.
+        sp = self.spawner()
+        sp.user_options = {"gpu_share_mib": 2048, "gpu_compute_percent": 0}
+        await sp.start()
+        self.assertEqual(self.fake.sessions["s0001"]["resources"], {"gpus": 1, "gpuShareMiB": 2048, "cpuMilli": 1000, "memoryMiB": 2048})
+        sp = self.spawner()
+        sp.user_options = {"profile": "a100-quad", "mig_profile": "2g.20gb"}
+        await sp.start()
+        self.assertEqual(self.fake.sessions["s0002"]["resources"],
+                         {"gpus": 1, "gpuModel": "*A100*", "migProfile": "2g.20gb", "cpuMilli": 16000, "memoryMiB": 65536})
+
     async def test_a_refused_request_comes_back_with_its_choice(self):
         # Voyager refuses (no shared GPU could ever hold 100 GiB): the
         # hub's form shows the reason over the same choice.

@@ -211,8 +211,10 @@ def user_fields(user_options):
         raise ValueError("gpu_kind = 'mig': want mig_profile too, such as '1g.10gb'")
     if kind == "shared" and "gpu_share_mib" not in out:
         raise ValueError("gpu_kind = 'shared': want gpu_share_mib too, the fraction's memory in MiB such as 10240")
-    if out.get("gpu_compute_percent", 0) > 100 or out.get("gpu_compute_percent") == 0:
-        raise ValueError(f"gpu_compute_percent = {out['gpu_compute_percent']}: want a whole percent from 1 to 100")
+    if out.get("gpu_compute_percent") == 0:
+        del out["gpu_compute_percent"]  # no cap of its own, as Voyager reads 0
+    if out.get("gpu_compute_percent", 0) > 100:
+        raise ValueError(f"gpu_compute_percent = {out['gpu_compute_percent']}: want a whole percent from 1 to 100, or 0 for no cap")
     return out
 
 
