@@ -89,7 +89,8 @@ bench-scale: build
 
 ## gpu-check: on a machine with NVIDIA GPUs, as root: voyager dev on its real GPUs, checked end to end (NVML
 ## inventory against nvidia-smi, a GPU without a CDI device offered unhealthy, a session on its GPU running
-## nvidia-smi and a CUDA program, a session without GPUs unable to reach one); deploy/gpu-check/README.md
+## nvidia-smi and a CUDA program, a session without GPUs unable to reach one, two fractions of a shared GPU
+## under the agent's CUDA MPS daemon within and beyond their limits); deploy/gpu-check/README.md
 gpu-check: build
 	PATH=$(CURDIR)/bin:$$PATH deploy/gpu-check/gpu-check.sh
 

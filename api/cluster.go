@@ -31,7 +31,8 @@ type NodeSummary struct {
 	Models map[string]int `json:"models,omitempty"`
 	// ModelsFree counts the free devices (as gpus.free does) by the model
 	// of the GPU they are on, so a node of mixed models tells how many of
-	// each are free (the JupyterHub spawner's form shows it).
+	// each are free (a JupyterHub spawner shows it where it gets no
+	// devices; with ?devices=true it counts those itself).
 	ModelsFree    map[string]int `json:"modelsFree,omitempty"`
 	CPUMilli      int64          `json:"cpuMilli"`
 	CPUUsedMilli  int64          `json:"cpuUsedMilli"`

@@ -167,11 +167,20 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 			if r.GPUMemoryMiB != 0 {
 				over.GPUMemoryMiB = r.GPUMemoryMiB
 			}
+			// A MIG profile and a fraction are one choice of GPU kind:
+			// a request naming one replaces the profile's other (naming
+			// both is refused below).
 			if r.MIGProfile != "" {
 				over.MIGProfile = r.MIGProfile
+				if r.GPUShareMiB == 0 {
+					over.GPUShareMiB, over.GPUComputePercent = 0, 0
+				}
 			}
 			if r.GPUShareMiB != 0 {
 				over.GPUShareMiB = r.GPUShareMiB
+				if r.MIGProfile == "" {
+					over.MIGProfile = ""
+				}
 			}
 			if r.GPUComputePercent != 0 {
 				over.GPUComputePercent = r.GPUComputePercent

@@ -95,7 +95,11 @@ func startSession(k *caller, get func(string) string) (string, error) {
 	if m := get("gpuModel"); m != "" {
 		res.GPUModel, set = m, true
 	}
-	if set {
+	dev, err := applyDevice(&res, get)
+	if err != nil {
+		return "", err
+	}
+	if set = set || dev; set {
 		req.Resources = &res
 	}
 	if d := strings.TrimSpace(get("maxRuntime")); d != "" {

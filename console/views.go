@@ -98,6 +98,9 @@ func freeByModel(nodes []api.NodeSummary) []modelCount {
 			continue
 		}
 		for _, d := range n.Devices {
+			if d.Shared {
+				continue // never free whole: its fractions are the start form's device choices
+			}
 			if d.Healthy && d.Owner == "" {
 				name := d.Model
 				if d.MIGProfile != "" {
@@ -133,6 +136,10 @@ type sessionsView struct {
 	Finished int
 	Profiles []state.Profile
 	Free     []modelCount
+	// Whole is Free's whole GPUs (the gpuModel select); Devices the MIG
+	// devices and shared GPUs to choose from (devices.go).
+	Whole   []modelCount
+	Devices []deviceChoice
 	// Arrays are the viewer's job arrays, newest first, at most
 	// maxArraysShown; MoreArrays counts those left out.
 	Arrays     []api.ArrayView
@@ -170,6 +177,8 @@ func (c *Console) sessionsView(k *caller) (sessionsView, error) {
 		return v, err
 	}
 	v.Free = freeByModel(nl.Items)
+	v.Whole = wholeFree(nl.Items)
+	v.Devices = deviceChoices(nl.Items, v.Me.Subject)
 	var al api.ArrayList
 	if err := k.call("GET", "/api/v1/arrays", nil, &al); err != nil {
 		return v, err

@@ -106,7 +106,7 @@ func (act *activity) sample(ctx context.Context) {
 	}
 	gpus := w.item.Value.GPUs
 	if len(gpus) > 0 && cfg.GPUSampler != nil {
-		samples, err := cfg.GPUSampler.SampleGPUs(sctx, w.id, gpus)
+		samples, err := sampleSession(sctx, cfg.GPUSampler, w.id, gpus, w.item.Value.Share != nil)
 		if err != nil {
 			act.problem("sample GPUs", err)
 		}

@@ -45,6 +45,12 @@ type NVMLSampler struct {
 
 	mu     sync.Mutex
 	inited bool
+	// pids lists a container's processes for SampleProcesses
+	// (gpuprocs.go); nil: it cannot.
+	pids runtime.ProcessLister
+	// lastSeen is, by container and GPU, the newest per-process sample
+	// SampleProcesses read.
+	lastSeen map[[2]string]processSeen
 }
 
 var _ GPUSampler = (*NVMLSampler)(nil)

@@ -46,6 +46,14 @@ type Preemption struct {
 // victims within a node largest first, dropping any that turn out not to be
 // needed. Multi-node (Ray) requests do not preempt: they wait with
 // reservations. Like NewPlan it is pure and deterministic.
+//
+// Fractions of shared GPUs preempt and are preempted under the rules of
+// the shared GPU (share.go): a fraction preempts on one shared GPU, whose
+// fractions of other owners must all go (one owner per shared GPU at a
+// time) and whose preemptor's own lower fractions go, largest first, only
+// as far as its memory needs (chooseShareVictims); a fraction victim
+// frees its memory and CPU, never a GPU for a whole request, since a
+// shared GPU is never allocated whole.
 func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 	if opt.Max <= 0 {
 		opt.Max = 8
@@ -91,6 +99,12 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 			continue
 		}
 		shape := fmt.Sprintf("%d|%s|%+v", e.Priority, e.Kind, e.Request)
+		if e.Request.Fraction() {
+			// Who owns a shared GPU's fractions decides whom a fraction
+			// must preempt: another owner's request may find victims
+			// where this one found none.
+			shape += "|" + e.Owner
+		}
 		if hopeless[shape] {
 			continue
 		}
@@ -107,7 +121,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 			key := [3]int{len(victims), -1 << 31, 0}
 			for _, vi := range victims {
 				key[1] = max(key[1], vi.Allocation.Priority)
-				key[2] += len(vi.Allocation.GPUs)
+				key[2] += int(vi.Allocation.MilliGPUs())
 			}
 			if best == nil || key[0] < bestKey[0] || key[0] == bestKey[0] && (key[1] < bestKey[1] || key[1] == bestKey[1] && key[2] < bestKey[2]) {
 				best, bestKey = &Preemption{Preemptor: *w.Pending, Node: name, Victims: victims}, key
@@ -135,7 +149,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 // nil when no choice of allowed victims does (or e needs none: it then
 // waits for room being freed already).
 func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken map[string]bool) []Victim {
-	pt := &part{req: &e.Request, role: state.RoleSingle, ports: e.Ports(state.RoleSingle), id: e.Session}
+	pt := &part{req: &e.Request, role: state.RoleSingle, ports: e.Ports(state.RoleSingle), id: e.Session, owner: e.Owner}
 	if v.Cordon != nil {
 		return nil
 	}
@@ -171,7 +185,7 @@ func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken m
 		cpu += c.Allocation.CPUMilli
 		mem += c.Allocation.MemoryMiB
 	}
-	if gpus < e.Request.GPUs || cpu < e.Request.CPUMilli || mem < e.Request.MemoryMiB {
+	if cpu < e.Request.CPUMilli || mem < e.Request.MemoryMiB || !e.Request.Fraction() && gpus < e.Request.GPUs {
 		return nil
 	}
 	// Largest first: with one dimension (GPUs) this takes the fewest.
@@ -203,12 +217,22 @@ func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken m
 	if fits(nil) {
 		return nil // it fits without anyone leaving: nothing to preempt here
 	}
-	var chosen []Victim
+	if e.Request.Fraction() {
+		return chooseShareVictims(n, pt, cands, fits)
+	}
+	return takeUntilFits(nil, cands, nil, fits)
+}
+
+// takeUntilFits adds candidates to chosen in order until fits holds (nil
+// if it never does), then spares every one of them not needed, highest
+// priority first; the victims in keep are never spared. The victims come
+// back sorted by session.
+func takeUntilFits(chosen, cands []Victim, keep map[string]bool, fits func([]Victim) bool) []Victim {
 	for _, c := range cands {
-		chosen = append(chosen, c)
 		if fits(chosen) {
 			break
 		}
+		chosen = append(chosen, c)
 	}
 	if !fits(chosen) {
 		return nil
@@ -217,6 +241,9 @@ func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken m
 	order := append([]Victim(nil), chosen...)
 	sort.SliceStable(order, func(i, j int) bool { return order[i].Allocation.Priority > order[j].Allocation.Priority })
 	for _, o := range order {
+		if keep[o.Session] {
+			continue
+		}
 		rest := make([]Victim, 0, len(chosen))
 		for _, c := range chosen {
 			if c.Session != o.Session {
@@ -243,7 +270,7 @@ func notRunning(a state.Allocation) state.Allocation {
 func devicesFor(v *NodeView, e *state.QueueEntry) []string {
 	n := newNodeState(v)
 	var out []string
-	for _, i := range chooseDevices(n, &e.Request) {
+	for _, i := range choosePart(n, &part{req: &e.Request, role: state.RoleSingle, id: e.Session, owner: e.Owner}) {
 		out = append(out, n.devices[i].uuid)
 	}
 	return out

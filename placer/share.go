@@ -3,6 +3,8 @@ package placer
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"sort"
 	"strconv"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -286,4 +288,100 @@ func shareShapeOf(pt *part) shareShape {
 		return shareShape{}
 	}
 	return shareShape{pt.req.GPUShareMiB, pt.req.GPUComputePercent, pt.owner}
+}
+
+// chooseShareVictims is chooseVictims for fraction p on node n (the node
+// as its ledger stands, victims still there): on each shared GPU p may
+// use, every fraction of another owner than p's must go (one owner per
+// shared GPU), and of p's owner's, the largest allowed ones until the
+// GPU's memory holds p; then, where CPU, memory or ports still fall short,
+// other candidates of the node in cands' order, until fits holds. Unneeded
+// victims are spared (but never another owner's on the GPU). Of the GPUs
+// that work it returns the victims of the one with the fewest, then the
+// lowest highest priority, then the least GPU taken; nil if none works.
+func chooseShareVictims(n *nodeState, p *part, cands []Victim, fits func([]Victim) bool) []Victim {
+	allowed := make(map[string]Victim, len(cands))
+	for _, c := range cands {
+		allowed[c.Session] = c
+	}
+	var best []Victim
+	var bestKey [3]int64
+	for i := range n.devices {
+		d := &n.devices[i]
+		if !d.shared || n.taken[i] || !deviceMatches(d, p.req) {
+			continue
+		}
+		var must, mine []Victim
+		free, ok := d.memoryMiB, true
+		for id, a := range n.view.Ledger.Allocations {
+			if a.Share == nil || !holdsDevice(&a, d.uuid) {
+				continue
+			}
+			free -= a.Share.MemoryMiB
+			c, can := allowed[id]
+			switch {
+			case a.Owner != p.owner && !can:
+				ok = false // another owner's fraction that may not go
+			case a.Owner != p.owner:
+				must = append(must, c)
+				free += a.Share.MemoryMiB
+			case can:
+				mine = append(mine, c)
+			}
+		}
+		if !ok {
+			continue
+		}
+		// p's owner's own fractions: the largest first, so the fewest go.
+		sort.Slice(mine, func(a, b int) bool {
+			x, y := mine[a].Allocation, mine[b].Allocation
+			if x.Share.MemoryMiB != y.Share.MemoryMiB {
+				return x.Share.MemoryMiB > y.Share.MemoryMiB
+			}
+			if x.Priority != y.Priority {
+				return x.Priority < y.Priority
+			}
+			return mine[a].Session > mine[b].Session
+		})
+		chosen := append([]Victim(nil), must...)
+		for _, c := range mine {
+			if free >= p.req.GPUShareMiB {
+				break
+			}
+			chosen = append(chosen, c)
+			free += c.Allocation.Share.MemoryMiB
+		}
+		if free < p.req.GPUShareMiB {
+			continue
+		}
+		keep := make(map[string]bool, len(must))
+		for _, c := range must {
+			keep[c.Session] = true
+		}
+		// CPU, memory or ports may need more of the node's candidates.
+		var rest []Victim
+		for _, c := range cands {
+			if !slices.ContainsFunc(chosen, func(v Victim) bool { return v.Session == c.Session }) {
+				rest = append(rest, c)
+			}
+		}
+		chosen = takeUntilFits(chosen, rest, keep, fits)
+		if chosen == nil {
+			continue
+		}
+		key := [3]int64{int64(len(chosen)), -1 << 31, 0}
+		for _, c := range chosen {
+			key[1] = max(key[1], int64(c.Allocation.Priority))
+			key[2] += c.Allocation.MilliGPUs()
+		}
+		if best == nil || slices.Compare(key[:], bestKey[:]) < 0 {
+			best, bestKey = chosen, key
+		}
+	}
+	return best
+}
+
+// holdsDevice reports whether a holds device u.
+func holdsDevice(a *state.Allocation, u string) bool {
+	return slices.Contains(a.GPUs, u)
 }

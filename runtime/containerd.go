@@ -85,7 +85,10 @@ type Containerd struct {
 	loweredOnce atomic.Bool
 }
 
-var _ Runtime = (*Containerd)(nil)
+var (
+	_ Runtime       = (*Containerd)(nil)
+	_ ProcessLister = (*Containerd)(nil)
+)
 
 // NewContainerd connects to containerd and checks that it answers.
 func NewContainerd(ctx context.Context, opts ContainerdOptions) (*Containerd, error) {
@@ -636,6 +639,39 @@ func (c *Containerd) CPUUsage(ctx context.Context, id string) (time.Duration, er
 		return 0, fmt.Errorf("CPU usage of container %s: the runtime returned no metrics", id)
 	}
 	return cpuFromMetrics(m.Data.GetTypeUrl(), m.Data.GetValue())
+}
+
+// Pids lists the host pids of the container's processes, as its shim
+// reads them from the container's cgroup: every process the session
+// started, however it forked.
+func (c *Containerd) Pids(ctx context.Context, id string) ([]uint32, error) {
+	cont, err := c.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("list processes of container %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list processes of container %s: %w", id, err)
+	}
+	task, err := cont.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil, nil // created, or its process ended: no process
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list processes of container %s: %w", id, err)
+	}
+	ps, err := task.Pids(ctx)
+	if errdefs.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list processes of container %s: %w", id, err)
+	}
+	out := make([]uint32, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.Pid)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // cpuFromMetrics decodes the CPU time out of a shim's cgroup metrics by

@@ -33,9 +33,13 @@ type fakeContainer struct {
 	done    chan struct{}
 	started time.Time
 	cpu     time.Duration
+	pids    []uint32 // SetPids; nil: the one process, pid 1
 }
 
-var _ Runtime = (*Fake)(nil)
+var (
+	_ Runtime       = (*Fake)(nil)
+	_ ProcessLister = (*Fake)(nil)
+)
 
 // NewFake returns a Fake holding images. EnsureImage "pulls" any other
 // image whose reference pullable accepts (nil: none).
@@ -245,6 +249,39 @@ func (f *Fake) SetCPUUsage(id string, d time.Duration) error {
 	}
 	c.cpu = d
 	return nil
+}
+
+// SetPids sets what Pids reports for container id while it runs (as if
+// its process had started those): a test's stand-in for the processes
+// that use a GPU.
+func (f *Fake) SetPids(id string, pids ...uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok {
+		return fmt.Errorf("set pids of container %s: %w", id, ErrNotFound)
+	}
+	c.pids = slices.Clone(pids)
+	slices.Sort(c.pids)
+	return nil
+}
+
+// Pids reports what SetPids set, or the process's pid 1, while the
+// container runs; none once it stopped.
+func (f *Fake) Pids(_ context.Context, id string) ([]uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok {
+		return nil, fmt.Errorf("list processes of container %s: %w", id, ErrNotFound)
+	}
+	switch {
+	case c.state != StateRunning:
+		return nil, nil
+	case c.pids != nil:
+		return slices.Clone(c.pids), nil
+	}
+	return []uint32{1}, nil
 }
 
 // CPUUsage reports what SetCPUUsage set (0 until then).

@@ -71,6 +71,16 @@ type LoopbackDialer interface {
 	DialLoopback(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
+// ProcessLister is a Runtime that can list a container's processes
+// (Containerd and Fake): what a sampler of a shared GPU needs to tell a
+// session's own processes on it from its neighbours'.
+type ProcessLister interface {
+	// Pids returns the host process ids of every process of the
+	// container (its cgroup's), sorted; an unknown id is ErrNotFound, a
+	// container without a running process has none.
+	Pids(ctx context.Context, id string) ([]uint32, error)
+}
+
 // State is a container's lifecycle state.
 type State string
 

@@ -267,6 +267,7 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 	case len(gpus) > 0:
 		usage = func() ([]nodeagent.GPUUsage, error) { return nodeagent.ReadNVMLUsage(nvml.New()) }
 		nv := nodeagent.NewNVMLSampler(nvml.New())
+		nv.WithProcesses(rt) // a fraction's GPU is sampled by its own processes
 		parts.nvml, sampler = nv, nv
 	}
 	uid, gid := uint32(cfg.AgentUID), uint32(cfg.AgentGID)

@@ -8,7 +8,12 @@
 #   3. with a CDI spec, a batch session with one GPU sees exactly that GPU
 #      (nvidia-smi in the container) and computes on it (vadd.cu, built with
 #      nvcc where nvcc is installed);
-#   4. a session without GPUs has no GPU device node and cannot make one.
+#   4. a session without GPUs has no GPU device node and cannot make one;
+#   5. sharing (issue 35): with a GPU shared, the agent's MPS control
+#      daemon (under the data dir) serves two fractions of one owner, each
+#      with its limits in its environment, allocating within them; one
+#      allocating beyond its limit fails; NVML per process shows each
+#      fraction's own memory in its activity; the daemon stops with dev.
 # It prints PASS or FAIL for each and exits with the number of failures.
 #
 # Where nvidia-ctk is not installed the spec it uses is its own, in its work
@@ -225,6 +230,115 @@ else
 	fail "the agent never saw the busy GPU in the session's activity"
 fi
 stop_dev
+
+section "sharing: fractions of one GPU under CUDA MPS (issue 35)"
+# voyager dev again, with the first GPU not in MIG mode shared. Nothing
+# of the machine's settings changes (MIG mode included): the MPS control
+# daemon is the agent's own, its pipe and log directories under
+# $VOYAGER_DATA_DIR/mps/<GPU UUID>, and the agent stops it once no
+# fraction of the GPU is held. Written without a GPU to run it on: the
+# first run on one is its test.
+share=$(python3 -c '
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1]), skipinitialspace=True))[1:]
+print(next((r[1] + " " + r[3].split()[0] for r in rows if r[6].strip() not in ("Enabled",)), ""))' "$work/nvidia-smi.csv")
+if [[ -z $share ]]; then
+	echo "every GPU is in MIG mode: a MIG GPU is never shared, so sharing is not checked"
+elif ! command -v nvidia-cuda-mps-control >/dev/null; then
+	fail "no nvidia-cuda-mps-control on PATH: the agent cannot enforce fractions here"
+elif [[ ! -x $work/tools/vadd ]]; then
+	echo "no vadd (no nvcc): fractions' limits cannot be exercised; sharing is not checked"
+else
+	read -r shared_uuid shared_mib <<<"$share"
+	frac=$((shared_mib / 4))   # each fraction a quarter of the GPU
+	within=$((frac / 2))       # what a session allocates within its limit
+	beyond=$((frac + 1024))    # and beyond it
+	VOYAGER_AGENT_CDI_SPEC_DIRS=/etc/cdi,/var/run/cdi,$work/cdi VOYAGER_AGENT_SHARED_GPUS=$shared_uuid start_dev
+	node_key >"$work/node-shared.json"
+	if python3 -c 'import json,sys; n=json.loads(open(sys.argv[1]).readline()); sys.exit(0 if any(g["uuid"]==sys.argv[2] and g.get("shared") for g in n["gpus"]) else 1)' "$work/node-shared.json" "$shared_uuid"; then
+		pass "the agent offers $shared_uuid in fractions ($shared_mib MiB)"
+	else
+		fail "the agent does not offer $shared_uuid as shared"
+	fi
+	# Two fractions of one owner, each printing its MPS limits and
+	# holding half its memory for 40 s; the second allocates twice what
+	# the first does, so that their own usages differ.
+	show='env | grep -E "^(CUDA_MPS|CUDA_VISIBLE|VOYAGER_GPU)" | sort; ls -ld /run/voyager/mps 2>&1;'
+	timeout 240 voyager run --gpu-share "$frac" --gpu-compute 50 --volume gpu-check-tools:/tools -- sh -c "$show /tools/vadd alloc $((within / 2)) 40" >"$work/frac-a.txt" 2>&1 &
+	fa=$!
+	timeout 240 voyager run --gpu-share "$frac" --volume gpu-check-tools:/tools -- sh -c "$show /tools/vadd alloc $within 40" >"$work/frac-b.txt" 2>&1 &
+	fb=$!
+	ida= idb=
+	for _ in $(seq 1 80); do
+		ida=$(sed -n 's/^voyager run: session \([a-z0-9]*\) submitted.*/\1/p' "$work/frac-a.txt")
+		idb=$(sed -n 's/^voyager run: session \([a-z0-9]*\) submitted.*/\1/p' "$work/frac-b.txt")
+		[[ -n $ida && -n $idb ]] && break
+		sleep 0.25
+	done
+	# Both on the GPU: the daemon serves them, NVML lists them, and each
+	# session's activity is its own process's memory.
+	own_mib() { # the memory the agent read of the session's own processes
+		voyager session get "$1" -o json 2>/dev/null | python3 -c '
+import json, sys
+gs = ((json.load(sys.stdin).get("status") or {}).get("activity") or {}).get("gpus") or []
+print(max([g.get("memoryUsedMiB", 0) for g in gs if g.get("processes", 0) > 0] or [0]))'
+	}
+	ma=0 mb=0
+	for _ in $(seq 1 120); do
+		ma=$(own_mib "$ida") mb=$(own_mib "$idb")
+		[[ $ma -ge $((within / 2)) && $mb -ge $within ]] && break
+		sleep 0.5
+	done
+	pipe=$VOYAGER_DATA_DIR/mps/$shared_uuid/pipe
+	daemon=$(cat "$pipe/nvidia-cuda-mps-control.pid" 2>/dev/null)
+	servers=$(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$pipe timeout 10 nvidia-cuda-mps-control 2>&1)
+	echo "MPS control daemon (pipe $pipe): servers: ${servers:-none}"
+	pgrep -a -f nvidia-cuda-mps || true
+	nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv
+	if [[ -n $servers && $servers =~ ^[0-9] ]]; then
+		pass "the agent's MPS control daemon for $shared_uuid runs under its data directory and serves a server"
+	else
+		fail "no MPS server behind the agent's daemon for $shared_uuid"
+	fi
+	echo "own memory as the agent read it: $ida ${ma} MiB (allocated $((within / 2))), $idb ${mb} MiB (allocated $within)"
+	if [[ $ma -ge $((within / 2)) && $mb -ge $within && $ma -lt $mb ]]; then
+		pass "NVML per process: each fraction's activity shows its own memory, not the GPU's"
+	else
+		fail "the fractions' activity does not show their own memory ($ma and $mb MiB)"
+	fi
+	wait "$fa"; ra=$?
+	wait "$fb"; rb=$?
+	cat "$work/frac-a.txt" "$work/frac-b.txt"
+	if [[ $ra -eq 0 && $rb -eq 0 ]] && grep -q "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${frac}M" "$work/frac-a.txt" &&
+		grep -q "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" "$work/frac-a.txt" && grep -q "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${frac}M" "$work/frac-b.txt" &&
+		grep -q "vadd: alloc" "$work/frac-b.txt"; then
+		pass "two fractions of one owner shared $shared_uuid, each saw its limits and allocated within them"
+	else
+		fail "the two fractions (exit $ra and $rb; limits or allocations missing above)"
+	fi
+	# Beyond its limit: MPS refuses the allocation.
+	timeout 240 voyager run --gpu-share "$frac" --volume gpu-check-tools:/tools -- sh -c "/tools/vadd alloc $beyond 1" >"$work/frac-over.txt" 2>&1
+	ro=$?
+	cat "$work/frac-over.txt"
+	if [[ $ro -ne 0 ]] && grep -q "alloc $beyond MiB failed" "$work/frac-over.txt"; then
+		pass "a fraction of $frac MiB allocating $beyond MiB failed, with CUDA's reason"
+	else
+		fail "a fraction allocated beyond its $frac MiB limit (exit $ro)"
+	fi
+	# No fraction of the GPU is held any more: the agent stops its daemon.
+	for _ in $(seq 1 120); do
+		[[ -n $daemon ]] && kill -0 "$daemon" 2>/dev/null || break
+		sleep 0.5
+	done
+	if [[ -z $daemon ]]; then
+		fail "the agent's MPS daemon left no pid file in $pipe"
+	elif kill -0 "$daemon" 2>/dev/null; then
+		fail "the agent's MPS daemon (pid $daemon) still runs 60 s after the last fraction ended"
+	else
+		pass "the agent stopped its MPS daemon (pid $daemon) once no fraction held the GPU"
+	fi
+	stop_dev
+fi
 echo
 echo "gpu-check: $fails failure(s); dev's log: $work/dev.log"
 exit "$fails"

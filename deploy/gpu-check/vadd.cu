@@ -2,7 +2,9 @@
 // (with its UUID, to compare with the one Voyager bound), adds two vectors
 // on it and checks every element. Exit 0 only if all of that worked.
 // `vadd busy N` then keeps the GPU busy for N seconds (for the agent's
-// sampler to see).
+// sampler to see). `vadd alloc MIB N` does only this: allocates MIB MiB on
+// the device, writes it, holds it N seconds and exits 0; exit 3 if the
+// allocation fails (a fraction's memory limit under CUDA MPS).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +24,26 @@ int main(int argc, char **argv) {
   int count = 0;
   CK(cudaGetDeviceCount(&count));
   printf("vadd: %d CUDA device(s) visible\n", count);
+  if (argc == 4 && strcmp(argv[1], "alloc") == 0) {
+    size_t mib = strtoull(argv[2], nullptr, 10);
+    void *d = nullptr;
+    cudaError_t e = cudaMalloc(&d, mib << 20);
+    if (e != cudaSuccess) {
+      printf("vadd: alloc %zu MiB failed: %s\n", mib, cudaGetErrorString(e));
+      return 3;
+    }
+    CK(cudaMemset(d, 1, mib << 20));
+    CK(cudaDeviceSynchronize());
+    printf("vadd: alloc %zu MiB held for %s s\n", mib, argv[3]);
+    fflush(stdout);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(atoi(argv[3]));
+    while (std::chrono::steady_clock::now() < end) {
+      spin<<<1, 1>>>(10000000LL);
+      CK(cudaDeviceSynchronize());
+    }
+    CK(cudaFree(d));
+    return 0;
+  }
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
   printf("vadd: device 0 %s, %zu MiB, UUID GPU-", p.name, p.totalGlobalMem >> 20);

@@ -20,4 +20,10 @@
 // strategies and seeds, SuiteTable prints one table with each run's
 // missed goals (IssueGoals), and the simsuite command (`make sim`) runs
 // it at 16, 200 and 2,000 nodes.
+//
+// ShareSuite is issue 35's sharing workload: notebooks asking for
+// fractions of shared GPUs (Config.SharedNodes, Size.ShareMiB) beside
+// whole-GPU training, and its control with every notebook on a whole GPU;
+// Result.Sharing says how many sessions ran, how fractions packed, and
+// whether any shared GPU broke its rules; ShareTable prints it.
 package sim

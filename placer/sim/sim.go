@@ -19,11 +19,24 @@ type Size struct {
 	GPUs    int
 	Workers int
 	Share   float64
+	// ShareMiB, when set, makes the shape a fraction of one shared GPU
+	// of that much memory (a notebook; GPUs is ignored): it binds only
+	// on Config.SharedNodes' GPUs.
+	ShareMiB int64
+	// Name, when set, is the shape's label in reports (shapes of one
+	// name share their waits).
+	Name string
 }
 
 // Label names the shape in reports: "8" for one 8-GPU part, "gang 3×8" for
 // a head and two workers of 8 GPUs each.
 func (s Size) Label() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	if s.ShareMiB > 0 {
+		return fmt.Sprintf("frac %dG", s.ShareMiB>>10)
+	}
 	if s.Workers == 0 {
 		return fmt.Sprint(s.GPUs)
 	}
@@ -94,9 +107,11 @@ type Stream struct {
 // Config is one simulation: the cluster, the placer's options, the
 // workload and what to measure.
 type Config struct {
-	// Nodes of GPUsPerNode GPUs each (8 if zero).
+	// Nodes of GPUsPerNode GPUs each (8 if zero); the first SharedNodes
+	// of them offer every GPU in fractions (state.GPU.Shared).
 	Nodes       int
 	GPUsPerNode int
+	SharedNodes int
 	// Plan is given to placer.NewPlan on every pass.
 	Plan placer.PlanOptions
 	// Streams generate the sessions.
@@ -169,6 +184,8 @@ type Result struct {
 	// of one NewPlan call.
 	Sessions, Passes int
 	PlanP50, PlanP99 time.Duration
+	// Sharing is what fractions of shared GPUs did (share.go).
+	Sharing Sharing
 }
 
 type session struct {
@@ -275,12 +292,12 @@ func arrivals(cfg *Config, rng *rand.Rand) []session {
 	return out
 }
 
-func gpuNode(i, gpus int) state.Node {
+func gpuNode(i, gpus int, shared bool) state.Node {
 	name := fmt.Sprintf("node-%04d", i)
 	n := state.Node{Name: name, CPUMilli: int64(gpus) * 16000, MemoryMiB: int64(gpus) << 17, Ports: state.PortRange{First: 40000, Last: 40999}}
 	for g := 0; g < gpus; g++ {
 		n.GPUs = append(n.GPUs, state.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", name, g), Model: "A100", MemoryMiB: 81920,
-			NUMANode: g * 2 / max(gpus, 1), Healthy: true})
+			NUMANode: g * 2 / max(gpus, 1), Healthy: true, Shared: shared})
 	}
 	return n
 }
@@ -306,11 +323,13 @@ func Run(cfg Config) Result {
 	views := make([]placer.NodeView, cfg.Nodes)
 	index := map[string]int{}
 	for i := range views {
-		n := gpuNode(i, cfg.GPUsPerNode)
+		n := gpuNode(i, cfg.GPUsPerNode, i < cfg.SharedNodes)
 		views[i] = placer.NodeView{Node: n, NodeRevision: 1, Ledger: state.Ledger{Node: n.Name, Allocations: map[string]state.Allocation{}}}
 		index[n.Name] = i
 	}
-	capacity := cfg.Nodes * cfg.GPUsPerNode
+	// Held, waiting and capacity count thousandths of a GPU, as the
+	// placer's fair share does: a fraction counts its share of a GPU.
+	capacity := cfg.Nodes * cfg.GPUsPerNode * 1000
 	// The placer's own case: node state kept between passes, rebuilt where
 	// a ledger's revision moved (it changes no plan).
 	cache := placer.NewPlanCache()
@@ -332,7 +351,7 @@ func Run(cfg Config) Result {
 		res      = Result{Share: map[string]float64{}, Wait: map[string]Stats{}, Sessions: len(arr)}
 		pending  []placer.Pending
 		ends     endHeap
-		held     = map[string]int{}       // GPUs held by user
+		held     = map[string]int{}       // thousandths of GPUs held, by user
 		waits    = map[string][]float64{} // minutes, by label
 		still    = map[string]int{}
 		planDur  []time.Duration
@@ -342,8 +361,9 @@ func Run(cfg Config) Result {
 		window   int
 		queued   int
 		shareSum = map[string]float64{}
-		waitGPUs = map[string]int{}     // GPUs waiting, by user
-		backlog  = map[string]float64{} // GPU-minutes waiting, by user
+		waitGPUs = map[string]int{}     // thousandths of GPUs waiting, by user
+		backlog  = map[string]float64{} // GPU-minutes waiting (thousandths), by user
+		share    = newShareMeter()
 	)
 	for now := time.Duration(0); now < cfg.Duration; now += cfg.Tick {
 		for len(ends) > 0 && ends[0].end <= now {
@@ -353,7 +373,7 @@ func Run(cfg Config) Result {
 				delete(views[index[n]].Ledger.Allocations, r.id)
 				views[index[n]].LedgerRevision++
 			}
-			held[s.user] -= s.size.GPUs * (s.size.Workers + 1)
+			held[s.user] -= s.size.milli()
 		}
 		first := next
 		for next < len(arr) && arr[next].arrive <= now {
@@ -363,11 +383,14 @@ func Run(cfg Config) Result {
 			e := state.QueueEntry{Session: s.id, Kind: state.KindBatch, Owner: s.user, Groups: s.groups, Created: created, Enqueued: created,
 				Request:    state.Resources{GPUs: s.size.GPUs, CPUMilli: int64(s.size.GPUs) * 1000, MemoryMiB: int64(s.size.GPUs) << 13},
 				MaxRuntime: state.Duration(s.limit)}
+			if s.size.ShareMiB > 0 {
+				e.Kind, e.Request = state.KindNotebook, state.Resources{GPUs: 1, GPUShareMiB: s.size.ShareMiB, CPUMilli: 1000, MemoryMiB: 8192}
+			}
 			if s.size.Workers > 0 {
 				e.Workers = s.size.Workers
 			}
 			pending = append(pending, placer.Pending{Entry: &e, Revision: 1})
-			waitGPUs[s.user] += s.size.GPUs * (s.size.Workers + 1)
+			waitGPUs[s.user] += s.size.milli()
 		}
 		if first < next {
 			// The wait each new request's fair share implies: the work
@@ -376,7 +399,7 @@ func Run(cfg Config) Result {
 			fair := fairShares(capacity, held, waitGPUs, weight)
 			for i := first; i < next; i++ {
 				s := &arr[i]
-				g := float64(s.size.GPUs * (s.size.Workers + 1))
+				g := float64(s.size.milli())
 				s.fairWait = backlog[s.user] / fair[s.user]
 				backlog[s.user] += g * s.runtime.Minutes()
 			}
@@ -394,14 +417,15 @@ func Run(cfg Config) Result {
 			for _, pp := range d.Parts {
 				v := &views[index[pp.Node]]
 				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Role: pp.Role,
-					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends}
+					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends,
+					Share: d.Pending.Entry.Request.Share(sharedGPUMiB)}
 				v.LedgerRevision++
 				r.nodes = append(r.nodes, pp.Node)
 			}
 			heap.Push(&ends, r)
-			held[s.user] += s.size.GPUs * (s.size.Workers + 1)
-			waitGPUs[s.user] -= s.size.GPUs * (s.size.Workers + 1)
-			backlog[s.user] -= float64(s.size.GPUs*(s.size.Workers+1)) * s.runtime.Minutes()
+			held[s.user] += s.size.milli()
+			waitGPUs[s.user] -= s.size.milli()
+			backlog[s.user] -= float64(s.size.milli()) * s.runtime.Minutes()
 			waits[s.size.Label()] = append(waits[s.size.Label()], (now - s.arrive).Minutes())
 			res.MaxExcess = max(res.MaxExcess, (now-s.arrive).Minutes()-s.fairWait)
 		}
@@ -418,6 +442,7 @@ func Run(cfg Config) Result {
 			continue
 		}
 		window++
+		share.pass(views, len(ends))
 		used := 0
 		for u, g := range held {
 			shareSum[u] += float64(g) / float64(capacity)
@@ -442,18 +467,15 @@ func Run(cfg Config) Result {
 		}
 		slots, free := 0, 0
 		for _, v := range views {
-			f := cfg.GPUsPerNode
-			for _, a := range v.Ledger.Allocations {
-				f -= len(a.GPUs)
-			}
+			f := cfg.GPUsPerNode - gpusInUse(&v.Ledger)
 			free += f
 			if f >= 8 {
 				slots++
 			}
 			if _, ok := plan.Reserved[v.Node.Name]; ok {
-				res.IdleHeld += float64(f) / float64(capacity)
+				res.IdleHeld += float64(f*1000) / float64(capacity)
 			} else {
-				res.IdleFragmented += float64(f) / float64(capacity)
+				res.IdleFragmented += float64(f*1000) / float64(capacity)
 			}
 		}
 		res.Slots8 += float64(slots)
@@ -500,6 +522,7 @@ func Run(cfg Config) Result {
 	} else {
 		res.Jain, res.JainMin = 1, 1
 	}
+	res.Sharing = share.result()
 	if busyN > 0 {
 		res.Busy /= float64(busyN)
 	} else {

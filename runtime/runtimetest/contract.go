@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -222,6 +223,33 @@ func Run(t *testing.T, h Harness) {
 				t.Fatalf("a busy container used %v of CPU in 30s; want it to grow by 200ms", d-first)
 			}
 			time.Sleep(50 * time.Millisecond) // polling, bounded by deadline
+		}
+	})
+	t.Run("Pids", func(t *testing.T) {
+		rt := h.New(t)
+		pl, ok := rt.(runtime.ProcessLister)
+		if !ok {
+			t.Fatalf("%T lists no processes (runtime.ProcessLister): both runtimes must", rt)
+		}
+		if err := rt.Start(ctx, spec("p", h.Serve, nil)); err != nil {
+			t.Fatal(err)
+		}
+		in, err := rt.Status(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids, err := pl.Pids(ctx, "p")
+		if err != nil || !slices.Contains(pids, in.Pid) || !slices.IsSorted(pids) {
+			t.Fatalf("Pids of a running container = %v, %v; want them sorted, with its process %d", pids, err, in.Pid)
+		}
+		if _, err := pl.Pids(ctx, "nope"); !errors.Is(err, runtime.ErrNotFound) {
+			t.Fatalf("Pids of an unknown id: %v; want ErrNotFound", err)
+		}
+		if err := rt.Stop(ctx, "p", 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if pids, err := pl.Pids(ctx, "p"); err != nil || len(pids) != 0 {
+			t.Fatalf("Pids of a stopped container = %v, %v; want none", pids, err)
 		}
 	})
 	t.Run("UnknownID", func(t *testing.T) {

@@ -45,6 +45,18 @@ class FakeVoyager:
         self.public_key = None  # when set, only JWTs it verifies pass
         self.logs = ""
         self.gate = asyncio.Event()
+        # What GET /api/v1/nodes answers (devices, where a node has them,
+        # only with ?devices=true).
+        self.nodes = [
+            {"name": "gpu-1", "models": {"NVIDIA A100-SXM4-80GB": 8}, "simulated": True, "gpus": {"total": 8, "free": 6, "used": 2}},
+            {"name": "gpu-2", "models": {"NVIDIA A100-SXM4-80GB": 8}, "gpus": {"total": 8, "free": 3, "used": 5}},
+            {"name": "gpu-3", "cordon": {"node": "gpu-3"}, "models": {"NVIDIA H100 80GB HBM3": 8}, "gpus": {"total": 8, "free": 8}},
+            {"name": "gpu-4", "models": {"NVIDIA H100 80GB HBM3": 4}, "gpus": {"total": 4, "free": 1, "used": 3}},
+            {"name": "gpu-5", "models": {"NVIDIA H100 80GB HBM3": 2, "NVIDIA L4": 2}, "gpus": {"total": 4, "free": 2, "used": 2},
+             "modelsFree": {"NVIDIA H100 80GB HBM3": 2}},
+            # An older Voyager, without modelsFree.
+            {"name": "gpu-6", "models": {"NVIDIA T4": 1, "NVIDIA L4": 1}, "gpus": {"total": 2, "free": 1, "used": 1}},
+        ]
         self.profiles = {
             "a100-small": {"name": "a100-small", "description": "1×A100 <b>notebook</b>",
                            "resources": {"gpus": 1, "gpuModel": "*A100*", "cpuMilli": 4000, "memoryMiB": 16384}},
@@ -179,16 +191,10 @@ def make_app(fake):
 
     class Nodes(Base):
         def get(self):
-            self.finish(json.dumps({"items": [
-                {"name": "gpu-1", "models": {"NVIDIA A100-SXM4-80GB": 8}, "simulated": True, "gpus": {"total": 8, "free": 6, "used": 2}},
-                {"name": "gpu-2", "models": {"NVIDIA A100-SXM4-80GB": 8}, "gpus": {"total": 8, "free": 3, "used": 5}},
-                {"name": "gpu-3", "cordon": {"node": "gpu-3"}, "models": {"NVIDIA H100 80GB HBM3": 8}, "gpus": {"total": 8, "free": 8}},
-                {"name": "gpu-4", "models": {"NVIDIA H100 80GB HBM3": 4}, "gpus": {"total": 4, "free": 1, "used": 3}},
-                {"name": "gpu-5", "models": {"NVIDIA H100 80GB HBM3": 2, "NVIDIA L4": 2}, "gpus": {"total": 4, "free": 2, "used": 2},
-                 "modelsFree": {"NVIDIA H100 80GB HBM3": 2}},
-                # An older Voyager, without modelsFree.
-                {"name": "gpu-6", "models": {"NVIDIA T4": 1, "NVIDIA L4": 1}, "gpus": {"total": 2, "free": 1, "used": 1}},
-            ]}))
+            # As the real API: devices only with ?devices=true.
+            with_devices = self.get_query_argument("devices", "") == "true"
+            items = [n if with_devices else {k: v for k, v in n.items() if k != "devices"} for n in fake.nodes]
+            self.finish(json.dumps({"items": items}))
 
     return web.Application([
         (r"/api/v1/nodes", Nodes),

@@ -84,7 +84,9 @@ class Client:
         return await self.request("GET", "/profiles/" + quote(name, safe=""))
 
     async def nodes(self):
-        return await self.request("GET", "/nodes")
+        """The nodes with their devices, as the user may see them: her own
+        holdings named, others' "(another user)"."""
+        return await self.request("GET", "/nodes?devices=true")
 
     async def events(self, sid, on_event, last_event_id=None, timeout=None):
         """Streams the session's status events (Server-Sent Events),

@@ -5,8 +5,9 @@ display_name, slug, description, default, profile_options with choices,
 with `voyager_override` where KubeSpawner has `kubespawner_override`), or,
 when that is empty, from Voyager (GET /api/v1/profiles).
 
-The merge rule, field by field (image, gpus, gpu_model, cpu_milli,
-memory_mib, idle_timeout, max_runtime), later layers winning:
+The merge rule, field by field (image, gpus, gpu_model, mig_profile,
+gpu_share_mib, gpu_compute_percent, cpu_milli, memory_mib, idle_timeout,
+max_runtime), later layers winning:
 
 1. the spawner's own traits (image, gpus, cpu_milli, ...);
 2. the chosen profile: a Voyager profile's fields that it sets, then a
@@ -17,6 +18,13 @@ memory_mib, idle_timeout, max_runtime), later layers winning:
 
 So a chosen profile keeps its GPUs, CPU and memory unless the user typed
 other values, and a profile that names no image runs the spawner's image.
+
+The kind of GPU (gpu_kind: whole GPUs, MIG devices of a profile, or a
+fraction of one shared GPU) is the user's when he chose one in the form
+(the device select, devices.py lists its choices): it replaces the
+profile's kind with everything of the other kinds, so a MIG device chosen
+on a 4-GPU profile is one MIG device (or as many as the GPUs field says),
+never 4 GPUs with a MIG profile.
 """
 
 import html
@@ -28,6 +36,7 @@ OVERRIDE_FIELDS = {
     "image": str,
     "gpus": int,
     "gpu_model": str,
+    "mig_profile": str,
     "gpu_share_mib": int,
     "gpu_compute_percent": int,
     "cpu_milli": int,
@@ -38,7 +47,11 @@ OVERRIDE_FIELDS = {
 }
 
 # The fields a user may override from the form or user_options.
-USER_FIELDS = {"gpus": int, "gpu_model": str, "gpu_share_mib": int, "cpu_milli": int, "memory_mib": int}
+USER_FIELDS = {"gpus": int, "gpu_model": str, "gpu_kind": str, "mig_profile": str, "gpu_share_mib": int,
+               "gpu_compute_percent": int, "cpu_milli": int, "memory_mib": int}
+
+# The kinds of GPU a user may choose (user_options' gpu_kind).
+GPU_KINDS = ("whole", "mig", "shared")
 
 SLUG_RE = re.compile(r"[^a-z0-9-]+")
 
@@ -135,7 +148,7 @@ def voyager_fields(p):
     """The merge fields a Voyager profile sets (its non-zero ones)."""
     r = p.get("resources") or {}
     lim = p.get("limits") or {}
-    f = {"image": p.get("image"), "gpus": r.get("gpus"), "gpu_model": r.get("gpuModel"),
+    f = {"image": p.get("image"), "gpus": r.get("gpus"), "gpu_model": r.get("gpuModel"), "mig_profile": r.get("migProfile"),
          "gpu_share_mib": r.get("gpuShareMiB"), "gpu_compute_percent": r.get("gpuComputePercent"),
          "cpu_milli": r.get("cpuMilli"), "memory_mib": r.get("memoryMiB"),
          "idle_timeout": lim.get("idleTimeout"), "max_runtime": lim.get("maxRuntime")}
@@ -187,7 +200,58 @@ def user_fields(user_options):
         out[k] = v
     if out.get("gpus", 0) > 64:
         raise ValueError(f"gpus = {out['gpus']}: want at most 64")
+    kind = out.get("gpu_kind")
+    if kind is not None and kind not in GPU_KINDS:
+        raise ValueError(f"gpu_kind = {kind!r}: want one of {', '.join(GPU_KINDS)}")
+    if "mig_profile" in out and "gpu_share_mib" in out:
+        raise ValueError("mig_profile and gpu_share_mib: a MIG device or a fraction of a shared GPU, not both")
+    if kind == "whole" and ("mig_profile" in out or "gpu_share_mib" in out):
+        raise ValueError("gpu_kind = 'whole' with mig_profile or gpu_share_mib: whole GPUs take neither")
+    if kind == "mig" and "mig_profile" not in out:
+        raise ValueError("gpu_kind = 'mig': want mig_profile too, such as '1g.10gb'")
+    if kind == "shared" and "gpu_share_mib" not in out:
+        raise ValueError("gpu_kind = 'shared': want gpu_share_mib too, the fraction's memory in MiB such as 10240")
+    if out.get("gpu_compute_percent") == 0:
+        del out["gpu_compute_percent"]  # no cap of its own, as Voyager reads 0
+    if out.get("gpu_compute_percent", 0) > 100:
+        raise ValueError(f"gpu_compute_percent = {out['gpu_compute_percent']}: want a whole percent from 1 to 100, or 0 for no cap")
     return out
+
+
+def chosen_kind(asked):
+    """The kind of GPU the user chose (user_fields' answer), or None to
+    keep the profile's: gpu_kind, else the kind his mig_profile or
+    gpu_share_mib implies."""
+    if asked.get("gpu_kind"):
+        return asked["gpu_kind"]
+    if "mig_profile" in asked:
+        return "mig"
+    if "gpu_share_mib" in asked:
+        return "shared"
+    return None
+
+
+def apply_kind(fields, asked):
+    """Makes the merged fields one kind of GPU when the user chose a kind:
+    drops the profile's fields of the other kinds; a MIG choice is one
+    device unless the user typed how many. Raises ValueError for a
+    compute percent without a fraction."""
+    kind = chosen_kind(asked)
+    if kind in ("whole", "shared"):
+        fields.pop("mig_profile", None)
+    if kind in ("whole", "mig"):
+        fields.pop("gpu_share_mib", None)
+        fields.pop("gpu_compute_percent", None)
+    if kind in ("whole", "mig") and asked.get("gpus") == 0:
+        raise ValueError(f"gpus = 0 with gpu_kind {kind!r}: want 1 or more, or no gpu_kind for a server without GPUs")
+    if kind == "mig" and "gpus" not in asked:
+        fields["gpus"] = 1
+    if kind == "whole" and not fields.get("gpus"):
+        fields["gpus"] = 1
+    if fields.get("gpu_compute_percent") and not fields.get("gpu_share_mib"):
+        raise ValueError("gpu_compute_percent: a compute percent is of a fraction of a shared GPU: "
+                         "choose a shared GPU and the fraction's memory too")
+    return fields
 
 
 def plural(n, one, many=None):
@@ -200,6 +264,9 @@ def summary(f):
     if f.get("gpu_share_mib"):
         parts.append(f"{_num(f['gpu_share_mib'] / 1024)} GiB of a shared GPU"
                      + (f" ({f['gpu_compute_percent']}% compute)" if f.get("gpu_compute_percent") else ""))
+    elif f.get("mig_profile"):
+        parts.append(plural(f.get("gpus") or 1, f"MIG {f['mig_profile']} device")
+                     + (f" ({f['gpu_model']})" if f.get("gpu_model") else ""))
     elif "gpus" in f:
         parts.append(plural(f["gpus"], "GPU") + (f" ({f['gpu_model']})" if f.get("gpu_model") else ""))
     if "cpu_milli" in f:
@@ -240,22 +307,14 @@ def free_by_model(nodes):
     return [(m, f, t) for m, (f, t) in sorted(per.items())], simulated
 
 
-def free_html(nodes):
-    """The form's "free now" block, one line per GPU model."""
-    per, simulated = free_by_model(nodes)
-    if not per:
-        return "<p>Free now: no GPUs registered.</p>"
-    items = "".join(f"<li>{html.escape(m)}: {f} of {plural(t, 'GPU')} free</li>" for m, f, t in per)
-    note = " (simulated GPUs)" if simulated else ""
-    return f'<p>Free now{note}:</p><ul class="voyager-free">{items}</ul>'
-
-
-def form_html(profiles, hub_profiles, defaults_summary, free, error="", previous=None):
+def form_html(profiles, hub_profiles, defaults_summary, free, error="", previous=None, devices=""):
     """The spawn form: a radio per profile (with its options), override
-    fields left blank, and what is free now. hub_profiles: the profiles
-    are the hub's profile_list, else Voyager's. previous: the user_options
-    of the user's last request (after a refusal, the form comes back with
-    the same choice made and the same fields filled in)."""
+    fields left blank, the GPU kind select (devices, devices.select_html)
+    and what is free now. hub_profiles: the profiles are the hub's
+    profile_list, else Voyager's. previous: what the form showed when the
+    user sent it, as typed_from_options or form_typed give it (after a
+    refusal, the form comes back with the same choices made and the same
+    fields filled in, even a field that was wrong)."""
     prev = previous or {}
     prev_slug = prev.get("profile", "")
     slugs = {p["slug"] for p in profiles} | ({""} if not hub_profiles else set())
@@ -272,23 +331,57 @@ def form_html(profiles, hub_profiles, defaults_summary, free, error="", previous
         rows.append(_radio(p["slug"], p["display_name"], p.get("description") or p.get("summary", ""), checked,
                            p["options"], p.get("summary", "") if p.get("description") else "", chosen))
     err = f'<div class="alert alert-danger">{html.escape(error)}</div>' if error else ""
-    gpus = str(prev["gpus"]) if isinstance(prev.get("gpus"), int) else ""
-    cpu = _number(prev.get("cpu_milli"), 1000)
-    memory = _number(prev.get("memory_mib"), 1024)
+
+    def val(k):
+        return html.escape(str(prev.get(k) or ""))
+
     return (
         err +
         '<fieldset class="voyager-profiles"><legend>Server</legend>' + "".join(rows) + "</fieldset>"
         '<fieldset class="voyager-overrides"><legend>Change the profile\'s resources (leave blank to keep them)</legend>'
-        '<label for="voyager-gpus">GPUs</label>'
-        f'<input class="form-control" type="number" min="0" max="64" name="gpus" id="voyager-gpus" value="{gpus}" placeholder="profile\'s">'
-        '<label for="voyager-gpu-share">Or a share of one shared GPU (GiB of its memory)</label>'
-        '<input class="form-control" type="number" min="0.25" step="0.25" name="gpu_share" id="voyager-gpu-share" value="" placeholder="none">'
+        + devices +
+        '<label for="voyager-gpus">GPUs (or MIG devices)</label>'
+        f'<input class="form-control" type="number" min="0" max="64" name="gpus" id="voyager-gpus" value="{val("gpus")}" placeholder="profile\'s">'
+        '<label for="voyager-gpu-share">A fraction of one shared GPU: GiB of its memory</label>'
+        f'<input class="form-control" type="number" min="0.25" step="0.25" name="gpu_share" id="voyager-gpu-share" value="{val("gpu_share")}" placeholder="none">'
+        '<label for="voyager-gpu-compute">The fraction\'s share of the GPU\'s compute, in percent (optional)</label>'
+        f'<input class="form-control" type="number" min="1" max="100" step="1" name="gpu_compute" id="voyager-gpu-compute" value="{val("gpu_compute")}" placeholder="no cap">'
         '<label for="voyager-cpu">CPU cores</label>'
-        f'<input class="form-control" type="number" min="0.1" step="0.1" name="cpu" id="voyager-cpu" value="{cpu}" placeholder="profile\'s">'
+        f'<input class="form-control" type="number" min="0.1" step="0.1" name="cpu" id="voyager-cpu" value="{val("cpu")}" placeholder="profile\'s">'
         '<label for="voyager-memory">Memory (GiB)</label>'
-        f'<input class="form-control" type="number" min="0.25" step="0.25" name="memory" id="voyager-memory" value="{memory}" placeholder="profile\'s">'
+        f'<input class="form-control" type="number" min="0.25" step="0.25" name="memory" id="voyager-memory" value="{val("memory")}" placeholder="profile\'s">'
         "</fieldset>" + free
     )
+
+
+def typed_from_options(user_options):
+    """The form's fields as they show user_options (the form's own
+    units: cores, GiB), for form_html's previous; {} for none."""
+    uo = user_options or {}
+    if not uo:
+        return {}
+    from .devices import device_value
+    out = {"profile": uo.get("profile", ""), "profile_options": uo.get("profile_options") or {},
+           "gpus": str(uo["gpus"]) if isinstance(uo.get("gpus"), int) and not isinstance(uo.get("gpus"), bool) else "",
+           "gpu_share": _number(uo.get("gpu_share_mib"), 1024),
+           "gpu_compute": str(uo["gpu_compute_percent"]) if isinstance(uo.get("gpu_compute_percent"), int) else "",
+           "cpu": _number(uo.get("cpu_milli"), 1000), "memory": _number(uo.get("memory_mib"), 1024),
+           "device": device_value(uo)}
+    return out
+
+
+def form_typed(formdata):
+    """The form's fields as the user sent them, for form_html's previous
+    when they are refused."""
+    def first(k):
+        return ((formdata.get(k) or [""])[0] or "").strip()
+
+    slug = first("profile")
+    prefix = f"profile-option-{slug}--"
+    out = {k: first(k) for k in ("gpus", "gpu_share", "gpu_compute", "cpu", "memory", "device")}
+    out["profile"] = slug
+    out["profile_options"] = {k[len(prefix):]: first(k) for k in formdata if k.startswith(prefix)}
+    return out
 
 
 def _number(v, per):
@@ -322,7 +415,10 @@ def _radio(slug, name, description, checked, options, extra="", chosen=None):
 
 def options_from_form(formdata):
     """user_options from the spawn form: the profile, its options' choices,
-    and only the override fields the user filled in."""
+    the GPU kind chosen, and only the override fields the user filled in.
+    Raises ValueError naming the field that is wrong and what would do."""
+    from .devices import parse_device
+
     def first(k):
         return ((formdata.get(k) or [""])[0] or "").strip()
 
@@ -354,4 +450,26 @@ def options_from_form(formdata):
         if value < least:
             raise ValueError(f"{label}: {typed!r}: want {example}, or blank for the profile's")
         opts[key] = value
+    device = parse_device(first("device"))
+    kind = device.get("gpu_kind")
+    if kind == "shared" and "gpu_share_mib" not in opts:
+        raise ValueError(f"GPU share: you chose a fraction of a shared {first('device')[len('shared:'):]}: "
+                         "want the fraction's memory in GiB such as 10")
+    if kind in ("whole", "mig") and "gpu_share_mib" in opts:
+        words = "whole GPUs" if kind == "whole" else "MIG devices"
+        raise ValueError(f"GPU share: a fraction is of a shared GPU, and you chose {words}: "
+                         "choose a shared GPU under GPU kind, or clear the share")
+    if kind in ("whole", "mig") and opts.get("gpus") == 0:
+        words = "whole GPUs of a model" if kind == "whole" else "MIG devices"
+        raise ValueError(f"GPUs: 0 with {words} chosen: want 1 or more (or blank for one), or choose "
+                         "the profile's GPUs under GPU kind")
+    compute = first("gpu_compute")
+    if compute:
+        if not compute.isdigit() or not 1 <= int(compute) <= 100:
+            raise ValueError(f"Compute percent: {compute!r}: want a whole percent from 1 to 100, or blank for no cap")
+        if "gpu_share_mib" not in opts:
+            raise ValueError("Compute percent: it caps a fraction of a shared GPU: choose a shared GPU under "
+                             "GPU kind and type the fraction's memory, or leave the percent blank")
+        opts["gpu_compute_percent"] = int(compute)
+    opts.update(device)
     return opts

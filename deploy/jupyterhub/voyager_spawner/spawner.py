@@ -23,6 +23,7 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 from traitlets import Any, Bool, Dict, Integer, List, Unicode, Union, default, validate
 
+from . import devices as dev
 from . import profiles as prof
 from .client import Client, VoyagerError
 from . import handlers
@@ -207,6 +208,7 @@ class VoyagerSpawner(Spawner):
         self._progress_changed = asyncio.Event()
         self._cancelled = False
         self._auth_state_groups = []
+        self._refused_form = None
 
     # ---- state ----
 
@@ -293,7 +295,8 @@ class VoyagerSpawner(Spawner):
         return f
 
     async def _options_form(self, spawner):
-        """Profiles, override fields, and what is free now by GPU model."""
+        """Profiles, override fields, the GPU kinds to choose from and what
+        is free now of each, for this user."""
         await self._read_auth_state_groups()
         client = self.client()
         error = ""
@@ -302,16 +305,26 @@ class VoyagerSpawner(Spawner):
         except (VoyagerError, ValueError) as e:
             self.log.warning("read profiles: %s", e)
             profiles, hub, error = [], False, f"Profiles unavailable: {e}"
+        # After a refused request the form comes back as the user left it:
+        # as he typed it when the form itself was wrong, else as the
+        # user_options Voyager refused.
+        previous, self._refused_form = self._refused_form or prof.typed_from_options(self.user_options), None
         try:
-            free = prof.free_html((await client.nodes() or {}).get("items", []))
+            choices = dev.device_choices((await client.nodes() or {}).get("items", []), self.user.name)
+            free = dev.free_html(choices)
         except VoyagerError as e:
             self.log.warning("read Voyager nodes: %s", e)
-            free = "<p>Free now: unknown (Voyager did not answer).</p>"
-        # After a refused request the form comes back as the user left it.
-        return prof.form_html(profiles, hub, prof.summary(self._trait_fields()), free, error, self.user_options or None)
+            choices, free = [], "<p>Free now: unknown (Voyager did not answer).</p>"
+        select = dev.select_html(choices, previous.get("device", ""))
+        return prof.form_html(profiles, hub, prof.summary(self._trait_fields()), free, error, previous, select)
 
     def options_from_form(self, formdata):
-        return prof.options_from_form(formdata)
+        try:
+            return prof.options_from_form(formdata)
+        except ValueError:
+            # The hub shows the form again with the error: keep what he typed.
+            self._refused_form = prof.form_typed(formdata)
+            raise
 
     async def resolve(self, client):
         """The merged fields of this spawn and the Voyager profile it names
@@ -339,6 +352,13 @@ class VoyagerSpawner(Spawner):
             raise ValueError(f"profile {vname!r} has {prof.plural(vfields['gpus'], 'GPU')}: "
                              "choose a profile without GPUs for a server without them")
         fields.update(asked)
+        prof.apply_kind(fields, asked)
+        if prof.chosen_kind(asked) == "whole" and (vfields.get("mig_profile") or vfields.get("gpu_share_mib")):
+            # Voyager fills what a request leaves out from the profile it
+            # names: a request cannot take back its MIG profile or fraction.
+            what = "MIG devices" if vfields.get("mig_profile") else "a fraction of a shared GPU"
+            raise ValueError(f"profile {vname!r} gives {what}: for whole GPUs choose a profile of whole GPUs "
+                             "(or the default server), or its own kind of GPU")
         return fields, vname
 
     def hub_links(self):
@@ -362,6 +382,9 @@ class VoyagerSpawner(Spawner):
         resources = {"gpus": fields["gpus"], "cpuMilli": fields["cpu_milli"], "memoryMiB": fields["memory_mib"]}
         if fields.get("gpu_model"):
             resources["gpuModel"] = fields["gpu_model"]
+        if fields.get("mig_profile"):
+            # gpus MIG devices of this profile instead of whole GPUs.
+            resources["migProfile"] = fields["mig_profile"]
         if fields.get("gpu_share_mib"):
             # A fraction of one shared GPU (enforced by CUDA MPS on the node).
             resources["gpus"] = 1

@@ -60,7 +60,7 @@ func run(args []string) error {
 			f = 1
 		}
 		var shapes []sim.Shape
-		for _, sh := range sim.Suite(n, f) {
+		for _, sh := range append(sim.Suite(n, f), sim.ShareSuite(n, f)...) {
 			if strings.Contains(sh.Name, *only) {
 				shapes = append(shapes, sh)
 			}
@@ -71,13 +71,24 @@ func run(args []string) error {
 	}
 	fmt.Printf("Default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; %s in all.\n\n", opt.ReserveAfter, sim.SuiteTick, *seeds, time.Since(start).Round(time.Second))
 	fmt.Print(sim.SuiteTable(rows, sim.IssueGoals))
-	missed := 0
+	// Issue 34's goals are asked of its shapes; the sharing shapes of
+	// issue 35 have a table of their own.
+	var shared []sim.SuiteRow
+	missed, judged := 0, 0
 	for _, r := range rows {
+		if strings.HasPrefix(r.Shape.Name, "frac-") {
+			shared = append(shared, r)
+			continue
+		}
+		judged++
 		if len(r.Misses(sim.IssueGoals)) > 0 {
 			missed++
 		}
 	}
-	fmt.Printf("\n%d of %d runs miss a goal.\n", missed, len(rows))
+	if len(shared) > 0 {
+		fmt.Printf("\nSharing (issue 35):\n\n%s", sim.ShareTable(shared))
+	}
+	fmt.Printf("\n%d of %d runs of issue 34's shapes miss a goal.\n", missed, judged)
 	if missed > 0 {
 		os.Exit(1)
 	}
