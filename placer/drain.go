@@ -75,9 +75,9 @@ func (p *planner) readyBy(n *nodeState, want int) (at time.Time, known bool) {
 // soonest is, of the nodes ok accepts, the one that has want whole GPUs
 // free soonest by max runtimes (readyBy); among equals, or where no
 // node's time is known, the one with the most free (then the first by
-// name). A node full of owner's own sessions counts as unknown: nothing
-// on it is kept from others, since what frees there is owner's, which it
-// takes back at its turn anyway. nil if ok accepts none.
+// name). A node where owner's own sessions hold the GPUs asked for counts
+// as unknown (ownGPUs): holding it keeps nothing from others. nil if ok
+// accepts none.
 //
 // The nodes are ranked once a pass for each size asked for (rankReady),
 // and each search walks the ranking: a node's place only worsens as the
@@ -137,7 +137,7 @@ func (a readyRank) before(b readyRank) bool {
 // rankOf is n's place now for want GPUs, for a hold of owner's ("": any).
 func (p *planner) rankOf(n *nodeState, want int, owner string) readyRank {
 	at, known := p.readyBy(n, want)
-	if known && owner != "" && n.freeGPUs == 0 && onlyOwner(n, owner) {
+	if known && owner != "" && ownGPUs(n, owner) >= want {
 		known = false
 	}
 	if !known {
@@ -172,15 +172,19 @@ func (p *planner) rankReady(want int) []readyRank {
 	return r
 }
 
-// onlyOwner reports whether every allocation on n (ledger and proposed)
-// is owner's.
-func onlyOwner(n *nodeState, owner string) bool {
+// ownGPUs is the GPUs that owner's sessions hold on n (ledger and
+// proposed). When they are at least what a hold of owner's asks for, the
+// hold keeps nothing from others: the node has room for it once they end,
+// whatever others take of its free GPUs meanwhile, and what they free is
+// the owner's again at its turn.
+func ownGPUs(n *nodeState, owner string) int {
+	c := 0
 	for _, allocs := range []map[string]state.Allocation{n.view.Ledger.Allocations, n.proposed} {
 		for _, a := range allocs {
-			if a.Owner != owner {
-				return false
+			if a.Owner == owner {
+				c += len(a.GPUs)
 			}
 		}
 	}
-	return true
+	return c
 }

@@ -15,7 +15,8 @@ import (
 // freed GPUs are kept for it: a freed GPU goes to a small request within
 // a pass, while a node frees whole only when its last session ends. So an
 // aged request that fits no node in use holds the nodes closest to fitting
-// it (the emptiest): nothing else is placed there, and the node drains.
+// it (those whose sessions' max runtimes free them soonest, drain.go):
+// nothing else is placed there, and the node drains.
 //
 // How much an owner may hold scales with the cluster and with its fair
 // share: each owner is entitled to its weighted max-min share of the
@@ -181,7 +182,7 @@ func (p *planner) mayHold(e *state.QueueEntry) bool {
 }
 
 // holdLarge, before the queue order runs, lets aged requests that fit no
-// node in use hold the nodes closest to fitting them (the emptiest), by
+// node in use hold the nodes closest to fitting them (closest), by
 // priority, then their owner's weighted share, then age, within each
 // owner's hold budget: capacity freed on a draining node stays there
 // instead of going to whichever small request comes first, and an empty
@@ -258,8 +259,8 @@ func (p *planner) fits(e *state.QueueEntry) bool {
 	return true
 }
 
-// holdFor reserves, for e, the nodes closest to fitting each part (the
-// most matching devices free; ties by name), so that later requests in
+// holdFor reserves, for e, the nodes closest to fitting each part
+// (closest), so that later requests in
 // the order cannot take their free capacity, and counts e's GPUs against
 // its owner's hold budget.
 func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Plan) {
