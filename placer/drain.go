@@ -21,11 +21,11 @@ import (
 // request and the time its free GPUs stand idle alike.
 
 // readyMemo is a node's readyBy for a request size, valid while the node's
-// sessions are unchanged in the pass.
+// sessions and free GPUs are unchanged in the pass.
 type readyMemo struct {
-	gpus, sessions int
-	at             time.Time
-	known          bool
+	gpus, sessions, free int
+	at                   time.Time
+	known                bool
 }
 
 // readyBy is when n has at least want whole GPUs free by the max runtimes
@@ -39,7 +39,7 @@ func (p *planner) readyBy(n *nodeState, want int) (at time.Time, known bool) {
 	if free >= want {
 		return p.snap.Now, true
 	}
-	if m, ok := p.ready[n]; ok && m.gpus == want && m.sessions == n.sessions() {
+	if m, ok := p.ready[n]; ok && m.gpus == want && m.sessions == n.sessions() && m.free == free {
 		return m.at, m.known
 	}
 	type end struct {
@@ -68,7 +68,7 @@ func (p *planner) readyBy(n *nodeState, want int) (at time.Time, known bool) {
 	if p.ready == nil {
 		p.ready = map[*nodeState]readyMemo{}
 	}
-	p.ready[n] = readyMemo{gpus: want, sessions: n.sessions(), at: at, known: known}
+	p.ready[n] = readyMemo{gpus: want, sessions: n.sessions(), free: n.freeGPUs, at: at, known: known}
 	return at, known
 }
 
@@ -95,7 +95,7 @@ func (p *planner) soonest(want int, owner string, ok func(*nodeState) bool) *nod
 			continue
 		}
 		cur := p.rankOf(r.n, want, owner)
-		if cur == r {
+		if cur.same(r) {
 			if found && changed.before(cur) {
 				return changed.n
 			}
@@ -117,6 +117,11 @@ type readyRank struct {
 	known bool
 	at    time.Time
 	free  int
+}
+
+// same reports whether a and b are one node's same place.
+func (a readyRank) same(b readyRank) bool {
+	return a.n == b.n && a.known == b.known && a.at.Equal(b.at) && a.free == b.free
 }
 
 // before orders ranks: a known time before none, an earlier time first,
