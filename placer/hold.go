@@ -1,9 +1,8 @@
 package placer
 
 import (
-	"cmp"
+	"container/heap"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,7 +15,8 @@ import (
 // freed GPUs are kept for it: a freed GPU goes to a small request within
 // a pass, while a node frees whole only when its last session ends. So an
 // aged request that fits no node in use holds the nodes closest to fitting
-// it (the emptiest): nothing else is placed there, and the node drains.
+// it (those whose sessions' max runtimes free them soonest, drain.go):
+// nothing else is placed there, and the node drains.
 //
 // How much an owner may hold scales with the cluster and with its fair
 // share: each owner is entitled to its weighted max-min share of the
@@ -182,7 +182,7 @@ func (p *planner) mayHold(e *state.QueueEntry) bool {
 }
 
 // holdLarge, before the queue order runs, lets aged requests that fit no
-// node in use hold the nodes closest to fitting them (the emptiest), by
+// node in use hold the nodes closest to fitting them (closest), by
 // priority, then their owner's weighted share, then age, within each
 // owner's hold budget: capacity freed on a draining node stays there
 // instead of going to whichever small request comes first, and an empty
@@ -200,43 +200,27 @@ func (p *planner) holdLarge(plan *Plan) {
 		}
 	}
 	p.entitle(maxPartial)
-	// Candidates sorted by keys copied out (priority, owner's weighted
-	// share, age, id: a total order), not through each entry: 20,000
-	// aged requests cost a map lookup per comparison otherwise.
-	type cand struct {
-		prio  int
-		share float64
-		age   ageKey
-	}
-	var cands []cand
-	share := map[string]float64{}
-	for i := range p.snap.Pending {
-		it := &p.snap.Pending[i]
-		if it.Pinned || !p.aged(it.Entry) {
-			continue
-		}
-		sh, ok := share[it.Entry.Owner]
-		if !ok {
-			sh, _ = p.weightedShare(it.Entry.Owner)
-			share[it.Entry.Owner] = sh
-		}
-		c := it.Entry.Created
-		cands = append(cands, cand{prio: it.Entry.Priority, share: sh, age: ageKey{sec: c.Unix(), nsec: int32(c.Nanosecond()), it: it}})
-	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		if a.prio != b.prio {
-			return cmp.Compare(b.prio, a.prio)
-		}
-		if a.share != b.share {
-			return cmp.Compare(a.share, b.share)
-		}
-		return olderFirstKey(a.age, b.age)
-	})
+	// Candidates in the order priority, owner's weighted share, age, id
+	// (a total order): each owner's aged requests of a priority in a
+	// heap by age, and the owners' heaps merged by their heads
+	// (holdQueue). An owner whose budget is spent leaves the merge with
+	// the rest of its requests unread: at 20,000 aged requests, sorting
+	// them all cost more than every hold of the pass.
+	q := p.holdQueue()
 	fitting := map[shape]bool{} // single-part shapes seen to fit a node in use
-	for _, c := range cands {
-		e := c.age.it.Entry
+	for q.Len() > 0 {
+		g := q.groups[0]
+		e := heap.Pop(&g.items).(ageKey).it.Entry
 		if !p.mayHold(e) {
+			// Its owner's budget is spent (every candidate is aged and
+			// holds nothing yet): so it is for the rest of the pass.
+			heap.Pop(q)
 			continue
+		}
+		if g.items.Len() == 0 {
+			heap.Pop(q)
+		} else {
+			heap.Fix(q, 0)
 		}
 		reqs := e.Parts()
 		if !largeReq(e, maxPartial) {
@@ -275,8 +259,8 @@ func (p *planner) fits(e *state.QueueEntry) bool {
 	return true
 }
 
-// holdFor reserves, for e, the nodes closest to fitting each part (the
-// most matching devices free; ties by name), so that later requests in
+// holdFor reserves, for e, the nodes closest to fitting each part
+// (closest), so that later requests in
 // the order cannot take their free capacity, and counts e's GPUs against
 // its owner's hold budget.
 func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Plan) {
@@ -287,7 +271,7 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 	// requests, not other owners', pay for the drain.
 	charged := p.holdBudget[e.Owner] <= 0
 	for i := range reqs {
-		pt := &part{req: &reqs[i], id: e.Session}
+		pt := &part{req: &reqs[i], id: e.Session, owner: e.Owner}
 		best := p.closest(pt, used)
 		if best == nil {
 			continue
@@ -318,8 +302,10 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 }
 
 // closest is the node not yet reserved, not cordoned and not in used that
-// could hold pt when empty and has the most of its devices free (the first
-// by name among equals), or nil.
+// could hold pt when empty and will have room for it soonest: for whole
+// GPUs of any model, by its sessions' max runtimes (soonest); otherwise,
+// or among equals, the one with the most of its devices free (the first by
+// name among equals). nil if none.
 func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
 	ok := func(n *nodeState) bool {
 		if used[n.name] || n.reservedFor != "" || n.view.Cordon != nil || filterLabels(pt, n) != nil {
@@ -328,22 +314,10 @@ func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
 		return pt.req.GPUs == 0 || n.capacityDevices(pt.req) >= pt.req.GPUs
 	}
 	r := pt.req
-	if r.GPUs > 0 && r.MIGProfile == "" && r.GPUModel == "" && r.GPUMemoryMiB == 0 && len(p.buckets) > 0 {
-		// Whole GPUs of any model: a node's free devices are its free
-		// whole GPUs, its bucket. The emptiest bucket with a node that
-		// qualifies holds the answer: its first by name.
-		for b := len(p.buckets) - 1; b >= 0; b-- {
-			var best *nodeState
-			for _, n := range p.buckets[b] {
-				if ok(n) && (best == nil || n.name < best.name) {
-					best = n
-				}
-			}
-			if best != nil {
-				return best
-			}
-		}
-		return nil
+	if r.GPUs > 0 && r.MIGProfile == "" && r.GPUModel == "" && r.GPUMemoryMiB == 0 && !r.Fraction() {
+		// Whole GPUs of any model: the node that has them free soonest
+		// by its sessions' max runtimes (drain.go).
+		return p.soonest(r.GPUs, pt.owner, ok)
 	}
 	var best *nodeState
 	bestFree := -1
@@ -424,4 +398,82 @@ func (p *planner) mayBackfill(e *state.QueueEntry) bool {
 // by then.
 func backfills(pt *part, n *nodeState) bool {
 	return pt.backfill && !n.drainBy.IsZero() && !pt.ends.IsZero() && !pt.ends.After(n.drainBy)
+}
+
+// holdQueue is the aged requests that are not pinned, grouped by
+// priority and owner, for holdLarge to read in order.
+func (p *planner) holdQueue() *holdGroups {
+	byKey := map[holdKey]*holdGroup{}
+	q := &holdGroups{}
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		if it.Pinned || !p.aged(it.Entry) {
+			continue
+		}
+		k := holdKey{it.Entry.Priority, it.Entry.Owner}
+		g, ok := byKey[k]
+		if !ok {
+			sh, _ := p.weightedShare(it.Entry.Owner)
+			g = &holdGroup{prio: k.prio, share: sh}
+			byKey[k] = g
+			q.groups = append(q.groups, g)
+		}
+		c := it.Entry.Created
+		g.items = append(g.items, ageKey{sec: c.Unix(), nsec: int32(c.Nanosecond()), it: it})
+	}
+	for _, g := range q.groups {
+		heap.Init(&g.items)
+	}
+	heap.Init(q)
+	return q
+}
+
+type holdKey struct {
+	prio  int
+	owner string
+}
+
+// holdGroup is one owner's aged requests of one priority, oldest first.
+type holdGroup struct {
+	prio  int
+	share float64
+	items ageHeap
+}
+
+// ageHeap is requests by age (olderFirstKey).
+type ageHeap []ageKey
+
+func (h ageHeap) Len() int           { return len(h) }
+func (h ageHeap) Less(i, j int) bool { return olderFirstKey(h[i], h[j]) < 0 }
+func (h ageHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *ageHeap) Push(x any)        { *h = append(*h, x.(ageKey)) }
+func (h *ageHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// holdGroups merges groups by their oldest requests: higher priority
+// first, then the smaller weighted share, then the older head.
+type holdGroups struct{ groups []*holdGroup }
+
+func (q *holdGroups) Len() int { return len(q.groups) }
+func (q *holdGroups) Less(i, j int) bool {
+	a, b := q.groups[i], q.groups[j]
+	if a.prio != b.prio {
+		return a.prio > b.prio
+	}
+	if a.share != b.share {
+		return a.share < b.share
+	}
+	return olderFirstKey(a.items[0], b.items[0]) < 0
+}
+func (q *holdGroups) Swap(i, j int) { q.groups[i], q.groups[j] = q.groups[j], q.groups[i] }
+func (q *holdGroups) Push(x any)    { q.groups = append(q.groups, x.(*holdGroup)) }
+func (q *holdGroups) Pop() any {
+	old := q.groups
+	x := old[len(old)-1]
+	q.groups = old[:len(old)-1]
+	return x
 }

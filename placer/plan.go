@@ -160,6 +160,10 @@ type planner struct {
 	holders map[string]int
 	charged map[string]int64
 	charge  map[string]int64
+	// ready memoises readyBy per node, and ranked ranks the nodes by it
+	// for each size held for (drain.go).
+	ready  map[*nodeState]readyMemo
+	ranked map[int][]readyRank
 	// pinned is what each pinned session of the snapshot holds (PinEpoch).
 	pinned map[string][]pinnedPart
 	// quota is the usage that quotas are checked against: usage, except
@@ -535,6 +539,11 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 			scores[s.name] = bestVals[i]
 		}
 		return bestN, bestDevs, scores, failure{}
+	}
+	if len(p.holding[pt.id]) > 0 {
+		// A request holding nodes waits on them: its reason names them
+		// (heldMessage), so no search for the best node's shortfall.
+		return nil, nil, nil, failure{reason: "Capacity"}
 	}
 	f := p.explain(pt, exclude)
 	if memo {

@@ -19,7 +19,10 @@
 // shapes built to defeat holds) at a cluster size; RunSuite runs it for
 // strategies and seeds, SuiteTable prints one table with each run's
 // missed goals (IssueGoals), and the simsuite command (`make sim`) runs
-// it at 16, 200 and 2,000 nodes.
+// it at 16, 200 and 2,000 nodes. Config.Trace sees every pass of a run's
+// window (each user's GPUs held, waiting and fair share, the nodes held,
+// the plan): the figures' causes; `simsuite -trace` prints the passes
+// below the Jain goal.
 //
 // ShareSuite is issue 35's sharing workload: notebooks asking for
 // fractions of shared GPUs (Config.SharedNodes, Size.ShareMiB) beside

@@ -131,6 +131,29 @@ type Config struct {
 	// given to the planner as quotas' Weight.
 	UserWeights  map[string]float64
 	GroupWeights map[string]float64
+	// Trace, if set, gets every pass in the window that left work
+	// waiting, after its binds started: what the run's figures are
+	// computed from, to find the cause of a figure (simsuite -trace).
+	Trace func(Pass)
+}
+
+// Pass is one planning pass as Config.Trace sees it.
+type Pass struct {
+	// Now is the simulated time since the start.
+	Now time.Duration
+	// Held and Waiting are each user's GPUs allocated and asked for by
+	// its waiting requests; Fair is each waiting user's demand-capped
+	// weighted share (what Jain's index divides by).
+	Held, Waiting map[string]int
+	Fair          map[string]float64
+	// Jain is the pass's index over users with waiting work (1 when
+	// fewer than two wait).
+	Jain float64
+	// Free is the GPUs free, Slots8 the nodes with 8 free, Reserved the
+	// nodes held for a waiting request and HeldFree their free GPUs.
+	Free, Slots8, Reserved, HeldFree int
+	// Plan is the pass's plan (read only).
+	Plan *placer.Plan
 }
 
 // Stats summarises the queueing times of one request shape, in minutes.
@@ -465,7 +488,7 @@ func Run(cfg Config) Result {
 			res.Busy += float64(used) / float64(capacity)
 			busyN++
 		}
-		slots, free := 0, 0
+		slots, free, heldFree := 0, 0, 0
 		for _, v := range views {
 			f := cfg.GPUsPerNode - gpusInUse(&v.Ledger)
 			free += f
@@ -473,6 +496,7 @@ func Run(cfg Config) Result {
 				slots++
 			}
 			if _, ok := plan.Reserved[v.Node.Name]; ok {
+				heldFree += f
 				res.IdleHeld += float64(f*1000) / float64(capacity)
 			} else {
 				res.IdleFragmented += float64(f*1000) / float64(capacity)
@@ -480,15 +504,15 @@ func Run(cfg Config) Result {
 		}
 		res.Slots8 += float64(slots)
 		res.Floor8 += float64(free / 8)
+		j, fair := 1.0, map[string]float64(nil)
 		if len(waitingGPUs) >= 2 {
-			fair := fairShares(capacity, held, waitingGPUs, weight)
+			fair = fairShares(capacity, held, waitingGPUs, weight)
 			var sum, sq float64
 			for u := range waitingGPUs {
 				x := float64(held[u]) / fair[u]
 				sum += x
 				sq += x * x
 			}
-			j := 1.0
 			if sq > 0 {
 				j = sum * sum / (float64(len(waitingGPUs)) * sq)
 			}
@@ -497,6 +521,13 @@ func Run(cfg Config) Result {
 				res.JainMin = j
 			}
 			jainN++
+		}
+		if cfg.Trace != nil {
+			pass := Pass{Now: now, Held: map[string]int{}, Waiting: waitingGPUs, Fair: fair, Jain: j, Free: free, Slots8: slots, Reserved: len(plan.Reserved), HeldFree: heldFree, Plan: plan}
+			for u, g := range held {
+				pass.Held[u] = g
+			}
+			cfg.Trace(pass)
 		}
 	}
 	for _, p := range pending {

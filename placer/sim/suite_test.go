@@ -20,20 +20,22 @@ type shortfall struct {
 }
 
 // suiteShortfalls are the goals not reached at 16 nodes (placer/README.md,
-// "Goals not reached"). Goals: "jain-min" (a floor), "ratio" (a ceiling on
-// p99 8-GPU over p99 1-GPU), "busy" (a floor, binpack), "jain-mean".
+// "Goals not reached", says why for each). Goals: "jain-min" (a floor),
+// "ratio" (a ceiling on p99 8-GPU over p99 1-GPU), "busy" (a floor,
+// binpack), "jain-mean". A goal met on every run of a shape has no entry:
+// it is asserted as the goal.
 var suiteShortfalls = []shortfall{
-	{"steady-90", "jain-min", 0.90}, {"steady-90", "ratio", 16}, {"steady-90", "busy", 0.90},
-	{"flood-drain", "jain-min", 0.74}, {"flood-drain", "ratio", 14}, {"flood-drain", "busy", 0.93},
-	{"rising", "jain-min", 0.84}, {"rising", "ratio", 6.5},
+	{"steady-90", "jain-min", 0.90}, {"steady-90", "ratio", 19}, {"steady-90", "busy", 0.94},
+	{"flood-drain", "jain-min", 0.70}, {"flood-drain", "ratio", 14},
+	{"rising", "jain-min", 0.81}, {"rising", "ratio", 6.5},
 	{"8-only-vs-1-flood", "jain-min", 0.74},
-	{"long-8-short-1", "jain-min", 0.74},
+	{"long-8-short-1", "jain-min", 0.79},
 	{"two-floods", "jain-min", 0.48},
-	{"weights-3:1", "jain-min", 0.80}, {"weights-3:1", "ratio", 2.5},
-	{"ray-gangs", "jain-min", 0.48}, {"ray-gangs", "ratio", 4}, {"ray-gangs", "busy", 0.92},
-	{"adv-hold-hog", "jain-min", 0.58}, {"adv-hold-hog", "ratio", 70}, {"adv-hold-hog", "busy", 0.93},
-	{"adv-sticky-small", "jain-min", 0.65}, {"adv-sticky-small", "busy", 0.85}, {"adv-sticky-small", "jain-mean", 0.93},
-	{"adv-7-of-8", "jain-min", 0.63}, {"adv-7-of-8", "busy", 0.93},
+	{"weights-3:1", "jain-min", 0.85}, {"weights-3:1", "ratio", 2.6},
+	{"ray-gangs", "jain-min", 0.48}, {"ray-gangs", "ratio", 8.5}, {"ray-gangs", "busy", 0.94},
+	{"adv-hold-hog", "jain-min", 0.84}, {"adv-hold-hog", "ratio", 120},
+	{"adv-sticky-small", "jain-min", 0.66}, {"adv-sticky-small", "busy", 0.85}, {"adv-sticky-small", "jain-mean", 0.93},
+	{"adv-7-of-8", "jain-min", 0.68},
 }
 
 // bound is the bound test asserts for goal on shape: the issue's, or the

@@ -2,5 +2,7 @@
 // 34) at 16, 200 and 2,000 nodes, for binpack and spread, three seeds
 // each, with the placer's default settings, and prints one Markdown table
 // with the goals each run misses. `make sim` runs it; it exits 1 if any
-// run misses a goal.
+// run misses a goal. With -trace it also writes to stderr every pass whose
+// Jain's index is below the goal: each waiting user's GPUs held, fair share
+// and GPUs waiting, the GPUs free and the nodes held.
 package main

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ func run(args []string) error {
 	seeds := fs.Int("seeds", 3, "seeds 1..N for every shape and strategy")
 	hours := fs.String("hours", "16=1,200=1,2000=0.25", "size=factor on each shape's simulated hours")
 	only := fs.String("shape", "", "run only the shapes whose name contains this")
+	trace := fs.Bool("trace", false, "print every pass whose Jain's index is below the goal (users' GPUs held, waiting and fair share; nodes held), to stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,6 +67,11 @@ func run(args []string) error {
 				shapes = append(shapes, sh)
 			}
 		}
+		if *trace {
+			for i := range shapes {
+				shapes[i] = traced(shapes[i])
+			}
+		}
 		t := time.Now()
 		rows = append(rows, sim.RunSuite(shapes, opt, []placer.Strategy{placer.Binpack, placer.Spread}, ss)...)
 		fmt.Fprintf(os.Stderr, "simsuite: %d nodes (hours ×%g) in %v\n", n, f, time.Since(t).Round(time.Second))
@@ -93,4 +100,30 @@ func run(args []string) error {
 		os.Exit(1)
 	}
 	return nil
+}
+
+// traced is sh with every pass below the Jain goal written to stderr.
+func traced(sh sim.Shape) sim.Shape {
+	build := sh.Build
+	sh.Build = func(o placer.PlanOptions, seed uint64) sim.Config {
+		c := build(o, seed)
+		c.Trace = func(p sim.Pass) {
+			if p.Jain >= sim.IssueGoals.JainMin {
+				return
+			}
+			users := make([]string, 0, len(p.Fair))
+			for u := range p.Fair {
+				users = append(users, u)
+			}
+			sort.Strings(users)
+			var b strings.Builder
+			for _, u := range users {
+				fmt.Fprintf(&b, " %s %d/%.0f (+%d waiting)", u, p.Held[u], p.Fair[u], p.Waiting[u])
+			}
+			fmt.Fprintf(os.Stderr, "trace %d %s %s seed %d at %v: Jain %.3f;%s; free %d, 8-GPU slots %d, %d nodes held (%d GPUs free on them)\n",
+				sh.Nodes, sh.Name, o.Strategy, seed, p.Now, p.Jain, b.String(), p.Free, p.Slots8, p.Reserved, p.HeldFree)
+		}
+		return c
+	}
+	return sh
 }

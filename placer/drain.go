@@ -1,0 +1,195 @@
+package placer
+
+import (
+	"slices"
+	"time"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// Which node a hold drains (issue 34). A held node frees for its request
+// only as fast as the sessions on it end, so the node to hold is the one
+// whose sessions leave room soonest. Max runtimes bound that: every
+// allocation with one ends by state.Allocation.Ends, so a node whose
+// allocations end, in order, soon enough to free the GPUs a part asks for
+// has room by the end of the last of them (readyBy) whatever the sessions
+// do. The emptiest node is only the best guess where that bound is
+// unknown: with run times of mean 1 h, the emptiest node of an 8-GPU
+// cluster at 90% load typically runs a session that started minutes ago,
+// while a fuller one runs sessions a max runtime ends within the hour.
+// Holding the node with the earliest bound shortens the wait of the
+// request and the time its free GPUs stand idle alike.
+
+// readyMemo is a node's readyBy for a request size, valid while the node's
+// sessions and free GPUs are unchanged in the pass.
+type readyMemo struct {
+	gpus, sessions, free int
+	at                   time.Time
+	known                bool
+}
+
+// readyBy is when n has at least want whole GPUs free by the max runtimes
+// of what runs there (its ledger and this pass's proposals): now if it
+// has them free, else the end of the allocation whose end frees the last
+// GPU needed, the allocations taken in order of their ends. known is false
+// when some GPU needed is held by an allocation without a max runtime (or
+// a shared GPU's fractions, which free their device only together).
+func (p *planner) readyBy(n *nodeState, want int) (at time.Time, known bool) {
+	free := n.freeGPUs
+	if free >= want {
+		return p.snap.Now, true
+	}
+	if m, ok := p.ready[n]; ok && m.gpus == want && m.sessions == n.sessions() && m.free == free {
+		return m.at, m.known
+	}
+	type end struct {
+		at   time.Time
+		gpus int
+	}
+	ends := make([]end, 0, n.sessions())
+	add := func(allocs map[string]state.Allocation) {
+		for _, a := range allocs {
+			if a.Share != nil || a.Ends.IsZero() {
+				continue
+			}
+			ends = append(ends, end{a.Ends, len(a.GPUs)})
+		}
+	}
+	add(n.view.Ledger.Allocations)
+	add(n.proposed)
+	slices.SortFunc(ends, func(a, b end) int { return a.at.Compare(b.at) })
+	for _, e := range ends {
+		free += e.gpus
+		if free >= want {
+			at, known = e.at, true
+			break
+		}
+	}
+	if p.ready == nil {
+		p.ready = map[*nodeState]readyMemo{}
+	}
+	p.ready[n] = readyMemo{gpus: want, sessions: n.sessions(), free: n.freeGPUs, at: at, known: known}
+	return at, known
+}
+
+// soonest is, of the nodes ok accepts, the one that has want whole GPUs
+// free soonest by max runtimes (readyBy); among equals, or where no
+// node's time is known, the one with the most free (then the first by
+// name). A node where owner's own sessions hold the GPUs asked for counts
+// as unknown (ownGPUs): holding it keeps nothing from others. nil if ok
+// accepts none.
+//
+// The nodes are ranked once a pass for each size asked for (rankReady),
+// and each search walks the ranking: a node's place only worsens as the
+// pass proposes sessions on it (its time moves later, its free GPUs
+// fewer), so the first node in the ranking whose place is unchanged
+// beats every node after it, and only the changed ones before it need
+// comparing: a search reads a few nodes, not all 2,000.
+func (p *planner) soonest(want int, owner string, ok func(*nodeState) bool) *nodeState {
+	var (
+		changed readyRank
+		found   bool
+	)
+	for _, r := range p.rankReady(want) {
+		if !ok(r.n) {
+			continue
+		}
+		cur := p.rankOf(r.n, want, owner)
+		if cur.same(r) {
+			if found && changed.before(cur) {
+				return changed.n
+			}
+			return cur.n
+		}
+		if !found || cur.before(changed) {
+			changed, found = cur, true
+		}
+	}
+	if found {
+		return changed.n
+	}
+	return nil
+}
+
+// readyRank is a node's place in soonest's ranking for one size.
+type readyRank struct {
+	n     *nodeState
+	known bool
+	at    time.Time
+	free  int
+}
+
+// same reports whether a and b are one node's same place.
+func (a readyRank) same(b readyRank) bool {
+	return a.n == b.n && a.known == b.known && a.at.Equal(b.at) && a.free == b.free
+}
+
+// before orders ranks: a known time before none, an earlier time first,
+// then more GPUs free, then the node's name.
+func (a readyRank) before(b readyRank) bool {
+	if a.known != b.known {
+		return a.known
+	}
+	if a.known && !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
+	}
+	if a.free != b.free {
+		return a.free > b.free
+	}
+	return a.n.name < b.n.name
+}
+
+// rankOf is n's place now for want GPUs, for a hold of owner's ("": any).
+func (p *planner) rankOf(n *nodeState, want int, owner string) readyRank {
+	at, known := p.readyBy(n, want)
+	if known && owner != "" && ownGPUs(n, owner) >= want {
+		known = false
+	}
+	if !known {
+		at = time.Time{}
+	}
+	return readyRank{n: n, known: known, at: at, free: n.freeGPUs}
+}
+
+// rankReady is every node ranked for want GPUs (before) as the pass
+// stands the first time it is asked for, kept for the rest of the pass.
+func (p *planner) rankReady(want int) []readyRank {
+	if r, ok := p.ranked[want]; ok {
+		return r
+	}
+	r := make([]readyRank, len(p.nodes))
+	for i, n := range p.nodes {
+		r[i] = p.rankOf(n, want, "")
+	}
+	slices.SortFunc(r, func(a, b readyRank) int {
+		if a.before(b) {
+			return -1
+		}
+		if b.before(a) {
+			return 1
+		}
+		return 0
+	})
+	if p.ranked == nil {
+		p.ranked = map[int][]readyRank{}
+	}
+	p.ranked[want] = r
+	return r
+}
+
+// ownGPUs is the GPUs that owner's sessions hold on n (ledger and
+// proposed). When they are at least what a hold of owner's asks for, the
+// hold keeps nothing from others: the node has room for it once they end,
+// whatever others take of its free GPUs meanwhile, and what they free is
+// the owner's again at its turn.
+func ownGPUs(n *nodeState, owner string) int {
+	c := 0
+	for _, allocs := range []map[string]state.Allocation{n.view.Ledger.Allocations, n.proposed} {
+		for _, a := range allocs {
+			if a.Owner == owner {
+				c += len(a.GPUs)
+			}
+		}
+	}
+	return c
+}
