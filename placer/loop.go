@@ -281,6 +281,7 @@ func (p *Placer) snapshot() *Snapshot {
 	c := Caches{
 		Nodes: p.nodes.Snapshot(), Ledgers: p.ledgers.Snapshot(), Cordons: p.cordons.Snapshot(),
 		Quotas: p.quotas.Snapshot(), Pending: p.pending.Snapshot(), Warnings: p.warnings.Snapshot(),
+		Teams: p.teams.Snapshot(),
 	}
 	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())

@@ -149,6 +149,7 @@ type Placer struct {
 	ledgers *watcher.Cache[state.Ledger]
 	cordons *watcher.Cache[state.Cordon]
 	quotas  *watcher.Cache[state.Quota]
+	teams   *watcher.Cache[state.Team]
 	placers *watcher.Cache[state.Placer]
 	// warnings tells which nodes are held for preempting sessions.
 	warnings *watcher.Cache[state.Warning]
@@ -239,6 +240,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		ledgers:  sc.Ledgers,
 		cordons:  sc.Cordons,
 		quotas:   sc.Quotas,
+		teams:    sc.Teams,
 		placers:  watcher.New(cli, k.Placers(), watcher.JSON[state.Placer], wopt("placers")),
 		warnings: sc.Warnings,
 		shared:   cfg.Shared,
@@ -301,6 +303,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	})
 	p.cordons.AddHandler(func(ev watcher.Event[state.Cordon]) { note(ev.Revision) })
 	p.quotas.AddHandler(func(ev watcher.Event[state.Quota]) { note(ev.Revision) })
+	p.teams.AddHandler(func(ev watcher.Event[state.Team]) { note(ev.Revision) })
 	p.placers.AddHandler(func(ev watcher.Event[state.Placer]) { note(ev.Revision) })
 	p.warnings.AddHandler(func(ev watcher.Event[state.Warning]) { note(ev.Revision) })
 	return p
@@ -348,6 +351,7 @@ func (p *Placer) Run(ctx context.Context) error {
 		runCache(p.ledgers.Run)
 		runCache(p.cordons.Run)
 		runCache(p.quotas.Run)
+		runCache(p.teams.Run)
 		runCache(p.warnings.Run)
 	}
 	runCache(p.placers.Run)

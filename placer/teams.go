@@ -1,0 +1,387 @@
+package placer
+
+import (
+	"container/heap"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// noTeam stands for the sessions charged to no team (or to a team since
+// deleted) in the team tree of a pass: a root of guarantee 0 and weight 1.
+const noTeam = ""
+
+// teamPlan is the team tree (state.Team, teams/<name>) during one pass:
+// what each team holds together with the teams below it (the ledgers,
+// then this pass's plan), and the key that orders it among its siblings.
+//
+// Fair share runs down the tree (issue 36). At each level, the team below
+// its guarantee goes first, the one furthest below it (held over
+// guarantee) before others; teams at or above their guarantee then go by
+// what they hold beyond it, as a dominant share of the cluster (DRF over
+// GPUs, CPU and memory), plus their decayed past usage when a half-life
+// is set, over their weight. Within a team its users are ordered as
+// without teams (weightedShare). A team may hold more than its guarantee
+// while nobody owed it waits (borrowing): nothing but the order and its
+// maximum limits it. PlanPreemption takes borrowed GPUs back for a team
+// below its guarantee (reclaim.go).
+type teamPlan struct {
+	tree state.TeamTree
+	// paths are each team's names from its root down to it.
+	paths map[string][]string
+	// held is what each team holds with its sub-teams, in the planner's
+	// amounts (milli-GPUs): every ledger allocation from the start (a
+	// pinned one included, as quotas count it), then each decision.
+	held  map[string]*amounts
+	total amounts
+	// decayed is each team's (with its sub-teams') decayed GPU-hours as
+	// a share of every team's (Snapshot.TeamUsage); nil: no decay.
+	decayed map[string]float64
+	// keys caches key; add clears the keys of the teams it changes.
+	keys map[string]float64
+	// maxima is whether any team has a maximum.
+	maxima bool
+}
+
+// newTeamPlan is the team tree of s over nodes, whose capacity is total;
+// nil when s has no teams.
+func newTeamPlan(s *Snapshot, nodes []*nodeState, total amounts) *teamPlan {
+	if len(s.Teams.Teams) == 0 {
+		return nil
+	}
+	tp := &teamPlan{tree: s.Teams, paths: map[string][]string{}, held: map[string]*amounts{}, total: total, keys: map[string]float64{}}
+	for _, t := range s.Teams.Teams {
+		tp.maxima = tp.maxima || t.MaxGPUs != nil
+	}
+	for _, n := range nodes {
+		for _, a := range n.view.Ledger.Allocations {
+			tp.add(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
+		}
+	}
+	if len(s.TeamUsage) > 0 {
+		sum := 0.0
+		sub := map[string]float64{}
+		for team, h := range s.TeamUsage {
+			if h <= 0 {
+				continue
+			}
+			sum += h
+			for _, t := range tp.path(team) {
+				sub[t] += h
+			}
+		}
+		if sum > 0 {
+			tp.decayed = make(map[string]float64, len(sub))
+			for t, h := range sub {
+				tp.decayed[t] = h / sum
+			}
+		}
+	}
+	return tp
+}
+
+// path is team's path from its root; [noTeam] for no team or one that no
+// longer exists.
+func (tp *teamPlan) path(team string) []string {
+	if p, ok := tp.paths[team]; ok {
+		return p
+	}
+	p := tp.tree.Path(team)
+	if len(p) == 0 {
+		p = []string{noTeam}
+	}
+	tp.paths[team] = p
+	return p
+}
+
+// add counts a in team and each team above it.
+func (tp *teamPlan) add(team string, a amounts) {
+	for _, t := range tp.path(team) {
+		h, ok := tp.held[t]
+		if !ok {
+			h = &amounts{}
+			tp.held[t] = h
+		}
+		h.plus(a)
+		delete(tp.keys, t)
+	}
+}
+
+// addRequest counts a decision of e, whose parts are reqs.
+func (tp *teamPlan) addRequest(e *state.QueueEntry, reqs []state.Resources, shareRef int64) {
+	var sum amounts
+	for i := range reqs {
+		sum.addReq(&reqs[i], shareRef)
+	}
+	tp.add(e.Team, sum)
+}
+
+// gpus is what team t holds, in milli-GPUs.
+func (tp *teamPlan) gpus(t string) int64 {
+	if h := tp.held[t]; h != nil {
+		return h.gpus
+	}
+	return 0
+}
+
+// guarantee is team t's guarantee in milli-GPUs.
+func (tp *teamPlan) guarantee(t string) int64 {
+	return 1000 * int64(tp.tree.Teams[t].Guarantee.GPUs)
+}
+
+// key orders team t among its siblings, the smallest first: below its
+// guarantee, what it holds over its guarantee (0 to 1); at or above it,
+// 1 plus its dominant share beyond the guarantee (and its decayed usage
+// share) over its weight.
+func (tp *teamPlan) key(t string) float64 {
+	if k, ok := tp.keys[t]; ok {
+		return k
+	}
+	g, h := tp.guarantee(t), tp.held[t]
+	var k float64
+	if h == nil {
+		h = &amounts{}
+	}
+	if g > 0 && h.gpus < g {
+		k = float64(h.gpus) / float64(g)
+	} else {
+		s := dominantShare(h, tp.total)
+		if tp.total.gpus > 0 {
+			s -= float64(g) / float64(tp.total.gpus)
+		}
+		w := 1.0
+		if t != noTeam {
+			w = tp.tree.Teams[t].EffectiveWeight()
+		}
+		k = 1 + (max(s, 0)+tp.decayed[t])/w
+	}
+	tp.keys[t] = k
+	return k
+}
+
+// keyOf is the key vector of team: key of each team on its path, the
+// root's first. Owners compare by it lexicographically before their own
+// share, so that siblings are compared at the level where two paths part.
+func (tp *teamPlan) keyOf(team string, into []float64) []float64 {
+	into = into[:0]
+	for _, t := range tp.path(team) {
+		into = append(into, tp.key(t))
+	}
+	return into
+}
+
+// compareKeys compares two key vectors; -1, 0 or 1.
+func compareKeys(a, b []float64) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			if a[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+// allows checks e, needing need in all, against the maximum of its team
+// and of each team above it.
+func (tp *teamPlan) allows(e *state.QueueEntry, need amounts) (string, string, bool) {
+	if tp == nil || !tp.maxima || need.gpus <= 0 {
+		return "", "", true
+	}
+	path := tp.path(e.Team)
+	for i := len(path) - 1; i >= 0; i-- {
+		t := path[i]
+		m := tp.tree.Teams[t].MaxGPUs
+		if m == nil {
+			continue
+		}
+		held := tp.gpus(t)
+		if held+need.gpus <= 1000*int64(*m) {
+			continue
+		}
+		who := "team " + t
+		if t != e.Team {
+			who = fmt.Sprintf("team %s (above team %s)", t, e.Team)
+		}
+		if held >= 1000*int64(*m) {
+			return "Quota", fmt.Sprintf("%s is at its maximum of %d GPUs (%s held); this needs %s more: it waits until the team's sessions end or an admin raises maxGPUs",
+				who, *m, scaled(held, 1000), scaled(need.gpus, 1000)), false
+		}
+		return "Quota", fmt.Sprintf("%s holds %s of its maximum of %d GPUs; this needs %s more", who, scaled(held, 1000), *m, scaled(need.gpus, 1000)), false
+	}
+	return "", "", true
+}
+
+// allows checks e, needing need in all, against its owner's and groups'
+// quotas and its teams' maxima.
+func (p *planner) allows(e *state.QueueEntry, need amounts) (string, string, bool) {
+	if reason, msg, ok := p.quota.quotaAllows(e, need, p.snap); !ok {
+		return reason, msg, ok
+	}
+	return p.teams.allows(e, need)
+}
+
+// borrower is a team holding more than its guarantee.
+type borrower struct {
+	team           string
+	held, borrowed int64 // milli-GPUs
+}
+
+// borrowers are the teams that hold GPUs beyond their guarantee and that
+// a team below its guarantee on path may reclaim from: at each level of
+// path, the siblings of its team there (roots for the root) over their
+// guarantee, most borrowed first.
+func (tp *teamPlan) borrowers(path []string) []borrower {
+	var out []borrower
+	for i, t := range path {
+		var sibs []string
+		if i == 0 {
+			for _, n := range tp.tree.Names() {
+				if tp.tree.Teams[n].Parent == "" {
+					sibs = append(sibs, n)
+				}
+			}
+			sibs = append(sibs, noTeam)
+		} else {
+			sibs = tp.tree.Children(path[i-1])
+		}
+		for _, s := range sibs {
+			if s == t {
+				continue
+			}
+			if h, g := tp.gpus(s), tp.guarantee(s); h > g {
+				out = append(out, borrower{team: s, held: h, borrowed: h - g})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].borrowed != out[j].borrowed {
+			return out[i].borrowed > out[j].borrowed
+		}
+		return out[i].team < out[j].team
+	})
+	return out
+}
+
+// owed is the deepest team on e's path below its guarantee, and what it
+// lacks of it, in milli-GPUs; "" when none is.
+func (tp *teamPlan) owed(team string) (string, int64) {
+	path := tp.path(team)
+	for i := len(path) - 1; i >= 0; i-- {
+		t := path[i]
+		if t == noTeam {
+			continue
+		}
+		if h, g := tp.gpus(t), tp.guarantee(t); h < g {
+			return t, g - h
+		}
+	}
+	return "", 0
+}
+
+// teamNote adds to a Capacity message what e's team is owed and who
+// borrows it: "team vision holds 4 of its 16 guaranteed GPUs; waiting for
+// 8 GPUs borrowed by team nlp (20 held, 12 over its guarantee) to be
+// reclaimed". Unchanged where the team is not below its guarantee.
+func (p *planner) teamNote(e *state.QueueEntry, reason, msg string) string {
+	tp := p.teams
+	if tp == nil || reason != "Capacity" {
+		return msg
+	}
+	t, lack := tp.owed(e.Team)
+	if t == "" {
+		return msg
+	}
+	need := min(requestGPUs(e, p.usage.shareRef), lack)
+	var b strings.Builder
+	b.WriteString(msg)
+	fmt.Fprintf(&b, "; team %s holds %s of its %d guaranteed GPUs", t, scaled(tp.gpus(t), 1000), tp.tree.Teams[t].Guarantee.GPUs)
+	bs := tp.borrowers(tp.path(t))
+	if len(bs) == 0 {
+		b.WriteString(", and no other team holds more than its own guarantee: the rest is in use within guarantees")
+		return b.String()
+	}
+	names := make([]string, 0, 2)
+	for i, x := range bs {
+		if i == 2 {
+			names = append(names, fmt.Sprintf("%d more", len(bs)-2))
+			break
+		}
+		label := "team " + x.team
+		if x.team == noTeam {
+			label = "sessions of no team"
+		}
+		names = append(names, fmt.Sprintf("%s (%s held, %s over its guarantee)", label, scaled(x.held, 1000), scaled(x.borrowed, 1000)))
+	}
+	fmt.Fprintf(&b, "; waiting for %s GPUs borrowed by %s to be reclaimed (preemptible sessions are stopped after their grace, the rest come back as they end)",
+		scaled(need, 1000), strings.Join(names, ", "))
+	return b.String()
+}
+
+// dominantShare is a's largest fraction of total's GPUs, CPU or memory.
+func dominantShare(a *amounts, total amounts) float64 {
+	s := 0.0
+	if total.gpus > 0 {
+		s = max(s, float64(a.gpus)/float64(total.gpus))
+	}
+	if total.cpu > 0 {
+		s = max(s, float64(a.cpu)/float64(total.cpu))
+	}
+	if total.mem > 0 {
+		s = max(s, float64(a.mem)/float64(total.mem))
+	}
+	return s
+}
+
+// appendTeamScopes adds to out the maxima of team and the teams above it
+// that a placement for team is checked against: the bind guards each
+// (state.QuotaTeams), so placers that plan on different snapshots cannot
+// together take a team past its maximum.
+func appendTeamScopes(out []quotaRef, team string, s *Snapshot) []quotaRef {
+	for _, t := range s.Teams.Path(team) {
+		if s.Teams.Teams[t].MaxGPUs != nil {
+			out = append(out, quotaRef{state.QuotaTeams, t})
+		}
+	}
+	return out
+}
+
+// rekey updates the team keys of tr's owner queues after team's holding
+// grew: every queue of a team that shares team's root, whose key vector
+// can have changed, then the heap once.
+func (tp *teamPlan) rekey(tr *tier, team string) {
+	root := tp.path(team)[0]
+	changed := false
+	for _, oq := range tr.owners {
+		if tp.path(oq.team)[0] != root {
+			continue
+		}
+		oq.tkey = tp.keyOf(oq.team, oq.tkey)
+		changed = true
+	}
+	if changed {
+		heap.Init(&tr.owners)
+	}
+}
+
+// teamTreeOf is the team tree that c holds, its teams' revisions also
+// recorded in revs by team key (QuotaOf(QuotaTeams, name)), which the
+// bind of a session checked against a team's maximum compares.
+func teamTreeOf(k state.Keys, c *watcher.Snapshot[state.Team], revs map[string]int64) state.TeamTree {
+	tr := state.TeamTree{Teams: map[string]state.Team{}, Revs: map[string]int64{}, Rev: c.Revision()}
+	c.Range(func(it watcher.Item[state.Team]) bool {
+		if name, ok := k.TeamName(it.Key); ok {
+			t := it.Value
+			t.Name = name
+			tr.Teams[name] = t
+			tr.Revs[name] = it.ModRevision
+			revs[it.Key] = it.ModRevision
+		}
+		return true
+	})
+	return tr
+}
