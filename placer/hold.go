@@ -68,7 +68,12 @@ func (p *planner) entitle(maxPartial int) {
 			large[it.Entry.Owner] += g
 		}
 	}
-	ent := waterFill(p.usage.total.gpus, demand, p.ownerWeight)
+	var ent map[string]int64
+	if p.teams != nil {
+		ent = p.teams.entitle(p.usage.total.gpus, p.snap.Pending, p.usage.shareRef, p.ownerWeight) // down the team tree
+	} else {
+		ent = waterFill(p.usage.total.gpus, demand, p.ownerWeight)
+	}
 	p.holdBudget = make(map[string]int64, len(ent))
 	p.chargeBudget = make(map[string]int64, len(ent))
 	for o, e := range ent {
@@ -205,11 +210,13 @@ func (p *planner) holdLarge(plan *Plan) {
 	// aged requests cost a map lookup per comparison otherwise.
 	type cand struct {
 		prio  int
+		tkey  []float64 // the team's key vector (teams.go); nil without teams
 		share float64
 		age   ageKey
 	}
 	var cands []cand
 	share := map[string]float64{}
+	tkeys := map[string][]float64{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
 		if it.Pinned || !p.aged(it.Entry) {
@@ -220,12 +227,20 @@ func (p *planner) holdLarge(plan *Plan) {
 			sh, _ = p.weightedShare(it.Entry.Owner)
 			share[it.Entry.Owner] = sh
 		}
+		tk, ok := tkeys[it.Entry.Team]
+		if !ok && p.teams != nil {
+			tk = p.teams.keyOf(it.Entry.Team, nil)
+			tkeys[it.Entry.Team] = tk
+		}
 		c := it.Entry.Created
-		cands = append(cands, cand{prio: it.Entry.Priority, share: sh, age: ageKey{sec: c.Unix(), nsec: int32(c.Nanosecond()), it: it}})
+		cands = append(cands, cand{prio: it.Entry.Priority, tkey: tk, share: sh, age: ageKey{sec: c.Unix(), nsec: int32(c.Nanosecond()), it: it}})
 	}
 	slices.SortFunc(cands, func(a, b cand) int {
 		if a.prio != b.prio {
 			return cmp.Compare(b.prio, a.prio)
+		}
+		if c := compareKeys(a.tkey, b.tkey); c != 0 {
+			return c
 		}
 		if a.share != b.share {
 			return cmp.Compare(a.share, b.share)
@@ -310,6 +325,7 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 		if charged {
 			p.charge[e.Session] += 1000 * int64(best.freeGPUs) // thousandths, as usage amounts
 			p.charged[e.Owner] += 1000 * int64(best.freeGPUs)
+			p.teams.charge(e.Team, 1000*int64(best.freeGPUs)) // and its team's (teams.go)
 		}
 		p.holding[e.Session] = append(p.holding[e.Session], best)
 		used[best.name] = true

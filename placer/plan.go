@@ -442,6 +442,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	}
 	if c := p.charge[e.Session]; c > 0 {
 		p.charged[e.Owner] -= c // its own GPUs count now
+		p.teams.charge(e.Team, -c)
 	}
 	// Placed elsewhere than some node it held (binpack's choice among
 	// equally empty nodes): the rest of the pass may use that node.

@@ -44,6 +44,24 @@ type teamPlan struct {
 	keys map[string]float64
 	// maxima is whether any team has a maximum.
 	maxima bool
+	// charged is the idle GPUs held for each team's requests beyond
+	// their owners' hold budgets (hold.go), with its sub-teams': they
+	// count in its key, as in its owners' shares, until the request is
+	// placed, so that the drain is paid by the team's own requests.
+	charged map[string]int64
+	// ownerHeld is what each owner holds in each team, by the ledgers:
+	// the hold budgets' demand (entitle).
+	ownerHeld map[ownerInTeam]int64
+}
+
+// ownerInTeam is an owner's sessions in one team (noTeam for none, or
+// for a team that no longer exists).
+type ownerInTeam struct{ team, owner string }
+
+// leaf is owner in team, the team as the tree knows it.
+func (tp *teamPlan) leaf(team, owner string) ownerInTeam {
+	p := tp.path(team)
+	return ownerInTeam{p[len(p)-1], owner}
 }
 
 // newTeamPlan is the team tree of s over nodes, whose capacity is total;
@@ -56,9 +74,11 @@ func newTeamPlan(s *Snapshot, nodes []*nodeState, total amounts) *teamPlan {
 	for _, t := range s.Teams.Teams {
 		tp.maxima = tp.maxima || t.MaxGPUs != nil
 	}
+	tp.ownerHeld = map[ownerInTeam]int64{}
 	for _, n := range nodes {
 		for _, a := range n.view.Ledger.Allocations {
 			tp.add(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
+			tp.ownerHeld[tp.leaf(a.Team, a.Owner)] += a.MilliGPUs()
 		}
 	}
 	if len(s.TeamUsage) > 0 {
@@ -110,6 +130,21 @@ func (tp *teamPlan) add(team string, a amounts) {
 	}
 }
 
+// charge counts g milli-GPUs held idle for a request of team in its key
+// (and its ancestors'); nil-safe.
+func (tp *teamPlan) charge(team string, g int64) {
+	if tp == nil {
+		return
+	}
+	if tp.charged == nil {
+		tp.charged = map[string]int64{}
+	}
+	for _, t := range tp.path(team) {
+		tp.charged[t] += g
+		delete(tp.keys, t)
+	}
+}
+
 // addRequest counts a decision of e, whose parts are reqs.
 func (tp *teamPlan) addRequest(e *state.QueueEntry, reqs []state.Resources, shareRef int64) {
 	var sum amounts
@@ -144,6 +179,11 @@ func (tp *teamPlan) key(t string) float64 {
 	var k float64
 	if h == nil {
 		h = &amounts{}
+	}
+	if c := tp.charged[t]; c != 0 {
+		hc := *h
+		hc.gpus += c
+		h = &hc
 	}
 	if g > 0 && h.gpus < g {
 		k = float64(h.gpus) / float64(g)
@@ -384,4 +424,108 @@ func teamTreeOf(k state.Keys, c *watcher.Snapshot[state.Team], revs map[string]i
 		return true
 	})
 	return tr
+}
+
+// entitle is each owner's fair share of capacity (milli-GPUs) down the
+// team tree, given every owner's demand in each team (what it holds by
+// the ledgers plus what its requests in pending ask for): the hold
+// budgets with teams (hold.go). At each level, from the root down, each
+// team first gets what it asks for up to its guarantee (if the level has
+// less than their guarantees, in proportion to them), then the rest is
+// water-filled by weight over what the teams still ask for, each capped
+// at its maximum; a team's owners split its share by their own weights
+// beside its sub-teams.
+func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, ownerWeight func(string) float64) map[string]int64 {
+	demand := make(map[ownerInTeam]int64, len(tp.ownerHeld))
+	for k, g := range tp.ownerHeld {
+		demand[k] = g
+	}
+	for i := range pending {
+		if it := &pending[i]; !it.Pinned {
+			demand[tp.leaf(it.Entry.Team, it.Entry.Owner)] += requestGPUs(it.Entry, shareRef)
+		}
+	}
+	// Each team's members: its sub-teams and its owners; the roots are
+	// the members of the tree's top, noTeam among them.
+	owners := map[string][]string{}
+	teamDemand := map[string]int64{}
+	for k, g := range demand {
+		if g <= 0 {
+			continue
+		}
+		owners[k.team] = append(owners[k.team], k.owner)
+		for _, t := range tp.path(k.team) {
+			teamDemand[t] += g
+		}
+	}
+	out := map[string]int64{}
+	var fill func(team string, kids []string, cap int64)
+	fill = func(team string, kids []string, cap int64) {
+		// Members: "t:" sub-teams, "o:" owners.
+		d := map[string]int64{}
+		guar := map[string]int64{}
+		for _, k := range kids {
+			if g := teamDemand[k]; g > 0 {
+				d["t:"+k] = g
+				if m := tp.tree.Teams[k].MaxGPUs; m != nil {
+					d["t:"+k] = min(g, 1000*int64(*m))
+				}
+				guar["t:"+k] = min(d["t:"+k], tp.guarantee(k))
+			}
+		}
+		if team != "\x00root" {
+			for _, o := range owners[team] {
+				d["o:"+o] = demand[ownerInTeam{team, o}]
+			}
+		}
+		weight := func(m string) float64 {
+			if strings.HasPrefix(m, "o:") {
+				return ownerWeight(m[2:])
+			}
+			if n := m[2:]; n != noTeam {
+				return tp.tree.Teams[n].EffectiveWeight()
+			}
+			return 1
+		}
+		give := map[string]int64{}
+		var gsum int64
+		for _, g := range guar {
+			gsum += g
+		}
+		if gsum > cap {
+			give = waterFill(cap, guar, func(m string) float64 { return float64(guar[m]) })
+		} else {
+			for m, g := range guar {
+				give[m] = g
+			}
+		}
+		left := cap
+		rest := map[string]int64{}
+		for m, g := range d {
+			left -= give[m]
+			if r := g - give[m]; r > 0 {
+				rest[m] = r
+			}
+		}
+		if left > 0 {
+			for m, g := range waterFill(left, rest, weight) {
+				give[m] += g
+			}
+		}
+		for m, g := range give {
+			if strings.HasPrefix(m, "o:") {
+				out[m[2:]] += g
+			} else {
+				fill(m[2:], tp.tree.Children(m[2:]), g)
+			}
+		}
+	}
+	var roots []string
+	for _, n := range tp.tree.Names() {
+		if tp.tree.Teams[n].Parent == "" {
+			roots = append(roots, n)
+		}
+	}
+	fill("\x00root", append(roots, noTeam), capacity)
+	return out
 }
