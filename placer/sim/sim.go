@@ -86,13 +86,13 @@ type Stream struct {
 	// Preemptible marks them preemptible (Config.Preempt).
 	Team        string
 	Preemptible bool
-	Rate    float64
-	RampTo  float64
-	Start   time.Duration
-	End     time.Duration
-	Burst   int
-	Sizes   []Size
-	Runtime Runtime
+	Rate        float64
+	RampTo      float64
+	Start       time.Duration
+	End         time.Duration
+	Burst       int
+	Sizes       []Size
+	Runtime     Runtime
 }
 
 // Config is one simulation: the cluster, the placer's options, the
