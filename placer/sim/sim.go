@@ -82,17 +82,18 @@ type Stream struct {
 	NoLimit bool
 	User    string
 	Groups  []string
+	Rate    float64
+	RampTo  float64
+	Start   time.Duration
+	End     time.Duration
+	Burst   int
+	Sizes   []Size
+	Runtime Runtime
+
 	// Team is the team the sessions are charged to (Config.Teams), and
 	// Preemptible marks them preemptible (Config.Preempt).
 	Team        string
 	Preemptible bool
-	Rate        float64
-	RampTo      float64
-	Start       time.Duration
-	End         time.Duration
-	Burst       int
-	Sizes       []Size
-	Runtime     Runtime
 }
 
 // Config is one simulation: the cluster, the placer's options, the
