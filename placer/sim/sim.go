@@ -395,6 +395,7 @@ func Run(cfg Config) Result {
 			}
 			pending = append(pending, placer.Pending{Entry: &e, Revision: 1})
 			waitGPUs[s.user] += s.size.GPUs * (s.size.Workers + 1)
+			tm.arrived(s, views, pending)
 		}
 		if first < next {
 			// The wait each new request's fair share implies: the work
@@ -433,6 +434,7 @@ func Run(cfg Config) Result {
 			waitGPUs[s.user] -= s.size.GPUs * (s.size.Workers + 1)
 			backlog[s.user] -= float64(s.size.GPUs*(s.size.Workers+1)) * s.runtime.Minutes()
 			waits[s.size.Label()] = append(waits[s.size.Label()], (now - s.arrive).Minutes())
+			tm.bound(s, now)
 			res.MaxExcess = max(res.MaxExcess, (now-s.arrive).Minutes()-s.fairWait)
 		}
 		if len(bound) > 0 {

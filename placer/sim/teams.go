@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/voyager-gpu/voyager/placer"
@@ -32,6 +34,13 @@ type TeamResult struct {
 	// Owed is, after each pass, whether one of its waiting sessions would
 	// fit within what it lacks of its guarantee: GPUs it is owed.
 	Owed []bool
+	// OwedWait is the longest any of its sessions waited, in minutes,
+	// that was owed at its arrival: it fitted, with everything its team
+	// held and had queued before it, within the guarantee of its team and
+	// of every team above it. OwedN counts those sessions, and
+	// OwedUnbound those still waiting at the end.
+	OwedWait           float64
+	OwedN, OwedUnbound int
 	// Peak is the most it held after any pass.
 	Peak int
 	// Preempted counts its sessions stopped by preemption.
@@ -48,6 +57,11 @@ type teamSim struct {
 	stopped   map[string]int
 	preempted int
 	lostH     float64
+	// owed are the sessions owed at their arrival (TeamResult.OwedWait),
+	// with their team path.
+	owed  map[string]bool
+	waits map[string]float64 // team → longest owed wait
+	count map[string]int     // team → owed sessions
 }
 
 type warning struct {
@@ -59,7 +73,8 @@ func newTeamSim(cfg *Config) *teamSim {
 	if len(cfg.Teams) == 0 && cfg.Preempt == nil {
 		return nil
 	}
-	return &teamSim{cfg: cfg, teams: state.NewTeamTree(cfg.Teams...), warned: map[string]warning{}, stopped: map[string]int{}}
+	return &teamSim{cfg: cfg, teams: state.NewTeamTree(cfg.Teams...), warned: map[string]warning{}, stopped: map[string]int{},
+		owed: map[string]bool{}, waits: map[string]float64{}, count: map[string]int{}}
 }
 
 // tree is the planner's team tree.
@@ -182,6 +197,13 @@ func (tm *teamSim) pass(now time.Duration, snap *placer.Snapshot, plan *placer.P
 		tr.Owed = append(tr.Owed, waiting[n] > 0 && smallest[n] <= lack)
 		tr.Peak = max(tr.Peak, heldBy[n])
 		tr.Preempted = tm.stopped[n]
+		tr.OwedWait, tr.OwedN = tm.waits[n], tm.count[n]
+		tr.OwedUnbound = 0
+	}
+	for id := range tm.owed {
+		if tr := res.Teams[bySession[id].team]; tr != nil {
+			tr.OwedUnbound++
+		}
 	}
 	res.Preempted, res.PreemptedGPUHours = tm.preempted, tm.lostH
 }
@@ -305,22 +327,85 @@ func (r Result) TeamShare(cfg Config, team string) float64 {
 	return meanFrom(tr.Held, int(cfg.From/cfg.Tick)) / float64(gpus)
 }
 
-// OwedWait is the longest time team was owed GPUs it asked for: passes in
-// a row at which one of its waiting sessions would fit within what it
-// lacks of its guarantee (Owed), in minutes.
-func (r Result) OwedWait(cfg Config, team string) float64 {
-	tr := r.Teams[team]
-	if tr == nil {
-		return 0
+// arrived marks s owed when it fits, with what its team holds and has
+// queued (pending, s among them), within the guarantee of its team and of
+// each team above it.
+func (tm *teamSim) arrived(s *session, views []placer.NodeView, pending []placer.Pending) {
+	if tm == nil || s.team == "" {
+		return
 	}
-	longest, run := 0, 0
-	for i := range tr.Held {
-		if tr.Owed[i] {
-			run++
-			longest = max(longest, run)
-		} else {
-			run = 0
+	path := tm.teams.Path(s.team)
+	use := map[string]int{}
+	for i := range views {
+		for _, a := range views[i].Ledger.Allocations {
+			for _, t := range tm.teams.Path(a.Team) {
+				use[t] += len(a.GPUs)
+			}
 		}
 	}
-	return float64(longest) * cfg.Tick.Minutes()
+	for _, p := range pending {
+		for _, t := range tm.teams.Path(p.Entry.Team) {
+			use[t] += p.Entry.Request.GPUs * (p.Entry.Workers + 1)
+		}
+	}
+	for _, t := range path {
+		if g := tm.teams.Teams[t].Guarantee.GPUs; use[t] > g {
+			return
+		}
+	}
+	tm.owed[s.id] = true
+	tm.count[s.team]++
+}
+
+// bound records the wait of an owed session placed at now.
+func (tm *teamSim) bound(s *session, now time.Duration) {
+	if tm == nil || !tm.owed[s.id] {
+		return
+	}
+	delete(tm.owed, s.id)
+	tm.waits[s.team] = max(tm.waits[s.team], (now - s.arrive).Minutes())
+}
+
+// RunTeams runs every shape for every seed with binpack (the default),
+// parallel runs at most GOMAXPROCS at a time, in order.
+func RunTeams(shapes []Shape, opt placer.PlanOptions, seeds []uint64) []SuiteRow {
+	return RunSuite(shapes, opt, []placer.Strategy{placer.Binpack}, seeds)
+}
+
+// TeamTable writes runs of TeamSuite as one Markdown table: per run, each
+// team's mean share of the GPUs over the window and its peak, the
+// longest wait of a session owed at its arrival (with how many there
+// were), utilisation while work waits, and the sessions preempted with
+// the GPU-hours they had run.
+func TeamTable(rows []SuiteRow) string {
+	var b strings.Builder
+	b.WriteString("| shape | seed | sessions | team share (peak GPUs) | longest owed wait, min (owed sessions) | busy while waiting | preempted (GPU-h lost) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, row := range rows {
+		r := row.Result
+		cfg := row.Shape.Build(placer.PlanOptions{}, row.Seed)
+		names := make([]string, 0, len(r.Teams))
+		for n := range r.Teams {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var shares, owed []string
+		for _, n := range names {
+			tr := r.Teams[n]
+			shares = append(shares, fmt.Sprintf("%s %.1f%% (%d)", n, 100*r.TeamShare(cfg, n), tr.Peak))
+			if tr.OwedN > 0 {
+				s := fmt.Sprintf("%s %.0f (%d)", n, tr.OwedWait, tr.OwedN)
+				if tr.OwedUnbound > 0 {
+					s += fmt.Sprintf(", %d unplaced", tr.OwedUnbound)
+				}
+				owed = append(owed, s)
+			}
+		}
+		if len(owed) == 0 {
+			owed = []string{"–"}
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %.1f%% | %d (%.0f) |\n", row.Shape.Name, row.Seed, r.Sessions,
+			strings.Join(shares, ", "), strings.Join(owed, ", "), 100*r.Busy, r.Preempted, r.PreemptedGPUHours)
+	}
+	return b.String()
 }

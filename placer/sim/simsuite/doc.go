@@ -2,5 +2,7 @@
 // 34) at 16, 200 and 2,000 nodes, for binpack and spread, three seeds
 // each, with the placer's default settings, and prints one Markdown table
 // with the goals each run misses. `make sim` runs it; it exits 1 if any
-// run misses a goal.
+// run misses a goal. With -teams it runs issue 36's team shapes
+// (sim.TeamSuite) at the first -nodes size instead and prints their table
+// (`go run ./placer/sim/simsuite -teams -nodes 16`).
 package main
