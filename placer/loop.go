@@ -284,6 +284,9 @@ func (p *Placer) snapshot() *Snapshot {
 		Teams: p.teams.Snapshot(),
 	}
 	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
+	if p.usage != nil {
+		s.TeamUsage = p.decay.of(p.usage.Snapshot(), s.Now, p.cfg.UsageHalfLife) // teams.go
+	}
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
 	dropBound(s)
 	// Read after the caches: a release they do not show yet only ends

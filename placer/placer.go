@@ -71,6 +71,11 @@ type Config struct {
 	// while sessions are pending (ages grow and reservations start without
 	// any etcd event). Default 2s.
 	Tick time.Duration
+	// UsageHalfLife, when above zero, makes the placer read the daily
+	// GPU-hours (gpuhours/) and add each team's usage decayed with this
+	// half-life to its share in the order (Snapshot.TeamUsage). Zero:
+	// the order knows only what teams hold now.
+	UsageHalfLife time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -151,6 +156,10 @@ type Placer struct {
 	quotas  *watcher.Cache[state.Quota]
 	teams   *watcher.Cache[state.Team]
 	placers *watcher.Cache[state.Placer]
+	// usage is the daily GPU-hours, read with Config.UsageHalfLife only
+	// (nil without); decay caches what it gives (teams.go).
+	usage *watcher.Cache[state.UsageDay]
+	decay decayCache
 	// warnings tells which nodes are held for preempting sessions.
 	warnings *watcher.Cache[state.Warning]
 	// shared is set when the caches above but placers are the process's
@@ -255,6 +264,9 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		planCache: NewPlanCache(),
 	}
 	p.advisoryKV = cli
+	if cfg.UsageHalfLife > 0 {
+		p.usage = watcher.New(cli, k.GPUHoursDir(), watcher.JSON[state.UsageDay], wopt("gpuhours"))
+	}
 	sc.sent.Store(p.own)
 	p.delivered.revs, p.delivered.taken = map[int64]bool{}, map[int64][]string{}
 	signal := func(ch chan struct{}) {
@@ -355,6 +367,9 @@ func (p *Placer) Run(ctx context.Context) error {
 		runCache(p.warnings.Run)
 	}
 	runCache(p.placers.Run)
+	if p.usage != nil {
+		runCache(p.usage.Run)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

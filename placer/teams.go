@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
@@ -528,4 +529,40 @@ func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, o
 	}
 	fill("\x00root", append(roots, noTeam), capacity)
 	return out
+}
+
+// decayCache keeps the decayed usage of each team between passes: it
+// changes only as days are written and, slowly, with time, so it is
+// computed again when the records change or a minute has passed.
+type decayCache struct {
+	rev   int64
+	at    time.Time
+	usage map[string]float64
+}
+
+// of is each team's GPU-hours in days, decayed with halfLife as seen from
+// now (state.DecayedUsage over the records' days; a session of no team
+// counts for noTeam).
+func (c *decayCache) of(days *watcher.Snapshot[state.UsageDay], now time.Time, halfLife time.Duration) map[string]float64 {
+	if c.usage != nil && c.rev == days.Revision() && now.Sub(c.at) < time.Minute && !now.Before(c.at) {
+		return c.usage
+	}
+	var list []state.UsageDay
+	days.Range(func(it watcher.Item[state.UsageDay]) bool {
+		list = append(list, it.Value)
+		return true
+	})
+	ivs := state.DayIntervals(list, now, func(team, _ string) string {
+		if team == "" {
+			return "\x00none" // not a team name: kept apart from every team
+		}
+		return team
+	})
+	u := state.DecayedUsage(ivs, now, halfLife)
+	if h, ok := u["\x00none"]; ok {
+		delete(u, "\x00none")
+		u[noTeam] = h
+	}
+	c.rev, c.at, c.usage = days.Revision(), now, u
+	return u
 }

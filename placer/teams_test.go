@@ -206,3 +206,27 @@ func TestReclaimTakesBorrowedNeverGuaranteed(t *testing.T) {
 		t.Fatalf("got %d preemptions, want none: nlp holds only its guarantee", len(ps))
 	}
 }
+
+// TestTeamDecayedUsageOrders: two teams holding the same now split free
+// GPUs evenly; with decayed past usage (Snapshot.TeamUsage, from
+// VOYAGER_PLACER_USAGE_HALF_LIFE) the team that used less lately goes
+// first and takes them all.
+func TestTeamDecayedUsageOrders(t *testing.T) {
+	a := teamRunning(view(gpuNode("a", 8, "A100")), "v-old", "ada", "vision", 0, 4)
+	a = teamRunning(a, "n-old", "bob", "nlp", 4, 4)
+	b := view(gpuNode("b", 8, "A100"))
+	var pend []Pending
+	for i := 0; i < 8; i++ {
+		pend = append(pend, teamReq(fmt.Sprintf("ada-%d", i), "ada", "vision", 1, time.Duration(i)*time.Second),
+			teamReq(fmt.Sprintf("bob-%d", i), "bob", "nlp", 1, time.Duration(i)*time.Second))
+	}
+	s := snap([]NodeView{a, b}, pend...)
+	s.Teams = state.NewTeamTree(team("vision", "", 0, 0), team("nlp", "", 0, 0))
+	if got := boundBy(NewPlan(s, PlanOptions{})); got["ada"] != 4 || got["bob"] != 4 {
+		t.Fatalf("without usage: bound %v, want 4 and 4", got)
+	}
+	s.TeamUsage = map[string]float64{"nlp": 300, "vision": 20}
+	if got := boundBy(NewPlan(s, PlanOptions{})); got["ada"] != 8 || got["bob"] != 0 {
+		t.Fatalf("with nlp's heavier past usage: bound %v, want ada 8, bob 0", got)
+	}
+}
