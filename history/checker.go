@@ -72,7 +72,7 @@ type Checker struct {
 	members  map[string]map[string]bool // array id → its elements' session ids
 	rev      int64
 	binds    int64
-	acct     accruals // accrual.go
+	acct     accruals  // accrual.go
 	tm       teamModel // teams.go
 
 	// bound are the devices and ports each binding names (node, session).
