@@ -199,6 +199,7 @@ type session struct {
 	// preemptions: an end planned before one is stale.
 	team        string
 	preemptible bool
+	prio        int
 	gen         int
 	started     time.Duration
 	// fairWait is the wait, in minutes, that the user's fair share
@@ -393,6 +394,9 @@ func Run(cfg Config) Result {
 			if s.size.Workers > 0 {
 				e.Workers = s.size.Workers
 			}
+			if !tm.admit(s, &e) {
+				continue // refused: over its team's budget (teams.go)
+			}
 			pending = append(pending, placer.Pending{Entry: &e, Revision: 1})
 			waitGPUs[s.user] += s.size.GPUs * (s.size.Workers + 1)
 			tm.arrived(s, views, pending)
@@ -424,7 +428,7 @@ func Run(cfg Config) Result {
 			s.started = now
 			for _, pp := range d.Parts {
 				v := &views[index[pp.Node]]
-				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Team: s.team, Preemptible: s.preemptible, Role: pp.Role,
+				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Team: s.team, Preemptible: s.preemptible, Priority: s.prio, Role: pp.Role,
 					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends}
 				v.LedgerRevision++
 				r.nodes = append(r.nodes, pp.Node)

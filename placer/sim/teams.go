@@ -41,6 +41,14 @@ type TeamResult struct {
 	// OwedUnbound those still waiting at the end.
 	OwedWait           float64
 	OwedN, OwedUnbound int
+	// UsedGPUHours is the GPU-hours its sessions ran (with its
+	// sub-teams'), and OverBudgetAt when they first reached its budget
+	// (state.TeamBudget.GPUHours over the whole run; -1: never). Refused
+	// counts the sessions refused then (action refuse), Demoted those
+	// admitted at priority -100, preemptible (action queue).
+	UsedGPUHours     float64
+	OverBudgetAt     time.Duration
+	Refused, Demoted int
 	// Peak is the most it held after any pass.
 	Peak int
 	// Preempted counts its sessions stopped by preemption.
@@ -62,6 +70,13 @@ type teamSim struct {
 	owed  map[string]bool
 	waits map[string]float64 // team → longest owed wait
 	count map[string]int     // team → owed sessions
+	// used is each team's GPU-hours run so far (with its sub-teams'),
+	// and overAt when it reached its budget; refused and demoted count
+	// the creates its budget turned away or sent to priority -100.
+	used            map[string]float64
+	overAt          map[string]time.Duration
+	refused, demote map[string]int
+	now             time.Duration
 }
 
 type warning struct {
@@ -74,7 +89,8 @@ func newTeamSim(cfg *Config) *teamSim {
 		return nil
 	}
 	return &teamSim{cfg: cfg, teams: state.NewTeamTree(cfg.Teams...), warned: map[string]warning{}, stopped: map[string]int{},
-		owed: map[string]bool{}, waits: map[string]float64{}, count: map[string]int{}}
+		owed: map[string]bool{}, waits: map[string]float64{}, count: map[string]int{},
+		used: map[string]float64{}, overAt: map[string]time.Duration{}, refused: map[string]int{}, demote: map[string]int{}}
 }
 
 // tree is the planner's team tree.
@@ -131,7 +147,7 @@ func (tm *teamSim) stopVictims(now time.Duration, views []placer.NodeView, index
 		held[s.user] -= g
 		waitGPUs[s.user] += g
 		created := epoch.Add(s.arrive)
-		e := state.QueueEntry{Session: s.id, Kind: state.KindBatch, Owner: s.user, Groups: s.groups, Team: s.team, Preemptible: s.preemptible,
+		e := state.QueueEntry{Session: s.id, Kind: state.KindBatch, Owner: s.user, Groups: s.groups, Team: s.team, Preemptible: s.preemptible, Priority: s.prio,
 			Created: created, Enqueued: epoch.Add(now), Attempt: s.gen,
 			Request:    state.Resources{GPUs: s.size.GPUs, CPUMilli: int64(s.size.GPUs) * 1000, MemoryMiB: int64(s.size.GPUs) << 13},
 			MaxRuntime: state.Duration(s.limit), Workers: s.size.Workers}
@@ -180,6 +196,17 @@ func (tm *teamSim) pass(now time.Duration, snap *placer.Snapshot, plan *placer.P
 			}
 		}
 	}
+	// What ran until the next pass counts now (the accountant accrues
+	// the bound time); a budget reached stays reached for the run.
+	tm.now = now + tm.cfg.Tick
+	for t, g := range heldBy {
+		tm.used[t] += float64(g) * tm.cfg.Tick.Hours()
+		if b := tm.teams.Teams[t].Budget; b != nil && b.GPUHours > 0 && tm.used[t] >= b.GPUHours {
+			if _, ok := tm.overAt[t]; !ok {
+				tm.overAt[t] = tm.now
+			}
+		}
+	}
 	waiting, smallest := map[string]int{}, map[string]int{}
 	for _, p := range pending {
 		g := p.Entry.Request.GPUs * (p.Entry.Workers + 1)
@@ -198,6 +225,11 @@ func (tm *teamSim) pass(now time.Duration, snap *placer.Snapshot, plan *placer.P
 		tr.Peak = max(tr.Peak, heldBy[n])
 		tr.Preempted = tm.stopped[n]
 		tr.OwedWait, tr.OwedN = tm.waits[n], tm.count[n]
+		tr.UsedGPUHours, tr.Refused, tr.Demoted = tm.used[n], tm.refused[n], tm.demote[n]
+		tr.OverBudgetAt = -1
+		if at, ok := tm.overAt[n]; ok {
+			tr.OverBudgetAt = at
+		}
 		tr.OwedUnbound = 0
 	}
 	for id := range tm.owed {
@@ -259,6 +291,11 @@ func TeamSuite(nodes int) []Shape {
 				teamStream("ada", "vision", nodes, 0.3, time.Hour, true), teamStream("bob", "nlp", nodes, 1.0, time.Hour, true))
 		}
 	}
+	budget := func(o placer.PlanOptions, seed uint64, action string) Config {
+		v := state.Team{Name: "vision", Budget: &state.TeamBudget{GPUHours: 400, Period: state.PeriodDay, Action: action}}
+		return cfg(o, seed, 24*time.Hour, 12*time.Hour, []state.Team{v, {Name: "nlp"}}, pre,
+			teamStream("ada", "vision", nodes, 1.0, time.Hour, false), teamStream("bob", "nlp", nodes, 0.4, time.Hour, false))
+	}
 	return []Shape{
 		teamShape("team-returns", "team vision (50% guarantee) idle for 6 h while team nlp borrows the whole cluster (150%, preemptible, 4 h mean); then vision asks for 100%", nodes,
 			func(o placer.PlanOptions, seed uint64) Config { return returns(o, seed, pre) }),
@@ -283,6 +320,10 @@ func TeamSuite(nodes int) []Shape {
 				return cfg(o, seed, 24*time.Hour, 2*time.Hour, []state.Team{maxGPUs(state.Team{Name: "vision"}, gpus/4), {Name: "nlp"}}, pre,
 					teamStream("ada", "vision", nodes, 1.5, time.Hour, true), teamStream("bob", "nlp", nodes, 0.2, time.Hour, true))
 			}),
+		teamShape("team-budget-queue", "team vision (budget 400 GPU-hours, action queue) offers 100% against nlp at 40%: past its budget vision's creates go in at priority -100, preemptible, onto what nlp leaves idle", nodes,
+			func(o placer.PlanOptions, seed uint64) Config { return budget(o, seed, state.BudgetQueue) }),
+		teamShape("team-budget-refuse", "team-budget-queue with action refuse: past its budget vision's creates are refused", nodes,
+			func(o placer.PlanOptions, seed uint64) Config { return budget(o, seed, state.BudgetRefuse) }),
 		teamShape("adv-team-of-many", "adversarial: team nlp sends its work through 12 users against team vision's one, both offering 100%, to win the order by users' shares", nodes,
 			func(o placer.PlanOptions, seed uint64) Config {
 				st := []Stream{teamStream("ada", "vision", nodes, 1, time.Hour, true)}
@@ -376,11 +417,12 @@ func RunTeams(shapes []Shape, opt placer.PlanOptions, seeds []uint64) []SuiteRow
 // team's mean share of the GPUs over the window and its peak, the
 // longest wait of a session owed at its arrival (with how many there
 // were), utilisation while work waits, and the sessions preempted with
-// the GPU-hours they had run.
+// the GPU-hours they had run, and for a team with a budget, when it was
+// reached and how many creates were refused or sent to priority -100.
 func TeamTable(rows []SuiteRow) string {
 	var b strings.Builder
-	b.WriteString("| shape | seed | sessions | team share (peak GPUs) | longest owed wait, min (owed sessions) | busy while waiting | preempted (GPU-h lost) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString("| shape | seed | sessions | team share (peak GPUs) | longest owed wait, min (owed sessions) | busy while waiting | preempted (GPU-h lost) | budget reached at / refused / at -100 |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, row := range rows {
 		r := row.Result
 		cfg := row.Shape.Build(placer.PlanOptions{}, row.Seed)
@@ -389,10 +431,13 @@ func TeamTable(rows []SuiteRow) string {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		var shares, owed []string
+		var shares, owed, budget []string
 		for _, n := range names {
 			tr := r.Teams[n]
 			shares = append(shares, fmt.Sprintf("%s %.1f%% (%d)", n, 100*r.TeamShare(cfg, n), tr.Peak))
+			if tr.OverBudgetAt >= 0 {
+				budget = append(budget, fmt.Sprintf("%s %v / %d / %d", n, tr.OverBudgetAt, tr.Refused, tr.Demoted))
+			}
 			if tr.OwedN > 0 {
 				s := fmt.Sprintf("%s %.0f (%d)", n, tr.OwedWait, tr.OwedN)
 				if tr.OwedUnbound > 0 {
@@ -404,8 +449,35 @@ func TeamTable(rows []SuiteRow) string {
 		if len(owed) == 0 {
 			owed = []string{"–"}
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %.1f%% | %d (%.0f) |\n", row.Shape.Name, row.Seed, r.Sessions,
-			strings.Join(shares, ", "), strings.Join(owed, ", "), 100*r.Busy, r.Preempted, r.PreemptedGPUHours)
+		if len(budget) == 0 {
+			budget = []string{"–"}
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %.1f%% | %d (%.0f) | %s |\n", row.Shape.Name, row.Seed, r.Sessions,
+			strings.Join(shares, ", "), strings.Join(owed, ", "), 100*r.Busy, r.Preempted, r.PreemptedGPUHours, strings.Join(budget, ", "))
 	}
 	return b.String()
+}
+
+// admit applies the budgets of s's team and the teams above it to its
+// create, as the API does: over a budget, a create is refused
+// (state.BudgetRefuse) or admitted at priority -100, preemptible
+// (state.BudgetQueue).
+func (tm *teamSim) admit(s *session, e *state.QueueEntry) bool {
+	if tm == nil || s.team == "" {
+		return true
+	}
+	for _, t := range tm.teams.Path(s.team) {
+		if _, over := tm.overAt[t]; !over {
+			continue
+		}
+		if tm.teams.Teams[t].Budget.Action == state.BudgetQueue {
+			e.Priority, e.Preemptible = -state.TeamPriorityCeiling, true
+			s.prio, s.preemptible = e.Priority, true
+			tm.demote[s.team]++
+			return true
+		}
+		tm.refused[s.team]++
+		return false
+	}
+	return true
 }

@@ -37,6 +37,10 @@ const owedBound = SuiteTick + 2*(2*time.Minute+SuiteTick)
 //     within 3 points (1/6, 2/6, 3/6; a1 7/16, a2 3/16, b 6/16);
 //   - team-over-max: the team never holds more than its maximum, and
 //     borrows up to it (at least 23% of 25%);
+//   - team-budget-queue and team-budget-refuse: vision's budget is
+//     reached mid-run; past it its creates go in at -100 (nlp still gets
+//     the 40% it offers, vision the rest) or are refused (vision holds
+//     nothing over the last 12 hours);
 //   - adv-team-of-many: twelve users do not win their team more than
 //     half (45–55% each team; ordered by users alone it would be 12/13).
 func TestTeamSuiteGoals(t *testing.T) {
@@ -97,6 +101,23 @@ func TestTeamSuiteGoals(t *testing.T) {
 				t.Errorf("%s: vision held %d GPUs at its peak, above its maximum of 32", name, v.Peak)
 			}
 			share("vision", 0.25, 0.02)
+		case "team-budget-queue", "team-budget-refuse":
+			v := r.Teams["vision"]
+			if v.OverBudgetAt <= 0 || v.OverBudgetAt >= cfg.Duration/2 {
+				t.Errorf("%s: vision reached its budget at %v, want within the run's first half", name, v.OverBudgetAt)
+			}
+			if row.Shape.Name == "team-budget-queue" {
+				if v.Demoted == 0 || v.Refused > 0 {
+					t.Errorf("%s: %d creates at -100 and %d refused, want them all admitted at -100", name, v.Demoted, v.Refused)
+				}
+				share("nlp", 0.42, 0.04)    // it gets what it offers: vision's work past its budget yields
+				share("vision", 0.57, 0.05) // and vision's runs on the rest
+				break
+			}
+			if v.Refused == 0 || v.Demoted > 0 {
+				t.Errorf("%s: %d creates refused and %d at -100, want them all refused", name, v.Refused, v.Demoted)
+			}
+			share("vision", 0, 0.01)
 		case "adv-team-of-many":
 			share("vision", 0.5, 0.05)
 			share("nlp", 0.5, 0.05)
