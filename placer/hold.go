@@ -210,13 +210,13 @@ func (p *planner) holdLarge(plan *Plan) {
 	// aged requests cost a map lookup per comparison otherwise.
 	type cand struct {
 		prio  int
-		tkey  []float64 // the team's key vector (teams.go); nil without teams
+		tkey  teamKey // the team's keys (teams.go); empty without teams
 		share float64
 		age   ageKey
 	}
 	var cands []cand
 	share := map[string]float64{}
-	tkeys := map[string][]float64{}
+	tkeys := map[string]teamKey{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
 		if it.Pinned || !p.aged(it.Entry) {
@@ -229,7 +229,7 @@ func (p *planner) holdLarge(plan *Plan) {
 		}
 		tk, ok := tkeys[it.Entry.Team]
 		if !ok && p.teams != nil {
-			tk = p.teams.keyOf(it.Entry.Team, nil)
+			tk = p.teams.keyOf(it.Entry.Team, teamKey{})
 			tkeys[it.Entry.Team] = tk
 		}
 		c := it.Entry.Created

@@ -41,7 +41,7 @@ type ownerQueue struct {
 	team string
 	// tkey is the key vector of team (teamPlan.keyOf): owners compare by
 	// it first. Empty without teams.
-	tkey  []float64
+	tkey  teamKey
 	items []*Pending
 	// aging holds the items with their ages while order builds the
 	// queue: sorted, they become items.

@@ -203,26 +203,51 @@ func (tp *teamPlan) key(t string) float64 {
 	return k
 }
 
-// keyOf is the key vector of team: key of each team on its path, the
-// root's first. Owners compare by it lexicographically before their own
-// share, so that siblings are compared at the level where two paths part.
-func (tp *teamPlan) keyOf(team string, into []float64) []float64 {
-	into = into[:0]
-	for _, t := range tp.path(team) {
-		into = append(into, tp.key(t))
+// teamKey is what orders an owner's requests in a team before its own
+// share: the key of each team on the team's path, the root's first, with
+// the path's names.
+type teamKey struct {
+	keys []float64
+	path []string
+}
+
+// keyOf is the teamKey of team, reusing into's storage.
+func (tp *teamPlan) keyOf(team string, into teamKey) teamKey {
+	into.path = tp.path(team)
+	into.keys = into.keys[:0]
+	for _, t := range into.path {
+		into.keys = append(into.keys, tp.key(t))
 	}
 	return into
 }
 
-// compareKeys compares two key vectors; -1, 0 or 1.
-func compareKeys(a, b []float64) int {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i] != b[i] {
-			if a[i] < b[i] {
+// compareKeys compares two team keys level by level from the root: by
+// the key at the first level where the paths part, equal keys by the
+// teams' names; where one path is the other's beginning (an owner in a
+// team beside its sub-teams), the shorter first. A total order, so that
+// the queue's heap pops one sequence however it was built (placers
+// agree); -1, 0 or 1.
+func compareKeys(a, b teamKey) int {
+	for i := 0; i < len(a.keys) && i < len(b.keys); i++ {
+		if a.keys[i] != b.keys[i] {
+			if a.keys[i] < b.keys[i] {
 				return -1
 			}
 			return 1
 		}
+		if c := strings.Compare(a.path[i], b.path[i]); c != 0 {
+			return c
+		}
+	}
+	return cmpInt(len(a.keys), len(b.keys))
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
 	}
 	return 0
 }
@@ -471,7 +496,9 @@ func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, o
 				if m := tp.tree.Teams[k].MaxGPUs; m != nil {
 					d["t:"+k] = min(g, 1000*int64(*m))
 				}
-				guar["t:"+k] = min(d["t:"+k], tp.guarantee(k))
+				if g := min(d["t:"+k], tp.guarantee(k)); g > 0 {
+					guar["t:"+k] = g // weights of the guarantees' split: never 0
+				}
 			}
 		}
 		if team != "\x00root" {
