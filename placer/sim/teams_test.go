@@ -70,6 +70,7 @@ func TestTeamSuiteGoals(t *testing.T) {
 			if v.OwedN == 0 || v.OwedWait > owedBound.Minutes() || v.OwedUnbound > 0 {
 				t.Errorf("%s: vision's %d owed sessions waited up to %.0f min (%d unplaced), want at most %.0f", name, v.OwedN, v.OwedWait, v.OwedUnbound, owedBound.Minutes())
 			}
+			t.Logf("%s: preempted %d of nlp's sessions, %d of vision's", name, r.Teams["nlp"].Preempted, v.Preempted)
 			if n := r.Teams["nlp"]; n.Preempted == 0 || v.Preempted*2 > n.Preempted {
 				t.Errorf("%s: %d of nlp's and %d of vision's sessions preempted, want nlp's borrowed work reclaimed (vision's only where it passed its own guarantee)", name, n.Preempted, v.Preempted)
 			}
