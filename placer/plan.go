@@ -267,7 +267,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	}
 	p.usage = newUsage(p.nodes, p.pinned)
 	p.quota = &p.usage
-	p.teams = newTeamPlan(s, p.nodes, p.usage.total)
+	p.teams = newTeamPlan(s, p.nodes, p.usage.total, p.pinned)
 	p.quotas = p.quotas || p.teams != nil && p.teams.maxima
 	if p.pinned != nil {
 		q := newUsage(p.nodes, nil)

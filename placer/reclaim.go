@@ -40,7 +40,7 @@ func newReclaim(s *Snapshot, views map[string]*NodeView, names []string) *reclai
 	if !guaranteed {
 		return nil
 	}
-	tp := newTeamPlan(&Snapshot{Teams: s.Teams}, nil, amounts{})
+	tp := newTeamPlan(&Snapshot{Teams: s.Teams}, nil, amounts{}, nil)
 	for _, n := range names {
 		for _, a := range views[n].Ledger.Allocations {
 			tp.add(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})

@@ -34,9 +34,14 @@ type teamPlan struct {
 	// paths are each team's names from its root down to it.
 	paths map[string][]string
 	// held is what each team holds with its sub-teams, in the planner's
-	// amounts (milli-GPUs): every ledger allocation from the start (a
-	// pinned one included, as quotas count it), then each decision.
-	held  map[string]*amounts
+	// amounts (milli-GPUs), as the order counts it: the ledgers, a pinned
+	// session's allocations from its turn (as owners' shares count them,
+	// so that an epoch planned again orders alike), then each decision.
+	held map[string]*amounts
+	// full is the milli-GPUs each team holds with its sub-teams as
+	// maxima, reasons and reclaim count them: a pinned session's from the
+	// start, as quotas count it.
+	full  map[string]int64
 	total amounts
 	// decayed is each team's (with its sub-teams') decayed GPU-hours as
 	// a share of every team's (Snapshot.TeamUsage); nil: no decay.
@@ -65,27 +70,35 @@ func (tp *teamPlan) leaf(team, owner string) ownerInTeam {
 	return ownerInTeam{p[len(p)-1], owner}
 }
 
-// newTeamPlan is the team tree of s over nodes, whose capacity is total;
-// nil when s has no teams.
-func newTeamPlan(s *Snapshot, nodes []*nodeState, total amounts) *teamPlan {
+// newTeamPlan is the team tree of s over nodes, whose capacity is total,
+// with pinned the sessions the pass places again (PinEpoch); nil when s
+// has no teams.
+func newTeamPlan(s *Snapshot, nodes []*nodeState, total amounts, pinned map[string][]pinnedPart) *teamPlan {
 	if len(s.Teams.Teams) == 0 {
 		return nil
 	}
-	tp := &teamPlan{tree: s.Teams, paths: map[string][]string{}, held: map[string]*amounts{}, total: total, keys: map[string]float64{}}
+	tp := &teamPlan{tree: s.Teams, paths: map[string][]string{}, held: map[string]*amounts{}, full: map[string]int64{}, total: total, keys: map[string]float64{}}
 	for _, t := range s.Teams.Teams {
 		tp.maxima = tp.maxima || t.MaxGPUs != nil
 	}
 	tp.ownerHeld = map[ownerInTeam]int64{}
 	for _, n := range nodes {
-		for _, a := range n.view.Ledger.Allocations {
-			tp.add(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
+		for id, a := range n.view.Ledger.Allocations {
+			if pinned[id] != nil {
+				tp.addFull(a.Team, a.MilliGPUs()) // the order counts it at its turn
+			} else {
+				tp.add(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
+			}
 			tp.ownerHeld[tp.leaf(a.Team, a.Owner)] += a.MilliGPUs()
 		}
 	}
 	if len(s.TeamUsage) > 0 {
 		sum := 0.0
 		sub := map[string]float64{}
-		for team, h := range s.TeamUsage {
+		// In a fixed order: a sum of floats depends on it, and placers
+		// must agree to the last bit.
+		for _, team := range sortedNames(s.TeamUsage) {
+			h := s.TeamUsage[team]
 			if h <= 0 {
 				continue
 			}
@@ -120,6 +133,27 @@ func (tp *teamPlan) path(team string) []string {
 
 // add counts a in team and each team above it.
 func (tp *teamPlan) add(team string, a amounts) {
+	tp.addFull(team, a.gpus)
+	tp.addOrder(team, a)
+}
+
+// addFull counts g milli-GPUs in team and above as maxima see them.
+func (tp *teamPlan) addFull(team string, g int64) {
+	for _, t := range tp.path(team) {
+		tp.full[t] += g
+	}
+}
+
+// placedPinned counts a pinned session's allocation in the order at its
+// turn (its GPUs count for maxima from the start); nil-safe.
+func (tp *teamPlan) placedPinned(a *state.Allocation) {
+	if tp != nil {
+		tp.addOrder(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
+	}
+}
+
+// addOrder counts a in team and above as the order sees it.
+func (tp *teamPlan) addOrder(team string, a amounts) {
 	for _, t := range tp.path(team) {
 		h, ok := tp.held[t]
 		if !ok {
@@ -156,11 +190,16 @@ func (tp *teamPlan) addRequest(e *state.QueueEntry, reqs []state.Resources, shar
 }
 
 // gpus is what team t holds, in milli-GPUs.
-func (tp *teamPlan) gpus(t string) int64 {
-	if h := tp.held[t]; h != nil {
-		return h.gpus
+func (tp *teamPlan) gpus(t string) int64 { return tp.full[t] }
+
+// sortedNames are m's keys in order.
+func sortedNames(m map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
-	return 0
+	sort.Strings(out)
+	return out
 }
 
 // guarantee is team t's guarantee in milli-GPUs.

@@ -69,3 +69,43 @@ func sortedCopy(xs []string) []string {
 	}
 	return out
 }
+
+// TestPinnedEpochWithTeams is TestPinnedEpochPlansTheRestOfThePlan with a
+// team tree (nested, with guarantees, weights and a maximum): a snapshot
+// showing part of an epoch's binds plans exactly the rest of that epoch's
+// plan. It failed while pinned sessions counted in their teams' order
+// from the start of the pass and their queue entries lacked their team.
+func TestPinnedEpochWithTeams(t *testing.T) {
+	for seed := int64(1); seed <= 4; seed++ {
+		s := newPlanBenchSnapshot(60, 1500)
+		names := []string{"a1", "a2", "b", "c"}
+		for i := range s.Pending {
+			e := *s.Pending[i].Entry
+			e.Team = names[int(e.Owner[len(e.Owner)-1])%len(names)]
+			s.Pending[i].Entry = &e
+		}
+		s.Teams = state.NewTeamTree(team("a", "", 160, 1), team("a1", "a", 80, 2), team("a2", "a", 0, 1), team("b", "", 80, 3), withMax(team("c", "", 0, 1), 120))
+		fresh := int64(len(s.Pending) + 1)
+		PinEpoch(s, 0, fresh)
+		opt := PlanOptions{ReserveAfter: 10 * time.Minute}
+		whole := NewPlan(s, opt)
+		rng := rand.New(rand.NewPCG(uint64(seed), 2))
+		var part []Decision
+		applied := map[string]bool{}
+		for _, d := range whole.Bound {
+			if int(d.Parts[0].Node[len(d.Parts[0].Node)-1]-'0')%3 == 0 && rng.IntN(3) > 0 {
+				part = append(part, d)
+				applied[d.Pending.Entry.Session] = true
+			}
+		}
+		later := applyPart(s, part, s.Epoch)
+		PinEpoch(later, 0, fresh+int64(len(part)))
+		rest := NewPlan(later, opt)
+		wantBound, wantWaiting := planKey(whole, applied)
+		gotBound, gotWaiting := planKey(rest, nil)
+		if fmt.Sprint(gotBound) != fmt.Sprint(wantBound) || fmt.Sprint(gotWaiting) != fmt.Sprint(wantWaiting) {
+			t.Fatalf("seed %d: with %d of the epoch's binds pinned, the plan of the rest differs from the epoch's:\n got %d decisions %.300v\nwant %d decisions %.300v",
+				seed, len(part), len(gotBound), gotBound, len(wantBound), wantBound)
+		}
+	}
+}
