@@ -60,7 +60,9 @@ func TestReclaimBorrowedGPUsForATeam(t *testing.T) {
 		}
 	}
 	// nlp-a waits: vision (4 of its 6) is ahead of nlp (4 held, over its 2).
-	c.status("nlp-a", "waiting for room", func(st state.Status) bool { return st.Phase == state.PhasePending && st.Reason != "" && st.Reason != "Queued" })
+	c.status("nlp-a", "waiting for room", func(st state.Status) bool {
+		return st.Phase == state.PhasePending && st.Reason != "" && st.Reason != "Queued"
+	})
 	if warned(t, c.cli, "vision-1") {
 		t.Error("vision-1 was warned; it is within its team's guarantee")
 	}
