@@ -106,6 +106,7 @@ type API struct {
 	cordons *watcher.Cache[state.Cordon]
 	pending *watcher.Cache[state.QueueEntry]
 	quotas  *watcher.Cache[state.Quota]
+	teams   *watcher.Cache[state.Team] // orders the queue view as placers order the queue
 	status  *watcher.Cache[state.Status]
 	// warns holds warnings/: the metrics count them by reason.
 	warns *watcher.Cache[state.Warning]
@@ -207,6 +208,7 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		cordons: watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
 		pending: watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
 		quotas:  watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
+		teams:   watcher.New(cli, k.Teams(), watcher.JSON[state.Team], wopt("teams")),
 		status:  watcher.New(cli, k.StatusDir(), watcher.JSON[state.Status], wopt("status")),
 		warns:   watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
 		secrets: watcher.New(cli, k.SecretsDir(), watcher.JSON[state.Secrets], wopt("secrets")),
@@ -260,6 +262,7 @@ func (a *API) Run(ctx context.Context) error {
 	g.Go(func() error { return a.cordons.Run(ctx) })
 	g.Go(func() error { return a.pending.Run(ctx) })
 	g.Go(func() error { return a.quotas.Run(ctx) })
+	g.Go(func() error { return a.teams.Run(ctx) })
 	g.Go(func() error { return a.status.Run(ctx) })
 	g.Go(func() error { return a.warns.Run(ctx) })
 	g.Go(func() error { return a.secrets.Run(ctx) })
@@ -284,7 +287,7 @@ func (a *API) Run(ctx context.Context) error {
 
 // WaitSynced blocks until every cache has its first list, or ctx ends.
 func (a *API) WaitSynced(ctx context.Context) error {
-	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.status, a.warns, a.secrets, a.envs, a.runtimes} {
+	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.teams, a.status, a.warns, a.secrets, a.envs, a.runtimes} {
 		if err := w.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("wait for api caches: %w", err)
 		}

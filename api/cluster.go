@@ -348,7 +348,7 @@ type queuePlan struct {
 	waiting map[string]int32
 	// revs are the revisions of the caches it was planned from (pending,
 	// nodes, ledgers, cordons, quotas); at is when, took how long it took.
-	revs     [5]int64
+	revs     [6]int64
 	at       time.Time
 	took     time.Duration
 	finished time.Time
@@ -384,7 +384,7 @@ const syncPlanBudget = 20 * time.Millisecond
 // core): queue positions at a large site are a few passes old at most, and
 // no request pays for a plan.
 func (a *API) queuePlan() *queuePlan {
-	revs := [5]int64{a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision()}
+	revs := [6]int64{a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision(), a.teams.Revision()}
 	pc := &a.plans
 	pc.mu.Lock()
 	now := a.cfg.Now()
@@ -422,7 +422,7 @@ func (a *API) queuePlan() *queuePlan {
 }
 
 // planQueue plans the queue over the caches, which were at revs or later.
-func (a *API) planQueue(revs [5]int64) *queuePlan {
+func (a *API) planQueue(revs [6]int64) *queuePlan {
 	now := a.cfg.Now()
 	start := time.Now()
 	snap := a.snapshot(now)
@@ -443,7 +443,7 @@ func (a *API) planQueue(revs [5]int64) *queuePlan {
 func (a *API) snapshot(now time.Time) *placer.Snapshot {
 	return placer.SnapshotOf(a.keys, placer.Caches{
 		Nodes: a.nodes.Snapshot(), Ledgers: a.ledgers.Snapshot(), Cordons: a.cordons.Snapshot(),
-		Quotas: a.quotas.Snapshot(), Pending: a.pending.Snapshot(),
+		Quotas: a.quotas.Snapshot(), Pending: a.pending.Snapshot(), Teams: a.teams.Snapshot(),
 	}, now)
 }
 

@@ -73,7 +73,8 @@ type Checker struct {
 	members  map[string]map[string]bool // array id → its elements' session ids
 	rev      int64
 	binds    int64
-	acct     accruals // accrual.go
+	acct     accruals  // accrual.go
+	tm       teamModel // teams.go
 
 	// bound are the devices and ports each binding names (node, session).
 	bound map[[2]string]boundView
@@ -195,6 +196,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			}
 			old := c.ledgers[name]
 			c.unindex(name, old)
+			c.chargeTeams(old, -1)
 			for id := range old.Allocations {
 				t.pairs[[2]string{name, id}] = true
 				c.hold(id, name, 2, false)
@@ -209,6 +211,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 					continue
 				}
 				c.ledgers[name] = l
+				c.chargeTeams(l, +1)
 				for id := range l.Allocations {
 					t.pairs[[2]string{name, id}] = true
 					c.hold(id, name, 2, true)
@@ -337,6 +340,8 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			}
 		case strings.HasPrefix(key, k.Accruals()):
 			c.checkAccrual(ch, transitions, bad)
+		case strings.HasPrefix(key, k.Teams()):
+			c.noteTeam(key, ch.Value, bad)
 		case strings.HasPrefix(key, k.PendingDir()):
 			id, ok := k.SessionID(key)
 			if !ok {
@@ -483,6 +488,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			bad(w.key, RulePartUnbound, "part of %s on %s written for the binding of revision %d, which %s does not hold", w.id, w.node, w.p.BindingRevision, w.node)
 		}
 	}
+	c.teamsOver(transitions, bad)
 	for name := range t.nodes {
 		for _, d := range c.over(name) {
 			bad(k.Ledger(name), RuleNodeOver, "%s", d)

@@ -86,7 +86,7 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 		c.SetStuckAfter(opts.StuckAfter)
 	}
 	var initial []Change
-	for _, dir := range []string{k.Arrays(), k.Sessions(), k.Nodes(), k.Ledgers(), k.AllBindings(), k.PendingDir(), k.StatusDir(), k.Parts()} {
+	for _, dir := range []string{k.Arrays(), k.Sessions(), k.Nodes(), k.Ledgers(), k.AllBindings(), k.PendingDir(), k.StatusDir(), k.Parts(), k.Teams()} {
 		r, err := cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(start))
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) {

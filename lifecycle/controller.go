@@ -80,6 +80,7 @@ type Controller struct {
 	ledgers  *watcher.Cache[state.Ledger]
 	cordons  *watcher.Cache[state.Cordon]
 	quotas   *watcher.Cache[state.Quota]
+	teams    *watcher.Cache[state.Team]
 	// shared is Config.Shared: those caches are run by the caller.
 	shared bool
 
@@ -135,6 +136,7 @@ func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
 		ledgers:  sc.Ledgers,
 		cordons:  sc.Cordons,
 		quotas:   sc.Quotas,
+		teams:    sc.Teams,
 		shared:   cfg.Shared != nil,
 		kick:     make(chan struct{}, 1),
 	}
@@ -198,7 +200,7 @@ type cache interface {
 
 // caches lists every cache the controller reads.
 func (c *Controller) caches() []cache {
-	return []cache{c.sessions, c.statuses, c.warnings, c.pending, c.nodes, c.ledgers, c.cordons, c.quotas}
+	return []cache{c.sessions, c.statuses, c.warnings, c.pending, c.nodes, c.ledgers, c.cordons, c.quotas, c.teams}
 }
 
 // owned lists the caches the controller runs: all of them, or, with
@@ -624,7 +626,7 @@ func (c *Controller) preempt(ctx context.Context, v *view) error {
 	}
 	snap := placer.SnapshotOf(k, placer.Caches{
 		Nodes: c.nodes.Snapshot(), Ledgers: c.ledgers.Snapshot(), Cordons: v.cordons,
-		Quotas: c.quotas.Snapshot(), Pending: v.pending, Warnings: v.warnings,
+		Quotas: c.quotas.Snapshot(), Pending: v.pending, Warnings: v.warnings, Teams: c.teams.Snapshot(),
 	}, v.now)
 	// Room that stopping sessions are about to free is not worth
 	// preempting anyone for: count it free.
@@ -666,8 +668,20 @@ func (c *Controller) preempt(ctx context.Context, v *view) error {
 }
 
 // preemptible reports whether any running preemptible session has a lower
-// priority than some pending one: the cheap test before planning.
+// priority than some pending one, or, with teams, whether any runs at
+// all (a team below its guarantee may reclaim it): the cheap test before
+// planning.
 func (c *Controller) preemptible(v *view) bool {
+	if c.teams.Len() > 0 {
+		for _, it := range c.ledgers.List() {
+			for _, a := range it.Value.Allocations {
+				if a.Preemptible {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	top, found := 0, false
 	v.pending.Range(func(it watcher.Item[state.QueueEntry]) bool {
 		if !found || it.Value.Priority > top {
@@ -700,9 +714,14 @@ func (c *Controller) warnVictims(ctx context.Context, v *view, p placer.Preempti
 			rev = w.ModRevision
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Warning(vi.Session)), "=", rev))
+		msg := fmt.Sprintf("preempted: %s (priority %d, above this session's %d) needs its room on %s; this session will be stopped at %s and re-queued",
+			e.Session, e.Priority, vi.Allocation.Priority, p.Node, stopAt.Format(time.RFC3339))
+		if vi.Reason != "" { // a team's guarantee reclaimed (placer/reclaim.go)
+			msg = fmt.Sprintf("preempted: %s; %s needs its room on %s; this session will be stopped at %s and re-queued",
+				vi.Reason, e.Session, p.Node, stopAt.Format(time.RFC3339))
+		}
 		w := state.Warning{Session: vi.Session, Reason: state.ReasonPreempted, Issued: v.now, StopAt: stopAt, Node: p.Node, By: e.Session,
-			Message: fmt.Sprintf("preempted: %s (priority %d, above this session's %d) needs its room on %s; this session will be stopped at %s and re-queued",
-				e.Session, e.Priority, vi.Allocation.Priority, p.Node, stopAt.Format(time.RFC3339))}
+			Message: msg}
 		val, err := state.Encode(w)
 		if err != nil {
 			return fmt.Errorf("warn victims of %s: %w", e.Session, err)

@@ -9,7 +9,10 @@
 // out. Waiting higher-priority sessions preempt the fewest lower-priority
 // preemptible sessions (placer.PlanPreemption); the victims are warned,
 // stopped after a grace and re-queued, and the placer holds the freed node
-// for the preemptor. Failed OnFailure sessions and preempted ones are put
+// for the preemptor. A waiting session of a team below its guarantee
+// reclaims, whatever the priorities, preemptible sessions of teams that
+// borrow beyond theirs (placer/reclaim.go), their warnings saying so.
+// Failed OnFailure sessions and preempted ones are put
 // back in the queue at their retry time.
 //
 // Retention: finished sessions (and finished job arrays, with their

@@ -71,6 +71,9 @@ func ledgerBytes(l *state.Ledger) int {
 	n := 64 + len(l.Node)
 	for id, a := range l.Allocations {
 		n += 272 + len(id) + len(a.Owner) + 48*len(a.GPUs) + 8*len(a.Ports)
+		if a.Team != "" {
+			n += 10 + len(a.Team) // ,"team":""
+		}
 		for _, g := range a.Groups {
 			n += len(g) + 3
 		}

@@ -29,6 +29,9 @@ type SharedCaches struct {
 	Cordons  *watcher.Cache[state.Cordon]
 	Quotas   *watcher.Cache[state.Quota]
 	Warnings *watcher.Cache[state.Warning]
+	// Teams is the team tree (teams/), which orders the queue and caps
+	// teams (teams.go) and lets preemption reclaim (reclaim.go).
+	Teams *watcher.Cache[state.Team]
 
 	// sent are the ledger values the process's placer has sent, which
 	// the ledgers cache takes as they were encoded instead of decoding
@@ -49,6 +52,7 @@ func NewSharedCaches(cli *clientv3.Client, k state.Keys, log *slog.Logger) *Shar
 		Cordons:  watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
 		Quotas:   watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
 		Warnings: watcher.New(cli, k.Warnings(), watcher.JSON[state.Warning], wopt("warnings")),
+		Teams:    watcher.New(cli, k.Teams(), watcher.JSON[state.Team], wopt("teams")),
 	}
 	s.Ledgers = watcher.New(cli, k.Ledgers(), s.decodeLedger, wopt("ledgers"))
 	return s
@@ -69,7 +73,7 @@ func (s *SharedCaches) decodeLedger(key string, value []byte) (state.Ledger, err
 
 // runs lists the caches' Run methods.
 func (s *SharedCaches) runs() []func(context.Context) error {
-	return []func(context.Context) error{s.Pending.Run, s.Nodes.Run, s.Ledgers.Run, s.Cordons.Run, s.Quotas.Run, s.Warnings.Run}
+	return []func(context.Context) error{s.Pending.Run, s.Nodes.Run, s.Ledgers.Run, s.Cordons.Run, s.Quotas.Run, s.Warnings.Run, s.Teams.Run}
 }
 
 // Run keeps every cache current until ctx ends (then it returns nil) or
@@ -78,7 +82,7 @@ func (s *SharedCaches) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 6)
+	errc := make(chan error, len(s.runs()))
 	for _, run := range s.runs() {
 		wg.Go(func() {
 			if err := run(ctx); err != nil {
@@ -104,6 +108,8 @@ type Caches struct {
 	Pending *watcher.Snapshot[state.QueueEntry]
 	// Warnings, when set, gives the nodes held for preempting sessions.
 	Warnings *watcher.Snapshot[state.Warning]
+	// Teams, when set, is the team tree (Snapshot.Teams).
+	Teams *watcher.Snapshot[state.Team]
 }
 
 // SnapshotOf builds the planning snapshot of c at now: every placer plans on
@@ -171,5 +177,8 @@ func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
 		}
 		return true
 	})
+	if c.Teams != nil {
+		s.Teams = teamTreeOf(k, c.Teams, s.QuotaRevisions) // teams.go
+	}
 	return s
 }

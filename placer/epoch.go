@@ -71,7 +71,7 @@ func PinEpoch(s *Snapshot, done, fresh int64) {
 			}
 			pinned[id] = true
 			add = append(add, Pending{Pinned: true, Entry: &state.QueueEntry{
-				Session: id, Owner: a.Owner, Groups: a.Groups, Kind: a.Kind, Priority: a.Priority,
+				Session: id, Owner: a.Owner, Groups: a.Groups, Team: a.Team, Kind: a.Kind, Priority: a.Priority,
 				Preemptible: a.Preemptible, Created: a.Queued,
 			}})
 		}
@@ -138,5 +138,6 @@ func (p *planner) placePinned(it *Pending, plan *Plan) {
 			delete(plan.Reserved, pp.node.name)
 		}
 		p.usage.addAllocation(pp.alloc)
+		p.teams.placedPinned(pp.alloc) // teams.go
 	}
 }

@@ -16,7 +16,7 @@ import (
 // to, each such ledger at a new revision, their sessions off the queue, as
 // a placer's caches show another placer's commits of part of its plan.
 func applyPart(s *Snapshot, ds []Decision, epoch int64) *Snapshot {
-	out := &Snapshot{Now: s.Now, UserQuotas: s.UserQuotas, GroupQuotas: s.GroupQuotas, QuotaRevisions: s.QuotaRevisions}
+	out := &Snapshot{Now: s.Now, UserQuotas: s.UserQuotas, GroupQuotas: s.GroupQuotas, QuotaRevisions: s.QuotaRevisions, Teams: s.Teams}
 	byNode := map[string]map[string]state.Allocation{}
 	bound := map[string]bool{}
 	for _, d := range ds {

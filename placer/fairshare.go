@@ -112,6 +112,9 @@ func quotaScopes(e *state.QueueEntry, s *Snapshot) []quotaRef {
 			out = append(out, quotaRef{state.QuotaGroups, g})
 		}
 	}
+	if e.Team != "" && len(s.Teams.Teams) > 0 {
+		out = appendTeamScopes(out, e.Team, s) // teams.go
+	}
 	return out
 }
 

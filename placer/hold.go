@@ -68,7 +68,12 @@ func (p *planner) entitle(maxPartial int) {
 			large[it.Entry.Owner] += g
 		}
 	}
-	ent := waterFill(p.usage.total.gpus, demand, p.ownerWeight)
+	var ent map[string]int64
+	if p.teams != nil {
+		ent = p.teams.entitle(p.usage.total.gpus, p.snap.Pending, p.usage.shareRef, p.ownerWeight) // down the team tree
+	} else {
+		ent = waterFill(p.usage.total.gpus, demand, p.ownerWeight)
+	}
 	p.holdBudget = make(map[string]int64, len(ent))
 	p.chargeBudget = make(map[string]int64, len(ent))
 	for o, e := range ent {
@@ -200,7 +205,8 @@ func (p *planner) holdLarge(plan *Plan) {
 		}
 	}
 	p.entitle(maxPartial)
-	// Candidates in the order priority, owner's weighted share, age, id
+	// Candidates in the order priority, team (teams.go), owner's weighted
+	// share, age, id
 	// (a total order): each owner's aged requests of a priority in a
 	// heap by age, and the owners' heaps merged by their heads
 	// (holdQueue). An owner whose budget is spent leaves the merge with
@@ -294,6 +300,7 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 		if charged {
 			p.charge[e.Session] += 1000 * int64(best.freeGPUs) // thousandths, as usage amounts
 			p.charged[e.Owner] += 1000 * int64(best.freeGPUs)
+			p.teams.charge(e.Team, 1000*int64(best.freeGPUs)) // and its team's (teams.go)
 		}
 		p.holding[e.Session] = append(p.holding[e.Session], best)
 		used[best.name] = true
@@ -401,20 +408,29 @@ func backfills(pt *part, n *nodeState) bool {
 }
 
 // holdQueue is the aged requests that are not pinned, grouped by
-// priority and owner, for holdLarge to read in order.
+// priority, team and owner, for holdLarge to read in order.
 func (p *planner) holdQueue() *holdGroups {
 	byKey := map[holdKey]*holdGroup{}
+	tkeys := map[string]teamKey{}
 	q := &holdGroups{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
 		if it.Pinned || !p.aged(it.Entry) {
 			continue
 		}
-		k := holdKey{it.Entry.Priority, it.Entry.Owner}
+		k := holdKey{it.Entry.Priority, it.Entry.Team, it.Entry.Owner}
 		g, ok := byKey[k]
 		if !ok {
 			sh, _ := p.weightedShare(it.Entry.Owner)
 			g = &holdGroup{prio: k.prio, share: sh}
+			if p.teams != nil {
+				tk, ok := tkeys[k.team]
+				if !ok {
+					tk = p.teams.keyOf(k.team, teamKey{})
+					tkeys[k.team] = tk
+				}
+				g.tkey = tk
+			}
 			byKey[k] = g
 			q.groups = append(q.groups, g)
 		}
@@ -430,12 +446,14 @@ func (p *planner) holdQueue() *holdGroups {
 
 type holdKey struct {
 	prio  int
+	team  string
 	owner string
 }
 
 // holdGroup is one owner's aged requests of one priority, oldest first.
 type holdGroup struct {
 	prio  int
+	tkey  teamKey // the team's keys (teams.go); empty without teams
 	share float64
 	items ageHeap
 }
@@ -455,7 +473,8 @@ func (h *ageHeap) Pop() any {
 }
 
 // holdGroups merges groups by their oldest requests: higher priority
-// first, then the smaller weighted share, then the older head.
+// first, then the team first in the tree's order, then the smaller
+// weighted share, then the older head.
 type holdGroups struct{ groups []*holdGroup }
 
 func (q *holdGroups) Len() int { return len(q.groups) }
@@ -463,6 +482,9 @@ func (q *holdGroups) Less(i, j int) bool {
 	a, b := q.groups[i], q.groups[j]
 	if a.prio != b.prio {
 		return a.prio > b.prio
+	}
+	if c := compareKeys(a.tkey, b.tkey); c != 0 {
+		return c < 0
 	}
 	if a.share != b.share {
 		return a.share < b.share

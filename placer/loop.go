@@ -281,8 +281,12 @@ func (p *Placer) snapshot() *Snapshot {
 	c := Caches{
 		Nodes: p.nodes.Snapshot(), Ledgers: p.ledgers.Snapshot(), Cordons: p.cordons.Snapshot(),
 		Quotas: p.quotas.Snapshot(), Pending: p.pending.Snapshot(), Warnings: p.warnings.Snapshot(),
+		Teams: p.teams.Snapshot(),
 	}
 	s := SnapshotOf(p.cfg.Keys, c, p.cfg.Now())
+	if p.usage != nil {
+		s.TeamUsage = p.decay.of(p.usage.Snapshot(), s.Now, p.cfg.UsageHalfLife) // teams.go
+	}
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
 	dropBound(s)
 	// Read after the caches: a release they do not show yet only ends

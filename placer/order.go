@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // queueOrder yields pending sessions in placement order: priority first;
@@ -34,6 +36,12 @@ type tier struct {
 
 type ownerQueue struct {
 	owner string
+	// team is the team of the owner's requests in this queue: an owner
+	// with requests in two teams has a queue in each (teams.go).
+	team string
+	// tkey is the key vector of team (teamPlan.keyOf): owners compare by
+	// it first. Empty without teams.
+	tkey  teamKey
 	items []*Pending
 	// aging holds the items with their ages while order builds the
 	// queue: sorted, they become items.
@@ -62,10 +70,10 @@ func (p *planner) order() *queueOrder {
 			prios = append(prios, it.Entry.Priority)
 		}
 		tr := lv.tiers[0]
-		oq, ok := tr.byName[it.Entry.Owner]
+		oq, ok := tr.byName[queueName(it.Entry)]
 		if !ok {
-			oq = &ownerQueue{owner: it.Entry.Owner}
-			tr.byName[it.Entry.Owner] = oq
+			oq = &ownerQueue{owner: it.Entry.Owner, team: it.Entry.Team}
+			tr.byName[queueName(it.Entry)] = oq
 			if groups {
 				if _, seen := p.ownerGroups[it.Entry.Owner]; !seen {
 					p.ownerGroups[it.Entry.Owner] = it.Entry.Groups
@@ -90,6 +98,9 @@ func (p *planner) order() *queueOrder {
 				}
 				oq.aging = nil
 				oq.share, oq.own = p.weightedShare(oq.owner)
+				if p.teams != nil {
+					oq.tkey = p.teams.keyOf(oq.team, oq.tkey)
+				}
 				oq.index = len(tr.owners)
 				tr.owners = append(tr.owners, oq)
 			}
@@ -150,17 +161,28 @@ func (q *queueOrder) next() *Pending {
 	return nil
 }
 
-// placed tells the order that owner's share grew; share computes it.
-func (q *queueOrder) placed(owner string, share func(string) (float64, float64)) {
+// placed tells the order that the share of e's owner (and team) grew.
+func (q *queueOrder) placed(e *state.QueueEntry, p *planner) {
 	if q.cur >= len(q.levels) {
 		return
 	}
 	for _, tr := range q.levels[q.cur].tiers {
-		if oq, ok := tr.byName[owner]; ok && oq.index >= 0 {
-			oq.share, oq.own = share(owner)
+		if oq, ok := tr.byName[queueName(e)]; ok && oq.index >= 0 {
+			oq.share, oq.own = p.weightedShare(e.Owner)
 			heap.Fix(&tr.owners, oq.index)
 		}
+		if p.teams != nil {
+			p.teams.rekey(tr, e.Team)
+		}
 	}
+}
+
+// queueName is the owner queue of e: its owner's, in its team.
+func queueName(e *state.QueueEntry) string {
+	if e.Team == "" {
+		return e.Owner
+	}
+	return e.Team + "\x00" + e.Owner
 }
 
 // weightedShare is the share that orders owner, and the share that
@@ -225,6 +247,9 @@ type ownerHeap []*ownerQueue
 
 func (h ownerHeap) Len() int { return len(h) }
 func (h ownerHeap) Less(i, j int) bool {
+	if c := compareKeys(h[i].tkey, h[j].tkey); c != 0 {
+		return c < 0
+	}
 	if h[i].share != h[j].share {
 		return h[i].share < h[j].share
 	}

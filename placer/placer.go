@@ -71,6 +71,11 @@ type Config struct {
 	// while sessions are pending (ages grow and reservations start without
 	// any etcd event). Default 2s.
 	Tick time.Duration
+	// UsageHalfLife, when above zero, makes the placer read the daily
+	// GPU-hours (gpuhours/) and add each team's usage decayed with this
+	// half-life to its share in the order (Snapshot.TeamUsage). Zero:
+	// the order knows only what teams hold now.
+	UsageHalfLife time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -149,7 +154,12 @@ type Placer struct {
 	ledgers *watcher.Cache[state.Ledger]
 	cordons *watcher.Cache[state.Cordon]
 	quotas  *watcher.Cache[state.Quota]
+	teams   *watcher.Cache[state.Team]
 	placers *watcher.Cache[state.Placer]
+	// usage is the daily GPU-hours, read with Config.UsageHalfLife only
+	// (nil without); decay caches what it gives (teams.go).
+	usage *watcher.Cache[state.UsageDay]
+	decay decayCache
 	// warnings tells which nodes are held for preempting sessions.
 	warnings *watcher.Cache[state.Warning]
 	// shared is set when the caches above but placers are the process's
@@ -239,6 +249,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		ledgers:  sc.Ledgers,
 		cordons:  sc.Cordons,
 		quotas:   sc.Quotas,
+		teams:    sc.Teams,
 		placers:  watcher.New(cli, k.Placers(), watcher.JSON[state.Placer], wopt("placers")),
 		warnings: sc.Warnings,
 		shared:   cfg.Shared,
@@ -253,6 +264,9 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 		planCache: NewPlanCache(),
 	}
 	p.advisoryKV = cli
+	if cfg.UsageHalfLife > 0 {
+		p.usage = watcher.New(cli, k.GPUHoursDir(), watcher.JSON[state.UsageDay], wopt("gpuhours"))
+	}
 	sc.sent.Store(p.own)
 	p.delivered.revs, p.delivered.taken = map[int64]bool{}, map[int64][]string{}
 	signal := func(ch chan struct{}) {
@@ -301,6 +315,7 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	})
 	p.cordons.AddHandler(func(ev watcher.Event[state.Cordon]) { note(ev.Revision) })
 	p.quotas.AddHandler(func(ev watcher.Event[state.Quota]) { note(ev.Revision) })
+	p.teams.AddHandler(func(ev watcher.Event[state.Team]) { note(ev.Revision) })
 	p.placers.AddHandler(func(ev watcher.Event[state.Placer]) { note(ev.Revision) })
 	p.warnings.AddHandler(func(ev watcher.Event[state.Warning]) { note(ev.Revision) })
 	return p
@@ -348,9 +363,13 @@ func (p *Placer) Run(ctx context.Context) error {
 		runCache(p.ledgers.Run)
 		runCache(p.cordons.Run)
 		runCache(p.quotas.Run)
+		runCache(p.teams.Run)
 		runCache(p.warnings.Run)
 	}
 	runCache(p.placers.Run)
+	if p.usage != nil {
+		runCache(p.usage.Run)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

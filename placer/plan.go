@@ -166,6 +166,8 @@ type planner struct {
 	ranked map[int][]readyRank
 	// pinned is what each pinned session of the snapshot holds (PinEpoch).
 	pinned map[string][]pinnedPart
+	// teams is the team tree of the pass (teams.go); nil without teams.
+	teams *teamPlan
 	// quota is the usage that quotas are checked against: usage, except
 	// that what pinned sessions hold counts from the start, not from
 	// their turn. Pinned sessions are bound: a request placed before one
@@ -269,6 +271,8 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	}
 	p.usage = newUsage(p.nodes, p.pinned)
 	p.quota = &p.usage
+	p.teams = newTeamPlan(s, p.nodes, p.usage.total, p.pinned)
+	p.quotas = p.quotas || p.teams != nil && p.teams.maxima
 	if p.pinned != nil {
 		q := newUsage(p.nodes, nil)
 		p.quota = &q
@@ -297,12 +301,12 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 		position++
 		if it.Pinned {
 			p.placePinned(it, plan)
-			order.placed(it.Entry.Owner, p.weightedShare)
+			order.placed(it.Entry, p)
 			continue
 		}
 		if d, ok := p.place(it, position, plan); ok {
 			plan.Bound = append(plan.Bound, d)
-			order.placed(it.Entry.Owner, p.weightedShare)
+			order.placed(it.Entry, p)
 			if emit != nil {
 				emit(d, p.full)
 			}
@@ -354,14 +358,14 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		if p.quotas {
 			var need amounts
 			need.addReq(&e.Request, p.usage.shareRef)
-			if reason, msg, ok := p.quota.quotaAllows(e, need, p.snap); !ok {
+			if reason, msg, ok := p.allows(e, need); !ok {
 				plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
 				return Decision{}, false
 			}
 			quotaChecked = true
 		}
 		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e), backfill: p.mayBackfill(e)})]; ok {
-			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: f.message})
+			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(e, f.reason, f.message)})
 			return Decision{}, false
 		}
 	}
@@ -382,7 +386,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		for i := range reqs {
 			need.addReq(&reqs[i], p.usage.shareRef)
 		}
-		if reason, msg, ok := p.quota.quotaAllows(e, need, p.snap); !ok {
+		if reason, msg, ok := p.allows(e, need); !ok {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
 			return Decision{}, false
 		}
@@ -407,7 +411,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			if held := p.holding[e.Session]; len(held) > 0 {
 				fail.message = p.heldMessage(e, reqs, held)
 			}
-			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: fail.reason, Message: fail.message})
+			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: fail.reason, Message: p.teamNote(e, fail.reason, fail.message)})
 			return Decision{}, false
 		}
 		if d.Parts == nil {
@@ -442,6 +446,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	}
 	if c := p.charge[e.Session]; c > 0 {
 		p.charged[e.Owner] -= c // its own GPUs count now
+		p.teams.charge(e.Team, -c)
 	}
 	// Placed elsewhere than some node it held (binpack's choice among
 	// equally empty nodes): the rest of the pass may use that node.
@@ -452,6 +457,9 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		}
 	}
 	p.usage.add(e, reqs)
+	if p.teams != nil {
+		p.teams.addRequest(e, reqs, p.usage.shareRef)
+	}
 	if p.quota != &p.usage {
 		p.quota.add(e, reqs)
 	}
@@ -463,7 +471,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 // part's role, devices, CPU, memory and ports.
 func allocation(e *state.QueueEntry, pp PartPlan) state.Allocation {
 	return state.Allocation{
-		Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Priority: e.Priority, Preemptible: e.Preemptible,
+		Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Team: e.Team, Priority: e.Priority, Preemptible: e.Preemptible,
 		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends,
 	}
 }

@@ -27,6 +27,10 @@ type PreemptOptions struct {
 type Victim struct {
 	Session    string
 	Allocation state.Allocation
+	// Reason says why it is taken when the preemptor's priority is not
+	// above its own: its team's borrowed GPUs reclaimed (reclaim.go).
+	// Empty for a preemption by priority.
+	Reason string
 }
 
 // Preemption is one decision of PlanPreemption: once Victims have stopped,
@@ -45,7 +49,10 @@ type Preemption struct {
 // lowest victim priority, then the fewest GPUs taken from others), and the
 // victims within a node largest first, dropping any that turn out not to be
 // needed. Multi-node (Ray) requests do not preempt: they wait with
-// reservations. Like NewPlan it is pure and deterministic.
+// reservations. With teams, a session of a team below its guarantee may
+// also stop preemptible sessions of teams holding more than theirs,
+// whatever their priority (reclaim.go). Like NewPlan it is pure and
+// deterministic.
 //
 // Fractions of shared GPUs preempt and are preempted under the rules of
 // the shared GPU (share.go): a fraction preempts on one shared GPU, whose
@@ -86,6 +93,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 	for n, id := range s.Held {
 		held[n] = id
 	}
+	rc := newReclaim(s, views, names)
 	var out []Preemption
 	// A request shape (with its priority) that found no victims anywhere
 	// finds none again in this pass: room only shrinks as it goes.
@@ -98,7 +106,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 		if w.Reason != "Capacity" || e.Workers > 0 || opt.Preemptors[e.Session] {
 			continue
 		}
-		shape := fmt.Sprintf("%d|%s|%+v", e.Priority, e.Kind, e.Request)
+		shape := fmt.Sprintf("%d|%s|%s|%+v", e.Priority, e.Kind, e.Team, e.Request)
 		if e.Request.Fraction() {
 			// Who owns a shared GPU's fractions decides whom a fraction
 			// must preempt: another owner's request may find victims
@@ -114,8 +122,8 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 			if h, ok := held[name]; ok && h != e.Session {
 				continue // already promised to another preemptor
 			}
-			victims := chooseVictims(v, e, opt, taken)
-			if victims == nil {
+			victims := chooseVictims(v, e, opt, taken, rc.allow(e))
+			if victims == nil || !rc.within(e, victims) {
 				continue
 			}
 			key := [3]int{len(victims), -1 << 31, 0}
@@ -133,6 +141,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 		}
 		// The node is promised: its victims' room goes to this preemptor.
 		held[best.Node] = e.Session
+		rc.took(e, best.Victims)
 		v := views[best.Node]
 		for _, vi := range best.Victims {
 			taken[vi.Session] = true
@@ -148,7 +157,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 // chooseVictims returns the fewest sessions on v whose stop lets e fit, or
 // nil when no choice of allowed victims does (or e needs none: it then
 // waits for room being freed already).
-func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken map[string]bool) []Victim {
+func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken map[string]bool, reclaim func(*state.Allocation) bool) []Victim {
 	pt := &part{req: &e.Request, role: state.RoleSingle, ports: e.Ports(state.RoleSingle), id: e.Session, owner: e.Owner}
 	if v.Cordon != nil {
 		return nil
@@ -160,7 +169,7 @@ func chooseVictims(v *NodeView, e *state.QueueEntry, opt PreemptOptions, taken m
 	}
 	var cands []Victim
 	for id, a := range v.Ledger.Allocations {
-		if !a.Preemptible || a.Priority >= e.Priority || taken[id] || opt.Victims[id] {
+		if !a.Preemptible || a.Priority >= e.Priority && !reclaim(&a) || taken[id] || opt.Victims[id] {
 			continue
 		}
 		if a.Kind != state.KindBatch && !(opt.Notebooks && a.Kind == state.KindNotebook) {

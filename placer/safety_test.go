@@ -529,7 +529,7 @@ func TestMaxSessionsPerNode(t *testing.T) {
 
 // TestLedgerSizeBound is finding 8 of issue 11: a node's ledger at the most
 // sessions a node may hold, each the largest allocation the API admits
-// (longest owner and session id, a kilobyte of groups, ports), with every
+// (longest owner, team and session id, a kilobyte of groups, ports), with every
 // device of a node of 8 GPUs split into 7 MIG devices allocated, stays
 // under half of etcd's 1.5 MiB request limit, and a bind batch that
 // writes it fits one transaction's byte budget.
@@ -541,7 +541,7 @@ func TestLedgerSizeBound(t *testing.T) {
 	}
 	const devices = 8 * 7
 	for i := 0; i < config.MaxSessionsPerNodeLimit; i++ {
-		a := state.Allocation{Kind: state.KindNotebook, Owner: strings.Repeat("o", 128), Groups: groups, Priority: -100,
+		a := state.Allocation{Kind: state.KindNotebook, Owner: strings.Repeat("o", 128), Groups: groups, Team: strings.Repeat("t", 63), Priority: -100,
 			Preemptible: true, Role: state.RoleHead, CPUMilli: 1 << 40, MemoryMiB: 1 << 40, Ports: []int{65531, 65532, 65533, 65534},
 			Plan: math.MaxInt64, Queued: time.Date(2026, 11, 23, 9, 14, 7, 123456789, time.FixedZone("", -(9*3600+30*60)))}
 		if i < devices {

@@ -73,6 +73,15 @@ type Snapshot struct {
 	// new one (PinEpoch): the newest revision it read. NewPlan starts it
 	// when the epoch the snapshot plans again cannot be planned on it.
 	Fresh int64
+	// Teams is the team tree (teams/<name>), as read: fair share runs
+	// down it and its maxima cap what teams hold (teams.go). Its
+	// revisions are in QuotaRevisions by team key, for the teams with a
+	// maximum: a bind checked against one compares it.
+	Teams state.TeamTree
+	// TeamUsage is each team's decayed GPU-hours (state.DecayedUsage,
+	// its own sessions, not its sub-teams'), added to its share in the
+	// order; nil: no decay (VOYAGER_PLACER_USAGE_HALF_LIFE=0).
+	TeamUsage map[string]float64
 	// Cache, when set, keeps what planning derives from each node's
 	// inventory and ledger between passes (see PlanCache). Set it only on
 	// snapshots read from etcd, whose revisions name their contents.

@@ -24,8 +24,12 @@ func (k Keys) UsageMark(scope QuotaScope, name, placer string) string {
 	return k.UsageMarks(scope, name) + placer
 }
 
-// QuotaOf is the key of the quota of scope and name.
+// QuotaOf is the key of the quota of scope and name; a team's maximum
+// (QuotaTeams) is its team key.
 func (k Keys) QuotaOf(scope QuotaScope, name string) string {
+	if scope == QuotaTeams {
+		return k.Team(name)
+	}
 	return k.key2(dirQuotas, string(scope), name)
 }
 

@@ -575,6 +575,10 @@ type Allocation struct {
 	// latest, and work ending before then may run on it while it is held
 	// (placer/hold.go).
 	Ends time.Time `json:"ends,omitzero"`
+	// Team is the team the session is charged to (QueueEntry.Team): fair
+	// share, team maxima and reclaim count the allocation against it and
+	// its ancestors (placer/teams.go). Empty where no team exists.
+	Team string `json:"team,omitempty"`
 }
 
 // Ledger is what is allocated on a node, stored at ledger/<name>. The
@@ -662,6 +666,9 @@ type QuotaScope string
 const (
 	QuotaUsers  QuotaScope = "users"
 	QuotaGroups QuotaScope = "groups"
+	// QuotaTeams is a team's maximum (Team.MaxGPUs): its limit is the
+	// team key teams/<name> (QuotaOf), not a key under quotas/.
+	QuotaTeams QuotaScope = "teams"
 )
 
 // Quota caps what one user or group may hold at once, stored at

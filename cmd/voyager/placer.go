@@ -43,7 +43,7 @@ func newPlacerCmd() *cobra.Command {
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
-		config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
+		config.EnvPlacerUsageHalfLife, config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
 		config.EnvPreemptGrace, config.EnvPreemptNotebooks,
 	}, secureEnvs...)...)
@@ -111,6 +111,8 @@ func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger, shared
 		MaxTxnOps: cfg.PlacerMaxTxnOps,
 		LeaseTTL:  cfg.PlacerLeaseTTL,
 		Logger:    log,
+
+		UsageHalfLife: cfg.PlacerUsageHalfLife,
 	})
 }
 

@@ -50,6 +50,8 @@ const (
 	EnvPlacerMaxTxnOps    = "VOYAGER_PLACER_MAX_TXN_OPS"
 	EnvPlacerLeaseTTL     = "VOYAGER_PLACER_LEASE_TTL"
 
+	EnvPlacerUsageHalfLife = "VOYAGER_PLACER_USAGE_HALF_LIFE"
+
 	EnvMinCPUMilli        = "VOYAGER_MIN_CPU_MILLI"
 	EnvMinMemoryMiB       = "VOYAGER_MIN_MEMORY_MIB"
 	EnvMaxSessionsPerNode = "VOYAGER_MAX_SESSIONS_PER_NODE"
@@ -195,6 +197,9 @@ type Config struct {
 	PlacerMaxTxnOps int `env:"VOYAGER_PLACER_MAX_TXN_OPS" envDefault:"128" doc:"operations per bind transaction; at most etcd's --max-txn-ops"`
 	// PlacerLeaseTTL is the TTL of a placer's membership lease.
 	PlacerLeaseTTL time.Duration `env:"VOYAGER_PLACER_LEASE_TTL" envDefault:"10s" doc:"TTL of a placer's membership lease; a dead placer's nodes pass to the others after it"`
+	// PlacerUsageHalfLife is the half-life of the past GPU-hours that
+	// count in a team's fair share; 0: they do not.
+	PlacerUsageHalfLife time.Duration `env:"VOYAGER_PLACER_USAGE_HALF_LIFE" envDefault:"0s" doc:"half-life of the GPU-hours teams used (gpuhours/, the usage accountant's daily records): with it, a team's decayed usage as a share of every team's adds to its share beyond its guarantee in the queue order, so a team that used much lately waits behind one that did not; 0 keeps the order to what teams hold now"`
 	// MinCPUMilli is the least CPU a session (and each Ray worker) may ask
 	// for; with MaxSessionsPerNode it bounds a node's ledger.
 	MinCPUMilli int64 `env:"VOYAGER_MIN_CPU_MILLI" envDefault:"100" doc:"least cpuMilli a session or Ray worker may ask for; smaller requests are refused at admission"`
@@ -589,6 +594,9 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	if cfg.PlacerMaxTxnOps < 8 {
 		errs = append(errs, invalid(EnvPlacerMaxTxnOps, wantFor(EnvPlacerMaxTxnOps)))
 	}
+	if cfg.PlacerUsageHalfLife < 0 {
+		errs = append(errs, invalid(EnvPlacerUsageHalfLife, wantFor(EnvPlacerUsageHalfLife)))
+	}
 	if cfg.PlacerLeaseTTL < time.Second {
 		errs = append(errs, invalid(EnvPlacerLeaseTTL, wantFor(EnvPlacerLeaseTTL)))
 	}
@@ -749,6 +757,8 @@ func wantFor(envName string) string {
 		return "a duration of 0 or more, such as 10m (0 turns reservations off)"
 	case EnvPlacerMaxTxnOps:
 		return "a whole number from 8 up to etcd's --max-txn-ops (default 128)"
+	case EnvPlacerUsageHalfLife:
+		return "a duration of 0 or more, such as 168h (0 turns usage decay off)"
 	case EnvPlacerLeaseTTL:
 		return "a duration of at least 1s, such as 10s"
 	case EnvMinCPUMilli:

@@ -102,6 +102,11 @@ type Stream struct {
 	Burst   int
 	Sizes   []Size
 	Runtime Runtime
+
+	// Team is the team the sessions are charged to (Config.Teams), and
+	// Preemptible marks them preemptible (Config.Preempt).
+	Team        string
+	Preemptible bool
 }
 
 // Config is one simulation: the cluster, the placer's options, the
@@ -131,6 +136,11 @@ type Config struct {
 	// given to the planner as quotas' Weight.
 	UserWeights  map[string]float64
 	GroupWeights map[string]float64
+	// Teams is the team tree the planner is given (placer.Snapshot.Teams).
+	Teams []state.Team
+	// Preempt, when set, plans preemptions after every pass as the
+	// lifecycle controller does (teams.go).
+	Preempt *Preempt
 	// Trace, if set, gets every pass in the window that left work
 	// waiting, after its binds started: what the run's figures are
 	// computed from, to find the cause of a figure (simsuite -trace).
@@ -209,6 +219,12 @@ type Result struct {
 	PlanP50, PlanP99 time.Duration
 	// Sharing is what fractions of shared GPUs did (share.go).
 	Sharing Sharing
+	// Teams is what each team held over the run (Config.Teams).
+	Teams map[string]*TeamResult
+	// Preempted counts the sessions stopped by preemption, and
+	// PreemptedGPUHours the GPU-hours of work they lost.
+	Preempted         int
+	PreemptedGPUHours float64
 }
 
 type session struct {
@@ -219,6 +235,13 @@ type session struct {
 	arrive  time.Duration
 	runtime time.Duration
 	limit   time.Duration // declared max runtime; zero: none
+	// team and preemptible are its stream's; gen counts its
+	// preemptions: an end planned before one is stale.
+	team        string
+	preemptible bool
+	prio        int
+	gen         int
+	started     time.Duration
 	// fairWait is the wait, in minutes, that the user's fair share
 	// implied at arrival: the GPU-minutes it queued before this request
 	// over the GPUs its share gave it.
@@ -229,6 +252,7 @@ type running struct {
 	end   time.Duration
 	id    string
 	nodes []string
+	gen   int
 }
 
 type endHeap []running
@@ -298,7 +322,7 @@ func arrivals(cfg *Config, rng *rand.Rand) []session {
 					x -= s.Share
 				}
 				s := session{id: fmt.Sprintf("s%d-%06d-%d", si, n, b), user: st.User, groups: st.Groups,
-					size: size, arrive: t, runtime: st.Runtime.draw(rng)}
+					size: size, arrive: t, runtime: st.Runtime.draw(rng), team: st.Team, preemptible: st.Preemptible}
 				if !st.NoLimit {
 					s.limit = limitFor(s.runtime)
 				}
@@ -370,6 +394,7 @@ func Run(cfg Config) Result {
 		return 1
 	}
 
+	tm := newTeamSim(&cfg)
 	var (
 		res      = Result{Share: map[string]float64{}, Wait: map[string]Stats{}, Sessions: len(arr)}
 		pending  []placer.Pending
@@ -392,6 +417,9 @@ func Run(cfg Config) Result {
 		for len(ends) > 0 && ends[0].end <= now {
 			r := heap.Pop(&ends).(running)
 			s := bySession[r.id]
+			if r.gen != s.gen {
+				continue // preempted since: its end is void
+			}
 			for _, n := range r.nodes {
 				delete(views[index[n]].Ledger.Allocations, r.id)
 				views[index[n]].LedgerRevision++
@@ -403,7 +431,7 @@ func Run(cfg Config) Result {
 			s := &arr[next]
 			next++
 			created := epoch.Add(s.arrive)
-			e := state.QueueEntry{Session: s.id, Kind: state.KindBatch, Owner: s.user, Groups: s.groups, Created: created, Enqueued: created,
+			e := state.QueueEntry{Session: s.id, Kind: state.KindBatch, Owner: s.user, Groups: s.groups, Team: s.team, Preemptible: s.preemptible, Created: created, Enqueued: created,
 				Request:    state.Resources{GPUs: s.size.GPUs, CPUMilli: int64(s.size.GPUs) * 1000, MemoryMiB: int64(s.size.GPUs) << 13},
 				MaxRuntime: state.Duration(s.limit)}
 			if s.size.ShareMiB > 0 {
@@ -412,8 +440,12 @@ func Run(cfg Config) Result {
 			if s.size.Workers > 0 {
 				e.Workers = s.size.Workers
 			}
+			if !tm.admit(s, &e) {
+				continue // refused: over its team's budget (teams.go)
+			}
 			pending = append(pending, placer.Pending{Entry: &e, Revision: 1})
 			waitGPUs[s.user] += s.size.milli()
+			tm.arrived(s, views, pending)
 		}
 		if first < next {
 			// The wait each new request's fair share implies: the work
@@ -427,7 +459,9 @@ func Run(cfg Config) Result {
 				backlog[s.user] += g * s.runtime.Minutes()
 			}
 		}
-		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now), Cache: cache}
+		pending = tm.stopVictims(now, views, index, pending, held, waitGPUs, bySession)
+		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now), Cache: cache,
+			Teams: tm.tree(), Held: tm.heldNodes()}
 		start := time.Now()
 		plan := placer.NewPlan(snap, cfg.Plan)
 		planDur = append(planDur, time.Since(start))
@@ -436,11 +470,13 @@ func Run(cfg Config) Result {
 		for _, d := range plan.Bound {
 			s := bySession[d.Pending.Entry.Session]
 			bound[s.id] = true
-			r := running{end: now + s.runtime, id: s.id}
+			r := running{end: now + s.runtime, id: s.id, gen: s.gen}
+			s.started = now
 			for _, pp := range d.Parts {
 				v := &views[index[pp.Node]]
 				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Role: pp.Role,
 					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends,
+					Team: s.team, Preemptible: s.preemptible, Priority: s.prio,
 					Share: d.Pending.Entry.Request.Share(sharedGPUMiB)}
 				v.LedgerRevision++
 				r.nodes = append(r.nodes, pp.Node)
@@ -450,6 +486,7 @@ func Run(cfg Config) Result {
 			waitGPUs[s.user] -= s.size.milli()
 			backlog[s.user] -= float64(s.size.milli()) * s.runtime.Minutes()
 			waits[s.size.Label()] = append(waits[s.size.Label()], (now - s.arrive).Minutes())
+			tm.bound(s, now)
 			res.MaxExcess = max(res.MaxExcess, (now-s.arrive).Minutes()-s.fairWait)
 		}
 		if len(bound) > 0 {
@@ -461,6 +498,7 @@ func Run(cfg Config) Result {
 			}
 			pending = kept
 		}
+		tm.pass(now, snap, plan, views, pending, bySession, &res)
 		if now < cfg.From || now >= cfg.To {
 			continue
 		}

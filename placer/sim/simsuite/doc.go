@@ -5,4 +5,7 @@
 // run misses a goal. With -trace it also writes to stderr every pass whose
 // Jain's index is below the goal: each waiting user's GPUs held, fair share
 // and GPUs waiting, the GPUs free and the nodes held.
+// With -teams it runs issue 36's team shapes
+// (sim.TeamSuite) at the first -nodes size instead and prints their table
+// (`go run ./placer/sim/simsuite -teams -nodes 16`).
 package main

@@ -28,6 +28,7 @@ func run(args []string) error {
 	hours := fs.String("hours", "16=1,200=1,2000=0.25", "size=factor on each shape's simulated hours")
 	only := fs.String("shape", "", "run only the shapes whose name contains this")
 	trace := fs.Bool("trace", false, "print every pass whose Jain's index is below the goal (users' GPUs held, waiting and fair share; nodes held), to stderr")
+	teams := fs.Bool("teams", false, "run issue 36's team shapes (sim.TeamSuite, binpack) at the first size instead")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -49,6 +50,9 @@ func run(args []string) error {
 	var ss []uint64
 	for s := 1; s <= *seeds; s++ {
 		ss = append(ss, uint64(s))
+	}
+	if *teams {
+		return runTeams(opt, *sizes, *only, ss)
 	}
 	var rows []sim.SuiteRow
 	start := time.Now()
@@ -126,4 +130,24 @@ func traced(sh sim.Shape) sim.Shape {
 		return c
 	}
 	return sh
+}
+
+// runTeams runs sim.TeamSuite at the first of sizes and prints its table.
+func runTeams(opt placer.PlanOptions, sizes, only string, seeds []uint64) error {
+	first, _, _ := strings.Cut(sizes, ",")
+	n, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || n <= 0 {
+		return fmt.Errorf("parse -nodes %q: want a positive cluster size such as 16", first)
+	}
+	var shapes []sim.Shape
+	for _, sh := range sim.TeamSuite(n) {
+		if strings.Contains(sh.Name, only) {
+			shapes = append(shapes, sh)
+		}
+	}
+	start := time.Now()
+	rows := sim.RunTeams(shapes, opt, seeds)
+	fmt.Printf("%d nodes, default settings (ReserveAfter %v), preemption grace 2m, a pass every %v, seeds 1–%d; %s in all.\n\n", n, opt.ReserveAfter, sim.SuiteTick, len(seeds), time.Since(start).Round(time.Second))
+	fmt.Print(sim.TeamTable(rows))
+	return nil
 }
