@@ -116,6 +116,9 @@ type Config struct {
 	// given to the planner as quotas' Weight.
 	UserWeights  map[string]float64
 	GroupWeights map[string]float64
+	// Record keeps every session's start and nodes in Result.Schedule,
+	// for the optimiser to measure the run against (optimum.go).
+	Record bool
 }
 
 // Stats summarises the queueing times of one request shape, in minutes.
@@ -169,6 +172,31 @@ type Result struct {
 	// of one NewPlan call.
 	Sessions, Passes int
 	PlanP50, PlanP99 time.Duration
+	// ActiveNodes is the mean, over passes in the window, of nodes that
+	// hold at least one session: the machines that could not be powered
+	// down.
+	ActiveNodes float64
+	// Schedule is every session in arrival order with the pass that bound
+	// it, when Config.Record is set.
+	Schedule []Placed
+}
+
+// Placed is one session of a recorded run: what it asked for, when it
+// arrived, and where and at which pass the planner bound it.
+type Placed struct {
+	ID, User string
+	// GPUs on each part, and Parts: 1, or a Ray head and its workers.
+	GPUs, Parts int
+	Arrive      time.Duration
+	Runtime     time.Duration
+	// Pass is the index of the pass that bound it (its start is Pass ×
+	// Tick); -1 if it still waited at the end.
+	Pass int
+	// Nodes are the indices of the nodes its parts were bound to.
+	Nodes []int
+	// FairWait is the wait, in minutes, its user's fair share implied at
+	// its arrival (Result.MaxExcess).
+	FairWait float64
 }
 
 type session struct {
@@ -183,6 +211,12 @@ type session struct {
 	// implied at arrival: the GPU-minutes it queued before this request
 	// over the GPUs its share gave it.
 	fairWait float64
+}
+
+// startedAt is where and at which pass a recorded session was bound.
+type startedAt struct {
+	pass  int
+	nodes []int
 }
 
 type running struct {
@@ -344,6 +378,8 @@ func Run(cfg Config) Result {
 		shareSum = map[string]float64{}
 		waitGPUs = map[string]int{}     // GPUs waiting, by user
 		backlog  = map[string]float64{} // GPU-minutes waiting, by user
+		active   float64
+		started  = map[string]startedAt{}
 	)
 	for now := time.Duration(0); now < cfg.Duration; now += cfg.Tick {
 		for len(ends) > 0 && ends[0].end <= now {
@@ -399,6 +435,13 @@ func Run(cfg Config) Result {
 				r.nodes = append(r.nodes, pp.Node)
 			}
 			heap.Push(&ends, r)
+			if cfg.Record {
+				nodes := make([]int, len(r.nodes))
+				for i, n := range r.nodes {
+					nodes[i] = index[n]
+				}
+				started[s.id] = startedAt{pass: res.Passes - 1, nodes: nodes}
+			}
 			held[s.user] += s.size.GPUs * (s.size.Workers + 1)
 			waitGPUs[s.user] -= s.size.GPUs * (s.size.Workers + 1)
 			backlog[s.user] -= float64(s.size.GPUs*(s.size.Workers+1)) * s.runtime.Minutes()
@@ -418,6 +461,11 @@ func Run(cfg Config) Result {
 			continue
 		}
 		window++
+		for i := range views {
+			if len(views[i].Ledger.Allocations) > 0 {
+				active++
+			}
+		}
 		used := 0
 		for u, g := range held {
 			shareSum[u] += float64(g) / float64(capacity)
@@ -510,6 +558,7 @@ func Run(cfg Config) Result {
 			res.Share[u] = s / float64(window)
 		}
 		res.QueuedFraction = float64(queued) / float64(window)
+		res.ActiveNodes = active / float64(window)
 	}
 	if queued > 0 {
 		res.Util /= float64(queued)
@@ -517,6 +566,17 @@ func Run(cfg Config) Result {
 		res.IdleFragmented /= float64(queued)
 		res.Slots8 /= float64(queued)
 		res.Floor8 /= float64(queued)
+	}
+	if cfg.Record {
+		res.Schedule = make([]Placed, len(arr))
+		for i := range arr {
+			s := &arr[i]
+			p := Placed{ID: s.id, User: s.user, GPUs: s.size.GPUs, Parts: s.size.Workers + 1, Arrive: s.arrive, Runtime: s.runtime, Pass: -1, FairWait: s.fairWait}
+			if st, ok := started[s.id]; ok {
+				p.Pass, p.Nodes = st.pass, st.nodes
+			}
+			res.Schedule[i] = p
+		}
 	}
 	sort.Slice(planDur, func(i, j int) bool { return planDur[i] < planDur[j] })
 	if len(planDur) > 0 {
