@@ -88,8 +88,9 @@ func RunGaps(shapes []Shape, opt placer.PlanOptions, strategies []placer.Strateg
 				r.Err = err
 				return
 			}
-			_, r.Online = in.OnlineFCFS()
-			_, r.Clairvoyant = in.ClairvoyantFCFS()
+			online, onlineObj := in.OnlineFCFS()
+			clair, clairObj := in.ClairvoyantFCFS()
+			r.Online, r.Clairvoyant = onlineObj, clairObj
 			start := time.Now()
 			if len(in.Jobs) <= ExactLimit {
 				_, r.Optimum, r.Err = in.Exact()
@@ -97,6 +98,7 @@ func RunGaps(shapes []Shape, opt placer.PlanOptions, strategies []placer.Strateg
 			} else {
 				so := search
 				so.Seed = r.Seed
+				so.Extra = []Schedule{online, clair}
 				f, err := in.Search(planner, so)
 				if err != nil {
 					r.Err = err

@@ -56,6 +56,11 @@ type SearchOptions struct {
 	Stall int
 	// Seed makes the search reproducible.
 	Seed uint64
+	// Extra are more schedules to start from (gap.go gives the
+	// first-come-first-served baselines): each feasible one enters the
+	// archive as it is, and its order of starts joins the first
+	// population.
+	Extra []Schedule
 }
 
 func (o *SearchOptions) defaults(jobs int) {
@@ -348,9 +353,27 @@ func (in *Instance) Search(planner Schedule, opt SearchOptions) (Front, error) {
 		mine.prio[j] = (float64(k) + float64(j)/float64(nj+1)) / (span + 1)
 	}
 	pop = append(pop, fifo, mine)
+	for _, x := range opt.Extra {
+		o, err := in.Evaluate(x)
+		if err == nil {
+			arch.offer(Point{Objectives: o, Schedule: x})
+		}
+		g := fresh()
+		for j := range in.Jobs {
+			k := x.Start[j]
+			if k < 0 {
+				k = in.Passes
+			}
+			g.prio[j] = (float64(k) + float64(j)/float64(nj+1)) / (span + 1)
+		}
+		if len(pop) < opt.Population {
+			pop = append(pop, g)
+		}
+	}
+	seeded := len(pop)
 	for len(pop) < opt.Population {
 		g := fresh()
-		base := pop[len(pop)%2]
+		base := pop[len(pop)%seeded]
 		noise := rng.Float64() * 0.3
 		for j := range in.Jobs {
 			g.prio[j] = base.prio[j] + noise*rng.NormFloat64()*float64(in.Jobs[j].Dur)/span

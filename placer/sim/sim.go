@@ -116,6 +116,9 @@ type Config struct {
 	// given to the planner as quotas' Weight.
 	UserWeights  map[string]float64
 	GroupWeights map[string]float64
+	// PowerDownAfter is how long a node must have held nothing to count in
+	// Result.IdleNodes (default 30 minutes, VOYAGER_NODE_POWER_DOWN_AFTER's).
+	PowerDownAfter time.Duration
 	// Record keeps every session's start and nodes in Result.Schedule,
 	// for the optimiser to measure the run against (optimum.go).
 	Record bool
@@ -174,8 +177,10 @@ type Result struct {
 	PlanP50, PlanP99 time.Duration
 	// ActiveNodes is the mean, over passes in the window, of nodes that
 	// hold at least one session: the machines that could not be powered
-	// down.
-	ActiveNodes float64
+	// down. IdleNodes is the mean of nodes that have held nothing for at
+	// least Config.PowerDownAfter (30 minutes if zero): those an operator
+	// could have powered down.
+	ActiveNodes, IdleNodes float64
 	// Schedule is every session in arrival order with the pass that bound
 	// it, when Config.Record is set.
 	Schedule []Placed
@@ -330,6 +335,9 @@ func Run(cfg Config) Result {
 	if cfg.To == 0 {
 		cfg.To = cfg.Duration
 	}
+	if cfg.PowerDownAfter <= 0 {
+		cfg.PowerDownAfter = 30 * time.Minute
+	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x766f7961676572)) // "voyager"
 	arr := arrivals(&cfg, rng)
 	bySession := make(map[string]*session, len(arr))
@@ -379,8 +387,13 @@ func Run(cfg Config) Result {
 		waitGPUs = map[string]int{}     // GPUs waiting, by user
 		backlog  = map[string]float64{} // GPU-minutes waiting, by user
 		active   float64
+		idle     float64
+		lastBusy = make([]time.Duration, cfg.Nodes) // when each node last held something; set below
 		started  = map[string]startedAt{}
 	)
+	for i := range lastBusy {
+		lastBusy[i] = -cfg.PowerDownAfter // empty since before the run: may power down at once
+	}
 	for now := time.Duration(0); now < cfg.Duration; now += cfg.Tick {
 		for len(ends) > 0 && ends[0].end <= now {
 			r := heap.Pop(&ends).(running)
@@ -457,6 +470,11 @@ func Run(cfg Config) Result {
 			}
 			pending = kept
 		}
+		for i := range views {
+			if len(views[i].Ledger.Allocations) > 0 {
+				lastBusy[i] = now
+			}
+		}
 		if now < cfg.From || now >= cfg.To {
 			continue
 		}
@@ -464,6 +482,8 @@ func Run(cfg Config) Result {
 		for i := range views {
 			if len(views[i].Ledger.Allocations) > 0 {
 				active++
+			} else if now-lastBusy[i] >= cfg.PowerDownAfter {
+				idle++
 			}
 		}
 		used := 0
@@ -559,6 +579,7 @@ func Run(cfg Config) Result {
 		}
 		res.QueuedFraction = float64(queued) / float64(window)
 		res.ActiveNodes = active / float64(window)
+		res.IdleNodes = idle / float64(window)
 	}
 	if queued > 0 {
 		res.Util /= float64(queued)
