@@ -32,10 +32,13 @@ type GapRow struct {
 	// Online and Clairvoyant are the baselines of baseline.go: first come,
 	// first served knowing nothing of the future, and knowing run times.
 	Online, Clairvoyant Objectives
-	Front               int
-	Evaluations         int
-	Took                time.Duration
-	Err                 error
+	// OnlineFair and ClairvoyantFair are whether each keeps the fair-share
+	// slack (a feasible point of the search).
+	OnlineFair, ClairvoyantFair bool
+	Front                       int
+	Evaluations                 int
+	Took                        time.Duration
+	Err                         error
 }
 
 // Gap is (planner − optimum) / optimum of each objective; NaN where the
@@ -91,6 +94,9 @@ func RunGaps(shapes []Shape, opt placer.PlanOptions, strategies []placer.Strateg
 			online, onlineObj := in.OnlineFCFS()
 			clair, clairObj := in.ClairvoyantFCFS()
 			r.Online, r.Clairvoyant = onlineObj, clairObj
+			_, err1 := in.Evaluate(online)
+			_, err2 := in.Evaluate(clair)
+			r.OnlineFair, r.ClairvoyantFair = err1 == nil, err2 == nil
 			start := time.Now()
 			if len(in.Jobs) <= ExactLimit {
 				_, r.Optimum, r.Err = in.Exact()
@@ -150,9 +156,18 @@ func GapTable(rows []GapRow) string {
 		case r.FromPlanner:
 			by = "ε-NSGA-II (planner's own point)"
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %d | %d | %.2f / %.2f | %s | %.2f / %.2f | %s | %.2f / %.2f | %s | %.2f / %.2f | %s | %d | %d | %v |\n",
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %d | %.2f / %.2f | %s | %.2f / %.2f | %s | %.2f / %.2f | %s | %s / %s | %s | %d | %d | %v |\n",
 			r.Shape.Nodes, r.Shape.Name, r.Strategy, r.Seed, r.Jobs, p[0], o[0], cell(0), p[1], o[1], cell(1), p[2], o[2], cell(2),
-			r.Online.Wait, r.Clairvoyant.Wait, by, r.Front, r.Evaluations, r.Took.Round(100*time.Millisecond))
+			fair(r.Online.Wait, r.OnlineFair), fair(r.Clairvoyant.Wait, r.ClairvoyantFair), by, r.Front, r.Evaluations, r.Took.Round(100*time.Millisecond))
 	}
 	return b.String()
+}
+
+// fair is a baseline's wait, marked "†" where it breaks the fair-share
+// slack.
+func fair(wait float64, ok bool) string {
+	if ok {
+		return fmt.Sprintf("%.2f", wait)
+	}
+	return fmt.Sprintf("%.2f†", wait)
 }
