@@ -15,7 +15,7 @@ IMAGE_CACHE ?= $(or $(VOYAGER_IMAGE_CACHE),$(HOME)/.cache/voyager/images)
 LAZY := -extldflags=-Wl,-z,lazy
 BUILD_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -extldflags "-Wl,-z,lazy"
 
-.PHONY: build dev image test test-short bench bench-scale sim gpu-check lint e2e soak clean-host
+.PHONY: build dev image test test-short bench bench-scale sim sim-gap sim-power gpu-check lint e2e soak clean-host
 
 ## build: bin/voyager with the version stamped in
 build:
@@ -72,6 +72,17 @@ bench: build
 ## with the goals each run misses (exit 1 if any). SIMFLAGS passes flags (-nodes, -seeds, -hours, -shape)
 sim:
 	go run ./placer/sim/simsuite $(SIMFLAGS)
+
+## sim-gap: the planner's gap to the optimum (placer/README.md, "Against an optimum"): every shape of the suite at 16
+## nodes over a quarter of its hours, binpack and spread, seed 1; exact when small, else ε-NSGA-II. SIMFLAGS passes
+## flags (-nodes, -hours, -seeds, -shape, -strategies, -population, -generations)
+sim-gap:
+	go run ./placer/sim/simgap $(SIMFLAGS)
+
+## sim-power: the pack strategy against binpack and spread (placer/README.md, "Fewer active machines"): active machines,
+## machines empty 30 min, waits, at 16 and 200 nodes. SIMFLAGS passes flags (-nodes, -hours, -seeds, -shape)
+sim-power:
+	go run ./placer/sim/simpower $(SIMFLAGS)
 
 ## bench-scale: the large-site runs against one real etcd each: a load generator registers SCALE_NODES lease-backed
 ## 8-GPU nodes and queues SCALE_SESSIONS sessions, then one real `voyager placer` (bin/voyager) fills the cluster

@@ -53,6 +53,9 @@ type Config struct {
 	// MaxRuntimeCap is the longest max runtime a session may ask for or be
 	// extended to. 0: no cap.
 	MaxRuntimeCap time.Duration
+	// PowerDownAfter is how long a node must have held no session before
+	// the node view marks it powerDown (VOYAGER_NODE_POWER_DOWN_AFTER).
+	PowerDownAfter time.Duration
 	// AllowedRegistries are the registries images may come from (such as
 	// docker.io, registry.example.com:5000). Empty: any.
 	AllowedRegistries []string
@@ -103,6 +106,9 @@ type API struct {
 
 	nodes   *watcher.Cache[state.Node]
 	ledgers *watcher.Cache[state.Ledger]
+	// emptied holds emptied/: when each node's ledger was last emptied,
+	// for the node view's emptySince (nodepower.go).
+	emptied *watcher.Cache[state.Emptied]
 	cordons *watcher.Cache[state.Cordon]
 	pending *watcher.Cache[state.QueueEntry]
 	quotas  *watcher.Cache[state.Quota]
@@ -205,6 +211,7 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		metrics: newMetrics(),
 		nodes:   watcher.New(cli, k.Nodes(), watcher.JSON[state.Node], wopt("nodes")),
 		ledgers: watcher.New(cli, k.Ledgers(), watcher.JSON[state.Ledger], wopt("ledgers")),
+		emptied: watcher.New(cli, k.EmptiedDir(), watcher.JSON[state.Emptied], wopt("emptied")),
 		cordons: watcher.New(cli, k.Cordons(), watcher.JSON[state.Cordon], wopt("cordons")),
 		pending: watcher.New(cli, k.PendingDir(), watcher.JSON[state.QueueEntry], wopt("pending")),
 		quotas:  watcher.New(cli, k.Quotas(), watcher.JSON[state.Quota], wopt("quotas")),
@@ -259,6 +266,7 @@ func (a *API) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.nodes.Run(ctx) })
 	g.Go(func() error { return a.ledgers.Run(ctx) })
+	g.Go(func() error { return a.emptied.Run(ctx) })
 	g.Go(func() error { return a.cordons.Run(ctx) })
 	g.Go(func() error { return a.pending.Run(ctx) })
 	g.Go(func() error { return a.quotas.Run(ctx) })
@@ -287,7 +295,7 @@ func (a *API) Run(ctx context.Context) error {
 
 // WaitSynced blocks until every cache has its first list, or ctx ends.
 func (a *API) WaitSynced(ctx context.Context) error {
-	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.cordons, a.pending, a.quotas, a.teams, a.status, a.warns, a.secrets, a.envs, a.runtimes} {
+	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.emptied, a.cordons, a.pending, a.quotas, a.teams, a.status, a.warns, a.secrets, a.envs, a.runtimes} {
 		if err := w.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("wait for api caches: %w", err)
 		}

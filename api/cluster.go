@@ -53,6 +53,9 @@ type NodeSummary struct {
 	// Problems says, for each GPU the agent offers as unhealthy, why and
 	// what would mend it: "GPU <index> <uuid>: <problem>".
 	Problems []string `json:"problems,omitempty"`
+	// NodePower: since when the node has run nothing, and whether that is
+	// long enough to power it down (nodepower.go).
+	NodePower
 }
 
 // GPUCounts counts a node's allocatable GPU devices (healthy whole GPUs
@@ -93,8 +96,10 @@ func (a *API) liveNodes() []state.Node {
 
 func (a *API) nodeSummaries() []NodeSummary {
 	ledgers := a.ledgers.Snapshot()
+	emptied := a.emptied.Snapshot()
 	cordons := a.cordons.Snapshot()
 	statuses := a.status.Snapshot()
+	now := a.cfg.Now()
 	var out []NodeSummary
 	for _, n := range a.liveNodes() {
 		s := NodeSummary{Name: n.Name, Address: n.Address, Labels: n.Labels, Simulated: n.Simulated,
@@ -102,7 +107,9 @@ func (a *API) nodeSummaries() []NodeSummary {
 		if c, ok := cordons.Get(a.keys.Cordon(n.Name)); ok {
 			s.Cordon = &c
 		}
-		l, _ := ledgers.Get(a.keys.Ledger(n.Name))
+		l, inUse := ledgers.Get(a.keys.Ledger(n.Name))
+		rec, recorded := emptied.Get(a.keys.Emptied(n.Name))
+		s.NodePower = a.nodePower(n, inUse, rec, recorded, now)
 		owners := state.Holders(n, l) // a device whose GPU or MIG device is held is not free either
 		for _, g := range n.GPUs {
 			s.Models[g.Model]++

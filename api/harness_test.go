@@ -64,6 +64,9 @@ type harnessOpts struct {
 	memlockKiB int64
 	// audit, when set, is api.Config's audit log.
 	audit *audit.Log
+	// powerDownAfter and now are api.Config's PowerDownAfter and Now.
+	powerDownAfter time.Duration
+	now            func() time.Time
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -125,6 +128,8 @@ func startHarness(t testing.TB, cli *clientv3.Client, o harnessOpts) *harness {
 		MaxQueuedPerUser:  o.maxQueued,
 		UlimitMemlockKiB:  o.memlockKiB,
 		Audit:             o.audit,
+		PowerDownAfter:    o.powerDownAfter,
+		Now:               o.now,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

@@ -187,7 +187,8 @@ func TestViewsAuthenticateAsTheAPI(t *testing.T) {
 	wantCode(t, e.get("/console/view/cluster", ""), 401, "missing bearer token")
 	wantCode(t, e.get("/console/view/cluster", "not-a-jwt"), 401, "token refused")
 	r := e.get("/console/view/cluster", e.token("ada"))
-	wantCode(t, r, 200, `id="node-n1"`, "SIMULATED", "<strong>2</strong> × A100")
+	// n1 runs nothing, and the API marks every empty node (PowerDownAfter 0).
+	wantCode(t, r, 200, `id="node-n1"`, "SIMULATED", "<strong>2</strong> × A100", `class="badge powerdown"`, "1 empty long enough to power down")
 	if n := r.header.Get("X-Voyager-API-Calls"); n != "1" {
 		t.Errorf("cluster view took %s API calls, want 1", n)
 	}

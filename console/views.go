@@ -56,6 +56,8 @@ type clusterView struct {
 	Free                       []modelCount
 	Total, Used, FreeN, Unused int
 	Cordoned, Draining         int
+	// PowerDown counts the nodes empty long enough to power down.
+	PowerDown int
 }
 
 func (c *Console) clusterView(k *caller) (clusterView, error) {
@@ -69,6 +71,9 @@ func (c *Console) clusterView(k *caller) (clusterView, error) {
 		v.Used += n.GPUs.Used
 		v.FreeN += n.GPUs.Free
 		v.Unused += n.GPUs.Unused
+		if n.PowerDown {
+			v.PowerDown++
+		}
 		if n.Cordon != nil {
 			if n.Cordon.Drain {
 				v.Draining++

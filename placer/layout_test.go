@@ -14,7 +14,7 @@ import (
 
 // plannerFiles are the pure planner: what the API, the lifecycle controller
 // and placer/sim call without a placer running.
-var plannerFiles = []string{"snapshot.go", "plan.go", "order.go", "fairshare.go", "hold.go", "filter.go", "score.go", "preempt.go", "epoch.go"}
+var plannerFiles = []string{"snapshot.go", "plan.go", "order.go", "fairshare.go", "hold.go", "filter.go", "score.go", "pack.go", "preempt.go", "epoch.go"}
 
 // TestPlannerImportsNoEtcd keeps the planner pure: none of its files may
 // import an etcd package, the watcher (etcd's caches) or context (a planner

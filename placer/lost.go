@@ -148,7 +148,11 @@ func (p *Placer) evict(ctx context.Context, node string, ledger state.Ledger, le
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", lw.ReadRevision))
 		}
 		if len(lw.Ledger.Allocations) == 0 {
-			ops = append(ops, clientv3.OpDelete(key))
+			mark, err := state.EmptiedOp(k, name, now)
+			if err != nil {
+				return 0, 0, err
+			}
+			ops = append(ops, clientv3.OpDelete(key), mark)
 			continue
 		}
 		v, err := state.Encode(lw.Ledger)

@@ -113,6 +113,10 @@ func TestNodeLoss(t *testing.T) {
 		if _, ok := w.ledgers[n]; ok {
 			t.Errorf("ledger of lost node %s still exists", n)
 		}
+		// The transaction that deleted the ledger recorded when.
+		if rec, _, err := state.Get[state.Emptied](ctx, cli, s.k.Emptied(n)); err != nil || rec.Node != n || rec.Since.IsZero() {
+			t.Errorf("no emptied record for %s after its ledger was cleared: %+v, %v", n, rec, err)
+		}
 	}
 	if got := p1.Stats().Lost + p2.Stats().Lost; got != 5 {
 		t.Errorf("placers handled %d lost sessions, want exactly 5", got)

@@ -13,7 +13,7 @@ import (
 
 // PlanOptions tune a planning pass.
 type PlanOptions struct {
-	// Strategy is Binpack (the default) or Spread.
+	// Strategy is Binpack (the default), Spread or Pack.
 	Strategy Strategy
 	// ReserveAfter is how long a 1-GPU request may wait before, if it fits
 	// no node in use, it holds the nodes closest to fitting it, so that a
@@ -536,7 +536,7 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 					break
 				}
 			}
-			if found > 0 {
+			if found > 0 && (p.opt.Strategy != Pack || found >= p.opt.Candidates) { // pack looks on through the buckets (pack.go)
 				break
 			}
 		}

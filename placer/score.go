@@ -18,6 +18,7 @@ const (
 	Binpack Strategy = "binpack"
 	// Spread places on the emptiest node that fits, for even load.
 	Spread Strategy = "spread"
+	// Pack (pack.go) packs new work onto the fewest machines.
 )
 
 // Score weights. The strategy score decides; locality breaks near-ties in
@@ -35,12 +36,16 @@ type scorer struct {
 	score  func(p *part, n *nodeState, devs []int) float64
 }
 
-// scorers builds the chain: the strategy's score, then locality. Exactly
+// scorers builds the chain: the strategy's score (binpack, spread or
+// pack), then locality. Exactly
 // two, which the planner relies on to keep per-candidate scores off the heap.
 func scorers(s Strategy) []scorer {
 	first := scorer{"binpack", weightStrategy, scoreBinpack}
-	if s == Spread {
+	switch s {
+	case Spread:
 		first = scorer{"spread", weightStrategy, func(p *part, n *nodeState, devs []int) float64 { return 1 - scoreBinpack(p, n, devs) }}
+	case Pack:
+		first = scorer{"pack", weightStrategy, scorePack}
 	}
 	return []scorer{first, {"locality", weightLocality, scoreLocality}}
 }

@@ -253,7 +253,11 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			if _, held := l.Allocations[id]; held {
 				delete(l.Allocations, id)
 				if len(l.Allocations) == 0 {
-					ops = append(ops, clientv3.OpDelete(lk))
+					mark, err := EmptiedOp(k, node, time.Now())
+					if err != nil {
+						return fmt.Errorf("release %s on %s: %w", id, node, err)
+					}
+					ops = append(ops, clientv3.OpDelete(lk), mark)
 				} else {
 					v, err := Encode(l)
 					if err != nil {

@@ -32,7 +32,7 @@ var apiEnvs = []string{
 	config.EnvPlacerMaxTxnOps, config.EnvMinCPUMilli, config.EnvMinMemoryMiB, config.EnvMaxSessionsPerNode,
 	config.EnvAPIRegistries, config.EnvAPIMaxQueued, config.EnvAPIExecAuditLog,
 	config.EnvAPIAuditLog, config.EnvAPIAuditMaxMiB, config.EnvAPIAuditKeep,
-	config.EnvDefaultShmMiB, config.EnvUlimitNofile, config.EnvUlimitMemlock,
+	config.EnvDefaultShmMiB, config.EnvUlimitNofile, config.EnvUlimitMemlock, config.EnvNodePowerDownAfter,
 }
 
 const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
@@ -148,6 +148,7 @@ func buildAPI(cli *clientv3.Client, cfg config.Config, secret []byte, auditLog *
 		// count from another limit than the one enforced.
 		MaxRuntime:        cfg.MaxRuntime,
 		MaxRuntimeCap:     cfg.MaxRuntimeCap,
+		PowerDownAfter:    cfg.NodePowerDownAfter,
 		MinCPUMilli:       cfg.MinCPUMilli,
 		MinMemoryMiB:      cfg.MinMemoryMiB,
 		AllowedRegistries: cfg.APIAllowedRegistries,

@@ -38,22 +38,57 @@ to completion.`))
 
 func newNodeListCmd() *cobra.Command {
 	var (
-		cf clientFlags
-		wf watchFlags
+		cf        clientFlags
+		wf        watchFlags
+		powerDown bool
 	)
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List nodes with their GPUs total, used, free and unused",
+		Short:   "List nodes with their GPUs total, used, free and unused, and how long each has been empty",
 		Long: `Lists nodes with GPUs total, used, free and unused (allocated, but no
 process has run on them for VOYAGER_AGENT_GPU_UNUSED_AFTER; -o json names
-the sessions holding them).`,
+the sessions holding them), and for a node that runs nothing, how long it
+has been empty (from etcd: when its last session was released, or its
+agent registered if later). "power down" marks a node empty for at least
+the API's VOYAGER_NODE_POWER_DOWN_AFTER: with --power-down only those are
+listed, an operator's hook to power machines down (Voyager powers nothing).`,
 		Args: cobra.NoArgs,
-		RunE: listRunE(&cf, &wf, func(_ *cobra.Command, c *client) listing[api.NodeSummary] { return nodeListing(c) }),
+		RunE: listRunE(&cf, &wf, func(_ *cobra.Command, c *client) listing[api.NodeSummary] {
+			l := nodeListing(c)
+			if powerDown {
+				fetch := l.fetch
+				l.fetch = func(ctx context.Context) ([]api.NodeSummary, error) {
+					all, err := fetch(ctx)
+					var out []api.NodeSummary
+					for _, n := range all {
+						if n.PowerDown {
+							out = append(out, n)
+						}
+					}
+					return out, err
+				}
+			}
+			return l
+		}),
 	}
 	cf.register(cmd, true)
 	wf.register(cmd)
+	cmd.Flags().BoolVar(&powerDown, "power-down", false, "list only the nodes empty long enough to power down (VOYAGER_NODE_POWER_DOWN_AFTER)")
 	return cmd
+}
+
+// emptyCell says how long node n has run nothing, and whether that is
+// long enough to power it down; "-" while it runs something.
+func emptyCell(n api.NodeSummary) string {
+	if n.EmptySince == nil {
+		return "-"
+	}
+	s := n.EmptyFor
+	if n.PowerDown {
+		s += " (power down)"
+	}
+	return s
 }
 
 func nodeListing(c *client) listing[api.NodeSummary] {
@@ -67,9 +102,9 @@ func nodeListing(c *client) listing[api.NodeSummary] {
 		},
 		key: func(n api.NodeSummary) string { return n.Name },
 		header: func(wide bool) string {
-			h := "NAME\tGPUS FREE/TOTAL\tUNUSED\tMODELS\tCPU USED\tMEMORY USED\tSESSIONS\tSTATUS"
+			h := "NAME\tGPUS FREE/TOTAL\tUNUSED\tMODELS\tCPU USED\tMEMORY USED\tSESSIONS\tEMPTY FOR\tSTATUS"
 			if wide {
-				h += "\tADDRESS\tAGENT\tLABELS"
+				h += "\tEMPTY SINCE\tADDRESS\tAGENT\tLABELS"
 			}
 			return h
 		},
@@ -87,14 +122,18 @@ func nodeListing(c *client) listing[api.NodeSummary] {
 			if n.Simulated {
 				st += " (simulated)"
 			}
-			r := fmt.Sprintf("%s\t%d/%d\t%d\t%s\t%g/%g\t%d/%d MiB\t%d\t%s", n.Name, n.GPUs.Free, n.GPUs.Total, n.GPUs.Unused, models(n.Models),
-				float64(n.CPUUsedMilli)/1000, float64(n.CPUMilli)/1000, n.MemoryUsedMiB, n.MemoryMiB, n.Sessions, st)
+			r := fmt.Sprintf("%s\t%d/%d\t%d\t%s\t%g/%g\t%d/%d MiB\t%d\t%s\t%s", n.Name, n.GPUs.Free, n.GPUs.Total, n.GPUs.Unused, models(n.Models),
+				float64(n.CPUUsedMilli)/1000, float64(n.CPUMilli)/1000, n.MemoryUsedMiB, n.MemoryMiB, n.Sessions, emptyCell(n), st)
 			if wide {
 				var labels []string
 				for _, k := range sortedMapKeys(n.Labels) {
 					labels = append(labels, k+"="+n.Labels[k])
 				}
-				r += fmt.Sprintf("\t%s\t%s\t%s", dash(n.Address), dash(n.Agent), dash(strings.Join(labels, ",")))
+				since := "-"
+				if n.EmptySince != nil {
+					since = n.EmptySince.Format(time.RFC3339)
+				}
+				r += fmt.Sprintf("\t%s\t%s\t%s\t%s", since, dash(n.Address), dash(n.Agent), dash(strings.Join(labels, ",")))
 			}
 			return r
 		},

@@ -117,16 +117,17 @@ const (
 	EnvRetention   = "VOYAGER_RETENTION"
 	EnvHistoryFile = "VOYAGER_HISTORY_FILE"
 
-	EnvIdleTimeout       = "VOYAGER_IDLE_TIMEOUT"
-	EnvStopWarning       = "VOYAGER_STOP_WARNING"
-	EnvMaxRuntime        = "VOYAGER_MAX_RUNTIME"
-	EnvStartTimeout      = "VOYAGER_START_TIMEOUT"
-	EnvMaxRuntimeCap     = "VOYAGER_MAX_RUNTIME_CAP"
-	EnvDrainDeadline     = "VOYAGER_DRAIN_DEADLINE"
-	EnvPreemptGrace      = "VOYAGER_PREEMPT_GRACE"
-	EnvPreemptNotebooks  = "VOYAGER_PREEMPT_NOTEBOOKS"
-	EnvRestartBackoff    = "VOYAGER_RESTART_BACKOFF"
-	EnvRestartBackoffMax = "VOYAGER_RESTART_BACKOFF_MAX"
+	EnvIdleTimeout        = "VOYAGER_IDLE_TIMEOUT"
+	EnvStopWarning        = "VOYAGER_STOP_WARNING"
+	EnvMaxRuntime         = "VOYAGER_MAX_RUNTIME"
+	EnvStartTimeout       = "VOYAGER_START_TIMEOUT"
+	EnvMaxRuntimeCap      = "VOYAGER_MAX_RUNTIME_CAP"
+	EnvDrainDeadline      = "VOYAGER_DRAIN_DEADLINE"
+	EnvNodePowerDownAfter = "VOYAGER_NODE_POWER_DOWN_AFTER"
+	EnvPreemptGrace       = "VOYAGER_PREEMPT_GRACE"
+	EnvPreemptNotebooks   = "VOYAGER_PREEMPT_NOTEBOOKS"
+	EnvRestartBackoff     = "VOYAGER_RESTART_BACKOFF"
+	EnvRestartBackoffMax  = "VOYAGER_RESTART_BACKOFF_MAX"
 )
 
 // Config holds the settings of one voyager process. Load fills it from the
@@ -189,8 +190,8 @@ type Config struct {
 	// LogFormat is text or json.
 	LogFormat string `env:"VOYAGER_LOG_FORMAT" envDefault:"text" doc:"log format: text or json"`
 
-	// PlacerStrategy is binpack or spread.
-	PlacerStrategy string `env:"VOYAGER_PLACER_STRATEGY" envDefault:"binpack" doc:"placement strategy: binpack (keep whole machines free) or spread"`
+	// PlacerStrategy is binpack, spread or pack.
+	PlacerStrategy string `env:"VOYAGER_PLACER_STRATEGY" envDefault:"binpack" doc:"placement strategy: binpack (keep whole machines free), spread, or pack (new work on the fewest machines, beside sessions that run longest, so that the rest empty and may be powered down)"`
 	// PlacerReserveAfter is how long a request waits before it holds capacity.
 	PlacerReserveAfter time.Duration `env:"VOYAGER_PLACER_RESERVE_AFTER" envDefault:"10m" doc:"a 1-GPU request pending this long that fits no node in use holds the nodes closest to fitting it (a request of g GPUs after this over g; each owner up to what its fair share exceeds its holding by); 0 turns holds off"`
 	// PlacerMaxTxnOps caps operations per bind transaction.
@@ -354,6 +355,9 @@ type Config struct {
 	MaxRuntimeCap time.Duration `env:"VOYAGER_MAX_RUNTIME_CAP" envDefault:"0s" doc:"the longest maxRuntime a session may ask for or be extended to by its owner; 0: no cap"`
 	// DrainDeadline is how long a drain without a deadline gives notebooks.
 	DrainDeadline time.Duration `env:"VOYAGER_DRAIN_DEADLINE" envDefault:"1h" doc:"when a node is drained without a deadline, its notebook sessions stop this long after the drain (batch sessions run to completion)"`
+	// NodePowerDownAfter is how long a node must have run nothing before
+	// the node view marks it one that may be powered down.
+	NodePowerDownAfter time.Duration `env:"VOYAGER_NODE_POWER_DOWN_AFTER" envDefault:"30m" doc:"a node that has held no session this long is marked powerDown in GET /api/v1/nodes and voyager node list (an operator's hook: Voyager powers nothing); 0 marks every empty node"`
 	// PreemptGrace is the time a preempted session has between its warning and its stop.
 	PreemptGrace time.Duration `env:"VOYAGER_PREEMPT_GRACE" envDefault:"2m" doc:"time between a preemption warning and the victim's stop (then it is re-queued)"`
 	// PreemptNotebooks lets preemption take preemptible notebooks too.
@@ -585,7 +589,7 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 		errs = append(errs, invalid(EnvLogFormat, wantFor(EnvLogFormat)))
 	}
 	cfg.PlacerStrategy = strings.ToLower(cfg.PlacerStrategy)
-	if cfg.PlacerStrategy != "binpack" && cfg.PlacerStrategy != "spread" {
+	if cfg.PlacerStrategy != "binpack" && cfg.PlacerStrategy != "spread" && cfg.PlacerStrategy != "pack" {
 		errs = append(errs, invalid(EnvPlacerStrategy, wantFor(EnvPlacerStrategy)))
 	}
 	if cfg.PlacerReserveAfter < 0 {
@@ -714,7 +718,7 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	}{
 		{EnvAgentGPUUnusedAfter, cfg.AgentGPUUnusedAfter}, {EnvIdleTimeout, cfg.IdleTimeout},
 		{EnvStopWarning, cfg.StopWarning}, {EnvMaxRuntime, cfg.MaxRuntime}, {EnvMaxRuntimeCap, cfg.MaxRuntimeCap}, {EnvStartTimeout, cfg.StartTimeout},
-		{EnvDrainDeadline, cfg.DrainDeadline}, {EnvPreemptGrace, cfg.PreemptGrace},
+		{EnvDrainDeadline, cfg.DrainDeadline}, {EnvPreemptGrace, cfg.PreemptGrace}, {EnvNodePowerDownAfter, cfg.NodePowerDownAfter},
 		{EnvRestartBackoff, cfg.RestartBackoff}, {EnvRestartBackoffMax, cfg.RestartBackoffMax},
 	} {
 		if d.v < 0 {
@@ -752,7 +756,7 @@ func wantFor(envName string) string {
 	case EnvLogFormat:
 		return "one of text, json"
 	case EnvPlacerStrategy:
-		return "one of binpack, spread"
+		return "one of binpack, spread, pack"
 	case EnvPlacerReserveAfter:
 		return "a duration of 0 or more, such as 10m (0 turns reservations off)"
 	case EnvPlacerMaxTxnOps:
@@ -846,7 +850,7 @@ func wantFor(envName string) string {
 	case EnvAgentGPUBusyPercent:
 		return "a whole percent from 0 to 100, such as 10"
 	case EnvAgentGPUUnusedAfter, EnvIdleTimeout, EnvStopWarning, EnvMaxRuntime, EnvMaxRuntimeCap, EnvStartTimeout,
-		EnvDrainDeadline, EnvPreemptGrace, EnvRestartBackoff, EnvRestartBackoffMax:
+		EnvDrainDeadline, EnvPreemptGrace, EnvRestartBackoff, EnvRestartBackoffMax, EnvNodePowerDownAfter:
 		return "a duration of 0 or more, such as 15m or 2h"
 	}
 	return "a valid value"

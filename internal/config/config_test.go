@@ -74,6 +74,7 @@ func defaults() Config {
 		StopWarning:         15 * time.Minute,
 		StartTimeout:        5 * time.Minute,
 		DrainDeadline:       time.Hour,
+		NodePowerDownAfter:  30 * time.Minute,
 		PreemptGrace:        2 * time.Minute,
 		RestartBackoff:      10 * time.Second,
 		RestartBackoffMax:   10 * time.Minute,
@@ -171,6 +172,7 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_MAX_RUNTIME=8h",
 				"VOYAGER_MAX_RUNTIME_CAP=24h",
 				"VOYAGER_DRAIN_DEADLINE=30m",
+				"VOYAGER_NODE_POWER_DOWN_AFTER=2h",
 				"VOYAGER_PREEMPT_GRACE=30s",
 				"VOYAGER_PREEMPT_NOTEBOOKS=true",
 				"VOYAGER_RESTART_BACKOFF=1s",
@@ -256,6 +258,7 @@ func TestLoad(t *testing.T) {
 					MaxRuntime:          8 * time.Hour,
 					MaxRuntimeCap:       24 * time.Hour,
 					DrainDeadline:       30 * time.Minute,
+					NodePowerDownAfter:  2 * time.Hour,
 					PreemptGrace:        30 * time.Second,
 					PreemptNotebooks:    true,
 					RestartBackoff:      time.Second,
@@ -452,7 +455,7 @@ func TestLoadInvalid(t *testing.T) {
 		{
 			name: "placer strategy",
 			env:  "VOYAGER_PLACER_STRATEGY=random",
-			want: `invalid VOYAGER_PLACER_STRATEGY="random": want one of binpack, spread`,
+			want: `invalid VOYAGER_PLACER_STRATEGY="random": want one of binpack, spread, pack`,
 		},
 		{
 			name: "negative reserve after",

@@ -89,6 +89,9 @@ func TestRolesOnRealEtcd(t *testing.T) {
 		{etcdrbac.Agent("gpu-a"), []probe{
 			allow(put(func(k state.Keys) string { return k.Node("gpu-a") })),
 			allow(put(func(k state.Keys) string { return k.Ledger("gpu-a") })),
+			// When its ledger emptied, written by its release.
+			allow(put(func(k state.Keys) string { return k.Emptied("gpu-a") })),
+			deny(put(func(k state.Keys) string { return k.Emptied("gpu-b") })),
 			allow(del(func(k state.Keys) string { return k.Binding("gpu-a", "s1") })),
 			allow(put(func(k state.Keys) string { return k.Secret("gpu-a", "s1") })),
 			allow(get(func(k state.Keys) string { return k.Session("s1") })),

@@ -102,7 +102,7 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// Its HTTPS endpoint's record, which agents deny sessions.
 			prefix(rw, k.ControlPlaneKind(state.EndpointAPI)),
 			// Views, the queue plan, events; the owner's URLs.
-			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()),
+			prefix(r, k.Nodes()), prefix(r, k.Ledgers()), prefix(r, k.Warnings()), prefix(r, k.EmptiedDir()),
 			prefix(r, k.SecretsDir()),
 		}},
 		{Name: Placer, Perms: []Perm{
@@ -113,7 +113,7 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// writes statuses, deletes parts done with).
 			prefix(rw, k.Sessions()), prefix(rw, k.PendingDir()), prefix(rw, k.StatusDir()),
 			prefix(rw, k.Parts()),
-			prefix(rw, k.Warnings()), prefix(rw, k.Ledgers()), prefix(rw, k.AllBindings()),
+			prefix(rw, k.Warnings()), prefix(rw, k.Ledgers()), prefix(rw, k.AllBindings()), prefix(rw, k.EmptiedDir()),
 			prefix(rw, k.Placers()), prefix(rw, k.Elections()),
 			// Quota usage marks, compared by every bind against a quota.
 			prefix(rw, k.UsageDir()),
@@ -139,11 +139,12 @@ func Roles(k state.Keys, nodes []string) []Role {
 	for _, n := range slices.Compact(sorted) {
 		roles = append(roles, Role{Name: Agent(n), Perms: []Perm{
 			probe,
-			// Its own node: inventory, ledger (release), bindings (delete
+			// Its own node: inventory, ledger (release) and when it was
+			// last emptied (emptied/<node>, with the release), bindings (delete
 			// on release), secrets, and the parts it reports of its
 			// sessions (parts/<node>/): the placers' merger turns them
 			// into statuses, which no agent writes.
-			exact(rw, k.Node(n)), exact(rw, k.Ledger(n)),
+			exact(rw, k.Node(n)), exact(rw, k.Ledger(n)), exact(rw, k.Emptied(n)),
 			prefix(rw, k.Bindings(n)), prefix(rw, k.NodeSecrets(n)),
 			prefix(rw, k.NodeParts(n)),
 			// Specs of its sessions; statuses (a gang's parts end with
@@ -174,7 +175,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
 		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(), k.ControlPlaneDir(),
-		k.Teams(), k.Accruals(), k.GPUHoursDir(), k.Cursors(),
+		k.Teams(), k.Accruals(), k.GPUHoursDir(), k.Cursors(), k.EmptiedDir(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}

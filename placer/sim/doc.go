@@ -29,4 +29,18 @@
 // whole-GPU training, and its control with every notebook on a whole GPU;
 // Result.Sharing says how many sessions ran, how fractions packed, and
 // whether any shared GPU broke its rules; ShareTable prints it.
+//
+// The optimum to measure the planner against (issue 40): a run made with
+// Config.Record becomes an Instance (NewInstance): its arrivals on the
+// pass grid, each session's GPUs, parts and run time, and a fair-share
+// slack, the run's own worst wait beyond fair share. Evaluate checks a
+// Schedule and gives its three objectives (mean wait, active machines,
+// GPUs stranded by fragmentation). Exact is a branch and bound over the
+// active schedules of instances of up to ExactLimit sessions (checked
+// against enumeration); Search is ε-NSGA-II on larger ones, deterministic
+// by seed; OnlineFCFS and ClairvoyantFCFS are baselines that tell what a
+// gap is made of. RunGaps and GapTable measure the planner's gap on every
+// shape of the suite (simgap, `make sim-gap`). PowerShapes and PowerTable
+// measure the pack strategy's active machines and waits against binpack
+// and spread (simpower, `make sim-power`).
 package sim

@@ -136,6 +136,12 @@ type Config struct {
 	// given to the planner as quotas' Weight.
 	UserWeights  map[string]float64
 	GroupWeights map[string]float64
+	// PowerDownAfter is how long a node must have held nothing to count in
+	// Result.IdleNodes (default 30 minutes, VOYAGER_NODE_POWER_DOWN_AFTER's).
+	PowerDownAfter time.Duration
+	// Record keeps every session's start and nodes in Result.Schedule,
+	// for the optimiser to measure the run against (optimum.go).
+	Record bool
 	// Teams is the team tree the planner is given (placer.Snapshot.Teams).
 	Teams []state.Team
 	// Preempt, when set, plans preemptions after every pass as the
@@ -225,6 +231,33 @@ type Result struct {
 	// PreemptedGPUHours the GPU-hours of work they lost.
 	Preempted         int
 	PreemptedGPUHours float64
+	// ActiveNodes is the mean, over passes in the window, of nodes that
+	// hold at least one session: the machines that could not be powered
+	// down. IdleNodes is the mean of nodes that have held nothing for at
+	// least Config.PowerDownAfter (30 minutes if zero): those an operator
+	// could have powered down.
+	ActiveNodes, IdleNodes float64
+	// Schedule is every session in arrival order with the pass that bound
+	// it, when Config.Record is set.
+	Schedule []Placed
+}
+
+// Placed is one session of a recorded run: what it asked for, when it
+// arrived, and where and at which pass the planner bound it.
+type Placed struct {
+	ID, User string
+	// GPUs on each part, and Parts: 1, or a Ray head and its workers.
+	GPUs, Parts int
+	Arrive      time.Duration
+	Runtime     time.Duration
+	// Pass is the index of the pass that bound it (its start is Pass ×
+	// Tick); -1 if it still waited at the end.
+	Pass int
+	// Nodes are the indices of the nodes its parts were bound to.
+	Nodes []int
+	// FairWait is the wait, in minutes, its user's fair share implied at
+	// its arrival (Result.MaxExcess).
+	FairWait float64
 }
 
 type session struct {
@@ -246,6 +279,12 @@ type session struct {
 	// implied at arrival: the GPU-minutes it queued before this request
 	// over the GPUs its share gave it.
 	fairWait float64
+}
+
+// startedAt is where and at which pass a recorded session was bound.
+type startedAt struct {
+	pass  int
+	nodes []int
 }
 
 type running struct {
@@ -360,6 +399,9 @@ func Run(cfg Config) Result {
 	if cfg.To == 0 {
 		cfg.To = cfg.Duration
 	}
+	if cfg.PowerDownAfter <= 0 {
+		cfg.PowerDownAfter = 30 * time.Minute
+	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x766f7961676572)) // "voyager"
 	arr := arrivals(&cfg, rng)
 	bySession := make(map[string]*session, len(arr))
@@ -412,7 +454,14 @@ func Run(cfg Config) Result {
 		waitGPUs = map[string]int{}     // thousandths of GPUs waiting, by user
 		backlog  = map[string]float64{} // GPU-minutes waiting (thousandths), by user
 		share    = newShareMeter()
+		active   float64
+		idle     float64
+		lastBusy = make([]time.Duration, cfg.Nodes) // when each node last held something; set below
+		started  = map[string]startedAt{}
 	)
+	for i := range lastBusy {
+		lastBusy[i] = -cfg.PowerDownAfter // empty since before the run: may power down at once
+	}
 	for now := time.Duration(0); now < cfg.Duration; now += cfg.Tick {
 		for len(ends) > 0 && ends[0].end <= now {
 			r := heap.Pop(&ends).(running)
@@ -482,6 +531,13 @@ func Run(cfg Config) Result {
 				r.nodes = append(r.nodes, pp.Node)
 			}
 			heap.Push(&ends, r)
+			if cfg.Record {
+				nodes := make([]int, len(r.nodes))
+				for i, n := range r.nodes {
+					nodes[i] = index[n]
+				}
+				started[s.id] = startedAt{pass: res.Passes - 1, nodes: nodes}
+			}
 			held[s.user] += s.size.milli()
 			waitGPUs[s.user] -= s.size.milli()
 			backlog[s.user] -= float64(s.size.milli()) * s.runtime.Minutes()
@@ -499,11 +555,23 @@ func Run(cfg Config) Result {
 			pending = kept
 		}
 		tm.pass(now, snap, plan, views, pending, bySession, &res)
+		for i := range views {
+			if len(views[i].Ledger.Allocations) > 0 {
+				lastBusy[i] = now
+			}
+		}
 		if now < cfg.From || now >= cfg.To {
 			continue
 		}
 		window++
 		share.pass(views, len(ends))
+		for i := range views {
+			if len(views[i].Ledger.Allocations) > 0 {
+				active++
+			} else if now-lastBusy[i] >= cfg.PowerDownAfter {
+				idle++
+			}
+		}
 		used := 0
 		for u, g := range held {
 			shareSum[u] += float64(g) / float64(capacity)
@@ -602,6 +670,8 @@ func Run(cfg Config) Result {
 			res.Share[u] = s / float64(window)
 		}
 		res.QueuedFraction = float64(queued) / float64(window)
+		res.ActiveNodes = active / float64(window)
+		res.IdleNodes = idle / float64(window)
 	}
 	if queued > 0 {
 		res.Util /= float64(queued)
@@ -609,6 +679,17 @@ func Run(cfg Config) Result {
 		res.IdleFragmented /= float64(queued)
 		res.Slots8 /= float64(queued)
 		res.Floor8 /= float64(queued)
+	}
+	if cfg.Record {
+		res.Schedule = make([]Placed, len(arr))
+		for i := range arr {
+			s := &arr[i]
+			p := Placed{ID: s.id, User: s.user, GPUs: s.size.GPUs, Parts: s.size.Workers + 1, Arrive: s.arrive, Runtime: s.runtime, Pass: -1, FairWait: s.fairWait}
+			if st, ok := started[s.id]; ok {
+				p.Pass, p.Nodes = st.pass, st.nodes
+			}
+			res.Schedule[i] = p
+		}
 	}
 	sort.Slice(planDur, func(i, j int) bool { return planDur[i] < planDur[j] })
 	if len(planDur) > 0 {

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/voyager-gpu/voyager/internal/config"
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/placer/sim"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "simgap:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("simgap", flag.ContinueOnError)
+	nodes := fs.Int("nodes", 16, "cluster size")
+	hours := fs.Float64("hours", 0.25, "factor on each shape's simulated hours")
+	seeds := fs.Int("seeds", 1, "seeds 1..N for every shape and strategy")
+	only := fs.String("shape", "", "run only the shapes whose name contains this")
+	strategies := fs.String("strategies", "binpack,spread", "strategies, comma-separated")
+	pop := fs.Int("population", 40, "ε-NSGA-II's population")
+	gens := fs.Int("generations", 60, "ε-NSGA-II's generations")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *nodes <= 0 || *hours <= 0 || *seeds <= 0 {
+		return fmt.Errorf("parse flags: -nodes, -hours and -seeds must be above zero")
+	}
+	cfg, err := config.Load(nil, nil)
+	if err != nil {
+		return fmt.Errorf("load default settings: %w", err)
+	}
+	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter}
+	var sts []placer.Strategy
+	for _, s := range strings.Split(*strategies, ",") {
+		switch st := placer.Strategy(strings.TrimSpace(s)); st {
+		case placer.Binpack, placer.Spread:
+			sts = append(sts, st)
+		default:
+			return fmt.Errorf("parse -strategies %q: want binpack or spread", s)
+		}
+	}
+	var shapes []sim.Shape
+	for _, sh := range sim.Suite(*nodes, *hours) {
+		if strings.Contains(sh.Name, *only) {
+			shapes = append(shapes, sh)
+		}
+	}
+	var ss []uint64
+	for s := 1; s <= *seeds; s++ {
+		ss = append(ss, uint64(s))
+	}
+	start := time.Now()
+	rows := sim.RunGaps(shapes, opt, sts, ss, sim.SearchOptions{Population: *pop, Generations: *gens})
+	fmt.Printf("%d nodes, hours ×%g, default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; ε-NSGA-II population %d, %d generations; %s in all.\n\n",
+		*nodes, *hours, opt.ReserveAfter, sim.SuiteTick, *seeds, *pop, *gens, time.Since(start).Round(time.Second))
+	fmt.Print(sim.GapTable(rows))
+	for _, r := range rows {
+		if r.Err != nil {
+			return fmt.Errorf("%s %s seed %d: %w", r.Shape.Name, r.Strategy, r.Seed, r.Err)
+		}
+	}
+	return nil
+}
