@@ -238,7 +238,9 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		if size >= j.Max {
 			continue
 		}
-		if slices.ContainsFunc(blocking, func(e *state.QueueEntry) bool { return !(e.Priority < a.Priority) && !overShare(held, weight, e.Owner, a.Owner) }) {
+		if slices.ContainsFunc(blocking, func(e *state.QueueEntry) bool {
+			return !(e.Priority < a.Priority) && !overShare(held, weight, e.Owner, a.Owner)
+		}) {
 			continue
 		}
 		req := state.Resources{GPUs: 1}
