@@ -63,3 +63,22 @@ func (e *Elastic) Range(size int) string {
 	}
 	return fmt.Sprintf("%d of %d-%d GPUs", size, e.Min, e.Max)
 }
+
+// ElasticSize is the size an elastic job's attempt was bound at, as its
+// status says (0: not elastic, or no status).
+func ElasticSize(st *Status) int {
+	if st == nil || st.Elastic == nil {
+		return 0
+	}
+	return st.Elastic.Size
+}
+
+// AttemptGPUs is the GPUs one attempt of s held: an elastic job's size
+// (size, from ElasticSize of the attempt's status) when it has one, else
+// SessionGPUs. Accounting counts each size's GPU-hours so.
+func AttemptGPUs(s Session, size int) int {
+	if s.Elastic != nil && size > 0 {
+		return size
+	}
+	return SessionGPUs(s)
+}
