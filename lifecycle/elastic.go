@@ -82,22 +82,22 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		Nodes: c.nodes.Snapshot(), Ledgers: c.ledgers.Snapshot(), Cordons: v.cordons,
 		Quotas: c.quotas.Snapshot(), Pending: v.pending, Warnings: v.warnings,
 	}, v.now)
-	// Room that sessions being stopped are about to free counts free.
+	// Room that sessions being stopped are about to free serves waiters
+	// without a shrink, but is not idle yet: no job grows into it.
 	ledgerRevs := map[string]int64{}
+	freeing := map[string]bool{}
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
 		ledgerRevs[n.Node.Name] = n.LedgerRevision
-		allocs := make(map[string]state.Allocation, len(n.Ledger.Allocations))
-		for id, a := range n.Ledger.Allocations {
-			if !stopping[id] || v.elastic[id] {
-				allocs[id] = a
+		for id := range n.Ledger.Allocations {
+			if stopping[id] && !v.elastic[id] {
+				freeing[id] = true
 			}
 		}
-		n.Ledger.Allocations = allocs
 	}
 	plan := placer.NewPlan(snap, c.cfg.Plan)
 	var errs []error
-	for _, r := range placer.PlanElastic(snap, plan, jobs, placer.ElasticOptions{}) {
+	for _, r := range placer.PlanElastic(snap, plan, jobs, placer.ElasticOptions{Freeing: freeing}) {
 		if r.For != "" {
 			v.owed[r.For] = true
 		}

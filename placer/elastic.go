@@ -141,6 +141,10 @@ type Resize struct {
 type ElasticOptions struct {
 	// Max bounds the resizes one pass decides. Default 8.
 	Max int
+	// Freeing are sessions being stopped: a waiter that fits once they
+	// have released their room needs no shrink, but their GPUs are not
+	// idle yet, so no job grows into them.
+	Freeing map[string]bool
 }
 
 // PlanElastic decides resizes of running elastic jobs (jobs, by session),
@@ -202,6 +206,9 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		if e.Workers > 0 || e.Request.Fraction() || e.Request.GPUs == 0 || len(out) >= opt.Max {
 			blocking = append(blocking, e)
 			continue
+		}
+		if fitsOnceFreed(views, names, opt.Freeing, e) {
+			continue // room being freed serves it: no shrink, and no grow into it
 		}
 		r, ok := shrinkFor(views, names, jobs, decided, w.Pending, owed)
 		if !ok {
@@ -322,6 +329,31 @@ func shrinkFor(views map[string]*NodeView, names []string, jobs map[string]Elast
 	return Resize{Session: best, Node: bestNode, From: size, To: size - bestK, For: e.Session, ForRevision: w.Revision, Deferred: deferred,
 		Why: fmt.Sprintf("shrinks from %d to %d GPUs (range %d-%d): %s (%s, priority %d) waits for %s on %s and fair share owes it the GPUs",
 			size, size-bestK, j.Min, j.Max, e.Session, e.Owner, e.Priority, describe(&e.Request), bestNode)}, true
+}
+
+// fitsOnceFreed reports whether e fits on some node once the sessions in
+// freeing have released what they hold there.
+func fitsOnceFreed(views map[string]*NodeView, names []string, freeing map[string]bool, e *state.QueueEntry) bool {
+	if len(freeing) == 0 {
+		return false
+	}
+	pt := &part{req: &e.Request, role: state.RoleSingle, ports: e.Ports(state.RoleSingle), id: e.Session, owner: e.Owner}
+	for _, name := range names {
+		v := views[name]
+		h := *v
+		h.Ledger = state.Ledger{Node: name, Allocations: cloneAllocs(v.Ledger.Allocations)}
+		freed := false
+		for id := range h.Ledger.Allocations {
+			if freeing[id] {
+				delete(h.Ledger.Allocations, id)
+				freed = true
+			}
+		}
+		if freed && feasible(pt, newNodeState(&h)) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // planViews are s's nodes with the plan's bindings added to their ledgers

@@ -101,6 +101,11 @@ func resizeOf(rs []Resize, id string) (Resize, bool) {
 func TestPlanElastic(t *testing.T) {
 	n := func() NodeView { return view(gpuNode("n1", 8, "A100")) }
 	ready := map[string]ElasticJob{"a": {Session: "a", Min: 2, Max: 8, Ready: true}}
+	// Sessions being stopped, by case (ElasticOptions.Freeing).
+	freeing := map[string]map[string]bool{
+		"GPUs being freed are not idle yet: no grow":          {"b": true},
+		"a waiter that fits once others stop needs no shrink": {"b": true},
+	}
 	for _, tc := range []struct {
 		name  string
 		nodes []NodeView
@@ -134,10 +139,15 @@ func TestPlanElastic(t *testing.T) {
 			&Resize{Session: "a", From: 8, To: 2, For: "c", Deferred: true}},
 		{"a resize already under way is not decided again", []NodeView{holdingAt(n(), "a", "alice", 0, 8)},
 			[]Pending{req("c", "carol", 6, time.Minute)}, map[string]ElasticJob{"a": {Session: "a", Min: 2, Max: 8, Ready: true, Target: 2}}, nil},
+		{"GPUs being freed are not idle yet: no grow", []NodeView{holdingAt(holdingAt(n(), "a", "alice", 0, 2), "b", "bob", 2, 6)}, nil, ready, nil},
+		{"a waiter that fits once others stop needs no shrink", []NodeView{holdingAt(holdingAt(n(), "a", "alice", 0, 6), "b", "bob", 6, 2)},
+			[]Pending{req("c", "carol", 2, time.Minute)}, ready, nil},
+		{"the same waiter, nothing stopping: a shrink", []NodeView{holdingAt(holdingAt(n(), "a", "alice", 0, 6), "b", "bob", 6, 2)},
+			[]Pending{req("c", "carol", 2, time.Minute)}, ready, &Resize{Session: "a", From: 6, To: 4, For: "c"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := snap(tc.nodes, tc.queue...)
-			rs := PlanElastic(s, NewPlan(s, PlanOptions{}), tc.jobs, ElasticOptions{})
+			rs := PlanElastic(s, NewPlan(s, PlanOptions{}), tc.jobs, ElasticOptions{Freeing: freeing[tc.name]})
 			got, ok := resizeOf(rs, "a")
 			switch {
 			case tc.want == nil && ok:
