@@ -233,6 +233,7 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	total := s.totalMilliGPUs()
 	for _, id := range ids {
 		j := jobs[id]
 		name, ok := where[id]
@@ -255,7 +256,7 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		to := min(j.Max, size+free)
 		d := maps.Clone(demand)
 		d[a.Owner] += 1000 * int64(j.Max-size)
-		share := waterFill(s.totalMilliGPUs(), d, weight)
+		share := waterFill(total, d, weight)
 		to = min(to, max(size, int((share[a.Owner]-held[a.Owner])/1000)+size))
 		if to <= size {
 			continue
@@ -287,6 +288,18 @@ func shrinkFor(views map[string]*NodeView, names []string, jobs map[string]Elast
 	deferred := false
 	for _, name := range names {
 		v := views[name]
+		// Cheap bound first: the node's GPUs not held, plus the most any
+		// elastic job there could give, fall short of the waiter.
+		spare, room := len(v.Node.GPUs), 0
+		for id, a := range v.Ledger.Allocations {
+			spare -= len(a.GPUs)
+			if j, ok := jobs[id]; ok && !decided[id] && j.Target == 0 {
+				room = max(room, len(a.GPUs)-j.Min)
+			}
+		}
+		if room <= 0 || spare+room < e.Request.GPUs {
+			continue
+		}
 		ids := make([]string, 0, len(v.Ledger.Allocations))
 		for id := range v.Ledger.Allocations {
 			if _, ok := jobs[id]; ok && !decided[id] {

@@ -1,6 +1,7 @@
 package placer
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,56 @@ func TestPlanElastic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkPlanElastic is one lifecycle pass's elastic planning at
+// cluster scale: 1,000 nodes of 8 GPUs, each with an elastic job of 2-8
+// GPUs holding 4 and another owner's 2-GPU job, and 2,000 fixed requests
+// of 1 to 8 GPUs waiting (shrinks to decide), against NewPlan of the same
+// snapshot (which sizes 200 queued elastic jobs too), and NewPlan with
+// those 200 as fixed 2-GPU requests.
+func BenchmarkPlanElastic(b *testing.B) {
+	const nodes, waiting, queuedElastic = 1000, 2000, 200
+	var views []NodeView
+	jobs := map[string]ElasticJob{}
+	for i := 0; i < nodes; i++ {
+		name := "n" + strconv.Itoa(i)
+		v := holdingAt(holdingAt(view(gpuNode(name, 8, "A100")), "e"+name, "u"+strconv.Itoa(i%50), 0, 4), "f"+name, "v"+strconv.Itoa(i%40), 4, 2)
+		views = append(views, v)
+		jobs["e"+name] = ElasticJob{Session: "e" + name, Min: 2, Max: 8, Ready: true}
+	}
+	var queue []Pending
+	for i := 0; i < waiting; i++ {
+		queue = append(queue, req("w"+strconv.Itoa(i), "w"+strconv.Itoa(i%30), 1+i%8, time.Duration(i)*time.Second))
+	}
+	for i := 0; i < queuedElastic; i++ {
+		queue = append(queue, elasticReq("q"+strconv.Itoa(i), "q"+strconv.Itoa(i%20), 2, 8, time.Duration(i)*time.Second))
+	}
+	s := snap(views, queue...)
+	fixed := make([]Pending, len(queue))
+	for i, p := range queue {
+		fixed[i] = p
+		if p.Entry.Elastic != nil {
+			fixed[i] = req(p.Entry.Session, p.Entry.Owner, 2, 0)
+		}
+	}
+	b.Run("NewPlanFixed", func(b *testing.B) {
+		sf := snap(views, fixed...)
+		for b.Loop() {
+			NewPlan(sf, PlanOptions{})
+		}
+	})
+	b.Run("NewPlan", func(b *testing.B) {
+		for b.Loop() {
+			NewPlan(s, PlanOptions{})
+		}
+	})
+	plan := NewPlan(s, PlanOptions{})
+	b.Run("PlanElastic", func(b *testing.B) {
+		n := 0
+		for b.Loop() {
+			n = len(PlanElastic(s, plan, jobs, ElasticOptions{}))
+		}
+		b.ReportMetric(float64(n), "resizes/op")
+	})
 }
