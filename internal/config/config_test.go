@@ -75,6 +75,7 @@ func defaults() Config {
 		StartTimeout:        5 * time.Minute,
 		DrainDeadline:       time.Hour,
 		PreemptGrace:        2 * time.Minute,
+		ElasticInterval:     5 * time.Minute,
 		RestartBackoff:      10 * time.Second,
 		RestartBackoffMax:   10 * time.Minute,
 
@@ -172,6 +173,8 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_MAX_RUNTIME_CAP=24h",
 				"VOYAGER_DRAIN_DEADLINE=30m",
 				"VOYAGER_PREEMPT_GRACE=30s",
+				"VOYAGER_ELASTIC_RESIZE_INTERVAL=2m",
+				"VOYAGER_ELASTIC_RESIZE_NOTICE=10s",
 				"VOYAGER_PREEMPT_NOTEBOOKS=true",
 				"VOYAGER_RESTART_BACKOFF=1s",
 				"VOYAGER_RESTART_BACKOFF_MAX=1m",
@@ -258,6 +261,8 @@ func TestLoad(t *testing.T) {
 					DrainDeadline:       30 * time.Minute,
 					PreemptGrace:        30 * time.Second,
 					PreemptNotebooks:    true,
+					ElasticInterval:     2 * time.Minute,
+					ElasticNotice:       10 * time.Second,
 					RestartBackoff:      time.Second,
 					RestartBackoffMax:   time.Minute,
 				}
