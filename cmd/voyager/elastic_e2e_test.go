@@ -205,3 +205,17 @@ func TestElasticJobE2E(t *testing.T) {
 		t.Errorf("dev exit code %d", code)
 	}
 }
+
+// TestRunSummaryOfAnElasticJob: the summary of an elastic job counts its
+// last attempt at the size it was bound at (as a restarted job's counts its
+// last attempt), not its minimum.
+func TestRunSummaryOfAnElasticJob(t *testing.T) {
+	start := time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC)
+	end := start.Add(time.Hour)
+	spec := state.Session{ID: "s", Resources: state.Resources{GPUs: 2}, Elastic: &state.Elastic{Min: 2, Max: 8}}
+	st := state.Status{Phase: state.PhaseSucceeded, Nodes: []string{"n1"}, Started: &start, Finished: &end,
+		Elastic: &state.Elastic{Min: 2, Max: 8, Size: 6, Resizes: 1}}
+	if sum := summarize(spec, st); sum.GPUs != 6 || sum.GPUHours != 6 {
+		t.Fatalf("summary %+v; want 6 GPUs for an hour", sum)
+	}
+}
