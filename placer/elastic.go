@@ -40,7 +40,8 @@ type elasticState struct {
 
 // placeElastic places it as place does; an elastic job (not pinned, one
 // part) first gets its size: the largest from its cap down to its minimum
-// that fair share allows and some node holds now, else its minimum.
+// that fair share and its quotas allow and some node holds now, else its
+// minimum.
 func (p *planner) placeElastic(it *Pending, position int, plan *Plan) (Decision, bool) {
 	e := it.Entry
 	if e.Elastic == nil || it.Pinned || e.Workers > 0 || e.Request.Fraction() || e.Elastic.Min < 1 {
@@ -49,6 +50,15 @@ func (p *planner) placeElastic(it *Pending, position int, plan *Plan) (Decision,
 	hi := min(e.Elastic.Cap(), p.fairCap(e))
 	for size := hi; size > e.Elastic.Min; size-- {
 		sized := sizedPending(it, size)
+		if p.quotas {
+			// A size its owner's quota refuses would wait on the quota
+			// every pass while a smaller one is allowed.
+			var need amounts
+			need.addReq(&sized.Entry.Request, p.usage.shareRef)
+			if _, _, ok := p.quota.quotaAllows(sized.Entry, need, p.snap); !ok {
+				continue
+			}
+		}
 		if n, _, _, _ := p.best(p.partOf(sized.Entry, []state.Resources{sized.Entry.Request}, 0), nil); n != nil {
 			return p.place(sized, position, plan)
 		}
@@ -258,6 +268,7 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		d[a.Owner] += 1000 * int64(j.Max-size)
 		share := waterFill(total, d, weight)
 		to = min(to, max(size, int((share[a.Owner]-held[a.Owner])/1000)+size))
+		to = min(to, size+quotaRoom(s, views, names, &a))
 		if to <= size {
 			continue
 		}
@@ -268,6 +279,36 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 			Why: fmt.Sprintf("grows from %d to %d GPUs (range %d-%d): %d GPUs sit idle on %s and nothing waits that fair share prefers", size, to, j.Min, j.Max, to-size, name)})
 	}
 	return out
+}
+
+// quotaRoom is how many more whole GPUs a's owner and groups may hold
+// under their quotas (a large number when none caps them).
+func quotaRoom(s *Snapshot, views map[string]*NodeView, names []string, a *state.Allocation) int {
+	room := int64(1 << 30)
+	limit := func(q state.Quota, ok bool, held int64) {
+		if ok && q.GPUs != nil {
+			room = min(room, (1000**q.GPUs-held)/1000)
+		}
+	}
+	var user int64
+	groups := map[string]int64{}
+	for _, name := range names {
+		for _, b := range views[name].Ledger.Allocations {
+			if b.Owner == a.Owner {
+				user += b.MilliGPUs()
+			}
+			for _, g := range b.Groups {
+				groups[g] += b.MilliGPUs()
+			}
+		}
+	}
+	q, ok := s.UserQuotas[a.Owner]
+	limit(q, ok, user)
+	for _, g := range a.Groups {
+		q, ok := s.GroupQuotas[g]
+		limit(q, ok, groups[g])
+	}
+	return int(max(room, 0))
 }
 
 // overShare reports whether owner a holds less (weighted) than owner b:

@@ -65,11 +65,16 @@ func TestElasticStartsAtLargestFairSize(t *testing.T) {
 		{"its cap after a resize", []NodeView{n()},
 			[]Pending{func() Pending { p := elasticReq("a", "alice", 2, 8, time.Minute); p.Entry.Elastic.Size = 3; return p }()},
 			map[string]int{"a": 3}},
+		{"its owner's quota of 3 GPUs: 3", []NodeView{n()},
+			[]Pending{elasticReq("a", "quota3", 2, 8, time.Minute)}, map[string]int{"a": 3}},
 		{"only 1 free, minimum 2: it waits", []NodeView{holdingAt(n(), "b1", "bob", 0, 7)},
 			[]Pending{elasticReq("a", "alice", 2, 8, time.Minute)}, map[string]int{"a": 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			plan := NewPlan(snap(tc.nodes, tc.queue...), PlanOptions{})
+			s := snap(tc.nodes, tc.queue...)
+			three := int64(3)
+			s.UserQuotas = map[string]state.Quota{"quota3": {GPUs: &three}}
+			plan := NewPlan(s, PlanOptions{})
 			for id, want := range tc.want {
 				if got := boundGPUs(t, plan, id); got != want {
 					t.Errorf("%s bound with %d GPUs, want %d (waiting: %+v)", id, got, want, plan.Waiting)
@@ -118,6 +123,9 @@ func TestPlanElastic(t *testing.T) {
 			&Resize{Session: "a", From: 2, To: 8}},
 		{"idle GPUs beside others: grows into them", []NodeView{holdingAt(holdingAt(n(), "a", "alice", 0, 2), "b", "bob", 2, 2)}, nil, ready,
 			&Resize{Session: "a", From: 2, To: 6}},
+		{"idle GPUs, its owner's quota of 5: grows to 5", []NodeView{holdingAt(n(), "a", "quota5", 0, 2)}, nil, ready,
+			&Resize{Session: "a", From: 2, To: 5}},
+		{"at its owner's quota: no grow", []NodeView{holdingAt(n(), "a", "quota5", 0, 5)}, nil, ready, nil},
 		{"at its maximum: no grow", []NodeView{holdingAt(n(), "a", "alice", 0, 8)}, nil,
 			map[string]ElasticJob{"a": {Session: "a", Min: 2, Max: 8, Ready: true}}, nil},
 		{"rate limited: no grow", []NodeView{holdingAt(n(), "a", "alice", 0, 2)}, nil,
@@ -148,6 +156,8 @@ func TestPlanElastic(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := snap(tc.nodes, tc.queue...)
+			five := int64(5)
+			s.UserQuotas = map[string]state.Quota{"quota5": {GPUs: &five}}
 			rs := PlanElastic(s, NewPlan(s, PlanOptions{}), tc.jobs, ElasticOptions{Freeing: freeing[tc.name]})
 			got, ok := resizeOf(rs, "a")
 			switch {
