@@ -82,8 +82,8 @@ type WarningEvent struct {
 	Session string `json:"session"`
 	// Phase is the session's phase when the event was sent.
 	Phase state.Phase `json:"phase"`
-	// Reason is the warning's: IdleTimeout, MaxRuntime, NodeDrained or
-	// Preempted.
+	// Reason is the warning's: IdleTimeout, MaxRuntime, NodeDrained,
+	// Preempted or Resized (an elastic job's resize).
 	Reason string `json:"reason"`
 	// Message says it in plain words, e.g. "will be stopped at 10:15 UTC:
 	// idle for 2h (no Jupyter activity, no busy kernel, GPUs idle)", or
@@ -133,6 +133,8 @@ func withdrawnMessage(w state.Warning, now time.Time) string {
 		msg += " (its node is no longer drained)"
 	case state.ReasonPreempted:
 		msg += " (the preemption was called off)"
+	case state.ReasonResized:
+		msg += " (the resize is under way, or no longer needed)"
 	}
 	return msg
 }

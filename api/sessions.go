@@ -184,6 +184,12 @@ func (a *API) admit(c *gin.Context, req SessionRequest, now time.Time) (state.Se
 		a.invalid(c, "Unsatisfiable request", errs)
 		return state.Session{}, nil, false
 	}
+	if nodes, _ := a.feasibilityNodes(); s.Elastic != nil {
+		if errs := elasticFeasibility(s, nodes, a.cfg.Plan, now); len(errs) > 0 {
+			a.invalid(c, "Unsatisfiable request", errs)
+			return state.Session{}, nil, false
+		}
+	}
 	// The spec holds the volumes as read: the create commits only if
 	// their definitions are unchanged.
 	vguards, ok := a.mountVolumes(c, vols, principalOf(c), &s)

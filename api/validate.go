@@ -40,6 +40,10 @@ type SessionRequest struct {
 	// each with Resources on its own machine (rank 0 to Nodes-1), bound
 	// all-or-nothing. 0 or 1: one machine.
 	Nodes int `json:"nodes,omitempty"`
+	// Elastic asks that a batch job run at any size from elastic.min to
+	// elastic.max GPUs on one machine, resized with the cluster's load;
+	// resources.gpus is then left out (or equal to elastic.min).
+	Elastic *ElasticRequest `json:"elastic,omitempty"`
 	// OnPartFailure is what a multi-node job does when one part fails:
 	// "StopAll" (the default) ends the job and stops the other parts;
 	// "Continue" lets them run until rank 0 ends.
@@ -226,6 +230,9 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 	if req.Restart != nil {
 		s.Restart = *req.Restart
 	}
+	if e := req.Elastic; e != nil && e.Min > 0 && (req.Resources == nil || req.Resources.GPUs == 0) {
+		s.Resources.GPUs = e.Min // an elastic job needs its minimum at the least
+	}
 	cpu, mem := int64(defaultCPU), int64(defaultMemory)
 	if s.Resources.GPUs == 0 {
 		cpu, mem = defaultCPUNoGPU, defaultMemoryNoGPU
@@ -299,6 +306,7 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 		}
 	}
 	adm.validateNodes(&s, add)
+	validateElastic(req.Elastic, &s, add)
 	switch {
 	case s.Limits.MaxRuntime < 0:
 		add("limits.maxRuntime", "got %s, want 0 (no limit) or a positive duration such as \"8h\"", s.Limits.MaxRuntime.Std())

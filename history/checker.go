@@ -469,6 +469,16 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			}
 		}
 	}
+	elastic := make(map[string]bool, len(t.held)+len(t.sessions))
+	for id := range t.held {
+		elastic[id] = true
+	}
+	for id := range t.sessions {
+		elastic[id] = true
+	}
+	for _, v := range c.elasticOver(elastic) {
+		bad(k.Status(v[0]), RuleElasticOverSize, "%s", v[1])
+	}
 	for _, w := range t.parts {
 		if w.twice != "" {
 			bad(w.key, RuleLaunchedTwice, "%s", w.twice)

@@ -362,6 +362,22 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseStarting, QueueRevision: q + 1000}})
 			return write(t, cli, put{k.Part("n1", "s1"), state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStarting, QueueRevision: q, BindingRevision: b, Launched: &t1}})
 		}, history.RuleLaunchedTwice, func(k state.Keys) string { return k.Part("n1", "s1") }, 0},
+		{"an elastic job that shrinks in place: its new size announced while it still holds the old", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Status("s1"), status("s1", state.PhasePending)})
+			two := alloc(100, nil, "GPU-n1-0", "GPU-n1-1")
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": two})}, put{k.Binding("n1", "s1"), bnd("s1", two)},
+				put{k.Status("s1"), elasticStatus("s1", state.PhaseBound, 2)})
+			return write(t, cli, put{k.Status("s1"), elasticStatus("s1", state.PhaseRunning, 1)})
+		}, history.RuleElasticOverSize, func(k state.Keys) string { return k.Status("s1") }, 0},
+		{"an elastic job that grows onto another node before releasing the first", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Node("n2"), node("n2")}, put{k.Status("s1"), status("s1", state.PhasePending)})
+			one := alloc(100, nil, "GPU-n1-0")
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": one})}, put{k.Binding("n1", "s1"), bnd("s1", one)},
+				put{k.Status("s1"), elasticStatus("s1", state.PhaseBound, 1)})
+			two := alloc(100, nil, "GPU-n2-0", "GPU-n2-1")
+			return write(t, cli, put{k.Ledger("n2"), ledger("n2", map[string]state.Allocation{"s1": two})}, put{k.Binding("n2", "s1"), bnd("s1", two)},
+				put{k.Status("s1"), elasticStatus("s1", state.PhaseRunning, 2)})
+		}, history.RuleElasticOverSize, func(k state.Keys) string { return k.Status("s1") }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := state.MustKeys(fmt.Sprintf("/case%d", i))

@@ -41,6 +41,12 @@ type ControllerConfig struct {
 	PreemptGrace time.Duration
 	// PreemptNotebooks lets preemptible notebooks be preempted too.
 	PreemptNotebooks bool
+	// ResizeInterval is the least time between two resizes of one elastic
+	// job. Default 5 minutes.
+	ResizeInterval time.Duration
+	// ResizeNotice is the time between a resize's warning and its stop.
+	// Zero: the next pass stops it.
+	ResizeNotice time.Duration
 	// Plan are the placers' planning options: preemption plans the queue
 	// the way they do.
 	Plan placer.PlanOptions
@@ -87,7 +93,7 @@ type Controller struct {
 	kick    chan struct{}
 	leading atomic.Bool
 
-	warned, withdrawn, evicted, requeued, preempted, conflicts, pass atomic.Int64
+	warned, withdrawn, evicted, requeued, preempted, resized, conflicts, pass atomic.Int64
 }
 
 // passes counts completed passes (tests wait on it).
@@ -110,6 +116,9 @@ func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
+	}
+	if cfg.ResizeInterval <= 0 {
+		cfg.ResizeInterval = 5 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -162,6 +171,8 @@ type Stats struct {
 	// Evicted counts sessions stopped by a rule; Preempted those evicted
 	// to make room (a subset).
 	Evicted, Preempted int64
+	// Resized counts elastic jobs stopped to run again at another size.
+	Resized int64
 	// Requeued counts sessions put back in the queue after a back-off or
 	// a preemption.
 	Requeued int64
@@ -172,7 +183,7 @@ type Stats struct {
 // Stats returns the controller's counters.
 func (c *Controller) Stats() Stats {
 	return Stats{Warned: c.warned.Load(), Withdrawn: c.withdrawn.Load(), Evicted: c.evicted.Load(),
-		Preempted: c.preempted.Load(), Requeued: c.requeued.Load(), Conflicts: c.conflicts.Load()}
+		Preempted: c.preempted.Load(), Resized: c.resized.Load(), Requeued: c.requeued.Load(), Conflicts: c.conflicts.Load()}
 }
 
 // Leading reports whether this controller holds the election now.
@@ -186,6 +197,7 @@ func (c *Controller) Collectors() []prometheus.Collector {
 		m.Counter("warnings_withdrawn_total", "Warnings withdrawn because their cause went away.", c.withdrawn.Load),
 		m.Counter("evictions_total", "Sessions stopped by a lifecycle rule after their warning.", c.evicted.Load),
 		m.Counter("preemptions_total", "Sessions stopped to make room for higher-priority ones.", c.preempted.Load),
+		m.Counter("resizes_total", "Elastic jobs stopped to run again at another size.", c.resized.Load),
 		m.Counter("requeues_total", "Sessions re-queued after a restart back-off or a preemption.", c.requeued.Load),
 		m.Counter("conflicts_total", "Writes refused because state moved since read.", c.conflicts.Load),
 		m.Gauge("leader", "1 while this process runs the lifecycle rules.", promfunc.Flag(c.leading.Load)),
@@ -280,6 +292,10 @@ type view struct {
 	cordons  *watcher.Snapshot[state.Cordon]
 	// holds maps each session to the nodes whose ledgers hold it.
 	holds map[string][]string
+	// elastic are the running elastic jobs, and owed the waiting sessions
+	// a shrink of one serves (elastic.go): preemption spares the first and
+	// lets the second wait for the shrink.
+	elastic, owed map[string]bool
 }
 
 // Pass applies every rule once to the caches' current state. Run calls it;
@@ -323,6 +339,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 		return ctx.Err() == nil
 	})
+	if err := c.resize(ctx, v); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.preempt(ctx, v); err != nil {
 		errs = append(errs, err)
 	}
@@ -385,6 +404,9 @@ func (c *Controller) session(ctx context.Context, v *view, id string, sit watche
 // the one of its causes that stops it first.
 func (c *Controller) rules(v *view, id string, s specView, st statusView, w watcher.Item[state.Warning], hasW bool) *state.Warning {
 	k := c.cfg.Keys
+	if hasW && w.Value.Reason == state.ReasonResized {
+		return c.resizeStands(v, w.Value)
+	}
 	if hasW && w.Value.Reason == state.ReasonPreempted {
 		// Stands while its preemptor still waits for the room.
 		if _, waiting := v.pending.Get(k.Pending(w.Value.By)); waiting {
@@ -527,7 +549,8 @@ func (c *Controller) evict(ctx context.Context, id string, specRev int64, w watc
 	}
 	s := whole.spec
 	view := viewSpec(s)
-	ev := &state.Eviction{Reason: w.Value.Reason, At: c.cfg.Now().UTC(), By: w.Value.By, Requeue: w.Value.Reason == state.ReasonPreempted}
+	ev := &state.Eviction{Reason: w.Value.Reason, At: c.cfg.Now().UTC(), By: w.Value.By,
+		Requeue: w.Value.Reason == state.ReasonPreempted || w.Value.Reason == state.ReasonResized}
 	switch w.Value.Reason {
 	case state.ReasonIdle:
 		ev.Message = fmt.Sprintf("stopped after being idle past its idle timeout of %s", c.idleTimeout(view))
@@ -537,6 +560,12 @@ func (c *Controller) evict(ctx context.Context, id string, specRev int64, w watc
 		ev.Message = fmt.Sprintf("stopped because node %s is drained", w.Value.Node)
 	case state.ReasonPreempted:
 		ev.Message = "preempted by " + w.Value.By + ", which has a higher priority"
+	case state.ReasonResized:
+		if !resizeSpec(&s, w.Value, ev) {
+			// Not elastic, or the size is out of its range: never
+			// evicted for it.
+			return c.withdraw(ctx, id, w.ModRevision, "resize out of the job's range")
+		}
 	}
 	s.Eviction = ev
 	val, err := state.Encode(s)
@@ -555,8 +584,11 @@ func (c *Controller) evict(ctx context.Context, id string, specRev int64, w watc
 		return nil
 	}
 	c.evicted.Add(1)
-	if ev.Requeue {
+	switch ev.Reason {
+	case state.ReasonPreempted:
 		c.preempted.Add(1)
+	case state.ReasonResized:
+		c.resized.Add(1)
 	}
 	c.log.Info("session evicted", "session", s.ID, "reason", ev.Reason, "message", ev.Message)
 	return nil
@@ -599,6 +631,8 @@ func (c *Controller) requeue(ctx context.Context, v *view, id string, spec watch
 	case state.ReasonFenced:
 		attempt++
 		msg = fmt.Sprintf("re-queued after its attempt was fenced: restart %d of %d", attempt, s.Restart.MaxRestarts)
+	case state.ReasonResized:
+		msg = resizedMessage(s)
 	case state.ReasonPreempted:
 		msg = "re-queued after being preempted"
 		if s.Eviction != nil && s.Eviction.By != "" {
@@ -650,6 +684,14 @@ func (c *Controller) preempt(ctx context.Context, v *view) error {
 		}
 	}
 	opt := placer.PreemptOptions{Notebooks: c.cfg.PreemptNotebooks, Victims: map[string]bool{}, Preemptors: map[string]bool{}}
+	// Elastic jobs shrink rather than stop, and sessions a shrink serves
+	// wait for it: no fixed-size work is preempted for them.
+	for id := range v.elastic {
+		opt.Victims[id] = true
+	}
+	for id := range v.owed {
+		opt.Preemptors[id] = true
+	}
 	v.warnings.Range(func(it watcher.Item[state.Warning]) bool {
 		if it.Value.Reason == state.ReasonPreempted {
 			opt.Victims[it.Value.Session] = true

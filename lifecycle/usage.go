@@ -139,7 +139,7 @@ func (a *Accountant) catchUp(ctx context.Context) (int64, error) {
 			continue
 		}
 		if qr, att, bound, ended, ok := state.EndedStatus(st); ok {
-			if err := a.accrue(ctx, st.Session, qr, att, bound, ended, kv.ModRevision); err != nil {
+			if err := a.accrue(ctx, st.Session, qr, att, bound, ended, kv.ModRevision, state.ElasticSize(&st)); err != nil {
 				return 0, err
 			}
 		}
@@ -210,12 +210,15 @@ func (a *Accountant) handle(ctx context.Context, ev *clientv3.Event) error {
 		return nil
 	}
 	id, _ := a.cfg.Keys.SessionID(string(ev.Kv.Key))
-	return a.accrue(ctx, id, qr, att, bound, ended, ev.Kv.ModRevision)
+	// The status before the change is the ended attempt's: an elastic
+	// job's size is the one it was bound at.
+	return a.accrue(ctx, id, qr, att, bound, ended, ev.Kv.ModRevision, state.ElasticSize(prev))
 }
 
 // accrue records one ended attempt of session id, reading its spec for
-// the owner, team and GPUs (at rev-1 if it is gone now).
-func (a *Accountant) accrue(ctx context.Context, id string, qr int64, attempt int, bound, ended time.Time, rev int64) error {
+// the owner, team and GPUs (at rev-1 if it is gone now); size is the
+// attempt's size when it is an elastic job's (state.AttemptGPUs).
+func (a *Accountant) accrue(ctx context.Context, id string, qr int64, attempt int, bound, ended time.Time, rev int64, size int) error {
 	k := a.cfg.Keys
 	spec, _, err := state.Get[state.Session](ctx, a.cli, k.Session(id))
 	if errors.Is(err, state.ErrNotFound) {
@@ -235,7 +238,7 @@ func (a *Accountant) accrue(ctx context.Context, id string, qr int64, attempt in
 		return fmt.Errorf("read spec of %s: %w", id, err)
 	}
 	acc := state.Accrual{Session: id, Owner: spec.Owner, Team: spec.Team, Attempt: attempt, QueueRevision: qr,
-		GPUs: state.SessionGPUs(spec), Bound: bound.UTC(), Ended: ended.UTC()}
+		GPUs: state.AttemptGPUs(spec, size), Bound: bound.UTC(), Ended: ended.UTC()}
 	for try := 0; ; try++ {
 		done, err := state.Accrue(ctx, a.cli, k, acc, &state.UsageCursor{Revision: rev - 1, Updated: a.cfg.Now().UTC()}, a.cfg.Now())
 		switch {

@@ -23,6 +23,9 @@ type specView struct {
 	notebook                bool // Kind is KindNotebook
 	stopped                 bool // Desired is DesiredStopped
 	evicted                 bool // Eviction is set
+	// elastic is the spec's Elastic (its range, the size its last resize
+	// asked for and when); nil for a fixed-size session.
+	elastic *state.Elastic
 }
 
 // stopping is state.Session.Stopping.
@@ -36,6 +39,7 @@ func viewSpec(s state.Session) specView {
 		notebook:    s.Kind == state.KindNotebook,
 		stopped:     s.Desired == state.DesiredStopped,
 		evicted:     s.Eviction != nil,
+		elastic:     s.Elastic,
 	}
 }
 

@@ -162,6 +162,10 @@ func (w *worker) stop(ctx context.Context) {
 		case ev.Requeue:
 			now := time.Now().UTC()
 			o = outcome{phase: state.PhasePending, reason: state.ReasonPreempted, msg: cmp.Or(ev.Message, "preempted") + "; re-queued", retryAt: &now}
+			if ev.Reason == state.ReasonResized {
+				// An elastic job's resize: it runs again at its new size.
+				o.reason, o.msg = state.ReasonResized, cmp.Or(ev.Message, "resized")+"; re-queued at its new size"
+			}
 		default:
 			o = outcome{phase: state.PhaseStopped, reason: ev.Reason, msg: cmp.Or(ev.Message, ev.Reason)}
 			if sess.Kind == state.KindBatch && ev.Reason == state.ReasonMaxRuntime {

@@ -75,6 +75,9 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 	for k, v := range s.Env {
 		env[k] = v
 	}
+	for k, v := range elasticEnv(s, b) { // Voyager's own over the session's
+		env[k] = v
+	}
 	spec := runtime.Spec{
 		ID:          id,
 		Image:       s.Image,

@@ -209,8 +209,8 @@ func (p *Placer) buildBatch(b *bindBatch, fresh *watcher.Snapshot[state.Ledger],
 		pl.Bindings = bdSlab[first:last:last]
 		pl.Status = state.Status{
 			Session: e.Session, Phase: state.PhaseBound, Reason: "Bound",
-			Message: boundMessage(d), Nodes: nodeSlab[first:last:last], Attempt: e.Attempt, GPUShare: allocs[0].Share,
-			Created: e.Created, Updated: now, Bound: boundAt,
+			Message: boundMessage(d) + elasticNote(e), Nodes: nodeSlab[first:last:last], Attempt: e.Attempt, GPUShare: allocs[0].Share,
+			Created: e.Created, Updated: now, Bound: boundAt, Elastic: e.Elastic,
 		}
 		ps = append(ps, pl)
 	}

@@ -122,6 +122,7 @@ type Plan struct {
 type planner struct {
 	opt     PlanOptions
 	snap    *Snapshot
+	elastic *elasticState // fair shares for sizing elastic jobs (elastic.go), made at the first
 	nodes   []*nodeState
 	byName  map[string]*nodeState
 	buckets [][]*nodeState // by free whole GPUs
@@ -304,7 +305,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 			order.placed(it.Entry, p)
 			continue
 		}
-		if d, ok := p.place(it, position, plan); ok {
+		if d, ok := p.placeElastic(it, position, plan); ok {
 			plan.Bound = append(plan.Bound, d)
 			order.placed(it.Entry, p)
 			if emit != nil {

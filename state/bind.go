@@ -298,7 +298,7 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
 			part.Phase, err = Next(cur.Phase, ev, Facts{Bound: true, DesiredStopped: spec.Desired == DesiredStopped,
-				RestartsLeft: spec.RestartsLeft(b.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue})
+				RestartsLeft: spec.RestartsLeft(b.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue, Resize: spec.Resizing()})
 			if err != nil {
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}

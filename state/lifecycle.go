@@ -221,7 +221,7 @@ func modRevOf(kvs []*mvccpb.KeyValue) int64 {
 // entry: failed under OnFailure (BackOff), preempted, or fenced with
 // restarts left (Fenced), until RetryAt.
 func (st Status) Waiting() bool {
-	return st.Phase == PhasePending && st.RetryAt != nil && (st.Reason == ReasonBackOff || st.Reason == ReasonPreempted || st.Reason == ReasonFenced)
+	return st.Phase == PhasePending && st.RetryAt != nil && (st.Reason == ReasonBackOff || st.Reason == ReasonPreempted || st.Reason == ReasonFenced || st.Reason == ReasonResized)
 }
 
 // Requeue puts a waiting session back in the queue in one transaction: its

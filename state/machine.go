@@ -63,6 +63,10 @@ const (
 	// (agent, reason Fenced) and that may restart: it waits to be
 	// re-queued as the next attempt (lifecycle controller).
 	EventFenced Event = "Fenced"
+	// EventResize releases an elastic job its agents stopped to run again
+	// at another size (eviction Resized): it waits to be re-queued at the
+	// new size (lifecycle controller), as a preempted session does.
+	EventResize Event = "Resize"
 	// EventFencedLost ends a session whose attempt was fenced on its node
 	// (agent, reason Fenced) with no restart left: Lost, as a node loss.
 	EventFencedLost Event = "FencedLost"
@@ -87,6 +91,8 @@ type Facts struct {
 	RestartsLeft bool
 	// Requeue: the spec carries an eviction that re-queues (preemption).
 	Requeue bool
+	// Resize: the spec carries an elastic job's resize (Session.Resizing).
+	Resize bool
 }
 
 // Guard is a named predicate over Facts that a transition requires.
@@ -108,6 +114,7 @@ var (
 	lostRequeue  = guard("restarts left, not stopped, not queued", func(f Facts) bool { return f.RestartsLeft && !f.DesiredStopped && !f.Queued })
 	lostNoRetry  = guard("not stopped", func(f Facts) bool { return !f.DesiredStopped })
 	lostStopping = guard("stop asked", func(f Facts) bool { return f.DesiredStopped })
+	resize       = guard("bound, resize eviction, not stopped", func(f Facts) bool { return f.Bound && f.Requeue && f.Resize && !f.DesiredStopped })
 	fencedLost   = guard("bound, not stopped", func(f Facts) bool { return f.Bound && !f.DesiredStopped })
 )
 
@@ -142,6 +149,7 @@ var Machine = []Transition{
 	{EventHalt, live, PhaseStopped, bound},
 	{EventBackOff, live, PhasePending, backOff},
 	{EventPreempt, live, PhasePending, preempt},
+	{EventResize, live, PhasePending, resize},
 	{EventLostRequeue, live, PhasePending, lostRequeue},
 	{EventLose, live, PhaseLost, lostNoRetry},
 	{EventLostStopped, live, PhaseStopped, lostStopping},
@@ -211,6 +219,8 @@ func EventOf(p Phase, reason string) (Event, error) {
 			return EventPreempt, nil
 		case ReasonFenced:
 			return EventFenced, nil
+		case ReasonResized:
+			return EventResize, nil
 		}
 	case PhaseLost:
 		if reason == ReasonFenced {

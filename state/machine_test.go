@@ -50,6 +50,7 @@ func TestMachineEveryTransition(t *testing.T) {
 	add(state.EventHalt, live, state.PhaseStopped, isBound)
 	add(state.EventBackOff, live, P, func(f state.Facts) bool { return f.Bound && f.RestartsLeft && !f.DesiredStopped })
 	add(state.EventPreempt, live, P, func(f state.Facts) bool { return f.Bound && f.Requeue && !f.DesiredStopped })
+	add(state.EventResize, live, P, func(f state.Facts) bool { return f.Bound && f.Requeue && f.Resize && !f.DesiredStopped })
 	add(state.EventLostRequeue, live, P, func(f state.Facts) bool { return f.RestartsLeft && !f.DesiredStopped && !f.Queued })
 	add(state.EventLose, live, state.PhaseLost, func(f state.Facts) bool { return !f.DesiredStopped })
 	add(state.EventLostStopped, live, state.PhaseStopped, func(f state.Facts) bool { return f.DesiredStopped })
@@ -58,7 +59,7 @@ func TestMachineEveryTransition(t *testing.T) {
 
 	events := []state.Event{state.EventSubmit, state.EventExplain, state.EventBind, state.EventCancel, state.EventRequeue,
 		state.EventCreate, state.EventStart, state.EventObserve, state.EventStop, state.EventSucceed, state.EventFail,
-		state.EventHalt, state.EventBackOff, state.EventPreempt, state.EventLostRequeue, state.EventLose, state.EventLostStopped,
+		state.EventHalt, state.EventBackOff, state.EventPreempt, state.EventResize, state.EventLostRequeue, state.EventLose, state.EventLostStopped,
 		state.EventFenced, state.EventFencedLost}
 	if len(events) != len(state.Machine) {
 		t.Fatalf("the test knows %d events, the machine has %d rows: add the new event here", len(events), len(state.Machine))
@@ -67,9 +68,9 @@ func TestMachineEveryTransition(t *testing.T) {
 	legalMoves, refusals := 0, 0
 	for _, from := range phases {
 		for _, ev := range events {
-			for bits := 0; bits < 64; bits++ {
+			for bits := 0; bits < 128; bits++ {
 				f := state.Facts{Queued: bits&1 != 0, Waiting: bits&2 != 0, Bound: bits&4 != 0,
-					DesiredStopped: bits&8 != 0, RestartsLeft: bits&16 != 0, Requeue: bits&32 != 0}
+					DesiredStopped: bits&8 != 0, RestartsLeft: bits&16 != 0, Requeue: bits&32 != 0, Resize: bits&64 != 0}
 				name := fmt.Sprintf("%s/%s/%+v", from, ev, f)
 				got, err := state.Next(from, ev, f)
 				l, ok := want[from][ev]

@@ -157,13 +157,13 @@ func MergeParts(spec Session, cur Status, parts []PartStatus, now time.Time) (Ev
 		return "", cur, false, err
 	}
 	f := Facts{Bound: true, DesiredStopped: spec.Desired == DesiredStopped,
-		RestartsLeft: spec.RestartsLeft(cur.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue}
+		RestartsLeft: spec.RestartsLeft(cur.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue, Resize: spec.Resizing()}
 	next, err := Next(cur.Phase, ev, f)
-	if err != nil && (ev == EventBackOff || ev == EventPreempt || ev == EventFenced) && errors.Is(err, ErrIllegalTransition) {
+	if err != nil && (ev == EventBackOff || ev == EventPreempt || ev == EventFenced || ev == EventResize) && errors.Is(err, ErrIllegalTransition) {
 		// The part's agent decided to restart from an older spec.
 		v.RetryAt, v.Finished = nil, cmp.Or(v.Finished, &now)
 		switch {
-		case f.DesiredStopped || ev == EventPreempt:
+		case f.DesiredStopped || ev == EventPreempt || ev == EventResize:
 			v.Phase, v.Reason, v.Message, ev = PhaseStopped, "StopRequested", "stopped on request", EventHalt
 		case ev == EventFenced:
 			v.Phase, ev = PhaseLost, EventFencedLost

@@ -44,6 +44,10 @@ func NewQueueEntry(s Session, now time.Time) QueueEntry {
 		// session's resources.
 		q.Nodes, q.Workers, q.WorkerRequest = s.Nodes, s.Nodes-1, nil
 	}
+	if s.Elastic != nil {
+		el := *s.Elastic
+		q.Elastic = &el
+	}
 	q.Secrets = NeedsSecrets(s)
 	return q
 }

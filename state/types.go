@@ -198,6 +198,9 @@ type Session struct {
 	// Nodes-1 its workers, bound all-or-nothing like a Ray gang. Zero or
 	// one is a job on one machine.
 	Nodes int `json:"nodes,omitempty"`
+	// Elastic, when set, lets a batch job on one machine run at any size
+	// from Elastic.Min to Elastic.Max GPUs (elastic.go).
+	Elastic *Elastic `json:"elastic,omitempty"`
 	// OnPartFailure is what a multi-node job does when one part fails:
 	// PartFailureStopAll (the default) ends the job with that part's exit
 	// code and stops the other parts; PartFailureContinue lets them run,
@@ -294,6 +297,8 @@ type Warning struct {
 	Node string `json:"node,omitempty"`
 	// By is the session that preempts this one.
 	By string `json:"by,omitempty"`
+	// Size is the size a resize (Reason Resized) restarts the job at.
+	Size int `json:"size,omitempty"`
 }
 
 // Secrets are what a session's agent publishes that only the session's
@@ -328,6 +333,9 @@ type QueueEntry struct {
 	// its Workers are the job's ranks 1 to Nodes-1, not Ray workers, and
 	// its parts need the job's ports, not Ray's (Ports).
 	Nodes int `json:"nodes,omitempty"`
+	// Elastic is Session.Elastic: the placer binds the job at a size from
+	// Min to Cap() (placer/elastic.go), not at Request.GPUs.
+	Elastic *Elastic `json:"elastic,omitempty"`
 	// MaxRuntime is the session's max runtime (Limits.MaxRuntime) when it
 	// was queued; zero: none. The placer lets a session with one run on a
 	// node held for a large request when it ends before the node drains
@@ -409,7 +417,11 @@ type Status struct {
 	// GPUShare is the fraction of a shared GPU each part of the current
 	// attempt holds (Allocation.Share), written by the bind: GPU-hours
 	// count it as its share of a GPU. Nil for whole GPUs and MIG devices.
-	GPUShare *GPUShare  `json:"gpuShare,omitempty"`
+	GPUShare *GPUShare `json:"gpuShare,omitempty"`
+	// Elastic is an elastic job's range and the size its current attempt
+	// was bound at (Elastic.Size), written by the bind; its last resize's
+	// time and cause.
+	Elastic  *Elastic   `json:"elastic,omitempty"`
 	Created  time.Time  `json:"created"`
 	Updated  time.Time  `json:"updated"`
 	Bound    *time.Time `json:"bound,omitempty"`

@@ -45,7 +45,7 @@ func newPlacerCmd() *cobra.Command {
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
 		config.EnvPlacerUsageHalfLife, config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
-		config.EnvPreemptGrace, config.EnvPreemptNotebooks,
+		config.EnvPreemptGrace, config.EnvPreemptNotebooks, config.EnvElasticInterval, config.EnvElasticNotice,
 	}, secureEnvs...)...)
 }
 
@@ -162,6 +162,8 @@ func newLifecycle(cli *clientv3.Client, cfg config.Config, log *slog.Logger, sha
 		DrainDeadline:    cfg.DrainDeadline,
 		PreemptGrace:     cfg.PreemptGrace,
 		PreemptNotebooks: cfg.PreemptNotebooks,
+		ResizeInterval:   cfg.ElasticInterval,
+		ResizeNotice:     cfg.ElasticNotice,
 		Plan:             planOptions(cfg),
 		Logger:           log,
 	})

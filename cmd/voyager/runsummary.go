@@ -42,6 +42,9 @@ func summarize(s state.Session, st state.Status) RunSummary {
 	if sum.Nodes == nil {
 		sum.Nodes = []string{}
 	}
+	if el := st.Elastic; el != nil && el.Size > 0 {
+		sum.GPUs = el.Size * nodes // an elastic job's last attempt, at the size it was bound at
+	}
 	if st.Started != nil && st.Finished != nil && st.Finished.After(*st.Started) {
 		wall := st.Finished.Sub(*st.Started)
 		sum.WallSeconds = wall.Seconds()

@@ -24,7 +24,7 @@ import (
 // `voyager session create` and `voyager run`.
 type specFlags struct {
 	kind, name, profile, image string
-	gpus                       int
+	gpus, gpusMax              int // gpusMax > 0: an elastic range --gpus gpus-gpusMax
 	gpuModel, mig              string
 	gpuMemory, memory          int64
 	gpuShare                   int64
@@ -56,7 +56,7 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.StringVar(&s.name, "name", "", "a label for the session")
 	fs.StringVar(&s.profile, "profile", "", "an admin-defined profile (GET /api/v1/profiles)")
 	fs.StringVar(&s.image, "image", "", "container image (unless the profile sets one); default: the agent's VOYAGER_AGENT_IMAGE")
-	fs.IntVar(&s.gpus, "gpus", 0, "whole GPUs (or MIG devices with --mig)")
+	fs.Var(&gpuRange{&s.gpus, &s.gpusMax}, "gpus", "whole GPUs (or MIG devices with --mig); MIN-MAX, e.g. 2-8, for an elastic batch job that grows and shrinks with the cluster's load (restarted at each new size)")
 	fs.StringVar(&s.gpuModel, "gpu-model", "", `GPU model pattern, e.g. "*A100*"`)
 	fs.Int64Var(&s.gpuMemory, "gpu-memory", 0, "least memory per GPU, MiB")
 	fs.StringVar(&s.mig, "mig", "", "MIG profile, e.g. 1g.10gb")
@@ -66,7 +66,7 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.Int64Var(&s.memory, "memory", 0, "memory in MiB (default 4096 with GPUs, 1024 without)")
 	fs.StringArrayVar(&s.env, "env", nil, "KEY=VALUE for the container's environment (repeatable)")
 	fs.IntVar(&s.rayWorkers, "ray-workers", 0, "Ray workers on more nodes")
-	fs.IntVar(&s.nodes, "nodes", 0, "machines of a multi-node batch job (torchrun, DeepSpeed, MPI): one part on each, with these resources")
+	fs.Var(nodeCount{&s.nodes}, "nodes", "machines of a multi-node batch job (torchrun, DeepSpeed, MPI): one part on each, with these resources")
 	fs.StringVar(&s.onPartFailure, "on-part-failure", "", "what a multi-node job does when one part fails: StopAll (default) or Continue")
 	_ = cmd.RegisterFlagCompletionFunc("on-part-failure", cobra.FixedCompletions([]cobra.Completion{state.PartFailureStopAll, state.PartFailureContinue}, cobra.ShellCompDirectiveNoFileComp))
 	fs.DurationVar(&s.maxRuntime, "max-runtime", 0, "stop after this long running (0: no limit)")
@@ -137,6 +137,9 @@ func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 	}
 	if s.rayWorkers > 0 {
 		r.Ray = &state.Ray{Workers: s.rayWorkers}
+	}
+	if s.gpusMax > 0 {
+		r.Elastic = &api.ElasticRequest{Min: s.gpus, Max: s.gpusMax}
 	}
 	if s.maxRuntime != 0 || s.idleTimeout != 0 {
 		r.Limits = &state.Limits{MaxRuntime: state.Duration(s.maxRuntime), IdleTimeout: state.Duration(s.idleTimeout)}

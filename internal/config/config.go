@@ -128,6 +128,8 @@ const (
 	EnvPreemptNotebooks   = "VOYAGER_PREEMPT_NOTEBOOKS"
 	EnvRestartBackoff     = "VOYAGER_RESTART_BACKOFF"
 	EnvRestartBackoffMax  = "VOYAGER_RESTART_BACKOFF_MAX"
+	EnvElasticInterval    = "VOYAGER_ELASTIC_RESIZE_INTERVAL"
+	EnvElasticNotice      = "VOYAGER_ELASTIC_RESIZE_NOTICE"
 )
 
 // Config holds the settings of one voyager process. Load fills it from the
@@ -362,6 +364,10 @@ type Config struct {
 	PreemptGrace time.Duration `env:"VOYAGER_PREEMPT_GRACE" envDefault:"2m" doc:"time between a preemption warning and the victim's stop (then it is re-queued)"`
 	// PreemptNotebooks lets preemption take preemptible notebooks too.
 	PreemptNotebooks bool `env:"VOYAGER_PREEMPT_NOTEBOOKS" envDefault:"false" doc:"also preempt notebook sessions marked preemptible; by default only batch sessions are preempted"`
+	// ElasticInterval is the least time between two resizes of one elastic job.
+	ElasticInterval time.Duration `env:"VOYAGER_ELASTIC_RESIZE_INTERVAL" envDefault:"5m" doc:"the least time between two resizes of one elastic job (a resize restarts it at the new size)"`
+	// ElasticNotice is the time between a resize's warning and its stop.
+	ElasticNotice time.Duration `env:"VOYAGER_ELASTIC_RESIZE_NOTICE" envDefault:"0s" doc:"time between an elastic job's resize warning and its stop (then its workers get SIGTERM and VOYAGER_AGENT_STOP_GRACE to checkpoint, and start again at the new size)"`
 	// RestartBackoff is the first restart delay of OnFailure sessions that name none.
 	RestartBackoff time.Duration `env:"VOYAGER_RESTART_BACKOFF" envDefault:"10s" doc:"delay before the first restart of a failed OnFailure batch session that names no backoff; it doubles each restart"`
 	// RestartBackoffMax caps the doubling restart delay.
@@ -719,6 +725,7 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 		{EnvAgentGPUUnusedAfter, cfg.AgentGPUUnusedAfter}, {EnvIdleTimeout, cfg.IdleTimeout},
 		{EnvStopWarning, cfg.StopWarning}, {EnvMaxRuntime, cfg.MaxRuntime}, {EnvMaxRuntimeCap, cfg.MaxRuntimeCap}, {EnvStartTimeout, cfg.StartTimeout},
 		{EnvDrainDeadline, cfg.DrainDeadline}, {EnvPreemptGrace, cfg.PreemptGrace}, {EnvNodePowerDownAfter, cfg.NodePowerDownAfter},
+		{EnvElasticInterval, cfg.ElasticInterval}, {EnvElasticNotice, cfg.ElasticNotice},
 		{EnvRestartBackoff, cfg.RestartBackoff}, {EnvRestartBackoffMax, cfg.RestartBackoffMax},
 	} {
 		if d.v < 0 {
@@ -850,7 +857,7 @@ func wantFor(envName string) string {
 	case EnvAgentGPUBusyPercent:
 		return "a whole percent from 0 to 100, such as 10"
 	case EnvAgentGPUUnusedAfter, EnvIdleTimeout, EnvStopWarning, EnvMaxRuntime, EnvMaxRuntimeCap, EnvStartTimeout,
-		EnvDrainDeadline, EnvPreemptGrace, EnvRestartBackoff, EnvRestartBackoffMax, EnvNodePowerDownAfter:
+		EnvDrainDeadline, EnvPreemptGrace, EnvRestartBackoff, EnvRestartBackoffMax, EnvNodePowerDownAfter, EnvElasticInterval, EnvElasticNotice:
 		return "a duration of 0 or more, such as 15m or 2h"
 	}
 	return "a valid value"

@@ -76,6 +76,7 @@ func defaults() Config {
 		DrainDeadline:       time.Hour,
 		NodePowerDownAfter:  30 * time.Minute,
 		PreemptGrace:        2 * time.Minute,
+		ElasticInterval:     5 * time.Minute,
 		RestartBackoff:      10 * time.Second,
 		RestartBackoffMax:   10 * time.Minute,
 
@@ -174,6 +175,8 @@ func TestLoad(t *testing.T) {
 				"VOYAGER_DRAIN_DEADLINE=30m",
 				"VOYAGER_NODE_POWER_DOWN_AFTER=2h",
 				"VOYAGER_PREEMPT_GRACE=30s",
+				"VOYAGER_ELASTIC_RESIZE_INTERVAL=2m",
+				"VOYAGER_ELASTIC_RESIZE_NOTICE=10s",
 				"VOYAGER_PREEMPT_NOTEBOOKS=true",
 				"VOYAGER_RESTART_BACKOFF=1s",
 				"VOYAGER_RESTART_BACKOFF_MAX=1m",
@@ -261,6 +264,8 @@ func TestLoad(t *testing.T) {
 					NodePowerDownAfter:  2 * time.Hour,
 					PreemptGrace:        30 * time.Second,
 					PreemptNotebooks:    true,
+					ElasticInterval:     2 * time.Minute,
+					ElasticNotice:       10 * time.Second,
 					RestartBackoff:      time.Second,
 					RestartBackoffMax:   time.Minute,
 				}

@@ -1,0 +1,76 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// TestElasticAdmission: an elastic range is checked at admission with a
+// clear error naming the field and what would be right; a valid one is
+// stored in the spec, the queue entry and the status, at its minimum.
+func TestElasticAdmission(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.addNode("n1", "NVIDIA A100-SXM4-80GB", 8)
+	ada := h.token("ada")
+	batch := func(el map[string]any, edit ...func(map[string]any)) map[string]any {
+		r := map[string]any{"kind": "batch", "image": "voyager/train:latest", "command": []string{"python", "train.py"},
+			"resources": map[string]any{"cpuMilli": 4000, "memoryMiB": 16384}, "elastic": el}
+		for _, e := range edit {
+			e(r)
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name, field, text string
+		body              map[string]any
+	}{
+		{"min above max", "elastic.max", "want min ≤ max", batch(map[string]any{"min": 8, "max": 2})},
+		{"min zero", "elastic.min", "want at least 1 GPU", batch(map[string]any{"min": 0, "max": 4})},
+		{"max above any request", "elastic.max", "want at most 64", batch(map[string]any{"min": 2, "max": 65})},
+		{"max above any node", "elastic.max", "want elastic.max at most 8", batch(map[string]any{"min": 2, "max": 12})},
+		{"a notebook", "elastic", "batch jobs only", batch(map[string]any{"min": 2, "max": 8}, func(r map[string]any) { r["kind"] = "notebook"; delete(r, "command") })},
+		{"a range of nodes", "elastic", "range of nodes", batch(map[string]any{"min": 2, "max": 8}, func(r map[string]any) { r["nodes"] = 2 })},
+		{"gpus that are not the minimum", "resources.gpus", "set it to elastic.min", batch(map[string]any{"min": 2, "max": 8}, func(r map[string]any) {
+			r["resources"] = map[string]any{"gpus": 4, "cpuMilli": 4000, "memoryMiB": 16384}
+		})},
+		{"fractions", "elastic", "whole GPUs", batch(map[string]any{"min": 1, "max": 2}, func(r map[string]any) {
+			r["resources"] = map[string]any{"gpuShareMiB": 1000, "gpus": 1, "cpuMilli": 4000, "memoryMiB": 16384}
+		})},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := h.countKeys(h.keys.Sessions())
+			wantFieldError(t, want(t, h.do("POST", "/api/v1/sessions", ada, c.body), http.StatusUnprocessableEntity).problem(t), c.field, c.text)
+			if after := h.countKeys(h.keys.Sessions()); after != before {
+				t.Errorf("a refused request wrote a session: %d sessions, were %d", after, before)
+			}
+		})
+	}
+	v := decode[map[string]any](t, want(t, h.do("POST", "/api/v1/sessions", ada, batch(map[string]any{"min": 2, "max": 8})), http.StatusCreated))
+	id, _ := v["id"].(string)
+	spec, _, err := state.Get[state.Session](context.Background(), h.cli, h.keys.Session(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Elastic == nil || spec.Elastic.Min != 2 || spec.Elastic.Max != 8 || spec.Resources.GPUs != 2 || spec.Resources.CPUMilli != 4000 {
+		t.Fatalf("spec: elastic %+v, resources %+v", spec.Elastic, spec.Resources)
+	}
+	q, _, err := state.Get[state.QueueEntry](context.Background(), h.cli, h.keys.Pending(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Elastic == nil || q.Elastic.Min != 2 || q.Elastic.Max != 8 {
+		t.Fatalf("queue entry: %+v", q.Elastic)
+	}
+	// One size is a fixed-size job.
+	v = decode[map[string]any](t, want(t, h.do("POST", "/api/v1/sessions", ada, batch(map[string]any{"min": 3, "max": 3})), http.StatusCreated))
+	spec, _, err = state.Get[state.Session](context.Background(), h.cli, h.keys.Session(v["id"].(string)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Elastic != nil || spec.Resources.GPUs != 3 {
+		t.Fatalf("a range of one size: elastic %+v, gpus %d", spec.Elastic, spec.Resources.GPUs)
+	}
+}

@@ -1,0 +1,178 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/voyager-gpu/voyager/placer"
+	"github.com/voyager-gpu/voyager/state"
+	"github.com/voyager-gpu/voyager/watcher"
+)
+
+// Elastic jobs are resized by the rules the controller already applies to
+// a preemption, with the planner's decision (placer.PlanElastic):
+//
+//  1. resize warns the job (warnings/<id>, reason Resized, the new size):
+//     a transaction that compares the spec (its rate limit), the job's
+//     node's ledger (its size and the idle GPUs) and, for a shrink, the
+//     waiting session's queue entry, all as the decision read them;
+//  2. at the warning's StopAt (now + ResizeNotice) evict writes the
+//     eviction (Requeue) with the new size into the spec's Elastic.Size;
+//     a shrink's warning stands only while its waiter still waits;
+//  3. the job's agents stop it as for a preemption: SIGTERM, the stop
+//     grace to checkpoint, then the release, Pending with reason Resized
+//     (state.EventResize);
+//  4. requeue queues it again with its cap at the new size, and the placer
+//     binds it at the largest size up to that cap that fits, with the new
+//     WORLD_SIZE and VOYAGER_GPUS.
+//
+// Resizes of one job are at least ResizeInterval apart (Elastic.Resized).
+
+// resize plans resizes of the running elastic jobs and warns them. It
+// records in v the elastic jobs (never preemption victims) and the
+// waiting sessions a shrink serves or will serve once its job's rate
+// limit passes (they wait for it rather than preempt fixed-size work).
+func (c *Controller) resize(ctx context.Context, v *view) error {
+	k := c.cfg.Keys
+	v.elastic, v.owed = map[string]bool{}, map[string]bool{}
+	jobs := map[string]placer.ElasticJob{}
+	specRevs := map[string]int64{}
+	v.sessions.Range(func(it watcher.Item[specView]) bool {
+		el := it.Value.elastic
+		if el == nil {
+			return true // the cheap test first: a pass over 100,000 fixed-size sessions does nothing more
+		}
+		id, ok := k.SessionID(it.Key)
+		if !ok || len(v.holds[id]) == 0 {
+			return true
+		}
+		j := placer.ElasticJob{Session: id, Min: el.Min, Max: el.Max}
+		w, hasW := v.warnings.Get(k.Warning(id))
+		st, hasSt := v.statuses.Get(k.Status(id))
+		switch {
+		case hasW && w.Reason == state.ReasonResized:
+			j.Target = w.Size
+			if w.By != "" {
+				v.owed[w.By] = true
+			}
+		case it.Value.stopping():
+			return true // stopping for another reason: its room is freed
+		case hasW:
+			// Warned of another stop (max runtime): not resized meanwhile.
+		default:
+			j.Ready = hasSt && st.running && el.MayResize(v.now, c.cfg.ResizeInterval)
+		}
+		jobs[id] = j
+		specRevs[id] = it.ModRevision
+		v.elastic[id] = true
+		return true
+	})
+	if len(jobs) == 0 {
+		return nil
+	}
+	snap := placer.SnapshotOf(k, placer.Caches{
+		Nodes: c.nodes.Snapshot(), Ledgers: c.ledgers.Snapshot(), Cordons: v.cordons,
+		Quotas: c.quotas.Snapshot(), Pending: v.pending, Warnings: v.warnings,
+	}, v.now)
+	// Room that sessions being stopped are about to free serves waiters
+	// without a shrink, but is not idle yet: no job grows into it.
+	ledgerRevs := map[string]int64{}
+	freeing := map[string]bool{}
+	for i := range snap.Nodes {
+		n := &snap.Nodes[i]
+		ledgerRevs[n.Node.Name] = n.LedgerRevision
+		for id := range n.Ledger.Allocations {
+			if sp, ok := v.sessions.Get(k.Session(id)); ok && sp.stopping() && !v.elastic[id] {
+				freeing[id] = true
+			}
+		}
+	}
+	plan := placer.NewPlan(snap, c.cfg.Plan)
+	var errs []error
+	for _, r := range placer.PlanElastic(snap, plan, jobs, placer.ElasticOptions{Freeing: freeing}) {
+		if r.For != "" {
+			v.owed[r.For] = true
+		}
+		if r.Deferred {
+			continue
+		}
+		if err := c.warnResize(ctx, v, r, specRevs[r.Session], ledgerRevs[r.Node]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// warnResize writes r's warning if the job's warning is still absent, its
+// spec at specRev, its node's ledger at ledgerRev and, for a shrink, its
+// waiter's queue entry at the revision the plan read.
+func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, specRev, ledgerRev int64) error {
+	k := c.cfg.Keys
+	stopAt := v.now.Add(c.cfg.ResizeNotice)
+	w := state.Warning{Session: r.Session, Reason: state.ReasonResized, Issued: v.now, StopAt: stopAt, Node: r.Node, By: r.For, Size: r.To,
+		Message: fmt.Sprintf("resize: it %s; it will be stopped at %s (SIGTERM, then its grace to checkpoint) and restarted at %d GPUs",
+			r.Why, stopAt.Format(time.RFC3339), r.To)}
+	val, err := state.Encode(w)
+	if err != nil {
+		return fmt.Errorf("warn resize of %s: %w", r.Session, err)
+	}
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(k.Warning(r.Session)), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(k.Session(r.Session)), "=", specRev),
+		clientv3.Compare(clientv3.ModRevision(k.Ledger(r.Node)), "=", ledgerRev),
+	}
+	if r.For != "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Pending(r.For)), "=", r.ForRevision))
+	}
+	resp, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k.Warning(r.Session), val)).Commit()
+	if err != nil {
+		return fmt.Errorf("warn resize of %s: %w", r.Session, err)
+	}
+	if !resp.Succeeded {
+		c.conflicts.Add(1)
+		return nil
+	}
+	c.warned.Add(1)
+	c.log.Info("elastic job resize planned", "session", r.Session, "from", r.From, "to", r.To, "for", r.For, "stopAt", stopAt, "why", r.Why)
+	return nil
+}
+
+// resizeStands is the warning a job warned of a resize keeps: a shrink's
+// while the session it makes room for still waits, a grow's always.
+func (c *Controller) resizeStands(v *view, w state.Warning) *state.Warning {
+	if w.By != "" {
+		if _, waiting := v.pending.Get(c.cfg.Keys.Pending(w.By)); !waiting {
+			return nil
+		}
+	}
+	return &w
+}
+
+// resizeSpec records the resize of w in spec s, whose eviction ev is being
+// written: the size the job runs at next, when and why. It reports false,
+// changing nothing, when s is not elastic or the size is out of its range.
+func resizeSpec(s *state.Session, w state.Warning, ev *state.Eviction) bool {
+	el := s.Elastic
+	if el == nil || w.Size < el.Min || w.Size > el.Max {
+		return false
+	}
+	at := ev.At
+	next := *el
+	next.Size, next.Resizes, next.Resized, next.Why = w.Size, el.Resizes+1, &at, w.Message
+	s.Elastic = &next
+	ev.Message = fmt.Sprintf("resized to %d GPUs", w.Size)
+	return true
+}
+
+// resizedMessage is the status message of a job queued again after a
+// resize.
+func resizedMessage(s state.Session) string {
+	if s.Elastic == nil {
+		return "re-queued after a resize"
+	}
+	return fmt.Sprintf("re-queued to run at %d GPUs (resize %d): %s", s.Elastic.Size, s.Elastic.Resizes, s.Elastic.Why)
+}

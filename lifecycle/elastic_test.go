@@ -1,0 +1,79 @@
+package lifecycle
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// TestElasticShrinksBeforePreemption: an elastic job shrinks for a waiting
+// higher-priority session that a preemption of fixed-size work would also
+// serve, and the fixed-size job is never warned; the shrink is a restart
+// through Pending (Resized) at the new size; and the rate limit keeps the
+// job at that size when GPUs sit idle again.
+func TestElasticShrinksBeforePreemption(t *testing.T) {
+	c := newChain(t, ControllerConfig{PreemptGrace: 300 * time.Millisecond, ResizeInterval: time.Hour})
+	c.submit("fixed", 4, 0, true, func(s *state.Session) { s.Owner = "bob" })
+	c.running("fixed")
+	c.submit("el", 2, 0, false, func(s *state.Session) { s.Elastic = &state.Elastic{Min: 2, Max: 8} })
+	if st := c.running("el"); st.Elastic == nil || st.Elastic.Size != 4 {
+		t.Fatalf("el bound at %+v, want its fair 4 of 2-8 beside bob's 4", st.Elastic)
+	}
+	statuses := c.watchStatus("el")
+	// Any warning of the fixed job, even one withdrawn at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fixedWarned := make(chan string, 16)
+	wch := c.cli.Watch(ctx, keys.Warning("fixed"))
+	go func() {
+		for resp := range wch {
+			for _, ev := range resp.Events {
+				if ev.Kv.Version > 0 {
+					fixedWarned <- string(ev.Kv.Value)
+				}
+			}
+		}
+	}()
+	c.submit("vip", 2, 10, false, func(s *state.Session) { s.Owner = "carol" })
+	w, _ := waitKey(c.t, c.cli, keys.Warning("el"), "el's resize warning", func(w state.Warning, found bool) bool { return found })
+	if w.Reason != state.ReasonResized || w.Size != 2 || w.By != "vip" {
+		t.Fatalf("el's warning %+v; want a resize to 2 for vip", w)
+	}
+	c.running("vip")
+	st := c.status("el", "running again at 2", func(st state.Status) bool {
+		return st.Phase == state.PhaseRunning && st.Elastic != nil && st.Elastic.Size == 2
+	})
+	if st.Elastic.Resizes != 1 || st.Elastic.Resized == nil || st.Elastic.Why == "" {
+		t.Errorf("el's status after the shrink: %+v", st.Elastic)
+	}
+	sawResized := false
+	for _, s := range statuses() {
+		if s.Phase == state.PhasePending && s.Reason == state.ReasonResized {
+			sawResized = true
+		}
+	}
+	if !sawResized {
+		t.Error("el never waited Pending (Resized): the resize was no restart through the state machine")
+	}
+	select {
+	case w := <-fixedWarned:
+		t.Errorf("the fixed-size job was warned (%s): a shrink comes before any preemption", w)
+	default:
+	}
+	if got := c.ctl.Stats(); got.Resized != 1 || got.Preempted != 0 || got.Warned != 1 {
+		t.Errorf("stats %+v; want 1 warning (the resize's), 1 resize, no preemption", got)
+	}
+	// vip ends: 2 GPUs sit idle, but el resized less than an hour ago.
+	c.finish("vip", 0)
+	c.status("vip", "ended", func(st state.Status) bool { return st.Phase.Terminal() })
+	until := c.ctl.passes() + 20
+	waitKey(c.t, c.cli, keys.Status("el"), "20 more controller passes", func(state.Status, bool) bool { return c.ctl.passes() >= until })
+	if warned(t, c.cli, "el") {
+		t.Error("el was warned of another resize within its rate limit")
+	}
+	if st, _, _ := state.Get[state.Status](context.Background(), c.cli, keys.Status("el")); st.Elastic == nil || st.Elastic.Size != 2 {
+		t.Errorf("el after the idle passes: %+v", st.Elastic)
+	}
+}
