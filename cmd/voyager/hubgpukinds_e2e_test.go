@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -27,8 +29,9 @@ import (
 // and no whole A100; bob's form says the shared GPU is not open to him
 // (one owner per shared GPU). Choosing a fraction in bob's form sends
 // gpuShareMiB and gpuComputePercent (his session waits for the GPU);
-// choosing a MIG profile in cy's sends migProfile; a fraction without its
-// memory comes back on the form with what is wanted, the choice kept.
+// choosing a MIG profile in cy's sends migProfile, and so does one chosen
+// in eve's form in headless Chromium; a fraction without its memory comes
+// back on the form with what is wanted, the choice kept.
 func TestJupyterHubGPUKindsE2E(t *testing.T) {
 	needBinary(t)
 	if _, err := exec.LookPath("jupyterhub"); err != nil {
@@ -181,6 +184,22 @@ c.Spawner.start_timeout = 300
 	}
 	if r := sessionOf("cy").Resources; r.GPUs != 1 || r.MIGProfile != "1g.10gb" || r.GPUModel != a100 || r.GPUShareMiB != 0 {
 		t.Errorf("cy's session from the form: %+v; want one 1g.10gb MIG device of a %s", r, a100)
+	}
+
+	// In Chromium, eve picks a MIG profile from the GPU kind select, the
+	// option the form labels with its free count, and starts: her session
+	// asks for that MIG device.
+	browser := newBrowser(t, "h3-hub-kinds")
+	h.browserLogin(browser, "eve")
+	h.browse(browser, "/hub/spawn/eve")
+	mig := "mig:2g.20gb:" + a100
+	if label := js[string](browser, `document.querySelector('#voyager-device option[value="`+mig+`"]').textContent`); !strings.HasSuffix(label, ": 1 of 1 free") {
+		t.Errorf("eve's GPU kind option %s reads %q; want it with its free count", mig, label)
+	}
+	browser.shot(artifactDir(t), "gpu-kinds-form")
+	browser.do("choose a 2g.20gb MIG device", chromedp.SetValue("#voyager-device", mig), chromedp.Click(`#spawn_form input[type=submit]`))
+	if r := sessionOf("eve").Resources; r.GPUs != 1 || r.MIGProfile != "2g.20gb" || r.GPUModel != a100 {
+		t.Errorf("eve's session from the form in Chromium: %+v; want one 2g.20gb MIG device of a %s", r, a100)
 	}
 
 	// dee forgets the fraction's memory: the form comes back saying so,
