@@ -355,7 +355,8 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	if e.Workers == 0 && !p.holds[e.Session] && budget.Fits(gangSize(1, scopes)) {
 		// The tail of the queue: a single part of a shape that found no
 		// node earlier in this pass waits at once, on that shape's reason,
-		// without building parts or searching nodes.
+		// without building parts or searching nodes, unless it may hold
+		// nodes (hold.go): then it goes on to hold them.
 		if p.quotas {
 			var need amounts
 			need.addReq(&e.Request, p.usage.shareRef)
@@ -365,7 +366,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			}
 			quotaChecked = true
 		}
-		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e), backfill: p.mayBackfill(e)})]; ok {
+		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e), backfill: p.mayBackfill(e)})]; ok && !p.mayHold(e) {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(e, f.reason, f.message)})
 			return Decision{}, false
 		}
