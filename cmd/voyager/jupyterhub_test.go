@@ -420,7 +420,8 @@ func sh(t *testing.T, dir, command string) string {
 // the queue" page, and a key pair whose tokens live 10 s, against `voyager
 // dev` (which trusts the public key) with its real agent on a real
 // containerd and GPUs of two models. In headless Chromium: JupyterLab at
-// /user/<name>/lab, running a notebook cell in a kernel; the spawn form
+// /user/<name>/lab, running a notebook cell in a kernel; the web console's
+// Jupyter link of that server, through the hub, to Lab with 200; the spawn form
 // with the free GPUs of each model; Voyager's reason on the pending page,
 // at once and after a reload, for a request no node can hold; a queued
 // user's place in line after a reload, and the button that takes him out
