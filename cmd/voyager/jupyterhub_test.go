@@ -668,10 +668,13 @@ c.Spawner.http_timeout = 60
 		}
 	})
 	h.browserLogin(browser, "ada")
-	if uid := labRunsACell(browser, h.proxyURL+"/user/ada/lab", shots); uid == "0" {
+	// Lab in a tab of its own: its unsaved notebook would hold the hub's
+	// pages below behind a "leave this page?" dialog.
+	lab := browser.tab("lab")
+	if uid := labRunsACell(lab, h.proxyURL+"/user/ada/lab", shots); uid == "0" {
 		t.Errorf("ada's kernel runs as root")
 	}
-	if hub := js[string](browser, `(c => c.hubUser + ' ' + c.hubPrefix)(JSON.parse(document.querySelector('#jupyter-config-data').textContent))`); hub != "ada /hub/" {
+	if hub := js[string](lab, `(c => c.hubUser + ' ' + c.hubPrefix)(JSON.parse(document.querySelector('#jupyter-config-data').textContent))`); hub != "ada /hub/" {
 		t.Errorf("JupyterLab's page config names hub user and prefix %q, want %q (File > Hub Control Panel needs them)", hub, "ada /hub/")
 	}
 	// In another tab of her browser, ada signs in to Voyager's web console:
@@ -691,7 +694,8 @@ c.Spawner.http_timeout = 60
 	// tab keeps the test on one page.
 	js[bool](console, link+".removeAttribute('target') || true")
 	console.do("follow the Jupyter link", chromedp.Click(sel))
-	waitPage(console, "JupyterLab from the console's link", `location.pathname === '/user/ada/lab' && document.querySelector('#main.jp-LabShell') !== null`, 2*time.Minute)
+	// (A second Lab window takes a workspace of its own: /lab/workspaces/auto-….)
+	waitPage(console, "JupyterLab from the console's link", `location.pathname.startsWith('/user/ada/lab') && document.querySelector('#main.jp-LabShell') !== null`, 2*time.Minute)
 	if code := js[int](console, `performance.getEntriesByType('navigation')[0].responseStatus`); code != 200 {
 		t.Errorf("the console's Jupyter link of ada's hub server answered %d, want 200", code)
 	}
