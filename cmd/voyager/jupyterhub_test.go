@@ -36,7 +36,8 @@ import (
 // recipeImage returns the archive of the image voyager.local/<name>, built
 // by deploy/images/<name>/build.sh from Debian's packages when it is not
 // in the cache yet (minutes): $VOYAGER_IMAGE_CACHE, else
-// ~/.cache/voyager/images, as make image names it.
+// ~/.cache/voyager/images, as make image names it (voyager.local/jupyter's
+// archive is voyager.local-jupyterlab.tar, since it serves JupyterLab).
 func recipeImage(t *testing.T, name string) string {
 	t.Helper()
 	cache := os.Getenv("VOYAGER_IMAGE_CACHE")
@@ -44,7 +45,11 @@ func recipeImage(t *testing.T, name string) string {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "voyager", "images")
 	}
-	out := filepath.Join(cache, "voyager.local-"+name+".tar")
+	archive := name
+	if name == "jupyter" {
+		archive = "jupyterlab" // the JupyterLab image's archive, as make image names it
+	}
+	out := filepath.Join(cache, "voyager.local-"+archive+".tar")
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
@@ -354,13 +359,22 @@ func (h *hub) browserLogin(b *browserTab, user string) {
 
 // waitPage waits until expr is true in b's page. Unlike waitJS it
 // survives the navigations of the hub's forms and redirects: an
-// evaluation that a navigation interrupts is tried again.
+// evaluation that a navigation interrupts is tried again. A load that
+// Chromium abandoned because the host's network changed (other tests add
+// and remove network interfaces all the time; ERR_NETWORK_CHANGED) is
+// reloaded, as its error page offers.
 func waitPage(b *browserTab, what, expr string, within time.Duration) {
 	b.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err == nil && !ok {
+			if changed, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.body !== null && document.body.innerText.includes('ERR_NETWORK_CHANGED')`)); changed {
+				b.t.Logf("%s: %s: the host's network changed under the page; reloading it", b.name, what)
+				_, _ = chromedp.Run(ctx, chromedp.Reload())
+			}
+		}
 		cancel()
 		if err == nil && ok {
 			return
@@ -427,7 +441,9 @@ func sh(t *testing.T, dir, command string) string {
 // spawner_class = "voyager", the dummy authenticator, the spawner's "Leave
 // the queue" page, and a key pair whose tokens live 10 s, against `voyager
 // dev` (which trusts the public key) with its real agent on a real
-// containerd and GPUs of two models. In headless Chromium: the spawn form
+// containerd and GPUs of two models. In headless Chromium: JupyterLab at
+// /user/<name>/lab, running a notebook cell in a kernel; the web console's
+// Jupyter link of that server, through the hub, to Lab with 200; the spawn form
 // with the free GPUs of each model; Voyager's reason on the pending page,
 // at once and after a reload, for a request no node can hold; a queued
 // user's place in line after a reload, and the button that takes him out
@@ -507,6 +523,7 @@ c.VoyagerSpawner.image = "voyager.local/jupyter:latest"
 c.VoyagerSpawner.gpus = 1
 c.VoyagerSpawner.cpu_milli = 300
 c.VoyagerSpawner.memory_mib = 1024
+c.VoyagerSpawner.hub_public_url = "http://%s"
 c.JupyterHub.cleanup_servers = False
 c.JupyterHub.authenticator_class = "dummy"
 c.JupyterHub.ip = "127.0.0.1"
@@ -523,7 +540,7 @@ c.JupyterHub.load_groups = {"vision": ["ada"]}
 c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}
 c.Spawner.start_timeout = 300
 c.Spawner.http_timeout = 60
-`, env.httpAddr, privKey, port(proxyPort), hubIP, port(hubPort), port(apiPort), dir, dir, adminTok)), 0o600); err != nil {
+`, env.httpAddr, privKey, proxyPort, port(proxyPort), hubIP, port(hubPort), port(apiPort), dir, dir, adminTok)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h := &hub{t: t, python: python, dir: dir, config: config, token: adminTok, hubURL: "http://" + hubPort, proxyURL: "http://" + proxyPort}
@@ -651,6 +668,52 @@ c.Spawner.http_timeout = 60
 		t.Errorf("ada's activity %+v (jupyter %+v); want lastActive, Jupyter's last activity and four simulated GPUs", act, act.Jupyter)
 	}
 
+	// In Chromium, ada opens /user/ada/lab through the hub's proxy (its
+	// OAuth sign-in on the way): the image's JupyterLab, under the
+	// single-user server, with the hub's links in its page config; a
+	// notebook from its launcher runs a cell in a kernel, not as root.
+	browser := newBrowser(t, "hub")
+	shots := artifactDir(t)
+	adaSession := specs[0].ID
+	t.Cleanup(func() { // what her single-user server said, where a browser step failed
+		if t.Failed() {
+			code, b := admin.do("GET", "/api/v1/sessions/"+adaSession+"/logs", nil)
+			t.Logf("ada's single-user server's log (%d):\n%s", code, b)
+		}
+	})
+	h.browserLogin(browser, "ada")
+	// Lab in a tab of its own: its unsaved notebook would hold the hub's
+	// pages below behind a "leave this page?" dialog.
+	lab := browser.tab("lab")
+	if uid := labRunsACell(lab, h.proxyURL+"/user/ada/lab", shots); uid == "0" {
+		t.Errorf("ada's kernel runs as root")
+	}
+	if hub := js[string](lab, `(c => c.hubUser + ' ' + c.hubPrefix)(JSON.parse(document.querySelector('#jupyter-config-data').textContent))`); hub != "ada /hub/" {
+		t.Errorf("JupyterLab's page config names hub user and prefix %q, want %q (File > Hub Control Panel needs them)", hub, "ada /hub/")
+	}
+	// In another tab of her browser, ada signs in to Voyager's web console:
+	// her hub server's row links it through the hub (the spawner tells
+	// Voyager the hub's public URL), and following the link lands on her
+	// JupyterLab with 200.
+	console := browser.tab("console")
+	console.signIn("http://"+env.httpAddr+"/console/sessions", binaryToken(t, environ, "-sub", "ada"), "")
+	sel := fmt.Sprintf(`#sessions tr[data-session=%q] [data-field=jupyter] a`, specs[0].ID)
+	link := "document.querySelector('" + sel + "')"
+	console.waitJS("the Jupyter link of ada's hub server", link+" !== null", 30*time.Second)
+	if href, want := js[string](console, link+".href"), h.proxyURL+"/user/ada/"; href != want {
+		t.Errorf("the console links ada's hub server to %q, want %q (through the hub)", href, want)
+	}
+	console.shot(shots, "console-hub-link")
+	// The link opens a new tab (target=_blank); the same click in this
+	// tab keeps the test on one page.
+	js[bool](console, link+".removeAttribute('target') || true")
+	console.do("follow the Jupyter link", chromedp.Click(sel))
+	// (A second Lab window takes a workspace of its own: /lab/workspaces/auto-….)
+	waitPage(console, "JupyterLab from the console's link", `location.pathname.startsWith('/user/ada/lab') && document.querySelector('#main.jp-LabShell') !== null`, 2*time.Minute)
+	if code := js[int](console, `performance.getEntriesByType('navigation')[0].responseStatus`); code != 200 {
+		t.Errorf("the console's Jupyter link of ada's hub server answered %d, want 200", code)
+	}
+
 	// In Chromium, cy opens the spawn form: Voyager's profiles, blank
 	// resource fields, and the free GPUs of each of the two models. He
 	// asks for 16 GPUs, which no node can hold: the pending page says
@@ -658,8 +721,6 @@ c.Spawner.http_timeout = 60
 	// (With the hub's default slow_spawn_timeout the form itself comes
 	// back with the reason; this hub answers at once, for the progress
 	// readers.)
-	browser := newBrowser(t, "hub")
-	shots := artifactDir(t)
 	h.browserLogin(browser, "cy")
 	h.browse(browser, "/hub/spawn/cy")
 	form := js[string](browser, "document.body.innerText")

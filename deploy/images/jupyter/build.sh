@@ -57,5 +57,11 @@ image_extra() {
 
 # Debian's documentation and translations are not read inside a session.
 IMAGE_CLEAN="/usr/share/doc/* /usr/share/man/* /usr/share/info/*"
+# JupyterHub 3.0's single-user server opens /tree/ (the classic Notebook's
+# page, which Jupyter Server lacks) unless JUPYTERHUB_DEFAULT_URL says
+# otherwise, and it reads no jupyter_server_config: the image says /lab. A
+# hub's own Spawner.default_url, set, comes in the session's environment,
+# which wins over the image's.
 debian_image jupyter "${1:-$cache/voyager.local-jupyterlab.tar}" "${VOYAGER_JUPYTER_IMAGE:-voyager.local/jupyter:latest}" \
-	"jupyterhub python3-jupyter-server python3-jupyterlab-server jupyter-core python3-ipykernel python3-terminado libjs-mathjax ca-certificates"
+	"jupyterhub python3-jupyter-server python3-jupyterlab-server jupyter-core python3-ipykernel python3-terminado libjs-mathjax ca-certificates" \
+	-- --env JUPYTERHUB_DEFAULT_URL=/lab
