@@ -1,9 +1,9 @@
 package merger
 
 import (
-	"hash/fnv"
 	"slices"
 
+	"github.com/voyager-gpu/voyager/internal/rendezvous"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
@@ -23,7 +23,7 @@ func (s *share) owns(id string) bool {
 	if s == nil || len(s.ids) <= 1 {
 		return true
 	}
-	return ownerOf(s.ids, id) == s.member
+	return rendezvous.Owner(s.ids, id) == s.member
 }
 
 // placersChanged lists the live placers again and, when they changed,
@@ -66,32 +66,4 @@ func newPlacersCache(m *Merger) *watcher.Cache[state.Placer] {
 	c := watcher.New(m.cli, m.cfg.Keys.Placers(), watcher.JSON[state.Placer], watcher.Options{Name: "merger-placers", Logger: m.cfg.Logger})
 	c.AddHandler(func(watcher.Event[state.Placer]) { m.placersChanged() })
 	return c
-}
-
-// ownerOf picks the member that merges session id at once: the one with
-// the highest hash of (member, id), so a member joining or leaving moves
-// only its own share.
-func ownerOf(ids []string, id string) string {
-	var best string
-	var bestH uint64
-	for _, m := range ids {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(m))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(id))
-		if v := mix64(h.Sum64()); best == "" || v > bestH {
-			best, bestH = m, v
-		}
-	}
-	return best
-}
-
-// mix64 is splitmix64's finaliser: FNV's high bits barely change between
-// similar strings.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }

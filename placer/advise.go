@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/rendezvous"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -114,7 +115,7 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 			last.gen = gen
 			p.written[e.Session] = last
 		}
-		if left == 0 || ctx.Err() != nil || ownerOf(ids, e.Session) != p.cfg.ID {
+		if left == 0 || ctx.Err() != nil || rendezvous.Owner(ids, e.Session) != p.cfg.ID {
 			continue
 		}
 		// A new reason is written at once; a changed message or position

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
+	"github.com/voyager-gpu/voyager/internal/rendezvous"
 	"github.com/voyager-gpu/voyager/state"
 	"github.com/voyager-gpu/voyager/watcher"
 )
@@ -390,7 +391,7 @@ func (p *Placer) pass(ctx context.Context) passResult {
 	if p.cfg.Sharded {
 		ids = p.owners()
 	}
-	mine := func(d *Decision) bool { return len(ids) == 1 || ownerOf(ids, d.Parts[0].Node) == p.cfg.ID }
+	mine := func(d *Decision) bool { return len(ids) == 1 || rendezvous.Owner(ids, d.Parts[0].Node) == p.cfg.ID }
 	nodes := make(map[string]*NodeView, len(snap.Nodes))
 	for i := range snap.Nodes {
 		nodes[snap.Nodes[i].Node.Name] = &snap.Nodes[i]

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"os"
 	"time"
@@ -118,32 +117,4 @@ func (p *Placer) owners() []string {
 		}
 	}
 	return ids
-}
-
-// ownerOf picks the placer that owns name by rendezvous hashing: each
-// name goes to the placer with the highest hash of (placer, name), so a
-// placer joining or leaving moves only its own share.
-func ownerOf(ids []string, name string) string {
-	var best string
-	var bestH uint64
-	for _, id := range ids {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(id))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(name))
-		if v := mix64(h.Sum64()); best == "" || v > bestH || (v == bestH && id < best) {
-			best, bestH = id, v
-		}
-	}
-	return best
-}
-
-// mix64 is splitmix64's finaliser: FNV's high bits barely change between
-// similar strings, and rendezvous hashing compares whole values.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
