@@ -48,16 +48,8 @@ func run(args []string) error {
 			return fmt.Errorf("parse -strategies %q: want binpack or spread", s)
 		}
 	}
-	var shapes []sim.Shape
-	for _, sh := range sim.Suite(*nodes, *hours) {
-		if strings.Contains(sh.Name, *only) {
-			shapes = append(shapes, sh)
-		}
-	}
-	var ss []uint64
-	for s := 1; s <= *seeds; s++ {
-		ss = append(ss, uint64(s))
-	}
+	shapes := sim.Matching(sim.Suite(*nodes, *hours), *only)
+	ss := sim.SeedList(*seeds)
 	start := time.Now()
 	rows := sim.RunGaps(shapes, opt, sts, ss, sim.SearchOptions{Population: *pop, Generations: *gens})
 	fmt.Printf("%d nodes, hours ×%g, default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; ε-NSGA-II population %d, %d generations; %s in all.\n\n",

@@ -4,8 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/voyager-gpu/voyager/internal/config"
@@ -37,23 +35,15 @@ func run(args []string) error {
 		return fmt.Errorf("load default settings: %w", err)
 	}
 	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter}
-	var ss []uint64
-	for s := 1; s <= *seeds; s++ {
-		ss = append(ss, uint64(s))
-	}
+	ss := sim.SeedList(*seeds)
 	start := time.Now()
 	var rows []sim.SuiteRow
-	for _, part := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(part))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("parse -nodes %q: want positive cluster sizes such as 16,200", part)
-		}
-		var shapes []sim.Shape
-		for _, sh := range sim.PowerShapes(n, *hours) {
-			if strings.Contains(sh.Name, *only) {
-				shapes = append(shapes, sh)
-			}
-		}
+	ns, err := sim.ParseSizes(*sizes)
+	if err != nil {
+		return err
+	}
+	for _, n := range ns {
+		shapes := sim.Matching(sim.PowerShapes(n, *hours), *only)
 		rows = append(rows, sim.RunSuite(shapes, opt, []placer.Strategy{placer.Binpack, placer.Pack, placer.Spread}, ss)...)
 	}
 	fmt.Printf("Default settings (ReserveAfter %v), a pass every %v, hours ×%g, seeds 1–%d; %s in all.\n\n", opt.ReserveAfter, sim.SuiteTick, *hours, *seeds, time.Since(start).Round(time.Second))

@@ -47,30 +47,22 @@ func run(args []string) error {
 		}
 		factor[n] = f
 	}
-	var ss []uint64
-	for s := 1; s <= *seeds; s++ {
-		ss = append(ss, uint64(s))
-	}
+	ss := sim.SeedList(*seeds)
 	if *teams {
 		return runTeams(opt, *sizes, *only, ss)
 	}
 	var rows []sim.SuiteRow
 	start := time.Now()
-	for _, part := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(part))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("parse -nodes %q: want positive cluster sizes such as 16,200,2000", part)
-		}
+	ns, err := sim.ParseSizes(*sizes)
+	if err != nil {
+		return err
+	}
+	for _, n := range ns {
 		f, ok := factor[n]
 		if !ok {
 			f = 1
 		}
-		var shapes []sim.Shape
-		for _, sh := range append(sim.Suite(n, f), sim.ShareSuite(n, f)...) {
-			if strings.Contains(sh.Name, *only) {
-				shapes = append(shapes, sh)
-			}
-		}
+		shapes := sim.Matching(append(sim.Suite(n, f), sim.ShareSuite(n, f)...), *only)
 		if *trace {
 			for i := range shapes {
 				shapes[i] = traced(shapes[i])
@@ -134,17 +126,12 @@ func traced(sh sim.Shape) sim.Shape {
 
 // runTeams runs sim.TeamSuite at the first of sizes and prints its table.
 func runTeams(opt placer.PlanOptions, sizes, only string, seeds []uint64) error {
-	first, _, _ := strings.Cut(sizes, ",")
-	n, err := strconv.Atoi(strings.TrimSpace(first))
-	if err != nil || n <= 0 {
-		return fmt.Errorf("parse -nodes %q: want a positive cluster size such as 16", first)
+	ns, err := sim.ParseSizes(sizes)
+	if err != nil {
+		return err
 	}
-	var shapes []sim.Shape
-	for _, sh := range sim.TeamSuite(n) {
-		if strings.Contains(sh.Name, only) {
-			shapes = append(shapes, sh)
-		}
-	}
+	n := ns[0]
+	shapes := sim.Matching(sim.TeamSuite(n), only)
 	start := time.Now()
 	rows := sim.RunTeams(shapes, opt, seeds)
 	fmt.Printf("%d nodes, default settings (ReserveAfter %v), preemption grace 2m, a pass every %v, seeds 1–%d; %s in all.\n\n", n, opt.ReserveAfter, sim.SuiteTick, len(seeds), time.Since(start).Round(time.Second))
