@@ -80,21 +80,9 @@ func (s *NVMLSampler) SampleProcesses(ctx context.Context, containerID string, u
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.inited {
-		if err := initNVML(s.lib); err != nil {
-			return nil, err
-		}
-		s.inited = true
-	}
-	out := make(map[string]GPUSample, len(uuids))
-	var errs []error
-	for _, uuid := range uuids {
-		g, err := s.sampleOwn(containerID, uuid, own)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out[uuid] = g
+	out, err := s.sampleEach(uuids, func(uuid string) (GPUSample, error) { return s.sampleOwn(containerID, uuid, own) })
+	if out == nil {
+		return nil, err // NVML did not start
 	}
 	now := time.Now()
 	for k, seen := range s.lastSeen {
@@ -102,7 +90,7 @@ func (s *NVMLSampler) SampleProcesses(ctx context.Context, containerID string, u
 			delete(s.lastSeen, k) // its container is gone
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, err
 }
 
 // processSeen is the newest per-process sample time one container's

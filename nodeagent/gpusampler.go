@@ -65,6 +65,13 @@ func NewNVMLSampler(lib nvml.Interface) *NVMLSampler { return &NVMLSampler{lib: 
 func (s *NVMLSampler) SampleGPUs(_ context.Context, _ string, uuids []string) (map[string]GPUSample, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.sampleEach(uuids, s.sample)
+}
+
+// sampleEach initialises NVML if it is not yet and reads each GPU of
+// uuids with one, keeping the GPUs read and joining the errors of those
+// that were not. The caller holds s.mu.
+func (s *NVMLSampler) sampleEach(uuids []string, one func(uuid string) (GPUSample, error)) (map[string]GPUSample, error) {
 	if !s.inited {
 		if err := initNVML(s.lib); err != nil {
 			return nil, err
@@ -74,7 +81,7 @@ func (s *NVMLSampler) SampleGPUs(_ context.Context, _ string, uuids []string) (m
 	out := make(map[string]GPUSample, len(uuids))
 	var errs []error
 	for _, uuid := range uuids {
-		g, err := s.sample(uuid)
+		g, err := one(uuid)
 		if err != nil {
 			errs = append(errs, err)
 			continue
