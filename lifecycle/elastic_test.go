@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -75,5 +76,76 @@ func TestElasticShrinksBeforePreemption(t *testing.T) {
 	}
 	if st, _, _ := state.Get[state.Status](context.Background(), c.cli, keys.Status("el")); st.Elastic == nil || st.Elastic.Size != 2 {
 		t.Errorf("el after the idle passes: %+v", st.Elastic)
+	}
+}
+
+// TestResizeWarningComparesWhatItRead: a resize's warning is written only
+// while the job's warning is absent and its spec, its node's ledger and
+// (for a shrink) the waiter's queue entry are at the revisions the plan
+// read; any of them moved, the transaction refuses it and nothing is
+// written.
+func TestResizeWarningComparesWhatItRead(t *testing.T) {
+	c := newChain(t, ControllerConfig{ResizeInterval: time.Hour})
+	ctx := context.Background()
+	put := func(key string) int64 {
+		t.Helper()
+		resp, err := c.cli.Put(ctx, key, `{}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	specRev := put(keys.Session("el-cmp"))
+	ledgerKey := keys.Ledger("node-cmp")
+	ledgerRev := put(ledgerKey)
+	forRev := put(keys.Pending("vip-cmp"))
+	r := placer.Resize{Session: "el-cmp", Node: "node-cmp", From: 4, To: 2, For: "vip-cmp", ForRevision: forRev, Why: "vip-cmp is owed 2 GPUs"}
+	v := &view{now: time.Now()}
+	warned := func() bool {
+		t.Helper()
+		resp, err := c.cli.Get(ctx, keys.Warning("el-cmp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count > 0
+	}
+	refused := func(what string, specRev, ledgerRev int64, r placer.Resize) {
+		t.Helper()
+		before := c.ctl.conflicts.Load()
+		if err := c.ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+			t.Fatal(err)
+		}
+		if warned() {
+			t.Fatalf("%s: the resize warning was written", what)
+		}
+		if c.ctl.conflicts.Load() != before+1 {
+			t.Errorf("%s: no conflict counted", what)
+		}
+	}
+	refused("spec moved since the plan read it", specRev-1, ledgerRev, r)
+	refused("ledger moved since the plan read it", specRev, ledgerRev-1, r)
+	stale := r
+	stale.ForRevision = forRev - 1
+	refused("waiter's queue entry moved since the plan read it", specRev, ledgerRev, stale)
+	if err := c.ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+		t.Fatal(err)
+	}
+	if !warned() {
+		t.Fatal("with everything as read, no resize warning was written")
+	}
+	first, err := c.cli.Get(ctx, keys.Warning("el-cmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.ctl.conflicts.Load()
+	if err := c.ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.cli.Get(ctx, keys.Warning("el-cmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Kvs[0].ModRevision != first.Kvs[0].ModRevision || c.ctl.conflicts.Load() != before+1 {
+		t.Error("a second resize warning was written over the one that stands")
 	}
 }
