@@ -2,9 +2,12 @@ package lifecycle
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -85,11 +88,14 @@ func TestElasticShrinksBeforePreemption(t *testing.T) {
 // read; any of them moved, the transaction refuses it and nothing is
 // written.
 func TestResizeWarningComparesWhatItRead(t *testing.T) {
-	c := newChain(t, ControllerConfig{ResizeInterval: time.Hour})
+	// A controller that is not running: its transaction alone decides
+	// (a running one would withdraw a warning no plan stands behind).
+	cli := etcdtest.Start(t, etcdtest.Options{}).Client(t)
+	ctl := NewController(cli, ControllerConfig{ResizeInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
 	put := func(key string) int64 {
 		t.Helper()
-		resp, err := c.cli.Put(ctx, key, `{}`)
+		resp, err := cli.Put(ctx, key, `{}`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +109,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	v := &view{now: time.Now()}
 	warned := func() bool {
 		t.Helper()
-		resp, err := c.cli.Get(ctx, keys.Warning("el-cmp"))
+		resp, err := cli.Get(ctx, keys.Warning("el-cmp"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,14 +117,14 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	}
 	refused := func(what string, specRev, ledgerRev int64, r placer.Resize) {
 		t.Helper()
-		before := c.ctl.conflicts.Load()
-		if err := c.ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+		before := ctl.conflicts.Load()
+		if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
 			t.Fatal(err)
 		}
 		if warned() {
 			t.Fatalf("%s: the resize warning was written", what)
 		}
-		if c.ctl.conflicts.Load() != before+1 {
+		if ctl.conflicts.Load() != before+1 {
 			t.Errorf("%s: no conflict counted", what)
 		}
 	}
@@ -127,25 +133,25 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	stale := r
 	stale.ForRevision = forRev - 1
 	refused("waiter's queue entry moved since the plan read it", specRev, ledgerRev, stale)
-	if err := c.ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+	if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
 		t.Fatal(err)
 	}
 	if !warned() {
 		t.Fatal("with everything as read, no resize warning was written")
 	}
-	first, err := c.cli.Get(ctx, keys.Warning("el-cmp"))
+	first, err := cli.Get(ctx, keys.Warning("el-cmp"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := c.ctl.conflicts.Load()
-	if err := c.ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+	before := ctl.conflicts.Load()
+	if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
 		t.Fatal(err)
 	}
-	again, err := c.cli.Get(ctx, keys.Warning("el-cmp"))
+	again, err := cli.Get(ctx, keys.Warning("el-cmp"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Kvs[0].ModRevision != first.Kvs[0].ModRevision || c.ctl.conflicts.Load() != before+1 {
+	if again.Kvs[0].ModRevision != first.Kvs[0].ModRevision || ctl.conflicts.Load() != before+1 {
 		t.Error("a second resize warning was written over the one that stands")
 	}
 }
