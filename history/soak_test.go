@@ -34,18 +34,19 @@ import (
 )
 
 var (
-	soakBinds  = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
-	soakSeed   = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
-	soakChaos  = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
-	soakEtcd   = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
-	soakNodeN  = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
-	soakLive   = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
-	soakProcs  = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
-	soakEvery  = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
-	soakCensus = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
-	soakMix    = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
-	soakGOGC   = flag.Int("soak.gogc", 400, "the Go collector's target (GOGC) of the soak's process and its etcd members; 0: Go's default")
-	soakCalls  = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
+	soakBinds    = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
+	soakSeed     = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
+	soakChaos    = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
+	soakEtcd     = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
+	soakNodeN    = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
+	soakLive     = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
+	soakProcs    = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
+	soakEvery    = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
+	soakCensus   = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
+	soakMix      = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
+	soakGOGC     = flag.Int("soak.gogc", 400, "the Go collector's target (GOGC) of the soak's process and its etcd members; 0: Go's default")
+	soakEtcdArgs = flag.String("soak.etcdargs", "", "more flags for each etcd member, separated by spaces (e.g. --enable-pprof)")
+	soakCalls    = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
 )
 
 const (
@@ -119,7 +120,7 @@ func TestSoak(t *testing.T) {
 		old := debug.SetGCPercent(*soakGOGC)
 		t.Cleanup(func() { debug.SetGCPercent(old) })
 	}
-	members := etcdtest.StartMembersWith(t, *soakEtcd, etcdtest.MembersOptions{GOGC: *soakGOGC})
+	members := etcdtest.StartMembersWith(t, *soakEtcd, etcdtest.MembersOptions{GOGC: *soakGOGC, Args: strings.Fields(*soakEtcdArgs)})
 	k := state.MustKeys("/soak")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var calls callCounter

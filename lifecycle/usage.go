@@ -179,21 +179,47 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 				}
 				return errors.New("usage watch closed")
 			}
-			if err := resp.Err(); err != nil {
-				return fmt.Errorf("watch statuses: %w", err)
-			}
-			for _, ev := range resp.Events {
-				if err := a.handle(ctx, ev); err != nil {
-					return err
+			// The responses waiting behind this one too (an accountant
+			// behind the statuses catches up in batches), up to what one
+			// transaction records.
+			var ended []state.Ended
+			applied := int64(0)
+			for {
+				if err := resp.Err(); err != nil {
+					return fmt.Errorf("watch statuses: %w", err)
+				}
+				for _, ev := range resp.Events {
+					if e, ok := a.ended(ev); ok {
+						ended = append(ended, e)
+					}
+				}
+				applied = resp.Header.Revision
+				if len(ended) >= state.MaxAccrueAll/2 {
+					break
+				}
+				select {
+				case resp, ok = <-wch:
+				default:
+					ok = false
+				}
+				if !ok {
+					break
 				}
 			}
-			a.setApplied(resp.Header.Revision)
+			for len(ended) > 0 {
+				n := min(len(ended), state.MaxAccrueAll)
+				if err := a.accrueAll(ctx, ended[:n]); err != nil {
+					return err
+				}
+				ended = ended[n:]
+			}
+			a.setApplied(applied)
 		}
 	}
 }
 
-// handle records the attempt a status change ended, if it ended one.
-func (a *Accountant) handle(ctx context.Context, ev *clientv3.Event) error {
+// ended returns the attempt a status change ended, if it ended one.
+func (a *Accountant) ended(ev *clientv3.Event) (state.Ended, bool) {
 	var prev, cur *state.Status
 	if ev.PrevKv != nil {
 		if p, err := state.Decode[state.Status](ev.PrevKv.Value); err == nil {
@@ -207,12 +233,47 @@ func (a *Accountant) handle(ctx context.Context, ev *clientv3.Event) error {
 	}
 	qr, att, bound, ended, ok := state.EndedAttempt(prev, cur, a.cfg.Now().UTC())
 	if !ok {
-		return nil
+		return state.Ended{}, false
 	}
 	id, _ := a.cfg.Keys.SessionID(string(ev.Kv.Key))
 	// The status before the change is the ended attempt's: an elastic
 	// job's size is the one it was bound at.
-	return a.accrue(ctx, id, qr, att, bound, ended, ev.Kv.ModRevision, state.ElasticSize(prev))
+	return state.Ended{Session: id, QueueRevision: qr, Attempt: att, Bound: bound, Ended: ended,
+		Size: state.ElasticSize(prev), Rev: ev.Kv.ModRevision}, true
+}
+
+// accrueAll records ended attempts (at most state.MaxAccrueAll) in one
+// transaction (state.AccrueAll); those whose spec is gone, or all of them
+// when that transaction is refused, one by one (accrue), which tells
+// apart what refused it.
+func (a *Accountant) accrueAll(ctx context.Context, ended []state.Ended) error {
+	last := ended[len(ended)-1].Rev
+	done, missing, err := state.AccrueAll(ctx, a.cli, a.cfg.Keys, ended,
+		&state.UsageCursor{Revision: last - 1, Updated: a.cfg.Now().UTC()}, a.cfg.Now())
+	switch {
+	case err == nil:
+		for i, ok := range done {
+			if ok {
+				a.accrued.Add(1)
+				a.log.Debug("attempt accounted", "session", ended[i].Session, "queueRevision", ended[i].QueueRevision)
+			}
+		}
+		for _, i := range missing {
+			e := ended[i]
+			if err := a.accrue(ctx, e.Session, e.QueueRevision, e.Attempt, e.Bound, e.Ended, e.Rev, e.Size); err != nil {
+				return err
+			}
+		}
+		return nil
+	case errors.Is(err, state.ErrConflict):
+		for _, e := range ended {
+			if err := a.accrue(ctx, e.Session, e.QueueRevision, e.Attempt, e.Bound, e.Ended, e.Rev, e.Size); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("accrue ended attempts: %w", err)
 }
 
 // accrue records one ended attempt of session id, reading its spec for

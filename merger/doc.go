@@ -16,6 +16,10 @@
 // part's change is merged at once by one of them, not read and merged by
 // each (share.go); the others merge it at their resync, and merge a dead
 // placer's share as soon as its key goes.
+// A session is merged Config.Settle (100 ms) after its first part change,
+// so that a part's quick succession of changes is merged once; its read
+// is served by any member that has applied those changes (serializable),
+// and a refused transaction reads from the leader.
 // A Merger also deletes the parts it has done with: a part whose end is
 // in the status, and a stale part (of another queueing, or of a session
 // whose status is gone).

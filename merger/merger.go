@@ -19,6 +19,9 @@ import (
 	"github.com/voyager-gpu/voyager/watcher"
 )
 
+// DefaultSettle is Config.Settle's default.
+const DefaultSettle = 100 * time.Millisecond
+
 // Config configures a Merger.
 type Config struct {
 	Keys state.Keys
@@ -27,6 +30,12 @@ type Config struct {
 	// Resync is how often every known part is merged again, which deletes
 	// parts left behind by a status that went away (default 30 s).
 	Resync time.Duration
+	// Settle is how long a session waits after its first part change
+	// before it is merged, so that a part's quick succession of changes
+	// (launched, running, ended: a short job's whole life) is read and
+	// written as one merge, not one each (default 100 ms; negative: at
+	// once). A status lags its parts by about this much.
+	Settle time.Duration
 	// Member is the id under placers/ of the placer process this merger
 	// runs in (placer.Placer.ID). Set, the live placers' mergers share the
 	// sessions (rendezvous hashing over placers/, share.go): a part's
@@ -53,8 +62,16 @@ type Merger struct {
 
 	mu    sync.Mutex
 	dirty map[string]map[string]bool // session → nodes whose parts changed
-	busy  map[string]bool
-	wake  chan struct{}
+	// seen is, for a dirty session, the latest revision of the part
+	// changes that made it dirty (0: a resync or a change of the share,
+	// which read the latest state): a read at or after it may be served
+	// by any member (Merge's serializable read).
+	seen map[string]int64
+	// due is when a dirty session is merged (Config.Settle after its
+	// first change).
+	due  map[string]time.Time
+	busy map[string]bool
+	wake chan struct{}
 
 	merges, writes, conflicts atomic.Int64
 }
@@ -67,15 +84,24 @@ func New(cli *clientv3.Client, cfg Config) *Merger {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
 	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	m := &Merger{cli: cli, cfg: cfg, log: cfg.Logger.With("component", "merger"),
-		dirty: map[string]map[string]bool{}, busy: map[string]bool{}, wake: make(chan struct{}, 1)}
+		dirty: map[string]map[string]bool{}, seen: map[string]int64{}, due: map[string]time.Time{}, busy: map[string]bool{}, wake: make(chan struct{}, 1)}
 	m.parts = watcher.New(cli, cfg.Keys.Parts(), watcher.JSON[state.PartStatus], watcher.Options{Name: "parts", Logger: cfg.Logger})
 	m.parts.AddHandler(func(ev watcher.Event[state.PartStatus]) {
+		// A part's deletion has nothing to merge: a merger deletes the
+		// parts it folded into an ended status, a release the part of a
+		// retired session, a node loss the parts whose status it wrote.
+		if ev.Type == watcher.Deleted {
+			return
+		}
 		if node, id, ok := cfg.Keys.PartKey(ev.Key); ok && m.owns(id) {
-			m.enqueue(id, node)
+			m.enqueueAt(id, node, ev.Revision)
 		}
 	})
 	if cfg.Member != "" {
@@ -157,12 +183,23 @@ loop:
 	return nil
 }
 
-func (m *Merger) enqueue(id, node string) {
+func (m *Merger) enqueue(id, node string) { m.enqueueAt(id, node, 0) }
+
+// enqueueAt marks session id dirty for node's part, changed at revision
+// rev (0: unknown; the merge then reads the latest state).
+func (m *Merger) enqueueAt(id, node string, rev int64) {
 	m.mu.Lock()
 	if m.dirty[id] == nil {
 		m.dirty[id] = map[string]bool{}
+		m.seen[id] = rev
+		m.due[id] = time.Now().Add(max(m.cfg.Settle, 0))
 	}
 	m.dirty[id][node] = true
+	if rev == 0 || m.seen[id] == 0 {
+		m.seen[id] = 0
+	} else {
+		m.seen[id] = max(m.seen[id], rev)
+	}
 	m.mu.Unlock()
 	select {
 	case m.wake <- struct{}{}:
@@ -170,16 +207,29 @@ func (m *Merger) enqueue(id, node string) {
 	}
 }
 
-// take returns a dirty session that no other worker merges, and the nodes
-// whose parts changed.
-func (m *Merger) take() (string, []string, bool) {
+// take returns a dirty session that is due and that no other worker
+// merges, the nodes whose parts changed and the revision of those changes
+// (enqueueAt); or, when none is, the time the next one is due (zero when
+// none is dirty).
+func (m *Merger) take() (string, []string, int64, time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := time.Now()
+	var next time.Time
 	for id, nodes := range m.dirty {
 		if m.busy[id] {
 			continue
 		}
+		if at := m.due[id]; at.After(now) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		seen := m.seen[id]
 		delete(m.dirty, id)
+		delete(m.seen, id)
+		delete(m.due, id)
 		m.busy[id] = true
 		var ns []string
 		for n := range nodes {
@@ -191,9 +241,9 @@ func (m *Merger) take() (string, []string, bool) {
 			default:
 			}
 		}
-		return id, ns, true
+		return id, ns, seen, time.Time{}, true
 	}
-	return "", nil, false
+	return "", nil, 0, next, false
 }
 
 func (m *Merger) done(id string) {
@@ -211,17 +261,32 @@ func (m *Merger) done(id string) {
 
 func (m *Merger) work(ctx context.Context) {
 	for {
-		id, nodes, ok := m.take()
+		id, nodes, seen, next, ok := m.take()
 		if !ok {
+			var due <-chan time.Time
+			var t *time.Timer
+			if !next.IsZero() {
+				t = time.NewTimer(time.Until(next))
+				due = t.C
+			}
 			select {
 			case <-ctx.Done():
-				return
 			case <-m.wake:
-				continue
+			case <-due:
 			}
+			if t != nil {
+				t.Stop()
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			continue
 		}
 		for attempt := 0; ctx.Err() == nil; attempt++ {
-			err := m.Merge(ctx, id, nodes...)
+			// The first try may read from any member, at or after the
+			// changes' revision; a conflict reads the leader's latest.
+			err := m.merge(ctx, id, seen, nodes)
+			seen = 0
 			if err == nil {
 				break
 			}
@@ -246,6 +311,16 @@ func (m *Merger) work(ctx context.Context) {
 // (state.MergeParts) and deletes the parts done with. It returns
 // state.ErrConflict, writing nothing, when something changed since read.
 func (m *Merger) Merge(ctx context.Context, id string, extra ...string) error {
+	return m.merge(ctx, id, 0, extra)
+}
+
+// merge is Merge. With seen > 0 (the revision of the part changes that
+// called for it) it first reads serializably, from whichever member the
+// client asks, and uses that read if the member had applied seen: what
+// it decides then is no older than the changes (a later change calls for
+// another merge), and its transaction compares what it read as Merge's
+// does. Otherwise, or from a member behind seen, it reads linearizably.
+func (m *Merger) merge(ctx context.Context, id string, seen int64, extra []string) error {
 	m.merges.Add(1)
 	k := m.cfg.Keys
 	sk, pk := k.Status(id), k.Session(id)
@@ -253,13 +328,28 @@ func (m *Merger) Merge(ctx context.Context, id string, extra ...string) error {
 	// changed; a gang's other parts, named by the status, follow at the
 	// same revision, so that the decision rests on one snapshot.
 	nodes := slices.Compact(slices.Sorted(slices.Values(extra)))
-	ops := []clientv3.Op{clientv3.OpGet(sk), clientv3.OpGet(pk)}
+	keys := []string{sk, pk}
 	for _, n := range nodes {
-		ops = append(ops, clientv3.OpGet(k.Part(n, id)))
+		keys = append(keys, k.Part(n, id))
 	}
-	read, err := m.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("merge %s: %w", id, err)
+	readAll := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+		ops := make([]clientv3.Op, len(keys))
+		for i, key := range keys {
+			ops[i] = clientv3.OpGet(key, opts...)
+		}
+		return m.cli.Txn(ctx).Then(ops...).Commit()
+	}
+	var read *clientv3.TxnResponse
+	var err error
+	if seen > 0 {
+		if read, err = readAll(clientv3.WithSerializable()); err == nil && read.Header.Revision < seen {
+			read = nil // that member is behind the change
+		}
+	}
+	if read == nil {
+		if read, err = readAll(); err != nil {
+			return fmt.Errorf("merge %s: %w", id, err)
+		}
 	}
 	kvs := state.FirstKVs(read)
 	skv, pkv := kvs[0], kvs[1]

@@ -252,3 +252,47 @@ func TestMergerDeletesStaleParts(t *testing.T) {
 		t.Errorf("a stale part moved the status: %s → %s", before.Phase, st.Phase)
 	}
 }
+
+// TestMergerSettlesAQuickSuccession: a part launched, running and ended
+// within the settle time (Config.Settle) is merged once: the status goes
+// from Bound to its end in one write, with the exit code and the start
+// the parts reported, and the part is deleted with it.
+func TestMergerSettlesAQuickSuccession(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	m := merger.New(cli, merger.Config{Keys: keys, Settle: 3 * time.Second, Resync: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("merger Run: %v", err)
+		}
+	})
+	b := bound(t, cli, state.Session{ID: "sk9", Owner: "ada", Kind: state.KindBatch}, "n1")["n1"]
+	began := time.Now()
+	report(t, cli, b, func(p *state.PartStatus) { p.Phase, p.Reason = state.PhaseStarting, "Launching" })
+	// The reports spread over half a second, as a short job's do: a
+	// merger without a settle time writes Starting meanwhile.
+	time.Sleep(500 * time.Millisecond)
+	started := time.Now().UTC()
+	report(t, cli, b, func(p *state.PartStatus) { p.Phase, p.Started = state.PhaseRunning, &started })
+	release(t, cli, b, state.PhaseSucceeded, 0)
+	wrote := time.Since(began) // the reports, all within the settle time
+	st := waitPhase(t, cli, "sk9", state.PhaseSucceeded)
+	partGone(t, cli, "n1", "sk9")
+	if st.ExitCode == nil || *st.ExitCode != 0 || st.Started == nil || !st.Started.Equal(started) || st.Finished == nil {
+		t.Errorf("final status = %+v, want exit 0, the part's start, finished", st)
+	}
+	r, err := cli.Get(context.Background(), keys.Status("sk9"))
+	if err != nil || len(r.Kvs) == 0 {
+		t.Fatalf("read status: %v", err)
+	}
+	// Created (Pending), bound, and the merger's one write.
+	if v := r.Kvs[0].Version; v != 3 {
+		t.Errorf("the status was written %d times, want 3 (created, bound, merged once; the reports took %s)", v, wrote)
+	}
+	if w := m.Writes(); w != 1 {
+		t.Errorf("the merger wrote %d times, want 1", w)
+	}
+}

@@ -27,7 +27,7 @@ func (s *share) owns(id string) bool {
 }
 
 // placersChanged lists the live placers again and, when they changed,
-// merges every known part of the sessions now in this merger's share (a
+// merges every known part of the sessions newly in this merger's share (a
 // placer that left or died leaves its share's merges to the others).
 func (m *Merger) placersChanged() {
 	ids := []string{m.cfg.Member}
@@ -38,14 +38,17 @@ func (m *Merger) placersChanged() {
 	}
 	slices.Sort(ids)
 	m.mu.Lock()
+	before := *m.share
 	same := slices.Equal(ids, m.share.ids)
 	m.share.ids = ids
 	m.mu.Unlock()
 	if same {
 		return
 	}
+	// Only the sessions newly in the share: those it owned before it
+	// merged at once already.
 	for _, it := range m.parts.List() {
-		if node, id, ok := m.cfg.Keys.PartKey(it.Key); ok && m.owns(id) {
+		if node, id, ok := m.cfg.Keys.PartKey(it.Key); ok && m.owns(id) && !before.owns(id) {
 			m.enqueue(id, node)
 		}
 	}

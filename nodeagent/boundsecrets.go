@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -31,36 +32,41 @@ func (a *Agent) boundSecrets(ctx context.Context, id string) (state.SpecSecrets,
 	return sec, nil
 }
 
-// readSpec reads session id's spec and this node's copy of its secrets in
+// readSpec reads session id's spec, this node's copy of its secrets and
+// this node's part of it (parts/<node>/<id>, nil when there is none) in
 // one round trip, and returns the spec with its environment joined from
-// them, and its mod revision; state.ErrNotFound when the spec is gone.
+// them, and the revision read at (the spec is that revision's: a watch
+// of it resumes after it); state.ErrNotFound when the spec is gone.
 // secretsErr is errNoSecrets (wrapped) when the spec says it has secrets
 // and this node holds no copy (the spec is returned as it is then).
-func (a *Agent) readSpec(ctx context.Context, id string) (s state.Session, rev int64, secretsErr, err error) {
+func (a *Agent) readSpec(ctx context.Context, id string) (s state.Session, rev int64, part *mvccpb.KeyValue, secretsErr, err error) {
 	sk, bk := a.cfg.Keys.Session(id), a.cfg.Keys.BoundSecrets(a.cfg.Node, id)
-	r, err := a.cfg.Client.Txn(ctx).Then(clientv3.OpGet(sk), clientv3.OpGet(bk)).Commit()
+	r, err := a.cfg.Client.Txn(ctx).Then(clientv3.OpGet(sk), clientv3.OpGet(bk), clientv3.OpGet(a.cfg.Keys.Part(a.cfg.Node, id))).Commit()
 	if err != nil {
-		return s, 0, nil, fmt.Errorf("read session %s: %w", id, err)
+		return s, 0, nil, nil, fmt.Errorf("read session %s: %w", id, err)
 	}
 	skvs, bkvs := r.Responses[0].GetResponseRange().Kvs, r.Responses[1].GetResponseRange().Kvs
+	if pkvs := r.Responses[2].GetResponseRange().Kvs; len(pkvs) > 0 {
+		part = pkvs[0]
+	}
 	if len(skvs) == 0 {
-		return s, 0, nil, fmt.Errorf("read session %s: %w", id, state.ErrNotFound)
+		return s, 0, part, nil, fmt.Errorf("read session %s: %w", id, state.ErrNotFound)
 	}
 	if s, err = state.Decode[state.Session](skvs[0].Value); err != nil {
-		return s, 0, nil, fmt.Errorf("read session %s: %w", id, err)
+		return s, 0, part, nil, fmt.Errorf("read session %s: %w", id, err)
 	}
-	rev = skvs[0].ModRevision
+	rev = r.Header.Revision
 	if !s.SecretEnv {
-		return s, rev, nil, nil
+		return s, rev, part, nil, nil
 	}
 	if len(bkvs) == 0 {
-		return s, rev, fmt.Errorf("read secrets of %s (%s): %w", id, bk, errNoSecrets), nil
+		return s, rev, part, fmt.Errorf("read secrets of %s (%s): %w", id, bk, errNoSecrets), nil
 	}
 	sec, err := state.Decode[state.SpecSecrets](bkvs[0].Value)
 	if err != nil {
-		return s, 0, nil, fmt.Errorf("read secrets of %s: %w", id, err)
+		return s, 0, part, nil, fmt.Errorf("read secrets of %s: %w", id, err)
 	}
 	s = state.JoinSpecSecrets(s, sec)
 	s.SecretEnv = false
-	return s, rev, nil, nil
+	return s, rev, part, nil, nil
 }

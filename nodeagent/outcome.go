@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -263,6 +264,24 @@ func (w *worker) currentPart(ctx context.Context) (state.PartStatus, int64, erro
 		return state.NewPartStatus(b, w.item.CreateRevision), rev, nil
 	}
 	return p, rev, nil
+}
+
+// partOf is the part this worker reports as kv holds it (read with the
+// spec, readSpec), or, when kv is nil or another binding's, the part of
+// its binding before any report.
+func (w *worker) partOf(kv *mvccpb.KeyValue) (state.PartStatus, error) {
+	b := w.item.Value
+	if kv == nil {
+		return state.NewPartStatus(b, w.item.CreateRevision), nil
+	}
+	p, err := state.Decode[state.PartStatus](kv.Value)
+	if err != nil {
+		return state.PartStatus{}, fmt.Errorf("read part of %s: %w", b.Session, err)
+	}
+	if p.BindingRevision != w.item.CreateRevision {
+		return state.NewPartStatus(b, w.item.CreateRevision), nil
+	}
+	return p, nil
 }
 
 // knownPart is a worker's part as it last wrote or read it, and its mod

@@ -91,7 +91,7 @@ func (w *worker) run() {
 	cfg := w.a.cfg
 	rt := cfg.Runtime
 
-	sess, rev, secretsErr, err := w.a.readSpec(ctx, b.Session)
+	sess, rev, partKV, secretsErr, err := w.a.readSpec(ctx, b.Session)
 	gone := errors.Is(err, state.ErrNotFound)
 	if err != nil && !gone {
 		w.retryLater("read session", err)
@@ -142,7 +142,9 @@ func (w *worker) run() {
 		if !again {
 			// Launched and gone: fenced, or removed while no agent
 			// watched. The attempt may have run: it never starts again.
-			p, _, err := w.currentPart(ctx)
+			// (The part as read with the spec; one launched since is
+			// refused by the launch's own transaction, ErrLaunched.)
+			p, err := w.partOf(partKV)
 			if err != nil {
 				w.retryLater("read part", err)
 				return
@@ -331,6 +333,9 @@ func (w *worker) watchSession(ctx context.Context, rev int64, stop *stopSignal) 
 					return
 				}
 			}
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		// The watch broke (no leader, compaction): read again and resume.
 		s, r, err := state.Get[state.Session](ctx, w.a.cfg.Client, key)

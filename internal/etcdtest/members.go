@@ -45,6 +45,9 @@ type MembersOptions struct {
 	// (the GOGC environment variable; Go's default is 100): a higher one
 	// trades memory for the collector's CPU, as a long soak wants.
 	GOGC int
+	// Args are more command-line flags for every member (etcd's own,
+	// such as --snapshot-count=…), after the ones StartMembersWith sets.
+	Args []string
 }
 
 // StartMembersWith is StartMembers with opts.
@@ -79,6 +82,7 @@ func StartMembersWith(tb testing.TB, n int, opts MembersOptions) *Members {
 			"--initial-cluster-token", token,
 			"--log-level", "error", "--unsafe-no-fsync",
 		})
+		m.args[i] = append(m.args[i], opts.Args...)
 	}
 	for i := range n {
 		m.procs[i] = runEtcdEnv(tb, path, m.dirs[i], m.env, m.args[i]...)
