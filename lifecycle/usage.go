@@ -244,12 +244,22 @@ func (a *Accountant) ended(ev *clientv3.Event) (state.Ended, bool) {
 
 // accrueAll records ended attempts (at most state.MaxAccrueAll) in one
 // transaction (state.AccrueAll); those whose spec is gone, or all of them
-// when that transaction is refused, one by one (accrue), which tells
-// apart what refused it.
+// when that transaction is refused three times, one by one (accrue),
+// which tells apart what refused it.
 func (a *Accountant) accrueAll(ctx context.Context, ended []state.Ended) error {
 	last := ended[len(ended)-1].Rev
-	done, missing, err := state.AccrueAll(ctx, a.cli, a.cfg.Keys, ended,
-		&state.UsageCursor{Revision: last - 1, Updated: a.cfg.Now().UTC()}, a.cfg.Now())
+	var done []bool
+	var missing []int
+	var err error
+	// A refused batch (a spec or day record moved) is read and tried
+	// again a few times before it is recorded one attempt at a time.
+	for try := 0; try < 3; try++ {
+		done, missing, err = state.AccrueAll(ctx, a.cli, a.cfg.Keys, ended,
+			&state.UsageCursor{Revision: last - 1, Updated: a.cfg.Now().UTC()}, a.cfg.Now())
+		if !errors.Is(err, state.ErrConflict) {
+			break
+		}
+	}
 	switch {
 	case err == nil:
 		for i, ok := range done {

@@ -332,24 +332,15 @@ func (m *Merger) merge(ctx context.Context, id string, seen int64, extra []strin
 	for _, n := range nodes {
 		keys = append(keys, k.Part(n, id))
 	}
-	readAll := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+	read, err := state.ReadAtLeast(ctx, m.cli, seen, func(opts ...clientv3.OpOption) []clientv3.Op {
 		ops := make([]clientv3.Op, len(keys))
 		for i, key := range keys {
 			ops[i] = clientv3.OpGet(key, opts...)
 		}
-		return m.cli.Txn(ctx).Then(ops...).Commit()
-	}
-	var read *clientv3.TxnResponse
-	var err error
-	if seen > 0 {
-		if read, err = readAll(clientv3.WithSerializable()); err == nil && read.Header.Revision < seen {
-			read = nil // that member is behind the change
-		}
-	}
-	if read == nil {
-		if read, err = readAll(); err != nil {
-			return fmt.Errorf("merge %s: %w", id, err)
-		}
+		return ops
+	})
+	if err != nil {
+		return fmt.Errorf("merge %s: %w", id, err)
 	}
 	kvs := state.FirstKVs(read)
 	skv, pkv := kvs[0], kvs[1]

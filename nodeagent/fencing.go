@@ -214,7 +214,10 @@ func (w *worker) launch(ctx context.Context, again bool) error {
 	for attempt := 1; attempt <= 5; attempt++ {
 		var p state.PartStatus
 		var rev int64
-		p, rev, err = state.Launch(ctx, w.a.cfg.Client, w.a.cfg.Keys, w.item.Value, w.item.CreateRevision, again, at)
+		// The first try decides from what was read with the spec.
+		read := w.launchRead
+		w.launchRead = nil
+		p, rev, err = state.LaunchFrom(ctx, w.a.cfg.Client, w.a.cfg.Keys, w.item.Value, w.item.CreateRevision, again, at, read)
 		if err == nil {
 			w.known.set(p, rev)
 		}

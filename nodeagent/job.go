@@ -121,20 +121,23 @@ func (w *worker) jobParts(ctx context.Context, sess state.Session) ([]JobPart, e
 	}
 	parts := make([]JobPart, len(st.Nodes))
 	seen := make([]bool, len(st.Nodes))
-	for _, n := range st.Nodes {
-		b, _, err := state.Get[state.Binding](ctx, cfg.Client, cfg.Keys.Binding(n, id))
-		if err != nil {
-			return nil, fmt.Errorf("find the parts of job %s: the binding on %s: %w", id, n, err)
+	bs, ns, err := w.a.bindingsAndNodes(ctx, id, st.Nodes)
+	if err != nil {
+		return nil, fmt.Errorf("find the parts of job %s: %w", id, err)
+	}
+	for i, n := range st.Nodes {
+		b, node := bs[i], ns[i]
+		if b == nil {
+			return nil, fmt.Errorf("find the parts of job %s: the binding on %s: %w", id, n, state.ErrNotFound)
 		}
-		node, _, err := state.Get[state.Node](ctx, cfg.Client, cfg.Keys.Node(n))
-		if err != nil {
-			return nil, fmt.Errorf("find the parts of job %s: node %s: %w", id, n, err)
+		if node == nil {
+			return nil, fmt.Errorf("find the parts of job %s: node %s: %w", id, n, state.ErrNotFound)
 		}
 		p, err := PartPorts(sess, b.Role, b.Ports)
 		if err != nil {
 			return nil, fmt.Errorf("find the parts of job %s: %w", id, err)
 		}
-		r := RankOf(b)
+		r := RankOf(*b)
 		if r < 0 || r >= len(parts) || seen[r] {
 			return nil, fmt.Errorf("find the parts of job %s: the binding on %s has rank %d, want each of 0 to %d once", id, n, r, len(parts)-1)
 		}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -62,6 +64,10 @@ type worker struct {
 	// secretsErr is why the session's secrets could not be joined into
 	// its spec (errNoSecrets): it does not start without them.
 	secretsErr error
+	// launchRead is what the launch decides from (state.LaunchReads), as
+	// read with the spec: the first launch decides from it
+	// (state.LaunchFrom) rather than reading again.
+	launchRead []*etcdserverpb.ResponseOp
 
 	// known is the part this worker last wrote or read, with its mod
 	// revision (outcome.go: setPart writes from it without reading first;
@@ -91,7 +97,7 @@ func (w *worker) run() {
 	cfg := w.a.cfg
 	rt := cfg.Runtime
 
-	sess, rev, partKV, secretsErr, err := w.a.readSpec(ctx, b.Session)
+	sess, rev, launchRead, secretsErr, err := w.a.readSpec(ctx, b, w.item.CreateRevision)
 	gone := errors.Is(err, state.ErrNotFound)
 	if err != nil && !gone {
 		w.retryLater("read session", err)
@@ -101,6 +107,7 @@ func (w *worker) run() {
 		sess, secretsErr = state.Session{ID: b.Session, Desired: state.DesiredStopped}, nil
 	}
 	w.secretsErr = secretsErr
+	w.launchRead = launchRead
 	w.jobWorker = sess.Gang() && b.Role == state.RoleWorker
 	stopReq := make(chan struct{})
 	stop := &stopSignal{w: w, ch: stopReq}
@@ -144,6 +151,12 @@ func (w *worker) run() {
 			// watched. The attempt may have run: it never starts again.
 			// (The part as read with the spec; one launched since is
 			// refused by the launch's own transaction, ErrLaunched.)
+			var partKV *mvccpb.KeyValue
+			if len(launchRead) == 3 {
+				if kvs := launchRead[1].GetResponseRange().Kvs; len(kvs) > 0 {
+					partKV = kvs[0]
+				}
+			}
 			p, err := w.partOf(partKV)
 			if err != nil {
 				w.retryLater("read part", err)
@@ -422,21 +435,27 @@ func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) 
 	if err != nil {
 		return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
 	}
-	var out []Peer
+	var others []string
 	for _, n := range st.Nodes {
-		if n == cfg.Node {
-			continue
+		if n != cfg.Node {
+			others = append(others, n)
 		}
-		pb, _, err := state.Get[state.Binding](ctx, cfg.Client, cfg.Keys.Binding(n, b.Session))
-		if errors.Is(err, state.ErrNotFound) {
+	}
+	if len(others) == 0 {
+		return nil, nil
+	}
+	pbs, pns, err := w.a.bindingsAndNodes(ctx, b.Session, others)
+	if err != nil {
+		return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+	}
+	var out []Peer
+	for i, n := range others {
+		pb, pn := pbs[i], pns[i]
+		if pb == nil {
 			continue // released already
 		}
-		if err != nil {
-			return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
-		}
-		pn, _, err := state.Get[state.Node](ctx, cfg.Client, cfg.Keys.Node(n))
-		if err != nil {
-			return nil, fmt.Errorf("find the other parts of %s: node %s: %w", b.Session, n, err)
+		if pn == nil {
+			return nil, fmt.Errorf("find the other parts of %s: node %s: %w", b.Session, n, state.ErrNotFound)
 		}
 		p, err := SplitPorts(sess.Kind, pb.Role, pb.Ports)
 		if err != nil {
@@ -513,15 +532,14 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 
 // findHead reads where the session's Ray head runs.
 func (w *worker) findHead(ctx context.Context, sess state.Session) (Head, error) {
-	cfg := w.a.cfg
 	b := w.item.Value
-	hb, _, err := state.Get[state.Binding](ctx, cfg.Client, cfg.Keys.Binding(b.HeadNode, b.Session))
+	hbs, hns, err := w.a.bindingsAndNodes(ctx, b.Session, []string{b.HeadNode})
 	if err != nil {
 		return Head{}, fmt.Errorf("find Ray head of %s: %w", b.Session, err)
 	}
-	hn, _, err := state.Get[state.Node](ctx, cfg.Client, cfg.Keys.Node(b.HeadNode))
-	if err != nil {
-		return Head{}, fmt.Errorf("find Ray head of %s: %w", b.Session, err)
+	hb, hn := hbs[0], hns[0]
+	if hb == nil || hn == nil {
+		return Head{}, fmt.Errorf("find Ray head of %s on %s (binding found %t, node found %t): %w", b.Session, b.HeadNode, hb != nil, hn != nil, state.ErrNotFound)
 	}
 	p, err := SplitPorts(sess.Kind, state.RoleHead, hb.Ports)
 	if err != nil {

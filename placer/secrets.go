@@ -33,11 +33,19 @@ func (p *Placer) attachSecrets(ctx context.Context, t *bindTxn) (int, error) {
 	}
 	for len(need) > 0 {
 		n := min(len(need), secretReadsPerTxn)
-		gets := make([]clientv3.Op, n)
-		for j, i := range need[:n] {
-			gets[j] = clientv3.OpGet(k.SpecSecrets(t.ps[i].Session))
+		// From any member that holds the queue entries planned (their
+		// records are written with them, and once gone stay gone).
+		var atLeast int64
+		for _, i := range need[:n] {
+			atLeast = max(atLeast, t.ps[i].PendingRevision)
 		}
-		resp, err := p.cli.Txn(ctx).Then(gets...).Commit()
+		resp, err := state.ReadAtLeast(ctx, p.cli, atLeast, func(o ...clientv3.OpOption) []clientv3.Op {
+			gets := make([]clientv3.Op, n)
+			for j, i := range need[:n] {
+				gets[j] = clientv3.OpGet(k.SpecSecrets(t.ps[i].Session), o...)
+			}
+			return gets
+		})
 		if err != nil {
 			return 0, fmt.Errorf("read session secrets: %w", err)
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 // MaxAccrueAll is the most attempts AccrueAll records in one transaction:
-// each takes two reads, three compares and one write, and their days one
+// each takes three reads, three compares and one write, and their days one
 // read, compare and write each, within etcd's operation limit.
 const MaxAccrueAll = 32
 
@@ -33,8 +33,10 @@ type Ended struct {
 // still absent, every session's status still present and every day record
 // at the revision read, and every spec read at its revision, and writes the marks, the days and, with cursor,
 // the accountant's progress. It returns, by attempt, whether it was
-// recorded (false: counted before), and the attempts whose spec is gone
-// now (missing: not recorded; the caller reads them at Rev-1, Accrue).
+// recorded (false: counted before), and the attempts whose spec or status
+// is gone now (missing: not recorded; the caller records them one by one,
+// Accrue, which reads a retired spec at Rev-1 and refuses a retired
+// status).
 // ErrConflict means the transaction was refused (a day moved, a status
 // went, another accountant counted one): nothing was written, and the
 // caller records them one by one (Accrue), which tells these apart.
@@ -66,15 +68,27 @@ func AccrueAll(ctx context.Context, kv clientv3.KV, k Keys, ended []Ended, curso
 	if len(names) > maxAccrualDays {
 		return nil, nil, fmt.Errorf("accrue %d attempts: they span %d days, more than one transaction can record (%d)", len(ended), len(names), maxAccrualDays)
 	}
-	gets := make([]clientv3.Op, 0, 2*len(ended)+len(names))
-	for _, e := range ended {
-		gets = append(gets, clientv3.OpGet(k.Session(e.Session)), clientv3.OpGet(k.Accrual(e.Session, e.QueueRevision), clientv3.WithCountOnly()))
-	}
 	for i, d := range names {
 		dayIdx[d] = i
-		gets = append(gets, clientv3.OpGet(k.key(dirGPUHours, d)))
 	}
-	read, err := kv.Txn(ctx).Then(gets...).Commit()
+	// From any member that has applied the latest change read (Ended.Rev):
+	// a mark found stays (counted), what is gone is handed back, and the
+	// transaction compares the rest.
+	var atLeast int64
+	for _, e := range ended {
+		atLeast = max(atLeast, e.Rev)
+	}
+	read, err := ReadAtLeast(ctx, kv, atLeast, func(o ...clientv3.OpOption) []clientv3.Op {
+		gets := make([]clientv3.Op, 0, 3*len(ended)+len(names))
+		for _, e := range ended {
+			gets = append(gets, clientv3.OpGet(k.Session(e.Session), o...), clientv3.OpGet(k.Accrual(e.Session, e.QueueRevision), append(o, clientv3.WithCountOnly())...),
+				clientv3.OpGet(k.Status(e.Session), append(o, clientv3.WithCountOnly())...))
+		}
+		for _, d := range names {
+			gets = append(gets, clientv3.OpGet(k.key(dirGPUHours, d), o...))
+		}
+		return gets
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("accrue %d attempts: %w", len(ended), err)
 	}
@@ -84,7 +98,7 @@ func AccrueAll(ctx context.Context, kv clientv3.KV, k Keys, ended []Ended, curso
 		key := k.key(dirGPUHours, d)
 		day := UsageDay{Day: d}
 		var rev int64
-		if kvs := read.Responses[2*len(ended)+i].GetResponseRange().Kvs; len(kvs) > 0 {
+		if kvs := read.Responses[3*len(ended)+i].GetResponseRange().Kvs; len(kvs) > 0 {
 			if day, err = Decode[UsageDay](kvs[0].Value); err != nil {
 				return nil, nil, fmt.Errorf("accrue: read %s: %w", key, err)
 			}
@@ -101,13 +115,13 @@ func AccrueAll(ctx context.Context, kv clientv3.KV, k Keys, ended []Ended, curso
 	touched := map[int]bool{}
 	for i, e := range ended {
 		mark := k.Accrual(e.Session, e.QueueRevision)
-		skvs := read.Responses[2*i].GetResponseRange().Kvs
-		if len(skvs) == 0 {
-			missing = append(missing, i)
-			continue
-		}
-		if read.Responses[2*i+1].GetResponseRange().Count > 0 {
+		skvs := read.Responses[3*i].GetResponseRange().Kvs
+		if read.Responses[3*i+1].GetResponseRange().Count > 0 {
 			continue // counted before
+		}
+		if len(skvs) == 0 || read.Responses[3*i+2].GetResponseRange().Count == 0 {
+			missing = append(missing, i) // retired: Accrue tells which
+			continue
 		}
 		spec, err := Decode[Session](skvs[0].Value)
 		if err != nil {

@@ -14,10 +14,11 @@ import (
 
 // TestAccrueAllRecordsEachOnceInOneTransaction: three ended attempts (one
 // over midnight) are recorded by one transaction, the days summed by
-// owner; recorded again, none counts twice; an attempt whose spec is gone
-// is handed back (missing) unwritten; an attempt whose status is gone
-// refuses the whole transaction (ErrConflict), writing nothing, as Accrue
-// refuses it alone.
+// owner; recorded again, none counts twice; an attempt whose spec or
+// status is gone is handed back (missing) unwritten, the others recorded;
+// a spec that moved between the read and the write (the accrual's owner,
+// team and GPUs come from it) refuses the whole transaction
+// (ErrConflict), writing nothing.
 func TestAccrueAllRecordsEachOnceInOneTransaction(t *testing.T) {
 	cli := etcdtest.New(t)
 	ctx := context.Background()
@@ -114,7 +115,7 @@ func TestAccrueAllRecordsEachOnceInOneTransaction(t *testing.T) {
 	wantAttempts["2026-11-20"]++
 	checkDays("a retired spec")
 
-	// A retired status refuses the transaction: nothing written.
+	// A retired status: handed back too.
 	put("e", "eve", 1)
 	put("f", "fay", 1)
 	if _, err := cli.Delete(ctx, k.Status("f")); err != nil {
@@ -122,11 +123,55 @@ func TestAccrueAllRecordsEachOnceInOneTransaction(t *testing.T) {
 	}
 	last := []state.Ended{{Session: "e", QueueRevision: 50, Bound: h(4), Ended: h(5), Rev: 300},
 		{Session: "f", QueueRevision: 60, Bound: h(4), Ended: h(5), Rev: 301}}
-	if _, _, err := state.AccrueAll(ctx, cli, k, last, nil, h(33)); !errors.Is(err, state.ErrConflict) {
-		t.Fatalf("a retired status: %v, want ErrConflict", err)
+	done, missing, err = state.AccrueAll(ctx, cli, k, last, nil, h(33))
+	if err != nil || len(missing) != 1 || missing[0] != 1 || !done[0] || done[1] {
+		t.Fatalf("a retired status: done %v, missing %v, err %v", done, missing, err)
 	}
-	if r, err := cli.Get(ctx, k.Accrual("e", 50)); err != nil || len(r.Kvs) != 0 {
-		t.Errorf("e's accrual written by a refused transaction: %v, %v", r, err)
-	}
+	want["2026-11-20"]["/eve"] = 60 * 60000
+	wantAttempts["2026-11-20"]++
 	checkDays("a retired status")
+
+	// A spec that moved between the read and the write refuses the whole
+	// transaction (ErrConflict), writing nothing.
+	put("g", "gus", 1)
+	put("i", "ivy", 1)
+	moved := []state.Ended{{Session: "g", QueueRevision: 70, Bound: h(6), Ended: h(7), Rev: 400},
+		{Session: "i", QueueRevision: 80, Bound: h(6), Ended: h(7), Rev: 401}}
+	mover := &movingKV{KV: cli, move: func() {
+		if _, err := state.Put(ctx, cli, k.Session("i"), state.Session{ID: "i", Owner: "ivy", Kind: state.KindBatch, Resources: state.Resources{GPUs: 2}}); err != nil {
+			t.Error(err)
+		}
+	}}
+	if _, _, err := state.AccrueAll(ctx, mover, k, moved, nil, h(34)); !errors.Is(err, state.ErrConflict) {
+		t.Fatalf("a spec that moved: %v, want ErrConflict", err)
+	}
+	if r, err := cli.Get(ctx, k.Accrual("g", 70)); err != nil || len(r.Kvs) != 0 {
+		t.Errorf("g's accrual written by a refused transaction: %v, %v", r, err)
+	}
+	checkDays("a spec that moved")
+}
+
+// movingKV runs move once, as the first transaction with compares (the
+// write, after its reads) is built.
+type movingKV struct {
+	clientv3.KV
+	move  func()
+	moved bool
+}
+
+func (m *movingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &movingTxn{Txn: m.KV.Txn(ctx), kv: m}
+}
+
+type movingTxn struct {
+	clientv3.Txn
+	kv *movingKV
+}
+
+func (t *movingTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	if !t.kv.moved {
+		t.kv.moved = true
+		t.kv.move()
+	}
+	return t.Txn.If(cs...)
 }

@@ -230,7 +230,16 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			}
 			pause = min(2*pause, 64*time.Millisecond)
 		}
-		read, err := kv.Txn(ctx).Then(clientv3.OpGet(lk), clientv3.OpGet(bk), clientv3.OpGet(tk), clientv3.OpGet(pk)).Commit()
+		// The first read from any member that holds the binding's
+		// revision (ReadAtLeast): a binding of that revision gone stays
+		// gone, and everything else is compared below.
+		atLeast := bindingRev
+		if attempt > 0 {
+			atLeast = 0
+		}
+		read, err := ReadAtLeast(ctx, kv, atLeast, func(o ...clientv3.OpOption) []clientv3.Op {
+			return []clientv3.Op{clientv3.OpGet(lk, o...), clientv3.OpGet(bk, o...), clientv3.OpGet(tk, o...), clientv3.OpGet(pk, o...)}
+		})
 		if err != nil {
 			return fmt.Errorf("release %s on %s: %w", id, node, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -40,13 +41,32 @@ const maxLaunchAttempts = 16
 // of its own between the launch and Running. A conflict re-reads and
 // decides again.
 func Launch(ctx context.Context, kv clientv3.KV, k Keys, b Binding, bindingRev int64, again bool, now time.Time) (PartStatus, int64, error) {
+	return LaunchFrom(ctx, kv, k, b, bindingRev, again, now, nil)
+}
+
+// LaunchReads are the reads Launch decides from, for a caller that reads
+// them in a transaction of its own before it launches: b's binding, its
+// part and its session's status, in that order.
+func LaunchReads(k Keys, b Binding) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpGet(k.Binding(b.Node, b.Session)), clientv3.OpGet(k.Part(b.Node, b.Session)), clientv3.OpGet(k.Status(b.Session))}
+}
+
+// LaunchFrom is Launch whose first attempt decides from read, the answers
+// to LaunchReads (their Responses, in order) that the caller read earlier,
+// instead of reading them again: its transaction compares what they held,
+// and if anything moved since, it reads afresh and decides again, as a
+// conflict does. A nil read is Launch.
+func LaunchFrom(ctx context.Context, kv clientv3.KV, k Keys, b Binding, bindingRev int64, again bool, now time.Time, read []*etcdserverpb.ResponseOp) (PartStatus, int64, error) {
 	bk, pk, sk := k.Binding(b.Node, b.Session), k.Part(b.Node, b.Session), k.Status(b.Session)
 	for attempt := 0; attempt < maxLaunchAttempts; attempt++ {
-		read, err := kv.Txn(ctx).Then(clientv3.OpGet(bk), clientv3.OpGet(pk), clientv3.OpGet(sk)).Commit()
-		if err != nil {
-			return PartStatus{}, 0, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
+		if attempt > 0 || len(read) != 3 {
+			resp, err := kv.Txn(ctx).Then(LaunchReads(k, b)...).Commit()
+			if err != nil {
+				return PartStatus{}, 0, fmt.Errorf("launch %s on %s: %w", b.Session, b.Node, err)
+			}
+			read = resp.Responses
 		}
-		bkvs, pkvs, skvs := read.Responses[0].GetResponseRange().Kvs, read.Responses[1].GetResponseRange().Kvs, read.Responses[2].GetResponseRange().Kvs
+		bkvs, pkvs, skvs := read[0].GetResponseRange().Kvs, read[1].GetResponseRange().Kvs, read[2].GetResponseRange().Kvs
 		if len(bkvs) == 0 || bkvs[0].CreateRevision != bindingRev {
 			return PartStatus{}, 0, fmt.Errorf("launch %s on %s (binding of revision %d): %w", b.Session, b.Node, bindingRev, ErrStale)
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -157,5 +159,45 @@ func TestLaunchRefusedOnceTheSessionEnded(t *testing.T) {
 	}
 	if _, _, err := state.Launch(ctx, cli, k, b, rev, false, time.Now()); err != nil {
 		t.Fatalf("launch while the status is Bound for its queueing: %v", err)
+	}
+}
+
+// TestLaunchFromAnEarlierRead: a launch that decides from reads made
+// earlier (state.LaunchReads, as the agent reads them with the spec)
+// records the launch when nothing moved since, in one transaction; when
+// another launch landed in between, its transaction is refused and it
+// reads again and finds the launch (ErrLaunched), never a second one.
+func TestLaunchFromAnEarlierRead(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys(state.DefaultPrefix)
+	rev := seedBound(t, cli, k, "s1")
+	b := state.Binding{Session: "s1", Node: "n1", Attempt: 1}
+	read := func() *clientv3.TxnResponse {
+		t.Helper()
+		r, err := cli.Txn(ctx).Then(state.LaunchReads(k, b)...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	early := read()
+	p, r, err := state.LaunchFrom(ctx, cli, k, b, rev, false, time.Now(), early.Responses)
+	if err != nil || p.Launched == nil {
+		t.Fatalf("launch from a read that still holds: %+v, %v", p, err)
+	}
+	if r != early.Header.Revision+1 {
+		t.Errorf("launched at revision %d, want %d: the read's next, nothing read again", r, early.Header.Revision+1)
+	}
+
+	rev2 := seedBound(t, cli, k, "s2")
+	b2 := state.Binding{Session: "s2", Node: "n1", Attempt: 1}
+	b = b2 // read() reads b's
+	stale := read()
+	if _, _, err := state.Launch(ctx, cli, k, b2, rev2, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := state.LaunchFrom(ctx, cli, k, b2, rev2, false, time.Now().Add(time.Second), stale.Responses); !errors.Is(err, state.ErrLaunched) {
+		t.Fatalf("launch from a read that another launch overtook: %v, want ErrLaunched", err)
 	}
 }

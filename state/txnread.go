@@ -1,6 +1,8 @@
 package state
 
 import (
+	"context"
+
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -25,4 +27,27 @@ func ModRevision(kv *mvccpb.KeyValue) int64 {
 		return 0
 	}
 	return kv.ModRevision
+}
+
+// ReadAtLeast reads, in one transaction, the gets ops builds (each with
+// opts, to which it adds its own), from whichever member the client asks
+// (serializable: no round to the leader), and returns that answer when the
+// member had applied revision atLeast; otherwise, or with atLeast 0, it
+// reads linearizably. It serves a writer that acts on a change it saw at
+// atLeast: a decision from any state at or after that change is as good
+// as one from the latest, as long as the writer's transaction compares
+// what it read (a later change refuses it, and the retry reads afresh), and
+// as long as what it concludes without writing holds for good once true
+// (a binding of that revision gone, an attempt launched, a session ended).
+func ReadAtLeast(ctx context.Context, kv clientv3.KV, atLeast int64, ops func(opts ...clientv3.OpOption) []clientv3.Op) (*clientv3.TxnResponse, error) {
+	if atLeast > 0 {
+		resp, err := kv.Txn(ctx).Then(ops(clientv3.WithSerializable())...).Commit()
+		if err == nil && resp.Header.Revision >= atLeast {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return kv.Txn(ctx).Then(ops()...).Commit()
 }
