@@ -382,16 +382,25 @@ func (w *worker) watchHeadEnd(ctx context.Context, stop *stopSignal) {
 		return st.Phase.Terminal() || st.Phase == state.PhasePending ||
 			(st.QueueRevision != 0 && qrev != 0 && st.QueueRevision != qrev)
 	}
+	// The bind wrote the status, live for this queueing, in the
+	// binding's own revision: the first watch starts right after it,
+	// with nothing to read first. A watch that breaks (compacted, no
+	// leader) reads the status again and resumes after it.
+	rev, read := w.item.CreateRevision, false
 	for ctx.Err() == nil {
-		st, rev, err := state.Get[state.Status](ctx, w.a.cfg.Client, key)
-		switch {
-		case errors.Is(err, state.ErrNotFound), err == nil && over(st):
-			stop.fire(ended)
-			return
-		case err != nil:
-			ctxwait.Sleep(ctx, time.Second)
-			continue
+		if read || rev <= 0 {
+			st, r, err := state.Get[state.Status](ctx, w.a.cfg.Client, key)
+			switch {
+			case errors.Is(err, state.ErrNotFound), err == nil && over(st):
+				stop.fire(ended)
+				return
+			case err != nil:
+				ctxwait.Sleep(ctx, time.Second)
+				continue
+			}
+			rev = r
 		}
+		read = true
 		for resp := range w.a.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(rev+1)) {
 			if resp.Err() != nil {
 				break
