@@ -33,6 +33,9 @@ type part struct {
 	// is set: its owner is below its fair share.
 	ends     time.Time
 	backfill bool
+	// below is set when the part's owner may take a node of the standing
+	// reserve (reserve.go: below its fair share and an equal split).
+	below bool
 }
 
 // filter is one feasibility check. It is a pure function of the part and
@@ -77,7 +80,7 @@ func filterCordon(_ *part, n *nodeState) *Shortfall {
 }
 
 func filterReserved(p *part, n *nodeState) *Shortfall {
-	if n.reservedFor != "" && n.reservedFor != p.id && !backfills(p, n) {
+	if n.reservedFor != "" && n.reservedFor != p.id && !backfills(p, n) && !takesReserve(p, n) {
 		return &Shortfall{Filter: "reserved", Message: reservedMessage(p, n)}
 	}
 	return nil

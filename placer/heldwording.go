@@ -10,10 +10,15 @@ import "fmt"
 // (issue 37).
 func reservedMessage(p *part, n *nodeState) string {
 	msg := "node " + n.name + " is held for a request that has waited longer"
-	if n.reservedWhat != "" {
+	if n.reservedFor == reserveMark {
+		msg = "node " + n.name + " is kept for whole-machine " + n.reservedWhat
+	} else if n.reservedWhat != "" {
 		msg += " (" + n.reservedWhat + ")"
 	}
 	if p.req.GPUs == 0 && p.req.GPUShareMiB == 0 {
+		if n.reservedFor == reserveMark {
+			return msg + "; nothing else is placed there, not even a request for no GPUs like this one"
+		}
 		msg = fmt.Sprintf("%s; until it starts nothing else is placed on %s, not even a request for no GPUs like this one", msg, n.name)
 	}
 	return msg

@@ -116,6 +116,9 @@ type Plan struct {
 	// preempting session while its victims stop, to the session holding
 	// them.
 	Reserved map[string]string
+	// Standing is the nodes of the standing reserve: kept free or draining
+	// for whole-machine requests expected to arrive (reserve.go).
+	Standing []string
 }
 
 // planner is the state of one pass.
@@ -165,6 +168,9 @@ type planner struct {
 	// for each size held for (drain.go).
 	ready  map[*nodeState]readyMemo
 	ranked map[int][]readyRank
+	// reserveOwners is the owners whose whole-machine requests may take
+	// a node of the standing reserve (reserve.go).
+	reserveOwners map[string]bool
 	// pinned is what each pinned session of the snapshot holds (PinEpoch).
 	pinned map[string][]pinnedPart
 	// teams is the team tree of the pass (teams.go); nil without teams.
@@ -296,6 +302,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 		}
 	}
 	p.holdLarge(plan)
+	p.standingReserve(plan)
 	order := p.order()
 	position := 0
 	for it := order.next(); it != nil; it = order.next() {
@@ -313,6 +320,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 			}
 		}
 	}
+	p.standing(plan)
 	// Positions among the still waiting, in processing order.
 	for i := range plan.Waiting {
 		plan.Waiting[i].Position = i + 1
@@ -366,7 +374,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			}
 			quotaChecked = true
 		}
-		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e), backfill: p.mayBackfill(e)})]; ok && !p.mayHold(e) {
+		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e), backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner]})]; ok && !p.mayHold(e) {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(e, f.reason, f.message)})
 			return Decision{}, false
 		}
@@ -638,7 +646,7 @@ func (p *planner) partOf(e *state.QueueEntry, reqs []state.Resources, i int) *pa
 			role = state.RoleWorker
 		}
 	}
-	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: p.endsOf(e), backfill: p.mayBackfill(e)}
+	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: p.endsOf(e), backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner]}
 }
 
 // describe writes a request the way a person would ask for it: "8×A100-80GB".
@@ -677,6 +685,9 @@ type shape struct {
 	// ends: parts that end at different times may backfill different
 	// held nodes.
 	ends int64
+	// below: the owner is below its fair share and may take a node of
+	// the standing reserve (reserve.go).
+	below bool
 }
 
 // shapeOf is pt's shape.
@@ -686,6 +697,7 @@ func shapeOf(pt *part) shape {
 	if pt.backfill && !pt.ends.IsZero() {
 		k.ends = pt.ends.UnixNano()
 	}
+	k.below = pt.below
 	if len(r.NodeSelector) > 0 {
 		keys := make([]string, 0, len(r.NodeSelector))
 		for key := range r.NodeSelector {

@@ -525,7 +525,7 @@ func Run(cfg Config) Result {
 				v := &views[index[pp.Node]]
 				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Role: pp.Role,
 					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends,
-					Team: s.team, Preemptible: s.preemptible, Priority: s.prio,
+					Queued: d.Pending.Entry.Created, Team: s.team, Preemptible: s.preemptible, Priority: s.prio,
 					Share: d.Pending.Entry.Request.Share(sharedGPUMiB)}
 				v.LedgerRevision++
 				r.nodes = append(r.nodes, pp.Node)

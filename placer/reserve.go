@@ -1,0 +1,224 @@
+package placer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/voyager-gpu/voyager/state"
+)
+
+// The standing reserve (issue 34). Holds (hold.go) start draining a node
+// only once a whole-machine request has waited: at 90% load that request
+// then waits for the node's last session to end, tens of minutes, while a
+// 1-GPU request starts within a pass. So the planner keeps whole machines
+// free or draining ahead of whole-machine arrivals, as many as are
+// expected to arrive within ReserveAfter at the rate they arrived over the
+// last hour (reserveWindow): at 200 nodes of 8 GPUs at 90% load, about one
+// 8-GPU request a minute, eight nodes; at 16 nodes, none. The nodes kept
+// are the empty ones first, then those whose sessions' max runtimes free
+// them soonest (drain.go), after the holds have taken theirs. Nothing
+// but a request for a whole machine is placed on a node of the reserve,
+// except work that ends by its max runtime before the node drains
+// (backfill, as on a held node). Every whole-machine request may take a
+// node of the reserve at its turn in the fair order.
+//
+// The rate is read from the snapshot alone, so placers agree on it: the
+// whole-machine parts queued within the window among the ledgers'
+// allocations (state.Allocation.Queued) and the queue. Sessions that
+// arrived and ended within the window are not counted: with run times
+// shorter than the window the rate is underestimated, and the reserve is
+// smaller than it would be.
+//
+// What it costs: the reserve's free GPUs stand idle while smaller
+// requests wait, as a held node's do (placer/README.md gives the busy
+// figures). What it buys: a whole-machine request finds an empty node at
+// its arrival, or one that empties soonest, instead of starting a drain
+// once it has waited. Spread, which keeps no whole machine free by
+// itself (it places on the emptiest node), gets whole machines from it
+// too: the reserve is kept off spread's search as off binpack's.
+
+// reserveMark is the reservedFor of a node in the standing reserve: no
+// session's id (ids never hold a NUL byte).
+const reserveMark = "\x00reserve"
+
+// reserveWindow is how far back the planner counts whole-machine arrivals
+// to size the standing reserve.
+const reserveWindow = time.Hour
+
+// standingReserve keeps, after the holds, nodes free or draining for
+// whole-machine requests: as many as reserveSize says the last hour's
+// arrivals of them need.
+func (p *planner) standingReserve(plan *Plan) {
+	if p.opt.ReserveAfter <= 0 || len(p.nodes)/20 == 0 {
+		return
+	}
+	whole := 0
+	for _, n := range p.nodes {
+		whole = max(whole, n.totalGPU)
+	}
+	if whole == 0 {
+		return
+	}
+	p.reserveOwners = p.belowEqualShare()
+	arrived, contended := p.wholeArrivals(whole)
+	if arrived == 0 || contended {
+		return
+	}
+	ok := func(n *nodeState) bool {
+		return n.reservedFor == "" && n.view.Cordon == nil && n.totalGPU >= whole
+	}
+	want := p.reserveSize(whole, arrived, ok)
+	if want <= 0 {
+		return
+	}
+	what := fmt.Sprintf("%d-GPU requests: %d arrived in the last hour, so %d nodes are kept free or draining, as many as their max runtimes free before the next ones are expected",
+		whole, arrived, want)
+	rate := float64(arrived) / float64(reserveWindow) // per nanosecond
+	for k := range want {
+		n := p.soonest(whole, "", ok)
+		if n == nil {
+			break
+		}
+		n.reservedFor, n.reservedWhat = reserveMark, what
+		// Backfill only what ends before the node drains and before the
+		// whole-machine request it is kept for is expected: the k-th
+		// node of the reserve serves the (k+1)-th arrival.
+		n.drainBy = drainBy(n)
+		if need := p.snap.Now.Add(time.Duration(float64(k+1) / rate)); need.Before(n.drainBy) {
+			n.drainBy = need
+		}
+	}
+}
+
+// wholeArrivals counts the parts asking for whole GPUs of at least whole
+// queued within reserveWindow before the snapshot's clock: allocations in
+// the ledgers (by Allocation.Queued) and requests in the queue (by QueueEntry.Created; pinned
+// ones are in the ledgers), of the owners that may take a node of the
+// reserve (reserveOwners). contended reports that the reserve is not for
+// this pass: some owner waits at or above its fair share (a backlog
+// beyond the cluster, which the holds divide by fair share; a whole
+// machine kept for whoever asks next would go to whoever asks for whole
+// machines most, a hog's own 8-GPU backlog), or a request for less than
+// a whole machine holds nodes (it has waited ReserveAfter over its GPUs
+// and found no room: a node kept from it would only make more such
+// requests wait and hold, a node each).
+func (p *planner) wholeArrivals(whole int) (arrived int, contended bool) {
+	since := p.snap.Now.Add(-reserveWindow)
+	for i := range p.snap.Nodes {
+		for _, a := range p.snap.Nodes[i].Ledger.Allocations {
+			if a.Share == nil && len(a.GPUs) >= whole && !a.Queued.IsZero() && !a.Queued.Before(since) && p.reserveOwners[a.Owner] {
+				arrived++
+			}
+		}
+	}
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		if it.Pinned {
+			continue
+		}
+		w := wholeParts(it.Entry, whole)
+		if p.holdBudget[it.Entry.Owner] <= 0 || w == 0 && len(p.holding[it.Entry.Session]) > 0 {
+			return 0, true
+		}
+		if !it.Entry.Created.Before(since) && p.reserveOwners[it.Entry.Owner] {
+			arrived += w
+		}
+	}
+	return arrived, false
+}
+
+// wholeParts is how many of e's parts ask for at least whole whole GPUs.
+func wholeParts(e *state.QueueEntry, whole int) int {
+	c := 0
+	if e.Request.GPUs >= whole && !e.Request.Fraction() && e.Request.MIGProfile == "" {
+		c++
+	}
+	if e.Workers > 0 {
+		w := &e.Request
+		if e.WorkerRequest != nil {
+			w = e.WorkerRequest
+		}
+		if w.GPUs >= whole && !w.Fraction() && w.MIGProfile == "" {
+			c += e.Workers
+		}
+	}
+	return c
+}
+
+// takesReserve reports whether part pt may use n, a node of the standing
+// reserve: it asks for every GPU of the node and its owner is below its
+// fair share. A whole machine drained for whoever asks next would
+// otherwise go to whoever asks for whole machines most (a hog's own
+// 8-GPU backlog), whatever its share.
+func takesReserve(pt *part, n *nodeState) bool {
+	return n.reservedFor == reserveMark && pt.below && pt.req.GPUs >= n.totalGPU && !pt.req.Fraction() && pt.req.MIGProfile == ""
+}
+
+// reserveSize is how many nodes the standing reserve keeps: walking the
+// nodes ok accepts in the order they have whole GPUs free by their
+// sessions' max runtimes (readyBy), the k-th (from 0) is kept while the
+// requests expected by the time it is ready, at arrived an hour, number
+// at least k: a node that frees later than the arrivals it would serve
+// must start draining now. Beyond those, as many as arrive within
+// ReserveAfter, so that one is free when the next comes. At most a
+// twentieth of the nodes (none below 20 nodes, where one node is over 5%
+// of the GPUs and idles them below busy ≥ 95%); a node whose
+// time is unknown (a session without a max runtime) ends the walk.
+func (p *planner) reserveSize(whole, arrived int, ok func(*nodeState) bool) int {
+	limit := len(p.nodes) / 20
+	rate := float64(arrived) / float64(reserveWindow) // per nanosecond
+	k := 0
+	for _, r := range p.rankReady(whole) {
+		if k >= limit {
+			break
+		}
+		if !ok(r.n) {
+			continue
+		}
+		if !r.known || float64(k) > rate*float64(r.at.Sub(p.snap.Now)) {
+			break
+		}
+		k++
+	}
+	return min(k+1+int(rate*float64(p.opt.ReserveAfter)), limit)
+}
+
+// standing lists, once the pass is planned, the nodes of the standing
+// reserve that no hold took and no whole-machine request of this pass
+// was placed on (Plan.Standing).
+func (p *planner) standing(plan *Plan) {
+	for _, n := range p.nodes {
+		if n.reservedFor == reserveMark && n.usedGPU < n.totalGPU {
+			plan.Standing = append(plan.Standing, n.name)
+		}
+	}
+}
+
+// belowEqualShare is the owners that may take a node of the standing
+// reserve: below their fair share (a hold budget, hold.go) and holding
+// less than an equal split of the cluster's GPUs by weight among the
+// owners that hold or ask for any. The second keeps the reserve from an
+// owner whose demand-capped share is large only because others ask for
+// little now (a hog's 8-GPU backlog while the others' queues are short):
+// its own arrivals would size the reserve, and it would take every node
+// drained, ahead of the others' requests to come.
+func (p *planner) belowEqualShare() map[string]bool {
+	wsum := 0.0
+	for o := range p.holdBudget {
+		wsum += p.ownerWeight(o)
+	}
+	out := map[string]bool{}
+	for o, b := range p.holdBudget {
+		if b <= 0 {
+			continue
+		}
+		var held int64
+		if a := p.quota.users[o]; a != nil {
+			held = a.gpus
+		}
+		if float64(held) < float64(p.usage.total.gpus)*p.ownerWeight(o)/wsum {
+			out[o] = true
+		}
+	}
+	return out
+}
