@@ -344,6 +344,20 @@ type QueueEntry struct {
 	// Secrets is set when the session has a secrets record
 	// (specsecrets/<id>) that its bind must hand to its nodes.
 	Secrets bool `json:"secrets,omitempty"`
+	// Hold is the node that a preemption for this session frees, written
+	// with its victims' warnings: the placers keep the node's room for
+	// it until it binds, through its victims' stop and after their
+	// warnings are gone, or until Hold.Until (placer/preempthold.go).
+	Hold *QueueHold `json:"hold,omitempty"`
+}
+
+// QueueHold is a node whose room is kept for a waiting session whose
+// preemption freed it (QueueEntry.Hold).
+type QueueHold struct {
+	Node string `json:"node"`
+	// Until is when the hold lapses if the session has not bound by then:
+	// its victims' stop time plus a grace.
+	Until time.Time `json:"until"`
 }
 
 // JobPeerPorts is how many host ports every part of a multi-node job gets
