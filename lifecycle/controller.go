@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -560,6 +561,9 @@ func (c *Controller) evict(ctx context.Context, id string, specRev int64, w watc
 		ev.Message = fmt.Sprintf("stopped because node %s is drained", w.Value.Node)
 	case state.ReasonPreempted:
 		ev.Message = "preempted by " + w.Value.By + ", which has a higher priority"
+		if w.Value.Why != "" { // a team reclaims (placer/reclaim.go)
+			ev.Message = "preempted by " + w.Value.By + ": " + w.Value.Why
+		}
 	case state.ReasonResized:
 		if !resizeSpec(&s, w.Value, ev) {
 			// Not elastic, or the size is out of its range: never
@@ -635,7 +639,10 @@ func (c *Controller) requeue(ctx context.Context, v *view, id string, spec watch
 		msg = resizedMessage(s)
 	case state.ReasonPreempted:
 		msg = "re-queued after being preempted"
-		if s.Eviction != nil && s.Eviction.By != "" {
+		switch {
+		case s.Eviction != nil && strings.HasPrefix(s.Eviction.Message, "preempted by "):
+			msg = "re-queued after being " + s.Eviction.Message
+		case s.Eviction != nil && s.Eviction.By != "":
 			msg += " by " + s.Eviction.By
 		}
 	}
@@ -743,13 +750,23 @@ func (c *Controller) preemptible(v *view) bool {
 
 // warnVictims warns every victim of p in one transaction, conditional on
 // the preemptor still waiting unchanged and each victim's warning being
-// what was read.
+// what was read. The same transaction writes the node into the
+// preemptor's queue entry (state.QueueEntry.Hold): the placers keep its
+// room for the preemptor after the victims' warnings are gone, until it
+// binds or its victims' stop time and one more grace have passed
+// (placer/preempthold.go).
 func (c *Controller) warnVictims(ctx context.Context, v *view, p placer.Preemption) error {
 	k := c.cfg.Keys
 	e := p.Preemptor.Entry
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Pending(e.Session)), "=", p.Preemptor.Revision)}
-	var ops []clientv3.Op
 	stopAt := v.now.Add(c.cfg.PreemptGrace)
+	held := *e
+	held.Hold = &state.QueueHold{Node: p.Node, Until: stopAt.Add(c.cfg.PreemptGrace).UTC()}
+	entry, err := state.Encode(held)
+	if err != nil {
+		return fmt.Errorf("warn victims of %s: %w", e.Session, err)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(k.Pending(e.Session), entry)}
 	for _, vi := range p.Victims {
 		var rev int64
 		if w, ok := v.warnings.Item(k.Warning(vi.Session)); ok {
@@ -763,7 +780,7 @@ func (c *Controller) warnVictims(ctx context.Context, v *view, p placer.Preempti
 				vi.Reason, e.Session, p.Node, stopAt.Format(time.RFC3339))
 		}
 		w := state.Warning{Session: vi.Session, Reason: state.ReasonPreempted, Issued: v.now, StopAt: stopAt, Node: p.Node, By: e.Session,
-			Message: msg}
+			Message: msg, Why: vi.Reason}
 		val, err := state.Encode(w)
 		if err != nil {
 			return fmt.Errorf("warn victims of %s: %w", e.Session, err)

@@ -73,7 +73,11 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 	for n, id := range s.Held {
 		held[n] = id
 	}
-	rc := newReclaim(s, plan, views, names)
+	waiting := make([]*Pending, len(plan.Waiting))
+	for i := range plan.Waiting {
+		waiting[i] = plan.Waiting[i].Pending
+	}
+	rc := newReclaim(s, waiting, views, names)
 	holders := holdersOf(s) // their preemptions are under way (preempthold.go)
 	var out []Preemption
 	// A request shape (with its priority) that found no victims anywhere

@@ -53,9 +53,10 @@ type reclaim struct {
 	fair map[string]int64
 }
 
-// newReclaim is the reclaim state of s and plan over views (the ledgers
-// with the plan's binds), nil when s has no teams.
-func newReclaim(s *Snapshot, plan *Plan, views map[string]*NodeView, names []string) *reclaim {
+// newReclaim is the reclaim state of s over views (the ledgers with the
+// plan's binds), with waiting the sessions the plan left waiting; nil when
+// s has no teams.
+func newReclaim(s *Snapshot, waiting []*Pending, views map[string]*NodeView, names []string) *reclaim {
 	if len(s.Teams.Teams) == 0 {
 		return nil
 	}
@@ -77,11 +78,11 @@ func newReclaim(s *Snapshot, plan *Plan, views map[string]*NodeView, names []str
 		}
 	}
 	ref := sharedRefMiB(states)
-	waiting := make([]Pending, 0, len(plan.Waiting))
+	asks := make([]Pending, 0, len(waiting))
 	holders := holdersOf(s)
-	for _, w := range plan.Waiting {
-		waiting = append(waiting, *w.Pending)
-		if e := w.Pending.Entry; holders[e.Session] {
+	for _, w := range waiting {
+		asks = append(asks, *w)
+		if e := w.Entry; holders[e.Session] {
 			tp.add(e.Team, amounts{requestGPUs(e, ref), e.Request.CPUMilli, e.Request.MemoryMiB})
 		}
 	}
@@ -89,7 +90,7 @@ func newReclaim(s *Snapshot, plan *Plan, views map[string]*NodeView, names []str
 	if len(s.UserQuotas) > 0 {
 		owners = (&planner{snap: s}).ownerWeight
 	}
-	_, fair := tp.split(capacity, tp.demand(waiting, ref), owners)
+	_, fair := tp.split(capacity, tp.demand(asks, ref), owners)
 	return &reclaim{tp: tp, fair: fair}
 }
 
@@ -119,12 +120,36 @@ func parted(a, b []string) (int, bool) {
 	return i, i < len(a) && i < len(b)
 }
 
-// gap is what the teams on op from index i down lack of their fair
-// shares, the least of them (negative where one is over its share).
-func (rc *reclaim) gap(op []string, i int) int64 {
+// reclaimRule is one rule of reclaim: the share it gives each team, which a
+// reclaimer's side must be below and a victim's side keep.
+type reclaimRule int
+
+const (
+	// byGuarantee: a team below its guarantee takes from teams over
+	// theirs (the rule KAI has). What it is owed is its guarantee, not
+	// capped by what it asks for: a victim larger than its request may
+	// go, whose room its later requests take.
+	byGuarantee reclaimRule = iota
+	// byFairShare: a team below its fair share takes from teams over
+	// theirs ("beyond KAI"). Fair share is capped by what a team asks
+	// for, so it takes no more than its waiting work needs.
+	byFairShare
+)
+
+// share is team t's share under rule r, milli-GPUs.
+func (rc *reclaim) share(r reclaimRule, t string) int64 {
+	if r == byGuarantee {
+		return rc.tp.guarantee(t)
+	}
+	return rc.fair[t]
+}
+
+// gap is what the teams on op from index i down lack of their shares
+// under r, the least of them (negative where one is over its share).
+func (rc *reclaim) gap(r reclaimRule, op []string, i int) int64 {
 	least := int64(1) << 62
 	for _, x := range op[i:] {
-		least = min(least, rc.fair[x]-rc.tp.gpus(x))
+		least = min(least, rc.share(r, x)-rc.tp.gpus(x))
 	}
 	return least
 }
@@ -136,7 +161,8 @@ func (rc *reclaim) reclaimer(e *state.QueueEntry) bool {
 }
 
 // allow returns which allocations e may preempt beyond those of lower
-// priority: preemptible work of teams that hold what e's team is owed.
+// priority: preemptible work of teams that hold what e's team is owed,
+// under either rule.
 func (rc *reclaim) allow(e *state.QueueEntry) func(*state.Allocation) bool {
 	if !rc.reclaimer(e) {
 		return func(*state.Allocation) bool { return false }
@@ -145,18 +171,26 @@ func (rc *reclaim) allow(e *state.QueueEntry) func(*state.Allocation) bool {
 	return func(a *state.Allocation) bool {
 		vp := rc.tp.path(a.Team)
 		i, ok := parted(op, vp)
-		return ok && rc.gap(op, i) >= max(req, a.MilliGPUs()) && rc.surplus(vp, i, map[string]int64{}, a.MilliGPUs())
+		if !ok {
+			return false
+		}
+		for _, r := range []reclaimRule{byGuarantee, byFairShare} {
+			if rc.gap(r, op, i) >= max(req, a.MilliGPUs()) && rc.surplus(r, vp, i, map[string]int64{}, a.MilliGPUs()) {
+				return true
+			}
+		}
+		return false
 	}
 }
 
 // surplus reports whether every team on vp from index i down holds its
-// fair share with gpus fewer, beyond the taken it has already lost (by
+// share under r with gpus fewer, beyond the taken it has already lost (by
 // team); it adds gpus to taken.
-func (rc *reclaim) surplus(vp []string, i int, taken map[string]int64, gpus int64) bool {
+func (rc *reclaim) surplus(r reclaimRule, vp []string, i int, taken map[string]int64, gpus int64) bool {
 	ok := true
 	for _, x := range vp[i:] {
 		taken[x] += gpus
-		if rc.tp.gpus(x)-taken[x] < rc.fair[x] {
+		if rc.tp.gpus(x)-taken[x] < rc.share(r, x) {
 			ok = false
 		}
 	}
@@ -167,39 +201,60 @@ func (rc *reclaim) surplus(vp []string, i int, taken map[string]int64, gpus int6
 // priority is not below e's).
 func reclaimed(e *state.QueueEntry, v *Victim) bool { return v.Allocation.Priority >= e.Priority }
 
-// within checks victims, chosen for e on one node, together: the ones
-// the reclaim alone allows free at most what e's side is owed against
-// each of their teams (and e's request fits in it), and leave every team
-// they come from at its fair share or above.
-func (rc *reclaim) within(e *state.QueueEntry, victims []Victim) bool {
+// rule is the rule under which victims, chosen for e on one node, may go
+// together: the ones the reclaim alone allows free at most what e's side
+// is owed against each of their teams (and e's request fits in it), and
+// leave every team they come from at its share. The guarantee's rule is
+// tried first. ok false when neither allows them; true with no rule to
+// name when the reclaim takes none of them.
+func (rc *reclaim) rule(e *state.QueueEntry, victims []Victim) (reclaimRule, bool) {
 	if rc == nil {
-		return true
+		return 0, true
 	}
-	var sum int64
-	owed := int64(1) << 62
 	op := rc.tp.path(e.Team)
-	taken := map[string]int64{}
+	any := false
 	for i := range victims {
-		v := &victims[i]
-		if !reclaimed(e, v) {
-			continue
+		any = any || reclaimed(e, &victims[i])
+	}
+	if !any {
+		return 0, true
+	}
+	if !rc.reclaimer(e) {
+		return 0, false
+	}
+next:
+	for _, r := range []reclaimRule{byGuarantee, byFairShare} {
+		var sum int64
+		owed := int64(1) << 62
+		taken := map[string]int64{}
+		for i := range victims {
+			v := &victims[i]
+			if !reclaimed(e, v) {
+				continue
+			}
+			vp := rc.tp.path(v.Allocation.Team)
+			at, ok := parted(op, vp)
+			if !ok {
+				return 0, false
+			}
+			g := v.Allocation.MilliGPUs()
+			sum += g
+			owed = min(owed, rc.gap(r, op, at))
+			if !rc.surplus(r, vp, at, taken, g) {
+				continue next
+			}
 		}
-		if !rc.reclaimer(e) {
-			return false
-		}
-		vp := rc.tp.path(v.Allocation.Team)
-		at, ok := parted(op, vp)
-		if !ok {
-			return false
-		}
-		g := v.Allocation.MilliGPUs()
-		sum += g
-		owed = min(owed, rc.gap(op, at))
-		if !rc.surplus(vp, at, taken, g) {
-			return false
+		if sum <= owed && requestGPUs(e, 0) <= owed {
+			return r, true
 		}
 	}
-	return sum == 0 || sum <= owed && requestGPUs(e, 0) <= owed
+	return 0, false
+}
+
+// within checks victims, chosen for e on one node, together (rule).
+func (rc *reclaim) within(e *state.QueueEntry, victims []Victim) bool {
+	_, ok := rc.rule(e, victims)
+	return ok
 }
 
 // took records a decision: e's request counts for its team, the victims'
@@ -209,10 +264,11 @@ func (rc *reclaim) took(e *state.QueueEntry, victims []Victim) {
 	if rc == nil {
 		return
 	}
-	for i := range victims {
-		v := &victims[i]
-		if reclaimed(e, v) && rc.reclaimer(e) {
-			v.Reason = rc.reason(e.Team, v.Allocation.Team)
+	if r, ok := rc.rule(e, victims); ok && rc.reclaimer(e) {
+		for i := range victims {
+			if v := &victims[i]; reclaimed(e, v) {
+				v.Reason = rc.reason(r, e.Team, v.Allocation.Team)
+			}
 		}
 	}
 	for i := range victims {
@@ -225,21 +281,16 @@ func (rc *reclaim) took(e *state.QueueEntry, victims []Victim) {
 }
 
 // reason says why a session of team victim is preempted for a session of
-// team owed, naming the two teams where their paths part: "team vision
-// reclaims its fair share (it holds 64 GPUs of a fair share of 80,
-// guarantee 64); your team nlp holds 64 GPUs, 16 over its fair share of
-// 48 (guarantee 32)". Below its guarantee the reclaimer "reclaims its
-// guarantee (it holds 4 of its 16 guaranteed GPUs; fair share 16)".
-func (rc *reclaim) reason(owed, victim string) string {
+// team owed under rule r, naming the two teams where their paths part.
+// By guarantee: "team vision reclaims its guarantee (it holds 4 of its 16
+// guaranteed GPUs); your team nlp holds 20 GPUs, 12 over its guarantee of
+// 8". By fair share: "team vision reclaims its fair share (it holds 64
+// GPUs of a fair share of 80, guarantee 64); your team nlp holds 64 GPUs,
+// 16 over its fair share of 48 (guarantee 32)".
+func (rc *reclaim) reason(r reclaimRule, owed, victim string) string {
 	op, vp := rc.tp.path(owed), rc.tp.path(victim)
 	i, _ := parted(op, vp)
 	mine, over := op[min(i, len(op)-1)], vp[min(i, len(vp)-1)]
-	held, fair := rc.tp.gpus(mine), rc.fair[mine]
-	g := rc.tp.guarantee(mine)
-	why := fmt.Sprintf("team %s reclaims its fair share (it holds %s GPUs of a fair share of %s, guarantee %s)", mine, gpusText(held), gpusText(fair), gpusText(g))
-	if held < g {
-		why = fmt.Sprintf("team %s reclaims its guarantee (it holds %s of its %s guaranteed GPUs; fair share %s)", mine, gpusText(held), gpusText(g), gpusText(fair))
-	}
 	whose := "your team " + over
 	switch {
 	case over == noTeam:
@@ -247,16 +298,27 @@ func (rc *reclaim) reason(owed, victim string) string {
 	case over != victim:
 		whose = fmt.Sprintf("team %s (above your team %s)", over, victim)
 	}
-	vh, vf := rc.tp.gpus(over), rc.fair[over]
-	return fmt.Sprintf("%s; %s holds %s GPUs, %s over its fair share of %s (guarantee %s)",
-		why, whose, gpusText(vh), gpusText(vh-vf), gpusText(vf), gpusText(rc.tp.guarantee(over)))
+	held, vh := rc.tp.gpus(mine), rc.tp.gpus(over)
+	if r == byGuarantee {
+		return fmt.Sprintf("team %s reclaims its guarantee (it holds %s of its %s guaranteed GPUs); %s holds %s GPUs, %s over its guarantee of %s",
+			mine, gpusText(held), gpusText(rc.tp.guarantee(mine)), whose, gpusText(vh), gpusText(vh-rc.tp.guarantee(over)), gpusText(rc.tp.guarantee(over)))
+	}
+	return fmt.Sprintf("team %s reclaims its fair share (it holds %s GPUs of a fair share of %s, guarantee %s); %s holds %s GPUs, %s over its fair share of %s (guarantee %s)",
+		mine, gpusText(held), gpusText(rc.fair[mine]), gpusText(rc.tp.guarantee(mine)),
+		whose, gpusText(vh), gpusText(vh-rc.fair[over]), gpusText(rc.fair[over]), gpusText(rc.tp.guarantee(over)))
 }
 
-// fairOf is each team's fair share in GPUs as reclaim computes it for s
-// and plan: what the simulator and tests compare holdings against.
-func fairOf(s *Snapshot, plan *Plan) map[string]float64 {
-	views, names := workingViews(s, plan)
-	rc := newReclaim(s, plan, views, names)
+// TeamFairShares is each team's fair share of s's GPUs (with its
+// sub-teams'; "" for the sessions of no team) in GPUs, as reclaim
+// computes it: over what the ledgers hold and the queue asks for. Nil when
+// s has no teams.
+func TeamFairShares(s *Snapshot) map[string]float64 {
+	views, names := workingViews(s, &Plan{})
+	waiting := make([]*Pending, len(s.Pending))
+	for i := range s.Pending {
+		waiting[i] = &s.Pending[i]
+	}
+	rc := newReclaim(s, waiting, views, names)
 	if rc == nil {
 		return nil
 	}
@@ -266,8 +328,3 @@ func fairOf(s *Snapshot, plan *Plan) map[string]float64 {
 	}
 	return out
 }
-
-// TeamFairShares is each team's fair share of s's GPUs (with its
-// sub-teams'; "" for the sessions of no team) in GPUs, after plan: the
-// shares reclaim steers towards (reclaim.go). Nil when s has no teams.
-func TeamFairShares(s *Snapshot, plan *Plan) map[string]float64 { return fairOf(s, plan) }

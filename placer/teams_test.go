@@ -188,9 +188,8 @@ func TestReclaimTakesBorrowedNeverGuaranteed(t *testing.T) {
 			t.Fatalf("victim reason %q, want it to say %q and by how much nlp was over", p.Victims[0].Reason, want)
 		}
 	}
-	// Fair shares: vision 16 + (32-24)/2 = 20, nlp 8 + 4 = 12.
-	if !strings.Contains(ps[0].Victims[0].Reason, "holds 32 GPUs, 20 over its fair share of 12 (guarantee 8)") {
-		t.Fatalf("first reason %q, want nlp's 32 held, 20 over its fair share of 12", ps[0].Victims[0].Reason)
+	if !strings.Contains(ps[0].Victims[0].Reason, "holds 32 GPUs, 24 over its guarantee of 8") {
+		t.Fatalf("first reason %q, want nlp's 32 held, 24 over", ps[0].Victims[0].Reason)
 	}
 	// nlp holds 24, 16 borrowed: vision's first request binds on the
 	// free node, the second reclaims one job, and the third finds vision

@@ -297,6 +297,10 @@ type Warning struct {
 	Node string `json:"node,omitempty"`
 	// By is the session that preempts this one.
 	By string `json:"by,omitempty"`
+	// Why is a preemption's cause in a few words, which the eviction's
+	// message repeats ("team vision reclaims its fair share …"); empty
+	// for a preemption by priority.
+	Why string `json:"why,omitempty"`
 	// Size is the size a resize (Reason Resized) restarts the job at.
 	Size int `json:"size,omitempty"`
 }

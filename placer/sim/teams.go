@@ -101,14 +101,32 @@ func (tm *teamSim) tree() state.TeamTree {
 	return tm.teams
 }
 
-// heldNodes are the nodes kept for preemptors while their victims stop.
-func (tm *teamSim) heldNodes() map[string]string {
+// heldNodes are the nodes kept for preemptors while their victims stop,
+// and after, until they bind, by their queue entries' holds, as
+// placer.SnapshotOf reads them from the warnings and the queue.
+func (tm *teamSim) heldNodes(pending []placer.Pending, now time.Duration) map[string]string {
+	if tm == nil {
+		return nil
+	}
+	var out map[string]string
+	for _, w := range tm.warned {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[w.node] = w.by
+	}
+	return placer.AddEntryHolds(out, pending, epoch.Add(now))
+}
+
+// preempting maps the sessions warned of a preemption to their
+// preemptors (placer.Snapshot.Preempting).
+func (tm *teamSim) preempting() map[string]string {
 	if tm == nil || len(tm.warned) == 0 {
 		return nil
 	}
-	out := map[string]string{}
-	for _, w := range tm.warned {
-		out[w.node] = w.by
+	out := make(map[string]string, len(tm.warned))
+	for id, w := range tm.warned {
+		out[id] = w.by
 	}
 	return out
 }
@@ -142,8 +160,8 @@ func (tm *teamSim) stopVictims(now time.Duration, views []placer.NodeView, index
 		if !gone {
 			continue // it ended during its grace
 		}
-		s.gen++ // its planned end is void
-		g := s.size.GPUs * (s.size.Workers + 1)
+		s.gen++             // its planned end is void
+		g := s.size.milli() // held and waitGPUs count milli-GPUs
 		held[s.user] -= g
 		waitGPUs[s.user] += g
 		created := epoch.Add(s.arrive)
@@ -176,9 +194,20 @@ func (tm *teamSim) pass(now time.Duration, snap *placer.Snapshot, plan *placer.P
 			opt.Victims[id] = true
 			opt.Preemptors[w.by] = true
 		}
+		at := map[string]int{}
+		for i := range pending {
+			at[pending[i].Entry.Session] = i
+		}
 		for _, pr := range placer.PlanPreemption(snap, plan, opt) {
 			for _, v := range pr.Victims {
 				tm.warned[v.Session] = warning{stopAt: now + p.Grace, node: pr.Node, by: pr.Preemptor.Entry.Session}
+			}
+			// The controller writes the node into the preemptor's queue
+			// entry with the warnings (placer/preempthold.go).
+			if i, ok := at[pr.Preemptor.Entry.Session]; ok {
+				e := *pending[i].Entry
+				e.Hold = &state.QueueHold{Node: pr.Node, Until: epoch.Add(now + 2*p.Grace)}
+				pending[i].Entry = &e
 			}
 		}
 	}
