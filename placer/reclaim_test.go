@@ -329,4 +329,15 @@ func TestFairSharesDownTheTree(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("fair shares %v, want %v (c has no work: no share)", got, want)
 	}
+	// The owners' shares (the hold budgets, entitle) add up to the
+	// cluster, each owner's its team's.
+	tp := newTeamPlan(s, nil, amounts{}, nil)
+	tp.ownerHeld = map[ownerInTeam]int64{}
+	owners, _ := tp.split(32000, tp.demand(s.Pending, 0), func(string) float64 { return 1 })
+	wantOwners := map[string]int64{"u1": 7000, "u2": 9000, "u3": 8000, "u4": 8000}
+	for o, w := range wantOwners {
+		if owners[o] != w {
+			t.Errorf("owner %s: share %d milli-GPUs, want %d (all %v)", o, owners[o], w, owners)
+		}
+	}
 }
