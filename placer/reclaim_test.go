@@ -341,3 +341,47 @@ func TestFairSharesDownTheTree(t *testing.T) {
 		}
 	}
 }
+
+// TestTeamWaitingReasonNamesTheFairShare: a session of a team at or above
+// its guarantee but below its fair share says so and names the team over
+// its own share; one of a team at its fair share says nothing is
+// reclaimed for it. 24 GPUs, vision and nlp with guarantees of 4 and
+// equal weights: vision holding 8 and asking for 2 more is owed 10 (4,
+// and 6 of the 16 beyond the guarantees), nlp 14; holding 12 and asking
+// for 2, vision's share is 12.
+func TestTeamWaitingReasonNamesTheFairShare(t *testing.T) {
+	build := func(visionOnB int) *Snapshot {
+		b := teamRunning(view(gpuNode("b", 8, "A100")), "n2", "bob", "nlp", 0, 8-visionOnB)
+		if visionOnB > 0 {
+			b = teamRunning(b, "v0", "ada", "vision", 8-visionOnB, visionOnB)
+		}
+		nodes := []NodeView{
+			teamRunning(view(gpuNode("a", 8, "A100")), "n1", "bob", "nlp", 0, 8), b,
+			teamRunning(view(gpuNode("c", 8, "A100")), "v1", "ada", "vision", 0, 8),
+		}
+		var waiting []Pending
+		for i := 0; i < 3; i++ {
+			waiting = append(waiting, teamReq(fmt.Sprintf("nw%d", i), "bob", "nlp", 8, time.Hour))
+		}
+		s := snap(nodes, append(waiting, teamReq("v", "ada", "vision", 2, time.Minute))...)
+		s.Teams = state.NewTeamTree(team("vision", "", 4, 0), team("nlp", "", 4, 0))
+		return s
+	}
+	message := func(s *Snapshot) string {
+		for _, w := range NewPlan(s, PlanOptions{}).Waiting {
+			if w.Pending.Entry.Session == "v" {
+				return w.Message
+			}
+		}
+		t.Fatal("v is not waiting")
+		return ""
+	}
+	want := "team vision holds 8 GPUs, below its fair share of 10 (guarantee 4); waiting for 2 GPUs held beyond their fair share by team nlp (16 held, fair share 14) to be reclaimed"
+	if got := message(build(0)); !strings.Contains(got, want) {
+		t.Errorf("message %q, want it to say %q", got, want)
+	}
+	want = "team vision holds 12 GPUs, at or beyond its fair share of 12 (guarantee 4): nothing is reclaimed for it, it waits for room"
+	if got := message(build(4)); !strings.Contains(got, want) {
+		t.Errorf("message %q, want it to say %q", got, want)
+	}
+}

@@ -477,6 +477,10 @@ func (p *planner) fairNote(e *state.QueueEntry, msg string) string {
 			gpusText(min(req, fair[t]-tp.gpus(t))), strings.Join(names, ", "))
 		return b.String()
 	}
+	if t := path[len(path)-1]; t != noTeam && tp.gpus(t) >= fair[t] {
+		return fmt.Sprintf("%s; team %s holds %s GPUs, at or beyond its fair share of %s (guarantee %d): nothing is reclaimed for it, it waits for room",
+			msg, t, gpusText(tp.gpus(t)), gpusText(fair[t]), tp.tree.Teams[t].Guarantee.GPUs)
+	}
 	return msg
 }
 
