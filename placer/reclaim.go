@@ -7,8 +7,9 @@ import (
 )
 
 // reclaim is what PlanPreemption needs of the team tree to give a team
-// below its fair share the GPUs other teams hold beyond theirs (issue 36,
-// "beyond KAI": not only its guarantee back).
+// below its guarantee, and beyond that below its fair share, the GPUs
+// other teams hold beyond theirs (issue 36, "beyond KAI": not only the
+// guarantee back).
 //
 // Fair share is computed down the tree (teamPlan.split): at each level
 // each team first gets what it asks for up to its guarantee, then the
@@ -19,34 +20,41 @@ import (
 // the reclaim steers towards stand still while it acts.
 //
 // A waiting session e of a team may preempt preemptible sessions of
-// another team whatever their priority, where, with op e's team path and
-// vp the victim's:
+// another team whatever their priority under one of two rules, each with
+// its own share: byGuarantee (a team's guarantee, as before issue 36's
+// "beyond KAI") and byFairShare (its fair share). With op e's team path
+// and vp the victim's, a rule allows a victim where:
 //   - neither team is the other or above it (a team's own work is
 //     preempted by priority only);
 //   - every team on op below the level where the paths part is below its
-//     fair share by at least e's request, and the victims the reclaim
-//     alone allows free no more than the least of those gaps (a reclaimer
-//     takes only what it is owed);
-//   - every team on vp below that level keeps at least its fair share once
+//     share by at least e's request, and the victims the reclaim alone
+//     allows free no more than the least of those gaps (a reclaimer takes
+//     only what it is owed);
+//   - every team on vp below that level keeps at least its share once
 //     the victims are gone: it is over its share by at least the victims'
 //     size.
 //
-// These last two are the hysteresis that keeps reclaim from oscillating:
-// after a reclaim the reclaimer is still at or below its share and the
-// victim's team at or above its own, so the victim's team, owed nothing,
-// cannot reclaim back; with equal weights and work waiting on both sides
-// the two teams settle within a session's size of their shares and stay
-// there (TestReclaimToFairShareSettles). A team below its guarantee with
-// demand is below its fair share too (guarantees are served first), and
-// a victim's team keeps its fair share, so never less than its guarantee
-// while it asks for that much: the rule of guarantees holds within it.
+// These last two are the hysteresis that keeps reclaim from oscillating.
+// After a reclaim the reclaimer holds at most its share under the rule
+// used, so at most its fair share (a team asking for its guarantee has a
+// fair share of at least that), and the victim's team at least its own:
+// the victim's team, below its share now perhaps, can reclaim from the
+// reclaimer only once that holds more than its fair share by a victim's
+// size, which no reclaim gives it. With equal weights and work waiting on
+// both sides two teams settle within a session's size of their shares and
+// stay there (TestReclaimToFairShareSettles; it fails with the hysteresis
+// off). Fair share spreads the whole cluster, idle GPUs included (a node
+// drained for a large request), so a team over its share by less than a
+// session because GPUs sit idle loses nothing to it: the guarantee's rule,
+// which ignores idle GPUs, is tried first.
 //
 // Preemptions under way count as done: a session warned of a preemption
 // (Snapshot.Preempting) no longer counts for its team, and a waiting
 // session for which a node is held (Snapshot.Held: its victims stop, or
 // stopped) counts for its own, so a team is never reclaimed for twice.
-// Each reclaimed victim's warning says which team reclaims and by how
-// much the victim's team was over its share (Victim.Reason).
+// Each reclaimed victim's warning says which team reclaims, under which
+// rule, and by how much the victim's team was over its share
+// (Victim.Reason).
 type reclaim struct {
 	tp *teamPlan
 	// fair is each team's fair share, milli-GPUs.

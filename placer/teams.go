@@ -29,7 +29,8 @@ const noTeam = ""
 // without teams (weightedShare). A team may hold more than its guarantee
 // while nobody owed it waits (borrowing): nothing but the order and its
 // maximum limits it. PlanPreemption takes borrowed GPUs back for a team
-// below its guarantee (reclaim.go).
+// below its guarantee or its fair share (reclaim.go; split computes the
+// fair shares).
 type teamPlan struct {
 	tree state.TeamTree
 	// paths are each team's names from its root down to it.
