@@ -128,11 +128,9 @@ func (p *planner) ownerWeight(owner string) float64 {
 // their weight's part of what is left. Deterministic: ties by name.
 func waterFill(capacity int64, demand map[string]int64, weight func(string) float64) map[string]int64 {
 	owners := make([]string, 0, len(demand))
-	wsum := 0.0
 	for o, d := range demand {
 		if d > 0 {
 			owners = append(owners, o)
-			wsum += weight(o)
 		}
 	}
 	sort.Slice(owners, func(i, j int) bool {
@@ -142,6 +140,10 @@ func waterFill(capacity int64, demand map[string]int64, weight func(string) floa
 		}
 		return owners[i] < owners[j]
 	})
+	wsum := 0.0
+	for _, o := range owners { // in order: a float sum depends on it, and placers must agree
+		wsum += weight(o)
+	}
 	left := float64(capacity)
 	out := make(map[string]int64, len(owners))
 	for _, o := range owners {
