@@ -461,6 +461,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	p.usage.add(e, reqs)
 	if p.teams != nil {
 		p.teams.addRequest(e, reqs, p.usage.shareRef)
+		p.teams.models.addParts(e, d.Parts) // teammodels.go
 	}
 	if p.quota != &p.usage {
 		p.quota.add(e, reqs)

@@ -28,6 +28,9 @@ import (
 // much the victim's team was over its guarantee (Victim.Reason).
 type reclaim struct {
 	tp *teamPlan
+	// models counts GPUs by guaranteed model (reclaimmodels.go); nil
+	// when no team guarantees a model.
+	models *modelPlan
 }
 
 // newReclaim is the reclaim state of s over views (the ledgers with the
@@ -46,7 +49,7 @@ func newReclaim(s *Snapshot, views map[string]*NodeView, names []string) *reclai
 			tp.add(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
 		}
 	}
-	return &reclaim{tp: tp}
+	return &reclaim{tp: tp, models: newReclaimModels(tp, views, names)}
 }
 
 // owedFor is the team on e's path that may reclaim for e, and what it
@@ -56,7 +59,7 @@ func (rc *reclaim) owedFor(e *state.QueueEntry) (string, int64) {
 	if rc == nil || e.Request.Fraction() || e.Team == "" {
 		return "", 0
 	}
-	t, lack := rc.tp.owed(e.Team)
+	t, lack := rc.owed(e) // by model where teams guarantee models
 	if t == "" || requestGPUs(e, 0) > lack {
 		return "", 0
 	}
@@ -71,7 +74,7 @@ func (rc *reclaim) allow(e *state.QueueEntry) func(*state.Allocation) bool {
 		return func(*state.Allocation) bool { return false }
 	}
 	return func(a *state.Allocation) bool {
-		return rc.surplus(t, a.Team, a.MilliGPUs())
+		return rc.surplus(t, a.Team, a.MilliGPUs()) && rc.modelAllows(e, t, a)
 	}
 }
 
@@ -130,7 +133,7 @@ func (rc *reclaim) within(e *state.QueueEntry, victims []Victim) bool {
 			return false
 		}
 	}
-	return true
+	return rc.modelWithin(e, t, victims)
 }
 
 // took records a decision: e's request counts for its team, the victims'
@@ -144,7 +147,7 @@ func (rc *reclaim) took(e *state.QueueEntry, victims []Victim) {
 	for i := range victims {
 		v := &victims[i]
 		if reclaimed(e, v) && t != "" {
-			v.Reason = rc.reason(t, v.Allocation.Team)
+			v.Reason = rc.reasonFor(e, t, v.Allocation.Team) // reclaimmodels.go
 		}
 	}
 	for i := range victims {
@@ -154,6 +157,7 @@ func (rc *reclaim) took(e *state.QueueEntry, victims []Victim) {
 	if !e.Request.Fraction() {
 		rc.tp.add(e.Team, amounts{1000 * int64(e.Request.GPUs), e.Request.CPUMilli, e.Request.MemoryMiB})
 	}
+	rc.modelsTook(e, victims)
 }
 
 // reason says why a session of team victim is preempted for team owed:

@@ -58,6 +58,9 @@ type teamPlan struct {
 	// ownerHeld is what each owner holds in each team, by the ledgers:
 	// the hold budgets' demand (entitle).
 	ownerHeld map[ownerInTeam]int64
+	// models counts GPUs by guaranteed model (teammodels.go); nil when
+	// no team guarantees a model.
+	models *modelPlan
 }
 
 // ownerInTeam is an owner's sessions in one team (noTeam for none, or
@@ -92,6 +95,7 @@ func newTeamPlan(s *Snapshot, nodes []*nodeState, total amounts, pinned map[stri
 			tp.ownerHeld[tp.leaf(a.Team, a.Owner)] += a.MilliGPUs()
 		}
 	}
+	tp.models = newTeamModels(tp, nodes, pinned) // teammodels.go
 	if len(s.TeamUsage) > 0 {
 		sum := 0.0
 		sub := map[string]float64{}
@@ -149,6 +153,7 @@ func (tp *teamPlan) addFull(team string, g int64) {
 func (tp *teamPlan) placedPinned(a *state.Allocation) {
 	if tp != nil {
 		tp.addOrder(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
+		tp.models.add(a, 1)
 	}
 }
 
@@ -465,7 +470,7 @@ func (tp *teamPlan) rekey(tr *tier, team string) {
 		if tp.path(oq.team)[0] != root {
 			continue
 		}
-		oq.tkey = tp.keyOf(oq.team, oq.tkey)
+		oq.tkey = tp.keyOfModel(oq.team, oq.model, oq.tkey)
 		changed = true
 	}
 	if changed {
