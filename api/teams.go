@@ -78,7 +78,7 @@ func (a *API) putTeam(c *gin.Context) {
 		return
 	}
 	var t state.Team
-	if !a.decodeBody(c, &t) {
+	if !a.decodeTeam(c, name, &t) { // teamguarantee.go
 		return
 	}
 	if t.Name != "" && t.Name != name {
