@@ -61,6 +61,9 @@ type teamPlan struct {
 	// models counts GPUs by guaranteed model (teammodels.go); nil when
 	// no team guarantees a model.
 	models *modelPlan
+	// fair, when not nil, records each team's share that entitle
+	// computes (standing.go).
+	fair map[string]int64
 }
 
 // ownerInTeam is an owner's sessions in one team (noTeam for none, or
@@ -588,6 +591,9 @@ func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, o
 			if strings.HasPrefix(m, "o:") {
 				out[m[2:]] += g
 			} else {
+				if tp.fair != nil {
+					tp.fair[m[2:]] = g // standing.go
+				}
 				fill(m[2:], tp.tree.Children(m[2:]), g)
 			}
 		}

@@ -297,6 +297,10 @@ type Warning struct {
 	Node string `json:"node,omitempty"`
 	// By is the session that preempts this one.
 	By string `json:"by,omitempty"`
+	// Reclaim is, for a preemption by which a team below its guarantee
+	// takes back GPUs the victim's team borrowed (placer/reclaim.go), the
+	// preempting session's team; empty for a preemption by priority.
+	Reclaim string `json:"reclaim,omitempty"`
 	// Size is the size a resize (Reason Resized) restarts the job at.
 	Size int `json:"size,omitempty"`
 }
