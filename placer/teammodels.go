@@ -1,8 +1,10 @@
 package placer
 
 import (
+	"fmt"
 	"path"
 	"slices"
+	"strings"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -280,4 +282,77 @@ func newTeamModels(tp *teamPlan, nodes []*nodeState, pinned map[string][]pinnedP
 		}
 	}
 	return mp
+}
+
+// modelNote is teamNote for a request of a model its team is owed by
+// model: "; team vision holds 0 of its 8 guaranteed H100 GPUs; waiting
+// for 4 H100 GPUs borrowed by team nlp (8 H100 held, 8 beyond its own
+// guarantee of them) to be reclaimed (…)". ok is false where it does not
+// apply (teamNote then says what it says by count).
+func (p *planner) modelNote(e *state.QueueEntry, msg string) (string, bool) {
+	tp := p.teams
+	if tp == nil || tp.models == nil {
+		return "", false
+	}
+	mp := tp.models
+	k := mp.requestKey(e)
+	if k == "" {
+		return "", false
+	}
+	path := tp.path(e.Team)
+	owed := ""
+	for i := len(path) - 1; i >= 0 && owed == ""; i-- {
+		if t := path[i]; t != noTeam && mp.guaranteed(t, k) > mp.held[t][k] {
+			owed = t
+		}
+	}
+	if owed == "" {
+		return "", false
+	}
+	held, g := mp.held[owed][k], mp.guaranteed(owed, k)
+	need := min(requestGPUs(e, p.usage.shareRef), g-held)
+	out := fmt.Sprintf("%s; team %s holds %s of its %s guaranteed %s GPUs", msg, owed, scaled(held, 1000), scaled(g, 1000), k)
+	// Borrowers of k: at each level of owed's path, the siblings there
+	// holding more of k than they are guaranteed of it.
+	var names []string
+	op := tp.path(owed)
+	for i, t := range op {
+		var sibs []string
+		if i == 0 {
+			for _, n := range tp.tree.Names() {
+				if tp.tree.Teams[n].Parent == "" {
+					sibs = append(sibs, n)
+				}
+			}
+			sibs = append(sibs, noTeam)
+		} else {
+			sibs = tp.tree.Children(op[i-1])
+		}
+		for _, s := range sibs {
+			if s == t {
+				continue
+			}
+			h := mp.held[s][k]
+			sg := int64(0)
+			if s != noTeam {
+				sg = mp.guaranteed(s, k)
+			}
+			if h <= sg {
+				continue
+			}
+			label := "team " + s
+			if s == noTeam {
+				label = "sessions of no team"
+			}
+			names = append(names, fmt.Sprintf("%s (%s %s held, %s beyond its own guarantee of them)", label, scaled(h, 1000), k, scaled(h-sg, 1000)))
+		}
+	}
+	if len(names) == 0 {
+		return out + fmt.Sprintf(", and no other team holds more %s GPUs than it is guaranteed: the rest is in use within guarantees", k), true
+	}
+	if len(names) > 2 {
+		names = append(names[:2], fmt.Sprintf("%d more", len(names)-2))
+	}
+	return out + fmt.Sprintf("; waiting for %s %s GPUs borrowed by %s to be reclaimed (preemptible sessions are stopped after their grace, the rest come back as they end)",
+		scaled(need, 1000), k, strings.Join(names, ", ")), true
 }

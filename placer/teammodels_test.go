@@ -153,3 +153,23 @@ func TestReclaimByModel(t *testing.T) {
 		t.Fatalf("4 H100s: %+v, want one of nlp's H100 jobs", ps)
 	}
 }
+
+// TestModelGuaranteeWaitingReason: a waiting H100 request of a team below
+// its H100 guarantee says so and names who borrows the H100s, though by
+// count the team holds its guarantee (which says nothing of teams).
+func TestModelGuaranteeWaitingReason(t *testing.T) {
+	h1 := teamRunning(teamRunning(view(gpuNode("h1", 8, h100)), "n-h1", "bob", "nlp", 0, 4), "n-h2", "bob", "nlp", 4, 4)
+	a1 := teamRunning(view(gpuNode("a1", 8, a100)), "v-a", "ada", "vision", 0, 8)
+	s := snap([]NodeView{h1, a1}, modelReq("v-h", "ada", "vision", "*H100*", 4, time.Minute))
+	s.Teams = state.NewTeamTree(team("vision", "", 8, 0), team("nlp", "", 0, 0))
+	p := NewPlan(s, PlanOptions{})
+	if len(p.Waiting) != 1 || strings.Contains(p.Waiting[0].Message, "team vision") {
+		t.Fatalf("by count: %+v, want no team note (vision holds its 8)", p.Waiting)
+	}
+	s.Teams = state.NewTeamTree(withModels(team("vision", "", 8, 0), map[string]int{"H100": 8}), team("nlp", "", 0, 0))
+	p = NewPlan(s, PlanOptions{})
+	want := "team vision holds 0 of its 8 guaranteed H100 GPUs; waiting for 4 H100 GPUs borrowed by team nlp (8 H100 held, 8 beyond its own guarantee of them) to be reclaimed"
+	if len(p.Waiting) != 1 || !strings.Contains(p.Waiting[0].Message, want) {
+		t.Fatalf("waiting %+v, want the message to say %q", p.Waiting, want)
+	}
+}

@@ -405,6 +405,9 @@ func (p *planner) teamNote(e *state.QueueEntry, reason, msg string) string {
 	if tp == nil || reason != "Capacity" {
 		return msg
 	}
+	if m, ok := p.modelNote(e, msg); ok { // teammodels.go
+		return m
+	}
 	t, lack := tp.owed(e.Team)
 	if t == "" {
 		return msg
