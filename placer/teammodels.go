@@ -132,6 +132,47 @@ func (mp *modelPlan) requestKey(e *state.QueueEntry) string {
 	if e.Workers > 0 && e.WorkerRequest != nil && e.WorkerRequest.GPUModel != pat {
 		return ""
 	}
+	return mp.patternKey(pat)
+}
+
+// pinnedKey is requestKey of a session planned again from what it holds
+// (epoch.go), whose queue entry lacks its request: from its allocations'
+// GPUs and model patterns (state.Allocation.GPUModel), the same as its
+// request's.
+func (mp *modelPlan) pinnedKey(parts []pinnedPart) string {
+	pat, head := "", false
+	for i, pp := range parts {
+		a := pp.alloc
+		if a.Role != state.RoleWorker {
+			if len(a.GPUs) == 0 {
+				return ""
+			}
+			head = true
+		}
+		if i == 0 {
+			pat = a.GPUModel
+		} else if a.GPUModel != pat && len(a.GPUs) > 0 {
+			return ""
+		}
+	}
+	if !head {
+		return ""
+	}
+	return mp.patternKey(pat)
+}
+
+// partModel is the model pattern of e's part of role.
+func partModel(e *state.QueueEntry, role state.Role) string {
+	if role == state.RoleWorker && e.WorkerRequest != nil {
+		return e.WorkerRequest.GPUModel
+	}
+	return e.Request.GPUModel
+}
+
+// patternKey is the model key every model of the snapshot pat matches
+// (any model, for none) counts for; "" when they count for different keys
+// or none matches.
+func (mp *modelPlan) patternKey(pat string) string {
 	if k, ok := mp.reqKeys[pat]; ok {
 		return k
 	}
@@ -255,6 +296,9 @@ func (tp *teamPlan) keyOfModel(team, k string, into teamKey) teamKey {
 func (p *planner) modelKeyOf(e *state.QueueEntry) string {
 	if p.teams == nil || p.teams.models == nil {
 		return ""
+	}
+	if parts := p.pinned[e.Session]; parts != nil {
+		return p.teams.models.pinnedKey(parts)
 	}
 	return p.teams.models.requestKey(e)
 }

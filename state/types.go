@@ -595,6 +595,11 @@ type Allocation struct {
 	// share, team maxima and reclaim count the allocation against it and
 	// its ancestors (placer/teams.go). Empty where no team exists.
 	Team string `json:"team,omitempty"`
+	// GPUModel is the part's request's GPU model pattern
+	// (Resources.GPUModel), empty for none: a session planned again from
+	// its allocation (placer/epoch.go) is ordered by the same guaranteed
+	// model as its request was (placer/teammodels.go).
+	GPUModel string `json:"gpuModel,omitempty"`
 }
 
 // Ledger is what is allocated on a node, stored at ledger/<name>. The
