@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -61,6 +62,18 @@ func TestReclaimBorrowedGPUsForATeam(t *testing.T) {
 	}
 	c.status("nlp-a", "re-queued", func(st state.Status) bool { return st.Phase == state.PhasePending && st.RetryAt == nil })
 	assertRequeuedBecause(t, seen, "preempted by vision-1: team vision reclaims its guarantee")
+	// The warning names the reclaiming team; the stop (its eviction
+	// message, while it stops) says it was a reclaim, and counts in the
+	// team's preemptions by reason.
+	if w.Reclaim != "vision" {
+		t.Errorf("warning's reclaim %q, want vision", w.Reclaim)
+	}
+	if m := preemptedMessage(w); !strings.HasPrefix(m, "preempted by vision-1: team vision reclaims its guarantee") {
+		t.Errorf("nlp-a's eviction message %q, want it to say team vision reclaims its guarantee", m)
+	}
+	if n := counted(t, c.ctl, "nlp", "vision", "reclaim"); n != 1 {
+		t.Errorf("voyager_lifecycle_team_preemptions_total{team=nlp,by_team=vision,reason=reclaim} = %v, want 1", n)
+	}
 	for _, id := range []string{"nlp-b", "nlp-c"} {
 		if warned(t, c.cli, id) {
 			t.Errorf("%s was warned; one victim gave vision its 4 GPUs", id)
@@ -215,4 +228,17 @@ func TestReclaimFairShareBeyondGuarantee(t *testing.T) {
 			t.Errorf("%s was warned after the reclaims settled", id)
 		}
 	}
+	if n := counted(t, c.ctl, "nlp", "vision", "reclaim"); n != 2 {
+		t.Errorf("voyager_lifecycle_team_preemptions_total{team=nlp,by_team=vision,reason=reclaim} = %v, want 2", n)
+	}
+}
+
+// counted is the controller's team preemptions counter for the labels.
+func counted(t *testing.T, ctl *Controller, team, by, reason string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := ctl.teamPreempts.vec.WithLabelValues(team, by, reason).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -420,16 +420,16 @@ func (p *planner) holdQueue() *holdGroups {
 		if it.Pinned || !p.aged(it.Entry) {
 			continue
 		}
-		k := holdKey{it.Entry.Priority, it.Entry.Team, it.Entry.Owner}
+		k := holdKey{it.Entry.Priority, it.Entry.Team, it.Entry.Owner, p.modelKeyOf(it.Entry)}
 		g, ok := byKey[k]
 		if !ok {
 			sh, _ := p.weightedShare(it.Entry.Owner)
 			g = &holdGroup{prio: k.prio, share: sh}
 			if p.teams != nil {
-				tk, ok := tkeys[k.team]
+				tk, ok := tkeys[k.team+"\x00"+k.model]
 				if !ok {
-					tk = p.teams.keyOf(k.team, teamKey{})
-					tkeys[k.team] = tk
+					tk = p.teams.keyOfModel(k.team, k.model, teamKey{}) // teammodels.go
+					tkeys[k.team+"\x00"+k.model] = tk
 				}
 				g.tkey = tk
 			}
@@ -450,6 +450,7 @@ type holdKey struct {
 	prio  int
 	team  string
 	owner string
+	model string // the request's guaranteed model key (teammodels.go)
 }
 
 // holdGroup is one owner's aged requests of one priority, oldest first.

@@ -59,6 +59,9 @@ type reclaim struct {
 	tp *teamPlan
 	// fair is each team's fair share, milli-GPUs.
 	fair map[string]int64
+	// models counts GPUs by guaranteed model (reclaimmodels.go); nil
+	// when no team guarantees a model.
+	models *modelPlan
 }
 
 // newReclaim is the reclaim state of s over views (the ledgers with the
@@ -99,7 +102,7 @@ func newReclaim(s *Snapshot, waiting []*Pending, views map[string]*NodeView, nam
 		owners = (&planner{snap: s}).ownerWeight
 	}
 	_, fair := tp.split(capacity, tp.demand(asks, ref), owners)
-	return &reclaim{tp: tp, fair: fair}
+	return &reclaim{tp: tp, fair: fair, models: newReclaimModels(tp, views, names)}
 }
 
 // demand is what each owner holds in each team (ownerHeld) plus what its
@@ -142,6 +145,11 @@ const (
 	// theirs ("beyond KAI"). Fair share is capped by what a team asks
 	// for, so it takes no more than its waiting work needs.
 	byFairShare
+	// byModelGuarantee: a team below its guarantee of the GPU model a
+	// request names takes GPUs of that model from teams that hold them
+	// beyond their own guarantee of it (reclaimmodels.go), though by count
+	// it may hold its whole guarantee.
+	byModelGuarantee
 )
 
 // share is team t's share under rule r, milli-GPUs.
@@ -176,14 +184,18 @@ func (rc *reclaim) allow(e *state.QueueEntry) func(*state.Allocation) bool {
 		return func(*state.Allocation) bool { return false }
 	}
 	op, req := rc.tp.path(e.Team), requestGPUs(e, 0)
+	mt, mlack, byModel := rc.modelOwed(e)
 	return func(a *state.Allocation) bool {
 		vp := rc.tp.path(a.Team)
 		i, ok := parted(op, vp)
 		if !ok {
 			return false
 		}
+		if byModel && max(req, a.MilliGPUs()) <= mlack && rc.modelAllows(e, mt, a) && rc.surplus(byGuarantee, vp, i, map[string]int64{}, a.MilliGPUs()) {
+			return true
+		}
 		for _, r := range []reclaimRule{byGuarantee, byFairShare} {
-			if rc.gap(r, op, i) >= max(req, a.MilliGPUs()) && rc.surplus(r, vp, i, map[string]int64{}, a.MilliGPUs()) {
+			if rc.gap(r, op, i) >= max(req, a.MilliGPUs()) && rc.surplus(r, vp, i, map[string]int64{}, a.MilliGPUs()) && rc.modelAllows(e, e.Team, a) {
 				return true
 			}
 		}
@@ -230,6 +242,25 @@ func (rc *reclaim) rule(e *state.QueueEntry, victims []Victim) (reclaimRule, boo
 	if !rc.reclaimer(e) {
 		return 0, false
 	}
+	if mt, mlack, ok := rc.modelOwed(e); ok {
+		var sum int64
+		kept := true // every victim's team keeps its guarantee by count
+		taken := map[string]int64{}
+		for i := range victims {
+			if v := &victims[i]; reclaimed(e, v) {
+				vp := rc.tp.path(v.Allocation.Team)
+				at, apart := parted(op, vp)
+				if !apart {
+					return 0, false
+				}
+				sum += v.Allocation.MilliGPUs()
+				kept = rc.surplus(byGuarantee, vp, at, taken, v.Allocation.MilliGPUs()) && kept
+			}
+		}
+		if kept && sum <= mlack && rc.modelWithin(e, mt, victims) {
+			return byModelGuarantee, true
+		}
+	}
 next:
 	for _, r := range []reclaimRule{byGuarantee, byFairShare} {
 		var sum int64
@@ -252,7 +283,7 @@ next:
 				continue next
 			}
 		}
-		if sum <= owed && requestGPUs(e, 0) <= owed {
+		if sum <= owed && requestGPUs(e, 0) <= owed && rc.modelWithin(e, e.Team, victims) {
 			return r, true
 		}
 	}
@@ -275,7 +306,12 @@ func (rc *reclaim) took(e *state.QueueEntry, victims []Victim) {
 	if r, ok := rc.rule(e, victims); ok && rc.reclaimer(e) {
 		for i := range victims {
 			if v := &victims[i]; reclaimed(e, v) {
-				v.Reason = rc.reason(r, e.Team, v.Allocation.Team)
+				if r == byModelGuarantee {
+					mt, _, _ := rc.modelOwed(e)
+					v.Reason = rc.modelReason(e, mt, v.Allocation.Team) // reclaimmodels.go
+				} else {
+					v.Reason = rc.reason(r, e.Team, v.Allocation.Team)
+				}
 			}
 		}
 	}
@@ -286,6 +322,7 @@ func (rc *reclaim) took(e *state.QueueEntry, victims []Victim) {
 	if !e.Request.Fraction() {
 		rc.tp.add(e.Team, amounts{1000 * int64(e.Request.GPUs), e.Request.CPUMilli, e.Request.MemoryMiB})
 	}
+	rc.modelsTook(e, victims)
 }
 
 // reason says why a session of team victim is preempted for a session of

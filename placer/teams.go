@@ -60,7 +60,11 @@ type teamPlan struct {
 	// ownerHeld is what each owner holds in each team, by the ledgers:
 	// the hold budgets' demand (entitle).
 	ownerHeld map[ownerInTeam]int64
-	// fair is each team's fair share (split), once shares computed it.
+	// models counts GPUs by guaranteed model (teammodels.go); nil when
+	// no team guarantees a model.
+	models *modelPlan
+	// fair, when not nil, records each team's share that entitle
+	// computes (standing.go).
 	fair map[string]int64
 }
 
@@ -96,6 +100,7 @@ func newTeamPlan(s *Snapshot, nodes []*nodeState, total amounts, pinned map[stri
 			tp.ownerHeld[tp.leaf(a.Team, a.Owner)] += a.MilliGPUs()
 		}
 	}
+	tp.models = newTeamModels(tp, nodes, pinned) // teammodels.go
 	if len(s.TeamUsage) > 0 {
 		sum := 0.0
 		sub := map[string]float64{}
@@ -153,6 +158,7 @@ func (tp *teamPlan) addFull(team string, g int64) {
 func (tp *teamPlan) placedPinned(a *state.Allocation) {
 	if tp != nil {
 		tp.addOrder(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
+		tp.models.add(a, 1)
 	}
 }
 
@@ -408,6 +414,9 @@ func (p *planner) teamNote(e *state.QueueEntry, reason, msg string) string {
 	if tp == nil || reason != "Capacity" {
 		return msg
 	}
+	if m, ok := p.modelNote(e, msg); ok { // teammodels.go
+		return m
+	}
 	t, lack := tp.owed(e.Team)
 	if t == "" {
 		return p.fairNote(e, msg)
@@ -531,7 +540,7 @@ func (tp *teamPlan) rekey(tr *tier, team string) {
 		if tp.path(oq.team)[0] != root {
 			continue
 		}
-		oq.tkey = tp.keyOf(oq.team, oq.tkey)
+		oq.tkey = tp.keyOfModel(oq.team, oq.model, oq.tkey)
 		changed = true
 	}
 	if changed {

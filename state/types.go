@@ -301,6 +301,11 @@ type Warning struct {
 	// message repeats ("team vision reclaims its fair share …"); empty
 	// for a preemption by priority.
 	Why string `json:"why,omitempty"`
+	// Reclaim is, for a preemption by which a team below its guarantee or
+	// its fair share takes back GPUs the victim's team holds beyond its
+	// own (placer/reclaim.go), the preempting session's team; empty for a
+	// preemption by priority.
+	Reclaim string `json:"reclaim,omitempty"`
 	// Size is the size a resize (Reason Resized) restarts the job at.
 	Size int `json:"size,omitempty"`
 }
@@ -609,6 +614,11 @@ type Allocation struct {
 	// share, team maxima and reclaim count the allocation against it and
 	// its ancestors (placer/teams.go). Empty where no team exists.
 	Team string `json:"team,omitempty"`
+	// GPUModel is the part's request's GPU model pattern
+	// (Resources.GPUModel), empty for none: a session planned again from
+	// its allocation (placer/epoch.go) is ordered by the same guaranteed
+	// model as its request was (placer/teammodels.go).
+	GPUModel string `json:"gpuModel,omitempty"`
 }
 
 // Ledger is what is allocated on a node, stored at ledger/<name>. The
