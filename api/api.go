@@ -36,6 +36,10 @@ type Config struct {
 	// Plan are the placer's options, so that queue views order and explain
 	// the queue as the placer does.
 	Plan placer.PlanOptions
+	// UsageHalfLife is the placers' VOYAGER_PLACER_USAGE_HALF_LIFE: above
+	// zero, queue views plan with the teams' decayed GPU-hours as the
+	// placers do (queuedecay.go). 0: without, as placers then plan.
+	UsageHalfLife time.Duration
 	// HTTPClient fetches logs from node agents. Default: a client with no
 	// overall timeout (logs may be followed for hours).
 	HTTPClient *http.Client
@@ -113,7 +117,11 @@ type API struct {
 	pending *watcher.Cache[state.QueueEntry]
 	quotas  *watcher.Cache[state.Quota]
 	teams   *watcher.Cache[state.Team] // orders the queue view as placers order the queue
-	status  *watcher.Cache[state.Status]
+	// days holds gpuhours/ when UsageHalfLife is set (nil otherwise):
+	// the decayed usage the queue view plans with (queuedecay.go).
+	days   *watcher.Cache[state.UsageDay]
+	decay  placer.DecayedUsage
+	status *watcher.Cache[state.Status]
 	// warns holds warnings/: the metrics count them by reason.
 	warns *watcher.Cache[state.Warning]
 	// secrets holds secrets/: the URLs with tokens, joined into owners'
@@ -224,6 +232,9 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 		runtimes: watcher.New(cli, k.Sessions(), watcher.JSON[sessionLimits], wopt("session-limits")),
 	}
 	a.metrics.cluster = a
+	if cfg.UsageHalfLife > 0 {
+		a.days = watcher.New(cli, k.GPUHoursDir(), watcher.JSON[state.UsageDay], wopt("gpuhours"))
+	}
 	a.queued = newQueuedIndex()
 	a.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) { a.queued.apply(k, ev) })
 	a.streams, a.endStreams = context.WithCancel(context.Background())
@@ -276,6 +287,9 @@ func (a *API) Run(ctx context.Context) error {
 	g.Go(func() error { return a.secrets.Run(ctx) })
 	g.Go(func() error { return a.envs.Run(ctx) })
 	g.Go(func() error { return a.runtimes.Run(ctx) })
+	if a.days != nil {
+		g.Go(func() error { return a.days.Run(ctx) })
+	}
 	g.Go(func() error {
 		// Plan the queue once the caches are in, so that the first
 		// requests at a large site find a plan instead of waiting for one.
@@ -295,7 +309,11 @@ func (a *API) Run(ctx context.Context) error {
 
 // WaitSynced blocks until every cache has its first list, or ctx ends.
 func (a *API) WaitSynced(ctx context.Context) error {
-	for _, w := range []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.emptied, a.cordons, a.pending, a.quotas, a.teams, a.status, a.warns, a.secrets, a.envs, a.runtimes} {
+	caches := []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.emptied, a.cordons, a.pending, a.quotas, a.teams, a.status, a.warns, a.secrets, a.envs, a.runtimes}
+	if a.days != nil {
+		caches = append(caches, a.days)
+	}
+	for _, w := range caches {
 		if err := w.WaitSynced(ctx); err != nil {
 			return fmt.Errorf("wait for api caches: %w", err)
 		}

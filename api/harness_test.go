@@ -67,6 +67,8 @@ type harnessOpts struct {
 	// powerDownAfter and now are api.Config's PowerDownAfter and Now.
 	powerDownAfter time.Duration
 	now            func() time.Time
+	// usageHalfLife is api.Config's UsageHalfLife.
+	usageHalfLife time.Duration
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -130,6 +132,7 @@ func startHarness(t testing.TB, cli *clientv3.Client, o harnessOpts) *harness {
 		Audit:             o.audit,
 		PowerDownAfter:    o.powerDownAfter,
 		Now:               o.now,
+		UsageHalfLife:     o.usageHalfLife,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

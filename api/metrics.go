@@ -57,7 +57,7 @@ func newMetrics() *metrics {
 // Collectors returns the API's collectors, to register on the process's
 // Prometheus registry.
 func (a *API) Collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics.plans, a.metrics.servingRereads, a.metrics, newTeamMetrics(a)}
+	cs := []prometheus.Collector{a.metrics.requests, a.metrics.latency, a.metrics.plans, a.metrics.servingRereads, a.metrics, newTeamMetrics(a), newStandingMetrics(a)}
 	if a.cfg.Audit != nil {
 		cs = append(cs, a.cfg.Audit.Collectors()...)
 	}

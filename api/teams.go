@@ -19,6 +19,9 @@ type TeamList struct {
 	// Mine is which teams the caller belongs to and which one her
 	// sessions go to unless she names another (the team field of a create).
 	Mine state.Membership `json:"mine"`
+	// Standing is where each team stands now, in tree order
+	// (teamstanding.go); absent before the API's caches have listed.
+	Standing []TeamStandingView `json:"standing,omitempty"`
 }
 
 // teamRoutes adds the team routes: reading to every caller (the hub's
@@ -44,6 +47,7 @@ func (a *API) listTeams(c *gin.Context) {
 	if out.Mine.Teams == nil {
 		out.Mine.Teams = []string{}
 	}
+	out.Standing = a.teamStandings(c.Request.Context())
 	c.JSON(http.StatusOK, out)
 }
 
@@ -78,7 +82,7 @@ func (a *API) putTeam(c *gin.Context) {
 		return
 	}
 	var t state.Team
-	if !a.decodeBody(c, &t) {
+	if !a.decodeTeam(c, name, &t) { // teamguarantee.go
 		return
 	}
 	if t.Name != "" && t.Name != name {

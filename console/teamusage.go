@@ -42,19 +42,20 @@ type chartBar struct {
 }
 
 // teamCharts reads the last chartDays days of GPU-hours by team and day
-// (the caller's own for a user, everyone's for an admin) and the teams.
-func (c *Console) teamCharts(k *caller) ([]teamChart, error) {
+// (the caller's own for a user, everyone's for an admin) and the teams,
+// with where each team stands now (teamstanding.go).
+func (c *Console) teamCharts(k *caller) ([]teamChart, []standingRow, error) {
 	now := c.cfg.Now().UTC()
 	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 	from := today.AddDate(0, 0, 1-chartDays)
 	q := url.Values{"by": {"team,day"}, "from": {state.DayOf(from)}, "to": {state.DayOf(today.AddDate(0, 0, 1))}}
 	var rep api.UsageReport
 	if err := k.call("GET", "/api/v1/usage?"+q.Encode(), nil, &rep); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var teams api.TeamList
 	if err := k.call("GET", "/api/v1/teams", nil, &teams); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defs := map[string]state.Team{}
 	for _, t := range teams.Items {
@@ -106,5 +107,5 @@ func (c *Console) teamCharts(k *caller) ([]teamChart, error) {
 		}
 		out = append(out, ch)
 	}
-	return out, nil
+	return out, standingRows(teams.Standing), nil
 }

@@ -247,6 +247,8 @@ type historyView struct {
 	Teams struct {
 		Me     api.Whoami
 		Charts []teamChart
+		// Standing is where each team stands now (teamstanding.go).
+		Standing []standingRow
 	}
 }
 
@@ -311,7 +313,7 @@ func (c *Console) historyView(k *caller) (historyView, error) {
 	})
 	v.ByUser, v.ByGroup = sortedUsage(users), sortedUsage(groups)
 	v.Teams.Me = v.Me
-	if v.Teams.Charts, err = c.teamCharts(k); err != nil {
+	if v.Teams.Charts, v.Teams.Standing, err = c.teamCharts(k); err != nil {
 		return v, err
 	}
 	return v, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,8 @@ type Controller struct {
 	leading atomic.Bool
 
 	warned, withdrawn, evicted, requeued, preempted, resized, conflicts, pass atomic.Int64
+	// teamPreempts counts preemptions by team (teampreempt.go).
+	teamPreempts teamPreemptions
 }
 
 // passes counts completed passes (tests wait on it).
@@ -134,20 +137,21 @@ func NewController(cli *clientv3.Client, cfg ControllerConfig) *Controller {
 		sc = placer.NewSharedCaches(cli, k, log)
 	}
 	c := &Controller{
-		cfg:      cfg,
-		cli:      cli,
-		log:      log,
-		sessions: watcher.New(cli, k.Sessions(), decodeSpec, wopt("sessions")),
-		statuses: watcher.New(cli, k.StatusDir(), decodeStatus, wopt("status")),
-		warnings: sc.Warnings,
-		pending:  sc.Pending,
-		nodes:    sc.Nodes,
-		ledgers:  sc.Ledgers,
-		cordons:  sc.Cordons,
-		quotas:   sc.Quotas,
-		teams:    sc.Teams,
-		shared:   cfg.Shared != nil,
-		kick:     make(chan struct{}, 1),
+		teamPreempts: newTeamPreemptions(),
+		cfg:          cfg,
+		cli:          cli,
+		log:          log,
+		sessions:     watcher.New(cli, k.Sessions(), decodeSpec, wopt("sessions")),
+		statuses:     watcher.New(cli, k.StatusDir(), decodeStatus, wopt("status")),
+		warnings:     sc.Warnings,
+		pending:      sc.Pending,
+		nodes:        sc.Nodes,
+		ledgers:      sc.Ledgers,
+		cordons:      sc.Cordons,
+		quotas:       sc.Quotas,
+		teams:        sc.Teams,
+		shared:       cfg.Shared != nil,
+		kick:         make(chan struct{}, 1),
 	}
 	kick := func() {
 		select {
@@ -201,6 +205,7 @@ func (c *Controller) Collectors() []prometheus.Collector {
 		m.Counter("requeues_total", "Sessions re-queued after a restart back-off or a preemption.", c.requeued.Load),
 		m.Counter("conflicts_total", "Writes refused because state moved since read.", c.conflicts.Load),
 		m.Gauge("leader", "1 while this process runs the lifecycle rules.", promfunc.Flag(c.leading.Load)),
+		c.teamPreempts.vec,
 	}
 }
 
@@ -559,7 +564,7 @@ func (c *Controller) evict(ctx context.Context, id string, specRev int64, w watc
 	case state.ReasonDrained:
 		ev.Message = fmt.Sprintf("stopped because node %s is drained", w.Value.Node)
 	case state.ReasonPreempted:
-		ev.Message = "preempted by " + w.Value.By + ", which has a higher priority"
+		ev.Message = preemptedMessage(w.Value) // teampreempt.go
 	case state.ReasonResized:
 		if !resizeSpec(&s, w.Value, ev) {
 			// Not elastic, or the size is out of its range: never
@@ -587,6 +592,7 @@ func (c *Controller) evict(ctx context.Context, id string, specRev int64, w watc
 	switch ev.Reason {
 	case state.ReasonPreempted:
 		c.preempted.Add(1)
+		c.teamPreempts.count(s.Team, w.Value)
 	case state.ReasonResized:
 		c.resized.Add(1)
 	}
@@ -635,7 +641,10 @@ func (c *Controller) requeue(ctx context.Context, v *view, id string, spec watch
 		msg = resizedMessage(s)
 	case state.ReasonPreempted:
 		msg = "re-queued after being preempted"
-		if s.Eviction != nil && s.Eviction.By != "" {
+		switch {
+		case s.Eviction != nil && strings.HasPrefix(s.Eviction.Message, "preempted by "):
+			msg = "re-queued after being " + s.Eviction.Message
+		case s.Eviction != nil && s.Eviction.By != "":
 			msg += " by " + s.Eviction.By
 		}
 	}
@@ -743,13 +752,23 @@ func (c *Controller) preemptible(v *view) bool {
 
 // warnVictims warns every victim of p in one transaction, conditional on
 // the preemptor still waiting unchanged and each victim's warning being
-// what was read.
+// what was read. The same transaction writes the node into the
+// preemptor's queue entry (state.QueueEntry.Hold): the placers keep its
+// room for the preemptor after the victims' warnings are gone, until it
+// binds or its victims' stop time and one more grace have passed
+// (placer/preempthold.go).
 func (c *Controller) warnVictims(ctx context.Context, v *view, p placer.Preemption) error {
 	k := c.cfg.Keys
 	e := p.Preemptor.Entry
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.Pending(e.Session)), "=", p.Preemptor.Revision)}
-	var ops []clientv3.Op
 	stopAt := v.now.Add(c.cfg.PreemptGrace)
+	held := *e
+	held.Hold = &state.QueueHold{Node: p.Node, Until: stopAt.Add(c.cfg.PreemptGrace).UTC()}
+	entry, err := state.Encode(held)
+	if err != nil {
+		return fmt.Errorf("warn victims of %s: %w", e.Session, err)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(k.Pending(e.Session), entry)}
 	for _, vi := range p.Victims {
 		var rev int64
 		if w, ok := v.warnings.Item(k.Warning(vi.Session)); ok {
@@ -758,12 +777,15 @@ func (c *Controller) warnVictims(ctx context.Context, v *view, p placer.Preempti
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Warning(vi.Session)), "=", rev))
 		msg := fmt.Sprintf("preempted: %s (priority %d, above this session's %d) needs its room on %s; this session will be stopped at %s and re-queued",
 			e.Session, e.Priority, vi.Allocation.Priority, p.Node, stopAt.Format(time.RFC3339))
-		if vi.Reason != "" { // a team's guarantee reclaimed (placer/reclaim.go)
+		if vi.Reason != "" { // a team reclaims (placer/reclaim.go)
 			msg = fmt.Sprintf("preempted: %s; %s needs its room on %s; this session will be stopped at %s and re-queued",
 				vi.Reason, e.Session, p.Node, stopAt.Format(time.RFC3339))
 		}
 		w := state.Warning{Session: vi.Session, Reason: state.ReasonPreempted, Issued: v.now, StopAt: stopAt, Node: p.Node, By: e.Session,
-			Message: msg}
+			Message: msg, Why: vi.Reason}
+		if vi.Reason != "" {
+			w.Reclaim = e.Team
+		}
 		val, err := state.Encode(w)
 		if err != nil {
 			return fmt.Errorf("warn victims of %s: %w", e.Session, err)

@@ -8,10 +8,12 @@
 // cause going away, an eviction in their spec that their agent carries
 // out. Waiting higher-priority sessions preempt the fewest lower-priority
 // preemptible sessions (placer.PlanPreemption); the victims are warned,
-// stopped after a grace and re-queued, and the placer holds the freed node
-// for the preemptor. A waiting session of a team below its guarantee
-// reclaims, whatever the priorities, preemptible sessions of teams that
-// borrow beyond theirs (placer/reclaim.go), their warnings saying so.
+// stopped after a grace and re-queued, and the placers hold the freed node
+// for the preemptor until it binds (the warnings, then the preemptor's
+// queue entry, written with them: placer/preempthold.go). A waiting
+// session of a team below its guarantee or its fair share reclaims,
+// whatever the priorities, preemptible sessions of teams over theirs
+// (placer/reclaim.go), their warnings and evictions saying so.
 // Failed OnFailure sessions and preempted ones are put
 // back in the queue at their retry time.
 //

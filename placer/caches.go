@@ -159,13 +159,15 @@ func SnapshotOf(k state.Keys, c Caches, now time.Time) *Snapshot {
 		c.Warnings.Range(func(it watcher.Item[state.Warning]) bool {
 			if w := it.Value; w.Reason == state.ReasonPreempted && w.Node != "" && w.By != "" {
 				if s.Held == nil {
-					s.Held = map[string]string{}
+					s.Held, s.Preempting = map[string]string{}, map[string]string{}
 				}
 				s.Held[w.Node] = w.By
+				s.Preempting[w.Session] = w.By
 			}
 			return true
 		})
 	}
+	s.Held = addEntryHolds(s.Held, s.Pending, now) // preempthold.go
 	c.Quotas.Range(func(it watcher.Item[state.Quota]) bool {
 		if scope, name, ok := k.QuotaKey(it.Key); ok {
 			s.QuotaRevisions[it.Key] = it.ModRevision

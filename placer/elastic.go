@@ -22,7 +22,8 @@ import (
 //   - For running elastic jobs, PlanElastic decides resizes: a shrink
 //     (never below the minimum) when a session waits for capacity that the
 //     job's GPUs would let fit and fair share owes the waiter them (a
-//     higher priority, or an owner holding less); a grow when GPUs sit idle
+//     higher priority, or an owner first down the team tree, then holding
+//     less: elasticteams.go); a grow when GPUs sit idle
 //     on the job's node and nothing waits for capacity that fair share
 //     prefers. Shrinks come before any preemption of fixed-size work: the
 //     lifecycle controller lets the sessions a shrink serves wait for it.
@@ -197,13 +198,14 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		return 1
 	}
 	// owed reports whether fair share gives GPUs to waiter e before job
-	// j's owner: a higher priority, or (at equal priority) an owner whose
-	// weighted holding is below j's owner's.
+	// j's owner: a higher priority, or (at equal priority) an owner first
+	// down the team tree, then by weighted holding (elasticteams.go).
+	order := newElasticOrder(s, views, names, weight)
 	owed := func(e *state.QueueEntry, a *state.Allocation) bool {
 		if e.Priority != a.Priority {
 			return e.Priority > a.Priority
 		}
-		return e.Owner != a.Owner && float64(held[e.Owner])/weight(e.Owner) < float64(held[a.Owner])/weight(a.Owner)
+		return order.compare(e, a) < 0
 	}
 	var out []Resize
 	decided := map[string]bool{}
@@ -228,6 +230,7 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		decided[r.Session] = true
 		out = append(out, r)
 		held[e.Owner] += 1000 * int64(e.Request.GPUs)
+		order.addGPUs(e.Team, e.Owner, 1000*int64(e.Request.GPUs))
 	}
 	// Grows: idle GPUs on the job's node, nothing waiting that fair
 	// share prefers, no more than the owner's water-filled share.
@@ -257,7 +260,7 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 			continue
 		}
 		if slices.ContainsFunc(blocking, func(e *state.QueueEntry) bool {
-			return !(e.Priority < a.Priority) && !overShare(held, weight, e.Owner, a.Owner)
+			return !(e.Priority < a.Priority) && order.compare(e, &a) <= 0
 		}) {
 			continue
 		}
@@ -274,6 +277,7 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		}
 		resizeAlloc(v, id, to)
 		held[a.Owner] += 1000 * int64(to-size)
+		order.addGPUs(a.Team, a.Owner, 1000*int64(to-size))
 		decided[id] = true
 		out = append(out, Resize{Session: id, Node: name, From: size, To: to,
 			Why: fmt.Sprintf("grows from %d to %d GPUs (range %d-%d): %d GPUs sit idle on %s and nothing waits that fair share prefers", size, to, j.Min, j.Max, to-size, name)})
@@ -309,12 +313,6 @@ func quotaRoom(s *Snapshot, views map[string]*NodeView, names []string, a *state
 		limit(q, ok, groups[g])
 	}
 	return int(max(room, 0))
-}
-
-// overShare reports whether owner a holds less (weighted) than owner b:
-// a waiter of a's is not preferred over b's job when a holds more.
-func overShare(held map[string]int64, weight func(string) float64, a, b string) bool {
-	return a != b && float64(held[a])/weight(a) > float64(held[b])/weight(b)
 }
 
 // shrinkFor finds the smallest shrink of one ready elastic job on one node

@@ -147,11 +147,9 @@ func (p *planner) ownerWeight(owner string) float64 {
 // their weight's part of what is left. Deterministic: ties by name.
 func waterFill(capacity int64, demand map[string]int64, weight func(string) float64) map[string]int64 {
 	owners := make([]string, 0, len(demand))
-	wsum := 0.0
 	for o, d := range demand {
 		if d > 0 {
 			owners = append(owners, o)
-			wsum += weight(o)
 		}
 	}
 	sort.Slice(owners, func(i, j int) bool {
@@ -161,6 +159,10 @@ func waterFill(capacity int64, demand map[string]int64, weight func(string) floa
 		}
 		return owners[i] < owners[j]
 	})
+	wsum := 0.0
+	for _, o := range owners { // in order: a float sum depends on it, and placers must agree
+		wsum += weight(o)
+	}
 	left := float64(capacity)
 	out := make(map[string]int64, len(owners))
 	for _, o := range owners {
@@ -437,16 +439,16 @@ func (p *planner) holdQueue() *holdGroups {
 		if it.Pinned || !p.aged(it.Entry) {
 			continue
 		}
-		k := holdKey{it.Entry.Priority, it.Entry.Team, it.Entry.Owner}
+		k := holdKey{it.Entry.Priority, it.Entry.Team, it.Entry.Owner, p.modelKeyOf(it.Entry)}
 		g, ok := byKey[k]
 		if !ok {
 			sh, _ := p.weightedShare(it.Entry.Owner)
 			g = &holdGroup{prio: k.prio, share: sh}
 			if p.teams != nil {
-				tk, ok := tkeys[k.team]
+				tk, ok := tkeys[k.team+"\x00"+k.model]
 				if !ok {
-					tk = p.teams.keyOf(k.team, teamKey{})
-					tkeys[k.team] = tk
+					tk = p.teams.keyOfModel(k.team, k.model, teamKey{}) // teammodels.go
+					tkeys[k.team+"\x00"+k.model] = tk
 				}
 				g.tkey = tk
 			}
@@ -467,6 +469,7 @@ type holdKey struct {
 	prio  int
 	team  string
 	owner string
+	model string // the request's guaranteed model key (teammodels.go)
 }
 
 // holdGroup is one owner's aged requests of one priority, oldest first.

@@ -41,7 +41,11 @@ type ownerQueue struct {
 	team string
 	// tkey is the key vector of team (teamPlan.keyOf): owners compare by
 	// it first. Empty without teams.
-	tkey  teamKey
+	tkey teamKey
+	// model is the guaranteed model key of the queue's requests
+	// (teammodels.go): an owner's requests of a model its team is owed
+	// queue apart from its others. Empty without model guarantees.
+	model string
 	items []*Pending
 	// aging holds the items with their ages while order builds the
 	// queue: sorted, they become items.
@@ -70,10 +74,11 @@ func (p *planner) order() *queueOrder {
 			prios = append(prios, it.Entry.Priority)
 		}
 		tr := lv.tiers[0]
-		oq, ok := tr.byName[queueName(it.Entry)]
+		model := p.modelKeyOf(it.Entry)
+		oq, ok := tr.byName[queueName(it.Entry, model)]
 		if !ok {
-			oq = &ownerQueue{owner: it.Entry.Owner, team: it.Entry.Team}
-			tr.byName[queueName(it.Entry)] = oq
+			oq = &ownerQueue{owner: it.Entry.Owner, team: it.Entry.Team, model: model}
+			tr.byName[queueName(it.Entry, model)] = oq
 			if groups {
 				if _, seen := p.ownerGroups[it.Entry.Owner]; !seen {
 					p.ownerGroups[it.Entry.Owner] = it.Entry.Groups
@@ -99,7 +104,7 @@ func (p *planner) order() *queueOrder {
 				oq.aging = nil
 				oq.share, oq.own = p.weightedShare(oq.owner)
 				if p.teams != nil {
-					oq.tkey = p.teams.keyOf(oq.team, oq.tkey)
+					oq.tkey = p.teams.keyOfModel(oq.team, oq.model, oq.tkey)
 				}
 				oq.index = len(tr.owners)
 				tr.owners = append(tr.owners, oq)
@@ -167,7 +172,7 @@ func (q *queueOrder) placed(e *state.QueueEntry, p *planner) {
 		return
 	}
 	for _, tr := range q.levels[q.cur].tiers {
-		if oq, ok := tr.byName[queueName(e)]; ok && oq.index >= 0 {
+		if oq, ok := tr.byName[queueName(e, p.modelKeyOf(e))]; ok && oq.index >= 0 {
 			oq.share, oq.own = p.weightedShare(e.Owner)
 			heap.Fix(&tr.owners, oq.index)
 		}
@@ -177,10 +182,14 @@ func (q *queueOrder) placed(e *state.QueueEntry, p *planner) {
 	}
 }
 
-// queueName is the owner queue of e: its owner's, in its team.
-func queueName(e *state.QueueEntry) string {
+// queueName is the owner queue of e, whose request is of model key
+// model: its owner's, in its team, of that model.
+func queueName(e *state.QueueEntry, model string) string {
 	if e.Team == "" {
 		return e.Owner
+	}
+	if model != "" {
+		return e.Team + "\x00" + e.Owner + "\x00" + model
 	}
 	return e.Team + "\x00" + e.Owner
 }

@@ -469,6 +469,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	p.usage.add(e, reqs)
 	if p.teams != nil {
 		p.teams.addRequest(e, reqs, p.usage.shareRef)
+		p.teams.models.addParts(e, d.Parts) // teammodels.go
 	}
 	if p.quota != &p.usage {
 		p.quota.add(e, reqs)
@@ -483,6 +484,7 @@ func allocation(e *state.QueueEntry, pp PartPlan) state.Allocation {
 	return state.Allocation{
 		Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Team: e.Team, Priority: e.Priority, Preemptible: e.Preemptible,
 		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends,
+		GPUModel: partModel(e, pp.Role), // teammodels.go
 	}
 }
 

@@ -51,8 +51,10 @@ type Preemption struct {
 // needed. Multi-node (Ray) requests do not preempt: they wait with
 // reservations. With teams, a session of a team below its guarantee may
 // also stop preemptible sessions of teams holding more than theirs,
-// whatever their priority (reclaim.go). Like NewPlan it is pure and
-// deterministic.
+// whatever their priority, and with them any team below its fair share may
+// stop preemptible sessions of teams over theirs (reclaim.go). A session
+// for which a node is held (Snapshot.Held) plans no other preemption. Like
+// NewPlan it is pure and deterministic.
 //
 // Fractions of shared GPUs preempt and are preempted under the rules of
 // the shared GPU (share.go): a fraction preempts on one shared GPU, whose
@@ -65,35 +67,18 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 	if opt.Max <= 0 {
 		opt.Max = 8
 	}
-	// Working views: the snapshot's ledgers with the plan's bindings added,
-	// so that capacity the plan gives away is not counted twice.
-	views := make(map[string]*NodeView, len(s.Nodes))
-	var names []string
-	for i := range s.Nodes {
-		v := s.Nodes[i]
-		allocs := make(map[string]state.Allocation, len(v.Ledger.Allocations))
-		for id, a := range v.Ledger.Allocations {
-			allocs[id] = a
-		}
-		v.Ledger = state.Ledger{Node: v.Node.Name, Allocations: allocs}
-		views[v.Node.Name] = &v
-		names = append(names, v.Node.Name)
-	}
-	sort.Strings(names)
-	for _, d := range plan.Bound {
-		e := d.Pending.Entry
-		for _, pp := range d.Parts {
-			if v := views[pp.Node]; v != nil {
-				v.Ledger.Allocations[e.Session] = notRunning(allocation(e, pp))
-			}
-		}
-	}
+	views, names := workingViews(s, plan)
 	taken := map[string]bool{}  // victims chosen in this pass
 	held := map[string]string{} // node → preemptor, the snapshot's and this pass's
 	for n, id := range s.Held {
 		held[n] = id
 	}
-	rc := newReclaim(s, views, names)
+	waiting := make([]*Pending, len(plan.Waiting))
+	for i := range plan.Waiting {
+		waiting[i] = plan.Waiting[i].Pending
+	}
+	rc := newReclaim(s, waiting, views, names)
+	holders := holdersOf(s) // their preemptions are under way (preempthold.go)
 	var out []Preemption
 	// A request shape (with its priority) that found no victims anywhere
 	// finds none again in this pass: room only shrinks as it goes.
@@ -103,7 +88,7 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 			break
 		}
 		e := w.Pending.Entry
-		if w.Reason != "Capacity" || e.Workers > 0 || opt.Preemptors[e.Session] {
+		if w.Reason != "Capacity" || e.Workers > 0 || opt.Preemptors[e.Session] || holders[e.Session] {
 			continue
 		}
 		shape := fmt.Sprintf("%d|%s|%s|%+v", e.Priority, e.Kind, e.Team, e.Request)
@@ -152,6 +137,34 @@ func PlanPreemption(s *Snapshot, plan *Plan, opt PreemptOptions) []Preemption {
 		out = append(out, *best)
 	}
 	return out
+}
+
+// workingViews are the snapshot's ledgers with the plan's bindings added,
+// so that capacity the plan gives away is not counted twice, by node, and
+// the nodes' names in order.
+func workingViews(s *Snapshot, plan *Plan) (map[string]*NodeView, []string) {
+	views := make(map[string]*NodeView, len(s.Nodes))
+	names := make([]string, 0, len(s.Nodes))
+	for i := range s.Nodes {
+		v := s.Nodes[i]
+		allocs := make(map[string]state.Allocation, len(v.Ledger.Allocations))
+		for id, a := range v.Ledger.Allocations {
+			allocs[id] = a
+		}
+		v.Ledger = state.Ledger{Node: v.Node.Name, Allocations: allocs}
+		views[v.Node.Name] = &v
+		names = append(names, v.Node.Name)
+	}
+	sort.Strings(names)
+	for _, d := range plan.Bound {
+		e := d.Pending.Entry
+		for _, pp := range d.Parts {
+			if v := views[pp.Node]; v != nil {
+				v.Ledger.Allocations[e.Session] = notRunning(allocation(e, pp))
+			}
+		}
+	}
+	return views, names
 }
 
 // chooseVictims returns the fewest sessions on v whose stop lets e fit, or

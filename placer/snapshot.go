@@ -58,8 +58,13 @@ type Snapshot struct {
 	// Now is the pass's clock: the age of requests is measured against it.
 	Now time.Time
 	// Held maps nodes to the pending session that preempted sessions
-	// there: while its victims stop, the node's room is kept for it.
+	// there: while its victims stop, and after until it binds (its queue
+	// entry's Hold, preempthold.go), the node's room is kept for it.
 	Held map[string]string
+	// Preempting maps sessions warned of a preemption to the session
+	// they stop for: reclaim counts their GPUs as their preemptor's
+	// team's already (reclaim.go).
+	Preempting map[string]string
 	// Freed is the revision of the newest change its reader saw take an
 	// allocation off a ledger (a release, a preemption, a ledger deleted
 	// with its node); 0 if none. Such a change leaves no newer trace in

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,7 +29,8 @@ const noTeam = ""
 // without teams (weightedShare). A team may hold more than its guarantee
 // while nobody owed it waits (borrowing): nothing but the order and its
 // maximum limits it. PlanPreemption takes borrowed GPUs back for a team
-// below its guarantee (reclaim.go).
+// below its guarantee or its fair share (reclaim.go; split computes the
+// fair shares).
 type teamPlan struct {
 	tree state.TeamTree
 	// paths are each team's names from its root down to it.
@@ -58,6 +60,12 @@ type teamPlan struct {
 	// ownerHeld is what each owner holds in each team, by the ledgers:
 	// the hold budgets' demand (entitle).
 	ownerHeld map[ownerInTeam]int64
+	// models counts GPUs by guaranteed model (teammodels.go); nil when
+	// no team guarantees a model.
+	models *modelPlan
+	// fair, when not nil, records each team's share that entitle
+	// computes (standing.go).
+	fair map[string]int64
 }
 
 // ownerInTeam is an owner's sessions in one team (noTeam for none, or
@@ -92,6 +100,7 @@ func newTeamPlan(s *Snapshot, nodes []*nodeState, total amounts, pinned map[stri
 			tp.ownerHeld[tp.leaf(a.Team, a.Owner)] += a.MilliGPUs()
 		}
 	}
+	tp.models = newTeamModels(tp, nodes, pinned) // teammodels.go
 	if len(s.TeamUsage) > 0 {
 		sum := 0.0
 		sub := map[string]float64{}
@@ -149,6 +158,7 @@ func (tp *teamPlan) addFull(team string, g int64) {
 func (tp *teamPlan) placedPinned(a *state.Allocation) {
 	if tp != nil {
 		tp.addOrder(a.Team, amounts{a.MilliGPUs(), a.CPUMilli, a.MemoryMiB})
+		tp.models.add(a, 1)
 	}
 }
 
@@ -341,6 +351,13 @@ type borrower struct {
 // path, the siblings of its team there (roots for the root) over their
 // guarantee, most borrowed first.
 func (tp *teamPlan) borrowers(path []string) []borrower {
+	return tp.over(path, tp.guarantee)
+}
+
+// over are the teams beside path (at each level of path, the siblings of
+// its team there; roots and noTeam for the root) that hold more than
+// share gives them, most over first.
+func (tp *teamPlan) over(path []string, share func(string) int64) []borrower {
 	var out []borrower
 	for i, t := range path {
 		var sibs []string
@@ -358,7 +375,7 @@ func (tp *teamPlan) borrowers(path []string) []borrower {
 			if s == t {
 				continue
 			}
-			if h, g := tp.gpus(s), tp.guarantee(s); h > g {
+			if h, g := tp.gpus(s), share(s); h > g {
 				out = append(out, borrower{team: s, held: h, borrowed: h - g})
 			}
 		}
@@ -397,9 +414,12 @@ func (p *planner) teamNote(e *state.QueueEntry, reason, msg string) string {
 	if tp == nil || reason != "Capacity" {
 		return msg
 	}
+	if m, ok := p.modelNote(e, msg); ok { // teammodels.go
+		return m
+	}
 	t, lack := tp.owed(e.Team)
 	if t == "" {
-		return msg
+		return p.fairNote(e, msg)
 	}
 	need := min(requestGPUs(e, p.usage.shareRef), lack)
 	var b strings.Builder
@@ -425,6 +445,61 @@ func (p *planner) teamNote(e *state.QueueEntry, reason, msg string) string {
 	fmt.Fprintf(&b, "; waiting for %s GPUs borrowed by %s to be reclaimed (preemptible sessions are stopped after their grace, the rest come back as they end)",
 		scaled(need, 1000), strings.Join(names, ", "))
 	return b.String()
+}
+
+// fairNote adds to a Capacity message what e's team is owed of its fair
+// share beyond its guarantee, and who holds it: "team vision holds 64
+// GPUs, below its fair share of 80 (guarantee 64); waiting for 8 GPUs
+// that team nlp holds beyond its fair share (64 held, fair share 48) to
+// be reclaimed …". Unchanged where no team on e's path is below its fair
+// share by e's request.
+func (p *planner) fairNote(e *state.QueueEntry, msg string) string {
+	tp := p.teams
+	fair := tp.fairShares(p.usage.total.gpus, p.snap.Pending, p.usage.shareRef, p.ownerWeight)
+	req := requestGPUs(e, p.usage.shareRef)
+	path := tp.path(e.Team)
+	for i := len(path) - 1; i >= 0; i-- {
+		t := path[i]
+		if t == noTeam || tp.gpus(t)+req > fair[t] {
+			continue
+		}
+		var b strings.Builder
+		b.WriteString(msg)
+		fmt.Fprintf(&b, "; team %s holds %s GPUs, below its fair share of %s (guarantee %d)", t, gpusText(tp.gpus(t)), gpusText(fair[t]), tp.tree.Teams[t].Guarantee.GPUs)
+		bs := tp.over(path[:i+1], func(x string) int64 { return fair[x] })
+		if len(bs) == 0 {
+			b.WriteString(", and no other team holds more than its own fair share")
+			return b.String()
+		}
+		names := make([]string, 0, 2)
+		for j, x := range bs {
+			if j == 2 {
+				names = append(names, fmt.Sprintf("%d more", len(bs)-2))
+				break
+			}
+			label := "team " + x.team
+			if x.team == noTeam {
+				label = "sessions of no team"
+			}
+			names = append(names, fmt.Sprintf("%s (%s held, fair share %s)", label, gpusText(x.held), gpusText(x.held-x.borrowed)))
+		}
+		fmt.Fprintf(&b, "; waiting for %s GPUs held beyond their fair share by %s to be reclaimed (preemptible sessions are stopped after their grace, the rest come back as they end)",
+			gpusText(min(req, fair[t]-tp.gpus(t))), strings.Join(names, ", "))
+		return b.String()
+	}
+	if t := path[len(path)-1]; t != noTeam && tp.gpus(t) >= fair[t] {
+		return fmt.Sprintf("%s; team %s holds %s GPUs, at or beyond its fair share of %s (guarantee %d): nothing is reclaimed for it, it waits for room",
+			msg, t, gpusText(tp.gpus(t)), gpusText(fair[t]), tp.tree.Teams[t].Guarantee.GPUs)
+	}
+	return msg
+}
+
+// gpusText writes m milli-GPUs as GPUs with at most one decimal.
+func gpusText(m int64) string {
+	if m%1000 == 0 {
+		return fmt.Sprint(m / 1000)
+	}
+	return strconv.FormatFloat(float64(m)/1000, 'f', 1, 64)
 }
 
 // dominantShare is a's largest fraction of total's GPUs, CPU or memory.
@@ -465,7 +540,7 @@ func (tp *teamPlan) rekey(tr *tier, team string) {
 		if tp.path(oq.team)[0] != root {
 			continue
 		}
-		oq.tkey = tp.keyOf(oq.team, oq.tkey)
+		oq.tkey = tp.keyOfModel(oq.team, oq.model, oq.tkey)
 		changed = true
 	}
 	if changed {
@@ -510,6 +585,28 @@ func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, o
 			demand[tp.leaf(it.Entry.Team, it.Entry.Owner)] += requestGPUs(it.Entry, shareRef)
 		}
 	}
+	owners, teams := tp.split(capacity, demand, ownerWeight)
+	tp.fair = teams
+	return owners
+}
+
+// fairShares is each team's fair share of capacity in milli-GPUs (split,
+// over what the ledgers hold and pending asks for: the demand entitle
+// divides), computed once a pass, for the queue's reasons (teamNote).
+func (tp *teamPlan) fairShares(capacity int64, pending []Pending, shareRef int64, ownerWeight func(string) float64) map[string]int64 {
+	if tp.fair == nil {
+		tp.entitle(capacity, pending, shareRef, ownerWeight)
+	}
+	return tp.fair
+}
+
+// split divides capacity (milli-GPUs) down the team tree given every
+// owner's demand in each team, as entitle describes: each owner's share,
+// and each team's (with its sub-teams'; noTeam's for the sessions of no
+// team). A team without demand gets nothing: only teams with work waiting
+// or running count. Deterministic: waterFill breaks ties by name, and no
+// result depends on a map's order.
+func (tp *teamPlan) split(capacity int64, demand map[ownerInTeam]int64, ownerWeight func(string) float64) (map[string]int64, map[string]int64) {
 	// Each team's members: its sub-teams and its owners; the roots are
 	// the members of the tree's top, noTeam among them.
 	owners := map[string][]string{}
@@ -523,7 +620,7 @@ func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, o
 			teamDemand[t] += g
 		}
 	}
-	out := map[string]int64{}
+	out, teams := map[string]int64{}, map[string]int64{}
 	var fill func(team string, kids []string, cap int64)
 	fill = func(team string, kids []string, cap int64) {
 		// Members: "t:" sub-teams, "o:" owners.
@@ -582,9 +679,15 @@ func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, o
 		for m, g := range give {
 			if strings.HasPrefix(m, "o:") {
 				out[m[2:]] += g
-			} else {
-				fill(m[2:], tp.tree.Children(m[2:]), g)
+				continue
 			}
+			n := m[2:]
+			teams[n] = g
+			var kids []string
+			if n != noTeam { // Children(noTeam) would be the roots again
+				kids = tp.tree.Children(n)
+			}
+			fill(n, kids, g)
 		}
 	}
 	var roots []string
@@ -594,7 +697,7 @@ func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, o
 		}
 	}
 	fill("\x00root", append(roots, noTeam), capacity)
-	return out
+	return out, teams
 }
 
 // decayCache keeps the decayed usage of each team between passes: it

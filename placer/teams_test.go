@@ -158,10 +158,11 @@ func TestTeamWaitingReasonNamesTheBorrower(t *testing.T) {
 // TestReclaimTakesBorrowedNeverGuaranteed: team nlp (guarantee 8) holds
 // all 32 GPUs in preemptible 8-GPU jobs of the same priority as team
 // vision's (guarantee 16) three waiting 8-GPU requests. Reclaim stops
-// exactly two of nlp's jobs (vision's 16, never more than it lacks), and
-// says why in each victim's reason. With nlp holding 24 (16 borrowed
-// beyond its 8, one node free) only one job is reclaimed: vision's first
-// request takes the free node, and the third would take guaranteed work.
+// exactly two of nlp's jobs (vision's fair share is 20: 16 guaranteed and
+// half of the 8 beyond both guarantees; a third job would take it to 24),
+// and says why in each victim's reason. With nlp holding 24 (one node
+// free) only one job is reclaimed: vision's first request takes the free
+// node, and the third would pass vision's fair share.
 // Without teams nothing is preempted (same priority).
 func TestReclaimTakesBorrowedNeverGuaranteed(t *testing.T) {
 	var nodes []NodeView

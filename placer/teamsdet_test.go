@@ -12,7 +12,8 @@ import (
 
 // TestTeamPlanDeterministic: with a team tree, as without, one snapshot
 // always gives one plan (placers agree without talking): random nested
-// trees, ledgers and queues, each planned ten times, with holds on.
+// trees, ledgers and queues, each planned ten times, with holds on; every
+// other round with guarantees by model over two models.
 func TestTeamPlanDeterministic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(36, 1))
 	teams := []string{"a1", "a2", "b", "c"}
@@ -37,6 +38,20 @@ func TestTeamPlanDeterministic(t *testing.T) {
 		}
 		s := snap(nodes, pend...)
 		s.Teams = state.NewTeamTree(team("a", "", 16, 1), team("a1", "a", 8, 2), team("a2", "a", 0, 1), team("b", "", 8, 3), withMax(team("c", "", 0, 1), 12))
+		if round%2 == 1 {
+			// Guarantees by model over nodes of two models and requests
+			// of either, or of any (teammodels.go).
+			for i := 0; i < 4; i++ {
+				for j := range nodes[i].Node.GPUs {
+					nodes[i].Node.GPUs[j].Model = h100
+				}
+			}
+			for i := range pend {
+				pend[i].Entry.Request.GPUModel = []string{"", "*H100*", "*A100*"}[i%3]
+			}
+			s.Teams = state.NewTeamTree(team("a", "", 16, 1), withModels(team("a1", "a", 8, 2), map[string]int{"H100": 6}), team("a2", "a", 0, 1),
+				withModels(team("b", "", 8, 3), map[string]int{"A100": 4, "H100": 4}), withMax(team("c", "", 0, 1), 12))
+		}
 		var first []string
 		for rep := 0; rep < 10; rep++ {
 			p := NewPlan(s, PlanOptions{ReserveAfter: 10 * time.Minute})
@@ -75,8 +90,9 @@ func sortedCopy(xs []string) []string {
 // showing part of an epoch's binds plans exactly the rest of that epoch's
 // plan. It failed while pinned sessions counted in their teams' order
 // from the start of the pass and their queue entries lacked their team.
+// Seeds 5 and 6 guarantee by model (teammodels.go).
 func TestPinnedEpochWithTeams(t *testing.T) {
-	for seed := int64(1); seed <= 4; seed++ {
+	for seed := int64(1); seed <= 6; seed++ {
 		s := newPlanBenchSnapshot(60, 1500)
 		names := []string{"a1", "a2", "b", "c"}
 		for i := range s.Pending {
@@ -85,6 +101,26 @@ func TestPinnedEpochWithTeams(t *testing.T) {
 			s.Pending[i].Entry = &e
 		}
 		s.Teams = state.NewTeamTree(team("a", "", 160, 1), team("a1", "a", 80, 2), team("a2", "a", 0, 1), team("b", "", 80, 3), withMax(team("c", "", 0, 1), 120))
+		if seed > 4 {
+			// Guarantees by model (teammodels.go) over two models, with
+			// requests of either or of any.
+			for i := range s.Nodes {
+				if i%3 == 0 {
+					gs := append([]state.GPU(nil), s.Nodes[i].Node.GPUs...)
+					for j := range gs {
+						gs[j].Model = h100
+					}
+					s.Nodes[i].Node.GPUs = gs
+				}
+			}
+			for i := range s.Pending {
+				e := *s.Pending[i].Entry
+				e.Request.GPUModel = []string{"", "*H100*", "*A100*"}[i%3]
+				s.Pending[i].Entry = &e
+			}
+			s.Teams = state.NewTeamTree(team("a", "", 160, 1), withModels(team("a1", "a", 80, 2), map[string]int{"H100": 60}), team("a2", "a", 0, 1),
+				withModels(team("b", "", 80, 3), map[string]int{"A100": 40, "H100": 40}), withMax(team("c", "", 0, 1), 120))
+		}
 		fresh := int64(len(s.Pending) + 1)
 		PinEpoch(s, 0, fresh)
 		opt := PlanOptions{ReserveAfter: 10 * time.Minute}

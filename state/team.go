@@ -59,8 +59,11 @@ type TeamGuarantee struct {
 	// GPUs is the number of GPUs of any model.
 	GPUs int `json:"gpus"`
 	// Models guarantees part of GPUs on GPU models, by the model name as
-	// the nodes report it (Node.GPUs[].Model, e.g. "NVIDIA A100-SXM4-80GB"):
-	// of GPUs, this many are of that model. They sum to at most GPUs.
+	// the nodes report it (Node.GPUs[].Model, e.g. "NVIDIA A100-SXM4-80GB"),
+	// part of it ("H100") or a shell pattern ("*A100*")
+	// (GuaranteeModelMatches): of GPUs, this many are of that model. They
+	// sum to at most GPUs. A GPU counts for the first key, in sorted order,
+	// that names it.
 	Models map[string]int `json:"models,omitempty"`
 }
 
@@ -170,8 +173,8 @@ func (t Team) Validate() []string {
 	models := sortedKeys(g.Models)
 	for _, m := range models {
 		n := g.Models[m]
-		if strings.TrimSpace(m) == "" || len(m) > 128 {
-			add("guarantee.models: model name %q: want 1-128 characters, the model as nodes report it", m)
+		if msg := validateModelKey(m); msg != "" { // teammodels.go
+			add("guarantee.models: %s", msg)
 		}
 		if n < 0 {
 			add("guarantee.models[%s]: got %d, want 0 or more", m, n)

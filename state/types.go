@@ -297,6 +297,15 @@ type Warning struct {
 	Node string `json:"node,omitempty"`
 	// By is the session that preempts this one.
 	By string `json:"by,omitempty"`
+	// Why is a preemption's cause in a few words, which the eviction's
+	// message repeats ("team vision reclaims its fair share …"); empty
+	// for a preemption by priority.
+	Why string `json:"why,omitempty"`
+	// Reclaim is, for a preemption by which a team below its guarantee or
+	// its fair share takes back GPUs the victim's team holds beyond its
+	// own (placer/reclaim.go), the preempting session's team; empty for a
+	// preemption by priority.
+	Reclaim string `json:"reclaim,omitempty"`
 	// Size is the size a resize (Reason Resized) restarts the job at.
 	Size int `json:"size,omitempty"`
 }
@@ -344,6 +353,20 @@ type QueueEntry struct {
 	// Secrets is set when the session has a secrets record
 	// (specsecrets/<id>) that its bind must hand to its nodes.
 	Secrets bool `json:"secrets,omitempty"`
+	// Hold is the node that a preemption for this session frees, written
+	// with its victims' warnings: the placers keep the node's room for
+	// it until it binds, through its victims' stop and after their
+	// warnings are gone, or until Hold.Until (placer/preempthold.go).
+	Hold *QueueHold `json:"hold,omitempty"`
+}
+
+// QueueHold is a node whose room is kept for a waiting session whose
+// preemption freed it (QueueEntry.Hold).
+type QueueHold struct {
+	Node string `json:"node"`
+	// Until is when the hold lapses if the session has not bound by then:
+	// its victims' stop time plus a grace.
+	Until time.Time `json:"until"`
 }
 
 // JobPeerPorts is how many host ports every part of a multi-node job gets
@@ -591,6 +614,11 @@ type Allocation struct {
 	// share, team maxima and reclaim count the allocation against it and
 	// its ancestors (placer/teams.go). Empty where no team exists.
 	Team string `json:"team,omitempty"`
+	// GPUModel is the part's request's GPU model pattern
+	// (Resources.GPUModel), empty for none: a session planned again from
+	// its allocation (placer/epoch.go) is ordered by the same guaranteed
+	// model as its request was (placer/teammodels.go).
+	GPUModel string `json:"gpuModel,omitempty"`
 }
 
 // Ledger is what is allocated on a node, stored at ledger/<name>. The

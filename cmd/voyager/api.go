@@ -33,6 +33,7 @@ var apiEnvs = []string{
 	config.EnvAPIRegistries, config.EnvAPIMaxQueued, config.EnvAPIExecAuditLog,
 	config.EnvAPIAuditLog, config.EnvAPIAuditMaxMiB, config.EnvAPIAuditKeep,
 	config.EnvDefaultShmMiB, config.EnvUlimitNofile, config.EnvUlimitMemlock, config.EnvNodePowerDownAfter,
+	config.EnvPlacerUsageHalfLife,
 }
 
 const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
@@ -143,6 +144,9 @@ func buildAPI(cli *clientv3.Client, cfg config.Config, secret []byte, auditLog *
 		Burst:          cfg.APIBurst,
 		IdempotencyTTL: cfg.APIIdempotencyTTL,
 		Plan:           planOptions(cfg),
+		// The placers' half-life: the queue view plans with the decayed
+		// usage they order by.
+		UsageHalfLife: cfg.PlacerUsageHalfLife,
 		// The lifecycle controller (voyager placer) reads the same two
 		// settings: they must agree, or extensions and runsUntil would
 		// count from another limit than the one enforced.

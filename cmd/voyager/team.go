@@ -54,8 +54,9 @@ func newTeamListCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: listRunE(&cf, &wf, func(_ *cobra.Command, c *client) listing[state.Team] {
 			var (
-				byName map[string]state.Team
-				mine   state.Membership
+				byName   map[string]state.Team
+				mine     state.Membership
+				standing map[string]api.TeamStandingView
 			)
 			return listing[state.Team]{
 				fetch: func(ctx context.Context) ([]state.Team, error) {
@@ -64,6 +65,10 @@ func newTeamListCmd() *cobra.Command {
 						return nil, err
 					}
 					byName, mine = map[string]state.Team{}, out.Mine
+					standing = map[string]api.TeamStandingView{}
+					for _, st := range out.Standing {
+						standing[st.Team] = st
+					}
 					for _, t := range out.Items {
 						byName[t.Name] = t
 					}
@@ -75,7 +80,7 @@ func newTeamListCmd() *cobra.Command {
 				},
 				key: func(t state.Team) string { return t.Name },
 				header: func(wide bool) string {
-					h := "TEAM\tGUARANTEE\tWEIGHT\tMAX GPUS\tMAX PRIORITY\tBUDGET\tMEMBERS"
+					h := "TEAM\tGUARANTEE\tHELD\tFAIR SHARE\tRECLAIM\tWEIGHT\tMAX GPUS\tMAX PRIORITY\tBUDGET\tMEMBERS"
 					if wide {
 						h += "\tDESCRIPTION\tBY"
 					}
@@ -95,7 +100,8 @@ func newTeamListCmd() *cobra.Command {
 					if t.MaxPriority != nil {
 						maxp = fmt.Sprint(*t.MaxPriority)
 					}
-					r := fmt.Sprintf("%s\t%s\t%g\t%s\t%s\t%s\t%s", name, guaranteeString(t.Guarantee), t.EffectiveWeight(), maxg, maxp, budgetString(t.Budget), membersString(t))
+					held, fair, reclaim := standingStrings(standing[t.Name]) // teamstanding.go
+					r := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\t%s\t%s", name, guaranteeString(t.Guarantee), held, fair, reclaim, t.EffectiveWeight(), maxg, maxp, budgetString(t.Budget), membersString(t))
 					if wide {
 						r += fmt.Sprintf("\t%s\t%s", dash(t.Description), dash(t.By))
 					}

@@ -202,7 +202,7 @@ type Config struct {
 	PlacerLeaseTTL time.Duration `env:"VOYAGER_PLACER_LEASE_TTL" envDefault:"10s" doc:"TTL of a placer's membership lease; a dead placer's nodes pass to the others after it"`
 	// PlacerUsageHalfLife is the half-life of the past GPU-hours that
 	// count in a team's fair share; 0: they do not.
-	PlacerUsageHalfLife time.Duration `env:"VOYAGER_PLACER_USAGE_HALF_LIFE" envDefault:"0s" doc:"half-life of the GPU-hours teams used (gpuhours/, the usage accountant's daily records): with it, a team's decayed usage as a share of every team's adds to its share beyond its guarantee in the queue order, so a team that used much lately waits behind one that did not; 0 keeps the order to what teams hold now"`
+	PlacerUsageHalfLife time.Duration `env:"VOYAGER_PLACER_USAGE_HALF_LIFE" envDefault:"0s" doc:"half-life of the GPU-hours teams used (gpuhours/, the usage accountant's daily records): with it, a team's decayed usage as a share of every team's adds to its share beyond its guarantee in the queue order, so a team that used much lately waits behind one that did not; 0 keeps the order to what teams hold now; the API reads it too, so that its queue view plans with the same decayed usage"`
 	// MinCPUMilli is the least CPU a session (and each Ray worker) may ask
 	// for; with MaxSessionsPerNode it bounds a node's ledger.
 	MinCPUMilli int64 `env:"VOYAGER_MIN_CPU_MILLI" envDefault:"100" doc:"least cpuMilli a session or Ray worker may ask for; smaller requests are refused at admission"`

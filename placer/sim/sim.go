@@ -510,7 +510,7 @@ func Run(cfg Config) Result {
 		}
 		pending = tm.stopVictims(now, views, index, pending, held, waitGPUs, bySession)
 		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now), Cache: cache,
-			Teams: tm.tree(), Held: tm.heldNodes()}
+			Teams: tm.tree(), Held: tm.heldNodes(pending, now), Preempting: tm.preempting()}
 		start := time.Now()
 		plan := placer.NewPlan(snap, cfg.Plan)
 		planDur = append(planDur, time.Since(start))
@@ -546,7 +546,9 @@ func Run(cfg Config) Result {
 			res.MaxExcess = max(res.MaxExcess, (now-s.arrive).Minutes()-s.fairWait)
 		}
 		if len(bound) > 0 {
-			kept := pending[:0]
+			// A new slice: the plan's decisions and waiting sessions
+			// point into the snapshot's, which preemption reads after.
+			kept := make([]placer.Pending, 0, len(pending)-len(bound))
 			for _, p := range pending {
 				if !bound[p.Entry.Session] {
 					kept = append(kept, p)

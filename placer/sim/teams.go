@@ -41,6 +41,17 @@ type TeamResult struct {
 	// OwedUnbound those still waiting at the end.
 	OwedWait           float64
 	OwedN, OwedUnbound int
+	// FairWait, FairN and FairUnbound are the same for the sessions owed
+	// at their arrival by fair share: each fitted, with everything its
+	// team held and had queued before it, within the fair share of its
+	// team and of every team above it (placer.TeamFairShares), which a
+	// team beyond its guarantee is owed while others hold more than
+	// theirs.
+	FairWait           float64
+	FairN, FairUnbound int
+	// Fair is the team's fair share in GPUs after each pass, as reclaim
+	// computes it (placer.TeamFairShares).
+	Fair []float64
 	// UsedGPUHours is the GPU-hours its sessions ran (with its
 	// sub-teams'), and OverBudgetAt when they first reached its budget
 	// (state.TeamBudget.GPUHours over the whole run; -1: never). Refused
@@ -70,6 +81,11 @@ type teamSim struct {
 	owed  map[string]bool
 	waits map[string]float64 // team → longest owed wait
 	count map[string]int     // team → owed sessions
+	// fairOwed, fairWaits and fairCount are the same by fair share
+	// (TeamResult.FairWait).
+	fairOwed  map[string]bool
+	fairWaits map[string]float64
+	fairCount map[string]int
 	// used is each team's GPU-hours run so far (with its sub-teams'),
 	// and overAt when it reached its budget; refused and demoted count
 	// the creates its budget turned away or sent to priority -100.
@@ -90,6 +106,7 @@ func newTeamSim(cfg *Config) *teamSim {
 	}
 	return &teamSim{cfg: cfg, teams: state.NewTeamTree(cfg.Teams...), warned: map[string]warning{}, stopped: map[string]int{},
 		owed: map[string]bool{}, waits: map[string]float64{}, count: map[string]int{},
+		fairOwed: map[string]bool{}, fairWaits: map[string]float64{}, fairCount: map[string]int{},
 		used: map[string]float64{}, overAt: map[string]time.Duration{}, refused: map[string]int{}, demote: map[string]int{}}
 }
 
@@ -101,14 +118,32 @@ func (tm *teamSim) tree() state.TeamTree {
 	return tm.teams
 }
 
-// heldNodes are the nodes kept for preemptors while their victims stop.
-func (tm *teamSim) heldNodes() map[string]string {
+// heldNodes are the nodes kept for preemptors while their victims stop,
+// and after, until they bind, by their queue entries' holds, as
+// placer.SnapshotOf reads them from the warnings and the queue.
+func (tm *teamSim) heldNodes(pending []placer.Pending, now time.Duration) map[string]string {
+	if tm == nil {
+		return nil
+	}
+	var out map[string]string
+	for _, w := range tm.warned {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[w.node] = w.by
+	}
+	return placer.AddEntryHolds(out, pending, epoch.Add(now))
+}
+
+// preempting maps the sessions warned of a preemption to their
+// preemptors (placer.Snapshot.Preempting).
+func (tm *teamSim) preempting() map[string]string {
 	if tm == nil || len(tm.warned) == 0 {
 		return nil
 	}
-	out := map[string]string{}
-	for _, w := range tm.warned {
-		out[w.node] = w.by
+	out := make(map[string]string, len(tm.warned))
+	for id, w := range tm.warned {
+		out[id] = w.by
 	}
 	return out
 }
@@ -142,8 +177,8 @@ func (tm *teamSim) stopVictims(now time.Duration, views []placer.NodeView, index
 		if !gone {
 			continue // it ended during its grace
 		}
-		s.gen++ // its planned end is void
-		g := s.size.GPUs * (s.size.Workers + 1)
+		s.gen++             // its planned end is void
+		g := s.size.milli() // held and waitGPUs count milli-GPUs
 		held[s.user] -= g
 		waitGPUs[s.user] += g
 		created := epoch.Add(s.arrive)
@@ -176,9 +211,20 @@ func (tm *teamSim) pass(now time.Duration, snap *placer.Snapshot, plan *placer.P
 			opt.Victims[id] = true
 			opt.Preemptors[w.by] = true
 		}
+		at := map[string]int{}
+		for i := range pending {
+			at[pending[i].Entry.Session] = i
+		}
 		for _, pr := range placer.PlanPreemption(snap, plan, opt) {
 			for _, v := range pr.Victims {
 				tm.warned[v.Session] = warning{stopAt: now + p.Grace, node: pr.Node, by: pr.Preemptor.Entry.Session}
+			}
+			// The controller writes the node into the preemptor's queue
+			// entry with the warnings (placer/preempthold.go).
+			if i, ok := at[pr.Preemptor.Entry.Session]; ok {
+				e := *pending[i].Entry
+				e.Hold = &state.QueueHold{Node: pr.Node, Until: epoch.Add(now + 2*p.Grace)}
+				pending[i].Entry = &e
 			}
 		}
 	}
@@ -217,8 +263,11 @@ func (tm *teamSim) pass(now time.Duration, snap *placer.Snapshot, plan *placer.P
 			}
 		}
 	}
+	fair := placer.TeamFairShares(snapAfter(snap, views, pending))
 	for n, tr := range res.Teams {
 		tr.Held = append(tr.Held, heldBy[n])
+		tr.Fair = append(tr.Fair, fair[n])
+		tr.FairWait, tr.FairN, tr.FairUnbound = tm.fairWaits[n], tm.fairCount[n], 0
 		tr.Waiting = append(tr.Waiting, waiting[n])
 		lack := tm.teams.Teams[n].Guarantee.GPUs - heldBy[n]
 		tr.Owed = append(tr.Owed, waiting[n] > 0 && smallest[n] <= lack)
@@ -237,7 +286,20 @@ func (tm *teamSim) pass(now time.Duration, snap *placer.Snapshot, plan *placer.P
 			tr.OwedUnbound++
 		}
 	}
+	for id := range tm.fairOwed {
+		if tr := res.Teams[bySession[id].team]; tr != nil {
+			tr.FairUnbound++
+		}
+	}
 	res.Preempted, res.PreemptedGPUHours = tm.preempted, tm.lostH
+}
+
+// snapAfter is snap as the pass left it: the ledgers with its binds and
+// stops, the sessions still waiting.
+func snapAfter(snap *placer.Snapshot, views []placer.NodeView, pending []placer.Pending) *placer.Snapshot {
+	cp := *snap
+	cp.Nodes, cp.Pending = views, pending
+	return &cp
 }
 
 // teamShape builds one shape of TeamSuite.
@@ -299,6 +361,12 @@ func TeamSuite(nodes int) []Shape {
 	return []Shape{
 		teamShape("team-returns", "team vision (50% guarantee) idle for 6 h while team nlp borrows the whole cluster (150%, preemptible, 4 h mean); then vision asks for 100%", nodes,
 			func(o placer.PlanOptions, seed uint64) Config { return returns(o, seed, pre) }),
+		teamShape("team-returns-fair", "team-returns with nlp's guarantee 25%: vision's fair share (50% + half the unguaranteed 25%) is 62.5%, beyond its guarantee, while nlp holds the cluster", nodes,
+			func(o placer.PlanOptions, seed uint64) Config {
+				c := returns(o, seed, pre)
+				c.Teams[1].Guarantee.GPUs = half / 2
+				return c
+			}),
 		teamShape("team-returns-no-reclaim", "team-returns without preemption: what vision waits for when borrowed GPUs come back only as nlp's sessions end", nodes,
 			func(o placer.PlanOptions, seed uint64) Config { return returns(o, seed, nil) }),
 		teamShape("team-borrow", "vision (50% guarantee) offers 30%, nlp (50%) offers 100%: nlp borrows vision's idle half", nodes, borrow(false)),
@@ -368,6 +436,28 @@ func (r Result) TeamShare(cfg Config, team string) float64 {
 	return meanFrom(tr.Held, int(cfg.From/cfg.Tick)) / float64(gpus)
 }
 
+// TeamFair is team's mean fair share (TeamResult.Fair) as a fraction of
+// the cluster's GPUs over the window of cfg.
+func (r Result) TeamFair(cfg Config, team string) float64 {
+	tr := r.Teams[team]
+	if tr == nil {
+		return 0
+	}
+	gpus := cfg.Nodes * 8
+	if cfg.GPUsPerNode > 0 {
+		gpus = cfg.Nodes * cfg.GPUsPerNode
+	}
+	from := int(cfg.From / cfg.Tick)
+	if from >= len(tr.Fair) {
+		return 0
+	}
+	sum := 0.0
+	for _, f := range tr.Fair[from:] {
+		sum += f
+	}
+	return sum / float64(len(tr.Fair)-from) / float64(gpus)
+}
+
 // arrived marks s owed when it fits, with what its team holds and has
 // queued (pending, s among them), within the guarantee of its team and of
 // each team above it.
@@ -389,6 +479,15 @@ func (tm *teamSim) arrived(s *session, views []placer.NodeView, pending []placer
 			use[t] += p.Entry.Request.GPUs * (p.Entry.Workers + 1)
 		}
 	}
+	fair := placer.TeamFairShares(&placer.Snapshot{Nodes: views, Pending: pending, Teams: tm.teams})
+	fits := true
+	for _, t := range path {
+		fits = fits && float64(use[t]) <= fair[t]+0.001
+	}
+	if fits {
+		tm.fairOwed[s.id] = true
+		tm.fairCount[s.team]++
+	}
 	for _, t := range path {
 		if g := tm.teams.Teams[t].Guarantee.GPUs; use[t] > g {
 			return
@@ -400,7 +499,14 @@ func (tm *teamSim) arrived(s *session, views []placer.NodeView, pending []placer
 
 // bound records the wait of an owed session placed at now.
 func (tm *teamSim) bound(s *session, now time.Duration) {
-	if tm == nil || !tm.owed[s.id] {
+	if tm == nil {
+		return
+	}
+	if tm.fairOwed[s.id] {
+		delete(tm.fairOwed, s.id)
+		tm.fairWaits[s.team] = max(tm.fairWaits[s.team], (now - s.arrive).Minutes())
+	}
+	if !tm.owed[s.id] {
 		return
 	}
 	delete(tm.owed, s.id)
@@ -421,7 +527,7 @@ func RunTeams(shapes []Shape, opt placer.PlanOptions, seeds []uint64) []SuiteRow
 // reached and how many creates were refused or sent to priority -100.
 func TeamTable(rows []SuiteRow) string {
 	var b strings.Builder
-	b.WriteString("| shape | seed | sessions | team share (peak GPUs) | longest owed wait, min (owed sessions) | busy while waiting | preempted (GPU-h lost) | budget reached at / refused / at -100 |\n")
+	b.WriteString("| shape | seed | sessions | team share of fair share (peak GPUs) | longest owed wait, min (owed sessions): guarantee / fair share | busy while waiting | preempted (GPU-h lost) | budget reached at / refused / at -100 |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, row := range rows {
 		r := row.Result
@@ -434,14 +540,18 @@ func TeamTable(rows []SuiteRow) string {
 		var shares, owed, budget []string
 		for _, n := range names {
 			tr := r.Teams[n]
-			shares = append(shares, fmt.Sprintf("%s %.1f%% (%d)", n, 100*r.TeamShare(cfg, n), tr.Peak))
+			shares = append(shares, fmt.Sprintf("%s %.1f%% of %.1f%% (%d)", n, 100*r.TeamShare(cfg, n), 100*r.TeamFair(cfg, n), tr.Peak))
 			if tr.OverBudgetAt >= 0 {
 				budget = append(budget, fmt.Sprintf("%s %v / %d / %d", n, tr.OverBudgetAt, tr.Refused, tr.Demoted))
 			}
-			if tr.OwedN > 0 {
+			if tr.OwedN > 0 || tr.FairN > 0 {
 				s := fmt.Sprintf("%s %.0f (%d)", n, tr.OwedWait, tr.OwedN)
 				if tr.OwedUnbound > 0 {
 					s += fmt.Sprintf(", %d unplaced", tr.OwedUnbound)
+				}
+				s += fmt.Sprintf(" / %.0f (%d)", tr.FairWait, tr.FairN)
+				if tr.FairUnbound > 0 {
+					s += fmt.Sprintf(", %d unplaced", tr.FairUnbound)
 				}
 				owed = append(owed, s)
 			}
