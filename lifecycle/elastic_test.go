@@ -104,6 +104,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	specRev := put(keys.Session("el-cmp"))
 	ledgerKey := keys.Ledger("node-cmp")
 	ledgerRev := put(ledgerKey)
+	ledger2Rev := put(keys.Ledger("node-cmp2"))
 	forRev := put(keys.Pending("vip-cmp"))
 	r := placer.Resize{Session: "el-cmp", Node: "node-cmp", From: 4, To: 2, For: "vip-cmp", ForRevision: forRev, Why: "vip-cmp is owed 2 GPUs"}
 	v := &view{now: time.Now()}
@@ -118,7 +119,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	refused := func(what string, specRev, ledgerRev int64, r placer.Resize) {
 		t.Helper()
 		before := ctl.conflicts.Load()
-		if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+		if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 			t.Fatal(err)
 		}
 		if warned() {
@@ -133,7 +134,13 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	stale := r
 	stale.ForRevision = forRev - 1
 	refused("waiter's queue entry moved since the plan read it", specRev, ledgerRev, stale)
-	if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+	// A range of machines: every ledger the decision read is compared.
+	nodes := r
+	nodes.Nodes, nodes.Ledgers, nodes.From, nodes.To = true, []string{"node-cmp", "node-cmp2"}, 3, 2
+	ledger2Rev--
+	refused("a second node's ledger moved since the plan read it", specRev, ledgerRev, nodes)
+	ledger2Rev++
+	if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 		t.Fatal(err)
 	}
 	if !warned() {
@@ -144,7 +151,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := ctl.conflicts.Load()
-	if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+	if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := cli.Get(ctx, keys.Warning("el-cmp"))
