@@ -543,7 +543,14 @@ func writeSession(w io.Writer, s api.SessionView) {
 		if s.StopsAll() {
 			onFailure = state.PartFailureStopAll
 		}
-		row("Parts", fmt.Sprintf("%d machines, each with the above; on part failure: %s", s.Nodes, onFailure))
+		machines := fmt.Sprintf("%d machines", s.Nodes)
+		if el := s.Elastic; el != nil && el.ByNodes() {
+			machines = el.Range(0) + " (elastic)"
+			if st := s.Status.Elastic; st != nil && st.Nodes > 0 && !s.Status.Phase.Terminal() {
+				machines = st.Range(st.Nodes) + " (elastic)"
+			}
+		}
+		row("Parts", fmt.Sprintf("%s, each with the above; on part failure: %s", machines, onFailure))
 	}
 	if s.ShmMiB > 0 {
 		row("Shared memory", fmt.Sprintf("%d MiB", s.ShmMiB))
