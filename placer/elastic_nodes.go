@@ -229,14 +229,22 @@ func waiterParts(e *state.QueueEntry) []*part {
 }
 
 // placeParts finds a node of its own for each of parts on views (in name
-// order, each part the first node that holds it), or nil.
-func placeParts(views map[string]*NodeView, names []string, parts []*part) []string {
+// order, each part the first node that holds it), or nil. Job id's parts
+// on the nodes in without count as released.
+func placeParts(views map[string]*NodeView, names []string, parts []*part, id string, without []string) []string {
 	out := make([]string, 0, len(parts))
 	used := map[string]bool{}
 	for _, pt := range parts {
 		found := ""
 		for _, name := range names {
-			if !used[name] && feasible(pt, newNodeState(views[name])) == nil {
+			if used[name] {
+				continue
+			}
+			v := views[name]
+			if slices.Contains(without, name) {
+				v = withoutPart(v, id)
+			}
+			if mayFit(v, pt) && feasible(pt, newNodeState(v)) == nil {
 				found = name
 				break
 			}
@@ -250,20 +258,43 @@ func placeParts(views map[string]*NodeView, names []string, parts []*part) []str
 	return out
 }
 
-// withoutParts is views with job id's parts on the given nodes taken out
-// (copies of those nodes only).
-func withoutParts(views map[string]*NodeView, id string, nodes []string) map[string]*NodeView {
-	out := make(map[string]*NodeView, len(views))
-	for k, v := range views {
-		out[k] = v
+// withoutPart is a copy of v with session id's allocation taken out.
+func withoutPart(v *NodeView, id string) *NodeView {
+	h := *v
+	h.Ledger = state.Ledger{Node: v.Node.Name, Allocations: cloneAllocs(v.Ledger.Allocations)}
+	delete(h.Ledger.Allocations, id)
+	return &h
+}
+
+// mayFit is false where part pt of whole GPUs cannot fit on v for want of
+// them (wholeGPUsAtMost); true otherwise, and for MIG devices and
+// fractions, which it does not count.
+func mayFit(v *NodeView, pt *part) bool {
+	if pt.req.MIGProfile != "" || pt.req.Fraction() || pt.req.GPUs == 0 {
+		return true
 	}
-	for _, name := range nodes {
-		h := *views[name]
-		h.Ledger = state.Ledger{Node: name, Allocations: cloneAllocs(views[name].Ledger.Allocations)}
-		delete(h.Ledger.Allocations, id)
-		out[name] = &h
+	return wholeGPUsAtMost(v) >= pt.req.GPUs
+}
+
+// wholeGPUsAtMost bounds from above the whole GPUs free on v: its GPUs
+// less the physical GPUs its allocations touch. A cheap test that spares
+// building the node's state where a part cannot fit.
+func wholeGPUsAtMost(v *NodeView) int {
+	held := 0
+	var seen map[string]bool
+	for _, a := range v.Ledger.Allocations {
+		if len(a.Parents) == 0 && a.Share == nil {
+			held += len(a.GPUs) // whole GPUs: each its own
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		for _, u := range a.GPUs {
+			seen[a.Parent(u, nil)] = true
+		}
 	}
-	return out
+	return len(v.Node.GPUs) - held - len(seen)
 }
 
 // shrinkNodesFor finds the smallest shrink, in whole parts, of one job
@@ -277,8 +308,11 @@ func (nj *nodeJobs) shrinkNodesFor(views map[string]*NodeView, names []string, d
 	best, bestK, deferred := "", 0, false
 	var bestNodes []string
 	for _, id := range nj.ids {
+		if best != "" && bestK == 1 && !deferred {
+			break // a ready job's shrink by one part: none is smaller
+		}
 		j, on := nj.jobs[id], nj.on[id]
-		if decided[id] || j.Target > 0 || len(on) <= j.Min {
+		if decided[id] || j.Target > 0 || len(on) <= j.Min || best != "" && !j.Ready && !deferred {
 			continue
 		}
 		a := views[on[0]].Ledger.Allocations[id]
@@ -289,17 +323,20 @@ func (nj *nodeJobs) shrinkNodesFor(views map[string]*NodeView, names []string, d
 		// the only ones whose release serves w.
 		var cands []string
 		for _, name := range workerNodes(views, id, on) {
-			h := withoutParts(views, id, []string{name})[name]
+			h := withoutPart(views[name], id)
+			if !slices.ContainsFunc(parts, func(pt *part) bool { return mayFit(h, pt) }) {
+				continue
+			}
 			n := newNodeState(h)
 			if slices.ContainsFunc(parts, func(pt *part) bool { return feasible(pt, n) == nil }) {
 				cands = append(cands, name)
 			}
 		}
 		for k := 1; k <= min(len(on)-j.Min, len(cands)); k++ {
-			if best != "" && k >= bestK && (deferred || !j.Ready) {
-				break
+			if best != "" && k >= bestK && !(deferred && j.Ready) {
+				break // no smaller, and not a ready job for a deferred one
 			}
-			if placeParts(withoutParts(views, id, cands[:k]), names, parts) != nil {
+			if placeParts(views, names, parts, id, cands[:k]) != nil {
 				// A ready job beats one held by its rate limit.
 				if best == "" || k < bestK || (deferred && j.Ready) {
 					best, bestK, bestNodes, deferred = id, k, cands[:k], !j.Ready
@@ -317,7 +354,7 @@ func (nj *nodeJobs) shrinkNodesFor(views map[string]*NodeView, names []string, d
 		delete(views[name].Ledger.Allocations, best)
 	}
 	nj.on[best] = slices.DeleteFunc(slices.Clone(on), func(n string) bool { return slices.Contains(bestNodes, n) })
-	placed := placeParts(views, names, parts)
+	placed := placeParts(views, names, parts, "", nil)
 	for i, name := range placed {
 		pt := parts[i]
 		n := newNodeState(views[name])
@@ -382,7 +419,7 @@ func fitsOnceFreedParts(views map[string]*NodeView, names []string, freeing map[
 			}
 		}
 	}
-	return placeParts(freed, names, waiterParts(e)) != nil
+	return placeParts(freed, names, waiterParts(e), "", nil) != nil
 }
 
 // growNodes grows jobs onto nodes where one more of their parts fits,

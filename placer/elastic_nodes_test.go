@@ -2,6 +2,7 @@ package placer
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -228,4 +229,37 @@ func TestPlanElasticBothRanges(t *testing.T) {
 	if r := rs[0]; r.Session == "g" && (r.Nodes || r.To != 2) || r.Session == "a" && (!r.Nodes || r.To != 1) {
 		t.Fatalf("resize %+v counts in the wrong unit", r)
 	}
+}
+
+// BenchmarkPlanElasticNodes is one lifecycle pass's elastic planning over
+// ranges of machines at cluster scale: 1,000 nodes of 8 GPUs, 250 elastic
+// jobs of 1-8 machines of 8 GPUs each on 4 (every node full), and 2,000
+// fixed requests of 1 to 8 GPUs waiting (shrinks to decide).
+func BenchmarkPlanElasticNodes(b *testing.B) {
+	const nodes, jobsN, waiting = 1000, 250, 2000
+	var views []NodeView
+	jobs := map[string]ElasticJob{}
+	for i := 0; i < nodes; i++ {
+		id := "e" + strconv.Itoa(i/4)
+		role := state.RoleWorker
+		if i%4 == 0 {
+			role = state.RoleHead
+		}
+		views = append(views, partAt(view(gpuNode("n"+strconv.Itoa(i), 8, "A100")), id, "u"+strconv.Itoa(i/4%50), role, 8))
+		jobs[id] = ElasticJob{Session: id, Min: 1, Max: 8, Ready: true, Nodes: true, Part: state.Resources{GPUs: 8, CPUMilli: 1000, MemoryMiB: 1024}}
+	}
+	if len(jobs) != jobsN {
+		b.Fatalf("%d jobs", len(jobs))
+	}
+	var queue []Pending
+	for i := 0; i < waiting; i++ {
+		queue = append(queue, req("w"+strconv.Itoa(i), "w"+strconv.Itoa(i%30), 1+i%8, time.Duration(i)*time.Second))
+	}
+	s := snap(views, queue...)
+	plan := NewPlan(s, PlanOptions{})
+	n := 0
+	for b.Loop() {
+		n = len(PlanElastic(s, plan, jobs, ElasticOptions{}))
+	}
+	b.ReportMetric(float64(n), "resizes/op")
 }
