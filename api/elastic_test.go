@@ -143,3 +143,25 @@ func TestElasticNodesAdmission(t *testing.T) {
 		t.Fatalf("a range of one count: elastic %+v, nodes %d", spec.Elastic, spec.Nodes)
 	}
 }
+
+// TestElasticNodesVerdictIsItsOwn: the admission check's cached verdict
+// of a range of machines (planned down to its minimum) is never taken for
+// a fixed job of its maximum: on two machines a fixed three-machine job
+// is refused after an elastic 1-3 was checked.
+func TestElasticNodesVerdictIsItsOwn(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.addNode("n1", "NVIDIA A100-SXM4-80GB", 2)
+	h.addNode("n2", "NVIDIA A100-SXM4-80GB", 2)
+	ada := h.token("ada")
+	body := func(edit func(map[string]any)) map[string]any {
+		r := map[string]any{"kind": "batch", "image": "voyager/train:latest", "command": []string{"torchrun", "train.py"},
+			"resources": map[string]any{"gpus": 2, "cpuMilli": 4000, "memoryMiB": 16384}}
+		edit(r)
+		return r
+	}
+	wantFieldError(t, want(t, h.do("POST", "/api/v1/sessions", ada, body(func(r map[string]any) {
+		r["elastic"] = map[string]any{"minNodes": 1, "maxNodes": 3}
+	})), http.StatusUnprocessableEntity).problem(t), "elastic.maxNodes", "want elastic.maxNodes at most 2")
+	wantFieldError(t, want(t, h.do("POST", "/api/v1/sessions", ada, body(func(r map[string]any) { r["nodes"] = 3 })),
+		http.StatusUnprocessableEntity).problem(t), "nodes", "")
+}
