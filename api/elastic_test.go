@@ -2,9 +2,12 @@ package api_test
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -164,4 +167,51 @@ func TestElasticNodesVerdictIsItsOwn(t *testing.T) {
 	})), http.StatusUnprocessableEntity).problem(t), "elastic.maxNodes", "want elastic.maxNodes at most 2")
 	wantFieldError(t, want(t, h.do("POST", "/api/v1/sessions", ada, body(func(r map[string]any) { r["nodes"] = 3 })),
 		http.StatusUnprocessableEntity).problem(t), "nodes", "")
+}
+
+// TestUsageCountsAnElasticJobAtItsSize: the usage report's running
+// attempt of an elastic job counts the GPUs it was bound at
+// (status.elastic.size, as the accountant does when it ends), not its
+// spec's minimum or maximum.
+func TestUsageCountsAnElasticJobAtItsSize(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	for _, n := range []string{"n1", "n2", "n3"} {
+		h.addNode(n, "NVIDIA A100-SXM4-80GB", 2)
+	}
+	root := h.token("root", "admin")
+	now := time.Now().UTC()
+	bound := now.Add(-30 * time.Minute)
+	counted := bound // the report's window is this month
+	if month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC); counted.Before(month) {
+		counted = month
+	}
+	for _, c := range []struct {
+		user string
+		el   map[string]any
+		st   state.Elastic
+	}{
+		{"ada", map[string]any{"minNodes": 1, "maxNodes": 3}, state.Elastic{MinNodes: 1, MaxNodes: 3, Nodes: 2, Size: 4}},
+		{"bob", map[string]any{"min": 1, "max": 2}, state.Elastic{Min: 1, Max: 2, Size: 2}},
+	} {
+		body := map[string]any{"kind": "batch", "image": "voyager/train:latest", "command": []string{"torchrun", "train.py"},
+			"resources": map[string]any{"gpus": 2, "cpuMilli": 4000, "memoryMiB": 16384}, "elastic": c.el}
+		if c.user == "bob" {
+			body["resources"] = map[string]any{"cpuMilli": 4000, "memoryMiB": 16384}
+		}
+		v := decode[api.SessionView](t, want(t, h.do("POST", "/api/v1/sessions", h.token(c.user), body), http.StatusCreated))
+		el := c.st
+		h.putStatus(state.Status{Session: v.ID, Phase: state.PhaseRunning, Bound: &bound, QueueRevision: 5, Elastic: &el})
+	}
+	h.waitFor("both running statuses in the cache", func() bool {
+		rep := decode[api.UsageReport](t, want(t, h.do("GET", "/api/v1/usage?by=user", root, nil), http.StatusOK))
+		return len(rep.Rows) == 2
+	})
+	rep := decode[api.UsageReport](t, want(t, h.do("GET", "/api/v1/usage?by=user", root, nil), http.StatusOK))
+	hours := time.Since(counted).Hours()
+	for _, row := range rep.Rows {
+		want := map[string]float64{"ada": 4 * hours, "bob": 2 * hours}[row.User]
+		if math.Abs(row.GPUHours-want) > 0.02 {
+			t.Errorf("%s's running elastic job: %.3f GPU-h, want %.3f (its size × its time)", row.User, row.GPUHours, want)
+		}
+	}
 }
