@@ -162,3 +162,35 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 		t.Error("a second resize warning was written over the one that stands")
 	}
 }
+
+// TestResizeSpecOfARangeOfMachines: a resize's eviction records, in the
+// spec of a job over a range of machines, the count it runs on next
+// (Elastic.Nodes, its next queue entry's cap), never a count outside
+// MinNodes to MaxNodes, and leaves a range of GPUs' size alone.
+func TestResizeSpecOfARangeOfMachines(t *testing.T) {
+	at := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
+	spec := func() state.Session {
+		return state.Session{ID: "el", Kind: state.KindBatch, Nodes: 3, Resources: state.Resources{GPUs: 2},
+			Elastic: &state.Elastic{MinNodes: 1, MaxNodes: 3, Nodes: 3, Resizes: 1}}
+	}
+	s := spec()
+	ev := &state.Eviction{Reason: state.ReasonResized, At: at, Requeue: true}
+	if !resizeSpec(&s, state.Warning{Reason: state.ReasonResized, Size: 2, Message: "for carol"}, ev) {
+		t.Fatal("a resize to 2 of 1-3 machines refused")
+	}
+	if el := s.Elastic; el.Nodes != 2 || el.Size != 0 || el.Resizes != 2 || el.Resized == nil || !el.Resized.Equal(at) || el.Why != "for carol" || ev.Message != "resized to 2 nodes" {
+		t.Errorf("spec after the resize: %+v, eviction %q", *el, ev.Message)
+	}
+	if q := state.NewQueueEntry(s, at); q.Workers != 1 || q.Nodes != 3 {
+		t.Errorf("its next queue entry: workers %d nodes %d, want 1 and 3 (two parts, a multi-node job's ports)", q.Workers, q.Nodes)
+	}
+	for _, size := range []int{0, 4} {
+		s := spec()
+		if resizeSpec(&s, state.Warning{Reason: state.ReasonResized, Size: size}, &state.Eviction{At: at}) || s.Elastic.Nodes != 3 {
+			t.Errorf("a resize to %d of 1-3 machines was recorded: %+v", size, *s.Elastic)
+		}
+	}
+	if msg := resizedMessage(s); msg != "re-queued to run on 2 nodes (resize 2): for carol" {
+		t.Errorf("re-queued message %q", msg)
+	}
+}
