@@ -249,7 +249,11 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		}
 		decided[r.Session] = true
 		out = append(out, r)
-		held[e.Owner] += requestGPUs(e, 0)
+		if single {
+			held[e.Owner] += 1000 * int64(e.Request.GPUs)
+		} else {
+			held[e.Owner] += requestGPUs(e, 0)
+		}
 	}
 	// Grows: idle GPUs on the job's node, nothing waiting that fair
 	// share prefers, no more than the owner's water-filled share.
