@@ -10,7 +10,8 @@ import (
 )
 
 // Elastic jobs (state.Elastic) run at any size from a minimum to a maximum
-// of GPUs on one machine. Two decisions are made here, both pure:
+// of GPUs on one machine (ranges of machines: elastic_nodes.go). Two
+// decisions are made here, both pure:
 //
 //   - At its turn in the plan's order, a queued elastic job is bound at
 //     the largest size from its cap (Elastic.Cap: its maximum, or the size
@@ -174,7 +175,9 @@ type ElasticOptions struct {
 // waiting for capacity that fair share owes the GPUs (in plan order, the
 // smallest shrink of one job on one node that lets the waiter fit), then
 // grows into idle GPUs while nothing waits for capacity that fair share
-// prefers. Like NewPlan it is pure and deterministic.
+// prefers. Jobs over a range of machines (ElasticJob.Nodes) shrink, when no
+// range of GPUs serves a waiter, and grow, after them, by whole parts
+// (elastic_nodes.go). Like NewPlan it is pure and deterministic.
 func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt ElasticOptions) []Resize {
 	if len(jobs) == 0 {
 		return nil
