@@ -263,3 +263,23 @@ func BenchmarkPlanElasticNodes(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "resizes/op")
 }
+
+// TestBoundMessageOfAMultiNodeJob: a multi-node job's bound status says
+// its nodes and rank 0's, not Ray workers; a Ray gang's says its workers.
+func TestBoundMessageOfAMultiNodeJob(t *testing.T) {
+	parts := []PartPlan{{Node: "n1", Devices: []string{"a", "b"}}, {Node: "n2", Devices: []string{"c", "d"}}}
+	job := nodesReq("j", "ada", 1, 3, 2, 0)
+	ray := req("r", "ada", 2, 0)
+	ray.Entry.Workers = 1
+	for _, c := range []struct {
+		p    Pending
+		want string
+	}{
+		{job, "bound to 2 nodes, rank 0 on n1, each with 2 GPUs"},
+		{ray, "bound to n1 with 2 GPUs and 1 Ray workers"},
+	} {
+		if got := boundMessage(Decision{Pending: &c.p, Parts: parts}); got != c.want {
+			t.Errorf("%s: %q, want %q", c.p.Entry.Session, got, c.want)
+		}
+	}
+}
