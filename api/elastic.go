@@ -13,17 +13,23 @@ import (
 // the largest size fair share allows, at least Min, and grows or shrinks
 // it with the cluster's load, each resize a restart at the new size
 // (docs/api.md, "Elastic jobs").
+//
+// MinNodes and MaxNodes ask instead that a multi-node batch job run on any
+// number of machines from MinNodes to MaxNodes, one part of the request's
+// resources on each (elastic_nodes.go).
 type ElasticRequest struct {
-	Min int `json:"min"`
-	Max int `json:"max"`
+	Min      int `json:"min,omitempty"`
+	Max      int `json:"max,omitempty"`
+	MinNodes int `json:"minNodes,omitempty"`
+	MaxNodes int `json:"maxNodes,omitempty"`
 }
 
 // validateElastic checks req's range against spec s (built without it)
 // and records it in s: Resources.GPUs becomes Min. A range of one size
 // (Min = Max) is a fixed-size job.
 func validateElastic(req *ElasticRequest, s *state.Session, add func(field, format string, args ...any)) {
-	if req == nil {
-		return
+	if req == nil || req.byNodes() {
+		return // a range of machines: validateElasticNodes
 	}
 	bad := len(fieldErrs(func(add func(string, string, ...any)) {
 		switch {
@@ -38,7 +44,7 @@ func validateElastic(req *ElasticRequest, s *state.Session, add func(field, form
 		case s.Kind != state.KindBatch:
 			add("elastic", "applies to batch jobs only (kind \"batch\"): a notebook keeps the GPUs it started with")
 		case s.Nodes > 1:
-			add("elastic", "a range of GPUs runs on one machine; a range of nodes (a multi-node job that resizes) is not supported yet: ask for a fixed nodes or leave it out")
+			add("elastic", "a range of GPUs runs on one machine; for a multi-node job that resizes ask for a range of nodes instead, {\"minNodes\": 1, \"maxNodes\": %d} with resources for each machine", s.Nodes)
 		case s.Ray != nil && s.Ray.Workers > 0:
 			add("elastic", "applies to batch jobs on one machine, not to Ray sessions")
 		case s.Resources.MIGProfile != "" || s.Resources.GPUShareMiB != 0:
@@ -74,6 +80,9 @@ func fieldErrs(check func(add func(string, string, ...any)), add func(string, st
 func elasticFeasibility(s state.Session, nodes []state.Node, plan placer.PlanOptions, now time.Time) []FieldError {
 	if s.Elastic == nil || len(nodes) == 0 {
 		return nil
+	}
+	if s.Elastic.ByNodes() {
+		return elasticNodesFeasibility(s, nodes, plan, now)
 	}
 	at := s
 	at.Elastic, at.Resources.GPUs = nil, s.Elastic.Max

@@ -159,8 +159,8 @@ func (a *API) jobLogs(c *gin.Context, v SessionView, tail int, follow bool) {
 	prefix := true
 	if r := c.Query("rank"); r != "" {
 		n, err := strconv.Atoi(r)
-		if err != nil || n < 0 || n >= v.Nodes {
-			a.invalid(c, "Invalid request", []FieldError{{Field: "query rank", Message: fmt.Sprintf("got %q, want a rank of the job, 0 to %d", r, v.Nodes-1)}})
+		if most := v.JobNodes(v.Status); err != nil || n < 0 || n >= most { // an elastic job: the ranks of its current attempt
+			a.invalid(c, "Invalid request", []FieldError{{Field: "query rank", Message: fmt.Sprintf("got %q, want a rank of the job, 0 to %d", r, most-1)}})
 			return
 		}
 		if n >= len(ranks) {

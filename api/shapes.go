@@ -65,9 +65,15 @@ func (a *API) feasible(s state.Session, now time.Time) []FieldError {
 // verdictKey is what of s the admission check reads: its queue entry
 // without who asked, when, or at what priority (the check plans the
 // request alone, on empty nodes with no quotas), and whether it is a Ray
-// session (which names the field an error is reported on).
+// session (which names the field an error is reported on). A range of
+// machines (elastic minNodes) is planned down to its minimum: not the
+// verdict of a fixed job of its maximum.
 func verdictKey(s state.Session, now time.Time) (string, error) {
 	q := state.NewQueueEntry(s, now)
+	minNodes := 0
+	if el := q.Elastic; el != nil && el.ByNodes() {
+		minNodes = el.MinNodes
+	}
 	b, err := json.Marshal(struct {
 		Kind          state.SessionKind
 		Request       state.Resources
@@ -75,7 +81,8 @@ func verdictKey(s state.Session, now time.Time) (string, error) {
 		WorkerRequest *state.Resources
 		Nodes         int
 		Ray           bool
-	}{q.Kind, q.Request, q.Workers, q.WorkerRequest, q.Nodes, s.Ray != nil})
+		MinNodes      int `json:",omitempty"`
+	}{q.Kind, q.Request, q.Workers, q.WorkerRequest, q.Nodes, s.Ray != nil, minNodes})
 	return string(b), err
 }
 

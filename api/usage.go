@@ -117,7 +117,11 @@ func (a *API) readUsage(ctx context.Context, w usageWindow, now time.Time) ([]us
 			return true
 		}
 		from, to := maxTime(*st.Bound, w.from), minTime(now, w.to)
-		for day, ms := range state.SplitByDay(sl.gpus(), from, to) {
+		gpus := sl.gpus()
+		if n := state.ElasticSize(&st); n > 0 {
+			gpus = n // an elastic job's attempt at the size it was bound at, as the accountant counts it
+		}
+		for day, ms := range state.SplitByDay(gpus, from, to) {
 			out = append(out, usageSpan{team: sl.Team, user: sl.Owner, day: day, ms: ms})
 		}
 		return true

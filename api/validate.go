@@ -305,6 +305,7 @@ func buildSession(req SessionRequest, prof *state.Profile, adm admission) (state
 			s.Ray = nil
 		}
 	}
+	validateElasticNodes(req.Elastic, &s, adm.nodesLimit(), add)
 	adm.validateNodes(&s, add)
 	validateElastic(req.Elastic, &s, add)
 	switch {
@@ -398,15 +399,21 @@ func mergeVolumes(prof *state.Profile, reqs []VolumeRequest) []volumeAsk {
 	return out
 }
 
-// validateNodes checks a multi-node job's nodes and onPartFailure, and
-// sets the default onPartFailure (StopAll) of one.
-func (adm admission) validateNodes(s *state.Session, add func(field, format string, args ...any)) {
-	// Ranks 1 to nodes-1 bind as a Ray session's workers do, in the same
-	// one transaction.
+// nodesLimit is the most machines one multi-node job may have: ranks 1
+// to nodes-1 bind as a Ray session's workers do, in the same one
+// transaction.
+func (adm admission) nodesLimit() int {
 	limit := maxWorkers + 1
 	if adm.maxWorkers > 0 {
 		limit = min(limit, adm.maxWorkers+1)
 	}
+	return limit
+}
+
+// validateNodes checks a multi-node job's nodes and onPartFailure, and
+// sets the default onPartFailure (StopAll) of one.
+func (adm admission) validateNodes(s *state.Session, add func(field, format string, args ...any)) {
+	limit := adm.nodesLimit()
 	switch {
 	case s.Nodes < 0:
 		add("nodes", "got %d, want 0 or 1 (one machine) or 2 to %d machines for a multi-node job", s.Nodes, limit)

@@ -378,6 +378,24 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			return write(t, cli, put{k.Ledger("n2"), ledger("n2", map[string]state.Allocation{"s1": two})}, put{k.Binding("n2", "s1"), bnd("s1", two)},
 				put{k.Status("s1"), elasticStatus("s1", state.PhaseRunning, 2)})
 		}, history.RuleElasticOverSize, func(k state.Keys) string { return k.Status("s1") }, 0},
+		{"an elastic multi-node job that binds a second machine while its status says one", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Node("n2"), node("n2")}, put{k.Status("s1"), status("s1", state.PhasePending)})
+			// CPU-only parts: only the count of machines can break.
+			head, worker := alloc(100, nil), alloc(100, nil)
+			head.Role, worker.Role = state.RoleHead, state.RoleWorker
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": head})}, put{k.Binding("n1", "s1"), bnd("s1", head)},
+				put{k.Status("s1"), elasticNodesStatus("s1", state.PhaseBound, "n1")})
+			return write(t, cli, put{k.Ledger("n2"), ledger("n2", map[string]state.Allocation{"s1": worker})}, put{k.Binding("n2", "s1"), bnd("s1", worker)})
+		}, history.RuleElasticOverSize, func(k state.Keys) string { return k.Status("s1") }, 0},
+		{"an elastic multi-node job whose parts hold more GPUs than its size", func(t *testing.T, k state.Keys) int64 {
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Status("s1"), status("s1", state.PhasePending)})
+			head := alloc(100, nil, "GPU-n1-0")
+			head.Role = state.RoleHead
+			write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": head})}, put{k.Binding("n1", "s1"), bnd("s1", head)},
+				put{k.Status("s1"), elasticNodesStatus("s1", state.PhaseBound, "n1")})
+			head.GPUs = []string{"GPU-n1-0", "GPU-n1-1"}
+			return write(t, cli, put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": head})}, put{k.Binding("n1", "s1"), bnd("s1", head)})
+		}, history.RuleElasticOverSize, func(k state.Keys) string { return k.Status("s1") }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := state.MustKeys(fmt.Sprintf("/case%d", i))

@@ -51,6 +51,9 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 			return true
 		}
 		j := placer.ElasticJob{Session: id, Min: el.Min, Max: el.Max}
+		if el.ByNodes() && it.Value.part != nil {
+			j.Min, j.Max, j.Nodes, j.Part = el.MinNodes, el.MaxNodes, true, *it.Value.part
+		}
 		w, hasW := v.warnings.Get(k.Warning(id))
 		st, hasSt := v.statuses.Get(k.Status(id))
 		switch {
@@ -100,7 +103,7 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		if r.Deferred {
 			continue
 		}
-		if err := c.warnResize(ctx, v, r, specRevs[r.Session], ledgerRevs[r.Node]); err != nil {
+		if err := c.warnResize(ctx, v, r, specRevs[r.Session], ledgerRevs); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -108,14 +111,19 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 }
 
 // warnResize writes r's warning if the job's warning is still absent, its
-// spec at specRev, its node's ledger at ledgerRev and, for a shrink, its
-// waiter's queue entry at the revision the plan read.
-func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, specRev, ledgerRev int64) error {
+// spec at specRev, its node's ledger (a range of machines: every ledger
+// the decision read, r.Ledgers) at the revision in ledgerRevs and, for a
+// shrink, its waiter's queue entry at the revision the plan read.
+func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, specRev int64, ledgerRevs map[string]int64) error {
 	k := c.cfg.Keys
 	stopAt := v.now.Add(c.cfg.ResizeNotice)
+	unit := "GPUs"
+	if r.Nodes {
+		unit = "nodes"
+	}
 	w := state.Warning{Session: r.Session, Reason: state.ReasonResized, Issued: v.now, StopAt: stopAt, Node: r.Node, By: r.For, Size: r.To,
-		Message: fmt.Sprintf("resize: it %s; it will be stopped at %s (SIGTERM, then its grace to checkpoint) and restarted at %d GPUs",
-			r.Why, stopAt.Format(time.RFC3339), r.To)}
+		Message: fmt.Sprintf("resize: it %s; it will be stopped at %s (SIGTERM, then its grace to checkpoint) and restarted at %d %s",
+			r.Why, stopAt.Format(time.RFC3339), r.To, unit)}
 	val, err := state.Encode(w)
 	if err != nil {
 		return fmt.Errorf("warn resize of %s: %w", r.Session, err)
@@ -123,7 +131,13 @@ func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, s
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(k.Warning(r.Session)), "=", 0),
 		clientv3.Compare(clientv3.ModRevision(k.Session(r.Session)), "=", specRev),
-		clientv3.Compare(clientv3.ModRevision(k.Ledger(r.Node)), "=", ledgerRev),
+	}
+	ledgers := r.Ledgers
+	if len(ledgers) == 0 {
+		ledgers = []string{r.Node}
+	}
+	for _, n := range ledgers {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Ledger(n)), "=", ledgerRevs[n]))
 	}
 	if r.For != "" {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Pending(r.For)), "=", r.ForRevision))
@@ -157,14 +171,23 @@ func (c *Controller) resizeStands(v *view, w state.Warning) *state.Warning {
 // changing nothing, when s is not elastic or the size is out of its range.
 func resizeSpec(s *state.Session, w state.Warning, ev *state.Eviction) bool {
 	el := s.Elastic
-	if el == nil || w.Size < el.Min || w.Size > el.Max {
+	if el == nil {
+		return false
+	}
+	if lo, hi := el.Bounds(); w.Size < lo || w.Size > hi {
 		return false
 	}
 	at := ev.At
 	next := *el
-	next.Size, next.Resizes, next.Resized, next.Why = w.Size, el.Resizes+1, &at, w.Message
+	next.Resizes, next.Resized, next.Why = el.Resizes+1, &at, w.Message
+	if el.ByNodes() {
+		next.Nodes = w.Size
+		ev.Message = fmt.Sprintf("resized to %d nodes", w.Size)
+	} else {
+		next.Size = w.Size
+		ev.Message = fmt.Sprintf("resized to %d GPUs", w.Size)
+	}
 	s.Elastic = &next
-	ev.Message = fmt.Sprintf("resized to %d GPUs", w.Size)
 	return true
 }
 
@@ -173,6 +196,9 @@ func resizeSpec(s *state.Session, w state.Warning, ev *state.Eviction) bool {
 func resizedMessage(s state.Session) string {
 	if s.Elastic == nil {
 		return "re-queued after a resize"
+	}
+	if s.Elastic.ByNodes() {
+		return fmt.Sprintf("re-queued to run on %d nodes (resize %d): %s", s.Elastic.Nodes, s.Elastic.Resizes, s.Elastic.Why)
 	}
 	return fmt.Sprintf("re-queued to run at %d GPUs (resize %d): %s", s.Elastic.Size, s.Elastic.Resizes, s.Elastic.Why)
 }

@@ -104,6 +104,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	specRev := put(keys.Session("el-cmp"))
 	ledgerKey := keys.Ledger("node-cmp")
 	ledgerRev := put(ledgerKey)
+	ledger2Rev := put(keys.Ledger("node-cmp2"))
 	forRev := put(keys.Pending("vip-cmp"))
 	r := placer.Resize{Session: "el-cmp", Node: "node-cmp", From: 4, To: 2, For: "vip-cmp", ForRevision: forRev, Why: "vip-cmp is owed 2 GPUs"}
 	v := &view{now: time.Now()}
@@ -118,7 +119,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	refused := func(what string, specRev, ledgerRev int64, r placer.Resize) {
 		t.Helper()
 		before := ctl.conflicts.Load()
-		if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+		if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 			t.Fatal(err)
 		}
 		if warned() {
@@ -133,7 +134,13 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	stale := r
 	stale.ForRevision = forRev - 1
 	refused("waiter's queue entry moved since the plan read it", specRev, ledgerRev, stale)
-	if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+	// A range of machines: every ledger the decision read is compared.
+	nodes := r
+	nodes.Nodes, nodes.Ledgers, nodes.From, nodes.To = true, []string{"node-cmp", "node-cmp2"}, 3, 2
+	ledger2Rev--
+	refused("a second node's ledger moved since the plan read it", specRev, ledgerRev, nodes)
+	ledger2Rev++
+	if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 		t.Fatal(err)
 	}
 	if !warned() {
@@ -144,7 +151,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := ctl.conflicts.Load()
-	if err := ctl.warnResize(ctx, v, r, specRev, ledgerRev); err != nil {
+	if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := cli.Get(ctx, keys.Warning("el-cmp"))
@@ -153,5 +160,37 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	}
 	if again.Kvs[0].ModRevision != first.Kvs[0].ModRevision || ctl.conflicts.Load() != before+1 {
 		t.Error("a second resize warning was written over the one that stands")
+	}
+}
+
+// TestResizeSpecOfARangeOfMachines: a resize's eviction records, in the
+// spec of a job over a range of machines, the count it runs on next
+// (Elastic.Nodes, its next queue entry's cap), never a count outside
+// MinNodes to MaxNodes, and leaves a range of GPUs' size alone.
+func TestResizeSpecOfARangeOfMachines(t *testing.T) {
+	at := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
+	spec := func() state.Session {
+		return state.Session{ID: "el", Kind: state.KindBatch, Nodes: 3, Resources: state.Resources{GPUs: 2},
+			Elastic: &state.Elastic{MinNodes: 1, MaxNodes: 3, Nodes: 3, Resizes: 1}}
+	}
+	s := spec()
+	ev := &state.Eviction{Reason: state.ReasonResized, At: at, Requeue: true}
+	if !resizeSpec(&s, state.Warning{Reason: state.ReasonResized, Size: 2, Message: "for carol"}, ev) {
+		t.Fatal("a resize to 2 of 1-3 machines refused")
+	}
+	if el := s.Elastic; el.Nodes != 2 || el.Size != 0 || el.Resizes != 2 || el.Resized == nil || !el.Resized.Equal(at) || el.Why != "for carol" || ev.Message != "resized to 2 nodes" {
+		t.Errorf("spec after the resize: %+v, eviction %q", *el, ev.Message)
+	}
+	if q := state.NewQueueEntry(s, at); q.Workers != 1 || q.Nodes != 3 {
+		t.Errorf("its next queue entry: workers %d nodes %d, want 1 and 3 (two parts, a multi-node job's ports)", q.Workers, q.Nodes)
+	}
+	for _, size := range []int{0, 4} {
+		s := spec()
+		if resizeSpec(&s, state.Warning{Reason: state.ReasonResized, Size: size}, &state.Eviction{At: at}) || s.Elastic.Nodes != 3 {
+			t.Errorf("a resize to %d of 1-3 machines was recorded: %+v", size, *s.Elastic)
+		}
+	}
+	if msg := resizedMessage(s); msg != "re-queued to run on 2 nodes (resize 2): for carol" {
+		t.Errorf("re-queued message %q", msg)
 	}
 }

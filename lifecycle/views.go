@@ -26,6 +26,9 @@ type specView struct {
 	// elastic is the spec's Elastic (its range, the size its last resize
 	// asked for and when); nil for a fixed-size session.
 	elastic *state.Elastic
+	// part is, for a range of machines (elastic.ByNodes), each machine's
+	// request: where one more fits, the job may grow. Nil otherwise.
+	part *state.Resources
 }
 
 // stopping is state.Session.Stopping.
@@ -33,7 +36,7 @@ func (s specView) stopping() bool { return s.stopped || s.evicted }
 
 // viewSpec is the spec's view.
 func viewSpec(s state.Session) specView {
-	return specView{
+	v := specView{
 		maxRuntime:  s.Limits.MaxRuntime.Std(),
 		idleTimeout: s.Limits.IdleTimeout.Std(),
 		notebook:    s.Kind == state.KindNotebook,
@@ -41,6 +44,11 @@ func viewSpec(s state.Session) specView {
 		evicted:     s.Eviction != nil,
 		elastic:     s.Elastic,
 	}
+	if s.Elastic != nil && s.Elastic.ByNodes() {
+		r := s.Resources
+		v.part = &r
+	}
+	return v
 }
 
 // decodeView decodes a stored W into its view V.

@@ -12,9 +12,23 @@ import (
 // per GPU on one machine), and its range. A resize restarts the job with
 // these at the new size; VOYAGER_RESIZES above 0 tells it to resume from
 // its checkpoint.
+//
+// A multi-node job over a range of machines gets its range and resizes
+// here; its world (WORLD_SIZE, NNODES, NODE_RANK, MASTER_ADDR) is the
+// parts of its current attempt, from JobEnv.
 func elasticEnv(s state.Session, b state.Binding) map[string]string {
 	el := s.Elastic
-	if el == nil || s.Gang() {
+	if el == nil {
+		return nil
+	}
+	if el.ByNodes() {
+		return map[string]string{
+			"VOYAGER_ELASTIC_MIN_NODES": strconv.Itoa(el.MinNodes),
+			"VOYAGER_ELASTIC_MAX_NODES": strconv.Itoa(el.MaxNodes),
+			"VOYAGER_RESIZES":           strconv.Itoa(el.Resizes),
+		}
+	}
+	if s.Gang() {
 		return nil
 	}
 	n := strconv.Itoa(len(b.GPUs))

@@ -145,8 +145,8 @@ func (w *worker) jobParts(ctx context.Context, sess state.Session) ([]JobPart, e
 		parts[r] = JobPart{Rank: r, Node: n, Address: node.Address, Subnet: node.Subnet, GPUs: len(b.GPUs), Ports: p,
 			attempt: b.Attempt, queueRevision: b.QueueRevision}
 	}
-	if len(parts) != sess.Nodes {
-		return nil, fmt.Errorf("find the parts of job %s: its status names %d nodes, the job has %d", id, len(parts), sess.Nodes)
+	if want := sess.JobNodes(st); len(parts) != want {
+		return nil, fmt.Errorf("find the parts of job %s: its status names %d nodes, the job has %d", id, len(parts), want)
 	}
 	return parts, nil
 }

@@ -233,6 +233,9 @@ func (p *Placer) bindOps(t *bindTxn) ([]state.LedgerWrite, []clientv3.Cmp, []cli
 
 func boundMessage(d Decision) string {
 	pp := d.Parts[0]
+	if len(d.Parts) > 1 && d.Pending.Entry.Nodes > 1 { // a multi-node job: rank 0 first
+		return "bound to " + strconv.Itoa(len(d.Parts)) + " nodes, rank 0 on " + pp.Node + ", each with " + strconv.Itoa(len(pp.Devices)) + " GPUs"
+	}
 	if len(d.Parts) > 1 {
 		return "bound to " + pp.Node + " with " + strconv.Itoa(len(pp.Devices)) + " GPUs and " + strconv.Itoa(len(d.Parts)-1) + " Ray workers"
 	}

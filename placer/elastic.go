@@ -10,7 +10,8 @@ import (
 )
 
 // Elastic jobs (state.Elastic) run at any size from a minimum to a maximum
-// of GPUs on one machine. Two decisions are made here, both pure:
+// of GPUs on one machine (ranges of machines: elastic_nodes.go). Two
+// decisions are made here, both pure:
 //
 //   - At its turn in the plan's order, a queued elastic job is bound at
 //     the largest size from its cap (Elastic.Cap: its maximum, or the size
@@ -45,6 +46,9 @@ type elasticState struct {
 // minimum.
 func (p *planner) placeElastic(it *Pending, position int, plan *Plan) (Decision, bool) {
 	e := it.Entry
+	if e.Elastic != nil && e.Elastic.ByNodes() {
+		return p.placeElasticNodes(it, position, plan) // elastic_nodes.go
+	}
 	if e.Elastic == nil || it.Pinned || e.Workers > 0 || e.Request.Fraction() || e.Elastic.Min < 1 {
 		return p.place(it, position, plan)
 	}
@@ -108,7 +112,7 @@ func elasticShares(s *Snapshot, total int64, weight func(string) float64, shareR
 		if it.Pinned {
 			continue
 		}
-		if el := it.Entry.Elastic; el != nil && it.Entry.Workers == 0 {
+		if el := it.Entry.Elastic; el != nil && !el.ByNodes() && it.Entry.Workers == 0 {
 			demand[it.Entry.Owner] += 1000 * int64(el.Cap())
 			continue
 		}
@@ -127,6 +131,10 @@ type ElasticJob struct {
 	// Target, when above 0, is the size a resize already decided takes
 	// it to: the job counts at that size, and is not decided again.
 	Target int
+	// Nodes: Min, Max and Target count machines, not GPUs (a range of
+	// machines, elastic_nodes.go), and Part is each machine's request.
+	Nodes bool
+	Part  state.Resources
 }
 
 // Resize is one decision of PlanElastic: Session, holding From GPUs on
@@ -146,6 +154,11 @@ type Resize struct {
 	// Why says the decision in plain words, for the warning, the status
 	// and the events.
 	Why string
+	// Nodes: From and To count machines (a range of machines); Ledgers
+	// are then every node whose ledger the decision read (the job's, and
+	// those it grows onto or its waiter takes), Node its head's.
+	Nodes   bool
+	Ledgers []string
 }
 
 // ElasticOptions tune PlanElastic.
@@ -163,7 +176,9 @@ type ElasticOptions struct {
 // waiting for capacity that fair share owes the GPUs (in plan order, the
 // smallest shrink of one job on one node that lets the waiter fit), then
 // grows into idle GPUs while nothing waits for capacity that fair share
-// prefers. Like NewPlan it is pure and deterministic.
+// prefers. Jobs over a range of machines (ElasticJob.Nodes) shrink, when no
+// range of GPUs serves a waiter, and grow, after them, by whole parts
+// (elastic_nodes.go). Like NewPlan it is pure and deterministic.
 func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt ElasticOptions) []Resize {
 	if len(jobs) == 0 {
 		return nil
@@ -171,7 +186,9 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 	if opt.Max <= 0 {
 		opt.Max = 8
 	}
+	jobs, nj := splitNodeJobs(jobs) // ranges of machines: elastic_nodes.go
 	views, names := planViews(s, plan)
+	nj.locate(views, names)
 	// Jobs already being resized count at their target size.
 	where := map[string]string{} // elastic session → node
 	for _, name := range names {
@@ -215,22 +232,34 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		if w.Reason != "Capacity" || w.Pending.Pinned {
 			continue
 		}
-		if e.Workers > 0 || e.Request.Fraction() || e.Request.GPUs == 0 || len(out) >= opt.Max {
+		if len(out) >= opt.Max || e.Request.Fraction() {
 			blocking = append(blocking, e)
 			continue
 		}
-		if fitsOnceFreed(views, names, opt.Freeing, e) {
+		single := e.Workers == 0 && e.Request.GPUs > 0
+		if single && fitsOnceFreed(views, names, opt.Freeing, e) || !single && fitsOnceFreedParts(views, names, opt.Freeing, e) {
 			continue // room being freed serves it: no shrink, and no grow into it
 		}
-		r, ok := shrinkFor(views, names, jobs, decided, w.Pending, owed)
+		var r Resize
+		ok := false
+		if single {
+			r, ok = shrinkFor(views, names, jobs, decided, w.Pending, owed)
+		}
+		if !ok {
+			r, ok = nj.shrinkNodesFor(views, names, decided, w.Pending, owed)
+		}
 		if !ok {
 			blocking = append(blocking, e)
 			continue
 		}
 		decided[r.Session] = true
 		out = append(out, r)
-		held[e.Owner] += 1000 * int64(e.Request.GPUs)
-		order.addGPUs(e.Team, e.Owner, 1000*int64(e.Request.GPUs))
+		g := 1000 * int64(e.Request.GPUs)
+		if !single {
+			g = requestGPUs(e, 0)
+		}
+		held[e.Owner] += g
+		order.addGPUs(e.Team, e.Owner, g)
 	}
 	// Grows: idle GPUs on the job's node, nothing waiting that fair
 	// share prefers, no more than the owner's water-filled share.
@@ -247,6 +276,18 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 	}
 	sort.Strings(ids)
 	total := s.totalMilliGPUs()
+	// blocked: a waiter no shrink serves that fair share prefers to a's
+	// owner; fairGPUs: owner's water-filled share with extra more demand.
+	blocked := func(a *state.Allocation) bool {
+		return slices.ContainsFunc(blocking, func(e *state.QueueEntry) bool {
+			return !(e.Priority < a.Priority) && order.compare(e, a) <= 0
+		})
+	}
+	fairGPUs := func(owner string, extra int64) int64 {
+		d := maps.Clone(demand)
+		d[owner] += extra
+		return waterFill(total, d, weight)[owner]
+	}
 	for _, id := range ids {
 		j := jobs[id]
 		name, ok := where[id]
@@ -259,18 +300,13 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		if size >= j.Max {
 			continue
 		}
-		if slices.ContainsFunc(blocking, func(e *state.QueueEntry) bool {
-			return !(e.Priority < a.Priority) && order.compare(e, &a) <= 0
-		}) {
+		if blocked(&a) {
 			continue
 		}
 		req := state.Resources{GPUs: 1}
 		free := newNodeState(v).freeDevices(&req)
 		to := min(j.Max, size+free)
-		d := maps.Clone(demand)
-		d[a.Owner] += 1000 * int64(j.Max-size)
-		share := waterFill(total, d, weight)
-		to = min(to, max(size, int((share[a.Owner]-held[a.Owner])/1000)+size))
+		to = min(to, max(size, int((fairGPUs(a.Owner, 1000*int64(j.Max-size))-held[a.Owner])/1000)+size))
 		to = min(to, size+quotaRoom(s, views, names, &a))
 		if to <= size {
 			continue
@@ -281,6 +317,9 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		decided[id] = true
 		out = append(out, Resize{Session: id, Node: name, From: size, To: to,
 			Why: fmt.Sprintf("grows from %d to %d GPUs (range %d-%d): %d GPUs sit idle on %s and nothing waits that fair share prefers", size, to, j.Min, j.Max, to-size, name)})
+	}
+	if len(out) < opt.Max {
+		out = append(out, nj.growNodes(s, views, names, decided, held, order, blocked, fairGPUs, opt.Max-len(out))...)
 	}
 	return out
 }
@@ -478,8 +517,8 @@ func (s *Snapshot) totalMilliGPUs() int64 {
 // elasticNote is what a bound status's message adds for an elastic job:
 // its size within its range.
 func elasticNote(e *state.QueueEntry) string {
-	if e.Elastic == nil || e.Elastic.Size <= 0 {
+	if e.Elastic == nil || e.Elastic.Current() <= 0 {
 		return ""
 	}
-	return " (elastic: " + e.Elastic.Range(e.Elastic.Size) + ")"
+	return " (elastic: " + e.Elastic.Range(e.Elastic.Current()) + ")"
 }

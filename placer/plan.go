@@ -642,7 +642,7 @@ func (p *planner) largest(r *state.Resources) string {
 // Ray head (0) and its workers; it ends by e's max runtime.
 func (p *planner) partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
 	role := state.RoleSingle
-	if e.Workers > 0 {
+	if e.Workers > 0 || e.Nodes > 1 { // a multi-node job on one machine (elastic_nodes.go) is still its rank 0
 		role = state.RoleHead
 		if i > 0 {
 			role = state.RoleWorker

@@ -11,21 +11,37 @@ import (
 const ReasonResized = "Resized"
 
 // Elastic asks that a batch job run at any size from Min to Max GPUs on
-// one machine (Session.Elastic, copied into its queue entry), and says
-// where it stands (Status.Elastic). Resources.GPUs holds Min: what
-// admission checks a node can hold and what the job needs at the least.
-// The placer starts it at the largest size fair share allows, at least
-// Min; the lifecycle controller grows it when GPUs sit idle and shrinks it
-// when waiting work is owed them, each resize a restart at the new size
-// (placer/elastic.go, lifecycle/elastic.go).
+// one machine, or (MinNodes, MaxNodes) on any number of machines from
+// MinNodes to MaxNodes (Session.Elastic, copied into its queue entry), and
+// says where it stands (Status.Elastic). For a range of GPUs
+// Resources.GPUs holds Min: what admission checks a node can hold and what
+// the job needs at the least. For a range of machines Resources is each
+// machine's part and Session.Nodes holds MaxNodes: the job is a multi-node
+// job (Session.Gang) whose current attempt runs on JobNodes of them. The
+// placer starts it at the largest size fair share allows, at least its
+// minimum; the lifecycle controller grows it when GPUs (or whole machines)
+// sit idle and shrinks it when waiting work is owed them, each resize a
+// restart at the new size (placer/elastic.go, placer/elastic_nodes.go,
+// lifecycle/elastic.go).
 type Elastic struct {
-	// Min and Max bound the job's GPUs: 1 ≤ Min < Max.
-	Min int `json:"min"`
-	Max int `json:"max"`
-	// Size is, in a spec and a queue entry, the size the last resize asked
-	// for (0: none yet, the placer chooses), a cap on the size the job is
-	// bound at next; in a status, the size it is bound at now.
+	// Min and Max bound the job's GPUs: 1 ≤ Min < Max. Zero for a range
+	// of machines.
+	Min int `json:"min,omitempty"`
+	Max int `json:"max,omitempty"`
+	// MinNodes and MaxNodes bound the job's machines, one part on each:
+	// 1 ≤ MinNodes < MaxNodes. Zero for a range of GPUs.
+	MinNodes int `json:"minNodes,omitempty"`
+	MaxNodes int `json:"maxNodes,omitempty"`
+	// Size is, for a range of GPUs, in a spec and a queue entry, the size
+	// the last resize asked for (0: none yet, the placer chooses), a cap
+	// on the size the job is bound at next; in a status, the size it is
+	// bound at now. For a range of machines it is set in a status only:
+	// the GPUs of all its parts (what accounting and the checker count).
 	Size int `json:"size,omitempty"`
+	// Nodes is, for a range of machines, what Size is for a range of
+	// GPUs: in a spec and a queue entry the machines the last resize asked
+	// for (a cap; 0: none yet), in a status the machines it is bound at.
+	Nodes int `json:"nodes,omitempty"`
 	// Resizes counts the resizes so far.
 	Resizes int `json:"resizes,omitempty"`
 	// Resized is when the last resize was decided: the next waits
@@ -33,6 +49,37 @@ type Elastic struct {
 	Resized *time.Time `json:"resized,omitempty"`
 	// Why says the last resize's cause in plain words.
 	Why string `json:"why,omitempty"`
+}
+
+// ByNodes reports whether the range is one of machines (MinNodes to
+// MaxNodes), not of GPUs.
+func (e *Elastic) ByNodes() bool { return e.MaxNodes > 0 }
+
+// Bounds is the range in its unit: MinNodes and MaxNodes for a range of
+// machines, else Min and Max.
+func (e *Elastic) Bounds() (lo, hi int) {
+	if e.ByNodes() {
+		return e.MinNodes, e.MaxNodes
+	}
+	return e.Min, e.Max
+}
+
+// Current is the size in its unit: Nodes for a range of machines, else
+// Size.
+func (e *Elastic) Current() int {
+	if e.ByNodes() {
+		return e.Nodes
+	}
+	return e.Size
+}
+
+// NodeCap is the most machines a range of machines may be bound at now:
+// MaxNodes, or the count the last resize asked for.
+func (e *Elastic) NodeCap() int {
+	if e.Nodes >= e.MinNodes && e.Nodes > 0 && e.Nodes < e.MaxNodes {
+		return e.Nodes
+	}
+	return e.MaxNodes
 }
 
 // Cap is the most GPUs the job may be bound at now: Max, or the size the
@@ -56,8 +103,15 @@ func (s Session) Resizing() bool {
 	return s.Eviction != nil && s.Eviction.Reason == ReasonResized && s.Eviction.Requeue && s.Elastic != nil
 }
 
-// Range renders the job's size as "2 of 2-8 GPUs" (size 0: "2-8 GPUs").
+// Range renders the job's size, in its unit, as "2 of 2-8 GPUs" (size
+// 0: "2-8 GPUs"), or "2 of 1-3 nodes" for a range of machines.
 func (e *Elastic) Range(size int) string {
+	if e.ByNodes() {
+		if size <= 0 {
+			return fmt.Sprintf("%d-%d nodes", e.MinNodes, e.MaxNodes)
+		}
+		return fmt.Sprintf("%d of %d-%d nodes", size, e.MinNodes, e.MaxNodes)
+	}
 	if size <= 0 {
 		return fmt.Sprintf("%d-%d GPUs", e.Min, e.Max)
 	}
@@ -81,4 +135,14 @@ func AttemptGPUs(s Session, size int) int {
 		return size
 	}
 	return SessionGPUs(s)
+}
+
+// JobNodes is how many parts the current attempt of multi-node job s
+// has: Nodes, or, for a range of machines, the count its status st was
+// bound at (MaxNodes while it has none).
+func (s Session) JobNodes(st Status) int {
+	if s.Elastic != nil && s.Elastic.ByNodes() && st.Elastic != nil && st.Elastic.Nodes > 0 {
+		return st.Elastic.Nodes
+	}
+	return s.Nodes
 }

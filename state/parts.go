@@ -148,6 +148,7 @@ func MergeParts(spec Session, cur Status, parts []PartStatus, now time.Time) (Ev
 	if !slices.Contains(live, cur.Phase) {
 		return "", cur, false, nil
 	}
+	spec.Nodes = spec.JobNodes(cur) // a range of machines: the parts of this attempt
 	v, ok := decidingPart(spec, parts)
 	if !ok {
 		return "", cur, false, nil

@@ -273,3 +273,45 @@ func TestStatusCurrent(t *testing.T) {
 		t.Error("a status from before part keys refuses its node's part")
 	}
 }
+
+// TestMergePartsOfARangeOfMachines: an elastic job over a range of
+// machines (spec Nodes = MaxNodes) runs when every part of its current
+// attempt runs, as many as its status was bound at (JobNodes), not
+// MaxNodes; rank 0 alone on one machine decides as a job on one machine's
+// part does.
+func TestMergePartsOfARangeOfMachines(t *testing.T) {
+	spec := state.Session{ID: "s1", Kind: state.KindBatch, Desired: state.DesiredRunning, Nodes: 3,
+		Elastic: &state.Elastic{MinNodes: 1, MaxNodes: 3}}
+	for _, c := range []struct {
+		name  string
+		nodes []string
+		parts []state.PartStatus
+		want  state.Phase
+		msg   string
+	}{
+		{"two of two parts running", []string{"n1", "n2"},
+			[]state.PartStatus{part(0, "n1", state.PhaseRunning, started(1)), part(1, "n2", state.PhaseRunning, started(2))}, state.PhaseRunning, "all 2 parts running"},
+		{"one of two parts running", []string{"n1", "n2"},
+			[]state.PartStatus{part(0, "n1", state.PhaseRunning, started(1)), part(1, "n2", state.PhaseStarting)}, state.PhaseStarting, "1 of 2 parts running"},
+		{"rank 0 alone on one machine", []string{"n1"},
+			[]state.PartStatus{part(0, "n1", state.PhaseRunning, started(1))}, state.PhaseRunning, ""}, // its one part decides, as a job on one machine's
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cur := state.Status{Session: "s1", Phase: state.PhaseStarting, Nodes: c.nodes, QueueRevision: 7,
+				Elastic: &state.Elastic{MinNodes: 1, MaxNodes: 3, Nodes: len(c.nodes), Size: 2 * len(c.nodes)}}
+			if got := spec.JobNodes(cur); got != len(c.nodes) {
+				t.Errorf("JobNodes = %d, want %d", got, len(c.nodes))
+			}
+			_, st, _, err := state.MergeParts(spec, cur, c.parts, *at(10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Phase != c.want || st.Message != c.msg {
+				t.Errorf("merged %s %q, want %s %q", st.Phase, st.Message, c.want, c.msg)
+			}
+		})
+	}
+	if got := spec.JobNodes(state.Status{}); got != 3 {
+		t.Errorf("JobNodes before any bind = %d, want MaxNodes 3", got)
+	}
+}

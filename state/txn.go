@@ -47,6 +47,11 @@ func NewQueueEntry(s Session, now time.Time) QueueEntry {
 	if s.Elastic != nil {
 		el := *s.Elastic
 		q.Elastic = &el
+		if s.Gang() && el.ByNodes() {
+			// A range of machines asks for its cap; the placer may bind
+			// fewer parts, down to MinNodes (placer/elastic_nodes.go).
+			q.Workers = el.NodeCap() - 1
+		}
 	}
 	q.Secrets = NeedsSecrets(s)
 	return q

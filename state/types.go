@@ -199,7 +199,9 @@ type Session struct {
 	// one is a job on one machine.
 	Nodes int `json:"nodes,omitempty"`
 	// Elastic, when set, lets a batch job on one machine run at any size
-	// from Elastic.Min to Elastic.Max GPUs (elastic.go).
+	// from Elastic.Min to Elastic.Max GPUs, or a multi-node job (Nodes is
+	// then Elastic.MaxNodes) on Elastic.MinNodes to MaxNodes machines
+	// (elastic.go).
 	Elastic *Elastic `json:"elastic,omitempty"`
 	// OnPartFailure is what a multi-node job does when one part fails:
 	// PartFailureStopAll (the default) ends the job with that part's exit
@@ -343,7 +345,9 @@ type QueueEntry struct {
 	// its parts need the job's ports, not Ray's (Ports).
 	Nodes int `json:"nodes,omitempty"`
 	// Elastic is Session.Elastic: the placer binds the job at a size from
-	// Min to Cap() (placer/elastic.go), not at Request.GPUs.
+	// Min to Cap() (placer/elastic.go), not at Request.GPUs; a range of
+	// machines at MinNodes to NodeCap() parts (Workers is NodeCap()-1;
+	// placer/elastic_nodes.go).
 	Elastic *Elastic `json:"elastic,omitempty"`
 	// MaxRuntime is the session's max runtime (Limits.MaxRuntime) when it
 	// was queued; zero: none. The placer lets a session with one run on a

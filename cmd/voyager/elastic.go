@@ -40,27 +40,37 @@ func (g *gpuRange) Set(v string) error {
 
 func (g *gpuRange) Type() string { return "N|MIN-MAX" }
 
-// nodeCount is the --nodes flag: a count. A range (an elastic multi-node
-// job) is refused with what to ask for instead.
-type nodeCount struct{ n *int }
+// nodeCount is the --nodes flag: a count N, or MIN-MAX for an elastic
+// multi-node job (the API's elastic minNodes and maxNodes; the API checks
+// the numbers).
+type nodeCount struct{ n, max *int }
 
 func (c nodeCount) String() string {
 	if c.n == nil {
 		return "0"
 	}
+	if c.max != nil && *c.max > 0 {
+		return fmt.Sprintf("%d-%d", *c.n, *c.max)
+	}
 	return strconv.Itoa(*c.n)
 }
 
 func (c nodeCount) Set(v string) error {
-	if strings.Contains(v, "-") && !strings.HasPrefix(v, "-") {
-		return fmt.Errorf("a range of nodes (an elastic multi-node job) is not supported yet: ask for a fixed --nodes N, or a range of GPUs on one machine with --gpus MIN-MAX")
+	lo, hi, ranged := strings.Cut(v, "-")
+	n, err := strconv.Atoi(lo)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a number of machines such as 2, or a range MIN-MAX such as 1-4 for an elastic multi-node job")
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return fmt.Errorf("want a number of machines such as 2")
+	*c.n, *c.max = n, 0
+	if !ranged {
+		return nil
 	}
-	*c.n = n
+	m, err := strconv.Atoi(hi)
+	if err != nil || m < 1 {
+		return fmt.Errorf("want a range MIN-MAX such as 1-4 for an elastic multi-node job, got %q", v)
+	}
+	*c.max = m
 	return nil
 }
 
-func (c nodeCount) Type() string { return "int" }
+func (c nodeCount) Type() string { return "N|MIN-MAX" }

@@ -37,7 +37,12 @@ COMMAND with MASTER_ADDR, MASTER_PORT, WORLD_SIZE (N), NODE_RANK and a
 hostfile (VOYAGER_HOSTFILE) in its environment, so that torchrun, DeepSpeed
 or mpirun find each other (docs/api.md). Its output is every part's, each
 line prefixed "[rank R] "; its exit code rank 0's, or the first failed
-part's (--on-part-failure StopAll, the default, also stops the others).`
+part's (--on-part-failure StopAll, the default, also stops the others).
+With --nodes MIN-MAX (e.g. 1-4) it is elastic: it starts on as many
+machines as fair share and free machines allow, at least MIN, and is
+restarted (SIGTERM, its grace to checkpoint) on more machines when they sit
+idle, or on fewer, never below MIN, when waiting work is owed them; each
+start sees its WORLD_SIZE, NNODES and NODE_RANK.`
 
 // Exit codes of voyager run besides the job's own.
 const (

@@ -32,7 +32,7 @@ type specFlags struct {
 	cpu                        float64
 	env                        []string
 	rayWorkers                 int
-	nodes                      int
+	nodes, nodesMax            int // nodesMax > 0: an elastic range --nodes nodes-nodesMax
 	onPartFailure              string
 	maxRuntime, idleTimeout    time.Duration
 	priority                   int
@@ -66,7 +66,7 @@ func (s *specFlags) register(cmd *cobra.Command, withKind bool) {
 	fs.Int64Var(&s.memory, "memory", 0, "memory in MiB (default 4096 with GPUs, 1024 without)")
 	fs.StringArrayVar(&s.env, "env", nil, "KEY=VALUE for the container's environment (repeatable)")
 	fs.IntVar(&s.rayWorkers, "ray-workers", 0, "Ray workers on more nodes")
-	fs.Var(nodeCount{&s.nodes}, "nodes", "machines of a multi-node batch job (torchrun, DeepSpeed, MPI): one part on each, with these resources")
+	fs.Var(nodeCount{&s.nodes, &s.nodesMax}, "nodes", "machines of a multi-node batch job (torchrun, DeepSpeed, MPI): one part on each, with these resources; MIN-MAX, e.g. 1-4, for an elastic one that grows and shrinks by whole machines (restarted at each new count)")
 	fs.StringVar(&s.onPartFailure, "on-part-failure", "", "what a multi-node job does when one part fails: StopAll (default) or Continue")
 	_ = cmd.RegisterFlagCompletionFunc("on-part-failure", cobra.FixedCompletions([]cobra.Completion{state.PartFailureStopAll, state.PartFailureContinue}, cobra.ShellCompDirectiveNoFileComp))
 	fs.DurationVar(&s.maxRuntime, "max-runtime", 0, "stop after this long running (0: no limit)")
@@ -140,6 +140,12 @@ func (s *specFlags) request(command []string) (api.SessionRequest, error) {
 	}
 	if s.gpusMax > 0 {
 		r.Elastic = &api.ElasticRequest{Min: s.gpus, Max: s.gpusMax}
+	}
+	if s.nodesMax > 0 {
+		if r.Elastic == nil {
+			r.Elastic = &api.ElasticRequest{}
+		}
+		r.Nodes, r.Elastic.MinNodes, r.Elastic.MaxNodes = 0, s.nodes, s.nodesMax
 	}
 	if s.maxRuntime != 0 || s.idleTimeout != 0 {
 		r.Limits = &state.Limits{MaxRuntime: state.Duration(s.maxRuntime), IdleTimeout: state.Duration(s.idleTimeout)}
@@ -537,7 +543,14 @@ func writeSession(w io.Writer, s api.SessionView) {
 		if s.StopsAll() {
 			onFailure = state.PartFailureStopAll
 		}
-		row("Parts", fmt.Sprintf("%d machines, each with the above; on part failure: %s", s.Nodes, onFailure))
+		machines := fmt.Sprintf("%d machines", s.Nodes)
+		if el := s.Elastic; el != nil && el.ByNodes() {
+			machines = el.Range(0) + " (elastic)"
+			if st := s.Status.Elastic; st != nil && st.Nodes > 0 && !s.Status.Phase.Terminal() {
+				machines = st.Range(st.Nodes) + " (elastic)"
+			}
+		}
+		row("Parts", fmt.Sprintf("%s, each with the above; on part failure: %s", machines, onFailure))
 	}
 	if s.ShmMiB > 0 {
 		row("Shared memory", fmt.Sprintf("%d MiB", s.ShmMiB))
