@@ -88,6 +88,9 @@ type ElasticConfig struct {
 	Seed uint64
 	Mode ElasticMode
 	Cost ElasticCost
+	// given, when set, are the arrivals instead of the streams' draws
+	// (each session's id names its stream's index: "s<i>-…").
+	given []session
 }
 
 // JCT summarises job completion times, in minutes from arrival to end.
@@ -168,6 +171,9 @@ func RunElastic(cfg ElasticConfig) ElasticResult {
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x766f7961676572))
 	arr := arrivals(&base, rng)
+	if cfg.given != nil {
+		arr = cfg.given
+	}
 	// Curves come from their own stream, so every mode sees the same.
 	crng := rand.New(rand.NewPCG(cfg.Seed, 40))
 	jobs := make([]*ejob, len(arr))
