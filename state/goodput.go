@@ -80,3 +80,15 @@ func FoldGoodput(samples []GoodputSample, s GoodputSample) []GoodputSample {
 	slices.SortFunc(out, func(a, b GoodputSample) int { return a.Size - b.Size })
 	return out
 }
+
+// foldActivityGoodput is el with the goodput report of activity a folded
+// into its Goodput (a copy; el is not changed), or el itself when either
+// is nil or a carries no report.
+func foldActivityGoodput(el *Elastic, a *Activity) *Elastic {
+	if el == nil || a == nil || a.Goodput == nil {
+		return el
+	}
+	next := *el
+	next.Goodput = FoldGoodput(el.Goodput, *a.Goodput)
+	return &next
+}

@@ -449,6 +449,9 @@ type Activity struct {
 	Jupyter *JupyterActivity `json:"jupyter,omitempty"`
 	// GPUs is each allocated GPU's use on this node.
 	GPUs []GPUActivity `json:"gpus,omitempty"`
+	// Goodput is the report an elastic job's container last wrote
+	// (GoodputFile), as the agent read and validated it; nil when none.
+	Goodput *GoodputSample `json:"goodput,omitempty"`
 }
 
 // JupyterActivity is what a Jupyter server's /api/status and /api/kernels say.
