@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -57,7 +58,9 @@ func TestRunElasticModel(t *testing.T) {
 // TestElasticAgainstFixed asserts what the table of placer/README.md
 // ("Elastic jobs against fixed sizes", `make sim-elastic`) shows, each
 // figure the mean over seeds 1-3 (seed 1 alone under -short or the race
-// detector) of the elastic jobs' mean completion time:
+// detector, which also keeps two shapes, high-90 and mixed-30+40: about
+// 4 minutes for all five on a loaded machine) of the elastic jobs' mean
+// completion time:
 //   - where load is high (high-90, mixed-50+40), elastic jobs finish at
 //     least 5% sooner than the better of the two fixed choices (measured
 //     9-20% sooner), with and without goodput reports, and their p99 is
@@ -72,10 +75,14 @@ func TestRunElasticModel(t *testing.T) {
 //     elastic jobs hold what fair share gives them).
 func TestElasticAgainstFixed(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
+	shapes := ElasticSuite(16)
 	if testing.Short() || raceEnabled {
 		seeds = seeds[:1]
 	}
-	rows := RunElasticSuite(ElasticSuite(16), seeds)
+	if raceEnabled {
+		shapes = slices.DeleteFunc(shapes, func(sh ElasticShape) bool { return sh.Name != "high-90" && sh.Name != "mixed-30+40" })
+	}
+	rows := RunElasticSuite(shapes, seeds)
 	t.Logf("\n%s", ElasticTable(rows))
 	type sums struct{ best, blind, goodput, fixedMin, fixedBlind, fixedGoodput, bestP99, blindP99, goodputP99 float64 }
 	by := map[string]*sums{}
@@ -120,7 +127,7 @@ func TestElasticAgainstFixed(t *testing.T) {
 				name, s.fixedBlind, s.fixedGoodput, s.fixedMin)
 		}
 	}
-	if len(by) != len(ElasticSuite(16)) {
-		t.Errorf("%d shapes measured, want %d", len(by), len(ElasticSuite(16)))
+	if len(by) != len(shapes) || len(shapes) < 2 {
+		t.Errorf("%d shapes measured, want %d", len(by), len(shapes))
 	}
 }
