@@ -173,13 +173,16 @@ func (act *activity) goodput(now time.Time, cur *state.Activity) bool {
 		cur.Goodput = &state.GoodputSample{GoodputReport: r, At: now}
 	case !errors.Is(err, errNoReport):
 		act.problem("read goodput report", err)
+		cur.GoodputError = err.Error()
 	}
 	var last *state.GoodputSample
+	lastErr := ""
 	if act.last != nil {
-		last = act.last.Goodput
+		last, lastErr = act.last.Goodput, act.last.GoodputError
 	}
-	if !goodputChanged(last, cur.Goodput) || now.Sub(act.goodputAt) < goodputWriteSamples*act.w.a.cfg.ActivityEvery {
-		cur.Goodput = last
+	changed := goodputChanged(last, cur.Goodput) || cur.GoodputError != lastErr
+	if !changed || now.Sub(act.goodputAt) < goodputWriteSamples*act.w.a.cfg.ActivityEvery {
+		cur.Goodput, cur.GoodputError = last, lastErr
 		return false
 	}
 	return true

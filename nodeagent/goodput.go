@@ -30,8 +30,9 @@ import (
 // device, a directory, or a hard link to a file elsewhere), never follows
 // a link, reads at most goodputMaxBytes, and accepts one JSON object of
 // the documented fields whose values pass state.GoodputReport.Validate
-// (its size the GPUs the job holds). A refused file is logged (a warning
-// the first time, then at debug) and publishes nothing; reads happen once
+// (its size the GPUs the job holds). A refused file publishes no report
+// but the activity's GoodputError, and is logged (a warning the first
+// time, then at debug); reads happen once
 // per sample, and a report alone moves the part's activity only when it
 // changed meaningfully and goodputWriteSamples sampling intervals have
 // passed since the last.

@@ -23,15 +23,14 @@ import (
 // report directory at /run/voyager and VOYAGER_GOODPUT_FILE; the report it
 // writes there reaches its status in etcd (the activity, and the elastic
 // record of each size), a changed report replaces it, and a symbolic link
-// planted in its place is never published. A fixed-size job gets no
+// planted in its place is never published: the activity says why. A fixed-size job gets no
 // report directory.
 func TestAgentPublishesGoodputReport(t *testing.T) {
 	cli := etcdtest.New(t)
 	rt := newFake()
 	cfg := testConfig(t, cli, rt)
 	cfg.ActivityEvery = 50 * time.Millisecond
-	a, _ := runAgent(t, cfg)
-	reg := registry(a)
+	runAgent(t, cfg)
 	gpus := []string{cfg.GPUs[0].UUID, cfg.GPUs[1].UUID}
 
 	// Every value the status takes, from before the bind on.
@@ -81,11 +80,10 @@ func TestAgentPublishesGoodputReport(t *testing.T) {
 	if err := os.Symlink(planted, file); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := metric(t, reg, "voyager_agent_activity_samples_total", nil)
-	waitFor(t, "5 samples with the link in place", 10*time.Second, func() (bool, string) {
-		v, _ := metric(t, reg, "voyager_agent_activity_samples_total", nil)
-		return v >= before+5, ""
-	})
+	st := waitActivity(t, cli, "train", "the link refused", 10*time.Second, func(a *state.Activity) bool { return a.GoodputError != "" })
+	if !strings.Contains(st.Activity.GoodputError, "not a regular file") || st.Activity.Goodput != nil {
+		t.Errorf("activity %+v, want no report and an error saying the file is not a regular file", st.Activity)
+	}
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +114,10 @@ func TestAgentPublishesGoodputReport(t *testing.T) {
 		return st
 	}
 	report(500)
-	st := published(500)
+	st = published(500)
+	if st.Activity.GoodputError != "" {
+		t.Errorf("the refusal stayed after a good report: %q", st.Activity.GoodputError)
+	}
 	if g := st.Elastic.Goodput[0]; g.Size != 2 || g.Efficiency != 0.9 || g.At.IsZero() {
 		t.Errorf("published %+v, want size 2, efficiency 0.9, a time", g)
 	}

@@ -452,6 +452,9 @@ type Activity struct {
 	// Goodput is the report an elastic job's container last wrote
 	// (GoodputFile), as the agent read and validated it; nil when none.
 	Goodput *GoodputSample `json:"goodput,omitempty"`
+	// GoodputError says why the agent refused the report file, so the
+	// job's owner can mend it; empty when none was refused.
+	GoodputError string `json:"goodputError,omitempty"`
 }
 
 // JupyterActivity is what a Jupyter server's /api/status and /api/kernels say.

@@ -92,28 +92,35 @@ func TestGoodputReportE2E(t *testing.T) {
 	waitLog("planted " + planted)
 	// The agent read the link and refused it.
 	dev.waitFor("not a regular file", 60*time.Second)
+	waitStatus := func(what string, cond func(state.Status) bool) state.Status {
+		t.Helper()
+		deadline := time.Now().Add(120 * time.Second)
+		for {
+			st, _, err := state.Get[state.Status](ctx, cli, k.Status(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cond(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				b, _ := json.Marshal(st)
+				t.Fatalf("waited for %s; the status: %s", what, b)
+			}
+			time.Sleep(250 * time.Millisecond) // polling etcd for a condition, with a deadline
+		}
+	}
+	waitStatus("the refusal in the status", func(st state.Status) bool {
+		return st.Activity != nil && strings.Contains(st.Activity.GoodputError, "not a regular file")
+	})
 	if err := os.WriteFile(filepath.Join(env.dataDir(), "homes", "ada", "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitLog("written")
 
-	var st state.Status
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		var err error
-		st, _, err = state.Get[state.Status](ctx, cli, k.Status(id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Elastic != nil && len(st.Elastic.Goodput) > 0 && st.Activity != nil && st.Activity.Goodput != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b, _ := json.Marshal(st)
-			t.Fatalf("no goodput in the status: %s", b)
-		}
-		time.Sleep(250 * time.Millisecond) // polling etcd for a condition, with a deadline
-	}
+	st := waitStatus("the report in the status", func(st state.Status) bool {
+		return st.Elastic != nil && len(st.Elastic.Goodput) > 0 && st.Activity != nil && st.Activity.Goodput != nil && st.Activity.GoodputError == ""
+	})
 	g := st.Elastic.Goodput[0]
 	if len(st.Elastic.Goodput) != 1 || g.Size != st.Elastic.Size || g.Size != 8 || g.SamplesPerSecond != 1234.5 || g.Efficiency != 0.9 {
 		t.Errorf("status.elastic.goodput %+v at size %d, want the job's report at 8 GPUs", st.Elastic.Goodput, st.Elastic.Size)
