@@ -48,6 +48,9 @@ type ControllerConfig struct {
 	// ResizeNotice is the time between a resize's warning and its stop.
 	// Zero: the next pass stops it.
 	ResizeNotice time.Duration
+	// Goodput makes resizes goodput-aware (placer.ElasticOptions.Goodput,
+	// VOYAGER_PLACER_GOODPUT).
+	Goodput bool
 	// Plan are the placers' planning options: preemption plans the queue
 	// the way they do.
 	Plan placer.PlanOptions
@@ -570,6 +573,9 @@ func (c *Controller) evict(ctx context.Context, id string, specRev int64, w watc
 			// Not elastic, or the size is out of its range: never
 			// evicted for it.
 			return c.withdraw(ctx, id, w.ModRevision, "resize out of the job's range")
+		}
+		if st, ok := c.statuses.Get(k.Status(id)); ok {
+			s.Elastic.Goodput = st.goodput // the next size's status starts with it
 		}
 	}
 	s.Eviction = ev

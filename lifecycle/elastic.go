@@ -56,6 +56,7 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		}
 		w, hasW := v.warnings.Get(k.Warning(id))
 		st, hasSt := v.statuses.Get(k.Status(id))
+		j.Goodput = st.goodput
 		switch {
 		case hasW && w.Reason == state.ReasonResized:
 			j.Target = w.Size
@@ -96,7 +97,7 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 	}
 	plan := placer.NewPlan(snap, c.cfg.Plan)
 	var errs []error
-	for _, r := range placer.PlanElastic(snap, plan, jobs, placer.ElasticOptions{Freeing: freeing}) {
+	for _, r := range placer.PlanElastic(snap, plan, jobs, placer.ElasticOptions{Freeing: freeing, Goodput: c.cfg.Goodput}) {
 		if r.For != "" {
 			v.owed[r.For] = true
 		}

@@ -77,6 +77,8 @@ type statusView struct {
 	starting                     bool      // Phase is PhaseBound or PhaseStarting
 	waiting                      bool      // Status.Waiting(): waits to be re-queued
 	sampled                      bool      // Activity is set
+	// goodput is an elastic job's goodput reports (Elastic.Goodput).
+	goodput []state.GoodputSample
 }
 
 // viewStatus is the status's view.
@@ -99,6 +101,9 @@ func viewStatus(st state.Status) statusView {
 	}
 	if st.Activity != nil {
 		v.lastActive = st.Activity.LastActive
+	}
+	if st.Elastic != nil {
+		v.goodput = st.Elastic.Goodput
 	}
 	return v
 }

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -41,6 +42,13 @@ type activity struct {
 	last      *state.Activity      // last written
 	idleSince map[string]time.Time // by GPU UUID
 	warned    bool
+
+	// reports is an elastic job's report directory on the host ("" for
+	// others), size the GPUs it holds, and goodputAt when a changed
+	// report last caused a write (goodput.go).
+	reports   string
+	size      int
+	goodputAt time.Time
 }
 
 func (w *worker) newActivity(sess state.Session, info runtime.Info) *activity {
@@ -50,6 +58,9 @@ func (w *worker) newActivity(sess state.Session, info runtime.Info) *activity {
 		client: &http.Client{Timeout: timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 	}
 	b := w.item.Value
+	if _, ok := w.a.reportsMount(sess, w.id); ok {
+		act.reports, act.size = w.a.reportsDir(w.id), len(b.GPUs)
+	}
 	if sess.Kind == state.KindNotebook && b.Role != state.RoleWorker {
 		if p, err := SplitPorts(sess.Kind, b.Role, b.Ports); err == nil {
 			act.port = p.Jupyter
@@ -135,13 +146,46 @@ func (act *activity) sample(ctx context.Context) {
 		}
 	}
 	w.a.setActivity(w.item.Value.Session, cur.GPUs)
-	if !activityChanged(act.last, &cur, cfg.GPUBusyPercent) {
+	report := act.goodput(now, &cur)
+	if !activityChanged(act.last, &cur, cfg.GPUBusyPercent) && !report {
 		return
 	}
 	if w.setPart(ctx, state.EventObserve, func(st *state.PartStatus) { st.Activity = &cur }) {
 		w.a.activityWrites.Add(1)
 		act.last = &cur
+		if report {
+			act.goodputAt = now
+		}
 	}
+}
+
+// goodput reads an elastic job's report into cur (goodput.go), and
+// reports whether it alone is worth a write: it changed meaningfully and
+// goodputWriteSamples sampling intervals passed since the last write it
+// caused. A report not worth writing leaves the one last written in cur.
+func (act *activity) goodput(now time.Time, cur *state.Activity) bool {
+	if act.reports == "" {
+		return false
+	}
+	r, err := readGoodput(act.reports, act.size)
+	switch {
+	case err == nil:
+		cur.Goodput = &state.GoodputSample{GoodputReport: r, At: now}
+	case !errors.Is(err, errNoReport):
+		act.problem("read goodput report", err)
+		cur.GoodputError = err.Error()
+	}
+	var last *state.GoodputSample
+	lastErr := ""
+	if act.last != nil {
+		last, lastErr = act.last.Goodput, act.last.GoodputError
+	}
+	changed := goodputChanged(last, cur.Goodput) || cur.GoodputError != lastErr
+	if !changed || now.Sub(act.goodputAt) < goodputWriteSamples*act.w.a.cfg.ActivityEvery {
+		cur.Goodput, cur.GoodputError = last, lastErr
+		return false
+	}
+	return true
 }
 
 // seed reads the status once: the start that activity counts from, and

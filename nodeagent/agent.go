@@ -457,6 +457,9 @@ func (a *Agent) reconcile(ctx context.Context, snap *watcher.Snapshot[state.Bind
 		} else if n > 0 {
 			a.log.Info("removed old session logs", "files", n, "olderThan", a.cfg.LogRetention)
 		}
+		if _, err := a.pruneReports(live); err != nil {
+			a.log.Warn("prune goodput report directories", "err", err)
+		}
 		if n, err := a.pruneSecrets(ctx); err != nil {
 			a.log.Warn("prune session secrets", "err", err)
 		} else if n > 0 {

@@ -140,7 +140,8 @@ func bindAll(t testing.TB, cli *clientv3.Client, ss []state.Session, bs []state.
 			l.Allocations[s.ID] = state.Allocation{Owner: s.Owner, Role: b.Role, GPUs: b.GPUs, CPUMilli: b.CPUMilli, MemoryMiB: b.MemoryMiB, Ports: b.Ports}
 			placements = append(placements, state.Placement{
 				Session: s.ID, PendingRevision: b.QueueRevision, Bindings: []state.Binding{b}, Secrets: specSecretsOf(t, cli, s.ID),
-				Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: []string{node}, Attempt: b.Attempt, Created: s.Created, Updated: now, Bound: &now},
+				Status: state.Status{Session: s.ID, Phase: state.PhaseBound, Nodes: []string{node}, Attempt: b.Attempt, Created: s.Created, Updated: now, Bound: &now,
+					Elastic: boundElastic(s, b)},
 			})
 		}
 		nr, err := cli.Get(ctx, keys.Node(node))
@@ -251,4 +252,15 @@ func secretURL(t testing.TB, cli *clientv3.Client, id, name string) string {
 		t.Fatalf("secrets of %s on %s: %+v, %v; want a %s URL", id, node, sec, err, name)
 	}
 	return sec.URLs[name]
+}
+
+// boundElastic is what a placer's bind writes in an elastic job's status:
+// its range at the size bound (nil for other sessions).
+func boundElastic(s state.Session, b state.Binding) *state.Elastic {
+	if s.Elastic == nil {
+		return nil
+	}
+	el := *s.Elastic
+	el.Size = len(b.GPUs)
+	return &el
 }

@@ -129,6 +129,10 @@ func (a *Agent) ContainerSpec(s state.Session, b state.Binding, args []string, t
 	for _, v := range s.Volumes {
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: v.HostPath, Target: v.MountPath, ReadOnly: v.ReadOnly, Create: v.PerUser, Private: v.PerUser})
 	}
+	if m, ok := a.reportsMount(s, id); ok {
+		spec.Mounts = append(spec.Mounts, m)
+		spec.Env["VOYAGER_GOODPUT_FILE"] = state.GoodputFile
+	}
 	if len(b.GPUs) > 0 && cfg.LogDir != "" {
 		file, ncclFile, err := a.writeTopology(id, b.GPUs)
 		if err != nil {

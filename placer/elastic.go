@@ -135,6 +135,10 @@ type ElasticJob struct {
 	// machines, elastic_nodes.go), and Part is each machine's request.
 	Nodes bool
 	Part  state.Resources
+	// Goodput is what the job reported of its throughput at the sizes it
+	// ran at (Status.Goodput): with ElasticOptions.Goodput, the planner's
+	// estimate of what a GPU more or less adds or takes (goodput.go).
+	Goodput []state.GoodputSample
 }
 
 // Resize is one decision of PlanElastic: Session, holding From GPUs on
@@ -169,6 +173,9 @@ type ElasticOptions struct {
 	// have released their room needs no shrink, but their GPUs are not
 	// idle yet, so no job grows into them.
 	Freeing map[string]bool
+	// Goodput: grows and shrinks prefer the jobs whose reported goodput
+	// gains the most, or loses the least, per GPU (goodput.go).
+	Goodput bool
 }
 
 // PlanElastic decides resizes of running elastic jobs (jobs, by session),
@@ -243,7 +250,7 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		var r Resize
 		ok := false
 		if single {
-			r, ok = shrinkFor(views, names, jobs, decided, w.Pending, owed)
+			r, ok = shrinkFor(views, names, jobs, decided, w.Pending, owed, opt.Goodput)
 		}
 		if !ok {
 			r, ok = nj.shrinkNodesFor(views, names, decided, w.Pending, owed)
@@ -288,6 +295,10 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		d[owner] += extra
 		return waterFill(total, d, weight)[owner]
 	}
+	var want map[string]int // goodput-aware sizes; nil: size-blind
+	if opt.Goodput && anyGoodput(jobs) {
+		want = goodputTargets(views, where, jobs, decided)
+	}
 	for _, id := range ids {
 		j := jobs[id]
 		name, ok := where[id]
@@ -306,6 +317,9 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		req := state.Resources{GPUs: 1}
 		free := newNodeState(v).freeDevices(&req)
 		to := min(j.Max, size+free)
+		if want != nil {
+			to = min(to, max(size, want[id]))
+		}
 		to = min(to, max(size, int((fairGPUs(a.Owner, 1000*int64(j.Max-size))-held[a.Owner])/1000)+size))
 		to = min(to, size+quotaRoom(s, views, names, &a))
 		if to <= size {
@@ -359,10 +373,10 @@ func quotaRoom(s *Snapshot, views map[string]*NodeView, names []string, a *state
 // It applies it to views (the job at its new size, w's allocation added)
 // and returns it.
 func shrinkFor(views map[string]*NodeView, names []string, jobs map[string]ElasticJob, decided map[string]bool,
-	w *Pending, owed func(*state.QueueEntry, *state.Allocation) bool) (Resize, bool) {
+	w *Pending, owed func(*state.QueueEntry, *state.Allocation) bool, goodput bool) (Resize, bool) {
 	e := w.Entry
 	pt := &part{req: &e.Request, role: state.RoleSingle, ports: e.Ports(state.RoleSingle), id: e.Session, owner: e.Owner}
-	best, bestK, bestNode := "", 0, ""
+	best, bestK, bestNode, bestLoss := "", 0, "", 0.0
 	deferred := false
 	for _, name := range names {
 		v := views[name]
@@ -392,7 +406,9 @@ func shrinkFor(views map[string]*NodeView, names []string, jobs map[string]Elast
 				continue
 			}
 			for k := 1; k <= size-j.Min; k++ {
-				if best != "" && k >= bestK {
+				// With goodput, a shrink as small as the best one so far
+				// wins if it loses less (goodput.go).
+				if best != "" && (k > bestK || k == bestK && !(goodput && shrinkLoss(j, size, size-k) < bestLoss)) {
 					break
 				}
 				h := *v
@@ -402,6 +418,7 @@ func shrinkFor(views map[string]*NodeView, names []string, jobs map[string]Elast
 					// A ready job beats one held by its rate limit.
 					if best == "" || j.Ready || !deferred {
 						best, bestK, bestNode, deferred = id, k, name, !j.Ready
+						bestLoss = shrinkLoss(j, size, size-k)
 					}
 					break
 				}

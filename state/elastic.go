@@ -49,6 +49,11 @@ type Elastic struct {
 	Resized *time.Time `json:"resized,omitempty"`
 	// Why says the last resize's cause in plain words.
 	Why string `json:"why,omitempty"`
+	// Goodput is, in a status, the job's latest goodput report at each
+	// size it ran at (GoodputReport, folded in from its activity); a
+	// resize carries it into the spec and the queue entry, so the status
+	// of the next size starts with it.
+	Goodput []GoodputSample `json:"goodput,omitempty"`
 }
 
 // ByNodes reports whether the range is one of machines (MinNodes to

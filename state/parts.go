@@ -180,6 +180,7 @@ func MergeParts(spec Session, cur Status, parts []PartStatus, now time.Time) (Ev
 	st.Phase = next
 	st.Reason, st.Message = v.Reason, v.Message
 	st.ExitCode, st.Started, st.Activity = v.ExitCode, v.Started, v.Activity
+	st.Elastic = foldActivityGoodput(st.Elastic, v.Activity)
 	st.URLs = nil
 	if len(v.URLs) > 0 {
 		st.URLs = maps.Clone(v.URLs)

@@ -476,6 +476,12 @@ type Activity struct {
 	Jupyter *JupyterActivity `json:"jupyter,omitempty"`
 	// GPUs is each allocated GPU's use on this node.
 	GPUs []GPUActivity `json:"gpus,omitempty"`
+	// Goodput is the report an elastic job's container last wrote
+	// (GoodputFile), as the agent read and validated it; nil when none.
+	Goodput *GoodputSample `json:"goodput,omitempty"`
+	// GoodputError says why the agent refused the report file, so the
+	// job's owner can mend it; empty when none was refused.
+	GoodputError string `json:"goodputError,omitempty"`
 }
 
 // JupyterActivity is what a Jupyter server's /api/status and /api/kernels say.

@@ -45,7 +45,7 @@ func newPlacerCmd() *cobra.Command {
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
 		config.EnvPlacerUsageHalfLife, config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
-		config.EnvPreemptGrace, config.EnvPreemptNotebooks, config.EnvElasticInterval, config.EnvElasticNotice,
+		config.EnvPreemptGrace, config.EnvPreemptNotebooks, config.EnvElasticInterval, config.EnvElasticNotice, config.EnvPlacerGoodput,
 	}, secureEnvs...)...)
 }
 
@@ -164,6 +164,7 @@ func newLifecycle(cli *clientv3.Client, cfg config.Config, log *slog.Logger, sha
 		PreemptNotebooks: cfg.PreemptNotebooks,
 		ResizeInterval:   cfg.ElasticInterval,
 		ResizeNotice:     cfg.ElasticNotice,
+		Goodput:          cfg.PlacerGoodput,
 		Plan:             planOptions(cfg),
 		Logger:           log,
 	})

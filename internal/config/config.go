@@ -130,6 +130,7 @@ const (
 	EnvRestartBackoffMax  = "VOYAGER_RESTART_BACKOFF_MAX"
 	EnvElasticInterval    = "VOYAGER_ELASTIC_RESIZE_INTERVAL"
 	EnvElasticNotice      = "VOYAGER_ELASTIC_RESIZE_NOTICE"
+	EnvPlacerGoodput      = "VOYAGER_PLACER_GOODPUT"
 )
 
 // Config holds the settings of one voyager process. Load fills it from the
@@ -368,6 +369,8 @@ type Config struct {
 	ElasticInterval time.Duration `env:"VOYAGER_ELASTIC_RESIZE_INTERVAL" envDefault:"5m" doc:"the least time between two resizes of one elastic job (a resize restarts it at the new size)"`
 	// ElasticNotice is the time between a resize's warning and its stop.
 	ElasticNotice time.Duration `env:"VOYAGER_ELASTIC_RESIZE_NOTICE" envDefault:"0s" doc:"time between an elastic job's resize warning and its stop (then its workers get SIGTERM and VOYAGER_AGENT_STOP_GRACE to checkpoint, and start again at the new size)"`
+	// PlacerGoodput makes elastic resizes goodput-aware.
+	PlacerGoodput bool `env:"VOYAGER_PLACER_GOODPUT" envDefault:"false" doc:"elastic grows and shrinks prefer the jobs whose goodput reports (docs/api.md) say a GPU adds the most or takes the least throughput; jobs without reports are taken to scale linearly, and with none reporting resizes are size-blind"`
 	// RestartBackoff is the first restart delay of OnFailure sessions that name none.
 	RestartBackoff time.Duration `env:"VOYAGER_RESTART_BACKOFF" envDefault:"10s" doc:"delay before the first restart of a failed OnFailure batch session that names no backoff; it doubles each restart"`
 	// RestartBackoffMax caps the doubling restart delay.

@@ -43,4 +43,13 @@
 // shape of the suite (simgap, `make sim-gap`). PowerShapes and PowerTable
 // measure the pack strategy's active machines and waits against binpack
 // and spread (simpower, `make sim-power`).
+//
+// Elastic jobs against fixed sizes (issue 40): RunElastic simulates jobs
+// with a fixed amount of work and an Amdahl throughput per size, resized
+// as the lifecycle controller resizes them (placer.PlanElastic; each
+// resize a restart with its checkpoint, restart and rate limit), against
+// the same arrivals fixed at their minimum and at their maximum, and with
+// goodput reports (placer.ElasticOptions.Goodput). ElasticSuite,
+// RunElasticSuite and ElasticTable make the table of mean and p99
+// completion times (simelastic, `make sim-elastic`).
 package sim
