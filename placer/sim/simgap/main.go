@@ -28,6 +28,11 @@ func run(args []string) error {
 	strategies := fs.String("strategies", "binpack,spread", "strategies, comma-separated")
 	pop := fs.Int("population", 40, "ε-NSGA-II's population")
 	gens := fs.Int("generations", 60, "ε-NSGA-II's generations")
+	limit := fs.Int("search-limit", 5000, "sessions above which ε-NSGA-II is not run (the rolling search and the bound still are)")
+	window := fs.Int("window", 30, "the rolling search's window, in passes")
+	look := fs.Int("lookahead", 60, "the rolling search's lookahead beyond a window, in passes")
+	wpop := fs.Int("window-population", 16, "the rolling search's population in each window")
+	wgens := fs.Int("window-generations", 12, "the rolling search's generations in each window")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,9 +56,13 @@ func run(args []string) error {
 	shapes := sim.Matching(sim.Suite(*nodes, *hours), *only)
 	ss := sim.SeedList(*seeds)
 	start := time.Now()
-	rows := sim.RunGaps(shapes, opt, sts, ss, sim.SearchOptions{Population: *pop, Generations: *gens})
-	fmt.Printf("%d nodes, hours ×%g, default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; ε-NSGA-II population %d, %d generations; %s in all.\n\n",
-		*nodes, *hours, opt.ReserveAfter, sim.SuiteTick, *seeds, *pop, *gens, time.Since(start).Round(time.Second))
+	rows := sim.RunGaps(shapes, opt, sts, ss, sim.GapOptions{
+		Search:      sim.SearchOptions{Population: *pop, Generations: *gens},
+		SearchLimit: *limit,
+		Window:      sim.WindowOptions{Window: *window, Lookahead: *look, Population: *wpop, Generations: *wgens},
+	})
+	fmt.Printf("%d nodes, hours ×%g, default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; ε-NSGA-II population %d, %d generations up to %d sessions; rolling search windows of %d passes, lookahead %d, population %d, %d generations; %s in all.\n\n",
+		*nodes, *hours, opt.ReserveAfter, sim.SuiteTick, *seeds, *pop, *gens, *limit, *window, *look, *wpop, *wgens, time.Since(start).Round(time.Second))
 	fmt.Print(sim.GapTable(rows))
 	for _, r := range rows {
 		if r.Err != nil {
