@@ -21,6 +21,9 @@ type GapOptions struct {
 	// Window is the rolling-horizon search's options (window.go); it runs
 	// on every run of more than ExactLimit sessions.
 	Window WindowOptions
+	// Orders, when set, also schedules each run by each of WindowSeeds'
+	// orders alone (GapRow.Orders): what each order is worth.
+	Orders bool
 }
 
 // GapRow is the planner's gap to the optimum on one run of the suite: the
@@ -48,6 +51,13 @@ type GapRow struct {
 	// RollingErr why it has none (a fair-share slack it missed).
 	Rolling    Objectives
 	RollingErr error
+	// RollingWins counts the windows whose committed order came from each
+	// of WindowSeeds.
+	RollingWins map[string]int
+	// Orders is the mean wait of the rolling scheduler committing one
+	// seed order alone, without search, by WindowSeeds' name ("†" cases,
+	// which break the fair-share slack, are NaN); GapOptions.Orders.
+	Orders map[string]float64
 	// FromPlanner is whether the best point is the planner's own schedule
 	// (Search found nothing better on waits).
 	FromPlanner bool
@@ -159,10 +169,22 @@ func RunGaps(shapes []Shape, opt placer.PlanOptions, strategies []placer.Strateg
 			wo := gopt.Window
 			wo.Seed = r.Seed
 			roll, err := in.RollingSearch(planner, wo)
-			r.Rolling, r.RollingErr = roll.Objectives, err
+			r.Rolling, r.RollingErr, r.RollingWins = roll.Objectives, err, roll.Wins
 			r.Evaluations += roll.Evaluations
 			if err == nil {
 				offer(roll.Objectives, "rolling")
+			}
+			if gopt.Orders {
+				r.Orders = map[string]float64{}
+				for _, name := range WindowSeeds {
+					wo := gopt.Window
+					wo.Seed, wo.Generations, wo.Seeds = r.Seed, -1, []string{name}
+					one, err := in.RollingSearch(planner, wo)
+					r.Orders[name] = one.Objectives.Wait
+					if err != nil {
+						r.Orders[name] = math.NaN()
+					}
+				}
 			}
 			if len(in.Jobs) <= gopt.SearchLimit {
 				so := gopt.Search

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -42,11 +43,15 @@ type WindowOptions struct {
 	// Window and Lookahead are in passes (defaults 30 and 60).
 	Window, Lookahead int
 	// Population and Generations of each window's NSGA-II (defaults 16
-	// and 12).
+	// and 12; Generations below zero: none, and no noisy copies: the best
+	// seed order is committed).
 	Population, Generations int
 	// Urgent is how many passes before its fair-share deadline a session
 	// goes first (default 30).
 	Urgent int
+	// Seeds, when set, are the only WindowSeeds the populations start
+	// from (to tell what knowing run times is worth).
+	Seeds []string
 	// Seed makes the search reproducible.
 	Seed uint64
 }
@@ -64,7 +69,7 @@ func (o *WindowOptions) defaults() {
 		o.Population = 16
 	}
 	o.Population += o.Population % 2
-	if o.Generations <= 0 {
+	if o.Generations == 0 {
 		o.Generations = 12
 	}
 	if o.Urgent <= 0 {
@@ -80,7 +85,17 @@ type Rolling struct {
 	// window decodes ran, and Improved in how many windows the committed
 	// order was not the first seed's (the planner's order).
 	Windows, Evaluations, Improved int
+	// Wins counts the windows whose committed order came from each seed
+	// (WindowSeeds' names; a child counts for its first parent's seed).
+	Wins map[string]int
 }
+
+// WindowSeeds names the orders that seed each window's population, in
+// order: the planner's order of starts, first come first served, shortest
+// run time first, least GPU-time first, earliest fair-share deadline
+// first, and shortest declared max runtime first (what an online planner
+// could know; no max runtime counts as the longest).
+var WindowSeeds = []string{"planner", "fcfs", "shortest", "least GPU-time", "deadline", "shortest declared"}
 
 // runState is the cluster between passes: free GPUs and what runs on each
 // node, and the sessions waiting.
@@ -366,7 +381,7 @@ func (in *Instance) RollingSearch(planner Schedule, opt WindowOptions) (Rolling,
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x726f6c6c)) // "roll"
 	st := in.newRunState()
 	nj := len(in.Jobs)
-	out := Rolling{Schedule: Schedule{Start: make([]int, nj), Nodes: make([][]int, nj)}}
+	out := Rolling{Schedule: Schedule{Start: make([]int, nj), Nodes: make([][]int, nj)}, Wins: map[string]int{}}
 	for j := range out.Schedule.Start {
 		out.Schedule.Start[j] = -1
 	}
@@ -412,6 +427,21 @@ func (in *Instance) RollingSearch(planner Schedule, opt WindowOptions) (Rolling,
 				return float64(jb.GPUs * jb.Parts * jb.Dur)
 			}),
 			rank(func(j int) float64 { return float64(d.latest[j]) }),
+			rank(func(j int) float64 {
+				if l := in.Jobs[j].Limit; l > 0 {
+					return float64(l)
+				}
+				return math.MaxFloat64
+			}),
+		}
+		if len(opt.Seeds) > 0 {
+			var kept [][]float64
+			for i, s := range seeds {
+				if slices.Contains(opt.Seeds, WindowSeeds[i]) {
+					kept = append(kept, s)
+				}
+			}
+			seeds = kept
 		}
 		eval := func(gs []*genome) {
 			var wg sync.WaitGroup
@@ -440,12 +470,16 @@ func (in *Instance) RollingSearch(planner Schedule, opt WindowOptions) (Rolling,
 			out.Evaluations += len(gs)
 		}
 		var pop []*genome
-		for _, s := range seeds {
-			pop = append(pop, &genome{prio: append([]float64(nil), s...)})
+		origin := map[*genome]int{}
+		for i, s := range seeds {
+			g := &genome{prio: append([]float64(nil), s...)}
+			origin[g] = i
+			pop = append(pop, g)
 		}
-		for len(pop) < opt.Population {
+		for opt.Generations >= 0 && len(pop) < opt.Population {
 			base := seeds[len(pop)%len(seeds)]
 			g := &genome{prio: make([]float64, len(jobs))}
+			origin[g] = len(pop) % len(seeds)
 			noise := 0.02 + 0.2*rng.Float64()
 			for i := range g.prio {
 				g.prio[i] = base[i] + noise*rng.NormFloat64()
@@ -488,6 +522,7 @@ func (in *Instance) RollingSearch(planner Schedule, opt WindowOptions) (Rolling,
 				p1, p2 := tournament(), tournament()
 				c1 := &genome{prio: append([]float64(nil), p1.prio...)}
 				c2 := &genome{prio: append([]float64(nil), p2.prio...)}
+				origin[c1], origin[c2] = origin[p1], origin[p2]
 				if rng.Float64() < 0.9 {
 					for i := range c1.prio {
 						if rng.Float64() < 0.5 {
@@ -513,6 +548,7 @@ func (in *Instance) RollingSearch(planner Schedule, opt WindowOptions) (Rolling,
 		if best != first {
 			out.Improved++
 		}
+		out.Wins[seedName(opt.Seeds, origin[best])]++
 		key := append([]float64(nil), d.defKey...)
 		for i, j := range jobs {
 			key[j] = best.prio[i]
@@ -566,4 +602,20 @@ func (in *Instance) FastFCFS(reserve bool) (Schedule, Objectives) {
 		o.Machines, o.Stranded = r.machines/float64(in.Passes), r.stranded/float64(in.Passes)
 	}
 	return s, o
+}
+
+// seedName is the name of the i-th seed of a population started from
+// only (all of WindowSeeds if empty).
+func seedName(only []string, i int) string {
+	n := 0
+	for _, name := range WindowSeeds {
+		if len(only) > 0 && !slices.Contains(only, name) {
+			continue
+		}
+		if n == i {
+			return name
+		}
+		n++
+	}
+	return "?"
 }
