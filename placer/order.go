@@ -6,9 +6,24 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
+
+// ShortFirstNone is what PlanOptions.ShortFirst counts a request without
+// a declared max runtime as: the longest rung people pick (72 h), so that
+// it goes after its owner's shorter requests but is overtaken for at most
+// that long.
+const ShortFirstNone = 72 * time.Hour
+
+// shortFirstLimit is e's declared max runtime as ShortFirst orders by it.
+func shortFirstLimit(e *state.QueueEntry) time.Duration {
+	if l := e.MaxRuntime.Std(); l > 0 {
+		return min(l, ShortFirstNone)
+	}
+	return ShortFirstNone
+}
 
 // queueOrder yields pending sessions in placement order: priority first;
 // within a priority, the owner with the smallest weighted dominant
@@ -80,7 +95,11 @@ func (p *planner) order() *queueOrder {
 				}
 			}
 		}
-		oq.aging = append(oq.aging, ageKey{sec: it.Entry.Created.Unix(), nsec: int32(it.Entry.Created.Nanosecond()), it: it})
+		k := ageKey{sec: it.Entry.Created.Unix(), nsec: int32(it.Entry.Created.Nanosecond()), it: it}
+		if p.opt.ShortFirst {
+			k.sec += int64(shortFirstLimit(it.Entry) / time.Second)
+		}
+		oq.aging = append(oq.aging, k)
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(prios)))
 	q := &queueOrder{}

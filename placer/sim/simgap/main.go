@@ -36,6 +36,7 @@ func run(args []string) error {
 	wgens := fs.Int("window-generations", 12, "the rolling search's generations in each window (-1: none, the best seed order is committed)")
 	wseeds := fs.String("window-seeds", "", "the rolling search's seed orders, comma-separated (empty: all of "+strings.Join(sim.WindowSeeds, ", ")+")")
 	wins := fs.Bool("orders", false, "after the table, which seed order each run's rolling search committed in how many windows, and each order's mean wait alone")
+	shortFirst := fs.Bool("short-first", false, "order each owner's requests shortest declared max runtime first, aged (PlanOptions.ShortFirst)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -46,7 +47,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("load default settings: %w", err)
 	}
-	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter}
+	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter, ShortFirst: *shortFirst}
 	var sts []placer.Strategy
 	for _, s := range strings.Split(*strategies, ",") {
 		switch st := placer.Strategy(strings.TrimSpace(s)); st {
