@@ -17,7 +17,7 @@ import (
 // never better than the exact optimum nor below the lower bound, and the
 // same seed gives the same schedule.
 func TestRollingSearchFeasible(t *testing.T) {
-	solved := 0
+	solved, missed := 0, 0
 	for seed := uint64(1); seed <= 20; seed++ {
 		cfg, res := smallRun(seed)
 		in, planner, err := NewInstance(cfg, res)
@@ -26,7 +26,8 @@ func TestRollingSearchFeasible(t *testing.T) {
 		}
 		r, err := in.RollingSearch(planner, WindowOptions{Window: 4, Lookahead: 8, Population: 8, Generations: 4, Seed: seed})
 		if errors.Is(err, ErrInfeasible) {
-			continue // a heuristic may miss a tight slack; what it returns is never taken then
+			missed++ // a heuristic may miss a tight slack; what it returns is never taken then
+			continue
 		}
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
@@ -44,9 +45,10 @@ func TestRollingSearchFeasible(t *testing.T) {
 			t.Fatalf("seed %d: the rolling search's %+v beats the exact optimum %+v", seed, r.Objectives, opt)
 		}
 	}
-	if solved < 5 {
-		t.Fatalf("only %d runs compared with the exact optimum", solved)
+	if solved < 5 || missed > 10 {
+		t.Fatalf("%d runs compared with the exact optimum, the slack missed on %d of 20", solved, missed)
 	}
+	t.Logf("small runs: %d compared with the exact optimum, the slack missed on %d of 20", solved, missed)
 	shape := Suite(16, 0.1)[1] // flood-drain, 2.4 simulated hours
 	cfg := shape.Build(placer.PlanOptions{ReserveAfter: 10 * time.Minute}, 1)
 	cfg.Record = true
