@@ -184,6 +184,10 @@ func (d *fastDecoder) run(st *runState, from, to int, key []float64, urgent int,
 		pos[n] = len(bucket[f])
 		bucket[f] = append(bucket[f], n)
 	}
+	totalFree := 0
+	for _, f := range st.free {
+		totalFree += f
+	}
 	move := func(n, f int) {
 		old := st.free[n]
 		b := bucket[old]
@@ -192,13 +196,64 @@ func (d *fastDecoder) run(st *runState, from, to int, key []float64, urgent int,
 		pos[last] = pos[n]
 		bucket[old] = b[:len(b)-1]
 		st.free[n] = f
+		totalFree += f - old
 		pos[n] = len(bucket[f])
 		bucket[f] = append(bucket[f], n)
 	}
 	held := map[int]int{} // node → the pass its reservation starts
-	var fit, order []int
+	var fit, heldOrder []int
 	type shadowNode struct{ n, at int }
 	var cand []shadowNode
+	// The waiting sessions in two lists kept sorted across passes (a sort
+	// of the whole queue every pass is what made this slow at 2,000
+	// nodes): urg, those within urgent passes of their deadline, by
+	// deadline then key; norm, the rest by key. A session turns urgent at
+	// the pass in becomes; in marks which list holds it.
+	byKey := func(a, b int) int {
+		if key[a] != key[b] {
+			if key[a] < key[b] {
+				return -1
+			}
+			return 1
+		}
+		return a - b
+	}
+	byDeadline := func(a, b int) int {
+		if d.latest[a] != d.latest[b] {
+			if d.latest[a] < d.latest[b] {
+				return -1
+			}
+			return 1
+		}
+		return byKey(a, b)
+	}
+	isUrgent := func(j, t int) bool { return urgent >= 0 && d.latest[j] != math.MaxInt && d.latest[j]-t <= urgent }
+	const inNorm, inUrg = 1, 2
+	in8 := make(map[int]uint8, len(st.waiting))
+	becomes := map[int][]int{}
+	waitCount := make([]int, G+1) // waiting sessions by GPUs a part
+	var urg, norm, batch []int
+	enter := func(j, t int) {
+		waitCount[min(in.Jobs[j].GPUs, G)]++
+		if isUrgent(j, t) {
+			in8[j] = inUrg
+			i, _ := slices.BinarySearchFunc(urg, j, byDeadline)
+			urg = slices.Insert(urg, i, j)
+			return
+		}
+		in8[j] = inNorm
+		batch = append(batch, j)
+		if urgent >= 0 && d.latest[j] != math.MaxInt {
+			if at := d.latest[j] - urgent; at < to {
+				becomes[at] = append(becomes[at], j)
+			}
+		}
+	}
+	for _, j := range st.waiting {
+		enter(j, from)
+	}
+	slices.SortFunc(batch, byKey)
+	norm, batch = append(norm, batch...), batch[:0]
 	for t := from; t < to && t < in.Passes; t++ {
 		for n := range st.nextEnd {
 			if st.nextEnd[n] > t {
@@ -218,25 +273,36 @@ func (d *fastDecoder) run(st *runState, from, to int, key []float64, urgent int,
 			move(n, f)
 		}
 		for i := d.relStart[t]; i < d.relStart[t+1]; i++ {
-			st.waiting = append(st.waiting, d.byRel[i])
+			enter(d.byRel[i], t)
 		}
-		// Urgent first by deadline, then by key.
-		order = append(order[:0], st.waiting...)
-		sort.SliceStable(order, func(a, b int) bool {
-			ja, jb := order[a], order[b]
-			ua, ub := urgent >= 0 && d.latest[ja]-t <= urgent, urgent >= 0 && d.latest[jb]-t <= urgent
-			if ua != ub {
-				return ua
+		if len(batch) > 0 {
+			slices.SortFunc(batch, byKey)
+			merged := make([]int, 0, len(norm)+len(batch))
+			a, b := 0, 0
+			for a < len(norm) || b < len(batch) {
+				if b == len(batch) || (a < len(norm) && byKey(norm[a], batch[b]) < 0) {
+					merged = append(merged, norm[a])
+					a++
+				} else {
+					merged = append(merged, batch[b])
+					b++
+				}
 			}
-			if ua && d.latest[ja] != d.latest[jb] {
-				return d.latest[ja] < d.latest[jb]
+			norm, batch = merged, batch[:0]
+		}
+		for _, j := range becomes[t] {
+			if in8[j] == inNorm { // still waiting: to the urgent list
+				in8[j] = inUrg
+				i, _ := slices.BinarySearchFunc(urg, j, byDeadline)
+				urg = slices.Insert(urg, i, j)
 			}
-			return key[ja] < key[jb]
-		})
+		}
+		delete(becomes, t)
 		clear(held)
+		heldOrder = heldOrder[:0]
 		reserved := false
-		kept := st.waiting[:0]
-		for _, j := range order {
+		// try starts j if it fits; false if it waits.
+		try := func(j int) bool {
 			jb := &in.Jobs[j]
 			fit = fit[:0]
 			// Best fit among nodes not held, then held nodes the job
@@ -253,8 +319,8 @@ func (d *fastDecoder) run(st *runState, from, to int, key []float64, urgent int,
 				}
 			}
 			if len(fit) < jb.Parts {
-				for n, at := range held {
-					if st.free[n] >= jb.GPUs && t+jb.Dur <= at && len(fit) < jb.Parts && !contains(fit, n) {
+				for _, n := range heldOrder { // in a fixed order: the same run every time
+					if at := held[n]; st.free[n] >= jb.GPUs && t+jb.Dur <= at && len(fit) < jb.Parts && !contains(fit, n) {
 						fit = append(fit, n)
 					}
 				}
@@ -275,11 +341,12 @@ func (d *fastDecoder) run(st *runState, from, to int, key []float64, urgent int,
 				if record {
 					res.starts[j] = startAt{t, nodes}
 				}
-				continue
+				delete(in8, j)
+				waitCount[jb.GPUs]--
+				return true
 			}
-			kept = append(kept, j)
 			if reserved || !reserve {
-				continue
+				return false
 			}
 			// EASY: the first that does not fit is held the nodes on
 			// which its GPUs free earliest.
@@ -312,14 +379,45 @@ func (d *fastDecoder) run(st *runState, from, to int, key []float64, urgent int,
 				at := cand[jb.Parts-1].at
 				for _, c := range cand[:jb.Parts] {
 					held[c.n] = at
+					heldOrder = append(heldOrder, c.n)
 				}
 			}
+			return false
 		}
-		st.waiting = kept
+		// Urgent first, then the rest; once no GPU is free nothing more
+		// can start this pass.
+		keptU := urg[:0]
+		for _, j := range urg {
+			if totalFree == 0 || !try(j) {
+				keptU = append(keptU, j)
+			}
+		}
+		urg = keptU
+		keptN := norm[:0]
+		for i, j := range norm {
+			if totalFree == 0 {
+				for _, j := range norm[i:] {
+					if in8[j] == inNorm {
+						keptN = append(keptN, j)
+					}
+				}
+				break
+			}
+			if in8[j] != inNorm {
+				continue // turned urgent: in urg now
+			}
+			if !try(j) {
+				keptN = append(keptN, j)
+			}
+		}
+		norm = keptN
 		// Machines and stranded GPUs at pass t.
 		smallest := math.MaxInt
-		for _, j := range st.waiting {
-			smallest = min(smallest, in.Jobs[j].GPUs)
+		for g := 1; g <= G; g++ {
+			if waitCount[g] > 0 {
+				smallest = g
+				break
+			}
 		}
 		for f := 0; f <= G; f++ {
 			c := len(bucket[f])
@@ -331,6 +429,7 @@ func (d *fastDecoder) run(st *runState, from, to int, key []float64, urgent int,
 			}
 		}
 	}
+	st.waiting = append(urg, norm...)
 	// Sessions still waiting: their wait up to to, and a violation if
 	// their deadline has passed.
 	end := min(to, in.Passes)
