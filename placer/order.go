@@ -28,7 +28,8 @@ func shortFirstLimit(e *state.QueueEntry) time.Duration {
 // queueOrder yields pending sessions in placement order: priority first;
 // within a priority, the owner with the smallest weighted dominant
 // resource share (DRF) first, recomputed as the pass places sessions,
-// then the owner's oldest request. Age orders only an owner's own
+// then the owner's oldest request (with PlanOptions.ShortFirst, the one
+// whose arrival plus declared max runtime is earliest). Age orders only an owner's own
 // requests (issue 34): an aged tier before the young one (issue 17) let a
 // flooder's backlog, all of it aged, go before another owner's fresh
 // requests whatever their shares; aging now decides only who may hold
@@ -171,7 +172,7 @@ func (q *queueOrder) next() *Pending {
 			if len(oq.items) == 0 {
 				heap.Pop(&tr.owners)
 			} else {
-				heap.Fix(&tr.owners, 0) // its oldest request changed
+				heap.Fix(&tr.owners, 0) // its first request changed
 			}
 			return it
 		}
