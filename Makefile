@@ -15,7 +15,7 @@ IMAGE_CACHE ?= $(or $(VOYAGER_IMAGE_CACHE),$(HOME)/.cache/voyager/images)
 LAZY := -extldflags=-Wl,-z,lazy
 BUILD_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -extldflags "-Wl,-z,lazy"
 
-.PHONY: build dev image test test-short bench bench-scale sim sim-gap sim-power sim-elastic gpu-check lint e2e soak clean-host
+.PHONY: build dev image test test-short bench bench-scale sim sim-gap sim-gap-scale sim-power sim-elastic gpu-check lint e2e soak clean-host
 
 ## build: bin/voyager with the version stamped in
 build:
@@ -78,6 +78,13 @@ sim:
 ## flags (-nodes, -hours, -seeds, -shape, -strategies, -population, -generations)
 sim-gap:
 	go run ./placer/sim/simgap $(SIMFLAGS)
+
+## sim-gap-scale: the planner's gap at 200 and 2,000 nodes (placer/README.md, "At 200 and 2,000 nodes"): every shape over a
+## quarter of its hours, binpack, seed 1; the lower bound, the rolling-horizon search and each seed order alone (no
+## ε-NSGA-II: too slow at that size). SIMFLAGS passes flags (-seeds, -shape, -short-first, -window, ...)
+sim-gap-scale:
+	go run ./placer/sim/simgap -nodes 200 -strategies binpack -search-limit 1 -orders $(SIMFLAGS)
+	go run ./placer/sim/simgap -nodes 2000 -strategies binpack -search-limit 1 -orders $(SIMFLAGS)
 
 ## sim-power: the pack strategy against binpack and spread (placer/README.md, "Fewer active machines"): active machines,
 ## machines empty 30 min, waits, at 16 and 200 nodes. SIMFLAGS passes flags (-nodes, -hours, -seeds, -shape)

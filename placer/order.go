@@ -6,14 +6,30 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
 
+// ShortFirstNone is what PlanOptions.ShortFirst counts a request without
+// a declared max runtime as: the longest rung people pick (72 h), so that
+// it goes after its owner's shorter requests but is overtaken for at most
+// that long.
+const ShortFirstNone = 72 * time.Hour
+
+// shortFirstLimit is e's declared max runtime as ShortFirst orders by it.
+func shortFirstLimit(e *state.QueueEntry) time.Duration {
+	if l := e.MaxRuntime.Std(); l > 0 {
+		return min(l, ShortFirstNone)
+	}
+	return ShortFirstNone
+}
+
 // queueOrder yields pending sessions in placement order: priority first;
 // within a priority, the owner with the smallest weighted dominant
 // resource share (DRF) first, recomputed as the pass places sessions,
-// then the owner's oldest request. Age orders only an owner's own
+// then the owner's oldest request (with PlanOptions.ShortFirst, the one
+// whose arrival plus declared max runtime is earliest). Age orders only an owner's own
 // requests (issue 34): an aged tier before the young one (issue 17) let a
 // flooder's backlog, all of it aged, go before another owner's fresh
 // requests whatever their shares; aging now decides only who may hold
@@ -85,7 +101,11 @@ func (p *planner) order() *queueOrder {
 				}
 			}
 		}
-		oq.aging = append(oq.aging, ageKey{sec: it.Entry.Created.Unix(), nsec: int32(it.Entry.Created.Nanosecond()), it: it})
+		k := ageKey{sec: it.Entry.Created.Unix(), nsec: int32(it.Entry.Created.Nanosecond()), it: it}
+		if p.opt.ShortFirst {
+			k.sec += int64(shortFirstLimit(it.Entry) / time.Second)
+		}
+		oq.aging = append(oq.aging, k)
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(prios)))
 	q := &queueOrder{}
@@ -157,7 +177,7 @@ func (q *queueOrder) next() *Pending {
 			if len(oq.items) == 0 {
 				heap.Pop(&tr.owners)
 			} else {
-				heap.Fix(&tr.owners, 0) // its oldest request changed
+				heap.Fix(&tr.owners, 0) // its first request changed
 			}
 			return it
 		}

@@ -36,6 +36,12 @@ type PlanOptions struct {
 	// whose bind cannot fit one transaction waits as Unsatisfiable with
 	// the limit named, instead of being planned and never committed.
 	MaxTxnOps int
+	// ShortFirst orders each owner's own requests by when each would end
+	// if started at its arrival (created plus declared max runtime; none
+	// counts as ShortFirstNone), earliest first, instead of oldest first:
+	// shortest declared first, aged (issue 40, order.go). The order of
+	// owners by fair share is unchanged.
+	ShortFirst bool
 }
 
 func (o PlanOptions) txnOps() int {

@@ -53,7 +53,7 @@ func newAPICmd() *cobra.Command {
 	}
 	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
-		config.EnvLogLevel, config.EnvLogFormat, config.EnvPlacerStrategy, config.EnvPlacerReserveAfter,
+		config.EnvLogLevel, config.EnvLogFormat, config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerShortFirst,
 	}, append(apiEnvs, secureEnvs...)...)...)
 }
 

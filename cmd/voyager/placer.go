@@ -42,7 +42,7 @@ func newPlacerCmd() *cobra.Command {
 	return withSettings(cmd, append([]string{
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
-		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
+		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerShortFirst, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
 		config.EnvPlacerUsageHalfLife, config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
 		config.EnvPreemptGrace, config.EnvPreemptNotebooks, config.EnvElasticInterval, config.EnvElasticNotice, config.EnvPlacerGoodput,
@@ -92,7 +92,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 // view and feasibility check), so that they all plan alike.
 func planOptions(cfg config.Config) placer.PlanOptions {
 	return placer.PlanOptions{Strategy: placer.Strategy(cfg.PlacerStrategy), ReserveAfter: cfg.PlacerReserveAfter,
-		MaxSessionsPerNode: cfg.MaxSessionsPerNode, MaxTxnOps: cfg.PlacerMaxTxnOps}
+		MaxSessionsPerNode: cfg.MaxSessionsPerNode, MaxTxnOps: cfg.PlacerMaxTxnOps, ShortFirst: cfg.PlacerShortFirst}
 }
 
 // newSharedCaches builds the caches that the process's placer and

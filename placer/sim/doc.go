@@ -39,8 +39,13 @@
 // active schedules of instances of up to ExactLimit sessions (checked
 // against enumeration); Search is ε-NSGA-II on larger ones, deterministic
 // by seed; OnlineFCFS and ClairvoyantFCFS are baselines that tell what a
-// gap is made of. RunGaps and GapTable measure the planner's gap on every
-// shape of the suite (simgap, `make sim-gap`). PowerShapes and PowerTable
+// gap is made of. At 200 and 2,000 nodes, where neither reaches, LowerBound
+// bounds every feasible schedule's wait and machines from below (checked
+// against Exact), and RollingSearch, a rolling-horizon NSGA-II over a fast
+// list scheduler with EASY reservations, finds a feasible schedule from
+// above (FastFCFS gives the baselines at that size). RunGaps and GapTable
+// measure the planner's gap between the two on every shape of the suite
+// (simgap, `make sim-gap` and `make sim-gap-scale`). PowerShapes and PowerTable
 // measure the pack strategy's active machines and waits against binpack
 // and spread (simpower, `make sim-power`).
 //

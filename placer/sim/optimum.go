@@ -42,6 +42,9 @@ type Job struct {
 	Dur int
 	// FairWait is the wait, in minutes, its fair share implied.
 	FairWait float64
+	// Limit is its declared max runtime (zero: none): what an online
+	// planner knows of Dur.
+	Limit time.Duration
 }
 
 // Instance is an arrival sequence on a cluster of identical nodes, planned
@@ -123,7 +126,7 @@ func NewInstance(cfg Config, res Result) (*Instance, Schedule, error) {
 			continue // never planned: the simulator does not count it either
 		}
 		dur := max(1, int((p.Runtime+tick-1)/tick))
-		in.Jobs = append(in.Jobs, Job{ID: p.ID, User: p.User, GPUs: p.GPUs, Parts: p.Parts, Arrive: p.Arrive, Release: release, Dur: dur, FairWait: p.FairWait})
+		in.Jobs = append(in.Jobs, Job{ID: p.ID, User: p.User, GPUs: p.GPUs, Parts: p.Parts, Arrive: p.Arrive, Release: release, Dur: dur, FairWait: p.FairWait, Limit: p.Limit})
 		sch.Start = append(sch.Start, p.Pass)
 		sch.Nodes = append(sch.Nodes, p.Nodes)
 	}

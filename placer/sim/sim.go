@@ -250,6 +250,9 @@ type Placed struct {
 	GPUs, Parts int
 	Arrive      time.Duration
 	Runtime     time.Duration
+	// Limit is the max runtime it declared (zero: none), all the planner
+	// knows of its run time.
+	Limit time.Duration
 	// Pass is the index of the pass that bound it (its start is Pass ×
 	// Tick); -1 if it still waited at the end.
 	Pass int
@@ -686,7 +689,7 @@ func Run(cfg Config) Result {
 		res.Schedule = make([]Placed, len(arr))
 		for i := range arr {
 			s := &arr[i]
-			p := Placed{ID: s.id, User: s.user, GPUs: s.size.GPUs, Parts: s.size.Workers + 1, Arrive: s.arrive, Runtime: s.runtime, Pass: -1, FairWait: s.fairWait}
+			p := Placed{ID: s.id, User: s.user, GPUs: s.size.GPUs, Parts: s.size.Workers + 1, Arrive: s.arrive, Runtime: s.runtime, Limit: s.limit, Pass: -1, FairWait: s.fairWait}
 			if st, ok := started[s.id]; ok {
 				p.Pass, p.Nodes = st.pass, st.nodes
 			}

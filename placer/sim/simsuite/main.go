@@ -29,6 +29,7 @@ func run(args []string) error {
 	only := fs.String("shape", "", "run only the shapes whose name contains this")
 	trace := fs.Bool("trace", false, "print every pass whose Jain's index is below the goal (users' GPUs held, waiting and fair share; nodes held), to stderr")
 	teams := fs.Bool("teams", false, "run issue 36's team shapes (sim.TeamSuite, binpack) at the first size instead")
+	shortFirst := fs.Bool("short-first", false, "order each owner's requests shortest declared max runtime first, aged (PlanOptions.ShortFirst)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -36,7 +37,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("load default settings: %w", err)
 	}
-	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter}
+	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter, ShortFirst: *shortFirst}
 	factor := map[int]float64{}
 	for _, kv := range strings.Split(*hours, ",") {
 		k, v, ok := strings.Cut(kv, "=")
