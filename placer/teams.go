@@ -567,16 +567,7 @@ func teamTreeOf(k state.Keys, c *watcher.Snapshot[state.Team], revs map[string]i
 // at its maximum; a team's owners split its share by their own weights
 // beside its sub-teams.
 func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, ownerWeight func(string) float64) map[string]int64 {
-	demand := make(map[ownerInTeam]int64, len(tp.ownerHeld))
-	for k, g := range tp.ownerHeld {
-		demand[k] = g
-	}
-	for i := range pending {
-		if it := &pending[i]; !it.Pinned {
-			demand[tp.leaf(it.Entry.Team, it.Entry.Owner)] += requestGPUs(it.Entry, shareRef)
-		}
-	}
-	owners, teams := tp.split(capacity, demand, ownerWeight)
+	owners, teams := tp.split(capacity, tp.demand(pending, shareRef), ownerWeight)
 	tp.fair = teams
 	return owners
 }
