@@ -450,9 +450,9 @@ func (p *planner) teamNote(e *state.QueueEntry, reason, msg string) string {
 // fairNote adds to a Capacity message what e's team is owed of its fair
 // share beyond its guarantee, and who holds it: "team vision holds 64
 // GPUs, below its fair share of 80 (guarantee 64); waiting for 8 GPUs
-// that team nlp holds beyond its fair share (64 held, fair share 48) to
-// be reclaimed …". Unchanged where no team on e's path is below its fair
-// share by e's request.
+// held beyond their fair share by team nlp (64 held, fair share 48) to be
+// reclaimed …"; for a team at or beyond its fair share, that nothing is
+// reclaimed for it. Unchanged for a session of no team.
 func (p *planner) fairNote(e *state.QueueEntry, msg string) string {
 	tp := p.teams
 	fair := tp.fairShares(p.usage.total.gpus, p.snap.Pending, p.usage.shareRef, p.ownerWeight)
@@ -484,7 +484,7 @@ func (p *planner) fairNote(e *state.QueueEntry, msg string) string {
 			names = append(names, fmt.Sprintf("%s (%s held, fair share %s)", label, gpusText(x.held), gpusText(x.held-x.borrowed)))
 		}
 		fmt.Fprintf(&b, "; waiting for %s GPUs held beyond their fair share by %s to be reclaimed (preemptible sessions are stopped after their grace, the rest come back as they end)",
-			gpusText(min(req, fair[t]-tp.gpus(t))), strings.Join(names, ", "))
+			gpusText(req), strings.Join(names, ", "))
 		return b.String()
 	}
 	if t := path[len(path)-1]; t != noTeam && tp.gpus(t) >= fair[t] {
@@ -576,16 +576,7 @@ func teamTreeOf(k state.Keys, c *watcher.Snapshot[state.Team], revs map[string]i
 // at its maximum; a team's owners split its share by their own weights
 // beside its sub-teams.
 func (tp *teamPlan) entitle(capacity int64, pending []Pending, shareRef int64, ownerWeight func(string) float64) map[string]int64 {
-	demand := make(map[ownerInTeam]int64, len(tp.ownerHeld))
-	for k, g := range tp.ownerHeld {
-		demand[k] = g
-	}
-	for i := range pending {
-		if it := &pending[i]; !it.Pinned {
-			demand[tp.leaf(it.Entry.Team, it.Entry.Owner)] += requestGPUs(it.Entry, shareRef)
-		}
-	}
-	owners, teams := tp.split(capacity, demand, ownerWeight)
+	owners, teams := tp.split(capacity, tp.demand(pending, shareRef), ownerWeight)
 	tp.fair = teams
 	return owners
 }

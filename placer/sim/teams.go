@@ -14,7 +14,8 @@ import (
 // every pass, placer.PlanPreemption over the pass's snapshot and plan; its
 // victims are warned, stop Grace later (their work lost) and are queued
 // again with their first submission's age, their nodes held for their
-// preemptors meanwhile.
+// preemptors meanwhile and after, until the preemptors bind (the hold the
+// controller writes into a preemptor's queue entry).
 type Preempt struct {
 	// Grace is the time between a warning and the stop (the controller's
 	// VOYAGER_PREEMPT_GRACE; the suite uses its default, 2 minutes).
