@@ -47,7 +47,13 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 			return true // the cheap test first: a pass over 100,000 fixed-size sessions does nothing more
 		}
 		id, ok := k.SessionID(it.Key)
-		if !ok || len(v.holds[id]) == 0 {
+		if !ok {
+			return true
+		}
+		if len(v.holds[id]) == 0 {
+			if j, ok := c.resizeClaim(v, id, it.Value); ok {
+				jobs[id], specRevs[id] = j, it.ModRevision
+			}
 			return true
 		}
 		j := placer.ElasticJob{Session: id, Min: el.Min, Max: el.Max}
@@ -104,7 +110,7 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		if r.Deferred {
 			continue
 		}
-		if err := c.warnResize(ctx, v, r, specRevs[r.Session], ledgerRevs); err != nil {
+		if err := c.warnResize(ctx, v, r, specRevs, ledgerRevs); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -112,10 +118,12 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 }
 
 // warnResize writes r's warning if the job's warning is still absent, its
-// spec at specRev, its node's ledger (a range of machines: every ledger
-// the decision read, r.Ledgers) at the revision in ledgerRevs and, for a
-// shrink, its waiter's queue entry at the revision the plan read.
-func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, specRev int64, ledgerRevs map[string]int64) error {
+// spec at its revision in specRevs, its node's ledger (a range of
+// machines: every ledger the decision read, r.Ledgers) at the revision in
+// ledgerRevs, for a shrink its waiter's queue entry at the revision the
+// plan read and, for a grow, the spec of every job whose claim on the node
+// it counted (r.Claims) at its revision in specRevs.
+func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, specRevs, ledgerRevs map[string]int64) error {
 	k := c.cfg.Keys
 	stopAt := v.now.Add(c.cfg.ResizeNotice)
 	unit := "GPUs"
@@ -131,7 +139,7 @@ func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, s
 	}
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(k.Warning(r.Session)), "=", 0),
-		clientv3.Compare(clientv3.ModRevision(k.Session(r.Session)), "=", specRev),
+		clientv3.Compare(clientv3.ModRevision(k.Session(r.Session)), "=", specRevs[r.Session]),
 	}
 	ledgers := r.Ledgers
 	if len(ledgers) == 0 {
@@ -142,6 +150,12 @@ func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, s
 	}
 	if r.For != "" {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Pending(r.For)), "=", r.ForRevision))
+	}
+	for _, id := range r.Claims {
+		// A claim on the node: it stands as read, and its job is not
+		// queued again unseen (resizeClaim).
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRevs[id]),
+			clientv3.Compare(clientv3.CreateRevision(k.Pending(id)), "=", 0))
 	}
 	resp, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k.Warning(r.Session), val)).Commit()
 	if err != nil {
@@ -154,6 +168,45 @@ func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, s
 	c.warned.Add(1)
 	c.log.Info("elastic job resize planned", "session", r.Session, "from", r.From, "to", r.To, "for", r.For, "stopAt", stopAt, "why", r.Why)
 	return nil
+}
+
+// resizeClaim is the claim of elastic job id (spec s), which holds nothing
+// on any ledger, on the node its last resize was decided on (placer
+// .ElasticJob.Claim). While the resize is under way (the spec carries its
+// eviction, or its warning stands) the job counts there at the size the
+// resize asked for, so that no other job grows into that room before it
+// binds again. Once it is queued again the plan places it; a view that
+// shows the spec queued again but not yet its queue entry (the caches
+// watch each prefix on its own) gives a claim of size 0, counted nowhere,
+// that a grow on the node still compares: its spec as read and no queue
+// entry (warnResize), so the grow is refused if the entry exists. ok is
+// false when no resize of the job is under way: it never had one, it is
+// queued, stopped or ended, or (not evicted) its resize interval since
+// the last resize has passed.
+func (c *Controller) resizeClaim(v *view, id string, s specView) (placer.ElasticJob, bool) {
+	k := c.cfg.Keys
+	el := s.elastic
+	j := placer.ElasticJob{Session: id, Min: el.Min, Max: el.Max, Claim: el.On,
+		Owner: s.owner, Team: s.team, Groups: s.groups, Priority: s.priority}
+	if el.ByNodes() || el.On == "" || s.stopped {
+		return j, false
+	}
+	if _, queued := v.pending.Get(k.Pending(id)); queued {
+		return j, false
+	}
+	if st, ok := v.statuses.Get(k.Status(id)); ok && st.terminal {
+		return j, false
+	}
+	w, hasW := v.warnings.Get(k.Warning(id))
+	switch {
+	case hasW && w.Reason == state.ReasonResized && w.Node != "":
+		j.Target, j.Claim = w.Size, w.Node
+	case s.resizing:
+		j.Target = el.Size
+	case s.evicted || el.Resized == nil || !v.now.Before(el.Resized.Add(c.cfg.ResizeInterval)):
+		return j, false // evicted for another reason, or long since
+	}
+	return j, true
 }
 
 // resizeStands is the warning a job warned of a resize keeps: a shrink's
@@ -185,7 +238,7 @@ func resizeSpec(s *state.Session, w state.Warning, ev *state.Eviction) bool {
 		next.Nodes = w.Size
 		ev.Message = fmt.Sprintf("resized to %d nodes", w.Size)
 	} else {
-		next.Size = w.Size
+		next.Size, next.On = w.Size, w.Node
 		ev.Message = fmt.Sprintf("resized to %d GPUs", w.Size)
 	}
 	s.Elastic = &next
@@ -201,5 +254,9 @@ func resizedMessage(s state.Session) string {
 	if s.Elastic.ByNodes() {
 		return fmt.Sprintf("re-queued to run on %d nodes (resize %d): %s", s.Elastic.Nodes, s.Elastic.Resizes, s.Elastic.Why)
 	}
-	return fmt.Sprintf("re-queued to run at %d GPUs (resize %d): %s", s.Elastic.Size, s.Elastic.Resizes, s.Elastic.Why)
+	msg := fmt.Sprintf("re-queued to run at %d GPUs (resize %d): %s", s.Elastic.Size, s.Elastic.Resizes, s.Elastic.Why)
+	if s.Elastic.On != "" {
+		msg += fmt.Sprintf("; its room on %s is kept for it until it binds again: no other elastic job grows into it", s.Elastic.On)
+	}
+	return msg
 }

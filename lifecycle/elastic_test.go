@@ -106,6 +106,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	ledgerRev := put(ledgerKey)
 	ledger2Rev := put(keys.Ledger("node-cmp2"))
 	forRev := put(keys.Pending("vip-cmp"))
+	claimRev := put(keys.Session("claim-cmp"))
 	r := placer.Resize{Session: "el-cmp", Node: "node-cmp", From: 4, To: 2, For: "vip-cmp", ForRevision: forRev, Why: "vip-cmp is owed 2 GPUs"}
 	v := &view{now: time.Now()}
 	warned := func() bool {
@@ -119,7 +120,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	refused := func(what string, specRev, ledgerRev int64, r placer.Resize) {
 		t.Helper()
 		before := ctl.conflicts.Load()
-		if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
+		if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 			t.Fatal(err)
 		}
 		if warned() {
@@ -140,7 +141,19 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	ledger2Rev--
 	refused("a second node's ledger moved since the plan read it", specRev, ledgerRev, nodes)
 	ledger2Rev++
-	if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
+	// A grow that counted another job's claim on its node (a resize of
+	// claim-cmp under way): refused when that job's spec moved, or when it
+	// is queued again, since the plan read them.
+	grow := placer.Resize{Session: "el-cmp", Node: "node-cmp", From: 2, To: 4, Claims: []string{"claim-cmp"}, Why: "grows beside claim-cmp's claim"}
+	claimRev--
+	refused("a claim's spec moved since the plan read it", specRev, ledgerRev, grow)
+	claimRev++
+	put(keys.Pending("claim-cmp"))
+	refused("a claim's job queued again since the plan read it", specRev, ledgerRev, grow)
+	if _, err := cli.Delete(ctx, keys.Pending("claim-cmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 		t.Fatal(err)
 	}
 	if !warned() {
@@ -151,7 +164,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := ctl.conflicts.Load()
-	if err := ctl.warnResize(ctx, v, r, specRev, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
+	if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
 		t.Fatal(err)
 	}
 	again, err := cli.Get(ctx, keys.Warning("el-cmp"))

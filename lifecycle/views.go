@@ -23,9 +23,16 @@ type specView struct {
 	notebook                bool // Kind is KindNotebook
 	stopped                 bool // Desired is DesiredStopped
 	evicted                 bool // Eviction is set
+	resizing                bool // Session.Resizing(): evicted to run again at another size
 	// elastic is the spec's Elastic (its range, the size its last resize
 	// asked for and when); nil for a fixed-size session.
 	elastic *state.Elastic
+	// owner, team, groups and priority are an elastic job's (Session's):
+	// the claim of a resize under way is counted as the job's
+	// (resizeClaim). Unset for a fixed-size session.
+	owner, team string
+	groups      []string
+	priority    int
 	// part is, for a range of machines (elastic.ByNodes), each machine's
 	// request: where one more fits, the job may grow. Nil otherwise.
 	part *state.Resources
@@ -42,7 +49,11 @@ func viewSpec(s state.Session) specView {
 		notebook:    s.Kind == state.KindNotebook,
 		stopped:     s.Desired == state.DesiredStopped,
 		evicted:     s.Eviction != nil,
+		resizing:    s.Resizing(),
 		elastic:     s.Elastic,
+	}
+	if s.Elastic != nil {
+		v.owner, v.team, v.groups, v.priority = s.Owner, s.Team, s.Groups, s.Priority
 	}
 	if s.Elastic != nil && s.Elastic.ByNodes() {
 		r := s.Resources

@@ -139,6 +139,16 @@ type ElasticJob struct {
 	// ran at (Status.Goodput): with ElasticOptions.Goodput, the planner's
 	// estimate of what a GPU more or less adds or takes (goodput.go).
 	Goodput []state.GoodputSample
+	// Claim, for a job of a range of GPUs whose resize is under way (its
+	// Target set) and that holds no allocation (released, not yet bound
+	// again), is the node the resize was decided on: PlanElastic counts it
+	// there at Target, owned by Owner (Team, Groups, Priority), so that no
+	// other job grows into the GPUs it is to run on (elastic_claims.go).
+	Claim    string
+	Owner    string
+	Team     string
+	Groups   []string
+	Priority int
 }
 
 // Resize is one decision of PlanElastic: Session, holding From GPUs on
@@ -163,6 +173,10 @@ type Resize struct {
 	// those it grows onto or its waiter takes), Node its head's.
 	Nodes   bool
 	Ledgers []string
+	// Claims are, for a grow, the jobs whose resize is under way with a
+	// claim on its node that the decision counted (elastic_claims.go):
+	// the grow's warning compares their specs as read.
+	Claims []string
 }
 
 // ElasticOptions tune PlanElastic.
@@ -196,6 +210,7 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 	jobs, nj := splitNodeJobs(jobs) // ranges of machines: elastic_nodes.go
 	views, names := planViews(s, plan)
 	nj.locate(views, names)
+	claims := addClaims(views, jobs) // elastic_claims.go
 	// Jobs already being resized count at their target size.
 	where := map[string]string{} // elastic session → node
 	for _, name := range names {
@@ -329,8 +344,9 @@ func PlanElastic(s *Snapshot, plan *Plan, jobs map[string]ElasticJob, opt Elasti
 		held[a.Owner] += 1000 * int64(to-size)
 		order.addGPUs(a.Team, a.Owner, 1000*int64(to-size))
 		decided[id] = true
-		out = append(out, Resize{Session: id, Node: name, From: size, To: to,
-			Why: fmt.Sprintf("grows from %d to %d GPUs (range %d-%d): %d GPUs sit idle on %s and nothing waits that fair share prefers", size, to, j.Min, j.Max, to-size, name)})
+		out = append(out, Resize{Session: id, Node: name, From: size, To: to, Claims: claims[name],
+			Why: fmt.Sprintf("grows from %d to %d GPUs (range %d-%d): %d GPUs sit idle on %s and nothing waits that fair share prefers%s",
+				size, to, j.Min, j.Max, to-size, name, claimsNote(v, claims[name]))})
 	}
 	if len(out) < opt.Max {
 		out = append(out, nj.growNodes(s, views, names, decided, held, order, blocked, fairGPUs, opt.Max-len(out))...)

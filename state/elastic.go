@@ -42,6 +42,12 @@ type Elastic struct {
 	// GPUs: in a spec and a queue entry the machines the last resize asked
 	// for (a cap; 0: none yet), in a status the machines it is bound at.
 	Nodes int `json:"nodes,omitempty"`
+	// On is, for a range of GPUs, in a spec and a queue entry, the node
+	// the last resize was decided on: until the job is bound again (or
+	// its resize interval after Resized passes) the lifecycle controller
+	// keeps room there for it at Size, and no other elastic job grows
+	// into it (lifecycle/elastic.go, placer/elastic_claims.go).
+	On string `json:"on,omitempty"`
 	// Resizes counts the resizes so far.
 	Resizes int `json:"resizes,omitempty"`
 	// Resized is when the last resize was decided: the next waits
