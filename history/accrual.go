@@ -18,12 +18,22 @@ const (
 	// bound time than its status showed, or with GPU-time other than its
 	// GPUs times its bound time.
 	RuleAccrualMismatch = "accrual-mismatch"
+	// RuleRetiredUnaccrued: a session's status was deleted (retired)
+	// while it showed a bound attempt that ended (state.EndedStatus)
+	// whose accrual did not exist: the usage accountant can no longer
+	// count it (state.Accrue requires the status), so its GPU-hours are
+	// lost. Retention waits for the accrual (lifecycle.Retention's
+	// AccrualWait); only a stopped accountant makes it give up.
+	RuleRetiredUnaccrued = "retired-unaccrued"
 )
 
 // accruals is the model of the accounting rules.
 type accruals struct {
 	// created are the accrual keys created in the checked history.
 	created map[string]bool
+	// live are the accrual keys that exist now (listed or created, not
+	// deleted since).
+	live map[string]bool
 	// bound is each attempt's bound time as its status showed it, by
 	// session id and queue revision.
 	bound map[attemptKey]time.Time
@@ -48,7 +58,18 @@ func (c *Checker) noteAttempt(id string, st state.Status) {
 // checkAccrual applies one change of an accrual key.
 func (c *Checker) checkAccrual(ch Change, transitions bool, bad func(key, rule, format string, args ...any)) {
 	id, qr, ok := c.k.AccrualKey(ch.Key)
-	if !ok || ch.Value == nil || !transitions {
+	if !ok {
+		return
+	}
+	if c.acct.live == nil {
+		c.acct.live = map[string]bool{}
+	}
+	if ch.Value == nil {
+		delete(c.acct.live, ch.Key)
+	} else {
+		c.acct.live[ch.Key] = true
+	}
+	if ch.Value == nil || !transitions {
 		return // marks of retired sessions are deleted at will
 	}
 	if c.acct.created == nil {
@@ -79,4 +100,15 @@ func (c *Checker) checkAccrual(ch Change, transitions bool, bad func(key, rule, 
 		bad(ch.Key, RuleAccrualMismatch, "%d GPU-milliseconds recorded for %d GPUs from %s to %s, which make %d", a.GPUMilliseconds, a.GPUs,
 			a.Bound.Format(time.RFC3339Nano), a.Ended.Format(time.RFC3339Nano), want)
 	}
+}
+
+// checkRetired checks the deletion of session id's status, old its last
+// value: the attempt it shows ended must have been accrued.
+func (c *Checker) checkRetired(key, id string, old state.Status, bad func(key, rule, format string, args ...any)) {
+	qr, _, bound, ended, ok := state.EndedStatus(old)
+	if !ok || c.acct.live[c.k.Accrual(id, qr)] {
+		return
+	}
+	bad(key, RuleRetiredUnaccrued, "retired (%s) with its attempt of queue revision %d (bound %s, ended %s) never accrued: its GPU-hours are lost",
+		old.Phase, qr, bound.Format(time.RFC3339Nano), ended.Format(time.RFC3339Nano))
 }

@@ -99,3 +99,54 @@ func TestCheckerFindsBrokenAccruals(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckerFindsRetiredUnaccrued: a finished session retired before its
+// bound attempt was accrued (what retention did to the soak's accountant
+// before it waited for the accrual) breaks retired-unaccrued at the
+// status's delete; one retired after state.Accrue recorded it, and one
+// that never bound, break nothing.
+func TestCheckerFindsRetiredUnaccrued(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys("/retired")
+	bound := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	ended := bound.Add(time.Hour)
+	st := func(id string, p state.Phase, qr int64) state.Status {
+		s := state.Status{Session: id, Phase: p, QueueRevision: qr, Updated: ended}
+		if qr > 0 {
+			s.Bound = &bound
+		}
+		if p.Terminal() {
+			s.Finished = &ended
+		}
+		return s
+	}
+	start := write(t, cli, put{k.Profile("marker"), state.Profile{Name: "marker"}})
+	for _, id := range []string{"s-counted", "s-lost"} {
+		write(t, cli, put{k.Session(id), state.Session{ID: id, Owner: "ada", Resources: state.Resources{GPUs: 2}}}, put{k.Status(id), st(id, state.PhasePending, 0)})
+		write(t, cli, put{k.Status(id), st(id, state.PhaseBound, 7)})
+		write(t, cli, put{k.Status(id), st(id, state.PhaseSucceeded, 7)})
+	}
+	a := state.Accrual{Session: "s-counted", Owner: "ada", QueueRevision: 7, GPUs: 2, Bound: bound, Ended: ended}
+	if ok, err := state.Accrue(ctx, cli, k, a, nil, ended); err != nil || !ok {
+		t.Fatalf("accrue: %v, %v", ok, err)
+	}
+	write(t, cli, put{k.Session("s-never"), state.Session{ID: "s-never", Owner: "ada"}}, put{k.Status("s-never"), st("s-never", state.PhasePending, 0)})
+	write(t, cli, put{k.Status("s-never"), st("s-never", state.PhaseStopped, 0)})
+	write(t, cli, put{k.Session("s-counted"), nil}, put{k.Status("s-counted"), nil})
+	write(t, cli, put{k.Session("s-never"), nil}, put{k.Status("s-never"), nil})
+	at := write(t, cli, put{k.Session("s-lost"), nil}, put{k.Status("s-lost"), nil})
+	end := write(t, cli, put{k.Profile("marker"), state.Profile{Name: "end"}})
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	res, err := history.Watch(wctx, cli, k, history.Options{Start: start, End: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Last < end || len(res.Violations) != 1 {
+		t.Fatalf("checked to %d (want %d); violations %v; want exactly one", res.Last, end, res.Violations)
+	}
+	if v := res.Violations[0]; v.Rule != history.RuleRetiredUnaccrued || v.Revision != at || v.Key != k.Status("s-lost") {
+		t.Errorf("violation %s; want rule %s at revision %d, key %s", v, history.RuleRetiredUnaccrued, at, k.Status("s-lost"))
+	}
+}

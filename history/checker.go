@@ -378,6 +378,9 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 					if ok, _ := state.Edge(old.Phase, ""); !ok {
 						bad(key, RulePhaseEdge, "status of a live session (%s) deleted", old.Phase)
 					}
+					if existed {
+						c.checkRetired(key, id, old, bad) // accrual.go
+					}
 				}
 				continue
 			}

@@ -686,7 +686,17 @@ func TestSoak(t *testing.T) {
 			attempts += d.Attempts
 		}
 	}
-	t.Logf("soak: the usage accountant counted %d attempt-days", attempts)
+	// Attempts still bound at the end have not ended: not counted yet.
+	bound := 0
+	if sts, err := admin.Get(context.Background(), k.StatusDir(), clientv3.WithPrefix()); err == nil {
+		for _, kv := range sts.Kvs {
+			if st, err := state.Decode[state.Status](kv.Value); err == nil && state.BoundPhase(st.Phase) {
+				bound++
+			}
+		}
+	}
+	t.Logf("soak: the usage accountant counted %d attempt-days of %d binds (%d attempts still bound at the end; an attempt over midnight counts in two days)",
+		attempts, res.Binds, bound)
 	if *soakMix {
 		t.Logf("soak: %s", mix.report(res.Binds, 25))
 	}

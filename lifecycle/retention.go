@@ -14,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/voyager-gpu/voyager/internal/promfunc"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -26,6 +28,13 @@ type RetentionConfig struct {
 	Keys state.Keys
 	// After is how long a finished session stays in etcd. Default 7 days.
 	After time.Duration
+	// AccrualWait is how much longer than After a finished session whose
+	// last bound attempt the usage accountant has not recorded yet
+	// (accruals/<id>/<queueRevision> absent) stays, waiting for it. Past
+	// it the session is retired anyway and that attempt's GPU-hours are
+	// lost (logged at warn, counted in UnaccountedRetired), so a stopped
+	// accountant does not keep sessions in etcd forever. Default 24 hours.
+	AccrualWait time.Duration
 	// HistoryPath is the append-only history file (JSON lines). Required.
 	HistoryPath string
 	// Every is the time between sweeps. Default 1 minute.
@@ -66,6 +75,11 @@ type Retention struct {
 	mu      sync.Mutex // serialises sweeps and history writes
 	retired int64
 	arrays  int64
+	// unaccounted counts the sessions retired without their last
+	// attempt's accrual (AccrualWait passed); awaiting is how many due
+	// sessions the last sweep kept for the accountant.
+	unaccounted int64
+	awaiting    int
 }
 
 // NewRetention returns a retention sweeper over cli.
@@ -81,6 +95,9 @@ func NewRetention(cli *clientv3.Client, cfg RetentionConfig) (*Retention, error)
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = time.Minute
+	}
+	if cfg.AccrualWait <= 0 {
+		cfg.AccrualWait = 24 * time.Hour
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 25
@@ -106,6 +123,24 @@ func (r *Retention) RetiredArrays() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.arrays
+}
+
+// UnaccountedRetired returns how many sessions this sweeper retired
+// without their last bound attempt's accrual: the usage accountant had not
+// recorded it AccrualWait past After, and now never will.
+func (r *Retention) UnaccountedRetired() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unaccounted
+}
+
+// AwaitingAccrual returns how many finished sessions, due to leave, the
+// last sweep kept because the usage accountant had not recorded their
+// last bound attempt yet.
+func (r *Retention) AwaitingAccrual() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.awaiting
 }
 
 // Run sweeps every Every while this process holds the retention election,
@@ -146,6 +181,16 @@ func (r *Retention) lead(ctx context.Context) error {
 // array's record is appended and deleted by state.RetireArray, which
 // compares the record's revision and that no element is left. An array
 // whose elements could not all be deleted waits for the next sweep.
+//
+// A session whose status shows a bound attempt that ended (a bound time
+// and queue revision, state.EndedStatus) leaves only once the usage
+// accountant recorded that attempt: its delete transaction compares that
+// accruals/<id>/<queueRevision> exists, because state.Accrue refuses to
+// count a session whose status is gone. The accountant records a
+// session's attempts in the order of their ends, so the last one's accrual
+// vouches for the earlier ones. A session still without it AccrualWait
+// past its due time (the accountant stopped, or could not count it) is
+// retired without it, logged at warn and counted (UnaccountedRetired).
 func (r *Retention) Sweep(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -156,6 +201,9 @@ func (r *Retention) Sweep(ctx context.Context) (int, error) {
 	}
 	todo, err := r.dueSessions(ctx, cutoff, arrays)
 	if err != nil {
+		return 0, err
+	}
+	if todo, err = r.accounted(ctx, todo, cutoff.Add(-r.cfg.AccrualWait)); err != nil {
 		return 0, err
 	}
 	moved := 0
@@ -183,6 +231,11 @@ type dueSession struct {
 	id  string
 	st  state.Status
 	rev int64
+	// accrual is the key of the accrual of the bound attempt the status
+	// shows ended ("" when it shows none); unaccounted says the session
+	// leaves without it (AccrualWait passed).
+	accrual     string
+	unaccounted bool
 }
 
 // dueSessions lists, by id, the sessions that finished before cutoff and
@@ -195,17 +248,18 @@ func (r *Retention) dueSessions(ctx context.Context, cutoff time.Time, arrays ma
 		if err != nil || !st.Phase.Terminal() {
 			return
 		}
-		finished := st.Updated
-		if st.Finished != nil {
-			finished = *st.Finished
-		}
+		finished := finishedAt(st)
 		id, ok := k.SessionID(string(kv.Key))
 		if !ok {
 			return
 		}
 		arr, _, element := state.ElementOf(id)
 		if _, arrayDue := arrays[arr]; finished.Before(cutoff) || (element && arrayDue) {
-			todo = append(todo, dueSession{id: id, st: st, rev: kv.ModRevision})
+			d := dueSession{id: id, st: st, rev: kv.ModRevision}
+			if qr, _, _, _, ok := state.EndedStatus(st); ok {
+				d.accrual = k.Accrual(id, qr)
+			}
+			todo = append(todo, d)
 		}
 	})
 	if err != nil {
@@ -235,6 +289,9 @@ func (r *Retention) retireChunk(ctx context.Context, chunk []dueSession) (int, e
 		ops := make([]clientv3.Op, 0, 5*len(batch))
 		for _, d := range batch {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Status(d.id)), "=", d.rev))
+			if d.accrual != "" && !d.unaccounted {
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(d.accrual), ">", 0))
+			}
 			ops = append(ops, clientv3.OpDelete(k.Session(d.id)), clientv3.OpDelete(k.Status(d.id)), clientv3.OpDelete(k.Warning(d.id)),
 				clientv3.OpDelete(k.SpecSecrets(d.id)), clientv3.OpDelete(k.RayToken(d.id)))
 		}
@@ -251,8 +308,89 @@ func (r *Retention) retireChunk(ctx context.Context, chunk []dueSession) (int, e
 		}
 		moved += len(batch)
 		r.retired += int64(len(batch))
+		for _, d := range batch {
+			if d.unaccounted {
+				r.unaccounted++
+				r.log.Warn("retired a session whose last bound attempt the usage accountant never recorded: its GPU-hours are lost",
+					"session", d.id, "accrual", d.accrual, "waited", r.cfg.AccrualWait)
+			}
+		}
 	}
 	return moved, nil
+}
+
+// accounted returns the sessions of todo that may leave now: those whose
+// status shows no ended bound attempt or whose attempt the usage
+// accountant recorded (its accrual exists), and those that finished before
+// giveUp without it (marked unaccounted). It reads the accruals a Batch at
+// a time, and counts the sessions it keeps (AwaitingAccrual).
+func (r *Retention) accounted(ctx context.Context, todo []dueSession, giveUp time.Time) ([]dueSession, error) {
+	out := todo[:0:0]
+	awaiting := 0
+	for b := 0; b < len(todo); b += r.cfg.Batch {
+		batch := todo[b:min(b+r.cfg.Batch, len(todo))]
+		var gets []clientv3.Op
+		for _, d := range batch {
+			if d.accrual != "" {
+				gets = append(gets, clientv3.OpGet(d.accrual, clientv3.WithCountOnly()))
+			}
+		}
+		var resp *clientv3.TxnResponse
+		if len(gets) > 0 {
+			var err error
+			if resp, err = r.cli.Txn(ctx).Then(gets...).Commit(); err != nil {
+				return nil, fmt.Errorf("read accruals of retired sessions: %w", err)
+			}
+		}
+		i := 0
+		for _, d := range batch {
+			if d.accrual == "" {
+				out = append(out, d)
+				continue
+			}
+			recorded := resp.Responses[i].GetResponseRange().Count > 0
+			i++
+			switch {
+			case recorded:
+			case finishedAt(d.st).Before(giveUp):
+				d.unaccounted = true
+			default:
+				awaiting++
+				continue
+			}
+			out = append(out, d)
+		}
+	}
+	if awaiting > 0 {
+		r.log.Debug("finished sessions wait for the usage accountant to record their last attempt", "sessions", awaiting)
+	}
+	r.awaiting = awaiting
+	return out, nil
+}
+
+// finishedAt is when a finished status ended: its finished time, or its
+// last update.
+func finishedAt(st state.Status) time.Time {
+	if st.Finished != nil {
+		return *st.Finished
+	}
+	return st.Updated
+}
+
+// Collectors returns the sweeper's Prometheus collectors: the sessions and
+// job arrays it retired, those retired without their last attempt's
+// GPU-hours, and the due sessions waiting for the usage accountant.
+func (r *Retention) Collectors() []prometheus.Collector {
+	m := promfunc.Set{Subsystem: "retention"}
+	return []prometheus.Collector{
+		m.Counter("sessions_retired_total", "Finished sessions this process's retention sweeper moved from etcd to the history file.", r.Retired),
+		m.Counter("arrays_retired_total", "Finished job arrays this process's retention sweeper moved from etcd to the history file.", r.RetiredArrays),
+		m.Counter("sessions_unaccounted_total",
+			"Finished sessions retired without the usage accountant's record of their last bound attempt (it had not recorded it VOYAGER_RETENTION_ACCRUAL_WAIT past their retention): those GPU-hours are lost.",
+			r.UnaccountedRetired),
+		m.Gauge("sessions_awaiting_accrual", "Finished sessions due to leave etcd that the last sweep kept because the usage accountant had not recorded their last bound attempt yet.",
+			func() float64 { return float64(r.AwaitingAccrual()) }),
+	}
 }
 
 // records reads the specs of chunk's sessions, one round trip a Batch,

@@ -115,6 +115,7 @@ func dev(ctx context.Context, cfg config.Config, log *slog.Logger, out io.Writer
 	if err != nil {
 		return err
 	}
+	registry.MustRegister(ret.Collectors()...)
 	comps = append(comps, component{name: "retention", run: afterFirstPass(pl, ret.Run)}, accountantComponent(store.client, cfg, log, registry))
 	lc := newLifecycle(store.client, cfg, log, shared)
 	registry.MustRegister(lc.Collectors()...)

@@ -314,9 +314,10 @@ func TestDevE2E(t *testing.T) {
 		}
 	}
 	if code, body := httpGet(t, "http://"+env.httpAddr+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, "voyager_placer_passes_total") ||
-		!strings.Contains(body, `voyager_etcd_alarm{alarm="NOSPACE"} 0`) {
-		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v, has etcd's alarms: %v", code,
-			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"), strings.Contains(body, "voyager_etcd_alarm"))
+		!strings.Contains(body, `voyager_etcd_alarm{alarm="NOSPACE"} 0`) || !strings.Contains(body, "voyager_retention_sessions_unaccounted_total 0") {
+		t.Errorf("GET /metrics = %d, has go_goroutines: %v, has the placer's counters: %v, has etcd's alarms: %v, has retention's: %v", code,
+			strings.Contains(body, "go_goroutines"), strings.Contains(body, "voyager_placer_passes_total"), strings.Contains(body, "voyager_etcd_alarm"),
+			strings.Contains(body, "voyager_retention_sessions_unaccounted_total"))
 	}
 	// The placer runs inside dev: a queued session gets its reason.
 	sessionWaitsForNodes(t, ctx, cli)

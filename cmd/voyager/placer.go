@@ -73,6 +73,7 @@ func runPlacer(cmd *cobra.Command, _ []string) error {
 		if err != nil {
 			return nil, err
 		}
+		registry.MustRegister(ret.Collectors()...)
 		return []component{
 			httpComponent(hs),
 			{name: "caches", run: shared.Run},
@@ -178,6 +179,7 @@ func newRetention(cli *clientv3.Client, cfg config.Config, log *slog.Logger) (*l
 	return lifecycle.NewRetention(cli, lifecycle.RetentionConfig{
 		Keys:        state.MustKeys(cfg.EtcdPrefix),
 		After:       cfg.Retention,
+		AccrualWait: cfg.RetentionAccrualWait,
 		HistoryPath: cfg.HistoryFile,
 		Logger:      log,
 	})

@@ -117,6 +117,9 @@ const (
 
 	EnvRetention   = "VOYAGER_RETENTION"
 	EnvHistoryFile = "VOYAGER_HISTORY_FILE"
+	// EnvRetentionAccrualWait bounds how long retention waits for the
+	// usage accountant.
+	EnvRetentionAccrualWait = "VOYAGER_RETENTION_ACCRUAL_WAIT"
 
 	EnvIdleTimeout        = "VOYAGER_IDLE_TIMEOUT"
 	EnvStopWarning        = "VOYAGER_STOP_WARNING"
@@ -384,6 +387,9 @@ type Config struct {
 
 	// Retention is how long a finished session stays in etcd.
 	Retention time.Duration `env:"VOYAGER_RETENTION" envDefault:"168h" doc:"finished sessions, and finished job arrays with their elements, leave etcd this long after they end (their final records go to the history file first; one placer at a time does it), and agents delete the log files of containers gone this long"`
+	// RetentionAccrualWait is how much longer a finished session whose
+	// last bound attempt the usage accountant has not recorded stays.
+	RetentionAccrualWait time.Duration `env:"VOYAGER_RETENTION_ACCRUAL_WAIT" envDefault:"24h" doc:"a finished session whose last bound attempt the usage accountant has not yet recorded stays in etcd past VOYAGER_RETENTION, waiting for it, at most this much longer; past it (the accountant stopped) it leaves anyway, its GPU-hours are lost, and the placer logs it and counts it in voyager_retention_sessions_unaccounted_total"`
 	// HistoryFile is the append-only record of retired sessions; Load
 	// sets it to DataDir/history/sessions.jsonl when empty.
 	HistoryFile string `env:"VOYAGER_HISTORY_FILE" docDefault:"<data dir>/history/sessions.jsonl" doc:"append-only history of retired sessions, one JSON record a line, on the machine of the placer that retires them"`
@@ -719,6 +725,9 @@ func Load(environ []string, fs *pflag.FlagSet) (Config, error) {
 	if cfg.Retention < time.Minute {
 		errs = append(errs, invalid(EnvRetention, wantFor(EnvRetention)))
 	}
+	if cfg.RetentionAccrualWait < time.Minute {
+		errs = append(errs, invalid(EnvRetentionAccrualWait, wantFor(EnvRetentionAccrualWait)))
+	}
 	if cfg.AgentActivityEvery < 100*time.Millisecond {
 		errs = append(errs, invalid(EnvAgentActivityEvery, wantFor(EnvAgentActivityEvery)))
 	}
@@ -837,6 +846,8 @@ func wantFor(envName string) string {
 		return "a port range first-last within 1024-65535, such as 31000-31999"
 	case EnvRetention:
 		return "a duration of at least 1m, such as 168h (7 days)"
+	case EnvRetentionAccrualWait:
+		return "a duration of at least 1m, such as 24h"
 	case EnvAgentStopGrace:
 		return "a duration of 0 or more, such as 10s"
 	case EnvAgentUID, EnvAgentGID:
