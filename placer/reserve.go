@@ -104,14 +104,7 @@ func (p *planner) standingReserve(plan *Plan) {
 // requests wait and hold, a node each).
 func (p *planner) wholeArrivals(whole int) (arrived int, contended bool) {
 	since := p.snap.Now.Add(-reserveWindow)
-	for i := range p.snap.Nodes {
-		for _, a := range p.snap.Nodes[i].Ledger.Allocations {
-			if a.Share == nil && len(a.GPUs) >= whole && !a.Queued.IsZero() && !a.Queued.Before(since) && p.reserveOwners[a.Owner] {
-				arrived++
-			}
-		}
-	}
-	for i := range p.snap.Pending {
+	for i := range p.snap.Pending { // first: a contended pass reads no ledger
 		it := &p.snap.Pending[i]
 		if it.Pinned {
 			continue
@@ -122,6 +115,13 @@ func (p *planner) wholeArrivals(whole int) (arrived int, contended bool) {
 		}
 		if !it.Entry.Created.Before(since) && p.reserveOwners[it.Entry.Owner] {
 			arrived += w
+		}
+	}
+	for i := range p.snap.Nodes {
+		for _, a := range p.snap.Nodes[i].Ledger.Allocations {
+			if a.Share == nil && len(a.GPUs) >= whole && !a.Queued.IsZero() && !a.Queued.Before(since) && p.reserveOwners[a.Owner] {
+				arrived++
+			}
 		}
 	}
 	return arrived, false
