@@ -80,7 +80,7 @@ func BenchmarkNewPlanBacklog(b *testing.B) {
 	for _, id := range first.Reserved {
 		held[id] = true
 	}
-	b.Logf("one pass: %d bound, %d waiting, %d nodes held for %d requests", len(first.Bound), len(first.Waiting), len(first.Reserved), len(held))
+	b.Logf("one pass: %d bound, %d waiting, %d nodes held for %d requests, %d in the standing reserve", len(first.Bound), len(first.Waiting), len(first.Reserved), len(held), len(first.Standing))
 	if len(first.Reserved) == 0 {
 		b.Fatal("no node held: the benchmark does not measure holds")
 	}

@@ -71,7 +71,7 @@ func (p *planner) standingReserve(plan *Plan) {
 	if want <= 0 {
 		return
 	}
-	what := fmt.Sprintf("%d-GPU requests: %d arrived in the last hour, so %d nodes are kept free or draining, as many as their max runtimes free before the next ones are expected",
+	what := fmt.Sprintf("%d-GPU requests: %d arrived in the last hour, so up to %d nodes are kept free or draining, as many as their max runtimes free before the next ones are expected",
 		whole, arrived, want)
 	rate := float64(arrived) / float64(reserveWindow) // per nanosecond
 	for k := range want {
@@ -104,14 +104,7 @@ func (p *planner) standingReserve(plan *Plan) {
 // requests wait and hold, a node each).
 func (p *planner) wholeArrivals(whole int) (arrived int, contended bool) {
 	since := p.snap.Now.Add(-reserveWindow)
-	for i := range p.snap.Nodes {
-		for _, a := range p.snap.Nodes[i].Ledger.Allocations {
-			if a.Share == nil && len(a.GPUs) >= whole && !a.Queued.IsZero() && !a.Queued.Before(since) && p.reserveOwners[a.Owner] {
-				arrived++
-			}
-		}
-	}
-	for i := range p.snap.Pending {
+	for i := range p.snap.Pending { // first: a contended pass reads no ledger
 		it := &p.snap.Pending[i]
 		if it.Pinned {
 			continue
@@ -122,6 +115,13 @@ func (p *planner) wholeArrivals(whole int) (arrived int, contended bool) {
 		}
 		if !it.Entry.Created.Before(since) && p.reserveOwners[it.Entry.Owner] {
 			arrived += w
+		}
+	}
+	for i := range p.snap.Nodes {
+		for _, a := range p.snap.Nodes[i].Ledger.Allocations {
+			if a.Share == nil && len(a.GPUs) >= whole && !a.Queued.IsZero() && !a.Queued.Before(since) && p.reserveOwners[a.Owner] {
+				arrived++
+			}
 		}
 	}
 	return arrived, false
@@ -195,7 +195,8 @@ func (p *planner) standing(plan *Plan) {
 }
 
 // belowEqualShare is the owners that may take a node of the standing
-// reserve: below their fair share (a hold budget, hold.go) and holding
+// reserve: not above their fair share (hold.go's budget: an owner with
+// nothing waiting is at its demand-capped share) and holding
 // less than an equal split of the cluster's GPUs by weight among the
 // owners that hold or ask for any. The second keeps the reserve from an
 // owner whose demand-capped share is large only because others ask for
@@ -209,7 +210,7 @@ func (p *planner) belowEqualShare() map[string]bool {
 	}
 	out := map[string]bool{}
 	for o, b := range p.holdBudget {
-		if b <= 0 {
+		if b < 0 {
 			continue
 		}
 		var held int64
