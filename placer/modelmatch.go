@@ -18,7 +18,8 @@ import (
 // modelScanReference, set only by TestModelScanMatchesReference (never
 // while a plan is being made), turns off what this file makes fast: the
 // memo, the matcher's last model, and the scans' skipping of nodes with no
-// more free GPUs than the best so far (hold.go closest, plan.go explain).
+// more free GPUs than the best so far (hold.go closest, plan.go explain),
+// and the memo of team notes (teamnotes.go).
 // The test plans randomized snapshots both ways and requires equal plans.
 var modelScanReference bool
 

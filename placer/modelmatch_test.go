@@ -13,7 +13,8 @@ import (
 // TestModelScanMatchesReference: what modelmatch.go makes fast (the memo
 // of model pattern matches, the matcher's last model, and the node scans
 // of closest and explain skipping nodes with no more free GPUs than the
-// best so far) changes no decision. Random snapshots (nodes of two models
+// best so far), and the memo of team notes (teamnotes.go), change no
+// decision and no reason. Random snapshots (nodes of two models
 // and of both, unhealthy GPUs, shared GPUs, cordons, running sessions of
 // four teams with max runtimes or none; requests of whole GPUs or
 // fractions, of any model or a pattern, a malformed one among them, with
