@@ -147,6 +147,12 @@ func filterPorts(p *part, n *nodeState) *Shortfall {
 // profile, or a shared GPU at least as large as the asked fraction
 // (whether the fraction has room there now is nodeState.roomFor's).
 func deviceMatches(d *device, r *state.Resources) bool {
+	return deviceMatchesWith(d, r, nil)
+}
+
+// deviceMatchesWith is deviceMatches with the model matched by m (for
+// r.GPUModel; nil: the memo of modelmatch.go).
+func deviceMatchesWith(d *device, r *state.Resources, m *modelMatcher) bool {
 	if !d.healthy {
 		return false
 	}
@@ -160,7 +166,11 @@ func deviceMatches(d *device, r *state.Resources) bool {
 		return false
 	}
 	if r.GPUModel != "" {
-		if ok, err := path.Match(r.GPUModel, d.model); err != nil || !ok {
+		if m != nil {
+			if !m.match(d.model) {
+				return false
+			}
+		} else if !modelMatches(r.GPUModel, d.model) { // memoized path.Match (modelmatch.go)
 			return false
 		}
 	}

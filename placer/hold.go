@@ -334,11 +334,12 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 // or among equals, the one with the most of its devices free (the first by
 // name among equals). nil if none.
 func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
+	m := &modelMatcher{pattern: pt.req.GPUModel} // one pattern over every node (modelmatch.go)
 	ok := func(n *nodeState) bool {
 		if used[n.name] || n.reservedFor != "" || n.view.Cordon != nil || filterLabels(pt, n) != nil {
 			return false
 		}
-		return pt.req.GPUs == 0 || n.capacityDevices(pt.req) >= pt.req.GPUs
+		return pt.req.GPUs == 0 || n.capacityDevicesWith(pt.req, m) >= pt.req.GPUs
 	}
 	r := pt.req
 	if r.GPUs > 0 && r.MIGProfile == "" && r.GPUModel == "" && r.GPUMemoryMiB == 0 && !r.Fraction() {
@@ -348,11 +349,17 @@ func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
 	}
 	var best *nodeState
 	bestFree := -1
+	whole := r.MIGProfile == "" && !r.Fraction() && !modelScanReference
 	for _, n := range p.nodes {
+		if whole && n.freeGPUs <= bestFree {
+			// Whole GPUs free of r's kind are at most the node's free
+			// whole GPUs: it cannot beat the best (modelmatch.go).
+			continue
+		}
 		if !ok(n) {
 			continue
 		}
-		if f := n.freeDevices(r); f > bestFree {
+		if f := n.freeDevicesWith(r, m); f > bestFree {
 			best, bestFree = n, f
 		}
 	}

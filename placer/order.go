@@ -271,7 +271,7 @@ func (p *planner) groupsOf(owner string) []string {
 }
 
 // ownerHeap orders owners by weighted share, then own share, then by their
-// oldest request.
+// oldest request, then by name, team and model.
 type ownerHeap []*ownerQueue
 
 func (h ownerHeap) Len() int { return len(h) }
@@ -288,7 +288,16 @@ func (h ownerHeap) Less(i, j int) bool {
 	if !h[i].items[0].Entry.Created.Equal(h[j].items[0].Entry.Created) {
 		return h[i].items[0].Entry.Created.Before(h[j].items[0].Entry.Created)
 	}
-	return h[i].owner < h[j].owner
+	// A total order: an owner has a queue per team and model (queueName),
+	// and the queues come from a map (TestModelScanMatchesReference,
+	// round 50, planned one snapshot two ways while they tied here).
+	if h[i].owner != h[j].owner {
+		return h[i].owner < h[j].owner
+	}
+	if h[i].team != h[j].team {
+		return h[i].team < h[j].team
+	}
+	return h[i].model < h[j].model
 }
 func (h ownerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]

@@ -588,6 +588,8 @@ func (p *planner) explain(pt *part, exclude map[string]bool) failure {
 		cordoned, capable int
 		bestFree          = -1
 		bestMsg           string
+		m                 = &modelMatcher{pattern: pt.req.GPUModel} // modelmatch.go
+		whole             = pt.req.MIGProfile == "" && !pt.req.Fraction() && !modelScanReference
 	)
 	for _, n := range p.nodes {
 		if exclude[n.name] {
@@ -596,7 +598,7 @@ func (p *planner) explain(pt *part, exclude map[string]bool) failure {
 		if filterLabels(pt, n) != nil {
 			continue
 		}
-		if pt.req.GPUs > 0 && n.capacityDevices(pt.req) < pt.req.GPUs {
+		if pt.req.GPUs > 0 && n.capacityDevicesWith(pt.req, m) < pt.req.GPUs {
 			continue
 		}
 		if pt.req.CPUMilli > n.view.Node.CPUMilli || pt.req.MemoryMiB > n.view.Node.MemoryMiB {
@@ -607,7 +609,10 @@ func (p *planner) explain(pt *part, exclude map[string]bool) failure {
 			cordoned++
 			continue
 		}
-		free := n.freeDevices(pt.req)
+		if whole && n.freeGPUs <= bestFree {
+			continue // its free GPUs of pt's kind cannot beat the best
+		}
+		free := n.freeDevicesWith(pt.req, m)
 		if free > bestFree {
 			bestFree = free
 			if s := feasible(pt, n); s != nil && s.Filter != "gpus" {

@@ -421,9 +421,15 @@ func (n *nodeState) linked(a, b *device) bool {
 // freeDevices counts the free devices that match r: for a fraction, the
 // shared GPUs with room for it (of any owner).
 func (n *nodeState) freeDevices(r *state.Resources) int {
+	return n.freeDevicesWith(r, nil)
+}
+
+// freeDevicesWith is freeDevices with r's model matched by m
+// (deviceMatchesWith).
+func (n *nodeState) freeDevicesWith(r *state.Resources, m *modelMatcher) int {
 	c := 0
 	for i := range n.devices {
-		if !n.taken[i] && deviceMatches(&n.devices[i], r) && n.roomFor(i, r, "") {
+		if !n.taken[i] && deviceMatchesWith(&n.devices[i], r, m) && n.roomFor(i, r, "") {
 			c++
 		}
 	}
@@ -432,9 +438,15 @@ func (n *nodeState) freeDevices(r *state.Resources) int {
 
 // capacityDevices counts all devices of the node that match r, free or not.
 func (n *nodeState) capacityDevices(r *state.Resources) int {
+	return n.capacityDevicesWith(r, nil)
+}
+
+// capacityDevicesWith is capacityDevices with r's model matched by m
+// (deviceMatchesWith).
+func (n *nodeState) capacityDevicesWith(r *state.Resources, m *modelMatcher) int {
 	c := 0
 	for i := range n.devices {
-		if deviceMatches(&n.devices[i], r) {
+		if deviceMatchesWith(&n.devices[i], r, m) {
 			c++
 		}
 	}

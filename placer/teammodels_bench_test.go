@@ -10,8 +10,10 @@ import (
 // BenchmarkNewPlanTeamModels is NewPlan at 2,000 nodes with 20,000
 // queued (backlogSnapshot), a third of the nodes H100s and requests of
 // either model or of any, owners in four teams of a tree, with guarantees
-// by count ("count") and with guarantees by model ("models"), and with
-// no teams ("no-teams"): what per-model guarantees cost a pass.
+// by count ("count") and with guarantees by model ("models"), with no
+// teams ("no-teams"), and with guarantees by count and no request naming
+// a model ("count-any-model"): what per-model guarantees, and model
+// patterns, cost a pass.
 func BenchmarkNewPlanTeamModels(b *testing.B) {
 	base := backlogSnapshot(2000, 20000)
 	names := []string{"a1", "a2", "b", "c"}
@@ -57,6 +59,20 @@ func BenchmarkNewPlanTeamModels(b *testing.B) {
 				opt := PlanOptions{ReserveAfter: 10 * time.Minute}
 				for b.Loop() {
 					NewPlan(&nt, opt)
+				}
+			})
+			b.Run("count-any-model", func(b *testing.B) {
+				am := s
+				am.Pending = append([]Pending(nil), s.Pending...)
+				for i := range am.Pending {
+					e := *am.Pending[i].Entry
+					e.Request.GPUModel = ""
+					am.Pending[i].Entry = &e
+				}
+				am.Cache = NewPlanCache()
+				opt := PlanOptions{ReserveAfter: 10 * time.Minute}
+				for b.Loop() {
+					NewPlan(&am, opt)
 				}
 			})
 		}

@@ -43,8 +43,12 @@ type teamPlan struct {
 	// full is the milli-GPUs each team holds with its sub-teams as
 	// maxima, reasons and reclaim count them: a pinned session's from the
 	// start, as quotas count it.
-	full  map[string]int64
-	total amounts
+	full map[string]int64
+	// fullGen counts changes to full; notes is teamNote's memo
+	// (teamnotes.go).
+	fullGen int
+	notes   map[teamNoteKey]string
+	total   amounts
 	// decayed is each team's (with its sub-teams') decayed GPU-hours as
 	// a share of every team's (Snapshot.TeamUsage); nil: no decay.
 	decayed map[string]float64
@@ -151,6 +155,7 @@ func (tp *teamPlan) addFull(team string, g int64) {
 	for _, t := range tp.path(team) {
 		tp.full[t] += g
 	}
+	tp.fullGen++ // teamnotes.go
 }
 
 // placedPinned counts a pinned session's allocation in the order at its
@@ -417,6 +422,15 @@ func (p *planner) teamNote(e *state.QueueEntry, reason, msg string) string {
 	if m, ok := p.modelNote(e, msg); ok { // teammodels.go
 		return m
 	}
+	return msg + p.teamTail(e) // teamnotes.go: memoized per pass
+}
+
+// teamTailText is what teamNote adds to a Capacity message when e's
+// team guarantees no model e asks for: by guarantee, else by fair share
+// (fairNote); "" when neither applies.
+func (p *planner) teamTailText(e *state.QueueEntry) string {
+	tp := p.teams
+	msg := ""
 	t, lack := tp.owed(e.Team)
 	if t == "" {
 		return p.fairNote(e, msg)
