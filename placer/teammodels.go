@@ -361,18 +361,7 @@ func (p *planner) modelNote(e *state.QueueEntry, msg string) (string, bool) {
 	var names []string
 	op := tp.path(owed)
 	for i, t := range op {
-		var sibs []string
-		if i == 0 {
-			for _, n := range tp.tree.Names() {
-				if tp.tree.Teams[n].Parent == "" {
-					sibs = append(sibs, n)
-				}
-			}
-			sibs = append(sibs, noTeam)
-		} else {
-			sibs = tp.tree.Children(op[i-1])
-		}
-		for _, s := range sibs {
+		for _, s := range tp.siblingsAt(op, i) {
 			if s == t {
 				continue
 			}

@@ -359,24 +359,28 @@ func (tp *teamPlan) borrowers(path []string) []borrower {
 	return tp.over(path, tp.guarantee)
 }
 
+// siblingsAt are the teams at level i of path, t = path[i] among them: the
+// children of path[i-1], or the roots and noTeam at the root.
+func (tp *teamPlan) siblingsAt(path []string, i int) []string {
+	if i > 0 {
+		return tp.tree.Children(path[i-1])
+	}
+	var sibs []string
+	for _, n := range tp.tree.Names() {
+		if tp.tree.Teams[n].Parent == "" {
+			sibs = append(sibs, n)
+		}
+	}
+	return append(sibs, noTeam)
+}
+
 // over are the teams beside path (at each level of path, the siblings of
 // its team there; roots and noTeam for the root) that hold more than
 // share gives them, most over first.
 func (tp *teamPlan) over(path []string, share func(string) int64) []borrower {
 	var out []borrower
 	for i, t := range path {
-		var sibs []string
-		if i == 0 {
-			for _, n := range tp.tree.Names() {
-				if tp.tree.Teams[n].Parent == "" {
-					sibs = append(sibs, n)
-				}
-			}
-			sibs = append(sibs, noTeam)
-		} else {
-			sibs = tp.tree.Children(path[i-1])
-		}
-		for _, s := range sibs {
+		for _, s := range tp.siblingsAt(path, i) {
 			if s == t {
 				continue
 			}

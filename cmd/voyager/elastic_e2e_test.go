@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -56,25 +55,11 @@ func TestElasticJobE2E(t *testing.T) {
 	}
 	create := func(user string, args ...string) string {
 		t.Helper()
-		code, out, errOut := runBinaryAs(t, environ, env.httpAddr, tokens[user], append([]string{"session", "create", "--kind", "batch", "--cpu", "0.2", "--memory", "256", "-o", "name"}, args...)...)
-		if code != 0 {
-			t.Fatalf("session create %v as %s: exit %d\n%s%s", args, user, code, out, errOut)
-		}
-		return strings.TrimSpace(out)
+		return createBatchAs(t, environ, env.httpAddr, tokens[user], args...)
 	}
 	status := func(user, id string) state.Status {
 		t.Helper()
-		code, out, errOut := runBinaryAs(t, environ, env.httpAddr, tokens[user], "session", "get", id, "-o", "json")
-		if code != 0 {
-			t.Fatalf("session get %s: exit %d\n%s", id, code, errOut)
-		}
-		var v struct {
-			Status state.Status `json:"status"`
-		}
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			t.Fatalf("session get %s: %v\n%s", id, err, out)
-		}
-		return v.Status
+		return statusAs(t, environ, env.httpAddr, tokens[user], id)
 	}
 	waitUntil := func(what string, cond func() bool) {
 		t.Helper()

@@ -27,25 +27,11 @@ func TestSharedGPUE2E(t *testing.T) {
 
 	create := func(args ...string) string {
 		t.Helper()
-		code, out, errOut := runBinaryAs(t, environ, env.httpAddr, ada, append([]string{"session", "create", "--kind", "batch", "--cpu", "0.2", "--memory", "256", "-o", "name"}, args...)...)
-		if code != 0 {
-			t.Fatalf("session create %v: exit %d\n%s%s", args, code, out, errOut)
-		}
-		return strings.TrimSpace(out)
+		return createBatchAs(t, environ, env.httpAddr, ada, args...)
 	}
 	status := func(id string) state.Status {
 		t.Helper()
-		code, out, errOut := runBinaryAs(t, environ, env.httpAddr, ada, "session", "get", id, "-o", "json")
-		if code != 0 {
-			t.Fatalf("session get %s: exit %d\n%s", id, code, errOut)
-		}
-		var v struct {
-			Status state.Status `json:"status"`
-		}
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			t.Fatalf("session get %s: %v\n%s", id, err, out)
-		}
-		return v.Status
+		return statusAs(t, environ, env.httpAddr, ada, id)
 	}
 	waitUntil := func(what string, cond func() bool) {
 		t.Helper()
