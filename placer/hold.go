@@ -376,7 +376,7 @@ func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held 
 		if n.reservedFor != e.Session {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("node %s (%d of %d GPUs free, the rest draining as its sessions end)", n.name, n.freeGPUs, n.totalGPU))
+		parts = append(parts, fmt.Sprintf("%s (%d of %d GPUs free, the rest draining as its sessions end)", n.name, n.freeGPUs, n.totalGPU))
 	}
 	if len(parts) == 0 {
 		return fmt.Sprintf("waiting for %s", describe(&reqs[0]))

@@ -1,7 +1,9 @@
 package placer
 
 import (
+	"regexp"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -32,5 +34,12 @@ func TestEveryAgedRequestOfAShapeMayHold(t *testing.T) {
 	sort.Strings(holders)
 	if len(holders) != 2 || holders[0] != "r2" || holders[1] != "r3" {
 		t.Fatalf("nodes held for %v (%v), want one each for r2 and r3", holders, plan.Reserved)
+	}
+	// Each holder's reason names its node once, with what is free there.
+	said := regexp.MustCompile(`^waiting for 4×GPU: node n[234] \(2 of 8 GPUs free, the rest draining as its sessions end\) held for it, nothing else placed there`)
+	for _, w := range plan.Waiting {
+		if id := w.Pending.Entry.Session; (id == "r2" || id == "r3") && (!said.MatchString(w.Message) || strings.Contains(w.Message, "node node")) {
+			t.Errorf("%s's reason %q, want it to name its held node once: %s", id, w.Message, said)
+		}
 	}
 }
