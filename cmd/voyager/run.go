@@ -167,8 +167,13 @@ func (r *runner) follow(ctx context.Context) int {
 			case r.changed <- struct{}{}:
 			default: // one pending wake-up is enough
 			}
-			switch ev.Phase {
-			case state.PhaseRunning:
+			// An attempt ran: its output is there to copy. Events may
+			// come coalesced (the stream sends the status as it is when
+			// read), so an attempt that ran and failed may be seen only
+			// as its back-off, never as Running: it is started then too,
+			// or a restart that waits for its output to be read would
+			// wait on us.
+			if ev.Phase == state.PhaseRunning || ev.Status.Started != nil || ev.Status.Reason == state.ReasonBackOff {
 				r.startLogs(lctx)
 			}
 			return !ev.Terminal
