@@ -70,21 +70,7 @@ func TestStartFormOffersSharedGPUsAndMIGDevicesInBrowser(t *testing.T) {
 		return strings.Contains(e.get("/api/v1/nodes?devices=true", ada).body, `"fractions":1`)
 	})
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 1400), chromedp.UserDataDir(t.TempDir()))...)
-	bctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	bctx, eval := startBrowser(t, chromium, 1400)
 	c, stop := context.WithTimeout(bctx, 60*time.Second)
 	defer stop()
 	if err := chromedp.Do(c, chromedp.Navigate(e.srv.URL+"/console/sessions"), chromedp.WaitVisible("#token"),

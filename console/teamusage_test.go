@@ -59,21 +59,7 @@ func TestTeamUsageChartInBrowser(t *testing.T) {
 	accrue("s-2", "bob", "vision", 1, twoDaysAgo.Add(2*time.Hour), 8) // 8 more
 	accrue("s-3", "cyd", "nlp", 2, today, 0.5)                        // 1 today
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 1000), chromedp.UserDataDir(t.TempDir()))...)
-	bctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return v
-	}
+	bctx, eval := startBrowser(t, chromium, 1000)
 	open := func(token string) {
 		t.Helper()
 		c, stop := context.WithTimeout(bctx, 60*time.Second)
