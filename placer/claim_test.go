@@ -74,3 +74,27 @@ func TestNoClaimsBelowTwentyNodes(t *testing.T) {
 		t.Errorf("n00 is held for %q, want bob's b00 (held: %v)", id, plan.Reserved)
 	}
 }
+
+// TestYoungRequestClaims: an owner far below its share claims before its
+// requests may hold. carol has just arrived (nothing held): her 4-GPU
+// request, queued 30 s ago, may not hold nodes for another two minutes,
+// but it fits n00 now, and bob's hold, read after it, leaves n00 to her.
+// Before, bob's hold took n00 and carol, first in the order, found no
+// room (two-floods at 200 nodes: the second flooder's first passes).
+func TestYoungRequestClaims(t *testing.T) {
+	s := claimCluster()
+	var pending []Pending
+	for _, it := range s.Pending {
+		if it.Entry.Owner == "bob" {
+			pending = append(pending, it)
+		}
+	}
+	s.Pending = append(pending, req("c00", "carol", 4, 30*time.Second))
+	plan := NewPlan(s, PlanOptions{ReserveAfter: 10 * time.Minute})
+	if id := plan.Reserved["n00"]; id != "" {
+		t.Errorf("n00 is held for %s, want it left to carol's young request (held: %v)", id, plan.Reserved)
+	}
+	if len(plan.Bound) != 1 || plan.Bound[0].Pending.Entry.Session != "c00" || plan.Bound[0].Parts[0].Node != "n00" {
+		t.Fatalf("bound %v, want carol's c00 on n00", plan.Bound)
+	}
+}

@@ -237,6 +237,10 @@ func (p *planner) holdLarge(plan *Plan) {
 	for q.Len() > 0 {
 		g := q.groups[0]
 		e := heap.Pop(&g.items).(ageKey).it.Entry
+		if !p.aged(e) { // a young request, read only to claim (claim.go)
+			p.claimYoung(q, g, e, maxPartial)
+			continue
+		}
 		if !p.mayHold(e) || p.claimsSpent(e) {
 			// Its owner's budget is spent (every candidate is aged and
 			// holds nothing yet): so it is for the rest of the pass.
@@ -445,7 +449,7 @@ func (p *planner) holdQueue() *holdGroups {
 	q := &holdGroups{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
-		if it.Pinned || !p.aged(it.Entry) {
+		if it.Pinned || !p.aged(it.Entry) && !p.claimOwner(it.Entry.Owner) {
 			continue
 		}
 		k := holdKey{it.Entry.Priority, it.Entry.Team, it.Entry.Owner, p.modelKeyOf(it.Entry)}
