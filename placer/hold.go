@@ -237,7 +237,11 @@ func (p *planner) holdLarge(plan *Plan) {
 	for q.Len() > 0 {
 		g := q.groups[0]
 		e := heap.Pop(&g.items).(ageKey).it.Entry
-		if !p.mayHold(e) {
+		if !p.aged(e) { // a young request, read only to claim (claim.go)
+			p.claimYoung(q, g, e, maxPartial)
+			continue
+		}
+		if !p.mayHold(e) || p.claimsSpent(e) {
 			// Its owner's budget is spent (every candidate is aged and
 			// holds nothing yet): so it is for the rest of the pass.
 			heap.Pop(q)
@@ -250,6 +254,9 @@ func (p *planner) holdLarge(plan *Plan) {
 		}
 		reqs := e.Parts()
 		if !largeReq(e, maxPartial) {
+			if p.claimable(e) && p.claimFit(e) { // claim.go
+				continue
+			}
 			if len(reqs) == 1 {
 				k := shapeOf(p.partOf(e, reqs, 0))
 				if fitting[k] {
@@ -336,7 +343,7 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
 	m := &modelMatcher{pattern: pt.req.GPUModel} // one pattern over every node (modelmatch.go)
 	ok := func(n *nodeState) bool {
-		if used[n.name] || n.reservedFor != "" || n.view.Cordon != nil || filterLabels(pt, n) != nil {
+		if used[n.name] || n.reservedFor != "" || n.view.Cordon != nil || p.claimed(n) || filterLabels(pt, n) != nil {
 			return false
 		}
 		return pt.req.GPUs == 0 || n.capacityDevicesWith(pt.req, m) >= pt.req.GPUs
@@ -442,7 +449,7 @@ func (p *planner) holdQueue() *holdGroups {
 	q := &holdGroups{}
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
-		if it.Pinned || !p.aged(it.Entry) {
+		if it.Pinned || !p.aged(it.Entry) && !p.claimOwner(it.Entry.Owner) {
 			continue
 		}
 		k := holdKey{it.Entry.Priority, it.Entry.Team, it.Entry.Owner, p.modelKeyOf(it.Entry)}

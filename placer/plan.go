@@ -177,6 +177,9 @@ type planner struct {
 	// reserveOwners is the owners whose whole-machine requests may take
 	// a node of the standing reserve (reserve.go).
 	reserveOwners map[string]bool
+	// claims is the GPUs that aged requests of owners below their fair
+	// share, fitting now, claimed in holdLarge (claim.go).
+	claims claimState
 	// pinned is what each pinned session of the snapshot holds (PinEpoch).
 	pinned map[string][]pinnedPart
 	// teams is the team tree of the pass (teams.go); nil without teams.
