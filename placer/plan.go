@@ -182,6 +182,13 @@ type planner struct {
 	claims claimState
 	// pinned is what each pinned session of the snapshot holds (PinEpoch).
 	pinned map[string][]pinnedPart
+	// whole is the GPUs of the largest node; levels the free blocks
+	// spread keeps, once levelsKnown, and spreadOrders its search order
+	// by request size (spreadwhole.go).
+	whole        int
+	levels       []int
+	levelsKnown  bool
+	spreadOrders map[int][]int
 	// teams is the team tree of the pass (teams.go); nil without teams.
 	teams *teamPlan
 	// quota is the usage that quotas are checked against: usage, except
@@ -273,6 +280,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 		n.maxSessions = opt.MaxSessionsPerNode
 		p.nodes = append(p.nodes, n)
 		p.byName[n.name] = n
+		p.whole = max(p.whole, n.totalGPU)
 	}
 	p.releasePinned()
 	for _, n := range p.nodes {
@@ -545,7 +553,7 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		for k := pt.req.GPUs; k < len(p.buckets); k++ {
 			b := k // binpack: the fullest that fits first
 			if p.opt.Strategy == Spread {
-				b = len(p.buckets) - 1 - (k - pt.req.GPUs) // the emptiest first
+				b = p.spreadBucket(pt, k-pt.req.GPUs) // the emptiest first (spreadwhole.go)
 			}
 			bk := p.buckets[b]
 			if len(bk) == 0 {

@@ -33,9 +33,11 @@ import (
 // requests wait, as a held node's do (placer/README.md gives the busy
 // figures). What it buys: a whole-machine request finds an empty node at
 // its arrival, or one that empties soonest, instead of starting a drain
-// once it has waited. Spread, which keeps no whole machine free by
-// itself (it places on the emptiest node), gets whole machines from it
-// too: the reserve is kept off spread's search as off binpack's.
+// once it has waited. Spread, which by itself keeps no whole machine
+// free (it places on the emptiest node), gets whole machines from it
+// too: the reserve is kept off spread's search as off binpack's; and
+// while whole-machine requests arrive spread leaves empty nodes to them
+// (spreadwhole.go), so a node an 8-GPU session frees stays whole.
 
 // reserveMark is the reservedFor of a node in the standing reserve: no
 // session's id (ids never hold a NUL byte).
