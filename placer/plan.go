@@ -125,6 +125,10 @@ type Plan struct {
 	// Standing is the nodes of the standing reserve: kept free or draining
 	// for whole-machine requests expected to arrive (reserve.go).
 	Standing []string
+	// reserveKept is how many nodes the standing reserve kept in the
+	// pass, full ones draining included, which Standing leaves out
+	// (benchmarks read it to know the reserve was in effect).
+	reserveKept int
 }
 
 // planner is the state of one pass.
