@@ -178,6 +178,8 @@ type planner struct {
 	// for each size held for (drain.go).
 	ready  map[*nodeState]readyMemo
 	ranked map[int][]readyRank
+	// rankedOwn ranks them as an owner's holds see them (ownrank.go).
+	rankedOwn map[ownRankKey][]readyRank
 	// reserveOwners is the owners whose whole-machine requests may take
 	// a node of the standing reserve (reserve.go).
 	reserveOwners map[string]bool
