@@ -15,13 +15,18 @@ import "slices"
 // million of them the owner's own: 40% of NewPlan's CPU time, growing
 // with the cluster (more of the owner's nodes, and more holds a pass).
 //
-// So each (size, owner) that holds gets its own ranking, made once a pass
-// with the owner's view of each node (rankOf with the owner): its own
-// nodes rank among the unknown, after every node whose time is known, and
-// the walk stops at the first unchanged node as before. soonest's answer
-// is the same: a node's place for an owner, as for anyone, only worsens
-// as the pass proposes sessions, so the first node whose place is
-// unchanged still beats every node after it in either ranking.
+// So a (size, owner) whose holds have walked more than twice the nodes
+// in the pass gets its own ranking for the rest of it, made with the
+// owner's view of each node (rankOf with the owner): its own nodes rank
+// among the unknown, after every node whose time is known, and the walk
+// stops at the first unchanged node as before. Making it costs a walk of
+// every node and a sort, so only the pairs whose walks are long get one
+// (at 2,000 nodes with seven owners holding for 1 to 8 GPUs, a ranking
+// for every pair cost a fifth of BenchmarkNewPlanBacklog's pass).
+// soonest's answer is the same either way: a node's place for an owner,
+// as for anyone, only worsens as the pass proposes sessions, so the
+// first node whose place is unchanged still beats every node after it in
+// either ranking.
 
 // ownRankKey is a ranking's size and owner.
 type ownRankKey struct {
@@ -35,10 +40,16 @@ type ownRankKey struct {
 // that its plans are compared with.
 var ownRankReference bool
 
+// ownRankWalk is how many times the nodes in the pass a pair's searches
+// walk before it gets its own ranking; a variable only so that
+// TestOwnerRankingMatchesReference can make every pair's at once.
+var ownRankWalk = 2
+
 // rankFor is the ranking soonest walks for a hold of owner's for want
-// GPUs: rankReady's for anyone (owner ""), else every node ranked as
-// owner sees it (rankOf), as the pass stands the first time it is asked
-// for, kept for the rest of the pass.
+// GPUs: rankReady's for anyone (owner "", or a pair whose searches have
+// walked ownRankWalk times the nodes or fewer), else every node ranked
+// as owner sees it (rankOf), as the pass stands the first time it is
+// made, kept for the rest of the pass.
 func (p *planner) rankFor(want int, owner string) []readyRank {
 	if owner == "" || ownRankReference {
 		return p.rankReady(want)
@@ -47,7 +58,10 @@ func (p *planner) rankFor(want int, owner string) []readyRank {
 	if r, ok := p.rankedOwn[k]; ok {
 		return r
 	}
-	base := p.rankReady(want) // readyBy memoised for every node
+	base := p.rankReady(want)
+	if p.walks[k] <= ownRankWalk*len(p.nodes) {
+		return base
+	}
 	r := make([]readyRank, len(base))
 	for i, b := range base {
 		r[i] = p.rankOf(b.n, want, owner)
@@ -66,4 +80,24 @@ func (p *planner) rankFor(want int, owner string) []readyRank {
 	}
 	p.rankedOwn[k] = r
 	return r
+}
+
+// counted is ok, counting every node a search for a hold of owner's for
+// want GPUs reads, toward the walk that earns the pair its own ranking
+// (rankFor).
+func (p *planner) counted(want int, owner string, ok func(*nodeState) bool) func(*nodeState) bool {
+	if owner == "" || ownRankReference {
+		return ok
+	}
+	if _, made := p.rankedOwn[ownRankKey{want, owner}]; made {
+		return ok
+	}
+	if p.walks == nil {
+		p.walks = map[ownRankKey]int{}
+	}
+	k := ownRankKey{want, owner}
+	return func(n *nodeState) bool {
+		p.walks[k]++
+		return ok(n)
+	}
 }

@@ -14,12 +14,13 @@ import (
 // run whole nodes of their own (8-GPU sessions, most with a max runtime
 // that frees the node soon) beside nodes of mixed smaller sessions, and
 // queue requests of 1-8 GPUs that hold nodes, once with each owner's own
-// ranking (ownrank.go) and once with ownRankReference on (the walk over
-// the ranking for anyone, as before): the plans (bindings, holds, every
-// reason) are equal. It fails when the owner's ranking is not sorted, or
-// is kept across owners or sizes.
+// ranking (ownrank.go: in half the rounds made at a pair's first search,
+// in the others once its searches have walked far) and once with
+// ownRankReference on (the walk over the ranking for anyone, as before):
+// the plans (bindings, holds, every reason) are equal. It fails when the
+// owner's ranking is not sorted, or is kept across owners or sizes.
 func TestOwnerRankingMatchesReference(t *testing.T) {
-	t.Cleanup(func() { ownRankReference = false })
+	t.Cleanup(func() { ownRankReference, ownRankWalk = false, 2 })
 	rng := rand.New(rand.NewPCG(34, 2000))
 	owners := []string{"u0", "u1", "u2", "u3"}
 	exercised := 0
@@ -69,6 +70,12 @@ func TestOwnerRankingMatchesReference(t *testing.T) {
 		opt := PlanOptions{ReserveAfter: 10 * time.Minute}
 		if round%2 == 1 {
 			opt.Strategy = Spread
+		}
+		// Every pair's own ranking from its first search, or only once
+		// its searches have walked far, as NewPlan does.
+		ownRankWalk = 2
+		if round%4 < 2 {
+			ownRankWalk = 0
 		}
 		ownRankReference = true
 		want := NewPlan(s, opt)

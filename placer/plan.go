@@ -178,8 +178,10 @@ type planner struct {
 	// for each size held for (drain.go).
 	ready  map[*nodeState]readyMemo
 	ranked map[int][]readyRank
-	// rankedOwn ranks them as an owner's holds see them (ownrank.go).
+	// rankedOwn ranks them as an owner's holds see them, for the pairs
+	// whose searches walked far (walks) (ownrank.go).
 	rankedOwn map[ownRankKey][]readyRank
+	walks     map[ownRankKey]int
 	// reserveOwners is the owners whose whole-machine requests may take
 	// a node of the standing reserve (reserve.go).
 	reserveOwners map[string]bool
