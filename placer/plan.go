@@ -122,8 +122,11 @@ type Plan struct {
 	// preempting session while its victims stop, to the session holding
 	// them.
 	Reserved map[string]string
-	// Standing is the nodes of the standing reserve: kept free or draining
-	// for whole-machine requests expected to arrive (reserve.go).
+	// Standing is the nodes of the standing reserve with GPUs free that
+	// no whole-machine request of the pass took: kept free or draining
+	// for whole-machine requests expected to arrive (reserve.go). A
+	// reserve node whose GPUs are all in use, draining, is kept too but
+	// not listed.
 	Standing []string
 	// reserveKept is how many nodes the standing reserve kept in the
 	// pass, full ones draining included, which Standing leaves out
