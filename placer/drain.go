@@ -90,7 +90,8 @@ func (p *planner) soonest(want int, owner string, ok func(*nodeState) bool) *nod
 		changed readyRank
 		found   bool
 	)
-	for _, r := range p.rankReady(want) {
+	ok = p.counted(want, owner, ok)
+	for _, r := range p.rankFor(want, owner) { // owner's view (ownrank.go)
 		if !ok(r.n) {
 			continue
 		}

@@ -122,9 +122,16 @@ type Plan struct {
 	// preempting session while its victims stop, to the session holding
 	// them.
 	Reserved map[string]string
-	// Standing is the nodes of the standing reserve: kept free or draining
-	// for whole-machine requests expected to arrive (reserve.go).
+	// Standing is the nodes of the standing reserve with GPUs free that
+	// no whole-machine request of the pass took: kept free or draining
+	// for whole-machine requests expected to arrive (reserve.go). A
+	// reserve node whose GPUs are all in use, draining, is kept too but
+	// not listed.
 	Standing []string
+	// reserveKept is how many nodes the standing reserve kept in the
+	// pass, full ones draining included, which Standing leaves out
+	// (benchmarks read it to know the reserve was in effect).
+	reserveKept int
 }
 
 // planner is the state of one pass.
@@ -174,6 +181,10 @@ type planner struct {
 	// for each size held for (drain.go).
 	ready  map[*nodeState]readyMemo
 	ranked map[int][]readyRank
+	// rankedOwn ranks them as an owner's holds see them, for the pairs
+	// whose searches walked far (walks) (ownrank.go).
+	rankedOwn map[ownRankKey][]readyRank
+	walks     map[ownRankKey]int
 	// reserveOwners is the owners whose whole-machine requests may take
 	// a node of the standing reserve (reserve.go).
 	reserveOwners map[string]bool

@@ -187,10 +187,15 @@ func (p *planner) reserveSize(whole, arrived int, ok func(*nodeState) bool) int 
 
 // standing lists, once the pass is planned, the nodes of the standing
 // reserve that no hold took and no whole-machine request of this pass
-// was placed on (Plan.Standing).
+// was placed on (Plan.Standing), and counts every node the reserve kept,
+// a full one draining included (Plan.reserveKept).
 func (p *planner) standing(plan *Plan) {
 	for _, n := range p.nodes {
-		if n.reservedFor == reserveMark && n.usedGPU < n.totalGPU {
+		if n.reservedFor != reserveMark {
+			continue
+		}
+		plan.reserveKept++
+		if n.usedGPU < n.totalGPU {
 			plan.Standing = append(plan.Standing, n.name)
 		}
 	}

@@ -1,0 +1,103 @@
+package placer
+
+import "slices"
+
+// A hold's ranking for its owner (issue 34, NewPlan's cost at 2,000
+// nodes). soonest walks the nodes in the order they free whole GPUs
+// (rankReady) until the first whose place is unchanged for the hold; a
+// node where the holder's owner's own sessions hold the GPUs asked for
+// counts as unknown for that owner (ownGPUs), so it is "changed", and the
+// walk goes past it. An owner asking only for 8-GPU sessions runs a whole
+// node per session, whose one session's max runtime frees it soon: those
+// nodes rank first, and every hold of that owner walked past all of them.
+// At 2,000 nodes, in the suite's 8-only-vs-1-flood shape (binpack, seed
+// 1, three simulated hours), 16,782 searches walked 6.4 million nodes, 4.4
+// million of them the owner's own: 40% of NewPlan's CPU time, growing
+// with the cluster (more of the owner's nodes, and more holds a pass).
+//
+// So a (size, owner) whose holds have walked more than twice the nodes
+// in the pass gets its own ranking for the rest of it, made with the
+// owner's view of each node (rankOf with the owner): its own nodes rank
+// among the unknown, after every node whose time is known, and the walk
+// stops at the first unchanged node as before. Making it costs a walk of
+// every node and a sort, so only the pairs whose walks are long get one
+// (at 2,000 nodes with seven owners holding for 1 to 8 GPUs, a ranking
+// for every pair cost a fifth of BenchmarkNewPlanBacklog's pass).
+// soonest's answer is the same either way: a node's place for an owner,
+// as for anyone, only worsens as the pass proposes sessions, so the
+// first node whose place is unchanged still beats every node after it in
+// either ranking.
+
+// ownRankKey is a ranking's size and owner.
+type ownRankKey struct {
+	want  int
+	owner string
+}
+
+// ownRankReference, set only by TestOwnerRankingMatchesReference (never
+// concurrently with other plans), makes soonest walk the ranking for
+// anyone (rankReady) for every owner, as before ownrank.go: the reference
+// that its plans are compared with.
+var ownRankReference bool
+
+// ownRankWalk is how many times the nodes in the pass a pair's searches
+// walk before it gets its own ranking; a variable only so that
+// TestOwnerRankingMatchesReference can make every pair's at once.
+var ownRankWalk = 2
+
+// rankFor is the ranking soonest walks for a hold of owner's for want
+// GPUs: rankReady's for anyone (owner "", or a pair whose searches have
+// walked ownRankWalk times the nodes or fewer), else every node ranked
+// as owner sees it (rankOf), as the pass stands the first time it is
+// made, kept for the rest of the pass.
+func (p *planner) rankFor(want int, owner string) []readyRank {
+	if owner == "" || ownRankReference {
+		return p.rankReady(want)
+	}
+	k := ownRankKey{want, owner}
+	if r, ok := p.rankedOwn[k]; ok {
+		return r
+	}
+	base := p.rankReady(want)
+	if p.walks[k] <= ownRankWalk*len(p.nodes) {
+		return base
+	}
+	r := make([]readyRank, len(base))
+	for i, b := range base {
+		r[i] = p.rankOf(b.n, want, owner)
+	}
+	slices.SortFunc(r, func(a, b readyRank) int {
+		if a.before(b) {
+			return -1
+		}
+		if b.before(a) {
+			return 1
+		}
+		return 0
+	})
+	if p.rankedOwn == nil {
+		p.rankedOwn = map[ownRankKey][]readyRank{}
+	}
+	p.rankedOwn[k] = r
+	return r
+}
+
+// counted is ok, counting every node a search for a hold of owner's for
+// want GPUs reads, toward the walk that earns the pair its own ranking
+// (rankFor).
+func (p *planner) counted(want int, owner string, ok func(*nodeState) bool) func(*nodeState) bool {
+	if owner == "" || ownRankReference {
+		return ok
+	}
+	if _, made := p.rankedOwn[ownRankKey{want, owner}]; made {
+		return ok
+	}
+	if p.walks == nil {
+		p.walks = map[ownRankKey]int{}
+	}
+	k := ownRankKey{want, owner}
+	return func(n *nodeState) bool {
+		p.walks[k]++
+		return ok(n)
+	}
+}
