@@ -28,11 +28,23 @@ type AccountantConfig struct {
 	// SweepEvery is how often the accruals of retired sessions are
 	// deleted (SweepMarks). Default 1 hour.
 	SweepEvery time.Duration
+	// Gather is how long the accountant collects ended attempts after
+	// the first one it sees before it records them, together, in one
+	// read and one transaction (state.AccrueAll; sooner when
+	// state.MaxAccrueAll are waiting). GPU-hours lag the ends by about
+	// this much; retention waits for them (RetentionConfig.AccrualWait).
+	// Default DefaultGather; negative: each watch response at once.
+	Gather time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
+
+// DefaultGather is AccountantConfig.Gather's default: at the soak's pace
+// (about 60 ends a second) one transaction a second records them all,
+// where one per watch response wrote about 0.8 a bind.
+const DefaultGather = time.Second
 
 // Accountant turns the ends of sessions' bound attempts into GPU-hours:
 // for every status change that takes a session out of its bound phases
@@ -64,6 +76,9 @@ func NewAccountant(cli *clientv3.Client, cfg AccountantConfig) *Accountant {
 	}
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = time.Hour
+	}
+	if cfg.Gather == 0 {
+		cfg.Gather = DefaultGather
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -158,9 +173,39 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 	sweep := time.NewTicker(a.cfg.SweepEvery)
 	defer sweep.Stop()
 	written := from - 1
+	// Ended attempts seen and not yet recorded, the revision up to which
+	// the responses that carried them were read, and when they are
+	// recorded (Config.Gather after the first).
+	var gathered []state.Ended
+	var gatheredTo int64
+	var flushC <-chan time.Time
+	var flushT *time.Timer
+	defer func() {
+		if flushT != nil {
+			flushT.Stop()
+		}
+	}()
+	flush := func() error {
+		for len(gathered) > 0 {
+			n := min(len(gathered), state.MaxAccrueAll)
+			if err := a.accrueAll(ctx, gathered[:n]); err != nil {
+				return err
+			}
+			gathered = gathered[n:]
+		}
+		gathered = nil
+		a.setApplied(gatheredTo)
+		if flushT != nil {
+			flushT.Stop()
+		}
+		flushT, flushC = nil, nil
+		return nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			// What was gathered is not recorded: the cursor stays
+			// before it, and the next accountant sees it again.
 			a.writeCursor(a.Applied())
 			return nil
 		case <-sweep.C:
@@ -172,6 +217,10 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 				a.writeCursor(rev)
 				written = rev
 			}
+		case <-flushC:
+			if err := flush(); err != nil {
+				return err
+			}
 		case resp, ok := <-wch:
 			if !ok {
 				if ctx.Err() != nil {
@@ -180,21 +229,18 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 				return errors.New("usage watch closed")
 			}
 			// The responses waiting behind this one too (an accountant
-			// behind the statuses catches up in batches), up to what one
-			// transaction records.
-			var ended []state.Ended
-			applied := int64(0)
+			// behind the statuses catches up in batches).
 			for {
 				if err := resp.Err(); err != nil {
 					return fmt.Errorf("watch statuses: %w", err)
 				}
 				for _, ev := range resp.Events {
 					if e, ok := a.ended(ev); ok {
-						ended = append(ended, e)
+						gathered = append(gathered, e)
 					}
 				}
-				applied = resp.Header.Revision
-				if len(ended) >= state.MaxAccrueAll/2 {
+				gatheredTo = max(gatheredTo, resp.Header.Revision)
+				if len(gathered) >= state.MaxAccrueAll {
 					break
 				}
 				select {
@@ -206,14 +252,17 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 					break
 				}
 			}
-			for len(ended) > 0 {
-				n := min(len(ended), state.MaxAccrueAll)
-				if err := a.accrueAll(ctx, ended[:n]); err != nil {
+			switch {
+			case len(gathered) >= state.MaxAccrueAll || (len(gathered) > 0 && a.cfg.Gather < 0) || len(gathered) == 0:
+				// A full transaction's worth, gathering off, or nothing
+				// waits: record now (nothing: only the revision moves).
+				if err := flush(); err != nil {
 					return err
 				}
-				ended = ended[n:]
+			case flushT == nil:
+				flushT = time.NewTimer(a.cfg.Gather)
+				flushC = flushT.C
 			}
-			a.setApplied(applied)
 		}
 	}
 }
