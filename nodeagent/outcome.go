@@ -227,6 +227,12 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 		}
 		now := time.Now().UTC()
 		cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.reason, o.msg, code, now
+		if cur.Started == nil && !w.started.IsZero() {
+			// Ended before it was reported Running (RunReportAfter):
+			// the end carries the start.
+			started := w.started
+			cur.Started = &started
+		}
 		cur.Finished, cur.RetryAt = &now, nil
 		if o.phase == state.PhasePending {
 			cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
@@ -422,3 +428,6 @@ func (w *worker) setPart(ctx context.Context, ev state.Event, mutate func(*state
 
 // DefaultStopReportAfter is Config.StopReportAfter's default.
 const DefaultStopReportAfter = time.Second
+
+// DefaultRunReportAfter is Config.RunReportAfter's default.
+const DefaultRunReportAfter = time.Second

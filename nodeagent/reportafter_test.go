@@ -91,3 +91,51 @@ func TestAgentReportsStoppingOnlyForASlowStop(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentReportsRunningOnlyForALastingBatchContainer: a batch part whose
+// container exits within Config.RunReportAfter is reported by its end
+// alone, which carries the container's start (its part goes from
+// Starting to Succeeded: two writes, not three); one that runs longer
+// says Running, with the same start, once RunReportAfter has passed.
+func TestAgentReportsRunningOnlyForALastingBatchContainer(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		exits bool
+		want  []state.Phase
+	}{
+		{"quick", true, []state.Phase{state.PhaseStarting, state.PhaseSucceeded}},
+		{"lasting", false, []state.Phase{state.PhaseStarting, state.PhaseRunning, state.PhaseStopped}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli := etcdtest.New(t)
+			rt := newFake()
+			rt.Exit = func(runtime.Spec) (int, bool) { return 0, tc.exits }
+			cfg := testConfig(t, cli, rt)
+			cfg.RunReportAfter = 500 * time.Millisecond
+			runAgent(t, cfg)
+			id := "run-" + tc.name
+			before := time.Now().UTC()
+			bind(t, cli, state.Session{ID: id, Owner: "ada", Kind: state.KindBatch, Command: []string{"job"}},
+				state.Binding{CPUMilli: 100, MemoryMiB: 64})
+			br, err := cli.Get(context.Background(), keys.Binding(node, id))
+			if err != nil || len(br.Kvs) == 0 {
+				t.Fatalf("read binding: %v", err)
+			}
+			from := br.Kvs[0].CreateRevision
+			if !tc.exits {
+				st := waitPhase(t, cli, id, state.PhaseRunning, 10*time.Second)
+				if st.Started == nil || st.Started.Before(before) || time.Since(*st.Started) < cfg.RunReportAfter {
+					t.Errorf("Running status started %v: want the container's start, at least %s before it said so", st.Started, cfg.RunReportAfter)
+				}
+				updateSession(t, cli, id, func(s *state.Session) { s.Desired = state.DesiredStopped })
+			}
+			st := waitPhase(t, cli, id, tc.want[len(tc.want)-1], 10*time.Second)
+			if st.Started == nil || st.Started.Before(before) {
+				t.Errorf("final status started %v, want the container's start", st.Started)
+			}
+			if got := partPhases(t, cli, id, from); !slices.Equal(got, tc.want) {
+				t.Errorf("the part went through %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
