@@ -457,9 +457,12 @@ func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) 
 	if b.Role == state.RoleSingle || b.Role == "" {
 		return nil, nil
 	}
-	st, _, err := state.Get[state.Status](ctx, cfg.Client, cfg.Keys.Status(b.Session))
-	if err != nil {
-		return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+	st, ok := w.boundStatus()
+	if !ok {
+		var err error
+		if st, _, err = state.Get[state.Status](ctx, cfg.Client, cfg.Keys.Status(b.Session)); err != nil {
+			return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+		}
 	}
 	var others []string
 	for _, n := range st.Nodes {
@@ -490,6 +493,25 @@ func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) 
 		out = append(out, Peer{Address: pn.Address, Ports: p})
 	}
 	return out, nil
+}
+
+// boundStatus is the session's status as read with the spec (launchRead,
+// at or after the binding's revision), if it is of this binding's
+// queueing: the nodes it names are those the bind wrote with the
+// binding, and stay while the binding does.
+func (w *worker) boundStatus() (state.Status, bool) {
+	if len(w.launchRead) != 3 {
+		return state.Status{}, false
+	}
+	kvs := w.launchRead[2].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return state.Status{}, false
+	}
+	st, err := state.Decode[state.Status](kvs[0].Value)
+	if err != nil || st.QueueRevision != w.item.Value.QueueRevision || w.item.Value.QueueRevision == 0 {
+		return state.Status{}, false
+	}
+	return st, true
 }
 
 // start pulls the image, records the attempt's launch (state.Launch: at
