@@ -62,8 +62,10 @@ type Accountant struct {
 	log *slog.Logger
 
 	accrued, late atomic.Int64
-	mu            sync.Mutex
-	applied       int64 // the revision up to which changes were handled
+	// gathered is how many ended attempts wait for Config.Gather.
+	gathered atomic.Int64
+	mu       sync.Mutex
+	applied  int64 // the revision up to which changes were handled
 }
 
 // NewAccountant returns an accountant over cli.
@@ -185,7 +187,7 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 			flushT.Stop()
 		}
 	}()
-	flush := func() error {
+	flush := func(ctx context.Context) error {
 		for len(gathered) > 0 {
 			n := min(len(gathered), state.MaxAccrueAll)
 			if err := a.accrueAll(ctx, gathered[:n]); err != nil {
@@ -194,6 +196,7 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 			gathered = gathered[n:]
 		}
 		gathered = nil
+		a.gathered.Store(0)
 		a.setApplied(gatheredTo)
 		if flushT != nil {
 			flushT.Stop()
@@ -204,8 +207,16 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 	for {
 		select {
 		case <-ctx.Done():
-			// What was gathered is not recorded: the cursor stays
+			// An orderly stop records what it gathered (within a few
+			// seconds); what it cannot is not lost: the cursor stays
 			// before it, and the next accountant sees it again.
+			if len(gathered) > 0 {
+				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if err := flush(fctx); err != nil {
+					a.log.Debug("record the ends gathered before stopping", "err", err)
+				}
+				cancel()
+			}
 			a.writeCursor(a.Applied())
 			return nil
 		case <-sweep.C:
@@ -218,7 +229,7 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 				written = rev
 			}
 		case <-flushC:
-			if err := flush(); err != nil {
+			if err := flush(ctx); err != nil {
 				return err
 			}
 		case resp, ok := <-wch:
@@ -252,11 +263,12 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 					break
 				}
 			}
+			a.gathered.Store(int64(len(gathered)))
 			switch {
 			case len(gathered) >= state.MaxAccrueAll || (len(gathered) > 0 && a.cfg.Gather < 0) || len(gathered) == 0:
 				// A full transaction's worth, gathering off, or nothing
 				// waits: record now (nothing: only the revision moves).
-				if err := flush(); err != nil {
+				if err := flush(ctx); err != nil {
 					return err
 				}
 			case flushT == nil:

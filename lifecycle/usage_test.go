@@ -296,3 +296,28 @@ func TestAccountantGathersEnds(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestAccountantRecordsWhatItGatheredWhenStopped: an accountant stopped
+// while it gathers ends (an orderly stop: its context ends) records them
+// before it returns, rather than leaving them to the next accountant.
+func TestAccountantRecordsWhatItGatheredWhenStopped(t *testing.T) {
+	cli := etcdtest.New(t)
+	d := usageDriver{t: t, cli: cli}
+	acc, stop := runAccountantWith(t, cli, AccountantConfig{Keys: keys, CursorEvery: time.Hour, Gather: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
+	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		id := fmt.Sprintf("s-stop-%d", i)
+		d.create(id, "ada", "", 1, day)
+		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
+	}
+	waitUntil(t, "three ends gathered", func() bool { return acc.gathered.Load() == 3 })
+	if n := len(d.accruals()); n != 0 {
+		t.Fatalf("%d accruals within the gathering window, want none yet", n)
+	}
+	stop()
+	if n := len(d.accruals()); n != 3 {
+		t.Errorf("%d accruals after an orderly stop, want the 3 gathered", n)
+	}
+}
