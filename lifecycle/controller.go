@@ -372,14 +372,18 @@ func (c *Controller) session(ctx context.Context, v *view, id string, sit watche
 		return nil
 	}
 	w, hasW := v.warnings.Item(k.Warning(id))
+	// The status merger deletes the warning of an attempt that ended in
+	// the transaction that writes the end: a warnings cache that has not
+	// yet seen that revision still holds it, and nothing is to withdraw.
+	ended := hasW && v.warnings.Revision() >= sit.ModRevision
 	switch {
 	case st.terminal:
-		if hasW {
+		if ended {
 			return c.withdraw(ctx, id, w.ModRevision, "session ended")
 		}
 		return nil
 	case st.waiting:
-		if hasW {
+		if ended {
 			if err := c.withdraw(ctx, id, w.ModRevision, "session stopped"); err != nil {
 				return err
 			}

@@ -28,11 +28,23 @@ type AccountantConfig struct {
 	// SweepEvery is how often the accruals of retired sessions are
 	// deleted (SweepMarks). Default 1 hour.
 	SweepEvery time.Duration
+	// Gather is how long the accountant collects ended attempts after
+	// the first one it sees before it records them, together, in one
+	// read and one transaction (state.AccrueAll; sooner when
+	// state.MaxAccrueAll are waiting). GPU-hours lag the ends by about
+	// this much; retention waits for them (RetentionConfig.AccrualWait).
+	// Default DefaultGather; negative: each watch response at once.
+	Gather time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
+
+// DefaultGather is AccountantConfig.Gather's default: at the soak's pace
+// (about 60 ends a second) one transaction a second records them all,
+// where one per watch response wrote about 0.8 a bind.
+const DefaultGather = time.Second
 
 // Accountant turns the ends of sessions' bound attempts into GPU-hours:
 // for every status change that takes a session out of its bound phases
@@ -50,8 +62,10 @@ type Accountant struct {
 	log *slog.Logger
 
 	accrued, late atomic.Int64
-	mu            sync.Mutex
-	applied       int64 // the revision up to which changes were handled
+	// gathered is how many ended attempts wait for Config.Gather.
+	gathered atomic.Int64
+	mu       sync.Mutex
+	applied  int64 // the revision up to which changes were handled
 }
 
 // NewAccountant returns an accountant over cli.
@@ -64,6 +78,9 @@ func NewAccountant(cli *clientv3.Client, cfg AccountantConfig) *Accountant {
 	}
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = time.Hour
+	}
+	if cfg.Gather == 0 {
+		cfg.Gather = DefaultGather
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -158,9 +175,48 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 	sweep := time.NewTicker(a.cfg.SweepEvery)
 	defer sweep.Stop()
 	written := from - 1
+	// Ended attempts seen and not yet recorded, the revision up to which
+	// the responses that carried them were read, and when they are
+	// recorded (Config.Gather after the first).
+	var gathered []state.Ended
+	var gatheredTo int64
+	var flushC <-chan time.Time
+	var flushT *time.Timer
+	defer func() {
+		if flushT != nil {
+			flushT.Stop()
+		}
+	}()
+	flush := func(ctx context.Context) error {
+		for len(gathered) > 0 {
+			n := min(len(gathered), state.MaxAccrueAll)
+			if err := a.accrueAll(ctx, gathered[:n]); err != nil {
+				return err
+			}
+			gathered = gathered[n:]
+		}
+		gathered = nil
+		a.gathered.Store(0)
+		a.setApplied(gatheredTo)
+		if flushT != nil {
+			flushT.Stop()
+		}
+		flushT, flushC = nil, nil
+		return nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			// An orderly stop records what it gathered (within a few
+			// seconds); what it cannot is not lost: the cursor stays
+			// before it, and the next accountant sees it again.
+			if len(gathered) > 0 {
+				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if err := flush(fctx); err != nil {
+					a.log.Debug("record the ends gathered before stopping", "err", err)
+				}
+				cancel()
+			}
 			a.writeCursor(a.Applied())
 			return nil
 		case <-sweep.C:
@@ -172,6 +228,10 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 				a.writeCursor(rev)
 				written = rev
 			}
+		case <-flushC:
+			if err := flush(ctx); err != nil {
+				return err
+			}
 		case resp, ok := <-wch:
 			if !ok {
 				if ctx.Err() != nil {
@@ -180,21 +240,18 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 				return errors.New("usage watch closed")
 			}
 			// The responses waiting behind this one too (an accountant
-			// behind the statuses catches up in batches), up to what one
-			// transaction records.
-			var ended []state.Ended
-			applied := int64(0)
+			// behind the statuses catches up in batches).
 			for {
 				if err := resp.Err(); err != nil {
 					return fmt.Errorf("watch statuses: %w", err)
 				}
 				for _, ev := range resp.Events {
 					if e, ok := a.ended(ev); ok {
-						ended = append(ended, e)
+						gathered = append(gathered, e)
 					}
 				}
-				applied = resp.Header.Revision
-				if len(ended) >= state.MaxAccrueAll/2 {
+				gatheredTo = max(gatheredTo, resp.Header.Revision)
+				if len(gathered) >= state.MaxAccrueAll {
 					break
 				}
 				select {
@@ -206,14 +263,18 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 					break
 				}
 			}
-			for len(ended) > 0 {
-				n := min(len(ended), state.MaxAccrueAll)
-				if err := a.accrueAll(ctx, ended[:n]); err != nil {
+			a.gathered.Store(int64(len(gathered)))
+			switch {
+			case len(gathered) >= state.MaxAccrueAll || (len(gathered) > 0 && a.cfg.Gather < 0) || len(gathered) == 0:
+				// A full transaction's worth, gathering off, or nothing
+				// waits: record now (nothing: only the revision moves).
+				if err := flush(ctx); err != nil {
 					return err
 				}
-				ended = ended[n:]
+			case flushT == nil:
+				flushT = time.NewTimer(a.cfg.Gather)
+				flushC = flushT.C
 			}
-			a.setApplied(applied)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -16,9 +17,18 @@ import (
 
 // runAccountant runs an accountant over cli until stop is called or the
 // test ends.
+// It gathers ended attempts for 20 ms (AccountantConfig.Gather), so that
+// the tests' waits stay short; TestAccountantGathersEnds checks the
+// gathering itself.
 func runAccountant(t testing.TB, cli *clientv3.Client) (*Accountant, func()) {
 	t.Helper()
-	a := NewAccountant(cli, AccountantConfig{Keys: keys, CursorEvery: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return runAccountantWith(t, cli, AccountantConfig{Keys: keys, CursorEvery: 50 * time.Millisecond, Gather: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+func runAccountantWith(t testing.TB, cli *clientv3.Client, cfg AccountantConfig) (*Accountant, func()) {
+	t.Helper()
+	a := NewAccountant(cli, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -232,4 +242,82 @@ func TestAccountantCountsEachAttemptOnce(t *testing.T) {
 		t.Errorf("accruals after the sweep: %d, ada's still there: %v", len(d.accruals()), ok)
 	}
 	check("after the sweep")
+}
+
+// TestAccountantGathersEnds: attempts that end within the gathering
+// window, each in a status change of its own and 50 ms apart, are
+// recorded in one transaction (their accruals share a revision, and the
+// day record was written once); the cursor then moves past them. With
+// Gather off, each watch response was a transaction of its own (five
+// revisions here, one a bind in the soak).
+func TestAccountantGathersEnds(t *testing.T) {
+	cli := etcdtest.New(t)
+	d := usageDriver{t: t, cli: cli}
+	acc, _ := runAccountantWith(t, cli, AccountantConfig{Keys: keys, CursorEvery: 50 * time.Millisecond, Gather: 3 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
+	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	var last int64
+	for i := range 5 {
+		id := fmt.Sprintf("s-%d", i)
+		d.create(id, "ada", "", 1, day)
+		st := d.run(id, 0, int64(10+i), day)
+		st.Phase, st.Finished, st.Updated = state.PhaseSucceeded, ptr(day.Add(time.Hour)), day.Add(time.Hour)
+		r, err := state.Put(context.Background(), cli, keys.Status(id), st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r
+		time.Sleep(50 * time.Millisecond) // the ends apart: separate watch responses
+	}
+	waitUntil(t, "five accruals", func() bool { return len(d.accruals()) == 5 })
+	resp, err := cli.Get(context.Background(), keys.Accruals(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs := map[int64]bool{}
+	for _, kv := range resp.Kvs {
+		revs[kv.ModRevision] = true
+	}
+	if len(revs) != 1 {
+		t.Errorf("the five accruals were written in %d transactions, want 1", len(revs))
+	}
+	dr, err := cli.Get(context.Background(), keys.GPUHoursDir()+"2026-11-20")
+	if err != nil || len(dr.Kvs) != 1 {
+		t.Fatalf("day record: %v, %v", dr, err)
+	}
+	if dr.Kvs[0].Version != 1 {
+		t.Errorf("the day record was written %d times, want once", dr.Kvs[0].Version)
+	}
+	if got := d.day("2026-11-20"); got.Attempts != 5 || got.GPUMilliseconds["/ada"] != 5*3600000 {
+		t.Errorf("day: %+v, want 5 attempts of an hour", got)
+	}
+	waitUntil(t, "the accountant past the ends", func() bool { return acc.Applied() >= last })
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestAccountantRecordsWhatItGatheredWhenStopped: an accountant stopped
+// while it gathers ends (an orderly stop: its context ends) records them
+// before it returns, rather than leaving them to the next accountant.
+func TestAccountantRecordsWhatItGatheredWhenStopped(t *testing.T) {
+	cli := etcdtest.New(t)
+	d := usageDriver{t: t, cli: cli}
+	acc, stop := runAccountantWith(t, cli, AccountantConfig{Keys: keys, CursorEvery: time.Hour, Gather: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
+	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		id := fmt.Sprintf("s-stop-%d", i)
+		d.create(id, "ada", "", 1, day)
+		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
+	}
+	waitUntil(t, "three ends gathered", func() bool { return acc.gathered.Load() == 3 })
+	if n := len(d.accruals()); n != 0 {
+		t.Fatalf("%d accruals within the gathering window, want none yet", n)
+	}
+	stop()
+	if n := len(d.accruals()); n != 3 {
+		t.Errorf("%d accruals after an orderly stop, want the 3 gathered", n)
+	}
 }

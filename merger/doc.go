@@ -22,5 +22,7 @@
 // and a refused transaction reads from the leader.
 // A Merger also deletes the parts it has done with: a part whose end is
 // in the status, and a stale part (of another queueing, or of a session
-// whose status is gone).
+// whose status is gone), and, in the transaction that writes a session's
+// end (or its wait to run again), the session's lifecycle warning
+// (warnings/<id>): the attempt it warned of is over.
 package merger

@@ -418,6 +418,13 @@ func (m *Merger) merge(ctx context.Context, id string, seen int64, extra []strin
 				wops = append(wops, clientv3.OpDelete(currentKey[p.Node]))
 			}
 		}
+		// So is a lifecycle warning that it would be stopped: the
+		// attempt it warned of is over. Deleted with the status that
+		// says so, it costs no transaction of its own (the lifecycle
+		// controller withdraws a warning left, as ever).
+		if len(wops) > 0 {
+			wops = append(wops, clientv3.OpDelete(k.Warning(id)))
+		}
 	}
 	if len(wops) == 0 {
 		return nil

@@ -296,3 +296,43 @@ func TestMergerSettlesAQuickSuccession(t *testing.T) {
 		t.Errorf("the merger wrote %d times, want 1", w)
 	}
 }
+
+// TestMergerWithdrawsTheWarningOfAnEndedAttempt: a session warned that it
+// will be stopped (a lifecycle warning) loses the warning in the very
+// transaction that writes its end, not in a transaction of its own; a
+// running session's warning stays.
+func TestMergerWithdrawsTheWarningOfAnEndedAttempt(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	run(t, cli, 1)
+	b := bound(t, cli, state.Session{ID: "skw", Owner: "ada", Kind: state.KindBatch}, "n1")["n1"]
+	now := time.Now().UTC()
+	w := state.Warning{Session: "skw", Reason: state.ReasonMaxRuntime, Message: "max runtime", Issued: now, StopAt: now.Add(time.Minute)}
+	if _, err := state.Put(ctx, cli, keys.Warning("skw"), w); err != nil {
+		t.Fatal(err)
+	}
+	report(t, cli, b, func(p *state.PartStatus) { p.Phase, p.Started = state.PhaseRunning, &now })
+	waitPhase(t, cli, "skw", state.PhaseRunning)
+	if r, err := cli.Get(ctx, keys.Warning("skw")); err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("the running session's warning went: %v", err)
+	}
+	release(t, cli, b, state.PhaseSucceeded, 0)
+	waitPhase(t, cli, "skw", state.PhaseSucceeded)
+	r, err := cli.Get(ctx, keys.Warning("skw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 0 {
+		t.Fatalf("the ended session's warning stays: %s", r.Kvs[0].Value)
+	}
+	// Deleted by the status's own write: the warning's history ends at
+	// the revision that wrote the end.
+	sr, err := cli.Get(ctx, keys.Status("skw"))
+	if err != nil || len(sr.Kvs) == 0 {
+		t.Fatalf("read status: %v", err)
+	}
+	h, err := cli.Get(ctx, keys.Warning("skw"), clientv3.WithRev(sr.Kvs[0].ModRevision-1))
+	if err != nil || len(h.Kvs) != 1 {
+		t.Errorf("the warning was gone before the end was written (%v): deleted by another transaction", err)
+	}
+}

@@ -199,6 +199,11 @@ func (act *activity) seed(ctx context.Context) bool {
 	}
 	act.seeded = true
 	act.started = time.Now().UTC().Truncate(time.Second)
+	if !act.w.started.IsZero() {
+		// Started by this worker, maybe not reported Running yet
+		// (Config.RunReportAfter): its start is the one it will report.
+		act.started = act.w.started.Truncate(time.Second)
+	}
 	if st.Started != nil {
 		act.started = st.Started.UTC().Truncate(time.Second)
 	}

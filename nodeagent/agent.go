@@ -111,6 +111,20 @@ type Config struct {
 	LogURLTTL time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration
+	// StopReportAfter is how long a stop may take before the agent
+	// reports its part Stopping: a stop that is done sooner (most
+	// containers exit at SIGTERM) is reported only by its end, which
+	// saves a part write and its merge. Default DefaultStopReportAfter;
+	// negative: Stopping is reported before every stop.
+	StopReportAfter time.Duration
+	// RunReportAfter is how long a batch part's container that the
+	// agent started must run before its part says Running (with the
+	// time it started): one that ends sooner (a quick job, a command
+	// that fails at once) is reported by its end alone, which carries
+	// the start, one part write and merge fewer. Notebooks say Running
+	// as soon as Jupyter answers. Default DefaultRunReportAfter;
+	// negative: at once.
+	RunReportAfter time.Duration
 	// StartTimeout is how long after its bind a part may take to run
 	// (pull, create, readiness) before it ends StartFailed, saying which
 	// stage it was stuck at (startdeadline.go). Zero: no deadline.
@@ -205,6 +219,12 @@ func (c *Config) defaults() {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second
+	}
+	if c.StopReportAfter == 0 {
+		c.StopReportAfter = DefaultStopReportAfter
+	}
+	if c.RunReportAfter == 0 {
+		c.RunReportAfter = DefaultRunReportAfter
 	}
 	if c.ProbeHost == "" {
 		c.ProbeHost = "127.0.0.1"

@@ -136,11 +136,33 @@ func (w *worker) stop(ctx context.Context) {
 	if ev != nil {
 		reason, msg = ev.Reason, "stopping: "+ev.Message
 	}
-	w.setPart(ctx, state.EventStop, func(st *state.PartStatus) {
-		st.Reason, st.Message = reason, msg
-	})
+	report := func() {
+		w.setPart(ctx, state.EventStop, func(st *state.PartStatus) {
+			st.Reason, st.Message = reason, msg
+		})
+	}
+	// Stopping is reported only by a stop that takes longer than
+	// StopReportAfter; one done sooner is reported by its end alone (the
+	// state machine's Halt, Fail, Preempt and Resize leave any live
+	// phase).
+	var stopErr error
+	if cfg.StopReportAfter < 0 {
+		report()
+		stopErr = cfg.Runtime.Stop(ctx, w.id, cfg.StopGrace)
+	} else {
+		stopped := make(chan error, 1)
+		go func() { stopped <- cfg.Runtime.Stop(ctx, w.id, cfg.StopGrace) }()
+		t := time.NewTimer(cfg.StopReportAfter)
+		select {
+		case stopErr = <-stopped:
+		case <-t.C:
+			report()
+			stopErr = <-stopped
+		}
+		t.Stop()
+	}
 	var code *int
-	if err := cfg.Runtime.Stop(ctx, w.id, cfg.StopGrace); err == nil {
+	if err := stopErr; err == nil {
 		if in, err := cfg.Runtime.Status(ctx, w.id); err == nil && in.ExitCode >= 0 {
 			code = &in.ExitCode
 		}
@@ -205,6 +227,12 @@ func (w *worker) finish(ctx context.Context, code *int, decide decider) bool {
 		}
 		now := time.Now().UTC()
 		cur.Reason, cur.Message, cur.ExitCode, cur.Updated = o.reason, o.msg, code, now
+		if cur.Started == nil && !w.started.IsZero() {
+			// Ended before it was reported Running (RunReportAfter):
+			// the end carries the start.
+			started := w.started
+			cur.Started = &started
+		}
 		cur.Finished, cur.RetryAt = &now, nil
 		if o.phase == state.PhasePending {
 			cur.Finished, cur.RetryAt, cur.Activity = nil, o.retryAt, nil
@@ -397,3 +425,9 @@ func (w *worker) setPart(ctx context.Context, ev state.Event, mutate func(*state
 	}
 	return false
 }
+
+// DefaultStopReportAfter is Config.StopReportAfter's default.
+const DefaultStopReportAfter = time.Second
+
+// DefaultRunReportAfter is Config.RunReportAfter's default.
+const DefaultRunReportAfter = time.Second

@@ -69,6 +69,14 @@ type worker struct {
 	// (state.LaunchFrom) rather than reading again.
 	launchRead []*etcdserverpb.ResponseOp
 
+	// started is when this worker started the container (zero for an
+	// adopted one); runningDue, when set, writes the part Running: a
+	// batch part reports it only once its container has run for
+	// Config.RunReportAfter (run's loop), and a container that ended
+	// sooner is reported by its end alone, with this start.
+	started    time.Time
+	runningDue func()
+
 	// known is the part this worker last wrote or read, with its mod
 	// revision (outcome.go: setPart writes from it without reading first;
 	// its transaction compares that revision, and a part that moved is read
@@ -236,6 +244,12 @@ func (w *worker) run() {
 
 	trim := time.NewTicker(10 * time.Second)
 	defer trim.Stop()
+	var runningC <-chan time.Time
+	if w.runningDue != nil {
+		t := time.NewTimer(cfg.RunReportAfter)
+		defer t.Stop()
+		runningC = t.C
+	}
 	// The head (or single) part samples the session's activity; a
 	// worker's part reports only its phases and its end.
 	var sampleC <-chan time.Time
@@ -266,6 +280,9 @@ func (w *worker) run() {
 		case <-ctx.Done():
 			w.ended()
 			return
+		case <-runningC:
+			w.runningDue()
+			w.runningDue, runningC = nil, nil
 		case <-sampleC:
 			act.sample(ctx)
 		case <-trim.C:
@@ -440,9 +457,12 @@ func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) 
 	if b.Role == state.RoleSingle || b.Role == "" {
 		return nil, nil
 	}
-	st, _, err := state.Get[state.Status](ctx, cfg.Client, cfg.Keys.Status(b.Session))
-	if err != nil {
-		return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+	st, ok := w.boundStatus()
+	if !ok {
+		var err error
+		if st, _, err = state.Get[state.Status](ctx, cfg.Client, cfg.Keys.Status(b.Session)); err != nil {
+			return nil, fmt.Errorf("find the other parts of %s: %w", b.Session, err)
+		}
 	}
 	var others []string
 	for _, n := range st.Nodes {
@@ -473,6 +493,25 @@ func (w *worker) peers(ctx context.Context, sess state.Session) ([]Peer, error) 
 		out = append(out, Peer{Address: pn.Address, Ports: p})
 	}
 	return out, nil
+}
+
+// boundStatus is the session's status as read with the spec (launchRead,
+// at or after the binding's revision), if it is of this binding's
+// queueing: the nodes it names are those the bind wrote with the
+// binding, and stay while the binding does.
+func (w *worker) boundStatus() (state.Status, bool) {
+	if len(w.launchRead) != 3 {
+		return state.Status{}, false
+	}
+	kvs := w.launchRead[2].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return state.Status{}, false
+	}
+	st, err := state.Decode[state.Status](kvs[0].Value)
+	if err != nil || st.QueueRevision != w.item.Value.QueueRevision || w.item.Value.QueueRevision == 0 {
+		return state.Status{}, false
+	}
+	return st, true
 }
 
 // start pulls the image, records the attempt's launch (state.Launch: at
@@ -534,6 +573,7 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
 		return err
 	}
+	w.started = time.Now().UTC()
 	w.a.starts.Add(1)
 	w.log.Info("container started", "image", spec.Image)
 	return nil
@@ -604,11 +644,32 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 	}
 	// Running is written under the worker's context, not the start's
 	// (ctx): a start that made it just at its deadline still says so.
+	// A batch part's container that this worker started says so only
+	// once it has run for RunReportAfter (nobody waits on its
+	// readiness): one that ends sooner (a quick job, a command that
+	// fails at once) is reported by its end alone.
+	report := func() {
+		w.reportRunning(adopted, url, port)
+	}
+	if sess.Kind == state.KindBatch && !adopted && !w.started.IsZero() && w.a.cfg.RunReportAfter > 0 {
+		w.runningDue = report
+		return nil, false, true
+	}
+	report()
+	return nil, false, true
+}
+
+// reportRunning writes the part Running, with its start, its log URL
+// and, for a notebook, its Jupyter URL (url, on port).
+func (w *worker) reportRunning(adopted bool, url string, port int) {
 	w.setPart(w.ctx, state.EventStart, func(st *state.PartStatus) {
 		if adopted && st.Phase == state.PhaseRunning {
 			return
 		}
 		now := time.Now().UTC()
+		if !w.started.IsZero() {
+			now = w.started
+		}
 		st.Reason, st.Started = "Started", &now
 		st.Message = "running"
 		if logs, exp := w.a.logsURL(w.id); logs != "" {
@@ -625,7 +686,6 @@ func (w *worker) awaitReady(ctx context.Context, sess state.Session, info runtim
 			st.URLs["jupyter"] = url
 		}
 	})
-	return nil, false, true
 }
 
 // refreshLogsURL re-signs the log URL in the status of a running session

@@ -43,7 +43,7 @@ type Controller struct {
 	cli *clientv3.Client
 	log *slog.Logger
 
-	created, finished, stopped, conflicts atomic.Int64
+	created, finished, stopped, conflicts, reconciles atomic.Int64
 }
 
 // New returns a controller over cli. It does nothing until Run.
@@ -70,11 +70,14 @@ type Stats struct {
 	Created, Finished, Stopped int64
 	// Conflicts counts writes refused because the array moved since read.
 	Conflicts int64
+	// Reconciles counts calls of Reconcile (each reads the array).
+	Reconciles int64
 }
 
 // Stats returns the controller's counters.
 func (c *Controller) Stats() Stats {
-	return Stats{Created: c.created.Load(), Finished: c.finished.Load(), Stopped: c.stopped.Load(), Conflicts: c.conflicts.Load()}
+	return Stats{Created: c.created.Load(), Finished: c.finished.Load(), Stopped: c.stopped.Load(), Conflicts: c.conflicts.Load(),
+		Reconciles: c.reconciles.Load()}
 }
 
 // Collectors returns the controller's Prometheus metrics.
@@ -85,6 +88,7 @@ func (c *Controller) Collectors() []prometheus.Collector {
 		m.Counter("elements_finished_total", "Finished array elements whose result this process recorded.", c.finished.Load),
 		m.Counter("element_stops_total", "Stops of elements of stopped arrays asked by this process.", c.stopped.Load),
 		m.Counter("conflicts_total", "Array writes refused because the array changed since read.", c.conflicts.Load),
+		m.Counter("reconciles_total", "Reconciles of one array (each reads the array and its elements' statuses).", c.reconciles.Load),
 	}
 }
 
@@ -141,7 +145,7 @@ func (c *Controller) follow(ctx context.Context, rev int64) error {
 		}
 		dirty := map[string]bool{}
 		for _, ev := range resp.Events {
-			if id, ok := c.arrayOf(string(ev.Kv.Key)); ok {
+			if id, ok := c.arrayOf(string(ev.Kv.Key)); ok && c.matters(ev) {
 				dirty[id] = true
 			}
 		}
@@ -151,6 +155,20 @@ func (c *Controller) follow(ctx context.Context, rev int64) error {
 			}
 		}
 	}
+}
+
+// matters reports whether a change under arrays/ or status/ can move
+// its array: any change of the record, and an element's status that
+// ended or went (retired). An element bound, started or re-queued changes
+// nothing a reconcile decides (the results, the elements below the cap,
+// the array's end, the stops), and was read and decided about in vain: a
+// reconcile a status change, about four an element.
+func (c *Controller) matters(ev *clientv3.Event) bool {
+	if _, ok := c.cfg.Keys.ArrayID(string(ev.Kv.Key)); ok || ev.Type == clientv3.EventTypeDelete {
+		return true
+	}
+	st, err := state.Decode[state.Status](ev.Kv.Value)
+	return err != nil || st.Phase.Terminal()
 }
 
 // arrayOf names the array a key under arrays/ or status/ belongs to.
@@ -194,6 +212,7 @@ const maxAttempts = 8
 // stopped), the array marked finished when the last element ended, and,
 // once stopped, every unfinished element asked to stop.
 func (c *Controller) Reconcile(ctx context.Context, id string) error {
+	c.reconciles.Add(1)
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		err := c.step(ctx, id)
 		if !errors.Is(err, state.ErrConflict) {

@@ -174,3 +174,70 @@ func TestConcurrentControllersKeepTheCap(t *testing.T) {
 	}
 	t.Logf("%d conflicts among 8 controllers", conflicts)
 }
+
+// TestOnlyEndsReconcileAnArray: an element created (Pending), bound,
+// starting and running changes nothing an array's reconcile decides, so
+// the controller does not read the array for it; the element's end does
+// (the next element is created under the cap). Before, each status
+// change read the array and its elements' statuses (five or more
+// reconciles here, not four).
+func TestOnlyEndsReconcileAnArray(t *testing.T) {
+	cli := etcdtest.New(t)
+	k := state.MustKeys(state.DefaultPrefix)
+	ctx, cancel := context.WithCancel(context.Background())
+	a := state.Array{ID: "sw4", Owner: "ada", Indices: "0-1", MaxRunning: 1, Created: time.Now().UTC(),
+		Template: state.Session{Kind: state.KindBatch, Command: []string{"true"}, Desired: state.DesiredRunning}}
+	if err := state.CreateArray(ctx, cli, k, a); err != nil {
+		t.Fatal(err)
+	}
+	c := sweep.New(cli, sweep.Config{Keys: k, Logger: quiet(), Every: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	waitCreated := func(n int64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for countElements(t, cli, k, a.ID) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d elements, want %d", countElements(t, cli, k, a.ID), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitCreated(1)
+	el := a.ID + "-0"
+	st, _, err := state.Get[state.Status](ctx, cli, k.Status(el))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for _, ph := range []state.Phase{state.PhaseBound, state.PhaseStarting, state.PhaseRunning, state.PhaseSucceeded} {
+		st.Phase, st.Updated = ph, now
+		if ph == state.PhaseBound {
+			st.Bound = &now
+		}
+		if ph == state.PhaseSucceeded {
+			code := 0
+			st.Finished, st.ExitCode = &now, &code
+		}
+		if _, err := state.Put(ctx, cli, k.Status(el), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCreated(2)
+	// The first pass (element 0 created), the echo of its own write to
+	// the record, the end (element 1 created) and that write's echo.
+	deadline := time.Now().Add(30 * time.Second)
+	for c.Stats().Reconciles < 4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := c.Stats().Reconciles; got != 4 {
+		t.Errorf("%d reconciles, want 4: the first pass, the element's end and the echoes of their writes to the record; "+
+			"none for the element's and its successor's other status changes", got)
+	}
+}
