@@ -124,8 +124,8 @@ func TestSoak(t *testing.T) {
 	k := state.MustKeys("/soak")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var calls callCounter
-	dial := func(who string, endpoints []string) *clientv3.Client {
-		cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	dial := func(who string, endpoints []string, opts ...grpc.DialOption) *clientv3.Client {
+		cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: opts}
 		if *soakCalls {
 			cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(calls.interceptor(who)))
 		}
@@ -216,13 +216,12 @@ func TestSoak(t *testing.T) {
 			t.Cleanup(func() { _ = os.RemoveAll(d) })
 		}
 	}
-	// Each agent reaches etcd through proxies of its own, one per member,
-	// which chaos cuts: an etcd outage of that node alone.
-	proxies := make([][]*etcdtest.Proxy, *soakNodeN)
-	for i := range proxies {
-		for _, ep := range members.Endpoints {
-			proxies[i] = append(proxies[i], etcdtest.NewProxy(t, ep))
-		}
+	// Each in-process agent dials etcd through a link of its node's, which
+	// chaos cuts: an etcd outage of that node alone, from every member
+	// (an agent process has a link of its own, cut by signals).
+	links := make([]*etcdtest.Link, *soakNodeN)
+	for i := range links {
+		links[i] = etcdtest.NewLink()
 	}
 	// Node i's GPU 0 is split into MIG devices or whole, as split[i]
 	// says; an agent that comes back after a kill comes back with the
@@ -234,23 +233,19 @@ func TestSoak(t *testing.T) {
 	isProc := func(i int) bool { return i >= *soakNodeN-*soakProcs }
 	agent := func(i int) *soakProc {
 		name := fmt.Sprintf("n%02d", i)
-		var eps []string
-		for _, p := range proxies[i] {
-			eps = append(eps, p.Endpoint())
-		}
 		mu.Lock()
 		mig := split[i]
 		mu.Unlock()
 		dir := filepath.Join(scratch, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
 		if isProc(i) {
-			p, err := aprocs.start(i, name, mig, eps, dir, *soakGOGC)
+			p, err := aprocs.start(i, name, mig, members.Endpoints, dir, *soakGOGC)
 			if err != nil {
 				t.Error(err)
 				return nil
 			}
 			return &soakProc{proc: p}
 		}
-		return runOn(dial("agent", eps), func(ctx context.Context, cli *clientv3.Client) {
+		return runOn(dial("agent", members.Endpoints, links[i].DialOption()), func(ctx context.Context, cli *clientv3.Client) {
 			_ = nodeagent.New(soakAgentConfig(i, name, mig, cli, fakes[i], dir)).Run(ctx)
 		})
 	}
@@ -394,7 +389,7 @@ func TestSoak(t *testing.T) {
 	}
 	// Chaos.
 	busy := make([]bool, *soakNodeN) // an agent killed or cut off: one fault at a time per node
-	var outages, cordons, leaderKills, pauses atomic.Int64
+	var outages, cordons, leaderKills, leaderMissed, pauses atomic.Int64
 	var leaderDown atomic.Bool
 	wg.Add(1)
 	go func() {
@@ -446,11 +441,16 @@ func TestSoak(t *testing.T) {
 			case roll < 3160: // a node's etcd outage: longer than its fence deadline, shorter than its lease (3130), or past the lease, as a paused agent's
 				i := rnd(*soakNodeN)
 				mu.Lock()
-				if busy[i] {
+				if busy[i] || agents[i] == nil {
 					mu.Unlock()
 					continue
 				}
 				busy[i] = true
+				link := links[i].Cut // an in-process agent's, or the process's own
+				unlink := links[i].Restore
+				if a := agents[i]; a != nil && a.proc != nil {
+					link, unlink = a.proc.cut, a.proc.restore
+				}
 				mu.Unlock()
 				out := soakAgentTTL/2 + soakAgentTTL/10 + time.Duration(rnd(int(soakAgentTTL*3/10/time.Millisecond)))*time.Millisecond
 				if roll >= 3130 {
@@ -460,13 +460,9 @@ func TestSoak(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for _, p := range proxies[i] {
-						p.Cut()
-					}
+					link()
 					time.Sleep(out)
-					for _, p := range proxies[i] {
-						p.Restore()
-					}
+					unlink()
 					mu.Lock()
 					busy[i] = false
 					mu.Unlock()
@@ -501,6 +497,9 @@ func TestSoak(t *testing.T) {
 				}
 				l, err := members.Leader(ctx, admin)
 				if err != nil {
+					if leaderMissed.Add(1) <= 3 {
+						t.Logf("chaos: no leader to kill: %v", err)
+					}
 					leaderDown.Store(false)
 					continue
 				}
