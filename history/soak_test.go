@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -47,6 +48,7 @@ var (
 	soakGOGC     = flag.Int("soak.gogc", 400, "the Go collector's target (GOGC) of the soak's process and its etcd members; 0: Go's default")
 	soakEtcdArgs = flag.String("soak.etcdargs", "", "more flags for each etcd member, separated by spaces (e.g. --enable-pprof)")
 	soakCalls    = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
+	soakServer   = flag.String("soak.etcd", "debian", "the members' etcd: debian (Debian's etcd-server, or VOYAGER_TEST_ETCD), or module (etcd's own main at go.mod's version, run by this test binary; make soak's, never under the race detector)")
 )
 
 const (
@@ -120,7 +122,19 @@ func TestSoak(t *testing.T) {
 		old := debug.SetGCPercent(*soakGOGC)
 		t.Cleanup(func() { debug.SetGCPercent(old) })
 	}
-	members := etcdtest.StartMembersWith(t, *soakEtcd, etcdtest.MembersOptions{GOGC: *soakGOGC, Args: strings.Fields(*soakEtcdArgs)})
+	mopts := etcdtest.MembersOptions{GOGC: *soakGOGC, Args: strings.Fields(*soakEtcdArgs)}
+	switch *soakServer {
+	case "debian":
+	case "module":
+		// Debian's etcd (3.4) retries a lease keep-alive forwarded to a
+		// dead leader in a tight loop until a new one is elected: about
+		// 1.4 s of CPU a leader kill. The module's throttles it.
+		mopts.Command, mopts.Env = os.Args[0], []string{envSoakEtcdMember + "=1"}
+	default:
+		t.Fatalf("-soak.etcd=%q: want debian or module", *soakServer)
+	}
+	members := etcdtest.StartMembersWith(t, *soakEtcd, mopts)
+	t.Logf("soak etcd: %s", etcdVersion(t, mopts.Command))
 	k := state.MustKeys("/soak")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var calls callCounter
@@ -725,4 +739,21 @@ func transient(err error) bool {
 	// gRPC's own (a connection reset as the member died) wrapped in ours.
 	return strings.Contains(err.Error(), "code = Unavailable") || strings.Contains(err.Error(), "code = DeadlineExceeded") ||
 		strings.Contains(err.Error(), "request timed out")
+}
+
+// etcdVersion is what etcd (command, or Debian's when empty) says its
+// version is.
+func etcdVersion(t *testing.T, command string) string {
+	cmd := exec.Command("etcd", "--version")
+	if command != "" {
+		cmd = exec.Command(command, "--version")
+		cmd.Env = append(os.Environ(), envSoakEtcdMember+"=1")
+	} else if bin := os.Getenv("VOYAGER_TEST_ETCD"); bin != "" {
+		cmd = exec.Command(bin, "--version")
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	return strings.Join(strings.Fields(strings.ReplaceAll(string(out), "\n", "; ")), " ")
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdmain"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -42,6 +43,8 @@ const (
 	envSoakAgentMIG  = "VOYAGER_SOAK_AGENT_MIG"
 	envSoakAgentDir  = "VOYAGER_SOAK_AGENT_DIR"
 	envSoakAgentGC   = "VOYAGER_SOAK_AGENT_GOGC"
+	// envSoakEtcdMember makes the test binary an etcd member (-soak.etcd=module).
+	envSoakEtcdMember = "VOYAGER_SOAK_ETCD_MEMBER"
 )
 
 // soakAgentConfig is the configuration of the soak's agent of node i
@@ -77,11 +80,17 @@ func soakRuntime() *runtime.Fake {
 	return f
 }
 
-// TestMain runs the package's tests, or, in a process the soak started
-// (envSoakAgentNode), one soak agent until SIGTERM or SIGKILL.
+// TestMain runs the package's tests, or, in a process the soak started,
+// one soak agent (envSoakAgentNode) or one etcd member (envSoakEtcdMember:
+// etcd's own main, at go.mod's version, with the flags it was given) until
+// SIGTERM or SIGKILL.
 func TestMain(m *testing.M) {
 	if os.Getenv(envSoakAgentNode) != "" {
 		os.Exit(soakAgentMain())
+	}
+	if os.Getenv(envSoakEtcdMember) != "" {
+		etcdmain.Main(append([]string{"etcd"}, os.Args[1:]...))
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
