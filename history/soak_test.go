@@ -616,6 +616,8 @@ func TestSoak(t *testing.T) {
 		lastCPU, lastBinds, lastAt = cpu, b, time.Now()
 	}
 	wg.Wait()
+	stopping := time.Now()
+	t.Logf("soak: users and chaos stopped at %s; stopping every live session", stopping.Sub(began).Round(time.Second))
 	// Nothing is stuck: with every agent back, every session still live
 	// is stopped, and each must end (a stop racing an eviction or a
 	// back-off once left sessions Pending forever).
@@ -649,6 +651,7 @@ func TestSoak(t *testing.T) {
 	for id, st := range stuck {
 		t.Errorf("session %s stuck after its stop: %s/%s %q", id, st.Phase, st.Reason, st.Message)
 	}
+	t.Logf("soak: every live session ended within %s of the stops", time.Since(stopping).Round(100*time.Millisecond))
 	mu.Lock()
 	for _, p := range append(append([]*soakProc{lc, ret, sw, acct}, placers...), agents...) {
 		if p != nil {
