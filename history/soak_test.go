@@ -35,20 +35,21 @@ import (
 )
 
 var (
-	soakBinds    = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
-	soakSeed     = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
-	soakChaos    = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
-	soakEtcd     = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
-	soakNodeN    = flag.Int("soak.nodes", 10, "nodes of 8 GPUs the soak runs (the soak's pace is their GPUs': 6 nodes held 60-70 binds/s, 10 about 90, at 2 ms less CPU a bind)")
-	soakLive     = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about twice what the nodes hold at once, so that the nodes stay busy and the queue short")
-	soakProcs    = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
-	soakEvery    = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
-	soakCensus   = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
-	soakMix      = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
-	soakGOGC     = flag.Int("soak.gogc", 400, "the Go collector's target (GOGC) of the soak's process and its etcd members; 0: Go's default")
-	soakEtcdArgs = flag.String("soak.etcdargs", "", "more flags for each etcd member, separated by spaces (e.g. --enable-pprof)")
-	soakCalls    = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
-	soakServer   = flag.String("soak.etcd", "debian", "the members' etcd: debian (Debian's etcd-server, or VOYAGER_TEST_ETCD), or module (etcd's own main at go.mod's version, run by this test binary; make soak's, never under the race detector)")
+	soakBinds     = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
+	soakSeed      = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
+	soakChaos     = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
+	soakEtcd      = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
+	soakNodeN     = flag.Int("soak.nodes", 10, "nodes of 8 GPUs the soak runs (the soak's pace is their GPUs': 6 nodes held 60-70 binds/s, 10 about 90, at 2 ms less CPU a bind)")
+	soakLive      = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about twice what the nodes hold at once, so that the nodes stay busy and the queue short")
+	soakProcs     = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
+	soakEvery     = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
+	soakCensus    = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
+	soakMix       = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
+	soakGOGC      = flag.Int("soak.gogc", 400, "the Go collector's target (GOGC) of the soak's process and its etcd members; 0: Go's default")
+	soakEtcdArgs  = flag.String("soak.etcdargs", "", "more flags for each etcd member, separated by spaces (e.g. --enable-pprof)")
+	soakCalls     = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
+	soakEtcdProcs = flag.Int("soak.etcdprocs", 1, "GOMAXPROCS of each etcd member; 0: Go's default (a P per core)")
+	soakServer    = flag.String("soak.etcd", "debian", "the members' etcd: debian (Debian's etcd-server, or VOYAGER_TEST_ETCD), or module (etcd's own main at go.mod's version, run by this test binary; make soak's, never under the race detector)")
 )
 
 const (
@@ -132,6 +133,12 @@ func TestSoak(t *testing.T) {
 		mopts.Command, mopts.Env = os.Args[0], []string{envSoakEtcdMember + "=1"}
 	default:
 		t.Fatalf("-soak.etcd=%q: want debian or module", *soakServer)
+	}
+	if *soakEtcdProcs > 0 {
+		// Three members and the test process share two cores: with a P
+		// a core, each member's scheduler woke and parked threads
+		// (futex) for work one thread does (about 8% of their CPU).
+		mopts.Env = append(mopts.Env, fmt.Sprintf("GOMAXPROCS=%d", *soakEtcdProcs))
 	}
 	members := etcdtest.StartMembersWith(t, *soakEtcd, mopts)
 	t.Logf("soak etcd: %s", etcdVersion(t, mopts.Command))
