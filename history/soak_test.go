@@ -658,7 +658,9 @@ func TestSoak(t *testing.T) {
 	for id, st := range stuck {
 		t.Errorf("session %s stuck after its stop: %s/%s %q", id, st.Phase, st.Reason, st.Message)
 	}
-	t.Logf("soak: every live session ended within %s of the stops", time.Since(stopping).Round(100*time.Millisecond))
+	if len(stuck) == 0 {
+		t.Logf("soak: every live session ended within %s of the stops", time.Since(stopping).Round(100*time.Millisecond))
+	}
 	mu.Lock()
 	for _, p := range append(append([]*soakProc{lc, ret, sw, acct}, placers...), agents...) {
 		if p != nil {
