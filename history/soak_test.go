@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -689,7 +691,8 @@ func TestSoak(t *testing.T) {
 		elapsed.Round(time.Second), float64(res.Binds)/elapsed.Seconds(),
 		used.total().Round(time.Second), used.self.Round(time.Second), used.agents.Round(time.Second), used.etcd.Round(time.Second), used.perBind(res.Binds),
 		load0, loadAverage(), leaderKills.Load(), outages.Load(), pauses.Load(), cordons.Load())
-	t.Logf("soak: the etcd members' processes now have used %v (a member killed and started again counts from its restart)", roundAll(cpu.members))
+	t.Logf("soak: the etcd members' processes now have used %v (a member killed and started again counts from its restart); leader changes each live member saw since its start: %v",
+		roundAll(cpu.members), leaderChanges(members.Endpoints))
 	for i, v := range res.Violations {
 		if i == 20 {
 			t.Errorf("… and %d more", res.Count-20)
@@ -784,4 +787,33 @@ func etcdVersion(t *testing.T, command string) string {
 		return fmt.Sprintf("unknown (%v)", err)
 	}
 	return strings.Join(strings.Fields(strings.ReplaceAll(string(out), "\n", "; ")), " ")
+}
+
+// leaderChanges is etcd_server_leader_changes_seen_total of each member
+// (from its /metrics), or -1 where it does not answer: a member that saw
+// more changes than the soak killed leaders lost its leader otherwise
+// (missed heartbeats under load).
+func leaderChanges(endpoints []string) []int {
+	out := make([]int, len(endpoints))
+	hc := http.Client{Timeout: 2 * time.Second}
+	for i, ep := range endpoints {
+		out[i] = -1
+		resp, err := hc.Get(ep + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "etcd_server_leader_changes_seen_total "); ok {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					out[i] = int(f)
+				}
+			}
+		}
+	}
+	return out
 }
