@@ -40,7 +40,7 @@ var (
 	soakBinds     = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
 	soakSeed      = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
 	soakChaos     = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
-	soakEtcd      = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
+	soakEtcd      = flag.Int("soak.members", 3, "members of the soak's etcd cluster (-soak.etcd); with 3 or more the soak kills leaders")
 	soakNodeN     = flag.Int("soak.nodes", 10, "nodes of 8 GPUs the soak runs (the soak's pace is their GPUs': 6 nodes held 60-70 binds/s, 10 about 90, at 2 ms less CPU a bind)")
 	soakLive      = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about twice what the nodes hold at once, so that the nodes stay busy and the queue short")
 	soakProcs     = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
