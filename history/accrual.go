@@ -76,7 +76,7 @@ func (c *Checker) checkAccrual(ch Change, transitions bool, bad func(key, rule, 
 		c.acct.created = map[string]bool{}
 	}
 	switch {
-	case ch.Prev != nil:
+	case ch.Prev != nil || ch.Version > 1:
 		bad(ch.Key, RuleAccrualTwice, "the accrual of %s's attempt of queue revision %d was written again over the first", id, qr)
 	case c.acct.created[ch.Key]:
 		bad(ch.Key, RuleAccrualTwice, "the accrual of %s's attempt of queue revision %d was created again after it was deleted", id, qr)

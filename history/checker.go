@@ -45,13 +45,19 @@ func (v Violation) String() string {
 }
 
 // Change is one key's change in a revision: Value is nil for a delete.
-// Prev, when not nil, is the key's value before the change as etcd's watch
-// reports it (WithPrevKV); the phase rule reads the previous status from it
-// rather than from the model, so a gap in the history cannot hide a move.
+// Version, when not 0, is etcd's version of the key after a put (its puts
+// since it was created: 1 for a create), as a watch event or a list
+// reports it; the gap rule checks each status's versions follow on from
+// the model's, so a missed revision cannot hide a move, and the accrual
+// rule reads an overwrite from it. Prev, when not nil, is the key's value
+// before the change (a watch's WithPrevKV, which costs etcd a read a
+// event; Watch does not ask for it): the phase rule then reads the
+// previous status from it rather than from the model.
 type Change struct {
-	Key   string
-	Value []byte
-	Prev  []byte
+	Key     string
+	Value   []byte
+	Prev    []byte
+	Version int64
 }
 
 // Checker is the model the rules are checked against. It is not safe for
@@ -63,6 +69,9 @@ type Checker struct {
 	bindings map[string]map[string]int64 // node → session id → the binding's create revision (0: unknown, listed by Load)
 	pending  map[string]bool
 	statuses map[string]state.Status
+	// versions are the statuses' etcd versions (Change.Version), by
+	// session, where known.
+	versions map[string]int64
 	// held indexes every ledger's devices per physical GPU, with holders
 	// "node/session"; heldInv is the inventory (device → physical GPU)
 	// each node's ledger was indexed with, to unindex it alike.
@@ -119,7 +128,7 @@ type dueView struct {
 func New(k state.Keys) *Checker {
 	return &Checker{k: k, nodes: map[string]state.Node{}, ledgers: map[string]state.Ledger{},
 		bindings: map[string]map[string]int64{}, pending: map[string]bool{},
-		statuses: map[string]state.Status{}, held: state.NewHoldings(), heldInv: map[string]map[string]string{},
+		statuses: map[string]state.Status{}, versions: map[string]int64{}, held: state.NewHoldings(), heldInv: map[string]map[string]string{},
 		arrays: map[string]int{}, finished: map[string]bool{}, members: map[string]map[string]bool{},
 		bound: map[[2]string]boundView{}, holds: map[string]map[string]uint8{}, parts: map[[2]string]partView{},
 		due: map[string]dueView{}, left: map[string]time.Time{}, launches: map[string]map[launchKey]launchRecord{},
@@ -358,6 +367,14 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 				continue
 			}
 			old, existed := c.statuses[id]
+			if transitions {
+				c.checkVersion(key, id, ch, existed, bad)
+			}
+			if ch.Value == nil || ch.Version == 0 {
+				delete(c.versions, id)
+			} else {
+				c.versions[id] = ch.Version
+			}
 			if ch.Prev != nil {
 				prev, err := state.Decode[state.Status](ch.Prev)
 				if err != nil {
@@ -579,4 +596,23 @@ func (c *Checker) over(name string) []string {
 		}
 	}
 	return out
+}
+
+// checkVersion holds a status's put to the version the model knows of it
+// (Change.Version): a create while the model holds the status, a version
+// that does not follow on from the model's, or an update of a status the
+// model does not hold, means a revision of it was missed.
+func (c *Checker) checkVersion(key, id string, ch Change, existed bool, bad func(key, rule, format string, args ...any)) {
+	if ch.Value == nil || ch.Version == 0 {
+		return
+	}
+	known, ok := c.versions[id]
+	switch {
+	case existed && ch.Version == 1:
+		bad(key, RuleGap, "created while the checker holds it: its delete was missed")
+	case existed && ok && ch.Version != known+1:
+		bad(key, RuleGap, "etcd's version %d follows the checker's %d: %d revisions of it were missed", ch.Version, known, ch.Version-known-1)
+	case !existed && ch.Version > 1:
+		bad(key, RuleGap, "updated (version %d) while the checker does not hold it: its create was missed", ch.Version)
+	}
 }

@@ -617,6 +617,52 @@ func TestCheckerReadsPreviousValues(t *testing.T) {
 	}
 }
 
+// TestCheckerReadsVersions: without previous values (Watch asks for none),
+// a status's etcd versions must follow on from the model's; a put that
+// skips a version, a create over a status the model holds (its delete
+// missed) and an update of one it does not hold (its create missed) each
+// break history-gap, and versions that follow on break nothing.
+func TestCheckerReadsVersions(t *testing.T) {
+	k := state.MustKeys("/versions")
+	enc := func(id string, p state.Phase) []byte {
+		v, err := state.Encode(status(id, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []byte(v)
+	}
+	c := history.New(k)
+	if vs := c.Load(1, []history.Change{{Key: k.Status("s1"), Value: enc("s1", state.PhasePending), Version: 1}}); len(vs) != 0 {
+		t.Fatalf("load: %v", vs)
+	}
+	for _, step := range []struct {
+		rev     int64
+		ch      history.Change
+		gap     bool
+		comment string
+	}{
+		{2, history.Change{Key: k.Status("s1"), Value: enc("s1", state.PhaseBound), Version: 2}, false, "version 2 follows the listed 1"},
+		{4, history.Change{Key: k.Status("s1"), Value: enc("s1", state.PhaseStarting), Version: 4}, true, "version 4 after 2: one revision missed"},
+		{5, history.Change{Key: k.Status("s1"), Value: enc("s1", state.PhaseRunning), Version: 5}, false, "5 follows 4"},
+		{6, history.Change{Key: k.Status("s1"), Value: enc("s1", state.PhaseRunning), Version: 1}, true, "created over a held status: its delete missed"},
+		{7, history.Change{Key: k.Status("s2"), Value: enc("s2", state.PhasePending), Version: 3}, true, "updated, never created: its create missed"},
+		{8, history.Change{Key: k.Status("s3"), Value: enc("s3", state.PhasePending), Version: 1}, false, "a create"},
+		{9, history.Change{Key: k.Status("s3")}, false, "a delete of a Pending status"},
+		{10, history.Change{Key: k.Status("s3"), Value: enc("s3", state.PhasePending), Version: 1}, false, "created again after its delete"},
+	} {
+		vs := c.Apply(step.rev, []history.Change{step.ch})
+		gaps := 0
+		for _, v := range vs {
+			if v.Rule == history.RuleGap {
+				gaps++
+			}
+		}
+		if step.gap && (gaps != 1 || vs[0].Revision != step.rev) || !step.gap && gaps != 0 {
+			t.Errorf("revision %d (%s): violations %v, want a history-gap: %v", step.rev, step.comment, vs, step.gap)
+		}
+	}
+}
+
 // TestCheckerLaunchOutlivesItsStatus: a part's binding outlives its
 // session's status (its agent was cut off while retention retired the
 // ended session), the merger deletes the stale part, and the agent's

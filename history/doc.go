@@ -26,8 +26,9 @@
 //   - launched-twice: an attempt's launch (state.Launch's record on its
 //     part) recorded a second time, or for a binding or queueing that was
 //     not live;
-//   - history-gap: etcd's previous value of a status differs from the
-//     model's (a revision was missed).
+//   - history-gap: a status's etcd version does not follow on from the
+//     model's, or (given previous values) etcd's previous value of it
+//     differs from the model's: a revision was missed.
 //
 // Watch follows a live cluster read-only from a start revision; it needs
 // only the revisions from there on, so compaction behind its start does not

@@ -8,9 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,19 +37,21 @@ import (
 )
 
 var (
-	soakBinds    = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
-	soakSeed     = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
-	soakChaos    = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
-	soakEtcd     = flag.Int("soak.members", 3, "members of the soak's etcd cluster (Debian's etcd); with 3 or more the soak kills leaders")
-	soakNodeN    = flag.Int("soak.nodes", 6, "nodes of 8 GPUs the soak runs")
-	soakLive     = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about what the nodes hold, so that few wait")
-	soakProcs    = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
-	soakEvery    = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
-	soakCensus   = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
-	soakMix      = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
-	soakGOGC     = flag.Int("soak.gogc", 400, "the Go collector's target (GOGC) of the soak's process and its etcd members; 0: Go's default")
-	soakEtcdArgs = flag.String("soak.etcdargs", "", "more flags for each etcd member, separated by spaces (e.g. --enable-pprof)")
-	soakCalls    = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
+	soakBinds     = flag.Int64("soak.binds", 4000, "binds the soak runs before it stops (make test: the default, under the race detector; make soak: 1,000,000)")
+	soakSeed      = flag.Uint64("soak.seed", 0, "random seed of the soak; 0: from the clock (logged)")
+	soakChaos     = flag.Bool("soak.chaos", true, "kill placers and agents and stop sessions at random (false: measure the soak's own pace)")
+	soakEtcd      = flag.Int("soak.members", 3, "members of the soak's etcd cluster (-soak.etcd); with 3 or more the soak kills leaders")
+	soakNodeN     = flag.Int("soak.nodes", 10, "nodes of 8 GPUs the soak runs (the soak's pace is their GPUs': 6 nodes held 60-70 binds/s, 10 about 90, at 2 ms less CPU a bind)")
+	soakLive      = flag.Int64("soak.live", 80, "live sessions (bound or queued) the users keep: about twice what the nodes hold at once, so that the nodes stay busy and the queue short")
+	soakProcs     = flag.Int("soak.procs", 2, "nodes whose agents run as processes of their own, which chaos pauses (SIGSTOP, SIGCONT) and kills")
+	soakEvery     = flag.Duration("soak.every", 10*time.Second, "how often the soak logs its progress (-v)")
+	soakCensus    = flag.Bool("soak.census", false, "log the live sessions by phase and reason every 10 s (-v)")
+	soakMix       = flag.Bool("soak.mix", false, "count the revisions by the directories they wrote and report them a bind (one more watch of everything)")
+	soakGOGC      = flag.Int("soak.gogc", 400, "the Go collector's target (GOGC) of the soak's process and its etcd members; 0: Go's default")
+	soakEtcdArgs  = flag.String("soak.etcdargs", "", "more flags for each etcd member, separated by spaces (e.g. --enable-pprof)")
+	soakCalls     = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
+	soakEtcdProcs = flag.Int("soak.etcdprocs", 1, "GOMAXPROCS of each etcd member; 0: Go's default (a P per core)")
+	soakServer    = flag.String("soak.etcd", "debian", "the members' etcd: debian (Debian's etcd-server, or VOYAGER_TEST_ETCD), or module (etcd's own main at go.mod's version, run by this test binary; make soak's, never under the race detector)")
 )
 
 const (
@@ -120,12 +125,30 @@ func TestSoak(t *testing.T) {
 		old := debug.SetGCPercent(*soakGOGC)
 		t.Cleanup(func() { debug.SetGCPercent(old) })
 	}
-	members := etcdtest.StartMembersWith(t, *soakEtcd, etcdtest.MembersOptions{GOGC: *soakGOGC, Args: strings.Fields(*soakEtcdArgs)})
+	mopts := etcdtest.MembersOptions{GOGC: *soakGOGC, Args: strings.Fields(*soakEtcdArgs)}
+	switch *soakServer {
+	case "debian":
+	case "module":
+		// Debian's etcd (3.4) retries a lease keep-alive forwarded to a
+		// dead leader in a tight loop until a new one is elected: about
+		// 1.4 s of CPU a leader kill. The module's throttles it.
+		mopts.Command, mopts.Env = os.Args[0], []string{envSoakEtcdMember + "=1"}
+	default:
+		t.Fatalf("-soak.etcd=%q: want debian or module", *soakServer)
+	}
+	if *soakEtcdProcs > 0 {
+		// Three members and the test process share two cores: with a P
+		// a core, each member's scheduler woke and parked threads
+		// (futex) for work one thread does (about 8% of their CPU).
+		mopts.Env = append(mopts.Env, fmt.Sprintf("GOMAXPROCS=%d", *soakEtcdProcs))
+	}
+	members := etcdtest.StartMembersWith(t, *soakEtcd, mopts)
+	t.Logf("soak etcd: %s", etcdVersion(t, mopts.Command))
 	k := state.MustKeys("/soak")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var calls callCounter
-	dial := func(who string, endpoints []string) *clientv3.Client {
-		cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	dial := func(who string, endpoints []string, opts ...grpc.DialOption) *clientv3.Client {
+		cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: opts}
 		if *soakCalls {
 			cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(calls.interceptor(who)))
 		}
@@ -216,13 +239,12 @@ func TestSoak(t *testing.T) {
 			t.Cleanup(func() { _ = os.RemoveAll(d) })
 		}
 	}
-	// Each agent reaches etcd through proxies of its own, one per member,
-	// which chaos cuts: an etcd outage of that node alone.
-	proxies := make([][]*etcdtest.Proxy, *soakNodeN)
-	for i := range proxies {
-		for _, ep := range members.Endpoints {
-			proxies[i] = append(proxies[i], etcdtest.NewProxy(t, ep))
-		}
+	// Each in-process agent dials etcd through a link of its node's, which
+	// chaos cuts: an etcd outage of that node alone, from every member
+	// (an agent process has a link of its own, cut by signals).
+	links := make([]*etcdtest.Link, *soakNodeN)
+	for i := range links {
+		links[i] = etcdtest.NewLink()
 	}
 	// Node i's GPU 0 is split into MIG devices or whole, as split[i]
 	// says; an agent that comes back after a kill comes back with the
@@ -234,23 +256,19 @@ func TestSoak(t *testing.T) {
 	isProc := func(i int) bool { return i >= *soakNodeN-*soakProcs }
 	agent := func(i int) *soakProc {
 		name := fmt.Sprintf("n%02d", i)
-		var eps []string
-		for _, p := range proxies[i] {
-			eps = append(eps, p.Endpoint())
-		}
 		mu.Lock()
 		mig := split[i]
 		mu.Unlock()
 		dir := filepath.Join(scratch, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()))
 		if isProc(i) {
-			p, err := aprocs.start(i, name, mig, eps, dir, *soakGOGC)
+			p, err := aprocs.start(i, name, mig, members.Endpoints, dir, *soakGOGC)
 			if err != nil {
 				t.Error(err)
 				return nil
 			}
 			return &soakProc{proc: p}
 		}
-		return runOn(dial("agent", eps), func(ctx context.Context, cli *clientv3.Client) {
+		return runOn(dial("agent", members.Endpoints, links[i].DialOption()), func(ctx context.Context, cli *clientv3.Client) {
 			_ = nodeagent.New(soakAgentConfig(i, name, mig, cli, fakes[i], dir)).Run(ctx)
 		})
 	}
@@ -351,7 +369,7 @@ func TestSoak(t *testing.T) {
 				}
 				for j := 0; j < 5; j++ {
 					n := submitted.Add(1)
-					s := state.Session{ID: fmt.Sprintf("s%07d", n), Owner: fmt.Sprintf("u%d", rnd(5)), Kind: state.KindBatch,
+					s := state.Session{ID: fmt.Sprintf("s%07d", n), Owner: soakOwner(rnd(100)), Kind: state.KindBatch,
 						Desired: state.DesiredRunning, Image: "busybox", Command: []string{"job"},
 						Resources: state.Resources{GPUs: 1 + rnd(2), CPUMilli: 500, MemoryMiB: 1024},
 						Env:       map[string]string{"SOAK_EXIT": "0"}, Priority: rnd(3) * 10, Preemptible: rnd(2) == 0}
@@ -394,7 +412,7 @@ func TestSoak(t *testing.T) {
 	}
 	// Chaos.
 	busy := make([]bool, *soakNodeN) // an agent killed or cut off: one fault at a time per node
-	var outages, cordons, leaderKills, pauses atomic.Int64
+	var outages, cordons, leaderKills, leaderMissed, pauses atomic.Int64
 	var leaderDown atomic.Bool
 	wg.Add(1)
 	go func() {
@@ -446,11 +464,16 @@ func TestSoak(t *testing.T) {
 			case roll < 3160: // a node's etcd outage: longer than its fence deadline, shorter than its lease (3130), or past the lease, as a paused agent's
 				i := rnd(*soakNodeN)
 				mu.Lock()
-				if busy[i] {
+				if busy[i] || agents[i] == nil {
 					mu.Unlock()
 					continue
 				}
 				busy[i] = true
+				link := links[i].Cut // an in-process agent's, or the process's own
+				unlink := links[i].Restore
+				if a := agents[i]; a != nil && a.proc != nil {
+					link, unlink = a.proc.cut, a.proc.restore
+				}
 				mu.Unlock()
 				out := soakAgentTTL/2 + soakAgentTTL/10 + time.Duration(rnd(int(soakAgentTTL*3/10/time.Millisecond)))*time.Millisecond
 				if roll >= 3130 {
@@ -460,13 +483,9 @@ func TestSoak(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for _, p := range proxies[i] {
-						p.Cut()
-					}
+					link()
 					time.Sleep(out)
-					for _, p := range proxies[i] {
-						p.Restore()
-					}
+					unlink()
 					mu.Lock()
 					busy[i] = false
 					mu.Unlock()
@@ -501,6 +520,9 @@ func TestSoak(t *testing.T) {
 				}
 				l, err := members.Leader(ctx, admin)
 				if err != nil {
+					if leaderMissed.Add(1) <= 3 {
+						t.Logf("chaos: no leader to kill: %v", err)
+					}
 					leaderDown.Store(false)
 					continue
 				}
@@ -603,6 +625,8 @@ func TestSoak(t *testing.T) {
 		lastCPU, lastBinds, lastAt = cpu, b, time.Now()
 	}
 	wg.Wait()
+	stopping := time.Now()
+	t.Logf("soak: users and chaos stopped at %s; stopping every live session", stopping.Sub(began).Round(time.Second))
 	// Nothing is stuck: with every agent back, every session still live
 	// is stopped, and each must end (a stop racing an eviction or a
 	// back-off once left sessions Pending forever).
@@ -636,6 +660,9 @@ func TestSoak(t *testing.T) {
 	for id, st := range stuck {
 		t.Errorf("session %s stuck after its stop: %s/%s %q", id, st.Phase, st.Reason, st.Message)
 	}
+	if len(stuck) == 0 {
+		t.Logf("soak: every live session ended within %s of the stops", time.Since(stopping).Round(100*time.Millisecond))
+	}
 	mu.Lock()
 	for _, p := range append(append([]*soakProc{lc, ret, sw, acct}, placers...), agents...) {
 		if p != nil {
@@ -664,7 +691,8 @@ func TestSoak(t *testing.T) {
 		elapsed.Round(time.Second), float64(res.Binds)/elapsed.Seconds(),
 		used.total().Round(time.Second), used.self.Round(time.Second), used.agents.Round(time.Second), used.etcd.Round(time.Second), used.perBind(res.Binds),
 		load0, loadAverage(), leaderKills.Load(), outages.Load(), pauses.Load(), cordons.Load())
-	t.Logf("soak: the etcd members' processes now have used %v (a member killed and started again counts from its restart)", roundAll(cpu.members))
+	t.Logf("soak: the etcd members' processes now have used %v (a member killed and started again counts from its restart); leader changes each live member saw since its start: %v",
+		roundAll(cpu.members), leaderChanges(members.Endpoints))
 	for i, v := range res.Violations {
 		if i == 20 {
 			t.Errorf("… and %d more", res.Count-20)
@@ -708,6 +736,22 @@ func TestSoak(t *testing.T) {
 	}
 }
 
+// soakOwner is the owner of a session whose roll (0-99) is given: u0
+// (a quota of 10 GPUs) and u1 (whose quota chaos changes, or deletes) a
+// tenth of the time each, u2-u4 the rest. With every owner alike,
+// the sessions of u0 and u1 that waited on their quotas grew to most of
+// the live sessions at 90 binds/s, and left the nodes idle: the users
+// keep a number of sessions live, not of sessions that can run.
+func soakOwner(roll int) string {
+	switch {
+	case roll < 10:
+		return "u0"
+	case roll < 20:
+		return "u1"
+	}
+	return fmt.Sprintf("u%d", 2+roll%3)
+}
+
 func roundAll(ds []time.Duration) []time.Duration {
 	out := make([]time.Duration, len(ds))
 	for i, d := range ds {
@@ -726,4 +770,50 @@ func transient(err error) bool {
 	// gRPC's own (a connection reset as the member died) wrapped in ours.
 	return strings.Contains(err.Error(), "code = Unavailable") || strings.Contains(err.Error(), "code = DeadlineExceeded") ||
 		strings.Contains(err.Error(), "request timed out")
+}
+
+// etcdVersion is what etcd (command, or Debian's when empty) says its
+// version is.
+func etcdVersion(t *testing.T, command string) string {
+	cmd := exec.Command("etcd", "--version")
+	if command != "" {
+		cmd = exec.Command(command, "--version")
+		cmd.Env = append(os.Environ(), envSoakEtcdMember+"=1")
+	} else if bin := os.Getenv("VOYAGER_TEST_ETCD"); bin != "" {
+		cmd = exec.Command(bin, "--version")
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	return strings.Join(strings.Fields(strings.ReplaceAll(string(out), "\n", "; ")), " ")
+}
+
+// leaderChanges is etcd_server_leader_changes_seen_total of each member
+// (from its /metrics), or -1 where it does not answer: a member that saw
+// more changes than the soak killed leaders lost its leader otherwise
+// (missed heartbeats under load).
+func leaderChanges(endpoints []string) []int {
+	out := make([]int, len(endpoints))
+	hc := http.Client{Timeout: 2 * time.Second}
+	for i, ep := range endpoints {
+		out[i] = -1
+		resp, err := hc.Get(ep + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "etcd_server_leader_changes_seen_total "); ok {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					out[i] = int(f)
+				}
+			}
+		}
+	}
+	return out
 }

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdmain"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/nodeagent"
@@ -41,6 +43,8 @@ const (
 	envSoakAgentMIG  = "VOYAGER_SOAK_AGENT_MIG"
 	envSoakAgentDir  = "VOYAGER_SOAK_AGENT_DIR"
 	envSoakAgentGC   = "VOYAGER_SOAK_AGENT_GOGC"
+	// envSoakEtcdMember makes the test binary an etcd member (-soak.etcd=module).
+	envSoakEtcdMember = "VOYAGER_SOAK_ETCD_MEMBER"
 )
 
 // soakAgentConfig is the configuration of the soak's agent of node i
@@ -76,11 +80,17 @@ func soakRuntime() *runtime.Fake {
 	return f
 }
 
-// TestMain runs the package's tests, or, in a process the soak started
-// (envSoakAgentNode), one soak agent until SIGTERM or SIGKILL.
+// TestMain runs the package's tests, or, in a process the soak started,
+// one soak agent (envSoakAgentNode) or one etcd member (envSoakEtcdMember:
+// etcd's own main, at go.mod's version, with the flags it was given) until
+// SIGTERM or SIGKILL.
 func TestMain(m *testing.M) {
 	if os.Getenv(envSoakAgentNode) != "" {
 		os.Exit(soakAgentMain())
+	}
+	if os.Getenv(envSoakEtcdMember) != "" {
+		etcdmain.Main(append([]string{"etcd"}, os.Args[1:]...))
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -96,7 +106,21 @@ func soakAgentMain() int {
 	if gc, err := strconv.Atoi(os.Getenv(envSoakAgentGC)); err == nil && gc > 0 {
 		debug.SetGCPercent(gc)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(os.Getenv(envSoakAgentEtcd), ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	// The node's etcd outages: SIGUSR1 cuts its link, SIGUSR2 restores it.
+	link := etcdtest.NewLink()
+	cuts := make(chan os.Signal, 4)
+	signal.Notify(cuts, syscall.SIGUSR1, syscall.SIGUSR2)
+	go func() {
+		for sig := range cuts {
+			if sig == syscall.SIGUSR1 {
+				link.Cut()
+			} else {
+				link.Restore()
+			}
+		}
+	}()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(os.Getenv(envSoakAgentEtcd), ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{link.DialOption()}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "soak agent %s: %v\n", name, err)
 		return 1
@@ -127,7 +151,8 @@ type agentProcs struct {
 	live  map[*agentProcess]bool
 }
 
-// start runs node i's agent process (name) through endpoints.
+// start runs node i's agent process (name) against endpoints, through a
+// link of its own that cut and restore cut.
 func (ap *agentProcs) start(i int, name string, mig bool, endpoints []string, dir string, gogc int) (*agentProcess, error) {
 	cmd := exec.Command(os.Args[0])
 	migv := "0"
@@ -175,6 +200,12 @@ func (p *agentProcess) pause(d time.Duration) {
 	time.Sleep(d)
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 }
+
+// cut cuts p's etcd link (SIGUSR1): an etcd outage of its node.
+func (p *agentProcess) cut() { _ = p.cmd.Process.Signal(syscall.SIGUSR1) }
+
+// restore restores p's etcd link (SIGUSR2).
+func (p *agentProcess) restore() { _ = p.cmd.Process.Signal(syscall.SIGUSR2) }
 
 // cpu is the CPU the agent processes have used: the ended ones' and the
 // live ones' so far.

@@ -53,8 +53,9 @@ var ErrCompacted = errors.New("history compacted")
 
 // Watch checks the history of the keyspace under k from opts.Start,
 // read-only: it lists the model's keys at Start, then watches every later
-// revision, with previous values, and applies each whole revision to a
-// Checker. It returns when
+// revision, and applies each whole revision to a Checker. It asks for no
+// previous values (WithPrevKV costs etcd a read an event): the gap and
+// accrual rules read the keys' versions instead. It returns when
 // opts.End is reached, or ctx ends (nil error then: following stops), or
 // the watch fails.
 func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options) (Result, error) {
@@ -95,7 +96,7 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 			return res, fmt.Errorf("load revision %d: %w", start, err)
 		}
 		for _, kv := range r.Kvs {
-			initial = append(initial, Change{Key: string(kv.Key), Value: kv.Value})
+			initial = append(initial, Change{Key: string(kv.Key), Value: kv.Value, Version: kv.Version})
 		}
 	}
 	res.Start, res.Last = start, start
@@ -106,7 +107,7 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	watch := func(from int64) clientv3.WatchChan {
-		return cli.Watch(wctx, k.All(), clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify(), clientv3.WithPrevKV())
+		return cli.Watch(wctx, k.All(), clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
 	}
 	wch := watch(start + 1)
 	if opts.End != 0 {
@@ -179,10 +180,7 @@ func Watch(ctx context.Context, cli *clientv3.Client, k state.Keys, opts Options
 			}
 			ch := Change{Key: string(ev.Kv.Key)}
 			if ev.Type == mvccpb.PUT {
-				ch.Value = ev.Kv.Value
-			}
-			if ev.PrevKv != nil {
-				ch.Prev = ev.PrevKv.Value
+				ch.Value, ch.Version = ev.Kv.Value, ev.Kv.Version
 			}
 			group = append(group, ch)
 		}

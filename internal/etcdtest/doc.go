@@ -4,5 +4,6 @@
 // (StartExternal, or with TLS StartSecure), or on a core of its own with
 // the test process moved off it (StartOwnCore and StartSecureOwnCore, for
 // benchmarks); and a TCP proxy in front of either that a test can cut like
-// a network partition (NewProxy).
+// a network partition (NewProxy), or the same cut inside a client's own
+// dialer, with no proxy's copy in between (NewLink).
 package etcdtest

@@ -48,15 +48,25 @@ type MembersOptions struct {
 	// Args are more command-line flags for every member (etcd's own,
 	// such as --snapshot-count=…), after the ones StartMembersWith sets.
 	Args []string
+	// Command, when set, is the executable each member runs instead of
+	// Debian's etcd (or VOYAGER_TEST_ETCD): one that takes etcd's flags,
+	// such as a test binary that runs etcd's own main (etcdmain.Main)
+	// when Env says so.
+	Command string
+	// Env is added to each member's environment.
+	Env []string
 }
 
 // StartMembersWith is StartMembers with opts.
 func StartMembersWith(tb testing.TB, n int, opts MembersOptions) *Members {
 	tb.Helper()
-	path := etcdBinary(tb)
-	m := &Members{tb: tb, path: path, procs: make([]*exec.Cmd, n)}
+	path := opts.Command
+	if path == "" {
+		path = etcdBinary(tb)
+	}
+	m := &Members{tb: tb, path: path, procs: make([]*exec.Cmd, n), env: append([]string{}, opts.Env...)}
 	if opts.GOGC != 0 {
-		m.env = []string{fmt.Sprintf("GOGC=%d", opts.GOGC)}
+		m.env = append(m.env, fmt.Sprintf("GOGC=%d", opts.GOGC))
 	}
 	peers := make([]string, n)
 	clients := make([]string, n)
