@@ -139,10 +139,11 @@ func (s Session) StopsAll() bool { return s.OnPartFailure != PartFailureContinue
 //     Continue only rank 0's end ends the job, with rank 0's outcome. The
 //     job's end stops its other parts: their agents watch the status.
 //
-// A part that ended waiting to run again (BackOff, Preempted, Fenced)
-// whose event the state machine refuses, because its owner asked to stop
-// meanwhile, ends the session Stopped (StopRequested): a stop is never
-// undone by a restart. A restart refused for want of restarts ends it
+// A part that ended waiting to run again (BackOff, Preempted, Fenced), or
+// fenced with no restart left (Lost, Fenced), whose event the state machine
+// refuses because its owner asked to stop meanwhile, ends the session
+// Stopped (StopRequested): a stop is never undone by a restart, and a
+// fence during a stop still ends the session. A restart refused for want of restarts ends it
 // Failed (Lost after a fence).
 func MergeParts(spec Session, cur Status, parts []PartStatus, now time.Time) (Event, Status, bool, error) {
 	if !slices.Contains(live, cur.Phase) {
@@ -160,10 +161,15 @@ func MergeParts(spec Session, cur Status, parts []PartStatus, now time.Time) (Ev
 	f := Facts{Bound: true, DesiredStopped: spec.Desired == DesiredStopped,
 		RestartsLeft: spec.RestartsLeft(cur.Attempt), Requeue: spec.Eviction != nil && spec.Eviction.Requeue, Resize: spec.Resizing()}
 	next, err := Next(cur.Phase, ev, f)
-	if err != nil && (ev == EventBackOff || ev == EventPreempt || ev == EventFenced || ev == EventResize) && errors.Is(err, ErrIllegalTransition) {
-		// The part's agent decided to restart from an older spec.
+	if err != nil && (ev == EventBackOff || ev == EventPreempt || ev == EventFenced || ev == EventFencedLost || ev == EventResize) && errors.Is(err, ErrIllegalTransition) {
+		// The part's agent decided to restart (or, fenced with no
+		// restart left, to end Lost) from an older spec.
 		v.RetryAt, v.Finished = nil, cmp.Or(v.Finished, &now)
 		switch {
+		case f.DesiredStopped && (ev == EventFenced || ev == EventFencedLost):
+			// A stop asked while the node was fenced: the containers are
+			// gone, and the stop stands; the message keeps the fence.
+			v.Phase, v.Reason, v.Message, ev = PhaseStopped, "StopRequested", "stopped on request; "+v.Message, EventHalt
 		case f.DesiredStopped || ev == EventPreempt || ev == EventResize:
 			v.Phase, v.Reason, v.Message, ev = PhaseStopped, "StopRequested", "stopped on request", EventHalt
 		case ev == EventFenced:

@@ -145,6 +145,16 @@ func TestMergeParts(t *testing.T) {
 		{name: "a stop after the agent chose back-off ends it stopped", spec: stopped, cur: running,
 			parts: []state.PartStatus{single(state.PhasePending, exited(1, 9), waits(state.ReasonBackOff))},
 			want:  want{changed: true, event: state.EventHalt, phase: state.PhaseStopped, msg: "stopped on request"}},
+		{name: "fenced with no restart left during a stop ends it stopped", spec: stopped, cur: running,
+			parts: []state.PartStatus{single(state.PhaseLost, func(p *state.PartStatus) {
+				p.Reason, p.Message, p.Finished = state.ReasonFenced, "fenced: etcd unreachable for 6.5s", at(9)
+			})},
+			want: want{changed: true, event: state.EventHalt, phase: state.PhaseStopped, msg: "fenced: etcd unreachable"}},
+		{name: "fenced with no restart left ends it lost", spec: batch, cur: running,
+			parts: []state.PartStatus{single(state.PhaseLost, func(p *state.PartStatus) {
+				p.Reason, p.Message, p.Finished = state.ReasonFenced, "fenced", at(9)
+			})},
+			want: want{changed: true, event: state.EventFencedLost, phase: state.PhaseLost}},
 		{name: "preempted", spec: preempted, cur: status(state.PhaseStopping), parts: []state.PartStatus{single(state.PhasePending, waits(state.ReasonPreempted))},
 			want: want{changed: true, event: state.EventPreempt, phase: state.PhasePending}},
 		{name: "a stop after the agent chose re-queue ends it stopped", spec: stoppedPreempted, cur: status(state.PhaseStopping),
