@@ -481,6 +481,7 @@ func (c *Checker) apply(rev int64, changes []Change, transitions bool) []Violati
 			if d := c.leftBehind(id); d != "" {
 				bad(k.Status(id), RuleLeftBehind, "%s", d)
 			}
+			c.runningUnbound(id)
 		}
 		if c.clock.Sub(c.scanned) >= time.Second {
 			c.scanned = c.clock

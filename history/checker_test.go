@@ -177,6 +177,20 @@ func TestCheckerFindsEachBrokenRule(t *testing.T) {
 			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseStarting, Message: "pulling, 1 GiB", Updated: t0.Add(50 * time.Second)}})
 			return write(t, cli, put{k.Status("s2"), state.Status{Session: "s2", Phase: state.PhasePending, Updated: t0.Add(2 * time.Minute)}})
 		}, history.RuleStuck, func(k state.Keys) string { return k.Status("s1") }, time.Minute},
+		{"a session left Running after its parts were released", func(t *testing.T, k state.Keys) int64 {
+			t0 := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+			a := alloc(100, nil, "GPU-n1-0")
+			write(t, cli, put{k.Node("n1"), node("n1")}, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhasePending, Updated: t0}})
+			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseBound, Updated: t0}},
+				put{k.Ledger("n1"), ledger("n1", map[string]state.Allocation{"s1": a})}, put{k.Binding("n1", "s1"), bnd("s1", a)})
+			write(t, cli, put{k.Status("s1"), state.Status{Session: "s1", Phase: state.PhaseRunning, Updated: t0.Add(time.Second)}})
+			// Running for long with its GPU is progress enough.
+			write(t, cli, put{k.Status("s2"), state.Status{Session: "s2", Phase: state.PhasePending, Updated: t0.Add(5 * time.Minute)}})
+			// The agent releases it (fenced, say), and its status is never ended.
+			write(t, cli, put{k.Ledger("n1"), nil}, put{k.Binding("n1", "s1"), nil})
+			write(t, cli, put{k.Status("s2"), state.Status{Session: "s2", Phase: state.PhasePending, Updated: t0.Add(5*time.Minute + 50*time.Second)}})
+			return write(t, cli, put{k.Status("s2"), state.Status{Session: "s2", Phase: state.PhasePending, Updated: t0.Add(7 * time.Minute)}})
+		}, history.RuleStuck, func(k state.Keys) string { return k.Status("s1") }, time.Minute},
 		{"a container reported running after its binding went", func(t *testing.T, k state.Keys) int64 {
 			write(t, cli, put{k.Node("n1"), node("n1")})
 			a := alloc(1, nil)

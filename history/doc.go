@@ -19,8 +19,9 @@
 //     inventory lists neither as a device nor as its physical GPU;
 //   - left-behind: a binding or allocation left for a session re-queued or
 //     ended for its node's loss, or past a bound for one that ended;
-//   - no-progress: Bound, Starting or Stopping (or waiting past retryAt)
-//     longer than a bound, by the history's own clock;
+//   - no-progress: Bound, Starting or Stopping (or waiting past retryAt,
+//     or Running with no binding and no allocation left) longer than a
+//     bound, by the history's own clock;
 //   - container-without-binding: a binding deleted while its part says
 //     its container runs;
 //   - launched-twice: an attempt's launch (state.Launch's record on its

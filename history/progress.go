@@ -18,7 +18,8 @@ const DefaultStuckAfter = 10 * time.Minute
 
 // SetStuckAfter sets how long, by the history's own clock (the latest
 // time written into a status, part, binding or node value), a session may
-// stay Bound, Starting or Stopping, wait past its retryAt, or keep a
+// stay Bound, Starting or Stopping, stay Running with nothing bound, wait
+// past its retryAt, or keep a
 // binding or allocation after it ended, before no-progress or
 // left-behind reports it. Default DefaultStuckAfter.
 func (c *Checker) SetStuckAfter(d time.Duration) { c.stuckAfter = d }
@@ -114,6 +115,28 @@ func (c *Checker) progress(id string, st, old state.Status, existed bool) {
 	case st.Waiting():
 		c.due[id] = dueView{since: *st.RetryAt, what: "waiting to be re-queued after its retryAt"}
 	default:
+		delete(c.due, id)
+	}
+}
+
+// unboundWhat is the no-progress reason of a Running session that holds
+// nothing.
+const unboundWhat = "Running with no binding or allocation left"
+
+// runningUnbound records, when session id's status says Running while it
+// holds no binding and no allocation, that its status must change within
+// the bound: its parts were released (or its node lost), so a status left
+// Running is one the merger failed to end. It clears the record once the
+// session holds something again or its phase changes.
+func (c *Checker) runningUnbound(id string) {
+	st, ok := c.statuses[id]
+	d, due := c.due[id]
+	switch {
+	case ok && st.Phase == state.PhaseRunning && len(c.holds[id]) == 0:
+		if !due {
+			c.due[id] = dueView{since: c.clock, what: unboundWhat}
+		}
+	case due && d.what == unboundWhat:
 		delete(c.due, id)
 	}
 }
