@@ -162,6 +162,16 @@ func (p *planner) rankReady(want int) []readyRank {
 	for i, n := range p.nodes {
 		r[i] = p.rankOf(n, want, "")
 	}
+	sortRanks(r)
+	if p.ranked == nil {
+		p.ranked = map[int][]readyRank{}
+	}
+	p.ranked[want] = r
+	return r
+}
+
+// sortRanks sorts r best first (readyRank.before).
+func sortRanks(r []readyRank) {
 	slices.SortFunc(r, func(a, b readyRank) int {
 		if a.before(b) {
 			return -1
@@ -171,11 +181,6 @@ func (p *planner) rankReady(want int) []readyRank {
 		}
 		return 0
 	})
-	if p.ranked == nil {
-		p.ranked = map[int][]readyRank{}
-	}
-	p.ranked[want] = r
-	return r
 }
 
 // ownGPUs is the GPUs that owner's sessions hold on n (ledger and

@@ -1,7 +1,5 @@
 package placer
 
-import "slices"
-
 // A hold's ranking for its owner (issue 34, NewPlan's cost at 2,000
 // nodes). soonest walks the nodes in the order they free whole GPUs
 // (rankReady) until the first whose place is unchanged for the hold; a
@@ -66,15 +64,7 @@ func (p *planner) rankFor(want int, owner string) []readyRank {
 	for i, b := range base {
 		r[i] = p.rankOf(b.n, want, owner)
 	}
-	slices.SortFunc(r, func(a, b readyRank) int {
-		if a.before(b) {
-			return -1
-		}
-		if b.before(a) {
-			return 1
-		}
-		return 0
-	})
+	sortRanks(r)
 	if p.rankedOwn == nil {
 		p.rankedOwn = map[ownRankKey][]readyRank{}
 	}
