@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
@@ -79,29 +80,59 @@ func running(t testing.TB, cli *clientv3.Client, s state.Session, node string, s
 	}
 }
 
-// waitKey polls etcd until cond holds on the value at key, or fails.
+// waitKey waits until cond holds on a value key takes, or fails. It
+// watches the key from its first read on, so a value it holds only
+// briefly (a status between two writes a fraction of a second apart, on
+// a loaded machine) is seen; it also asks cond again every 20 ms of the
+// latest value, for conditions that look beyond the key (a controller's
+// pass count). The response it returns holds the value cond accepted
+// (none when that was the key's absence).
 func waitKey[T any](t testing.TB, cli *clientv3.Client, key, what string, cond func(v T, found bool) bool) (T, *clientv3.GetResponse) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := cli.Get(context.Background(), key)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(kvs []*mvccpb.KeyValue) (T, bool) {
+		var v T
+		if len(kvs) == 0 {
+			return v, false
+		}
+		v, err := state.Decode[T](kvs[0].Value)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v T
-		found := len(resp.Kvs) > 0
-		if found {
-			if v, err = state.Decode[T](resp.Kvs[0].Value); err != nil {
-				t.Fatal(err)
+		return v, true
+	}
+	v, found := decode(resp.Kvs)
+	if cond(v, found) {
+		return v, resp
+	}
+	wch := cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1))
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				t.Fatalf("timed out waiting for %s (%s = %+v; watch: %v)", what, key, v, wr.Err())
+			}
+			for _, ev := range wr.Events {
+				resp = &clientv3.GetResponse{Header: wr.Header}
+				if ev.Type == clientv3.EventTypePut {
+					resp.Kvs, resp.Count = []*mvccpb.KeyValue{ev.Kv}, 1
+				}
+				if v, found = decode(resp.Kvs); cond(v, found) {
+					return v, resp
+				}
+			}
+		case <-tick.C:
+			if cond(v, found) {
+				return v, resp
 			}
 		}
-		if cond(v, found) {
-			return v, resp
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (%s = %+v)", what, key, v)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -171,6 +202,9 @@ func TestIdleWarningWithdrawnWhenUsedAgain(t *testing.T) {
 	if s, _, _ := state.Get[state.Session](context.Background(), cli, keys.Session("nb")); s.Eviction != nil {
 		t.Fatalf("evicted after being used again: %+v", s.Eviction)
 	}
+	// The controller counts the withdrawal once its delete returns, which
+	// may be just after the watch saw it.
+	waitFor(t, "the withdrawal counted", func() bool { return c.Stats().Withdrawn >= 1 })
 	if got := c.Stats().Withdrawn; got != 1 {
 		t.Errorf("withdrawn %d warnings, want 1", got)
 	}
