@@ -26,7 +26,8 @@ type AccountantConfig struct {
 	// when no accrual wrote it. Default 10 s.
 	CursorEvery time.Duration
 	// SweepEvery is how often the accruals of retired sessions are
-	// deleted (SweepMarks). Default 1 hour.
+	// deleted (SweepMarks), besides once when the accountant is elected.
+	// Default 1 hour.
 	SweepEvery time.Duration
 	// Gather is how long the accountant collects ended attempts after
 	// the first one it sees before it records them, together, in one
@@ -118,6 +119,13 @@ func (a *Accountant) Run(ctx context.Context) error {
 // until ctx ends or the watch fails.
 func (a *Accountant) follow(ctx context.Context) error {
 	k := a.cfg.Keys
+	sweepCtx, stopSweeping := context.WithCancel(ctx)
+	var sweeping sync.WaitGroup
+	sweeping.Go(func() { a.sweepMarks(sweepCtx) })
+	defer func() {
+		stopSweeping()
+		sweeping.Wait()
+	}()
 	cur, _, err := state.Get[state.UsageCursor](ctx, a.cli, k.UsageCursor())
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return fmt.Errorf("read usage cursor: %w", err)
@@ -172,8 +180,6 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 	wch := a.cli.Watch(wctx, k.StatusDir(), clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(from), clientv3.WithProgressNotify())
 	tick := time.NewTicker(a.cfg.CursorEvery)
 	defer tick.Stop()
-	sweep := time.NewTicker(a.cfg.SweepEvery)
-	defer sweep.Stop()
 	written := from - 1
 	// Ended attempts seen and not yet recorded, the revision up to which
 	// the responses that carried them were read, and when they are
@@ -219,10 +225,6 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 			}
 			a.writeCursor(a.Applied())
 			return nil
-		case <-sweep.C:
-			if _, err := a.SweepMarks(ctx); err != nil && ctx.Err() == nil {
-				a.log.Warn("sweep accruals of retired sessions", "err", err)
-			}
 		case <-tick.C:
 			if rev := a.Applied(); rev > written {
 				a.writeCursor(rev)
@@ -426,34 +428,104 @@ func (a *Accountant) writeCursor(rev int64) {
 	}
 }
 
+// sweepMarks deletes the accruals of retired sessions (SweepMarks) when
+// this accountant is elected and every SweepEvery after, until ctx ends.
+// It runs beside the watch, so a long sweep does not hold up accounting
+// (which retention waits on); sweeping at election means an accountant
+// restarted more often than SweepEvery still sweeps.
+func (a *Accountant) sweepMarks(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.SweepEvery)
+	defer tick.Stop()
+	for {
+		if n, err := a.SweepMarks(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("sweep accruals of retired sessions", "err", err)
+		} else if n > 0 {
+			a.log.Debug("swept accruals of retired sessions", "sessions", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// sweepBatch is how many sessions' accruals one SweepMarks transaction
+// deletes: a compare and a ranged delete each, within etcd's default
+// --max-txn-ops of 128.
+const sweepBatch = 100
+
 // SweepMarks deletes the accruals of sessions whose status is gone
 // (retired) and returns how many sessions' it deleted. The daily records
 // keep their GPU-time. Deleting is safe: state.Accrue counts nothing for a
 // session whose status is gone, so a late replay cannot count it again,
-// and each delete requires the status still absent.
+// and each delete requires the status still absent. It reads the accruals'
+// and the statuses' keys at one revision, so it tries only the sessions
+// whose status was gone then, sweepBatch to a transaction (one by one in a
+// batch that is refused, which a status written since can cause).
 func (a *Accountant) SweepMarks(ctx context.Context) (int, error) {
 	k := a.cfg.Keys
-	resp, err := a.cli.Get(ctx, k.Accruals(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := a.cli.Txn(ctx).Then(
+		clientv3.OpGet(k.Accruals(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(k.StatusDir(), clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("list accruals: %w", err)
+		return 0, fmt.Errorf("list accruals and statuses: %w", err)
 	}
-	seen, n := map[string]bool{}, 0
-	for _, kv := range resp.Kvs {
+	live := map[string]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		if id, ok := k.SessionID(string(kv.Key)); ok {
+			live[id] = true
+		}
+	}
+	seen := map[string]bool{}
+	var gone []string
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		id, _, ok := k.AccrualKey(string(kv.Key))
-		if !ok || seen[id] {
+		if !ok || seen[id] || live[id] {
 			continue
 		}
 		seen[id] = true
-		r, err := a.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k.Status(id)), "=", 0)).
-			Then(clientv3.OpDelete(k.SessionAccruals(id), clientv3.WithPrefix())).Commit()
+		gone = append(gone, id)
+	}
+	n := 0
+	for b := 0; b < len(gone); b += sweepBatch {
+		batch := gone[b:min(b+sweepBatch, len(gone))]
+		swept, err := a.deleteMarks(ctx, batch)
 		if err != nil {
-			return n, fmt.Errorf("delete accruals of %s: %w", id, err)
+			return n, err
 		}
-		if r.Succeeded {
-			n++
+		if !swept {
+			for _, id := range batch {
+				one, err := a.deleteMarks(ctx, []string{id})
+				if err != nil {
+					return n, err
+				}
+				if one {
+					n++
+				}
+			}
+			continue
 		}
+		n += len(batch)
 	}
 	return n, nil
+}
+
+// deleteMarks deletes the accruals of sessions ids in one transaction
+// that requires each one's status absent, and says whether it applied.
+func (a *Accountant) deleteMarks(ctx context.Context, ids []string) (bool, error) {
+	k := a.cfg.Keys
+	cmps := make([]clientv3.Cmp, len(ids))
+	ops := make([]clientv3.Op, len(ids))
+	for i, id := range ids {
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(k.Status(id)), "=", 0)
+		ops[i] = clientv3.OpDelete(k.SessionAccruals(id), clientv3.WithPrefix())
+	}
+	r, err := a.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("delete accruals of %d retired sessions: %w", len(ids), err)
+	}
+	return r.Succeeded, nil
 }
 
 // Collectors returns the accountant's Prometheus collectors: the attempts

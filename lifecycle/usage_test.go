@@ -321,3 +321,41 @@ func TestAccountantRecordsWhatItGatheredWhenStopped(t *testing.T) {
 		t.Errorf("%d accruals after an orderly stop, want the 3 gathered", n)
 	}
 }
+
+// TestAccountantSweepsRetiredMarksWhenElected: an accountant deletes the
+// accruals of retired sessions (status gone) when it is elected, not only
+// SweepEvery later (an hour by default, which an accountant restarted
+// more often never reached, so accruals grew without end), in batches
+// (250 retired sessions, more than two transactions' worth), and keeps
+// the accruals of sessions still in etcd. The daily GPU-time stays.
+func TestAccountantSweepsRetiredMarksWhenElected(t *testing.T) {
+	cli := etcdtest.New(t)
+	d := usageDriver{t: t, cli: cli}
+	acc, stop := runAccountant(t, cli)
+	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
+	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	const retired, kept = 250, 3
+	for i := range retired + kept {
+		id := fmt.Sprintf("s-%03d", i)
+		d.create(id, "ada", "", 1, day)
+		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
+	}
+	waitUntil(t, "every attempt accounted", func() bool { return len(d.accruals()) == retired+kept })
+	stop()
+	for i := range retired {
+		if _, err := cli.Delete(context.Background(), keys.Status(fmt.Sprintf("s-%03d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The hourly default: only the sweep at election can delete them.
+	runAccountantWith(t, cli, AccountantConfig{Keys: keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	waitUntil(t, "the retired sessions' accruals swept", func() bool { return len(d.accruals()) == kept })
+	for i := retired; i < retired+kept; i++ {
+		if _, ok := d.accruals()[keys.Accrual(fmt.Sprintf("s-%03d", i), int64(10+i))]; !ok {
+			t.Errorf("s-%03d's accrual was swept; its status is still in etcd", i)
+		}
+	}
+	if got := d.day("2026-11-20"); got.Attempts != retired+kept || got.GPUMilliseconds["/ada"] != (retired+kept)*3600000 {
+		t.Errorf("day after the sweep: %d attempts, %d ms; want %d attempts of an hour", got.Attempts, got.GPUMilliseconds["/ada"], retired+kept)
+	}
+}
