@@ -625,9 +625,9 @@ func TestSoak(t *testing.T) {
 		vmu.Lock()
 		nv := len(violations)
 		vmu.Unlock()
-		t.Logf("%s: %d binds (%.0f/s; CPU %s a bind since the last line, %s in all), %d submitted, checked up to revision %d, %d violations; load %s",
+		t.Logf("%s: %d binds (%.0f/s; CPU %s a bind since the last line, %s in all), %d submitted, checked up to revision %d, %d violations; etcd holds %s; load %s",
 			time.Since(began).Round(time.Second), b, float64(b-lastBinds)/time.Since(lastAt).Seconds(), cpu.sub(lastCPU).perBind(b-lastBinds),
-			cpu.sub(cpu0).perBind(b), submitted.Load(), checked.Load(), nv, loadAverage())
+			cpu.sub(cpu0).perBind(b), submitted.Load(), checked.Load(), nv, soakHeld(ctx, admin, k), loadAverage())
 		lastCPU, lastBinds, lastAt = cpu, b, time.Now()
 	}
 	wg.Wait()
@@ -822,4 +822,20 @@ func leaderChanges(endpoints []string) []int {
 		}
 	}
 	return out
+}
+
+// soakHeld says how many statuses, accruals and secrets records etcd
+// holds: with retention and the accountant's sweep keeping up, about the
+// live sessions and a few seconds of ended ones, however long the soak
+// has run.
+func soakHeld(ctx context.Context, cli *clientv3.Client, k state.Keys) string {
+	r, err := cli.Txn(ctx).Then(
+		clientv3.OpGet(k.StatusDir(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable()),
+		clientv3.OpGet(k.Accruals(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable()),
+		clientv3.OpGet(k.SpecSecretsDir(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())).Commit()
+	if err != nil {
+		return "(unread: " + err.Error() + ")"
+	}
+	return fmt.Sprintf("%d statuses, %d accruals, %d secrets records", r.Responses[0].GetResponseRange().Count,
+		r.Responses[1].GetResponseRange().Count, r.Responses[2].GetResponseRange().Count)
 }
