@@ -318,11 +318,9 @@ func TestSoak(t *testing.T) {
 	})
 	// The usage accountant: every ended attempt's GPU-hours, which the
 	// checker's accrual rules hold to once each. It deletes the accruals
-	// of retired sessions every 10 s (production: hourly), as retention
-	// retires sessions every second: with the hourly default, which chaos
-	// restarts before it fires, a 10^6-bind soak kept every accrual
-	// (148,000 keys after 200,000 binds), and every read and restart of
-	// etcd grew with them.
+	// of retired sessions when elected and every 10 s after (production:
+	// hourly), as retention retires sessions every second, so etcd holds
+	// about 10 s of them.
 	acct := run("accountant", func(ctx context.Context, cli *clientv3.Client) {
 		_ = lifecycle.NewAccountant(cli, lifecycle.AccountantConfig{Keys: k, Logger: quiet, CursorEvery: time.Second,
 			SweepEvery: 10 * time.Second}).Run(ctx)
