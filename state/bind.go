@@ -252,6 +252,17 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			clientv3.Compare(clientv3.ModRevision(lk), "=", ModRevision(lkv)),
 			clientv3.Compare(clientv3.CreateRevision(bk), "=", bindingRev),
 		}
+		if final != nil {
+			// What becomes of the part (its end written, its deletion, or
+			// nothing) is decided from the part and the spec as read, so
+			// both are compared, absence included: the first read may
+			// come from a member that has not yet seen this agent's own
+			// latest part (a Stopping written just before), and a release
+			// that wrote nothing for a part it read as absent left that
+			// part saying the container runs with its binding gone.
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tk), "=", ModRevision(tkv)),
+				clientv3.Compare(clientv3.ModRevision(pk), "=", ModRevision(pkv)))
+		}
 		// The node's copy of the session's secrets goes with its binding.
 		ops := []clientv3.Op{clientv3.OpDelete(bk), clientv3.OpDelete(k.BoundSecrets(node, id))}
 		if lkv != nil {
@@ -281,7 +292,6 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 			// to be merged into, and would say the container still runs
 			// once the binding is gone. It goes with the binding.
 			ops = append(ops, clientv3.OpDelete(tk))
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tk), "=", tkv.ModRevision))
 		}
 		if final != nil && pkv != nil {
 			spec, err := Decode[Session](pkv.Value)
@@ -317,8 +327,6 @@ func Release(ctx context.Context, kv clientv3.KV, k Keys, node, id string, bindi
 				return fmt.Errorf("release %s on %s: %w", id, node, err)
 			}
 			ops = append(ops, sops...)
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tk), "=", ModRevision(tkv)),
-				clientv3.Compare(clientv3.ModRevision(pk), "=", pkv.ModRevision))
 		}
 		resp, err := kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {

@@ -70,3 +70,82 @@ func TestStaleReleaseWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseComparesThePartItReadAbsent: a release decides what becomes
+// of the part from the part and the spec as it read them. Here the
+// session was retired (no spec) and its container never reported (no
+// part), so the release would write nothing for the part; between its read
+// and its transaction the part appears, Stopping (the agent's own report
+// of a slow stop, which a first read from a lagging member does not see).
+// The release must compare the part it read as absent and decide again:
+// the part goes with the binding. Comparing the part only when one was
+// read left it saying the container stops with its binding gone (the
+// soak's container-without-binding at 636,000 binds).
+func TestReleaseComparesThePartItReadAbsent(t *testing.T) {
+	cli := etcdtest.New(t)
+	ctx := context.Background()
+	k := state.MustKeys(state.DefaultPrefix)
+	rev := seedBound(t, cli, k, "s1")
+	if _, err := cli.Delete(ctx, k.Session("s1")); err != nil { // retired
+		t.Fatal(err)
+	}
+	stopping := func() {
+		ops, err := state.PartOps(k, state.PartStatus{Session: "s1", Node: "n1", Phase: state.PhaseStopping, BindingRevision: rev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv := &afterFirstRead{KV: cli, after: stopping}
+	if err := state.Release(ctx, kv, k, "n1", "s1", rev, succeed); err != nil {
+		t.Fatal(err)
+	}
+	if kv.reads < 2 {
+		t.Errorf("the release read %d times; the part written after its first read must make it read again", kv.reads)
+	}
+	for _, key := range []string{k.Binding("n1", "s1"), k.Part("n1", "s1")} {
+		if r, err := cli.Get(ctx, key); err != nil || len(r.Kvs) != 0 {
+			t.Errorf("%s after the release: %v %v, want it gone", key, r, err)
+		}
+	}
+}
+
+// afterFirstRead is a KV that calls after once its first transaction
+// without compares (a read) has committed.
+type afterFirstRead struct {
+	clientv3.KV
+	after func()
+	reads int
+}
+
+func (a *afterFirstRead) Txn(ctx context.Context) clientv3.Txn {
+	return &hookedTxn{Txn: a.KV.Txn(ctx), kv: a}
+}
+
+type hookedTxn struct {
+	clientv3.Txn
+	kv       *afterFirstRead
+	compares bool
+}
+
+func (h *hookedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	h.Txn, h.compares = h.Txn.If(cs...), len(cs) > 0
+	return h
+}
+
+func (h *hookedTxn) Then(ops ...clientv3.Op) clientv3.Txn { h.Txn = h.Txn.Then(ops...); return h }
+
+func (h *hookedTxn) Else(ops ...clientv3.Op) clientv3.Txn { h.Txn = h.Txn.Else(ops...); return h }
+
+func (h *hookedTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := h.Txn.Commit()
+	if !h.compares {
+		h.kv.reads++
+		if h.kv.reads == 1 {
+			h.kv.after()
+		}
+	}
+	return resp, err
+}
