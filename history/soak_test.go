@@ -623,9 +623,15 @@ func TestSoak(t *testing.T) {
 		vmu.Lock()
 		nv := len(violations)
 		vmu.Unlock()
+		held, statuses := soakHeld(ctx, admin, k)
 		t.Logf("%s: %d binds (%.0f/s; CPU %s a bind since the last line, %s in all), %d submitted, checked up to revision %d, %d violations; etcd holds %s; load %s",
 			time.Since(began).Round(time.Second), b, float64(b-lastBinds)/time.Since(lastAt).Seconds(), cpu.sub(lastCPU).perBind(b-lastBinds),
-			cpu.sub(cpu0).perBind(b), submitted.Load(), checked.Load(), nv, soakHeld(ctx, admin, k), loadAverage())
+			cpu.sub(cpu0).perBind(b), submitted.Load(), checked.Load(), nv, held, loadAverage())
+		if statuses > 4*int(*soakLive) && testing.Verbose() {
+			// Finished sessions pile up: retention or the accountant
+			// behind, or sessions stuck. Say which phases hold them.
+			t.Logf("etcd holds %d statuses for %d live sessions: %s", statuses, *soakLive, census())
+		}
 		lastCPU, lastBinds, lastAt = cpu, b, time.Now()
 	}
 	wg.Wait()
@@ -823,17 +829,18 @@ func leaderChanges(endpoints []string) []int {
 }
 
 // soakHeld says how many statuses, accruals and secrets records etcd
-// holds: with retention and the accountant's sweep keeping up, about the
-// live sessions and a few seconds of ended ones, however long the soak
-// has run.
-func soakHeld(ctx context.Context, cli *clientv3.Client, k state.Keys) string {
+// holds, and returns the statuses' count too: with retention and the
+// accountant's sweep keeping up, about the live sessions and a few
+// seconds of ended ones, however long the soak has run.
+func soakHeld(ctx context.Context, cli *clientv3.Client, k state.Keys) (string, int) {
 	r, err := cli.Txn(ctx).Then(
 		clientv3.OpGet(k.StatusDir(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable()),
 		clientv3.OpGet(k.Accruals(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable()),
 		clientv3.OpGet(k.SpecSecretsDir(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())).Commit()
 	if err != nil {
-		return "(unread: " + err.Error() + ")"
+		return "(unread: " + err.Error() + ")", 0
 	}
-	return fmt.Sprintf("%d statuses, %d accruals, %d secrets records", r.Responses[0].GetResponseRange().Count,
-		r.Responses[1].GetResponseRange().Count, r.Responses[2].GetResponseRange().Count)
+	n := int(r.Responses[0].GetResponseRange().Count)
+	return fmt.Sprintf("%d statuses, %d accruals, %d secrets records", n,
+		r.Responses[1].GetResponseRange().Count, r.Responses[2].GetResponseRange().Count), n
 }
