@@ -141,56 +141,82 @@ func (c *chain) finish(id string, code int) {
 // watchStatus records every value session id's status takes from now on;
 // the returned function gives them so far.
 func (c *chain) watchStatus(id string) func() []state.Status {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.t.Cleanup(cancel)
-	var mu sync.Mutex
-	var seen []state.Status
-	wch := c.cli.Watch(ctx, keys.Status(id))
-	go func() {
-		for resp := range wch {
-			for _, ev := range resp.Events {
-				if st, err := state.Decode[state.Status](ev.Kv.Value); err == nil {
-					mu.Lock()
-					seen = append(seen, st)
-					mu.Unlock()
-				}
-			}
-		}
-	}()
-	return func() []state.Status {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]state.Status(nil), seen...)
-	}
+	key := keys.Status(id)
+	return recordValues(c, key, false, func(ev *clientv3.Event) (state.Status, bool) {
+		st, err := state.Decode[state.Status](ev.Kv.Value)
+		return st, err == nil && ev.Type == clientv3.EventTypePut
+	})
 }
 
 // watchParts records every value session id's parts (its agents' reports,
 // parts/<node>/<id>) take from now on; the returned function gives them so
 // far.
 func (c *chain) watchParts(id string) func() []state.PartStatus {
+	return recordValues(c, keys.Parts(), true, func(ev *clientv3.Event) (state.PartStatus, bool) {
+		if !strings.HasSuffix(string(ev.Kv.Key), "/"+id) || ev.Type != clientv3.EventTypePut {
+			return state.PartStatus{}, false
+		}
+		p, err := state.Decode[state.PartStatus](ev.Kv.Value)
+		return p, err == nil
+	})
+}
+
+// recordValues records what keep takes from every change of key (a
+// prefix when prefix is set) from now on: the watch starts at the
+// revision after a read made here, so nothing written after the call is
+// missed. The returned function gives the values so far, once the
+// recorder has seen every revision etcd had when it was called (it asks
+// for a progress report, so a quiet key does not keep it waiting).
+func recordValues[T any](c *chain, key string, prefix bool, keep func(*clientv3.Event) (T, bool)) func() []T {
+	c.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.t.Cleanup(cancel)
+	r, err := c.cli.Get(ctx, key, clientv3.WithCountOnly())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	opts := []clientv3.OpOption{clientv3.WithRev(r.Header.Revision + 1), clientv3.WithProgressNotify()}
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
 	var mu sync.Mutex
-	var seen []state.PartStatus
-	wch := c.cli.Watch(ctx, keys.Parts(), clientv3.WithPrefix())
+	seen, upTo := []T(nil), r.Header.Revision
+	wch := c.cli.Watch(ctx, key, opts...)
 	go func() {
 		for resp := range wch {
+			mu.Lock()
 			for _, ev := range resp.Events {
-				if !strings.HasSuffix(string(ev.Kv.Key), "/"+id) {
-					continue
-				}
-				if p, err := state.Decode[state.PartStatus](ev.Kv.Value); err == nil {
-					mu.Lock()
-					seen = append(seen, p)
-					mu.Unlock()
+				if v, ok := keep(ev); ok {
+					seen = append(seen, v)
 				}
 			}
+			upTo = max(upTo, resp.Header.Revision)
+			mu.Unlock()
 		}
 	}()
-	return func() []state.PartStatus {
+	return func() []T {
+		c.t.Helper()
+		now, err := c.cli.Get(context.Background(), key, clientv3.WithCountOnly())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			caught := upTo >= now.Header.Revision
+			mu.Unlock()
+			if caught {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("the recorder of %s did not reach revision %d", key, now.Header.Revision)
+			}
+			_ = c.cli.RequestProgress(ctx)
+			time.Sleep(20 * time.Millisecond) // waiting for the watch's progress report
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]state.PartStatus(nil), seen...)
+		return append([]T(nil), seen...)
 	}
 }
 

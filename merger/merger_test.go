@@ -3,6 +3,7 @@ package merger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -183,6 +184,12 @@ func TestMergerFollowsASession(t *testing.T) {
 		t.Errorf("final status = %+v, want exit 3, finished", st)
 	}
 	partGone(t, cli, "n1", "sk1")
+	// A merger counts a write once its transaction returns, which may be
+	// just after the part's deletion was seen.
+	waitFor(t, "the three moves counted", func() (bool, string) {
+		n := ms[0].Writes() + ms[1].Writes()
+		return n >= 3, fmt.Sprint(n)
+	})
 	if ms[0].Writes()+ms[1].Writes() < 3 {
 		t.Errorf("mergers wrote %d times, want at least the three moves", ms[0].Writes()+ms[1].Writes())
 	}

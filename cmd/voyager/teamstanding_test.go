@@ -60,20 +60,25 @@ func TestCLITeamStanding(t *testing.T) {
 		Node: "gpu-1", Issued: now, StopAt: now.Add(2 * time.Minute), Message: "preempted: team vision reclaims its guarantee"}); err != nil {
 		t.Fatal(err)
 	}
+	fields := func(l string) string { return strings.Join(strings.Fields(l), " ") }
+	want := func(out string) bool {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return len(lines) == 3 && strings.Contains(fields(lines[0]), "TEAM GUARANTEE HELD FAIR SHARE RECLAIM") &&
+			strings.HasPrefix(fields(lines[1]), "nlp 2 GPUs 6 (4 borrowed) 4 giving back 4 GPUs (1 session) ") &&
+			strings.HasPrefix(fields(lines[2]), "vision (yours) 4 GPUs 0 (owed 4) 4 taking back 4 GPUs (1 session) ")
+	}
+	// The API's caches take the warning and vision's waiting session in
+	// their own time: poll until the list shows both, or the deadline.
 	var out string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, out, _ = voyager(t, "team", "list")
-		if strings.Contains(out, "giving back") || time.Now().After(deadline) {
+		if want(out) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond) // polling the API's caches
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	fields := func(l string) string { return strings.Join(strings.Fields(l), " ") }
-	if len(lines) != 3 || !strings.Contains(fields(lines[0]), "TEAM GUARANTEE HELD FAIR SHARE RECLAIM") ||
-		!strings.HasPrefix(fields(lines[1]), "nlp 2 GPUs 6 (4 borrowed) 4 giving back 4 GPUs (1 session) ") ||
-		!strings.HasPrefix(fields(lines[2]), "vision (yours) 4 GPUs 0 (owed 4) 4 taking back 4 GPUs (1 session) ") {
+	if !want(out) {
 		t.Errorf("team list:\n%s", out)
 	}
 }
