@@ -1,10 +1,12 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +64,7 @@ type Accountant struct {
 	cli *clientv3.Client
 	log *slog.Logger
 
-	accrued, late atomic.Int64
+	accrued, late, catchUps atomic.Int64
 	// gathered is how many ended attempts wait for Config.Gather.
 	gathered atomic.Int64
 	mu       sync.Mutex
@@ -98,6 +100,11 @@ func (a *Accountant) Accrued() int64 { return a.accrued.Load() }
 // Late returns how many ended attempts it could not record because their
 // sessions had been retired first (or their specs compacted away).
 func (a *Accountant) Late() int64 { return a.late.Load() }
+
+// CatchUps returns how many times this accountant counted from the
+// statuses as listed (its start without a cursor, or a cursor behind
+// etcd's compaction) rather than change by change.
+func (a *Accountant) CatchUps() int64 { return a.catchUps.Load() }
 
 // Applied returns the revision up to which this accountant has handled
 // every status change.
@@ -150,24 +157,48 @@ func (a *Accountant) follow(ctx context.Context) error {
 	}
 }
 
-// catchUp lists the statuses and records every attempt one shows ended
-// (a terminal status, or one waiting to run again, with its bound time),
-// and returns the revision to watch from.
+// catchUp lists the statuses and the accruals' keys at one revision and
+// records every attempt a status shows ended (a terminal status, or one
+// waiting to run again, with its bound time) that has no accrual yet,
+// state.MaxAccrueAll to a transaction, and returns the revision to watch
+// from. It is this accountant's way back when its cursor is behind etcd's
+// compaction: its cost is the attempts still to record, not every status
+// etcd holds (one read and one transaction each took longer, with
+// thousands of finished sessions, than the history etcd kept, so each
+// catch-up ended behind compaction again while retention waited on it).
 func (a *Accountant) catchUp(ctx context.Context) (int64, error) {
-	resp, err := a.cli.Get(ctx, a.cfg.Keys.StatusDir(), clientv3.WithPrefix())
+	k := a.cfg.Keys
+	a.catchUps.Add(1)
+	resp, err := a.cli.Txn(ctx).Then(
+		clientv3.OpGet(k.StatusDir(), clientv3.WithPrefix()),
+		clientv3.OpGet(k.Accruals(), clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("list statuses: %w", err)
 	}
-	for _, kv := range resp.Kvs {
+	recorded := map[string]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		recorded[string(kv.Key)] = true
+	}
+	var ended []state.Ended
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		st, err := state.Decode[state.Status](kv.Value)
 		if err != nil {
 			continue
 		}
-		if qr, att, bound, ended, ok := state.EndedStatus(st); ok {
-			if err := a.accrue(ctx, st.Session, qr, att, bound, ended, kv.ModRevision, state.ElasticSize(&st)); err != nil {
-				return 0, err
-			}
+		if qr, att, bound, end, ok := state.EndedStatus(st); ok && !recorded[k.Accrual(st.Session, qr)] {
+			ended = append(ended, state.Ended{Session: st.Session, QueueRevision: qr, Attempt: att, Bound: bound, Ended: end,
+				Size: state.ElasticSize(&st), Rev: kv.ModRevision})
 		}
+	}
+	// In the order they ended: each transaction's cursor is its last
+	// status change's.
+	slices.SortFunc(ended, func(x, y state.Ended) int { return cmp.Compare(x.Rev, y.Rev) })
+	for len(ended) > 0 {
+		n := min(len(ended), state.MaxAccrueAll)
+		if err := a.accrueAll(ctx, ended[:n]); err != nil {
+			return 0, err
+		}
+		ended = ended[n:]
 	}
 	a.setApplied(resp.Header.Revision)
 	return resp.Header.Revision + 1, nil
@@ -308,7 +339,8 @@ func (a *Accountant) ended(ev *clientv3.Event) (state.Ended, bool) {
 // accrueAll records ended attempts (at most state.MaxAccrueAll) in one
 // transaction (state.AccrueAll); those whose spec is gone, or all of them
 // when that transaction is refused three times, one by one (accrue),
-// which tells apart what refused it.
+// which tells apart what refused it (and records attempts that together
+// span more days than one transaction can).
 func (a *Accountant) accrueAll(ctx context.Context, ended []state.Ended) error {
 	last := ended[len(ended)-1].Rev
 	var done []bool
@@ -338,7 +370,7 @@ func (a *Accountant) accrueAll(ctx context.Context, ended []state.Ended) error {
 			}
 		}
 		return nil
-	case errors.Is(err, state.ErrConflict):
+	case errors.Is(err, state.ErrConflict), errors.Is(err, state.ErrDaysSpanned):
 		for _, e := range ended {
 			if err := a.accrue(ctx, e.Session, e.QueueRevision, e.Attempt, e.Bound, e.Ended, e.Rev, e.Size); err != nil {
 				return err
@@ -537,6 +569,8 @@ func (a *Accountant) Collectors() []prometheus.Collector {
 		m.Counter("attempts_accrued_total", "Ended attempts this process's usage accountant counted into GPU-hours (accruals/, gpuhours/).", a.Accrued),
 		m.Counter("attempts_late_total",
 			"Ended attempts the usage accountant could not count: their sessions were retired (or their specs compacted away) before it saw them end.", a.Late),
+		m.Counter("catch_ups_total",
+			"Times this process's usage accountant counted from the statuses as listed (no cursor, or a cursor behind etcd's compaction) rather than change by change.", a.CatchUps),
 		m.Gauge("applied_revision", "The etcd revision up to which this process's usage accountant handled every status change (0 while it does not lead).",
 			func() float64 { return float64(a.Applied()) }),
 	}

@@ -188,8 +188,8 @@ func TestAccountantCountsEachAttemptOnce(t *testing.T) {
 			t.Errorf("voyager_usage_applied_revision %v, want the revision handled", mf.GetMetric()[0].GetGauge().GetValue())
 		}
 	}
-	if len(mfs) != 3 {
-		t.Errorf("%d usage metrics, want 3", len(mfs))
+	if len(mfs) != 4 {
+		t.Errorf("%d usage metrics, want 4", len(mfs))
 	}
 	if a := d.accruals()[keys.Accrual("s-cyd", 30)]; a.GPUs != 4 || a.Team != "vision" || !a.Ended.Equal(day.Add(h(13))) || a.GPUMilliseconds != 4*3600000 {
 		t.Errorf("cyd's first attempt: %+v", a)
@@ -357,5 +357,65 @@ func TestAccountantSweepsRetiredMarksWhenElected(t *testing.T) {
 	}
 	if got := d.day("2026-11-20"); got.Attempts != retired+kept || got.GPUMilliseconds["/ada"] != (retired+kept)*3600000 {
 		t.Errorf("day after the sweep: %d attempts, %d ms; want %d attempts of an hour", got.Attempts, got.GPUMilliseconds["/ada"], retired+kept)
+	}
+}
+
+// TestAccountantCatchesUpInBatchesPastCompaction: an accountant whose
+// cursor is behind etcd's compaction counts from the statuses as listed,
+// and records only the ended attempts that have no accrual yet, up to
+// state.MaxAccrueAll in a transaction. One read and one transaction an
+// ended status, every one etcd held, took longer than the soak's history
+// lasted once thousands of finished sessions waited on it: each catch-up
+// ended behind compaction again.
+func TestAccountantCatchesUpInBatchesPastCompaction(t *testing.T) {
+	cli := etcdtest.New(t)
+	d := usageDriver{t: t, cli: cli}
+	acc, stop := runAccountant(t, cli)
+	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
+	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	const before, while = 40, 300
+	for i := range before {
+		id := fmt.Sprintf("s-%03d", i)
+		d.create(id, "ada", "", 1, day)
+		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
+	}
+	waitUntil(t, "the first attempts accounted", func() bool { return len(d.accruals()) == before })
+	stop()
+	// Ended while no accountant ran, then compacted past its cursor.
+	for i := before; i < before+while; i++ {
+		id := fmt.Sprintf("s-%03d", i)
+		d.create(id, "ada", "", 1, day)
+		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
+	}
+	r, err := cli.Get(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(context.Background(), r.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	acc, _ = runAccountant(t, cli)
+	waitUntil(t, "every attempt accounted", func() bool { return len(d.accruals()) == before+while })
+	if n := acc.CatchUps(); n != 1 {
+		t.Errorf("the accountant caught up %d times, want once (its cursor was behind compaction)", n)
+	}
+	resp, err := cli.Get(context.Background(), keys.Accruals(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs := map[int64]bool{}
+	for _, kv := range resp.Kvs {
+		if kv.ModRevision > r.Header.Revision {
+			revs[kv.ModRevision] = true
+		}
+	}
+	if want := (while + state.MaxAccrueAll - 1) / state.MaxAccrueAll; len(revs) > want {
+		t.Errorf("the %d attempts of the catch-up were recorded in %d transactions, want at most %d", while, len(revs), want)
+	}
+	if got := d.day("2026-11-20"); got.Attempts != before+while || got.GPUMilliseconds["/ada"] != (before+while)*3600000 {
+		t.Errorf("day: %d attempts, %d ms; want %d attempts of an hour, each once", got.Attempts, got.GPUMilliseconds["/ada"], before+while)
+	}
+	if n := acc.Late(); n != 0 {
+		t.Errorf("%d attempts late, want none", n)
 	}
 }

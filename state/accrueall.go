@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -13,6 +14,11 @@ import (
 // each takes three reads, three compares and one write, and their days one
 // read, compare and write each, within etcd's operation limit.
 const MaxAccrueAll = 32
+
+// ErrDaysSpanned means the attempts given to AccrueAll span together more
+// days than one transaction can record: record them in smaller batches,
+// or one by one (Accrue).
+var ErrDaysSpanned = errors.New("attempts span too many days for one transaction")
 
 // Ended is an attempt that ended, to be recorded by AccrueAll: its
 // session, queueing, attempt, bound and end times, its size when it is an
@@ -66,7 +72,7 @@ func AccrueAll(ctx context.Context, kv clientv3.KV, k Keys, ended []Ended, curso
 	}
 	sort.Strings(names)
 	if len(names) > maxAccrualDays {
-		return nil, nil, fmt.Errorf("accrue %d attempts: they span %d days, more than one transaction can record (%d)", len(ended), len(names), maxAccrualDays)
+		return nil, nil, fmt.Errorf("accrue %d attempts: they span %d days, more than one transaction can record (%d): %w", len(ended), len(names), maxAccrualDays, ErrDaysSpanned)
 	}
 	for i, d := range names {
 		dayIdx[d] = i
