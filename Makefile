@@ -45,11 +45,11 @@ test:
 ## the race detector: placers, agents, the lifecycle and array controllers and users with chaos (leader kills,
 ## node etcd outages, agent processes paused, inventory changes, cordons, quotas) on a 3-member etcd (etcd's own
 ## server at go.mod's version, run by the test binary: -soak.etcd=module), the history checker over the whole
-## history; 16 nodes and 160 live sessions (the pace of 10 nodes is their GPUs'); logs progress every minute and
+## history; 24 nodes and 240 live sessions (the pace of 10 nodes is their GPUs'); logs progress every minute and
 ## reports binds, violations (must be 0), wall and CPU time and binds/s
 SOAK_BINDS ?= 1000000
 soak:
-	go test -count=1 -timeout 0 -ldflags=$(LAZY) -run '^TestSoak$$' -v ./history/ -args -soak.binds=$(SOAK_BINDS) -soak.etcd=module -soak.nodes=16 -soak.live=160 -soak.every=1m
+	go test -count=1 -timeout 0 -ldflags=$(LAZY) -run '^TestSoak$$' -v ./history/ -args -soak.binds=$(SOAK_BINDS) -soak.etcd=module -soak.nodes=24 -soak.live=240 -soak.every=1m
 
 ## test-short: a quick local loop; skips tests that build and run processes
 test-short:

@@ -321,9 +321,12 @@ func TestSoak(t *testing.T) {
 	// of retired sessions when elected and every 10 s after (production:
 	// hourly), as retention retires sessions every second, so etcd holds
 	// about 10 s of them.
+	var accountant atomic.Pointer[lifecycle.Accountant]
 	acct := run("accountant", func(ctx context.Context, cli *clientv3.Client) {
-		_ = lifecycle.NewAccountant(cli, lifecycle.AccountantConfig{Keys: k, Logger: quiet, CursorEvery: time.Second,
-			SweepEvery: 10 * time.Second}).Run(ctx)
+		a := lifecycle.NewAccountant(cli, lifecycle.AccountantConfig{Keys: k, Logger: quiet, CursorEvery: time.Second,
+			SweepEvery: 10 * time.Second})
+		accountant.Store(a)
+		_ = a.Run(ctx)
 	})
 
 	// Users: keep -soak.live sessions live; stop some at random.
@@ -624,9 +627,13 @@ func TestSoak(t *testing.T) {
 		nv := len(violations)
 		vmu.Unlock()
 		held, statuses := soakHeld(ctx, admin, k)
-		t.Logf("%s: %d binds (%.0f/s; CPU %s a bind since the last line, %s in all), %d submitted, checked up to revision %d, %d violations; etcd holds %s; load %s",
+		acc := "not started"
+		if a := accountant.Load(); a != nil {
+			acc = fmt.Sprintf("%d attempts counted, %d late, %d catch-ups, applied up to revision %d", a.Accrued(), a.Late(), a.CatchUps(), a.Applied())
+		}
+		t.Logf("%s: %d binds (%.0f/s; CPU %s a bind since the last line, %s in all), %d submitted, checked up to revision %d, %d violations; etcd holds %s; accountant: %s; load %s",
 			time.Since(began).Round(time.Second), b, float64(b-lastBinds)/time.Since(lastAt).Seconds(), cpu.sub(lastCPU).perBind(b-lastBinds),
-			cpu.sub(cpu0).perBind(b), submitted.Load(), checked.Load(), nv, held, loadAverage())
+			cpu.sub(cpu0).perBind(b), submitted.Load(), checked.Load(), nv, held, acc, loadAverage())
 		if statuses > 20*int(*soakLive) && testing.Verbose() {
 			// Finished sessions pile up: retention or the accountant
 			// behind, or sessions stuck. Say which phases hold them.
