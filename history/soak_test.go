@@ -347,6 +347,38 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 	live := func() int64 { return liveN.Load() }
+	// The queue entries of u0 and u1, the owners with quotas, counted
+	// every half second: each may have at most -soak.live/10 waiting
+	// (soakOwner).
+	var waitingU0, waitingU1 atomic.Int64
+	go func() {
+		for ctx.Err() == nil {
+			if r, err := admin.Get(ctx, k.PendingDir(), clientv3.WithPrefix(), clientv3.WithSerializable()); err == nil {
+				var n0, n1 int64
+				for _, kv := range r.Kvs {
+					if q, err := state.Decode[state.QueueEntry](kv.Value); err == nil {
+						switch q.Owner {
+						case "u0":
+							n0++
+						case "u1":
+							n1++
+						}
+					}
+				}
+				waitingU0.Store(n0)
+				waitingU1.Store(n1)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	maxWaiting := max(*soakLive/10, 4)
+	owner := func() string {
+		o := soakOwner(rnd(100))
+		if (o == "u0" && waitingU0.Load() >= maxWaiting) || (o == "u1" && waitingU1.Load() >= maxWaiting) {
+			o = fmt.Sprintf("u%d", 2+rnd(3))
+		}
+		return o
+	}
 	// A user's create that meets a leader's death (unavailable, timed out)
 	// is tried again, as the CLI does with its idempotency key: a create
 	// that had committed says the id exists.
@@ -376,7 +408,7 @@ func TestSoak(t *testing.T) {
 				}
 				for j := 0; j < 5; j++ {
 					n := submitted.Add(1)
-					s := state.Session{ID: fmt.Sprintf("s%07d", n), Owner: soakOwner(rnd(100)), Kind: state.KindBatch,
+					s := state.Session{ID: fmt.Sprintf("s%07d", n), Owner: owner(), Kind: state.KindBatch,
 						Desired: state.DesiredRunning, Image: "busybox", Command: []string{"job"},
 						Resources: state.Resources{GPUs: 1 + rnd(2), CPUMilli: 500, MemoryMiB: 1024},
 						Env:       map[string]string{"SOAK_EXIT": "0"}, Priority: rnd(3) * 10, Preemptible: rnd(2) == 0}
@@ -755,10 +787,15 @@ func TestSoak(t *testing.T) {
 
 // soakOwner is the owner of a session whose roll (0-99) is given: u0
 // (a quota of 10 GPUs) and u1 (whose quota chaos changes, or deletes) a
-// tenth of the time each, u2-u4 the rest. With every owner alike,
-// the sessions of u0 and u1 that waited on their quotas grew to most of
-// the live sessions at 90 binds/s, and left the nodes idle: the users
-// keep a number of sessions live, not of sessions that can run.
+// tenth of the time each, u2-u4 the rest. The users keep a number of
+// sessions live, not of sessions that can run, so an owner whose queue
+// outgrows its quota's pace would fill the live sessions with requests
+// that wait on it and leave the nodes idle: with every owner alike, at
+// 90 binds/s, u0's and u1's did; with a tenth each, u0's still did within
+// 20 minutes at 200 binds/s (200 of 240 live sessions waiting on its 10
+// GPUs, 43 of 192 GPUs held, the soak's pace ten times u0's). So a
+// session rolled for u0 or u1 goes to u2-u4 while that owner already has
+// -soak.live/10 requests waiting.
 func soakOwner(roll int) string {
 	switch {
 	case roll < 10:
