@@ -85,6 +85,9 @@ type Config struct {
 	// caches have synced (Ready): a benchmark starts several placers'
 	// first passes together, from a collected heap.
 	start <-chan struct{}
+	// usageSweepEvery is how often the active placer sweeps the usage
+	// marks of placers gone (usagesweep.go). Default a minute.
+	usageSweepEvery time.Duration
 }
 
 func (c *Config) defaults() {
@@ -380,6 +383,7 @@ func (p *Placer) Run(ctx context.Context) error {
 		defer wg.Done()
 		p.advise(ctx)
 	}()
+	wg.Go(func() { p.sweepUsage(ctx) })
 
 	err := p.loop(ctx)
 	cancel()
