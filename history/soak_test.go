@@ -346,16 +346,23 @@ func TestSoak(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	live := func() int64 { return liveN.Load() }
-	// The queue entries of u0 and u1, the owners with quotas, counted
-	// every half second: each may have at most -soak.live/10 waiting
-	// (soakOwner).
-	var waitingU0, waitingU1 atomic.Int64
+	// The sessions waiting to run again (a back-off, a fence, a
+	// preemption: Pending with a retry time, neither bound nor queued)
+	// are live too, and the queue entries of u0 and u1, the owners with
+	// quotas, each of which may have at most -soak.live/10 waiting
+	// (soakOwner): counted every half second. Without the first, the
+	// users replaced each session waiting to restart with a new one, and
+	// a lifecycle controller behind its re-queues (thousands waited past
+	// their retry time) had the users add ever more.
+	var restarting, waitingU0, waitingU1 atomic.Int64
+	live := func() int64 { return liveN.Load() + restarting.Load() }
 	go func() {
 		for ctx.Err() == nil {
-			if r, err := admin.Get(ctx, k.PendingDir(), clientv3.WithPrefix(), clientv3.WithSerializable()); err == nil {
-				var n0, n1 int64
-				for _, kv := range r.Kvs {
+			r, err := admin.Txn(ctx).Then(clientv3.OpGet(k.PendingDir(), clientv3.WithPrefix(), clientv3.WithSerializable()),
+				clientv3.OpGet(k.StatusDir(), clientv3.WithPrefix(), clientv3.WithSerializable())).Commit()
+			if err == nil {
+				var n0, n1, again int64
+				for _, kv := range r.Responses[0].GetResponseRange().Kvs {
 					if q, err := state.Decode[state.QueueEntry](kv.Value); err == nil {
 						switch q.Owner {
 						case "u0":
@@ -365,8 +372,14 @@ func TestSoak(t *testing.T) {
 						}
 					}
 				}
+				for _, kv := range r.Responses[1].GetResponseRange().Kvs {
+					if st, err := state.Decode[state.Status](kv.Value); err == nil && st.Phase == state.PhasePending && st.RetryAt != nil {
+						again++
+					}
+				}
 				waitingU0.Store(n0)
 				waitingU1.Store(n1)
+				restarting.Store(again)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}

@@ -304,6 +304,62 @@ type view struct {
 	// a shrink of one serves (elastic.go): preemption spares the first and
 	// lets the second wait for the shrink.
 	elastic, owed map[string]bool
+	// waiting are the sessions that wait to run again, for requeueAll.
+	waiting []waitingSession
+}
+
+// waitingSession is a session waiting to run again (a back-off, a fence,
+// a preemption, a resize) as a pass found it: its spec and status, and
+// its warning if it has one (ended: of the attempt that ended).
+type waitingSession struct {
+	id      string
+	spec    watcher.Item[specView]
+	status  watcher.Item[statusView]
+	warning watcher.Item[state.Warning]
+	ended   bool
+}
+
+// requeueConcurrency is how many waiting sessions a pass re-queues at
+// once. Each re-queue is a read and a transaction of its own session's
+// keys; one at a time, a pass re-queued about a hundred a second on a
+// loaded 2-core machine, fewer than the soak's back-offs came at 300
+// binds a second, and a pass behind them grew longer with every pass.
+const requeueConcurrency = 16
+
+// requeueAll withdraws the warnings of the waiting sessions' ended
+// attempts and re-queues those due (requeue), requeueConcurrency at a
+// time, and returns their errors.
+func (c *Controller) requeueAll(ctx context.Context, v *view) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, requeueConcurrency)
+	for _, ws := range v.waiting {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := func() error {
+				if ws.ended {
+					if err := c.withdraw(ctx, ws.id, ws.warning.ModRevision, "session stopped"); err != nil {
+						return err
+					}
+				}
+				return c.requeue(ctx, v, ws.id, ws.spec, ws.status)
+			}()
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // Pass applies every rule once to the caches' current state. Run calls it;
@@ -337,6 +393,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 		return ctx.Err() == nil
 	})
+	errs = append(errs, c.requeueAll(ctx, v)...)
 	// Warnings of sessions that are gone entirely.
 	v.warnings.Range(func(it watcher.Item[state.Warning]) bool {
 		id, ok := k.SessionID(it.Key)
@@ -383,12 +440,10 @@ func (c *Controller) session(ctx context.Context, v *view, id string, sit watche
 		}
 		return nil
 	case st.waiting:
-		if ended {
-			if err := c.withdraw(ctx, id, w.ModRevision, "session stopped"); err != nil {
-				return err
-			}
-		}
-		return c.requeue(ctx, v, id, spec, sit)
+		// Re-queued after the statuses are walked, several at once
+		// (requeueAll).
+		v.waiting = append(v.waiting, waitingSession{id: id, spec: spec, status: sit, warning: w, ended: ended})
+		return nil
 	case (!st.running && !st.starting) || spec.Value.stopping():
 		// Not bound, or already stopping: a warning stays until the
 		// session ends, so that its stream shows why it stopped.
@@ -667,7 +722,7 @@ func (c *Controller) requeue(ctx context.Context, v *view, id string, spec watch
 		return nil
 	}
 	c.requeued.Add(1)
-	c.log.Info("session re-queued", "session", s.ID, "attempt", attempt, "reason", st.Reason)
+	c.log.Debug("session re-queued", "session", s.ID, "attempt", attempt, "reason", st.Reason)
 	return nil
 }
 
