@@ -87,6 +87,18 @@ func (d usageDriver) finish(st state.Status, at time.Time) {
 	d.status(st)
 }
 
+// hourLong creates sessions s-<from> to s-<to-1> (three digits) of ada,
+// each one attempt (queue revision 10+i) bound at day and ended an hour
+// later.
+func (d usageDriver) hourLong(from, to int, day time.Time) {
+	d.t.Helper()
+	for i := from; i < to; i++ {
+		id := fmt.Sprintf("s-%03d", i)
+		d.create(id, "ada", "", 1, day)
+		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
+	}
+}
+
 func (d usageDriver) day(day string) state.UsageDay {
 	d.t.Helper()
 	v, _, err := state.Get[state.UsageDay](context.Background(), d.cli, keys.GPUHoursDir()+day)
@@ -335,11 +347,7 @@ func TestAccountantSweepsRetiredMarksWhenElected(t *testing.T) {
 	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
 	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
 	const retired, kept = 250, 3
-	for i := range retired + kept {
-		id := fmt.Sprintf("s-%03d", i)
-		d.create(id, "ada", "", 1, day)
-		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
-	}
+	d.hourLong(0, retired+kept, day)
 	waitUntil(t, "every attempt accounted", func() bool { return len(d.accruals()) == retired+kept })
 	stop()
 	for i := range retired {
@@ -374,19 +382,11 @@ func TestAccountantCatchesUpInBatchesPastCompaction(t *testing.T) {
 	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
 	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
 	const before, while = 40, 300
-	for i := range before {
-		id := fmt.Sprintf("s-%03d", i)
-		d.create(id, "ada", "", 1, day)
-		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
-	}
+	d.hourLong(0, before, day)
 	waitUntil(t, "the first attempts accounted", func() bool { return len(d.accruals()) == before })
 	stop()
 	// Ended while no accountant ran, then compacted past its cursor.
-	for i := before; i < before+while; i++ {
-		id := fmt.Sprintf("s-%03d", i)
-		d.create(id, "ada", "", 1, day)
-		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
-	}
+	d.hourLong(before, before+while, day)
 	r, err := cli.Get(context.Background(), "x")
 	if err != nil {
 		t.Fatal(err)
