@@ -321,9 +321,9 @@ type waitingSession struct {
 
 // requeueConcurrency is how many waiting sessions a pass re-queues at
 // once. Each re-queue is a read and a transaction of its own session's
-// keys; one at a time, a pass re-queued about a hundred a second on a
-// loaded 2-core machine, fewer than the soak's back-offs came at 300
-// binds a second, and a pass behind them grew longer with every pass.
+// keys; one at a time, on the soak's loaded 2-core machine, a pass fell
+// behind the back-offs of 300 binds a second, and each pass behind them
+// walked more statuses than the last.
 const requeueConcurrency = 16
 
 // requeueAll withdraws the warnings of the waiting sessions' ended
