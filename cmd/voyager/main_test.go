@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -122,14 +123,25 @@ func (e devEnv) environ() []string {
 
 func (e devEnv) dataDir() string { return filepath.Join(e.home, "xdg", "voyager") }
 
+// freeAddr returns a loopback address with a port free now, below the
+// kernel's ephemeral range (32768 up on Linux): a port the kernel handed
+// out and took back (net.Listen on port 0, closed) may be handed out
+// again to any process's outgoing connection before voyager binds it,
+// which the suite's thousands of etcd connections made happen ("bind:
+// address already in use").
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find free port: %v", err)
+	for range 1000 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("find free port: none of 1000 tried below 32000 was free")
+	return ""
 }
 
 // proc is a running voyager process whose stderr is read line by line.
