@@ -44,7 +44,7 @@ func leadOnce(ctx context.Context, cli *clientv3.Client, keys state.Keys, name s
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer resign(cli, s)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.Ctx(), cancel)
@@ -67,8 +67,20 @@ func elect(ctx context.Context, cli *clientv3.Client, keys state.Keys, name stri
 	}
 	host, _ := os.Hostname()
 	if err := concurrency.NewElection(s, keys.Elections()+name).Campaign(ctx, host); err != nil {
-		s.Close()
+		resign(cli, s)
 		return nil, fmt.Errorf("campaign for %s: %w", name, err)
 	}
 	return s, nil
+}
+
+// resign ends session s and revokes its lease, which deletes its election
+// key, so another process leads at once. The revoke has a context of its
+// own: the session's is the caller's, ended by an orderly stop, and
+// Session.Close's revoke under it failed, so the leadership passed only
+// when the lease's TTL (10 s) ran out.
+func resign(cli *clientv3.Client, s *concurrency.Session) {
+	s.Orphan()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = cli.Revoke(ctx, s.Lease())
 }

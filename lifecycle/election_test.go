@@ -70,3 +70,21 @@ func TestLeadUntilDoneStopsWorkWhenTheLeaseGoes(t *testing.T) {
 		t.Fatal("leadUntilDone did not return 20s after its context ended")
 	}
 }
+
+// TestStoppedLeaderResignsAtOnce: a worker stopped in order (its context
+// ended) revokes its election lease, so its election key is gone when it
+// returns and the next process leads at once. Session.Close revoked under
+// the ended context, which failed: the key stayed for the lease's 10 s.
+func TestStoppedLeaderResignsAtOnce(t *testing.T) {
+	cli := etcdtest.New(t)
+	acc, stop := runAccountant(t, cli)
+	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
+	stop()
+	r, err := cli.Get(context.Background(), keys.Elections()+"usage", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Count != 0 {
+		t.Errorf("%d election keys left after an orderly stop, want none (the lease revoked)", r.Count)
+	}
+}
