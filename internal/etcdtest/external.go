@@ -134,7 +134,15 @@ func runEtcd(tb testing.TB, path, dir string, args ...string) *exec.Cmd {
 // runEtcdEnv is runEtcd with env added to the test process's environment.
 func runEtcdEnv(tb testing.TB, path, dir string, env []string, args ...string) *exec.Cmd {
 	tb.Helper()
+	return runEtcdIn(tb, path, dir, "", env, args...)
+}
+
+// runEtcdIn is runEtcdEnv with cwd as etcd's working directory ("": the
+// test's).
+func runEtcdIn(tb testing.TB, path, dir, cwd string, env []string, args ...string) *exec.Cmd {
+	tb.Helper()
 	cmd := exec.Command(path, args...)
+	cmd.Dir = cwd
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}

@@ -3,6 +3,7 @@ package etcdtest
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +34,9 @@ func NewLink() *Link { return &Link{conns: map[*linkConn]struct{}{}} }
 // through l.
 func (l *Link) DialOption() grpc.DialOption { return grpc.WithContextDialer(l.Dial) }
 
-// Dial connects to addr (host:port), or, while l is cut, returns a
-// connection that stays silent until Restore closes it.
+// Dial connects to addr (host:port, or unix:///path for a unix socket),
+// or, while l is cut, returns a connection that stays silent until
+// Restore closes it.
 func (l *Link) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	l.mu.Lock()
 	cut := l.cut
@@ -43,7 +45,11 @@ func (l *Link) Dial(ctx context.Context, addr string) (net.Conn, error) {
 		return l.silent(addr), nil
 	}
 	var d net.Dialer
-	up, err := d.DialContext(ctx, "tcp", addr)
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		network, addr = "unix", path
+	}
+	up, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +67,10 @@ func (l *Link) Dial(ctx context.Context, addr string) (net.Conn, error) {
 
 // silent is a connection dialled while l is cut: it connects nowhere.
 func (l *Link) silent(addr string) *linkConn {
-	remote, _ := net.ResolveTCPAddr("tcp", addr)
+	var remote net.Addr = &net.UnixAddr{Name: strings.TrimPrefix(addr, "unix://"), Net: "unix"}
+	if !strings.HasPrefix(addr, "unix://") {
+		remote, _ = net.ResolveTCPAddr("tcp", addr)
+	}
 	c := &linkConn{l: l, local: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, remote: remote, closed: make(chan struct{})}
 	c.cut.Store(true)
 	l.mu.Lock()

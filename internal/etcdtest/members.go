@@ -29,6 +29,8 @@ type Members struct {
 	args  [][]string
 	env   []string // added to each member's environment
 	dirs  []string
+	cwd   string      // the members' working directory; "" for the test's
+	socks [][]string  // each member's unix sockets (Unix), by member
 	procs []*exec.Cmd // nil while killed
 }
 
@@ -55,6 +57,13 @@ type MembersOptions struct {
 	Command string
 	// Env is added to each member's environment.
 	Env []string
+	// Unix, when set, has the members serve their clients and each other
+	// on unix sockets in the cluster's own directory instead of loopback
+	// TCP ports, as etcd's own integration tests do: on one machine a
+	// write through a unix socket costs both ends a fraction of a loopback
+	// TCP segment's trip through the network stack. Endpoints are then
+	// unix:///… URLs, which clientv3 and Link dial.
+	Unix bool
 }
 
 // StartMembersWith is StartMembers with opts.
@@ -65,28 +74,48 @@ func StartMembersWith(tb testing.TB, n int, opts MembersOptions) *Members {
 		path = etcdBinary(tb)
 	}
 	m := &Members{tb: tb, path: path, procs: make([]*exec.Cmd, n), env: append([]string{}, opts.Env...)}
+	if opts.Unix {
+		// The sockets are named relative to the members' working
+		// directory, which they share: etcd takes a unix URL's host:port
+		// alone, as the socket's file name.
+		m.cwd = tb.TempDir()
+	}
 	if opts.GOGC != 0 {
 		m.env = append(m.env, fmt.Sprintf("GOGC=%d", opts.GOGC))
 	}
 	peers := make([]string, n)
 	clients := make([]string, n)
 	cluster := make([]string, n)
+	scheme := "http://"
 	for i := range n {
-		clients[i], peers[i] = freePort(tb), freePort(tb)
-		cluster[i] = fmt.Sprintf("m%d=http://%s", i, peers[i])
+		if opts.Unix {
+			clients[i], peers[i] = fmt.Sprintf("m%d.client:%d", i, i+1), fmt.Sprintf("m%d.peer:%d", i, i+1)
+			scheme = "unix://"
+			m.socks = append(m.socks, []string{filepath.Join(m.cwd, clients[i]), filepath.Join(m.cwd, peers[i])})
+		} else {
+			clients[i], peers[i] = freePort(tb), freePort(tb)
+		}
+		cluster[i] = fmt.Sprintf("m%d=%s%s", i, scheme, peers[i])
 	}
 	token := fmt.Sprintf("members-%d", time.Now().UnixNano())
 	for i := range n {
 		dir := tb.TempDir()
 		m.dirs = append(m.dirs, dir)
-		m.Endpoints = append(m.Endpoints, "http://"+clients[i])
+		if opts.Unix {
+			// The members take host:port URLs only, and so name their
+			// sockets relative to their working directory; clients
+			// dial the absolute path.
+			m.Endpoints = append(m.Endpoints, "unix://"+filepath.Join(m.cwd, clients[i]))
+		} else {
+			m.Endpoints = append(m.Endpoints, "http://"+clients[i])
+		}
 		m.args = append(m.args, []string{
 			"--name", fmt.Sprintf("m%d", i),
 			"--data-dir", filepath.Join(dir, "data"),
-			"--listen-client-urls", "http://" + clients[i],
-			"--advertise-client-urls", "http://" + clients[i],
-			"--listen-peer-urls", "http://" + peers[i],
-			"--initial-advertise-peer-urls", "http://" + peers[i],
+			"--listen-client-urls", scheme + clients[i],
+			"--advertise-client-urls", scheme + clients[i],
+			"--listen-peer-urls", scheme + peers[i],
+			"--initial-advertise-peer-urls", scheme + peers[i],
 			"--initial-cluster", strings.Join(cluster, ","),
 			"--initial-cluster-state", "new",
 			"--initial-cluster-token", token,
@@ -95,7 +124,7 @@ func StartMembersWith(tb testing.TB, n int, opts MembersOptions) *Members {
 		m.args[i] = append(m.args[i], opts.Args...)
 	}
 	for i := range n {
-		m.procs[i] = runEtcdEnv(tb, path, m.dirs[i], m.env, m.args[i]...)
+		m.procs[i] = runEtcdIn(tb, path, m.dirs[i], m.cwd, m.env, m.args[i]...)
 	}
 	cli := m.Client(tb)
 	waitAnswers(tb, cli, m.dirs[0])
@@ -150,7 +179,16 @@ func (m *Members) Restart(i int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.procs[i] == nil {
-		m.procs[i] = runEtcdEnv(m.tb, m.path, m.dirs[i], m.env, m.args[i]...)
+		// A killed member leaves its sockets, and etcd 3.4 will not
+		// listen where a file is.
+		if m.socks != nil {
+			for _, f := range m.socks[i] {
+				if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+					m.tb.Errorf("restart member %d: %v", i, err)
+				}
+			}
+		}
+		m.procs[i] = runEtcdIn(m.tb, m.path, m.dirs[i], m.cwd, m.env, m.args[i]...)
 	}
 }
 
