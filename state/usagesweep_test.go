@@ -97,3 +97,80 @@ func TestSweepUsageMarksKeepsTheQuotaGuard(t *testing.T) {
 		t.Errorf("a second sweep deleted %d marks (%v), want none", n, err)
 	}
 }
+
+// TestSweepUsageMarksRefusedByAComeback: between the sweep's read and its
+// transaction a gone placer registers again, or a gone placer's mark is
+// written again; the transaction of each quota it touches is refused and
+// deletes nothing (no mark, no swept mark written), the other quotas are
+// swept, and the next sweep reads afresh and deletes only what is still a
+// gone placer's.
+func TestSweepUsageMarksRefusedByAComeback(t *testing.T) {
+	k := state.MustKeys(state.DefaultPrefix)
+	now := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	ada := func(p string) string { return k.UsageMark(state.QuotaUsers, "ada", p) }
+	bob := func(p string) string { return k.UsageMark(state.QuotaUsers, "bob", p) }
+	for _, tc := range []struct {
+		name        string
+		move        func(put func(string, any))
+		first, next int      // marks deleted by the first sweep and the next
+		left        []string // marks left after both
+	}{
+		{
+			name: "placer back",
+			move: func(put func(string, any)) { put(k.Placer("placer-b"), state.Placer{ID: "placer-b"}) },
+			// Both quotas hold placer-b's mark: both refused; then
+			// placer-c's alone goes.
+			first: 0, next: 1,
+			left: []string{ada("placer-b"), ada("~swept"), bob("placer-b")},
+		},
+		{
+			name: "mark written again",
+			move: func(put func(string, any)) {
+				put(ada("placer-c"), state.UsageMark{Placer: "placer-c", Session: "s9", At: now})
+			},
+			// ada's refused, bob's swept; then ada's, with the mark
+			// read afresh.
+			first: 1, next: 2,
+			left: []string{ada("~swept"), bob("~swept")},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli := etcdtest.New(t)
+			ctx := context.Background()
+			put := func(key string, v any) {
+				t.Helper()
+				if _, err := state.Put(ctx, cli, key, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put(ada("placer-b"), state.UsageMark{Placer: "placer-b", Session: "s1", At: now})
+			put(ada("placer-c"), state.UsageMark{Placer: "placer-c", Session: "s2", At: now})
+			put(bob("placer-b"), state.UsageMark{Placer: "placer-b", Session: "s3", At: now})
+			kv := &movingKV{KV: cli, move: func() { tc.move(put) }}
+			n, err := state.SweepUsageMarks(ctx, kv, k, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !kv.moved {
+				t.Fatal("the sweep wrote nothing to move under")
+			}
+			if n != tc.first {
+				t.Errorf("first sweep deleted %d marks, want %d", n, tc.first)
+			}
+			if n, err = state.SweepUsageMarks(ctx, cli, k, now); err != nil || n != tc.next {
+				t.Errorf("next sweep deleted %d marks (%v), want %d", n, err, tc.next)
+			}
+			marks, err := cli.Get(ctx, k.UsageDir(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for _, m := range marks.Kvs {
+				left = append(left, string(m.Key))
+			}
+			if !slices.Equal(left, tc.left) {
+				t.Errorf("marks left %q, want %q", left, tc.left)
+			}
+		})
+	}
+}
