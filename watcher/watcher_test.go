@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"reflect"
 	"runtime"
 	"slices"
@@ -449,7 +448,7 @@ func TestStreamBreaksLoseAndRepeatNothing(t *testing.T) {
 // when called twice.
 func TestServerRestartLosesAndRepeatsNothing(t *testing.T) {
 	dir := t.TempDir()
-	cfg := etcdembed.Config{Dir: dir, ClientAddr: freeAddr(t), PeerAddr: freeAddr(t), NoFsync: true}
+	cfg := etcdembed.Config{Dir: dir, ClientAddr: etcdtest.FreeAddr(t), PeerAddr: etcdtest.FreeAddr(t), NoFsync: true}
 	start := func() *etcdembed.Server {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -495,16 +494,6 @@ func TestServerRestartLosesAndRepeatsNothing(t *testing.T) {
 	checkExactlyOnce(t, all, rec.events())
 	checkEqualsEtcd(t, cli, "/r/", c.Snapshot())
 	stop() // before the server: its Close waits for open watches
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func TestCompactionRelistsAndDeliversTheDifference(t *testing.T) {

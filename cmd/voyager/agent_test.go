@@ -153,11 +153,11 @@ func TestAgentKillE2E(t *testing.T) {
 	agentEnv := append(slices.Clone(base), localAgentEnv(t, home, "e2e-node", rt.Address(), rt.Namespace(),
 		agentTimings{ttl: 6 * time.Second, fenceAfter: 4 * time.Second, fenceGrace: 500 * time.Millisecond, keeper: testFenceKeeper()})...)
 	startAgent := func() *proc {
-		p := start(t, append(slices.Clone(agentEnv), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "agent")
+		p := start(t, append(slices.Clone(agentEnv), "VOYAGER_HTTP_ADDR="+etcdtest.FreeAddr(t)), "agent")
 		p.waitFor(`msg="node registered"`, 30*time.Second)
 		return p
 	}
-	pl := start(t, append(slices.Clone(base), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "placer")
+	pl := start(t, append(slices.Clone(base), "VOYAGER_HTTP_ADDR="+etcdtest.FreeAddr(t)), "placer")
 	pl.waitFor(`msg="placer caches synced"`, 30*time.Second)
 	agent := startAgent()
 	if !strings.Contains(agent.stderr(), "GPU inventory is SIMULATED") {

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/history"
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -57,7 +58,7 @@ func TestElasticNodesE2E(t *testing.T) {
 		ns := namespaceRuntime(t, rt.Address(), n)
 		home := t.TempDir()
 		a := start(t, append(localAgentEnv(t, home, n, rt.Address(), ns.Namespace(), agentTimings{keeper: testFenceKeeper()}),
-			"HOME="+home, "VOYAGER_ETCD_ENDPOINTS=http://"+env.clientAddr, "VOYAGER_HTTP_ADDR="+freeAddr(t),
+			"HOME="+home, "VOYAGER_ETCD_ENDPOINTS=http://"+env.clientAddr, "VOYAGER_HTTP_ADDR="+etcdtest.FreeAddr(t),
 			"VOYAGER_AGENT_STOP_GRACE=5s", "VOYAGER_AGENT_HOME_DIR="+homes, "VOYAGER_LOG_LEVEL=debug",
 			fmt.Sprintf("VOYAGER_AGENT_PORTS=%d-%d", 25100+100*i, 25199+100*i)), "agent")
 		a.waitFor(`msg="node registered"`, 60*time.Second)

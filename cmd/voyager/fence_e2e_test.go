@@ -172,11 +172,11 @@ func testFenceWithoutTheAgent(t *testing.T, fault string) {
 
 	home := t.TempDir()
 	base := []string{"HOME=" + home, "VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_LOG_LEVEL=debug"}
-	pl := start(t, append(slices.Clone(base), "VOYAGER_ETCD_ENDPOINTS="+c.Server.Endpoint(), "VOYAGER_HTTP_ADDR="+freeAddr(t)), "placer")
+	pl := start(t, append(slices.Clone(base), "VOYAGER_ETCD_ENDPOINTS="+c.Server.Endpoint(), "VOYAGER_HTTP_ADDR="+etcdtest.FreeAddr(t)), "placer")
 	pl.waitFor(`msg="placer caches synced"`, 30*time.Second)
 	node := "fence-" + fault
 	agent := start(t, append(append(slices.Clone(base),
-		"VOYAGER_ETCD_ENDPOINTS="+proxy.Endpoint(), "VOYAGER_ETCD_DIAL_TIMEOUT=1s", "VOYAGER_HTTP_ADDR="+freeAddr(t)),
+		"VOYAGER_ETCD_ENDPOINTS="+proxy.Endpoint(), "VOYAGER_ETCD_DIAL_TIMEOUT=1s", "VOYAGER_HTTP_ADDR="+etcdtest.FreeAddr(t)),
 		localAgentEnv(t, home, node, d.Address, ns, agentTimings{ttl: ttl, fenceAfter: after, fenceGrace: grace, keeper: testFenceKeeper()})...), "agent")
 	agent.waitFor(`msg="node registered"`, 30*time.Second)
 	t.Cleanup(func() { _ = agent.cmd.Process.Signal(syscall.SIGCONT) })

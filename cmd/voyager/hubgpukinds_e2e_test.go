@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -104,7 +105,7 @@ func TestJupyterHubGPUKindsE2E(t *testing.T) {
 	}
 
 	adminTok := randomHex(t)
-	hubPort, proxyPort, apiPort := freeAddr(t), freeAddr(t), freeAddr(t)
+	hubPort, proxyPort, apiPort := etcdtest.FreeAddr(t), etcdtest.FreeAddr(t), etcdtest.FreeAddr(t)
 	config := filepath.Join(dir, "jupyterhub_config.py")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
 import voyager_spawner

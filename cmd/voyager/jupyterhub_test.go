@@ -27,6 +27,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/internal/testlog"
 	"github.com/voyager-gpu/voyager/runtime"
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
@@ -484,7 +485,7 @@ func TestJupyterHubE2E(t *testing.T) {
 	// (in their own network namespaces) reach only because the agent is
 	// told to allow it: single-user servers call the hub back.
 	hubIP := runtimetest.MachineAddr(t)
-	hubPort := net.JoinHostPort(hubIP, port(freeAddr(t)))
+	hubPort := net.JoinHostPort(hubIP, port(etcdtest.FreeAddr(t)))
 	env := newDevEnv(t)
 	environ := append(env.environ(), "VOYAGER_JWT_PUBLIC_KEYS="+pubKey, "VOYAGER_AGENT_NETWORK_ALLOW="+hubPort,
 		"VOYAGER_AGENT_NODE=hub-e2e", "VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+rt.Namespace(),
@@ -510,7 +511,7 @@ func TestJupyterHubE2E(t *testing.T) {
 	}
 
 	adminTok := randomHex(t)
-	proxyPort, apiPort := freeAddr(t), freeAddr(t)
+	proxyPort, apiPort := etcdtest.FreeAddr(t), etcdtest.FreeAddr(t)
 	config := filepath.Join(dir, "jupyterhub_config.py")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
 import voyager_spawner

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -92,7 +91,7 @@ type devEnv struct {
 var devNetworks atomic.Int64
 
 func newDevEnv(t *testing.T) devEnv {
-	return devEnv{home: t.TempDir(), clientAddr: freeAddr(t), peerAddr: freeAddr(t), httpAddr: freeAddr(t), network: sessionNetwork(t)}
+	return devEnv{home: t.TempDir(), clientAddr: etcdtest.FreeAddr(t), peerAddr: etcdtest.FreeAddr(t), httpAddr: etcdtest.FreeAddr(t), network: sessionNetwork(t)}
 }
 
 // sessionNetwork names a session network for an agent the test runs
@@ -122,27 +121,6 @@ func (e devEnv) environ() []string {
 }
 
 func (e devEnv) dataDir() string { return filepath.Join(e.home, "xdg", "voyager") }
-
-// freeAddr returns a loopback address with a port free now, below the
-// kernel's ephemeral range (32768 up on Linux): a port the kernel handed
-// out and took back (net.Listen on port 0, closed) may be handed out
-// again to any process's outgoing connection before voyager binds it,
-// which the suite's thousands of etcd connections made happen ("bind:
-// address already in use").
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 1000 {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr
-	}
-	t.Fatal("find free port: none of 1000 tried below 32000 was free")
-	return ""
-}
 
 // proc is a running voyager process whose stderr is read line by line.
 type proc struct {
@@ -424,7 +402,7 @@ func TestDevExternalEtcdE2E(t *testing.T) {
 	t.Run("unreachable", func(t *testing.T) {
 		env := newDevEnv(t)
 		p := start(t, append(env.environ(),
-			"VOYAGER_ETCD_ENDPOINTS=http://"+freeAddr(t),
+			"VOYAGER_ETCD_ENDPOINTS=http://"+etcdtest.FreeAddr(t),
 			"VOYAGER_ETCD_DIAL_TIMEOUT=500ms"), "dev")
 		line := p.waitFor(`voyager dev failed`, 30*time.Second)
 		if !strings.Contains(line, "VOYAGER_ETCD_ENDPOINTS") {

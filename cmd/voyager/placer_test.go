@@ -96,7 +96,7 @@ func TestPlacerE2E(t *testing.T) {
 	addNode(t, ctx, cli, "sim-1")
 	environ := []string{"HOME=" + t.TempDir(), "VOYAGER_ETCD_ENDPOINTS=" + c.Server.Endpoint(), "VOYAGER_PLACER_LEASE_TTL=2s", "VOYAGER_LOG_LEVEL=debug"}
 
-	p1 := start(t, append(environ, "VOYAGER_HTTP_ADDR="+freeAddr(t)), "placer")
+	p1 := start(t, append(environ, "VOYAGER_HTTP_ADDR="+etcdtest.FreeAddr(t)), "placer")
 	p1.waitFor(`msg="placer caches synced"`, 30*time.Second)
 	first := submit(t, ctx, cli)
 	st := waitStatus(t, ctx, cli, first, "binding", func(st state.Status) bool { return st.Phase == state.PhaseBound })
@@ -110,7 +110,7 @@ func TestPlacerE2E(t *testing.T) {
 	}
 	p1.waitExit(10 * time.Second)
 	second := submit(t, ctx, cli)
-	p2 := start(t, append(environ, "VOYAGER_HTTP_ADDR="+freeAddr(t)), "placer")
+	p2 := start(t, append(environ, "VOYAGER_HTTP_ADDR="+etcdtest.FreeAddr(t)), "placer")
 	waitStatus(t, ctx, cli, second, "binding by the second placer", func(st state.Status) bool { return st.Phase == state.PhaseBound })
 	l, _, err := state.Get[state.Ledger](ctx, cli, keys.Ledger("sim-1"))
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/voyager-gpu/voyager/internal/config"
 	"github.com/voyager-gpu/voyager/internal/etcdrbac"
+	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/internal/pki"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/runtime"
@@ -70,7 +71,7 @@ func startSecureEtcd(t *testing.T, n int, nodes []string) *secureCluster {
 	t.Helper()
 	var ms []etcdMember
 	for i := range n {
-		ms = append(ms, etcdMember{fmt.Sprintf("vdep-etcd-%d", i+1), "", freeAddr(t), freeAddr(t)})
+		ms = append(ms, etcdMember{fmt.Sprintf("vdep-etcd-%d", i+1), "", etcdtest.FreeAddr(t), etcdtest.FreeAddr(t)})
 	}
 	args := []string{"--api-hosts", "127.0.0.1"}
 	for _, node := range nodes {
@@ -518,12 +519,12 @@ func TestSecureClusterE2E(t *testing.T) {
 	c.setupRoles(nodes)
 
 	secret := "vdep-" + strings.Repeat("s", 40)
-	apiAddr := freeAddr(t)
+	apiAddr := etcdtest.FreeAddr(t)
 	c.startAPI("", apiAddr, secret)
-	placers := []*proc{c.startPlacer("", freeAddr(t)), c.startPlacer("", freeAddr(t))}
+	placers := []*proc{c.startPlacer("", etcdtest.FreeAddr(t)), c.startPlacer("", etcdtest.FreeAddr(t))}
 	agentHTTP := map[string]string{}
 	for i, n := range nodes {
-		agentHTTP[n] = freeAddr(t)
+		agentHTTP[n] = etcdtest.FreeAddr(t)
 		_, _ = c.startAgent("", n, "127.0.0.1", agentHTTP[n], rt, fmt.Sprintf("%d-%d", 47100+50*i, 47149+50*i))
 	}
 	// Each process is ready: its /readyz reads etcd as its own user.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,7 +64,7 @@ func StartExternal(tb testing.TB) *External {
 func StartExternalWith(tb testing.TB, opts ExternalOptions) *External {
 	tb.Helper()
 	path := etcdBinary(tb)
-	client, peer := freePort(tb), freePort(tb)
+	client, peer := FreeAddr(tb), FreeAddr(tb)
 	dir := tb.TempDir()
 	args := []string{
 		"--name", "test",
@@ -280,14 +279,4 @@ func (e *External) Client(tb testing.TB) *clientv3.Client {
 	}
 	tb.Cleanup(func() { _ = cli.Close() })
 	return cli
-}
-
-func freePort(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(fmt.Errorf("find free port: %w", err))
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -93,7 +93,7 @@ func StartMembersWith(tb testing.TB, n int, opts MembersOptions) *Members {
 			scheme = "unix://"
 			m.socks = append(m.socks, []string{filepath.Join(m.cwd, clients[i]), filepath.Join(m.cwd, peers[i])})
 		} else {
-			clients[i], peers[i] = freePort(tb), freePort(tb)
+			clients[i], peers[i] = FreeAddr(tb), FreeAddr(tb)
 		}
 		cluster[i] = fmt.Sprintf("m%d=%s%s", i, scheme, peers[i])
 	}

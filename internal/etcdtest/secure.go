@@ -53,7 +53,7 @@ func StartSecureWith(tb testing.TB, opts ExternalOptions) *Secure {
 		tb.Fatal(err)
 	}
 	certFile, keyFile := s.writePair(tb, "member", member)
-	client, peer := freePort(tb), freePort(tb)
+	client, peer := FreeAddr(tb), FreeAddr(tb)
 	s.Endpoint = "https://" + client
 	s.proc = runWith(tb, opts, s.Endpoint, path, dir,
 		"--name", "test",
