@@ -5,8 +5,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/voyager-gpu/voyager/api"
 	"github.com/voyager-gpu/voyager/placer"
@@ -62,9 +68,23 @@ func TestQueueViewPlansWithDecayedUsage(t *testing.T) {
 	check("with the half-life", order(h, ada.ID), ada.ID, bob.ID)
 	check("without the half-life", order(startHarness(t, h.cli, harnessOpts{}), bob.ID), bob.ID, ada.ID)
 
-	// A real placer with the same half-life binds what the view said.
+	// A real placer with the same half-life binds what the view said,
+	// even when its list of gpuhours/ comes a second after the queue's:
+	// it plans no pass before it has the usage.
+	late := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if r, ok := req.(*etcdserverpb.RangeRequest); ok && strings.HasPrefix(string(r.Key), h.keys.GPUHoursDir()) {
+			time.Sleep(time.Second)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	pcli, err := clientv3.New(clientv3.Config{Endpoints: h.cli.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(late)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pcli.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	pl := placer.New(h.cli, placer.Config{Keys: h.keys, UsageHalfLife: halfLife, Tick: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	pl := placer.New(pcli, placer.Config{Keys: h.keys, UsageHalfLife: halfLife, Tick: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	done := make(chan error, 1)
 	go func() { done <- pl.Run(ctx) }()
 	t.Cleanup(func() {

@@ -18,7 +18,17 @@ import (
 
 // loop runs passes, driven by cache events and a ticker.
 func (p *Placer) loop(ctx context.Context) error {
-	for _, c := range []interface{ WaitSynced(context.Context) error }{p.pending, p.nodes, p.ledgers, p.cordons, p.quotas, p.placers, p.warnings} {
+	// The team tree and teams' decayed usage order the queue too: a first
+	// pass without them would place by an order no later pass (nor the
+	// API's queue view) agrees with.
+	caches := []interface{ WaitSynced(context.Context) error }{p.pending, p.nodes, p.ledgers, p.cordons, p.quotas, p.placers, p.warnings}
+	if p.teams != nil {
+		caches = append(caches, p.teams)
+	}
+	if p.usage != nil {
+		caches = append(caches, p.usage)
+	}
+	for _, c := range caches {
 		if err := c.WaitSynced(ctx); err != nil {
 			// A shared cache (Config.Shared) runs under another
 			// component's context: on a shutdown it can stop before
