@@ -737,20 +737,33 @@ func TestSoak(t *testing.T) {
 		t.Logf("soak: every live session ended within %s of the stops", time.Since(stopping).Round(100*time.Millisecond))
 	}
 	mu.Lock()
-	for _, p := range append(append([]*soakProc{lc, ret, sw, acct}, placers...), agents...) {
+	for _, p := range append(append([]*soakProc{lc, ret, sw}, placers...), agents...) {
 		if p != nil {
 			p.kill()
 		}
 	}
 	mu.Unlock()
+	// The accountant records the last ends a Gather after they came:
+	// it stops once it has counted every bind the checker saw (nothing
+	// binds now), or after a bound, and what it missed shows below.
+	readTo := func(key string) {
+		r, err := admin.Put(ctx, k.Profile(key), "{}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for checked.Load() < r.Header.Revision && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	readTo("soak-binds")
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if n, _ := soakAccrued(ctx, admin, k); n >= binds.Load() {
+			break
+		}
+	}
+	acct.kill()
 	// Read the history to its end.
-	end, err := admin.Put(ctx, k.Profile("soak-end"), "{}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for checked.Load() < end.Header.Revision && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+	readTo("soak-end")
 	stopCheck()
 	res := <-checkDone
 	elapsed := time.Since(began)
@@ -777,15 +790,9 @@ func TestSoak(t *testing.T) {
 		t.Errorf("the checker saw %d binds, want at least %d", res.Binds, *soakBinds)
 	}
 	// The accountant counted attempts (its rules above held for each).
-	days, err := admin.Get(context.Background(), k.GPUHoursDir(), clientv3.WithPrefix())
+	attempts, err := soakAccrued(context.Background(), admin, k)
 	if err != nil {
 		t.Fatal(err)
-	}
-	attempts := 0
-	for _, kv := range days.Kvs {
-		if d, err := state.Decode[state.UsageDay](kv.Value); err == nil {
-			attempts += d.Attempts
-		}
 	}
 	// Attempts still bound at the end have not ended: not counted yet.
 	bound := 0
@@ -807,6 +814,22 @@ func TestSoak(t *testing.T) {
 	if attempts == 0 {
 		t.Error("the usage accountant counted no attempt")
 	}
+}
+
+// soakAccrued is the attempts the usage accountant has counted, by the
+// GPU-hours of every day (an attempt over midnight counts in two).
+func soakAccrued(ctx context.Context, cli *clientv3.Client, k state.Keys) (int64, error) {
+	days, err := cli.Get(ctx, k.GPUHoursDir(), clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("read GPU-hours: %w", err)
+	}
+	var n int64
+	for _, kv := range days.Kvs {
+		if d, err := state.Decode[state.UsageDay](kv.Value); err == nil {
+			n += int64(d.Attempts)
+		}
+	}
+	return n, nil
 }
 
 // soakOwner is the owner of a session whose roll (0-99) is given: u0
