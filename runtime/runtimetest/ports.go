@@ -3,9 +3,9 @@ package runtimetest
 import (
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"sync"
 	"testing"
+
+	"github.com/voyager-gpu/voyager/internal/testports"
 )
 
 // Ports that tests publish for sessions lie above Linux's default ephemeral
@@ -22,32 +22,12 @@ const (
 	freeRangeFirst, freeRangeLast = 64000, 65499
 )
 
-// handedOut holds the ports FreePort has returned in this process: none
-// is held open, so without it two calls could return the same port.
-var handedOut struct {
-	sync.Mutex
-	ports map[int]bool
-}
-
 // FreePort returns a TCP port above the ephemeral range that was free on
 // every address a moment ago, for a session to publish; never one it has
 // returned before in this process.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if handedOut.ports == nil {
-		handedOut.ports = map[int]bool{}
-	}
-	for range 100 {
-		p := freePortFirst + rand.IntN(freePortLast-freePortFirst+1)
-		if !handedOut.ports[p] && bindable(p) {
-			handedOut.ports[p] = true
-			return p
-		}
-	}
-	t.Fatalf("no free port in %d-%d", freePortFirst, freePortLast)
-	return 0
+	return testports.Pick(t, "0.0.0.0", freePortFirst, freePortLast, 100)
 }
 
 // FreePortRange returns "first-last", n ports above the ephemeral range
@@ -73,11 +53,4 @@ func FreePortRange(t testing.TB, n int) string {
 }
 
 // bindable reports whether port p can be listened on at every address.
-func bindable(p int) bool {
-	l, err := net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", p))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
-}
+func bindable(p int) bool { return testports.Bindable("0.0.0.0", p) }
