@@ -121,6 +121,9 @@ func (c *Config) defaults() {
 	if c.StatusRefresh <= 0 {
 		c.StatusRefresh = 15 * time.Second
 	}
+	if c.usageSweepEvery <= 0 {
+		c.usageSweepEvery = defaultUsageSweepEvery
+	}
 	if c.StatusBudget <= 0 {
 		c.StatusBudget = 512
 	}

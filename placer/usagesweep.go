@@ -25,11 +25,7 @@ func (p *Placer) sweepUsage(ctx context.Context) {
 		return
 	case <-p.ready:
 	}
-	every := p.cfg.usageSweepEvery
-	if every <= 0 {
-		every = defaultUsageSweepEvery
-	}
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(p.cfg.usageSweepEvery)
 	defer tick.Stop()
 	for {
 		if p.activeOf() == p.cfg.ID {

@@ -3,6 +3,8 @@ package state
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -130,16 +132,12 @@ func SweepUsageMarks(ctx context.Context, kv clientv3.KV, k Keys, now time.Time)
 		rev         int64
 	}
 	dead := map[string][]mark{} // by the quota's marks prefix
-	var quotas []string
 	for _, m := range resp.Responses[0].GetResponseRange().Kvs {
 		key := string(m.Key)
 		i := strings.LastIndexByte(key, '/')
 		dir, placer := key[:i+1], key[i+1:]
 		if placer == sweptMark || live[k.Placer(placer)] {
 			continue
-		}
-		if len(dead[dir]) == 0 {
-			quotas = append(quotas, dir)
 		}
 		dead[dir] = append(dead[dir], mark{key, placer, m.ModRevision})
 	}
@@ -148,7 +146,7 @@ func SweepUsageMarks(ctx context.Context, kv clientv3.KV, k Keys, now time.Time)
 		return 0, fmt.Errorf("sweep usage marks: %w", err)
 	}
 	deleted := 0
-	for _, dir := range quotas {
+	for _, dir := range slices.Sorted(maps.Keys(dead)) {
 		marks := dead[dir]
 		for len(marks) > 0 {
 			n := min(len(marks), usageSweepBatch)
