@@ -52,7 +52,7 @@ var (
 	soakEtcdArgs  = flag.String("soak.etcdargs", "", "more flags for each etcd member, separated by spaces (e.g. --enable-pprof)")
 	soakCalls     = flag.Bool("soak.calls", false, "count the etcd requests by component and method and report them a bind")
 	soakEtcdProcs = flag.Int("soak.etcdprocs", 1, "GOMAXPROCS of each etcd member; 0: Go's default (a P per core)")
-	soakUnix      = flag.Bool("soak.unix", true, "the members serve their clients and each other on unix sockets, not loopback TCP (on one machine a loopback TCP trip cost about a tenth of the soak's CPU)")
+	soakUnix      = flag.Bool("soak.unix", true, "the members serve their clients and each other on unix sockets, not loopback TCP (on one machine loopback TCP cost about a fifth of the soak's CPU a bind)")
 	soakServer    = flag.String("soak.etcd", "debian", "the members' etcd: debian (Debian's etcd-server, or VOYAGER_TEST_ETCD), or module (etcd's own main at go.mod's version, run by this test binary; make soak's, never under the race detector)")
 )
 
@@ -923,7 +923,7 @@ func leaderChanges(endpoints []string) []int {
 // of its root: ep's own for a TCP endpoint (http://host:port), a client
 // that dials the socket for a unix one (unix:///path).
 func memberHTTP(ep string) (*http.Client, string) {
-	path, ok := strings.CutPrefix(ep, "unix://")
+	path, ok := etcdtest.SocketPath(ep)
 	if !ok {
 		return &http.Client{Timeout: 2 * time.Second}, ep
 	}

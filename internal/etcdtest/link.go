@@ -46,7 +46,7 @@ func (l *Link) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	}
 	var d net.Dialer
 	network := "tcp"
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+	if path, ok := SocketPath(addr); ok {
 		network, addr = "unix", path
 	}
 	up, err := d.DialContext(ctx, network, addr)
@@ -65,10 +65,17 @@ func (l *Link) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	return c, nil
 }
 
+// SocketPath returns the socket's path of a unix endpoint or address
+// (unix:///path, as Members' Endpoints and gRPC's dialer give it) and
+// true; false for any other.
+func SocketPath(addr string) (string, bool) { return strings.CutPrefix(addr, "unix://") }
+
 // silent is a connection dialled while l is cut: it connects nowhere.
 func (l *Link) silent(addr string) *linkConn {
-	var remote net.Addr = &net.UnixAddr{Name: strings.TrimPrefix(addr, "unix://"), Net: "unix"}
-	if !strings.HasPrefix(addr, "unix://") {
+	var remote net.Addr
+	if path, ok := SocketPath(addr); ok {
+		remote = &net.UnixAddr{Name: path, Net: "unix"}
+	} else {
 		remote, _ = net.ResolveTCPAddr("tcp", addr)
 	}
 	c := &linkConn{l: l, local: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, remote: remote, closed: make(chan struct{})}
