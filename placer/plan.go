@@ -304,6 +304,9 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	for _, n := range p.nodes {
 		p.index(n)
 	}
+	if opt.Strategy == Spread && p.packsBacklog() { // spreadwhole.go
+		p.opt.Strategy, p.scorers = Binpack, scorers(Binpack)
+	}
 	p.usage = newUsage(p.nodes, p.pinned)
 	p.quota = &p.usage
 	p.teams = newTeamPlan(s, p.nodes, p.usage.total, p.pinned)

@@ -109,3 +109,39 @@ func TestSpreadOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadPacksABacklog: while the queue asks for more whole GPUs than
+// are free, spread places as binpack does. The cluster of
+// TestSpreadKeepsBlocksForLargeArrivals has 15 GPUs free; with a 1-GPU
+// request and one 8-GPU request waiting (9 GPUs) the 1-GPU request goes
+// to "two" as there (spread's bands), with two 8-GPU requests (17) to
+// "one", the fullest node that fits, and its decision's score is
+// binpack's. Below 20 nodes spread keeps no blocks and does not pack.
+func TestSpreadPacksABacklog(t *testing.T) {
+	opt := PlanOptions{Strategy: Spread, ReserveAfter: 10 * time.Minute}
+	nodeOf := func(plan *Plan, session string) (string, map[string]float64) {
+		for _, d := range plan.Bound {
+			if d.Pending.Entry.Session == session {
+				return d.Parts[0].Node, d.Parts[0].Scores
+			}
+		}
+		return "", nil
+	}
+	cluster := spreadCluster(20*time.Minute, 30*time.Minute)
+	plan := NewPlan(snap(cluster, req("small", "bob", 1, time.Minute), req("octo-1", "dave", 8, 0)), opt)
+	if n, _ := nodeOf(plan, "small"); n != "two" {
+		t.Fatalf("9 GPUs asked, 15 free: small on %q, want two (bound %v)", n, plan.Bound)
+	}
+	plan = NewPlan(snap(cluster, req("small", "bob", 1, time.Minute), req("octo-1", "dave", 8, 0), req("octo-2", "erin", 8, 0)), opt)
+	n, scores := nodeOf(plan, "small")
+	if n != "one" {
+		t.Fatalf("17 GPUs asked, 15 free: small on %q, want one (bound %v)", n, plan.Bound)
+	}
+	if _, ok := scores["binpack"]; !ok {
+		t.Errorf("17 GPUs asked: small's scores %v, want binpack's", scores)
+	}
+	plan = NewPlan(snap(cluster[:19], req("small", "bob", 1, time.Minute), req("octo-1", "dave", 8, 0), req("octo-2", "erin", 8, 0)), opt)
+	if n, _ := nodeOf(plan, "small"); n != "empty" {
+		t.Fatalf("19 nodes: small on %q, want empty (bound %v)", n, plan.Bound)
+	}
+}

@@ -198,7 +198,7 @@ type Config struct {
 	LogFormat string `env:"VOYAGER_LOG_FORMAT" envDefault:"text" doc:"log format: text or json"`
 
 	// PlacerStrategy is binpack, spread or pack.
-	PlacerStrategy string `env:"VOYAGER_PLACER_STRATEGY" envDefault:"binpack" doc:"placement strategy: binpack (keep whole machines free), spread (the emptiest node; while 4- or 8-GPU requests arrive, half and whole machines kept free), or pack (new work on the fewest machines, beside sessions that run longest, so that the rest empty and may be powered down)"`
+	PlacerStrategy string `env:"VOYAGER_PLACER_STRATEGY" envDefault:"binpack" doc:"placement strategy: binpack (keep whole machines free), spread (the emptiest node; while 4- or 8-GPU requests arrive, half and whole machines kept free, and while the queue asks for more GPUs than are free, the fullest node as binpack), or pack (new work on the fewest machines, beside sessions that run longest, so that the rest empty and may be powered down)"`
 	// PlacerReserveAfter is how long a request waits before it holds capacity.
 	PlacerReserveAfter time.Duration `env:"VOYAGER_PLACER_RESERVE_AFTER" envDefault:"10m" doc:"a 1-GPU request pending this long that fits no node in use holds the nodes closest to fitting it (a request of g GPUs after this over g; each owner up to what its fair share exceeds its holding by), and the lead time of the standing reserve of whole machines; 0 turns holds and the reserve off"`
 	// PlacerShortFirst orders each owner's requests shortest declared max
