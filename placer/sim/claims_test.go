@@ -30,10 +30,7 @@ func TestFloodJainAt200Nodes(t *testing.T) {
 	if raceEnabled {
 		runs = runs[:1]
 	}
-	shapes := map[string]Shape{}
-	for _, sh := range Suite(200, 1) {
-		shapes[sh.Name] = sh
-	}
+	shapes := suiteByName(200)
 	for _, r := range runs {
 		t.Run(fmt.Sprintf("%s/%s/%d", r.shape, r.strategy, r.seed), func(t *testing.T) {
 			t.Parallel()

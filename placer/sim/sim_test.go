@@ -107,3 +107,12 @@ func TestGangsBurstsAndRuntimes(t *testing.T) {
 		}
 	}
 }
+
+// suiteByName is the suite's shapes at nodes nodes, full length, by name.
+func suiteByName(nodes int) map[string]Shape {
+	shapes := map[string]Shape{}
+	for _, sh := range Suite(nodes, 1) {
+		shapes[sh.Name] = sh
+	}
+	return shapes
+}

@@ -28,10 +28,7 @@ func TestSpreadBacklogAt200Nodes(t *testing.T) {
 	if raceEnabled {
 		runs = runs[:1]
 	}
-	shapes := map[string]Shape{}
-	for _, sh := range Suite(200, 1) {
-		shapes[sh.Name] = sh
-	}
+	shapes := suiteByName(200)
 	for _, r := range runs {
 		t.Run(fmt.Sprintf("%s/%d", r.shape, r.seed), func(t *testing.T) {
 			t.Parallel()
