@@ -159,7 +159,8 @@ type Pass struct {
 	Now time.Duration
 	// Held and Waiting are each user's GPUs allocated and asked for by
 	// its waiting requests; Fair is each waiting user's demand-capped
-	// weighted share (what Jain's index divides by).
+	// weighted share (what Jain's index divides by); all three in
+	// thousandths of a GPU, as fractions count.
 	Held, Waiting map[string]int
 	Fair          map[string]float64
 	// Jain is the pass's index over users with waiting work (1 when

@@ -4,7 +4,9 @@
 // with the goals each run misses. `make sim` runs it; it exits 1 if any
 // run misses a goal. With -trace it also writes to stderr every pass whose
 // Jain's index is below the goal: each waiting user's GPUs held, fair share
-// and GPUs waiting, the GPUs free and the nodes held.
+// and GPUs waiting, the GPUs free and the nodes held. With -trace-8 N it
+// writes the same for every pass that leaves at least N 8-GPU requests
+// waiting, with the requests waiting by size and each user's 8-GPU ones.
 // With -teams it runs issue 36's team shapes
 // (sim.TeamSuite) at the first -nodes size instead and prints their table
 // (`go run ./placer/sim/simsuite -teams -nodes 16`).

@@ -28,6 +28,7 @@ func run(args []string) error {
 	hours := fs.String("hours", "16=1,200=1,2000=0.25", "size=factor on each shape's simulated hours")
 	only := fs.String("shape", "", "run only the shapes whose name contains this")
 	trace := fs.Bool("trace", false, "print every pass whose Jain's index is below the goal (users' GPUs held, waiting and fair share; nodes held), to stderr")
+	trace8 := fs.Int("trace-8", 0, "print every pass that leaves at least this many 8-GPU requests waiting (requests waiting by size, each user's 8-GPU requests), to stderr; 0: none")
 	teams := fs.Bool("teams", false, "run issue 36's team shapes (sim.TeamSuite, binpack) at the first size instead")
 	shortFirst := fs.Bool("short-first", false, "order each owner's requests shortest declared max runtime first, aged (PlanOptions.ShortFirst)")
 	if err := fs.Parse(args); err != nil {
@@ -64,9 +65,9 @@ func run(args []string) error {
 			f = 1
 		}
 		shapes := sim.Matching(append(sim.Suite(n, f), sim.ShareSuite(n, f)...), *only)
-		if *trace {
+		if *trace || *trace8 > 0 {
 			for i := range shapes {
-				shapes[i] = traced(shapes[i])
+				shapes[i] = traced(shapes[i], *trace, *trace8)
 			}
 		}
 		t := time.Now()
@@ -99,13 +100,25 @@ func run(args []string) error {
 	return nil
 }
 
-// traced is sh with every pass below the Jain goal written to stderr.
-func traced(sh sim.Shape) sim.Shape {
+// traced is sh with every pass below the Jain goal (if jain) and every
+// pass leaving at least eights 8-GPU requests waiting (if eights > 0)
+// written to stderr.
+func traced(sh sim.Shape, jain bool, eights int) sim.Shape {
 	build := sh.Build
 	sh.Build = func(o placer.PlanOptions, seed uint64) sim.Config {
 		c := build(o, seed)
 		c.Trace = func(p sim.Pass) {
-			if p.Jain >= sim.IssueGoals.JainMin {
+			bySize, eight := map[int]int{}, map[string]int{}
+			for _, w := range p.Plan.Waiting {
+				g := w.Pending.Entry.Request.GPUs
+				bySize[g]++
+				if g == 8 {
+					eight[w.Pending.Entry.Owner]++
+				}
+			}
+			low := jain && p.Jain < sim.IssueGoals.JainMin
+			many := eights > 0 && bySize[8] >= eights
+			if !low && !many {
 				return
 			}
 			users := make([]string, 0, len(p.Fair))
@@ -115,10 +128,30 @@ func traced(sh sim.Shape) sim.Shape {
 			sort.Strings(users)
 			var b strings.Builder
 			for _, u := range users {
-				fmt.Fprintf(&b, " %s %d/%.0f (+%d waiting)", u, p.Held[u], p.Fair[u], p.Waiting[u])
+				fmt.Fprintf(&b, " %s %.0f/%.0f (+%.0f waiting", u, float64(p.Held[u])/1000, p.Fair[u]/1000, float64(p.Waiting[u])/1000) // GPUs, from thousandths
+				if many {
+					fmt.Fprintf(&b, ", %d×8", eight[u])
+				}
+				b.WriteString(")")
 			}
-			fmt.Fprintf(os.Stderr, "trace %d %s %s seed %d at %v: Jain %.3f;%s; free %d, 8-GPU slots %d, %d nodes held (%d GPUs free on them)\n",
+			if b.Len() > 0 {
+				b.WriteString(";")
+			}
+			fmt.Fprintf(os.Stderr, "trace %d %s %s seed %d at %v: Jain %.3f;%s free %d, 8-GPU slots %d, %d nodes held (%d GPUs free on them)",
 				sh.Nodes, sh.Name, o.Strategy, seed, p.Now, p.Jain, b.String(), p.Free, p.Slots8, p.Reserved, p.HeldFree)
+			if many {
+				sizes := make([]int, 0, len(bySize))
+				for g := range bySize {
+					sizes = append(sizes, g)
+				}
+				sort.Ints(sizes)
+				b.Reset()
+				for _, g := range sizes {
+					fmt.Fprintf(&b, " %d×%d", bySize[g], g)
+				}
+				fmt.Fprintf(os.Stderr, "; waiting (requests × GPUs):%s", b.String())
+			}
+			fmt.Fprintln(os.Stderr)
 		}
 		return c
 	}
