@@ -122,11 +122,7 @@ func largeReq(e *state.QueueEntry, maxPartial int) bool {
 func requestGPUs(e *state.QueueEntry, refMiB int64) int64 {
 	g := milliGPUs(&e.Request, refMiB)
 	if e.Workers > 0 {
-		w := &e.Request
-		if e.WorkerRequest != nil {
-			w = e.WorkerRequest
-		}
-		g += int64(e.Workers) * milliGPUs(w, refMiB)
+		g += int64(e.Workers) * milliGPUs(e.WorkerResources(), refMiB)
 	}
 	return g
 }

@@ -136,11 +136,7 @@ func wholeParts(e *state.QueueEntry, whole int) int {
 		c++
 	}
 	if e.Workers > 0 {
-		w := &e.Request
-		if e.WorkerRequest != nil {
-			w = e.WorkerRequest
-		}
-		if w.GPUs >= whole && !w.Fraction() && w.MIGProfile == "" {
+		if w := e.WorkerResources(); w.GPUs >= whole && !w.Fraction() && w.MIGProfile == "" {
 			c += e.Workers
 		}
 	}

@@ -153,11 +153,7 @@ func (p *planner) packsBacklog() bool {
 		e := it.Entry
 		want += wholeGPUs(&e.Request)
 		if e.Workers > 0 {
-			w := &e.Request
-			if e.WorkerRequest != nil {
-				w = e.WorkerRequest
-			}
-			want += e.Workers * wholeGPUs(w)
+			want += e.Workers * wholeGPUs(e.WorkerResources())
 		}
 		if want > free {
 			return true

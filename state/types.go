@@ -385,14 +385,20 @@ const JobPeerPorts = 8
 func (q QueueEntry) Parts() []Resources {
 	parts := make([]Resources, 0, 1+q.Workers)
 	parts = append(parts, q.Request)
-	w := q.Request
-	if q.WorkerRequest != nil {
-		w = *q.WorkerRequest
-	}
+	w := *q.WorkerResources()
 	for i := 0; i < q.Workers; i++ {
 		parts = append(parts, w)
 	}
 	return parts
+}
+
+// WorkerResources is what each worker part asks for: WorkerRequest if
+// set, otherwise the head's Request (shared with q, not a copy).
+func (q *QueueEntry) WorkerResources() *Resources {
+	if q.WorkerRequest != nil {
+		return q.WorkerRequest
+	}
+	return &q.Request
 }
 
 // Ports returns how many host ports the part of a session with role needs:

@@ -42,7 +42,7 @@ func FreePortRange(t testing.TB, n int) string {
 		base := freeRangeFirst + rand.IntN(slots)*n
 		free := true
 		for p := base; p < base+n && free; p++ {
-			free = bindable(p)
+			free = testports.Bindable("0.0.0.0", p)
 		}
 		if free {
 			return fmt.Sprintf("%d-%d", base, base+n-1)
@@ -51,6 +51,3 @@ func FreePortRange(t testing.TB, n int) string {
 	t.Fatalf("no free range of %d ports in %d-%d", n, freeRangeFirst, freeRangeLast)
 	return ""
 }
-
-// bindable reports whether port p can be listened on at every address.
-func bindable(p int) bool { return testports.Bindable("0.0.0.0", p) }
