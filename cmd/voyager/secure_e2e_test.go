@@ -310,6 +310,27 @@ const (
 	agentFenceAfter = 7 * time.Second
 )
 
+// agentSubnets holds the container subnet of each node whose agent this
+// test binary started: 10.120.n.0/24, n counting the nodes.
+var agentSubnets = struct {
+	sync.Mutex
+	of map[string]string
+}{of: map[string]string{}}
+
+// agentSubnet is node's container subnet, the same at each start of its
+// agent (a restarted agent finds its network as it left it) and another
+// for every other node, so that no two agents of a test share one.
+func agentSubnet(node string) string {
+	agentSubnets.Lock()
+	defer agentSubnets.Unlock()
+	if s, ok := agentSubnets.of[node]; ok {
+		return s
+	}
+	s := fmt.Sprintf("10.120.%d.0/24", len(agentSubnets.of)%256)
+	agentSubnets.of[node] = s
+	return s
+}
+
 // startAgent starts node's agent in ns, reachable at address with its
 // HTTPS log endpoint on httpAddr (client certificates of the cluster CA
 // only), running sessions in containerd namespace node of rt with two
@@ -329,7 +350,11 @@ func (c *secureCluster) startAgentTimed(ns, node, address, httpAddr string, rt *
 		"HOME="+home, "VOYAGER_DATA_DIR="+home+"/data", "VOYAGER_HTTP_CLIENT_CA="+filepath.Join(c.pki, "ca.pem"),
 		"VOYAGER_AGENT_NODE="+node, "VOYAGER_AGENT_ADDRESS="+address,
 		"VOYAGER_AGENT_CONTAINERD="+rt.Address(), "VOYAGER_AGENT_NAMESPACE="+node, "VOYAGER_AGENT_PORTS="+ports,
-		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB", "VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s")
+		"VOYAGER_AGENT_SIMULATE_GPUS=2xA100-80GB", "VOYAGER_AGENT_IMAGE="+agentTestImage, "VOYAGER_AGENT_STOP_GRACE=1s",
+		// A subnet of its own: the default, hashed from a name with the
+		// temporary directory in it, is one /24 of 16,384 and two agents
+		// of a test once drew the same (their job mesh refuses that).
+		"VOYAGER_AGENT_NETWORK_SUBNET="+agentSubnet(node))
 	p := voyagerIn(c.t, ns, c.as(user, append(env, tm.environ()...)...), "agent")
 	p.waitFor(`msg="node registered"`, 60*time.Second)
 	return p, filepath.Join(home, "data", "homes")
