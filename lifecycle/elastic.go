@@ -41,6 +41,9 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 	v.elastic, v.owed = map[string]bool{}, map[string]bool{}
 	jobs := map[string]placer.ElasticJob{}
 	specRevs := map[string]int64{}
+	// between: elastic jobs between two binds, as the caches show them,
+	// with no claim counted (their specs' revisions): a grow compares them.
+	between := map[string]int64{}
 	v.sessions.Range(func(it watcher.Item[specView]) bool {
 		el := it.Value.elastic
 		if el == nil {
@@ -53,6 +56,8 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		if len(v.holds[id]) == 0 {
 			if j, ok := c.resizeClaim(v, id, it.Value); ok {
 				jobs[id], specRevs[id] = j, it.ModRevision
+			} else if c.betweenBinds(v, id, it.Value) {
+				between[id] = it.ModRevision
 			}
 			return true
 		}
@@ -110,20 +115,37 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		if r.Deferred {
 			continue
 		}
-		if err := c.warnResize(ctx, v, r, specRevs, ledgerRevs); err != nil {
+		if r.To > r.From && len(between) > maxBetweenCompares {
+			c.log.Debug("elastic grow deferred: too many jobs between binds to compare", "session", r.Session, "between", len(between))
+			continue
+		}
+		if err := c.warnResize(ctx, v, r, specRevs, ledgerRevs, between); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
+// maxBetweenCompares bounds the specs of jobs between binds a grow
+// compares (etcd refuses a transaction of more than 128 operations by
+// default); with more, grows wait for a pass that sees fewer.
+const maxBetweenCompares = 64
+
 // warnResize writes r's warning if the job's warning is still absent, its
 // spec at its revision in specRevs, its node's ledger (a range of
 // machines: every ledger the decision read, r.Ledgers) at the revision in
 // ledgerRevs, for a shrink its waiter's queue entry at the revision the
 // plan read and, for a grow, the spec of every job whose claim on the node
-// it counted (r.Claims) at its revision in specRevs.
-func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, specRevs, ledgerRevs map[string]int64) error {
+// it counted (r.Claims) at its revision in specRevs and of every job
+// between binds with no claim counted (between) at its revision there.
+//
+// The last is what keeps a grow out of room another job was promised when
+// the caches disagree: each prefix has its own watch, so a pass can see a
+// job's release and its warning's deletion (written after its eviction)
+// but not yet the eviction in its spec, which names the node and size it
+// claims. Such a job holds nothing and shows no resize, and another job
+// would grow into its room; its spec moved since, the grow is refused.
+func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, specRevs, ledgerRevs, between map[string]int64) error {
 	k := c.cfg.Keys
 	stopAt := v.now.Add(c.cfg.ResizeNotice)
 	unit := "GPUs"
@@ -157,6 +179,11 @@ func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, s
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", specRevs[id]),
 			clientv3.Compare(clientv3.CreateRevision(k.Pending(id)), "=", 0))
 	}
+	if r.To > r.From {
+		for id, rev := range between {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", rev))
+		}
+	}
 	resp, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k.Warning(r.Session), val)).Commit()
 	if err != nil {
 		return fmt.Errorf("warn resize of %s: %w", r.Session, err)
@@ -182,31 +209,44 @@ func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, s
 // entry (warnResize), so the grow is refused if the entry exists. ok is
 // false when no resize of the job is under way: it never had one, it is
 // queued, stopped or ended, or (not evicted) its resize interval since
-// the last resize has passed.
+// the last resize has passed. A job for which it is false while it is
+// between binds is compared by every grow (warnResize), since the view
+// may show its spec older than its release.
 func (c *Controller) resizeClaim(v *view, id string, s specView) (placer.ElasticJob, bool) {
 	k := c.cfg.Keys
 	el := s.elastic
 	j := placer.ElasticJob{Session: id, Min: el.Min, Max: el.Max, Claim: el.On,
 		Owner: s.owner, Team: s.team, Groups: s.groups, Priority: s.priority}
-	if el.ByNodes() || el.On == "" || s.stopped {
-		return j, false
-	}
-	if _, queued := v.pending.Get(k.Pending(id)); queued {
-		return j, false
-	}
-	if st, ok := v.statuses.Get(k.Status(id)); ok && st.terminal {
+	if el.ByNodes() || !c.betweenBinds(v, id, s) {
 		return j, false
 	}
 	w, hasW := v.warnings.Get(k.Warning(id))
 	switch {
 	case hasW && w.Reason == state.ReasonResized && w.Node != "":
 		j.Target, j.Claim = w.Size, w.Node
+	case el.On == "":
+		return j, false // never resized, as this view shows the spec
 	case s.resizing:
 		j.Target = el.Size
 	case s.evicted || el.Resized == nil || !v.now.Before(el.Resized.Add(c.cfg.ResizeInterval)):
 		return j, false // evicted for another reason, or long since
 	}
 	return j, true
+}
+
+// betweenBinds reports whether session id (spec s), which holds nothing
+// on any ledger the view shows, is between two binds: neither stopped,
+// queued nor ended.
+func (c *Controller) betweenBinds(v *view, id string, s specView) bool {
+	k := c.cfg.Keys
+	if s.stopped {
+		return false
+	}
+	if _, queued := v.pending.Get(k.Pending(id)); queued {
+		return false
+	}
+	st, ok := v.statuses.Get(k.Status(id))
+	return !ok || !st.terminal
 }
 
 // resizeStands is the warning a job warned of a resize keeps: a shrink's

@@ -85,8 +85,8 @@ func TestElasticShrinksBeforePreemption(t *testing.T) {
 // TestResizeWarningComparesWhatItRead: a resize's warning is written only
 // while the job's warning is absent and its spec, its node's ledger and
 // (for a shrink) the waiter's queue entry are at the revisions the plan
-// read; any of them moved, the transaction refuses it and nothing is
-// written.
+// read (a grow: also the specs of the jobs it read between binds); any of
+// them moved, the transaction refuses it and nothing is written.
 func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	// A controller that is not running: its transaction alone decides
 	// (a running one would withdraw a warning no plan stands behind).
@@ -107,6 +107,8 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	ledger2Rev := put(keys.Ledger("node-cmp2"))
 	forRev := put(keys.Pending("vip-cmp"))
 	claimRev := put(keys.Session("claim-cmp"))
+	betweenRev := put(keys.Session("between-cmp"))
+	between := map[string]int64{"between-cmp": betweenRev}
 	r := placer.Resize{Session: "el-cmp", Node: "node-cmp", From: 4, To: 2, For: "vip-cmp", ForRevision: forRev, Why: "vip-cmp is owed 2 GPUs"}
 	v := &view{now: time.Now()}
 	warned := func() bool {
@@ -120,7 +122,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	refused := func(what string, specRev, ledgerRev int64, r placer.Resize) {
 		t.Helper()
 		before := ctl.conflicts.Load()
-		if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
+		if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}, between); err != nil {
 			t.Fatal(err)
 		}
 		if warned() {
@@ -153,7 +155,23 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	if _, err := cli.Delete(ctx, keys.Pending("claim-cmp")); err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
+	// A grow that read a job between binds with no claim (its release
+	// and its warning's deletion seen, its eviction not): refused once
+	// that job's spec moved. A shrink does not compare it (below).
+	between["between-cmp"] = betweenRev - 1
+	refused("a job between binds moved since the plan read it", specRev, ledgerRev, grow)
+	between["between-cmp"] = betweenRev
+	if err := ctl.warnResize(ctx, v, grow, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}, between); err != nil {
+		t.Fatal(err)
+	}
+	if !warned() {
+		t.Fatal("a grow with everything as read was refused")
+	}
+	if _, err := cli.Delete(ctx, keys.Warning("el-cmp")); err != nil {
+		t.Fatal(err)
+	}
+	between["between-cmp"] = betweenRev - 1
+	if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}, between); err != nil {
 		t.Fatal(err)
 	}
 	if !warned() {
@@ -164,7 +182,7 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := ctl.conflicts.Load()
-	if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}); err != nil {
+	if err := ctl.warnResize(ctx, v, r, map[string]int64{"el-cmp": specRev, "claim-cmp": claimRev}, map[string]int64{"node-cmp": ledgerRev, "node-cmp2": ledger2Rev}, between); err != nil {
 		t.Fatal(err)
 	}
 	again, err := cli.Get(ctx, keys.Warning("el-cmp"))
