@@ -79,6 +79,9 @@ type Controller struct {
 	cfg ControllerConfig
 	cli *clientv3.Client
 	log *slog.Logger
+	// beforeResize, set by tests only, runs in Pass after the sessions'
+	// rules and before the resizes: what etcd does meanwhile.
+	beforeResize func()
 
 	// sessions and statuses keep what the rules read of each spec and
 	// status, not the whole (views.go).
@@ -298,6 +301,12 @@ type view struct {
 	warnings *watcher.Snapshot[state.Warning]
 	pending  *watcher.Snapshot[state.QueueEntry]
 	cordons  *watcher.Snapshot[state.Cordon]
+	// ledgers are the ledgers as the pass began: holds, resizes and
+	// preemptions all read this one snapshot. A resize planned from a
+	// later one could see a job's release (after an eviction this pass
+	// wrote) while holds still shows it holding, and count its claim
+	// nowhere.
+	ledgers *watcher.Snapshot[state.Ledger]
 	// holds maps each session to the nodes whose ledgers hold it.
 	holds map[string][]string
 	// elastic are the running elastic jobs, and owed the waiting sessions
@@ -373,9 +382,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 		warnings: c.warnings.Snapshot(),
 		pending:  c.pending.Snapshot(),
 		cordons:  c.cordons.Snapshot(),
+		ledgers:  c.ledgers.Snapshot(),
 		holds:    map[string][]string{},
 	}
-	for _, it := range c.ledgers.List() {
+	for _, it := range v.ledgers.List() {
 		if node, ok := k.NodeName(it.Key); ok {
 			for id := range it.Value.Allocations {
 				v.holds[id] = append(v.holds[id], node)
@@ -404,6 +414,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 		return ctx.Err() == nil
 	})
+	if c.beforeResize != nil {
+		c.beforeResize()
+	}
 	if err := c.resize(ctx, v); err != nil {
 		errs = append(errs, err)
 	}
@@ -733,7 +746,7 @@ func (c *Controller) preempt(ctx context.Context, v *view) error {
 		return nil
 	}
 	snap := placer.SnapshotOf(k, placer.Caches{
-		Nodes: c.nodes.Snapshot(), Ledgers: c.ledgers.Snapshot(), Cordons: v.cordons,
+		Nodes: c.nodes.Snapshot(), Ledgers: v.ledgers, Cordons: v.cordons,
 		Quotas: c.quotas.Snapshot(), Pending: v.pending, Warnings: v.warnings, Teams: c.teams.Snapshot(),
 	}, v.now)
 	// Room that stopping sessions are about to free is not worth
@@ -789,7 +802,7 @@ func (c *Controller) preempt(ctx context.Context, v *view) error {
 // planning.
 func (c *Controller) preemptible(v *view) bool {
 	if c.teams.Len() > 0 {
-		for _, it := range c.ledgers.List() {
+		for _, it := range v.ledgers.List() {
 			for _, a := range it.Value.Allocations {
 				if a.Preemptible {
 					return true
@@ -805,7 +818,7 @@ func (c *Controller) preemptible(v *view) bool {
 		}
 		return true
 	})
-	for _, it := range c.ledgers.List() {
+	for _, it := range v.ledgers.List() {
 		for _, a := range it.Value.Allocations {
 			if a.Preemptible && a.Priority < top {
 				return true

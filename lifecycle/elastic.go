@@ -70,7 +70,9 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		j.Goodput = st.goodput
 		switch {
 		case hasW && w.Reason == state.ReasonResized:
-			j.Target = w.Size
+			// Its claim too: should no ledger of the plan's show it, it
+			// still counts on its node at its target (addClaims).
+			j.Target, j.Claim = w.Size, w.Node
 			if w.By != "" {
 				v.owed[w.By] = true
 			}
@@ -90,7 +92,7 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		return nil
 	}
 	snap := placer.SnapshotOf(k, placer.Caches{
-		Nodes: c.nodes.Snapshot(), Ledgers: c.ledgers.Snapshot(), Cordons: v.cordons,
+		Nodes: c.nodes.Snapshot(), Ledgers: v.ledgers, Cordons: v.cordons,
 		Quotas: c.quotas.Snapshot(), Pending: v.pending, Warnings: v.warnings,
 	}, v.now)
 	// Room that sessions being stopped are about to free serves waiters

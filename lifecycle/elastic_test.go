@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -223,5 +224,100 @@ func TestResizeSpecOfARangeOfMachines(t *testing.T) {
 	}
 	if msg := resizedMessage(s); msg != "re-queued to run on 2 nodes (resize 2): for carol" {
 		t.Errorf("re-queued message %q", msg)
+	}
+}
+
+// TestResizeReadsTheLedgersItsPassBegan: a pass evicts job a for its grow
+// from 2 GPUs to 6, and a's agent releases it before the pass plans
+// resizes (as an agent under no load does within milliseconds). The plan
+// reads the ledgers as the pass began, with a holding 2 at its target of 6,
+// so job b beside it on the 8-GPU node does not grow into a's room; a plan
+// that read the ledgers after the release, while the pass's view still
+// showed a holding (so no claim of its), grew b to 8 and left a nothing
+// (TestGoodputSteersGrows failed so under CI's load).
+func TestResizeReadsTheLedgersItsPassBegan(t *testing.T) {
+	cli := etcdtest.Start(t, etcdtest.Options{}).Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := time.Now().UTC()
+	put := func(key string, v any) {
+		t.Helper()
+		val, err := state.Encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Put(ctx, key, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const name = "gpu-skew"
+	node := state.Node{Name: name, CPUMilli: 64000, MemoryMiB: 1 << 18, Ports: state.PortRange{First: 40000, Last: 40999}, Simulated: true, Registered: now}
+	for g := range 8 {
+		node.GPUs = append(node.GPUs, state.GPU{Index: g, UUID: fmt.Sprintf("GPU-skew-%d", g), Model: "A100", MemoryMiB: 81920, Healthy: true})
+	}
+	put(keys.Node(name), node)
+	ledger := state.Ledger{Node: name, Allocations: map[string]state.Allocation{}}
+	started := now.Add(-time.Minute)
+	for i, id := range []string{"a", "b"} {
+		s := state.Session{ID: id, Owner: "user-" + id, Kind: state.KindBatch, Command: []string{"train"},
+			Resources: state.Resources{GPUs: 2, CPUMilli: 1000, MemoryMiB: 1024}, Desired: state.DesiredRunning, Created: started,
+			Elastic: &state.Elastic{Min: 2, Max: 8, Size: 2}}
+		put(keys.Session(id), s)
+		put(keys.Status(id), state.Status{Session: id, Phase: state.PhaseRunning, Reason: "Started", Nodes: []string{name},
+			Created: started, Updated: started, Bound: &started, Started: &started, Elastic: &state.Elastic{Min: 2, Max: 8, Size: 2}})
+		ledger.Allocations[id] = state.Allocation{Kind: state.KindBatch, Owner: s.Owner, Role: state.RoleSingle,
+			GPUs: []string{node.GPUs[2*i].UUID, node.GPUs[2*i+1].UUID}, CPUMilli: 1000, MemoryMiB: 1024}
+	}
+	put(keys.Ledger(name), ledger)
+	// a's grow was warned; its notice is over: this pass evicts it.
+	put(keys.Warning("a"), state.Warning{Session: "a", Reason: state.ReasonResized, Issued: now.Add(-time.Second), StopAt: now.Add(-time.Millisecond),
+		Node: name, Size: 6, Message: "resize: it grows from 2 to 6 GPUs"})
+
+	ctl := NewController(cli, ControllerConfig{Keys: keys, ResizeInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	for _, cache := range ctl.caches() {
+		go func() { _ = cache.Run(ctx) }()
+	}
+	for _, cache := range ctl.caches() {
+		if err := cache.WaitSynced(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := false
+	ctl.beforeResize = func() {
+		// a's agent releases it, and the controller's ledger cache sees
+		// the release, before the pass plans resizes.
+		l := state.Ledger{Node: name, Allocations: map[string]state.Allocation{"b": ledger.Allocations["b"]}}
+		put(keys.Ledger(name), l)
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer wcancel()
+		for {
+			if it, ok := ctl.ledgers.Get(keys.Ledger(name)); ok && len(it.Allocations) == 1 {
+				released = true
+				return
+			}
+			select {
+			case <-wctx.Done():
+				t.Error("the controller's ledger cache never showed a's release")
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	if err := ctl.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !released {
+		t.Fatal("the pass planned no resize after a's release")
+	}
+	spec, _, err := state.Get[state.Session](ctx, cli, keys.Session("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Eviction == nil || spec.Elastic == nil || spec.Elastic.Size != 6 {
+		t.Fatalf("a after the pass: eviction %+v, elastic %+v; want evicted for its resize to 6", spec.Eviction, spec.Elastic)
+	}
+	if warned(t, cli, "b") {
+		w, _, _ := state.Get[state.Warning](ctx, cli, keys.Warning("b"))
+		t.Errorf("b was warned (%s) into the room a's resize claims", w.Message)
 	}
 }
