@@ -148,6 +148,11 @@ func TestAccountantCountsEachAttemptOnce(t *testing.T) {
 	cli := etcdtest.New(t)
 	d := usageDriver{t: t, cli: cli}
 	acc, stop := runAccountant(t, cli)
+	// Following changes before any is made: without a cursor it first
+	// counts from the statuses as listed, and a listing after s-cyd's
+	// re-queue would show no trace of its first attempt (its back-off
+	// status, which held the bound time, overwritten).
+	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
 	day := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 	h := func(x float64) time.Duration { return time.Duration(x * float64(time.Hour)) }
 
