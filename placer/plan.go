@@ -200,6 +200,9 @@ type planner struct {
 	levels       []int
 	levelsKnown  bool
 	spreadOrders map[int][]int
+	// fitsDrains is whether equally scored nodes go by drain fit this
+	// pass (drainfit.go).
+	fitsDrains bool
 	// teams is the team tree of the pass (teams.go); nil without teams.
 	teams *teamPlan
 	// quota is the usage that quotas are checked against: usage, except
@@ -307,6 +310,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	if opt.Strategy == Spread && p.packsBacklog() { // spreadwhole.go
 		p.opt.Strategy, p.scorers = Binpack, scorers(Binpack)
 	}
+	p.fitsDrains = p.opt.Strategy != Pack && len(p.blockLevels()) > 0 // drainfit.go
 	p.usage = newUsage(p.nodes, p.pinned)
 	p.quota = &p.usage
 	p.teams = newTeamPlan(s, p.nodes, p.usage.total, p.pinned)
@@ -532,27 +536,30 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		}
 	}
 	var (
-		bestN     *nodeState
-		bestDevs  []int
-		bestVals  [2]float64 // per scorer, for the winner only
-		bestTotal float64
-		bestTie   uint64
-		found     int
+		bestN    *nodeState
+		bestDevs []int
+		bestVals [2]float64 // per scorer, for the winner only
+		bestC    candidate
+		found    int
 	)
+	// Spread ranks a band's nodes by drain fit first (drainfit.go).
+	band := p.fitsDrains && p.opt.Strategy == Spread
 	consider := func(n *nodeState) bool {
 		if exclude[n.name] || feasible(pt, n) != nil {
 			return false
 		}
 		devs := choosePart(n, pt)
 		var vals [2]float64
-		total := 0.0
+		c := candidate{tie: tieBreak(pt.id, n.name)}
 		for i, s := range p.scorers {
 			vals[i] = s.score(pt, n, devs)
-			total += s.weight * vals[i]
+			c.total += s.weight * vals[i]
 		}
-		tie := tieBreak(pt.id, n.name)
-		if bestN == nil || total > bestTotal || (total == bestTotal && tie < bestTie) {
-			bestN, bestDevs, bestVals, bestTotal, bestTie = n, devs, vals, total, tie
+		if p.fitsDrains {
+			c.fit = drainFit(pt.ends, drainBy(n))
+		}
+		if bestN == nil || c.beats(bestC, band) {
+			bestN, bestDevs, bestVals, bestC = n, devs, vals, c
 		}
 		found++
 		return found >= p.opt.Candidates
@@ -564,11 +571,16 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 			}
 		}
 	} else {
+		last := -1 // the bucket visited before, for spread's bands
 		for k := pt.req.GPUs; k < len(p.buckets); k++ {
 			b := k // binpack: the fullest that fits first
 			if p.opt.Strategy == Spread {
 				b = p.spreadBucket(pt, k-pt.req.GPUs) // the emptiest first (spreadwhole.go)
 			}
+			if band && found > 0 && b > last { // a band ends where the order turns emptier
+				break
+			}
+			last = b
 			bk := p.buckets[b]
 			if len(bk) == 0 {
 				continue
@@ -579,15 +591,18 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 					break
 				}
 			}
-			if found > 0 && (p.opt.Strategy != Pack || found >= p.opt.Candidates) { // pack looks on through the buckets (pack.go)
+			if found >= p.opt.Candidates || found > 0 && p.opt.Strategy != Pack && !band { // pack looks on through the buckets (pack.go), spread through its band
 				break
 			}
 		}
 	}
 	if bestN != nil {
-		scores := make(map[string]float64, len(p.scorers))
+		scores := make(map[string]float64, len(p.scorers)+1)
 		for i, s := range p.scorers {
 			scores[s.name] = bestVals[i]
+		}
+		if p.fitsDrains {
+			scores["drain"] = bestC.fit
 		}
 		return bestN, bestDevs, scores, failure{}
 	}

@@ -1,0 +1,48 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/voyager-gpu/voyager/placer"
+)
+
+// TestSteadyAt200Nodes asserts every goal of issue 34 on steady-90 at 200
+// nodes, seeds 1-3, binpack and spread: two users offering 90% of the
+// cluster, whose 8-GPU requests' p99 wait must stay within twice their
+// 1-GPU requests'. Before equal nodes were told apart by drain fit
+// (placer/drainfit.go) five of the six runs missed the ratio (binpack
+// 2.37 and 4.71 on seeds 1 and 2, spread 2.15, 9.72 and 4.96): small
+// requests went by a hash to nodes about to drain, so bursts of 8-GPU
+// requests waited out full drains. Under the race detector, binpack
+// seed 2 only.
+func TestSteadyAt200Nodes(t *testing.T) {
+	type run struct {
+		strategy placer.Strategy
+		seed     uint64
+	}
+	runs := []run{{placer.Binpack, 2}}
+	if !raceEnabled {
+		for _, s := range []placer.Strategy{placer.Binpack, placer.Spread} {
+			for seed := uint64(1); seed <= 3; seed++ {
+				if s != placer.Binpack || seed != 2 {
+					runs = append(runs, run{s, seed})
+				}
+			}
+		}
+	}
+	shape := suiteByName(200)["steady-90"]
+	for _, r := range runs {
+		t.Run(fmt.Sprintf("%s/%d", r.strategy, r.seed), func(t *testing.T) {
+			t.Parallel()
+			o := defaultOptions(t)
+			o.Strategy = r.strategy
+			row := SuiteRow{Shape: shape, Strategy: r.strategy, Seed: r.seed, Result: Run(shape.Build(o, r.seed))}
+			if m := row.Misses(IssueGoals); len(m) > 0 {
+				t.Errorf("goals missed: %s (Jain least %.3f, mean %.3f; p99 8/1 %.2f)",
+					strings.Join(m, "; "), row.Result.JainMin, row.Result.Jain, row.Result.Ratio(SuiteTick))
+			}
+		})
+	}
+}
