@@ -20,11 +20,12 @@ import "time"
 // it does not drain anyway); then the node whose drain the part delays
 // least. Spread ranks a whole band's nodes by fit before emptiness (the
 // bands already give up spreading onto idle machines while such requests
-// arrive). At 200 nodes this met steady-90's p99 8/1 goal on every seed
-// (placer/README.md, "Drain-fitted ties"). Below 20 nodes, where a node
-// is over 5% of the GPUs and the reserve, claims and bands are off, it is
-// off too: there it moved seven of TestSuiteGoals' floors by a little
-// each way, no goal met that was not before.
+// arrive). At 200 nodes it met steady-90's p99 8/1 goal on every seed
+// of both strategies, where five of six runs missed it (placer/README.md,
+// "Drain fit"). Below 20 nodes, where a node is over 5% of the GPUs and
+// the reserve, claims and bands are off, it is off too: there it met the
+// goals of two more of the 66 runs but put four Jain floors of
+// TestSuiteGoals a little below (by 0.005-0.013).
 
 // drainFit is how well a part that ends at ends (zero: no max runtime)
 // fits beside sessions that have all ended by drain (zero: some session
