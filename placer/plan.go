@@ -201,8 +201,9 @@ type planner struct {
 	levelsKnown  bool
 	spreadOrders map[int][]int
 	// fitsDrains is whether equally scored nodes go by drain fit this
-	// pass (drainfit.go).
+	// pass, and drains memoises drainBy per node for it (drainfit.go).
 	fitsDrains bool
+	drains     map[*nodeState]drainMemo
 	// teams is the team tree of the pass (teams.go); nil without teams.
 	teams *teamPlan
 	// quota is the usage that quotas are checked against: usage, except
@@ -556,7 +557,7 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 			c.total += s.weight * vals[i]
 		}
 		if p.fitsDrains {
-			c.fit = drainFit(pt.ends, drainBy(n))
+			c.fit = drainFit(pt.ends, p.drainOf(n))
 		}
 		if bestN == nil || c.beats(bestC, band) {
 			bestN, bestDevs, bestVals, bestC = n, devs, vals, c
