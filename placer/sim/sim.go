@@ -151,6 +151,11 @@ type Config struct {
 	// waiting, after its binds started: what the run's figures are
 	// computed from, to find the cause of a figure (simsuite -trace).
 	Trace func(Pass)
+	// DeclaredLimit, if set, is the max runtime every session that
+	// declares one declares, whatever it runs for (one longer runs to
+	// its end): a workload whose max runtimes tell the planner nothing,
+	// as where everyone asks for the most allowed (simsuite -declare).
+	DeclaredLimit time.Duration
 }
 
 // Pass is one planning pass as Config.Trace sees it.
@@ -366,7 +371,11 @@ func arrivals(cfg *Config, rng *rand.Rand) []session {
 				}
 				s := session{id: fmt.Sprintf("s%d-%06d-%d", si, n, b), user: st.User, groups: st.Groups,
 					size: size, arrive: t, runtime: st.Runtime.draw(rng), team: st.Team, preemptible: st.Preemptible}
-				if !st.NoLimit {
+				switch {
+				case st.NoLimit:
+				case cfg.DeclaredLimit > 0:
+					s.limit = max(cfg.DeclaredLimit, s.runtime)
+				default:
 					s.limit = limitFor(s.runtime)
 				}
 				out = append(out, s)

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -130,5 +131,33 @@ func TestLimitFor(t *testing.T) {
 		if got := limitFor(d).String(); got != want {
 			t.Errorf("limitFor(%s) = %s, want %s", run, got, want)
 		}
+	}
+}
+
+// TestDeclaredLimit: with Config.DeclaredLimit every session that
+// declares a max runtime declares it (or its run time, if longer);
+// streams without max runtimes still declare none.
+func TestDeclaredLimit(t *testing.T) {
+	cfg := Config{Nodes: 20, Duration: 6 * time.Hour, DeclaredLimit: 72 * time.Hour, Streams: []Stream{
+		{User: "a", Rate: 20, Sizes: DefaultMix, Runtime: Runtime{Mean: time.Hour}},
+		{User: "b", Rate: 5, Sizes: DefaultMix, Runtime: Runtime{Mean: 100 * time.Hour}},
+		{User: "nb", Rate: 5, Sizes: DefaultMix, Runtime: Runtime{Mean: time.Hour}, NoLimit: true},
+	}}
+	got := arrivals(&cfg, rand.New(rand.NewPCG(1, 2)))
+	longer := 0
+	for _, s := range got {
+		want := max(72*time.Hour, s.runtime)
+		if s.user == "nb" {
+			want = 0
+		}
+		if s.limit != want {
+			t.Fatalf("%s (%s, runs %v): declares %v, want %v", s.id, s.user, s.runtime, s.limit, want)
+		}
+		if s.user == "b" && s.runtime > 72*time.Hour {
+			longer++
+		}
+	}
+	if len(got) < 100 || longer == 0 {
+		t.Fatalf("%d sessions, %d running past 72 h: the test's streams are too thin", len(got), longer)
 	}
 }

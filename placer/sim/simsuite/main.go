@@ -31,6 +31,7 @@ func run(args []string) error {
 	trace8 := fs.Int("trace-8", 0, "print every pass that leaves at least this many 8-GPU requests waiting (requests waiting by size, each user's 8-GPU requests), to stderr; 0: none")
 	teams := fs.Bool("teams", false, "run issue 36's team shapes (sim.TeamSuite, binpack) at the first size instead")
 	shortFirst := fs.Bool("short-first", false, "order each owner's requests shortest declared max runtime first, aged (PlanOptions.ShortFirst)")
+	declare := fs.Duration("declare", 0, "every session that declares a max runtime declares this one, whatever it runs for (sim.Config.DeclaredLimit: max runtimes that tell the planner nothing, such as 72h); 0: the first rung of the ladder at least its run time")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +71,11 @@ func run(args []string) error {
 				shapes[i] = traced(shapes[i], *trace, *trace8)
 			}
 		}
+		if *declare > 0 {
+			for i := range shapes {
+				shapes[i] = declaring(shapes[i], *declare)
+			}
+		}
 		t := time.Now()
 		rows = append(rows, sim.RunSuite(shapes, opt, []placer.Strategy{placer.Binpack, placer.Spread}, ss)...)
 		fmt.Fprintf(os.Stderr, "simsuite: %d nodes (hours ×%g) in %v\n", n, f, time.Since(t).Round(time.Second))
@@ -98,6 +104,18 @@ func run(args []string) error {
 		os.Exit(1)
 	}
 	return nil
+}
+
+// declaring is sh with every session that declares a max runtime
+// declaring limit (sim.Config.DeclaredLimit).
+func declaring(sh sim.Shape, limit time.Duration) sim.Shape {
+	build := sh.Build
+	sh.Build = func(o placer.PlanOptions, seed uint64) sim.Config {
+		c := build(o, seed)
+		c.DeclaredLimit = limit
+		return c
+	}
+	return sh
 }
 
 // traced is sh with every pass below the Jain goal (if jain) and every
