@@ -157,3 +157,33 @@ func TestSpreadRanksItsBandByDrainFit(t *testing.T) {
 		t.Fatalf("no max runtimes: bound %v, want the 1-GPU request on soon", plan.Bound)
 	}
 }
+
+// TestDrainFitOffInADeepBacklog: while the queue asks for more whole GPUs
+// than a quarter of the cluster's (40 of drainCluster's 160), the drain
+// fit is off and no binding carries a drain score: with five 8-GPU
+// requests and the 1-GPU one (41); with four (33) it is on.
+func TestDrainFitOffInADeepBacklog(t *testing.T) {
+	for _, c := range []struct {
+		queued int // 8-GPU requests of a model no node has
+		fits   bool
+	}{{4, true}, {5, false}} {
+		pending := []Pending{req("small", "bob", 1, time.Minute)}
+		pending[0].Entry.MaxRuntime = state.Duration(time.Hour)
+		for i := 0; i < c.queued; i++ {
+			p := req(fmt.Sprintf("h100-%d", i), "erin", 8, time.Minute)
+			p.Entry.Request.GPUModel = "H100"
+			pending = append(pending, p)
+		}
+		plan := NewPlan(snap(drainCluster(7), pending...), PlanOptions{Strategy: Binpack, ReserveAfter: 10 * time.Minute})
+		if len(plan.Bound) != 1 {
+			t.Fatalf("%d queued: bound %v, want small alone", c.queued, plan.Bound)
+		}
+		_, fitted := plan.Bound[0].Parts[0].Scores["drain"]
+		if fitted != c.fits {
+			t.Errorf("%d 8-GPU requests queued: scores %v, drain fit %v, want %v", c.queued, plan.Bound[0].Parts[0].Scores, fitted, c.fits)
+		}
+		if c.fits && plan.Bound[0].Parts[0].Node != "late" {
+			t.Errorf("%d queued: small on %s, want late", c.queued, plan.Bound[0].Parts[0].Node)
+		}
+	}
+}

@@ -311,7 +311,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	if opt.Strategy == Spread && p.packsBacklog() { // spreadwhole.go
 		p.opt.Strategy, p.scorers = Binpack, scorers(Binpack)
 	}
-	p.fitsDrains = p.opt.Strategy != Pack && len(p.blockLevels()) > 0 // drainfit.go
+	p.fitsDrains = p.opt.Strategy != Pack && len(p.blockLevels()) > 0 && !p.deepBacklog() // drainfit.go
 	p.usage = newUsage(p.nodes, p.pinned)
 	p.quota = &p.usage
 	p.teams = newTeamPlan(s, p.nodes, p.usage.total, p.pinned)
