@@ -44,22 +44,7 @@ func (p *planner) deepBacklog() bool {
 	for _, n := range p.nodes {
 		total += n.totalGPU
 	}
-	want := 0
-	for i := range p.snap.Pending {
-		it := &p.snap.Pending[i]
-		if it.Pinned {
-			continue
-		}
-		e := it.Entry
-		want += wholeGPUs(&e.Request)
-		if e.Workers > 0 {
-			want += e.Workers * wholeGPUs(e.WorkerResources())
-		}
-		if want > total/4 {
-			return true
-		}
-	}
-	return false
+	return p.asksMoreThan(total / 4)
 }
 
 // drainFit is how well a part that ends at ends (zero: no max runtime)

@@ -144,6 +144,13 @@ func (p *planner) packsBacklog() bool {
 	for _, n := range p.nodes {
 		free += n.freeGPUs
 	}
+	return p.asksMoreThan(free)
+}
+
+// asksMoreThan reports whether the queue's waiting requests ask for more
+// than limit whole GPUs: every part of every request not pinned,
+// fractions and MIG devices aside, whether or not it could start.
+func (p *planner) asksMoreThan(limit int) bool {
 	want := 0
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
@@ -155,7 +162,7 @@ func (p *planner) packsBacklog() bool {
 		if e.Workers > 0 {
 			want += e.Workers * wholeGPUs(e.WorkerResources())
 		}
-		if want > free {
+		if want > limit {
 			return true
 		}
 	}
