@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/voyager-gpu/voyager/placer"
@@ -32,13 +31,7 @@ func TestSpreadBacklogAt200Nodes(t *testing.T) {
 	for _, r := range runs {
 		t.Run(fmt.Sprintf("%s/%d", r.shape, r.seed), func(t *testing.T) {
 			t.Parallel()
-			o := defaultOptions(t)
-			o.Strategy = placer.Spread
-			row := SuiteRow{Shape: shapes[r.shape], Strategy: placer.Spread, Seed: r.seed, Result: Run(shapes[r.shape].Build(o, r.seed))}
-			if m := row.Misses(IssueGoals); len(m) > 0 {
-				t.Errorf("goals missed: %s (Jain least %.3f, mean %.3f; p99 8/1 %.2f)",
-					strings.Join(m, "; "), row.Result.JainMin, row.Result.Jain, row.Result.Ratio(SuiteTick))
-			}
+			assertIssueGoals(t, shapes[r.shape], placer.Spread, r.seed)
 		})
 	}
 }
