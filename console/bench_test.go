@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/benchsum"
+	"github.com/voyager-gpu/voyager/internal/browsertest"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -155,9 +156,7 @@ func containsN(s, sub string, n int) bool {
 // time the page's fetch of its view took, in ms.
 func firstRender(b *testing.B, chromium, url, tok string) (paint, fetch float64) {
 	b.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1366, 900), chromedp.UserDataDir(b.TempDir()))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), browsertest.Options(b, chromium, 1366, 900)...)
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(alloc)
 	defer cancel()

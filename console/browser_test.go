@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/voyager-gpu/voyager/internal/browsertest"
 )
 
 // startBrowser starts headless chromium (the binary at path) with a window
@@ -13,13 +15,7 @@ import (
 // expression there and fails the test if it cannot.
 func startBrowser(t *testing.T, path string, height int) (context.Context, func(expr string) string) {
 	t.Helper()
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, height), chromedp.UserDataDir(t.TempDir()))...)
-	bctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
+	bctx := browsertest.Start(t, path, 1200, height)
 	return bctx, func(expr string) string {
 		t.Helper()
 		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))

@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/voyager-gpu/voyager/api"
+	"github.com/voyager-gpu/voyager/internal/browsertest"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 	"github.com/voyager-gpu/voyager/state"
@@ -99,13 +100,7 @@ func TestSessionsPageShowsExperimentsInBrowser(t *testing.T) {
 		return strings.Contains(e.get("/api/v1/sessions/"+job.ID, ada).body, `"phase":"Running"`)
 	})
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))...)
-	bctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, for the test's whole life
-		t.Fatalf("start chromium: %v", err)
-	}
+	bctx := browsertest.Start(t, chromium, 800, 600) // for the test's whole life
 	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		c, stop := context.WithTimeout(bctx, 60*time.Second)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/voyager-gpu/voyager/internal/browsertest"
 	"github.com/voyager-gpu/voyager/internal/testreq"
 )
 
@@ -32,16 +33,7 @@ func newBrowser(t *testing.T, name string) *browserTab {
 	if err != nil {
 		testreq.Missing(t, "chromium", "the browser test drives Debian's chromium: apt-get install -y chromium")
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1366, 900), chromedp.UserDataDir(t.TempDir()))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		t.Fatalf("start chromium: %v", err)
-	}
-	return &browserTab{t: t, ctx: ctx, name: name}
+	return &browserTab{t: t, ctx: browsertest.Start(t, path, 1366, 900), name: name}
 }
 
 // tab opens another tab of the same browser: its own sessionStorage, so

@@ -517,7 +517,7 @@ class SpawnerTest(FakeVoyagerServer, unittest.IsolatedAsyncioTestCase):
             self.assertIn(words, str(cm.exception))
 
     async def test_minted_tokens_are_checked_by_pyjwt_and_renewed(self):
-        d = tempfile.mkdtemp()
+        d = tmpdir(self)
         key, pub = keygen(os.path.join(d, "hub"))
         self.assertEqual(os.stat(key).st_mode & 0o777, 0o600)
         with open(pub) as f:
@@ -534,7 +534,7 @@ class SpawnerTest(FakeVoyagerServer, unittest.IsolatedAsyncioTestCase):
         await self.assertSpawnFails(self.spawner(voyager_token="svc-token"), "refused the hub's credentials")
 
     async def test_minted_tokens_sign_the_user_and_her_groups(self):
-        d = tempfile.mkdtemp()
+        d = tmpdir(self)
         key, pub = keygen(os.path.join(d, "hub"))
         with open(pub) as f:
             self.fake.public_key = f.read()
@@ -558,7 +558,7 @@ class SpawnerTest(FakeVoyagerServer, unittest.IsolatedAsyncioTestCase):
 
 class MinterTest(unittest.TestCase):
     def test_renews_at_half_life_and_signs_rs256_and_es256(self):
-        d = tempfile.mkdtemp()
+        d = tmpdir(self)
         now = [1_000_000.0]
         for kind, alg in (("ec", "ES256"), ("rsa", "RS256")):
             key, pub = keygen(os.path.join(d, kind), kind)
@@ -593,7 +593,7 @@ class MinterTest(unittest.TestCase):
             now[0] = 1_000_000.0
 
     def test_bad_key_files_say_what_is_wanted(self):
-        d = tempfile.mkdtemp()
+        d = tmpdir(self)
         bad = os.path.join(d, "bad.pem")
         with open(bad, "w") as f:
             f.write("not a key")
@@ -603,6 +603,13 @@ class MinterTest(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             Minter(os.path.join(d, "missing.pem"), "hub", ["service"], 60).token()
         self.assertIn("missing.pem", str(cm.exception))
+
+
+def tmpdir(test):
+    """A temporary directory that is removed when test ends."""
+    d = tempfile.TemporaryDirectory()
+    test.addCleanup(d.cleanup)
+    return d.name
 
 
 async def _drain(agen):
