@@ -117,21 +117,12 @@ func (c *Controller) resize(ctx context.Context, v *view) error {
 		if r.Deferred {
 			continue
 		}
-		if r.To > r.From && len(between) > maxBetweenCompares {
-			c.log.Debug("elastic grow deferred: too many jobs between binds to compare", "session", r.Session, "between", len(between))
-			continue
-		}
 		if err := c.warnResize(ctx, v, r, specRevs, ledgerRevs, between); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
-
-// maxBetweenCompares bounds the specs of jobs between binds a grow
-// compares (etcd refuses a transaction of more than 128 operations by
-// default); with more, grows wait for a pass that sees fewer.
-const maxBetweenCompares = 64
 
 // warnResize writes r's warning if the job's warning is still absent, its
 // spec at its revision in specRevs, its node's ledger (a range of
@@ -147,6 +138,11 @@ const maxBetweenCompares = 64
 // but not yet the eviction in its spec, which names the node and size it
 // claims. Such a job holds nothing and shows no resize, and another job
 // would grow into its room; its spec moved since, the grow is refused.
+//
+// A transaction that would hold more operations than the placers' limit
+// (Plan.MaxTxnOps, etcd's --max-txn-ops) is not sent: a grow waits for a
+// pass with fewer jobs between binds, and a shrink over more machines
+// than one transaction can compare is logged as a warning.
 func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, specRevs, ledgerRevs, between map[string]int64) error {
 	k := c.cfg.Keys
 	stopAt := v.now.Add(c.cfg.ResizeNotice)
@@ -186,7 +182,16 @@ func (c *Controller) warnResize(ctx context.Context, v *view, r placer.Resize, s
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.Session(id)), "=", rev))
 		}
 	}
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(k.Warning(r.Session), val)).Commit()
+	then := []clientv3.Op{clientv3.OpPut(k.Warning(r.Session), val)}
+	if err := (state.TxnBudget{MaxOps: c.cfg.Plan.MaxTxnOps}).Check(state.SizeOf(cmps, then, nil)); err != nil {
+		if r.To > r.From {
+			c.log.Debug("elastic grow deferred: too much to compare in one transaction", "session", r.Session, "between", len(between), "err", err)
+		} else {
+			c.log.Warn("elastic resize not planned: too much to compare in one transaction", "session", r.Session, "ledgers", len(ledgers), "err", err)
+		}
+		return nil
+	}
+	resp, err := c.cli.Txn(ctx).If(cmps...).Then(then...).Commit()
 	if err != nil {
 		return fmt.Errorf("warn resize of %s: %w", r.Session, err)
 	}

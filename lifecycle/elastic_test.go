@@ -195,6 +195,62 @@ func TestResizeWarningComparesWhatItRead(t *testing.T) {
 	}
 }
 
+// TestResizeWarningFitsOneTransaction: a resize whose transaction would
+// compare more than etcd's --max-txn-ops allows (a grow that saw many jobs
+// between binds, a shrink over many machines) is not sent, so etcd never
+// refuses it with an error; with one compare fewer it is written.
+func TestResizeWarningFitsOneTransaction(t *testing.T) {
+	cli := etcdtest.Start(t, etcdtest.Options{}).Client(t)
+	ctl := NewController(cli, ControllerConfig{ResizeInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx := context.Background()
+	v := &view{now: time.Now()}
+	specs := map[string]int64{"el-big": 0}
+	ledgers := map[string]int64{"node-big": 0}
+	// A grow compares the warning, the spec, the ledger and every job
+	// between binds: 3 + n, so n = 125 fills etcd's default of 128.
+	between := func(n int) map[string]int64 {
+		m := map[string]int64{}
+		for i := range n {
+			m[fmt.Sprintf("between-%03d", i)] = 0
+		}
+		return m
+	}
+	// A shrink over a range of machines compares the warning, the spec,
+	// every ledger and the waiter's queue entry: 3 + n.
+	shrink := func(n int) placer.Resize {
+		r := placer.Resize{Session: "el-big", Node: "node-000", Nodes: true, From: n, To: n - 1, For: "vip-big", Why: "vip-big is owed a node"}
+		for i := range n {
+			name := fmt.Sprintf("node-%03d", i)
+			r.Ledgers = append(r.Ledgers, name)
+			ledgers[name] = 0
+		}
+		return r
+	}
+	grow := placer.Resize{Session: "el-big", Node: "node-big", From: 2, To: 4, Why: "grows into idle GPUs"}
+	for _, c := range []struct {
+		name    string
+		r       placer.Resize
+		between map[string]int64
+		written bool
+	}{
+		{"a grow over 126 jobs between binds", grow, between(126), false},
+		{"a shrink over 126 machines", shrink(126), nil, false},
+		{"a grow over 125 jobs between binds", grow, between(125), true},
+		{"a shrink over 125 machines", shrink(125), nil, true},
+	} {
+		if err := ctl.warnResize(ctx, v, c.r, specs, ledgers, c.between); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		resp, err := cli.Delete(ctx, keys.Warning("el-big"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written := resp.Deleted > 0; written != c.written {
+			t.Errorf("%s: warning written %v, want %v", c.name, written, c.written)
+		}
+	}
+}
+
 // TestResizeSpecOfARangeOfMachines: a resize's eviction records, in the
 // spec of a job over a range of machines, the count it runs on next
 // (Elastic.Nodes, its next queue entry's cap), never a count outside
