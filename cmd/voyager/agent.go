@@ -20,6 +20,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/config"
@@ -143,6 +144,28 @@ func (p *agentParts) close() {
 	}
 }
 
+// claimSubnet is the container subnet of node's sessions on an isolated
+// network: VOYAGER_AGENT_NETWORK_SUBNET, or a /24 derived from the agent's
+// instance name that no other node of the cluster claimed, claimed in etcd
+// (nodeagent.ClaimSubnet). An etcd whose roles predate subnet claims
+// refuses the claim: the agent then warns and uses the setting or the
+// derived /24 unclaimed, as before claims. Empty on the host's network.
+func claimSubnet(ctx context.Context, cli *clientv3.Client, cfg config.Config, node, instance string, log *slog.Logger) (string, error) {
+	if cfg.AgentNetwork == runtime.NetworkHost {
+		return cfg.AgentNetworkSubnet, nil
+	}
+	s, err := nodeagent.ClaimSubnet(ctx, cli, state.MustKeys(cfg.EtcdPrefix), node, instance, cfg.AgentNetworkSubnet, time.Now())
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		log.Warn("etcd refused the agent's subnet claim: another node may take the same container subnet; run voyager etcd-roles setup to grant agents subnets/", "err", err)
+		return cfg.AgentNetworkSubnet, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	log.Debug("container subnet claimed", "subnet", s)
+	return s, nil
+}
+
 // devSimulatedGPUs is the inventory `voyager dev` makes up where NVML is absent.
 const devSimulatedGPUs = "8xA100-80GB"
 
@@ -213,11 +236,15 @@ func newAgent(ctx context.Context, cli *clientv3.Client, cfg config.Config, log 
 		}
 		recheck = func() []state.GPU { g, _ := check(); return g }
 	}
+	subnet, err := claimSubnet(ctx, cli, cfg, node, instance, log)
+	if err != nil {
+		return nil, err
+	}
 	parts := &agentParts{node: node, gpus: gpus, simulated: simulated}
 	ropts := runtime.ContainerdOptions{
 		Address: cfg.AgentContainerd, Namespace: cfg.AgentNamespace, CDISpecDirs: cdiDirs, Logger: log,
 		Network: runtime.NetworkOptions{
-			Mode: cfg.AgentNetwork, Name: instance, Subnet: cfg.AgentNetworkSubnet,
+			Mode: cfg.AgentNetwork, Name: instance, Subnet: subnet,
 			PluginDirs: cfg.AgentCNIPluginDirs, DenyCIDRs: cfg.AgentNetworkDeny,
 			BlockedPorts: [2]int{first, last}, Allow: allowEndpoints(cfg.AgentNetworkAllow),
 		},

@@ -322,7 +322,7 @@ type Config struct {
 	// chains; empty derives one from the node, namespace and data dir.
 	AgentNetworkName string `env:"VOYAGER_AGENT_NETWORK_NAME" docDefault:"derived from node, namespace and data dir" doc:"name of this agent's session network (bridge vy<hash>, CNI network voyager-<name>, firewall chains VY<hash>-…): unique per agent on a machine"`
 	// AgentNetworkSubnet is the IPv4 subnet of the sessions' addresses.
-	AgentNetworkSubnet string `env:"VOYAGER_AGENT_NETWORK_SUBNET" docDefault:"a /24 in 10.128.0.0/10 derived from the name" doc:"IPv4 subnet (CIDR) the sessions' addresses come from"`
+	AgentNetworkSubnet string `env:"VOYAGER_AGENT_NETWORK_SUBNET" docDefault:"a /24 in 10.128.0.0/10 derived from the name, claimed in etcd where no other node holds it" doc:"IPv4 subnet (CIDR) the sessions' addresses come from; refused at start if it overlaps another node's claim (subnets/<node>)"`
 	// AgentNetworkDeny are networks sessions may never reach.
 	AgentNetworkDeny []string `env:"VOYAGER_AGENT_NETWORK_DENY" envSeparator:"," envDefault:"169.254.0.0/16" doc:"comma-separated networks (CIDR) sessions may not reach at all: the control plane's (etcd, API), the cloud metadata service's"`
 	// AgentDenyControlPlane denies sessions every control-plane endpoint

@@ -161,6 +161,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// Its HTTPS endpoint's record; every control-plane record,
 			// whose endpoints it denies its sessions.
 			exact(rw, k.ControlPlane(state.EndpointAgent, n)), prefix(r, k.ControlPlaneDir()),
+			// Its subnet claim, written once no other node's claim
+			// overlaps: it reads them all.
+			exact(rw, k.Subnet(n)), prefix(r, k.SubnetsDir()),
 		}})
 	}
 	return roles
@@ -175,7 +178,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
 		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(), k.ControlPlaneDir(),
-		k.Teams(), k.Accruals(), k.GPUHoursDir(), k.Cursors(), k.EmptiedDir(),
+		k.Teams(), k.Accruals(), k.GPUHoursDir(), k.Cursors(), k.EmptiedDir(), k.SubnetsDir(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}

@@ -106,7 +106,7 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 			continue
 		}
 		writes++
-		own := p.End == "" && (p.Key == k.Node("gpu-1") || p.Key == k.Ledger("gpu-1") || p.Key == k.Emptied("gpu-1") || p.Key == k.ControlPlane(state.EndpointAgent, "gpu-1"))
+		own := p.End == "" && (p.Key == k.Node("gpu-1") || p.Key == k.Ledger("gpu-1") || p.Key == k.Emptied("gpu-1") || p.Key == k.ControlPlane(state.EndpointAgent, "gpu-1") || p.Key == k.Subnet("gpu-1"))
 		own = own || (strings.HasSuffix(p.Key, "/gpu-1/") && p.End == clientv3.GetPrefixRangeEnd(p.Key))
 		if !own {
 			t.Errorf("the agent of gpu-1 may %s: not its node's", p)
