@@ -312,6 +312,10 @@ type Agent struct {
 	// writes): Config.GPUs, as RecheckGPUs last changed it.
 	gpus []state.GPU
 
+	// runCtx is the context Run was given: ended, the agent is stopping
+	// (a graceful stop, not a fence).
+	runCtx atomic.Pointer[context.Context]
+
 	starts, adopted, startFailures  atomic.Int64
 	fences, fenced                  atomic.Int64 // fences, and containers they stopped
 	fencedAttempts                  atomic.Int64 // attempts ended because their containers were fenced
@@ -383,6 +387,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("run agent: fence after %s plus fence grace %s must be less than the lease TTL %s, or the node's containers outlive its lease",
 			a.cfg.FenceAfter, a.cfg.FenceGrace, a.cfg.LeaseTTL)
 	}
+	a.runCtx.Store(&ctx)
 	defer a.wg.Wait()
 	a.seedBeat()
 	backoff := 200 * time.Millisecond

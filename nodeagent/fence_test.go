@@ -421,3 +421,60 @@ func TestAgentRenewsPastASilentEndpoint(t *testing.T) {
 		t.Errorf("status %+v, %d starts, %d registrations; want running since the first start, one lease", st, rt.Starts(), a.Registrations())
 	}
 }
+
+// gatedStarts is a fake runtime whose first Start says so on entered and
+// then holds until release closes; a create whose caller's context ended
+// meanwhile fails, as a containerd create abandoned by its client does.
+type gatedStarts struct {
+	*runtime.Fake
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (r *gatedStarts) Start(ctx context.Context, spec runtime.Spec) error {
+	r.once.Do(func() { close(r.entered) })
+	<-r.release
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("create %s: %w", spec.ID, err)
+	}
+	return r.Fake.Start(ctx, spec)
+}
+
+// TestGracefulStopFinishesTheCreateItLaunched: the agent stops gracefully
+// between an attempt's launch record and its container's create. The
+// create goes on, so the next agent adopts the container and the attempt
+// runs: not ended as fenced (its launch recorded with no container), which
+// for a session without restarts left is Lost.
+func TestGracefulStopFinishesTheCreateItLaunched(t *testing.T) {
+	cli := etcdtest.New(t)
+	rt := &gatedStarts{Fake: newFake(), entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := testConfig(t, cli, rt)
+	bind(t, cli, state.Session{ID: "mid", Owner: "ada", Kind: state.KindBatch, Command: []string{"sleep", "1d"}}, state.Binding{})
+	first := nodeagent.New(cfg)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	select {
+	case <-rt.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent never created the container")
+	}
+	if st, _, err := state.Get[state.PartStatus](context.Background(), cli, keys.Part(node, "mid")); err != nil || st.Launched == nil {
+		t.Fatalf("part before the create: %+v, %v; want its launch recorded", st, err)
+	}
+	stop() // the agent's context ends: every worker's with it
+	close(rt.release)
+	if err := <-done; err != nil {
+		t.Fatalf("agent Run: %v", err)
+	}
+	if _, err := rt.Fake.Status(context.Background(), nodeagent.ContainerID(bindingOf(t, cli, "mid"))); err != nil {
+		t.Fatalf("container after the graceful stop: %v; want it created", err)
+	}
+	second, _ := runAgent(t, cfg)
+	st := waitPhase(t, cli, "mid", state.PhaseRunning, 10*time.Second)
+	if b := bindingOf(t, cli, "mid"); st.Attempt != b.Attempt || second.FencedAttempts() != 0 || rt.Starts() != 1 {
+		t.Errorf("status %s attempt %d, %d attempts fenced, %d creates; want the binding's attempt %d adopted, none fenced, one create",
+			st.Phase, st.Attempt, second.FencedAttempts(), rt.Starts(), b.Attempt)
+	}
+}

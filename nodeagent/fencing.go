@@ -201,6 +201,34 @@ func (w *worker) fencedEnd(ctx context.Context, why string) {
 	w.a.removeContainer(context.WithoutCancel(ctx), w.id)
 }
 
+// createContext is the context of the create that follows a recorded
+// launch, from the worker's ctx. A graceful stop of the agent does not
+// abandon the create: a launch recorded with no container behind it ends
+// its attempt as fenced once the next agent finds it (it cannot tell a
+// create that never ran from a container removed behind its back), so the
+// create goes on, Run waits for it, and the next agent adopts the
+// container as it adopts every container a stopped agent left. Anything
+// else that ends ctx (a fence, a lost lease, the binding's removal) still
+// ends the create, and so does the fence deadline of the last renewal:
+// from then on the node's fence keeper stops what the node runs.
+func (a *Agent) createContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline := time.Unix(0, a.renewed.Load()).Add(a.cfg.FenceAfter)
+	c, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	stop := context.AfterFunc(ctx, func() {
+		if !a.stopping() {
+			cancel()
+		}
+	})
+	return c, func() { stop(); cancel() }
+}
+
+// stopping reports whether Run's context has ended: the agent is stopping
+// gracefully.
+func (a *Agent) stopping() bool {
+	p := a.runCtx.Load()
+	return p != nil && (*p).Err() != nil
+}
+
 // errLaunchUnknown means the launch could not be recorded (etcd did not
 // answer): nothing was started, and a later worker decides again.
 var errLaunchUnknown = errors.New("launch not recorded")

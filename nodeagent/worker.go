@@ -570,7 +570,9 @@ func (w *worker) start(ctx context.Context, sess state.Session, again bool) erro
 	if err := w.launch(ctx, again); err != nil { // the part says Starting from here
 		return err
 	}
-	if err := cfg.Runtime.Start(ctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
+	cctx, cancel := w.a.createContext(ctx) // a graceful stop lets it finish
+	defer cancel()
+	if err := cfg.Runtime.Start(cctx, spec); err != nil && !errors.Is(err, runtime.ErrExists) {
 		return err
 	}
 	w.started = time.Now().UTC()
