@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -14,31 +13,33 @@ import (
 	"github.com/voyager-gpu/voyager/internal/testreq"
 )
 
-// chromiumLeftovers lists, in the host's temporary directory, the
-// singleton directories Chromium makes and the temporary directories
-// browsertest makes for it.
-func chromiumLeftovers(t *testing.T) []string {
-	t.Helper()
-	var all []string
-	for _, pattern := range []string{"org.chromium.Chromium.*", "voyager-chromium-*"} {
-		m, err := filepath.Glob(filepath.Join(os.TempDir(), pattern))
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, m...)
-	}
-	return all
-}
-
-// TestBrowserLeavesNothingInTmp starts and stops the browser and asserts
-// that no Chromium directory is left in the host's /tmp: its singleton
-// socket went to a TMPDIR of the test's own, removed when it ended.
+// TestBrowserLeavesNothingInTmp starts and stops the browser with the
+// test's own directory as the process's TMPDIR, and asserts that nothing
+// is left there (the TMPDIR browsertest made for Chromium, with Chromium's
+// singleton directory in it, was removed) nor in the host's /tmp. Other
+// packages' browser tests may run meanwhile: each has a TMPDIR of its own,
+// so none of theirs shows in this test's directory.
 func TestBrowserLeavesNothingInTmp(t *testing.T) {
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		testreq.Missing(t, "chromium", "the browser test drives Debian's chromium: apt-get install -y chromium")
 	}
-	before := chromiumLeftovers(t)
+	host := os.TempDir()
+	singletons := func() []string {
+		m, err := filepath.Glob(filepath.Join(host, "org.chromium.Chromium.*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	before := singletons()
+	// Short: Chromium's socket path under it must fit 108 bytes.
+	dir, err := os.MkdirTemp(host, "bt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Setenv("TMPDIR", dir)
 	t.Run("browse", func(t *testing.T) {
 		ctx := browsertest.Start(t, path, 800, 600)
 		title, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.title = "ok"`))
@@ -46,13 +47,16 @@ func TestBrowserLeavesNothingInTmp(t *testing.T) {
 			t.Fatalf("evaluate in chromium: %q, %v", title, err)
 		}
 	})
-	var added []string
-	for _, d := range chromiumLeftovers(t) {
-		if !slices.Contains(before, d) {
-			added = append(added, d)
-		}
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(added) > 0 {
-		t.Fatalf("chromium left %s behind", strings.Join(added, ", "))
+	for _, e := range left {
+		t.Errorf("chromium left %s behind", filepath.Join(dir, e.Name()))
+	}
+	for _, d := range singletons() {
+		if !slices.Contains(before, d) {
+			t.Errorf("chromium left %s behind", d)
+		}
 	}
 }
