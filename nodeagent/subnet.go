@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -23,21 +24,47 @@ const subnetCandidates = 1024
 // transaction: where another agent's claim can land.
 var afterSubnetRead func()
 
-// ClaimSubnet returns the container subnet of node's agent and records it
-// as node's claim (state.SubnetClaim, subnets/<node>), in a transaction
-// that compares every claim unchanged since it read them, so that no two
-// nodes of the cluster hold overlapping subnets and their multi-node
-// jobs' meshes never overlap.
+// SubnetRequest is what ClaimSubnet decides a node's subnet from.
+type SubnetRequest struct {
+	// Node is the node whose subnet it is.
+	Node string
+	// Seed derives the default subnets (runtime.DefaultSubnet): the
+	// agent's instance name.
+	Seed string
+	// Explicit is VOYAGER_AGENT_NETWORK_SUBNET; empty for the default.
+	Explicit string
+	// Current is the subnet the node's bridge carries now
+	// (runtime.ReadBridge), "" when it has none; Busy says containers are
+	// attached to it, which keep their addresses in it.
+	Current string
+	Busy    bool
+}
+
+// ErrSubnetKept means the node keeps the subnet its bridge carries,
+// unclaimed, though another node's overlaps it: containers are attached
+// to the bridge, and moving them to another subnet would cut them off.
+// It moves at a start with none attached.
+var ErrSubnetKept = errors.New("subnet kept unclaimed")
+
+// ClaimSubnet returns the container subnet of req.Node's agent and
+// records it as the node's claim (state.SubnetClaim, subnets/<node>), in
+// a transaction that compares every claim unchanged since it read them,
+// so that no two nodes of the cluster hold overlapping subnets and their
+// multi-node jobs' meshes never overlap.
 //
-// explicit (VOYAGER_AGENT_NETWORK_SUBNET) is claimed as it is; it is an
-// error, naming the node, if it overlaps a subnet another node claims or
-// registered. Empty, node keeps the subnet it claimed before, or takes the
-// first of runtime.DefaultSubnet(seed), DefaultSubnet(seed+"/1"), … that
-// overlaps no other node's claim or registered subnet. An agent whose
-// transaction lost a race with another's claim reads again, until ctx ends.
-func ClaimSubnet(ctx context.Context, cli *clientv3.Client, keys state.Keys, node, seed, explicit string, now time.Time) (string, error) {
+// req.Explicit is claimed as it is; it is an error, naming the node, if it
+// overlaps a subnet another node claims or registered. Empty, the node
+// keeps the subnet it claimed before, else the one its bridge carries,
+// where no other node's claim or registered subnet overlaps it; else,
+// with containers on its bridge, it keeps that one unclaimed (the subnet
+// and an error wrapping ErrSubnetKept); else it takes the first of
+// runtime.DefaultSubnet(seed), DefaultSubnet(seed+"/1"), … that overlaps
+// no other node's. An agent whose transaction lost a race with another's
+// claim reads again, until ctx ends.
+func ClaimSubnet(ctx context.Context, cli *clientv3.Client, keys state.Keys, req SubnetRequest, now time.Time) (string, error) {
+	node := req.Node
 	for {
-		got, done, err := claimSubnetOnce(ctx, cli, keys, node, seed, explicit, now)
+		got, done, err := claimSubnetOnce(ctx, cli, keys, req, now)
 		if err != nil || done {
 			return got, err
 		}
@@ -50,7 +77,8 @@ func ClaimSubnet(ctx context.Context, cli *clientv3.Client, keys state.Keys, nod
 
 // claimSubnetOnce reads every claim and node record at one revision and
 // tries one transaction; done is false when the transaction lost a race.
-func claimSubnetOnce(ctx context.Context, cli *clientv3.Client, keys state.Keys, node, seed, explicit string, now time.Time) (string, bool, error) {
+func claimSubnetOnce(ctx context.Context, cli *clientv3.Client, keys state.Keys, req SubnetRequest, now time.Time) (string, bool, error) {
+	node, seed, explicit := req.Node, req.Seed, req.Explicit
 	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(keys.SubnetsDir(), clientv3.WithPrefix()),
 		clientv3.OpGet(keys.Nodes(), clientv3.WithPrefix())).Commit()
 	if err != nil {
@@ -110,6 +138,12 @@ func claimSubnetOnce(ctx context.Context, cli *clientv3.Client, keys state.Keys,
 		}
 	case mine != "" && free(mine):
 		want = mine
+	case req.Current != "" && free(req.Current):
+		want = req.Current
+	case req.Current != "" && req.Busy:
+		h, _ := overlap(req.Current)
+		return req.Current, true, fmt.Errorf("claim subnet for node %s: its bridge's %s overlaps %s of node %s (%s), and containers are attached to it: %w; it moves at a start with none",
+			node, req.Current, h.net, h.node, h.what, ErrSubnetKept)
 	default:
 		for i := 0; want == "" && i < subnetCandidates; i++ {
 			name := seed

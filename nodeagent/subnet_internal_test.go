@@ -31,7 +31,7 @@ func TestClaimSubnetLosesARaceSafely(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { afterSubnetRead = nil })
-	got, err := ClaimSubnet(ctx, cli, keys, "gpu-slow", seed, "", now)
+	got, err := ClaimSubnet(ctx, cli, keys, SubnetRequest{Node: "gpu-slow", Seed: seed}, now)
 	if err != nil {
 		t.Fatal(err)
 	}

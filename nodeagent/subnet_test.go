@@ -2,7 +2,10 @@ package nodeagent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +52,7 @@ func TestClaimSubnetGivesEachNodeItsOwn(t *testing.T) {
 	now := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 	claim := func(node, seed, explicit string) string {
 		t.Helper()
-		s, err := nodeagent.ClaimSubnet(ctx, cli, keys, node, seed, explicit, now)
+		s, err := nodeagent.ClaimSubnet(ctx, cli, keys, nodeagent.SubnetRequest{Node: node, Seed: seed, Explicit: explicit}, now)
 		if err != nil {
 			t.Fatalf("claim for %s: %v", node, err)
 		}
@@ -74,7 +77,7 @@ func TestClaimSubnetGivesEachNodeItsOwn(t *testing.T) {
 	errs := make([]error, 8)
 	for i := range got {
 		wg.Go(func() {
-			got[i], errs[i] = nodeagent.ClaimSubnet(ctx, cli, keys, fmt.Sprintf("gpu-%d", i), seed, "", now)
+			got[i], errs[i] = nodeagent.ClaimSubnet(ctx, cli, keys, nodeagent.SubnetRequest{Node: fmt.Sprintf("gpu-%d", i), Seed: seed}, now)
 		})
 	}
 	wg.Wait()
@@ -95,7 +98,7 @@ func TestClaimSubnetGivesEachNodeItsOwn(t *testing.T) {
 	// Explicit subnets: gpu-a's, or one that holds every claim, is
 	// refused, naming a node that holds it.
 	for s, holder := range map[string]string{a: "of node gpu-a", "10.0.0.0/8": "of node gpu-"} {
-		_, err := nodeagent.ClaimSubnet(ctx, cli, keys, "gpu-c", seed, s, now)
+		_, err := nodeagent.ClaimSubnet(ctx, cli, keys, nodeagent.SubnetRequest{Node: "gpu-c", Seed: seed, Explicit: s}, now)
 		if err == nil || !strings.Contains(err.Error(), holder) || !strings.Contains(err.Error(), "VOYAGER_AGENT_NETWORK_SUBNET") {
 			t.Errorf("explicit %s: %v, want a refusal naming a node (%q) and the setting", s, err, holder)
 		}
@@ -109,6 +112,29 @@ func TestClaimSubnetGivesEachNodeItsOwn(t *testing.T) {
 	claim("gpu-c", seed, "10.120.1.0/24")
 	if c := claims(t, cli); c["10.120.1.0/24"] != "gpu-c" || c["10.120.0.0/24"] != "" {
 		t.Errorf("gpu-c moved to 10.120.1.0/24 but the claims are %v", c)
+	}
+
+	// A node whose bridge already carries a subnet (an agent of a version
+	// without claims, restarted) keeps it where no other node's overlaps.
+	cur, err := nodeagent.ClaimSubnet(ctx, cli, keys, nodeagent.SubnetRequest{Node: "gpu-e", Seed: seed, Current: "10.121.0.0/24", Busy: true}, now)
+	if err != nil || cur != "10.121.0.0/24" {
+		t.Errorf("gpu-e with its bridge on a free 10.121.0.0/24: %s, %v; want it claimed", cur, err)
+	}
+	// Its bridge's subnet overlaps gpu-a's claim: with containers on the
+	// bridge it is kept, unclaimed; without, the node moves.
+	kept, err := nodeagent.ClaimSubnet(ctx, cli, keys, nodeagent.SubnetRequest{Node: "gpu-f", Seed: "f-seed", Current: a, Busy: true}, now)
+	if kept != a || !errors.Is(err, nodeagent.ErrSubnetKept) || !strings.Contains(err.Error(), "gpu-a") {
+		t.Errorf("gpu-f with busy bridge on gpu-a's %s: %s, %v; want it kept, unclaimed, naming gpu-a", a, kept, err)
+	}
+	if c := claims(t, cli); slices.Contains(slices.Collect(maps.Values(c)), "gpu-f") {
+		t.Errorf("gpu-f kept %s but claimed: %v", a, c)
+	}
+	if moved := claim("gpu-f", "f-seed", ""); moved == a {
+		t.Errorf("gpu-f without a bridge took gpu-a's %s", a)
+	}
+	moved, err := nodeagent.ClaimSubnet(ctx, cli, keys, nodeagent.SubnetRequest{Node: "gpu-g", Seed: "g-seed", Current: a}, now)
+	if err != nil || moved == a {
+		t.Errorf("gpu-g with an idle bridge on gpu-a's %s: %s, %v; want another subnet", a, moved, err)
 	}
 
 	// An agent that registered a subnet without claiming it.

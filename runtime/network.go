@@ -125,6 +125,9 @@ func newCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := n.inHost(n.resetStaleBridge); err != nil {
+		return nil, err
+	}
 	if err := n.inHost(n.installChains); err != nil {
 		return nil, err
 	}
@@ -177,7 +180,7 @@ func openCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) 
 		}
 	}
 	// Linux caps interface names at 15 bytes, iptables chains at 28.
-	n.bridge = "vy" + n.id
+	n.bridge = bridgeName(opts.Name)
 	n.fwd, n.in, n.ses, n.nat = "VY"+n.id+"-FWD", "VY"+n.id+"-IN", "VY"+n.id+"-SES", "VY"+n.id+"-NAT"
 	conf, err := n.conflist()
 	if err != nil {

@@ -145,16 +145,27 @@ func (p *agentParts) close() {
 }
 
 // claimSubnet is the container subnet of node's sessions on an isolated
-// network: VOYAGER_AGENT_NETWORK_SUBNET, or a /24 derived from the agent's
-// instance name that no other node of the cluster claimed, claimed in etcd
-// (nodeagent.ClaimSubnet). An etcd whose roles predate subnet claims
+// network: VOYAGER_AGENT_NETWORK_SUBNET, or the one its bridge carries, or
+// a /24 derived from the agent's instance name, that no other node of the
+// cluster claimed, claimed in etcd (nodeagent.ClaimSubnet; with sessions
+// on a bridge whose subnet another node holds, that one, unclaimed). An etcd whose roles predate subnet claims
 // refuses the claim: the agent then warns and uses the setting or the
 // derived /24 unclaimed, as before claims. Empty on the host's network.
 func claimSubnet(ctx context.Context, cli *clientv3.Client, cfg config.Config, node, instance string, log *slog.Logger) (string, error) {
 	if cfg.AgentNetwork == runtime.NetworkHost {
 		return cfg.AgentNetworkSubnet, nil
 	}
-	s, err := nodeagent.ClaimSubnet(ctx, cli, state.MustKeys(cfg.EtcdPrefix), node, instance, cfg.AgentNetworkSubnet, time.Now())
+	req := nodeagent.SubnetRequest{Node: node, Seed: instance, Explicit: cfg.AgentNetworkSubnet}
+	if br, err := runtime.ReadBridge(runtime.NetworkOptions{Name: instance}); err != nil {
+		log.Warn("read the network's bridge; choosing its subnet as for a new one", "err", err)
+	} else {
+		req.Current, req.Busy = br.Subnet, br.Ports > 0
+	}
+	s, err := nodeagent.ClaimSubnet(ctx, cli, state.MustKeys(cfg.EtcdPrefix), req, time.Now())
+	if errors.Is(err, nodeagent.ErrSubnetKept) {
+		log.Warn("container subnet kept unclaimed: multi-node jobs with the node that holds it are refused until this agent starts with no session here", "err", err)
+		return s, nil
+	}
 	if errors.Is(err, rpctypes.ErrPermissionDenied) {
 		log.Warn("etcd refused the agent's subnet claim: another node may take the same container subnet; run voyager etcd-roles setup to grant agents subnets/", "err", err)
 		return cfg.AgentNetworkSubnet, nil
