@@ -13,6 +13,30 @@ import (
 	"github.com/voyager-gpu/voyager/runtime/runtimetest"
 )
 
+// ip runs iproute2 with args, failing t if it fails.
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %v: %v: %s", args, err, out)
+	}
+}
+
+// leftBridge makes the bridge of the network named name as a network on
+// subnet 10.<octet>.<pid>.0/24 leaves it (its gateway address, up),
+// removed when t ends. It returns the bridge's name, its hash (for other
+// links' names) and that subnet.
+func leftBridge(t *testing.T, name string, octet int) (br, hash, subnet string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte(name))
+	hash = hex.EncodeToString(sum[:3])
+	br = "vy" + hash
+	ip(t, "link", "add", br, "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", br).Run() })
+	ip(t, "addr", "add", fmt.Sprintf("10.%d.%d.1/24", octet, os.Getpid()%256), "dev", br)
+	ip(t, "link", "set", br, "up")
+	return br, hash, fmt.Sprintf("10.%d.%d.0/24", octet, os.Getpid()%256)
+}
+
 // TestNetworkMovesItsIdleBridgeToANewSubnet: the bridge of a network
 // whose subnet changed (its node's claim moved, or an operator set
 // another) still carries the former gateway address. CNI's bridge plugin
@@ -23,21 +47,8 @@ import (
 // the bridge's subnet and its attached containers before and after.
 func TestNetworkMovesItsIdleBridgeToANewSubnet(t *testing.T) {
 	name := fmt.Sprintf("stale-br-%d", os.Getpid())
-	sum := sha256.Sum256([]byte(name))
-	br := "vy" + hex.EncodeToString(sum[:3])
-	former := fmt.Sprintf("10.251.%d.0/24", os.Getpid()%256)
+	_, _, former := leftBridge(t, name, 251)
 	next := fmt.Sprintf("10.252.%d.0/24", os.Getpid()%256)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	// The bridge as a network on the former subnet left it.
-	ip("link", "add", br, "type", "bridge")
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", br).Run() })
-	ip("addr", "add", fmt.Sprintf("10.251.%d.1/24", os.Getpid()%256), "dev", br)
-	ip("link", "set", br, "up")
 	opts := runtime.NetworkOptions{Mode: runtime.NetworkIsolated, Name: name, Subnet: next, StateDir: t.TempDir()}
 	st, err := runtime.ReadBridge(opts)
 	if err != nil || st.Subnet != former || st.Ports != 0 {
@@ -54,26 +65,16 @@ func TestNetworkMovesItsIdleBridgeToANewSubnet(t *testing.T) {
 	}
 }
 
-// TestNetworkLeavesABusyBridgeAlone: with a container attached (here one end of a
-// veth pair, as a container's host-side end is), a bridge on another
-// subnet is left as it is: its containers keep their addresses.
+// TestNetworkLeavesABusyBridgeAlone: with a container attached (here one
+// end of a veth pair, as a container's host-side end is), a bridge on
+// another subnet is left as it is: its containers keep their addresses.
 func TestNetworkLeavesABusyBridgeAlone(t *testing.T) {
 	name := fmt.Sprintf("busy-br-%d", os.Getpid())
-	sum := sha256.Sum256([]byte(name))
-	br, port, peer := "vy"+hex.EncodeToString(sum[:3]), "vp"+hex.EncodeToString(sum[:3]), "vq"+hex.EncodeToString(sum[:3])
-	former := fmt.Sprintf("10.253.%d.0/24", os.Getpid()%256)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ip("link", "add", br, "type", "bridge")
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", br).Run() })
-	ip("link", "add", port, "type", "veth", "peer", "name", peer)
+	br, hash, former := leftBridge(t, name, 253)
+	port := "vp" + hash
+	ip(t, "link", "add", port, "type", "veth", "peer", "name", "vq"+hash)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "delete", port).Run() })
-	ip("link", "set", port, "master", br)
-	ip("addr", "add", fmt.Sprintf("10.253.%d.1/24", os.Getpid()%256), "dev", br)
+	ip(t, "link", "set", port, "master", br)
 	opts := runtime.NetworkOptions{Mode: runtime.NetworkIsolated, Name: name, Subnet: fmt.Sprintf("10.254.%d.0/24", os.Getpid()%256), StateDir: t.TempDir()}
 	runtimetest.New(t, runtime.ContainerdOptions{Network: opts})
 	st, err := runtime.ReadBridge(opts)
