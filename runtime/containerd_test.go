@@ -46,11 +46,14 @@ func runBatch(t *testing.T, rt runtime.Runtime, spec runtime.Spec) (int, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(spec.LogPath)
-	if err != nil {
+	// Read after the remove: the exit comes back while the shim may
+	// still be copying the last output to the log; deleting the task
+	// waits for that copy.
+	if err := rt.Remove(ctx, spec.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Remove(ctx, spec.ID); err != nil {
+	b, err := os.ReadFile(spec.LogPath)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return code, string(b)
