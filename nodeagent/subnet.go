@@ -53,8 +53,8 @@ var ErrSubnetKept = errors.New("subnet kept unclaimed")
 // multi-node jobs' meshes never overlap.
 //
 // req.Explicit is claimed as it is; it is an error, naming the node, if it
-// overlaps a subnet another node claims or registered. Empty, the node
-// keeps the subnet it claimed before, else the one its bridge carries,
+// overlaps a subnet another node claims or registered. Empty (or equal to
+// it), the node keeps the subnet it claimed before, read alone; else the one its bridge carries,
 // where no other node's claim or registered subnet overlaps it; else,
 // with containers on its bridge, it keeps that one unclaimed (the subnet
 // and an error wrapping ErrSubnetKept); else it takes the first of
@@ -63,15 +63,26 @@ var ErrSubnetKept = errors.New("subnet kept unclaimed")
 // claim reads again, until ctx ends.
 func ClaimSubnet(ctx context.Context, cli *clientv3.Client, keys state.Keys, req SubnetRequest, now time.Time) (string, error) {
 	node := req.Node
+	// A restart: the node's own claim, taken where none overlapped, is
+	// its subnet, read alone (a fleet that restarts at once reads no
+	// other node's record).
+	if c, _, err := state.Get[state.SubnetClaim](ctx, cli, keys.Subnet(node)); err == nil && (req.Explicit == "" || req.Explicit == c.Subnet) {
+		return c.Subnet, nil
+	} else if err != nil && !errors.Is(err, state.ErrNotFound) {
+		return "", fmt.Errorf("read subnet claim of node %s: %w", node, err)
+	}
+	backoff := 50 * time.Millisecond
 	for {
 		got, done, err := claimSubnetOnce(ctx, cli, keys, req, now)
 		if err != nil || done {
 			return got, err
 		}
-		// Agents that start together take turns.
-		if !ctxwait.Sleep(ctx, time.Duration(rand.Int64N(int64(50*time.Millisecond)))) {
+		// Agents that start together take turns, each waiting longer
+		// the more races it lost.
+		if !ctxwait.Sleep(ctx, time.Duration(rand.Int64N(int64(backoff)))) {
 			return "", fmt.Errorf("claim subnet for node %s: %w", node, ctx.Err())
 		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
