@@ -54,13 +54,14 @@ var ErrSubnetKept = errors.New("subnet kept unclaimed")
 //
 // req.Explicit is claimed as it is; it is an error, naming the node, if it
 // overlaps a subnet another node claims or registered. Empty (or equal to
-// it), the node keeps the subnet it claimed before, read alone; else the one its bridge carries,
-// where no other node's claim or registered subnet overlaps it; else,
-// with containers on its bridge, it keeps that one unclaimed (the subnet
-// and an error wrapping ErrSubnetKept); else it takes the first of
-// runtime.DefaultSubnet(seed), DefaultSubnet(seed+"/1"), … that overlaps
-// no other node's. An agent whose transaction lost a race with another's
-// claim reads again, until ctx ends.
+// the node's claim), the node keeps the subnet it claimed before, read
+// alone; else the one its bridge carries, where no other node's claim or
+// registered subnet overlaps it; else, with containers on its bridge, it
+// keeps that one unclaimed (the subnet and an error wrapping
+// ErrSubnetKept); else it takes the first of runtime.DefaultSubnet(seed),
+// DefaultSubnet(seed+"/1"), … that overlaps no other node's. An agent
+// whose transaction lost a race with another's claim reads again, backing
+// off, until ctx ends.
 func ClaimSubnet(ctx context.Context, cli *clientv3.Client, keys state.Keys, req SubnetRequest, now time.Time) (string, error) {
 	node := req.Node
 	// A restart: the node's own claim, taken where none overlapped, is
