@@ -22,17 +22,23 @@ type BridgeState struct {
 	Ports int
 }
 
-// bridgeName is the bridge of the network named name.
-func bridgeName(name string) string {
+// networkID is the short hash of the network named name that its bridge
+// ("vy" + id) and firewall chains ("VY" + id + "-…") are named after.
+func networkID(name string) string {
 	sum := sha256.Sum256([]byte(name))
-	return "vy" + hex.EncodeToString(sum[:3])
+	return hex.EncodeToString(sum[:3])
+}
+
+// ipamDir is where host-local keeps the network's address records.
+func (n *cniNetwork) ipamDir() string {
+	return filepath.Join("/var/lib/cni/networks", "voyager-"+n.opts.Name)
 }
 
 // ReadBridge reads the bridge of the isolated network opts.Name in
 // opts.HostNetNS (empty: this process's network namespace). A bridge that
 // does not exist reads as the zero state.
 func ReadBridge(opts NetworkOptions) (BridgeState, error) {
-	n := &cniNetwork{opts: opts, bridge: bridgeName(opts.Name)}
+	n := &cniNetwork{opts: opts, bridge: "vy" + networkID(opts.Name)}
 	var st BridgeState
 	err := n.inHost(func() error {
 		var err error
@@ -109,5 +115,5 @@ func (n *cniNetwork) resetStaleBridge() error {
 		return fmt.Errorf("set up network: delete bridge %s of subnet %s: %w: %s", n.bridge, st.Subnet, err, out)
 	}
 	n.log.Info("deleted the network's bridge of its former subnet", "bridge", n.bridge, "from", st.Subnet, "to", n.opts.Subnet)
-	return os.RemoveAll(filepath.Join("/var/lib/cni/networks", "voyager-"+n.opts.Name))
+	return os.RemoveAll(n.ipamDir())
 }

@@ -144,8 +144,7 @@ func openCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) 
 	if opts.Name == "" || strings.Trim(opts.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
 		return nil, fmt.Errorf("set up network: name %q: want letters, digits, '-' or '_'", opts.Name)
 	}
-	sum := sha256.Sum256([]byte(opts.Name))
-	n := &cniNetwork{opts: opts, id: hex.EncodeToString(sum[:3]), log: log}
+	n := &cniNetwork{opts: opts, id: networkID(opts.Name), log: log}
 	if n.opts.Subnet == "" {
 		n.opts.Subnet = DefaultSubnet(opts.Name)
 	}
@@ -180,7 +179,7 @@ func openCNINetwork(opts NetworkOptions, log *slog.Logger) (*cniNetwork, error) 
 		}
 	}
 	// Linux caps interface names at 15 bytes, iptables chains at 28.
-	n.bridge = bridgeName(opts.Name)
+	n.bridge = "vy" + n.id
 	n.fwd, n.in, n.ses, n.nat = "VY"+n.id+"-FWD", "VY"+n.id+"-IN", "VY"+n.id+"-SES", "VY"+n.id+"-NAT"
 	conf, err := n.conflist()
 	if err != nil {
@@ -781,7 +780,7 @@ func (n *cniNetwork) removeHere() error {
 	if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		add(fmt.Errorf("delete bridge %s: %w: %s", n.bridge, err, out))
 	}
-	add(os.RemoveAll(filepath.Join("/var/lib/cni/networks", "voyager-"+n.opts.Name)))
+	add(os.RemoveAll(n.ipamDir()))
 	if len(errs) == 0 {
 		// The state directory goes too when nothing is left in it (an
 		// empty netns pin directory included).
