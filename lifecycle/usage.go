@@ -59,12 +59,28 @@ const DefaultGather = time.Second
 // etcd still holds it; the accrual's key is created once, so a change seen
 // twice (a replay, two accountants) counts once. One process leads at a
 // time (elections/usage/).
+//
+// It also learns run times: after each batch of attempts it records, it
+// adds those that finished (their sessions' terminal statuses, not a
+// back-off, preemption, re-queue or lost node, which cut an attempt
+// short) to their owners' RuntimeRecords (runtimes/<owner>,
+// state.LearnRuntimes), from which the placer estimates when sessions
+// end. That is advisory and apart from the accrual's transaction: a
+// failure is logged and skipped, never holds the cursor, and a crash
+// between an accrual's transaction and the learning loses those samples
+// from the estimates (the cursor has moved past them), never any
+// GPU-hours.
 type Accountant struct {
 	cfg AccountantConfig
 	cli *clientv3.Client
 	log *slog.Logger
 
 	accrued, late, catchUps atomic.Int64
+	// learned counts the run-time samples added to owners' records;
+	// learnWarned is when learning last failed at Warn (learn, which
+	// only the leading goroutine calls).
+	learned     atomic.Int64
+	learnWarned time.Time
 	// gathered is how many ended attempts wait for Config.Gather.
 	gathered atomic.Int64
 	mu       sync.Mutex
@@ -100,6 +116,10 @@ func (a *Accountant) Accrued() int64 { return a.accrued.Load() }
 // Late returns how many ended attempts it could not record because their
 // sessions had been retired first (or their specs compacted away).
 func (a *Accountant) Late() int64 { return a.late.Load() }
+
+// Learned returns how many finished attempts' run times this accountant
+// added to their owners' records (runtimes/).
+func (a *Accountant) Learned() int64 { return a.learned.Load() }
 
 // CatchUps returns how many times this accountant counted from the
 // statuses as listed (its start without a cursor, or a cursor behind
@@ -187,7 +207,7 @@ func (a *Accountant) catchUp(ctx context.Context) (int64, error) {
 		}
 		if qr, att, bound, end, ok := state.EndedStatus(st); ok && !recorded[k.Accrual(st.Session, qr)] {
 			ended = append(ended, state.Ended{Session: st.Session, QueueRevision: qr, Attempt: att, Bound: bound, Ended: end,
-				Size: state.ElasticSize(&st), Rev: kv.ModRevision})
+				Size: state.ElasticSize(&st), Rev: kv.ModRevision, Finished: finished(&st)})
 		}
 	}
 	// In the order they ended: each transaction's cursor is its last
@@ -333,15 +353,65 @@ func (a *Accountant) ended(ev *clientv3.Event) (state.Ended, bool) {
 	// The status before the change is the ended attempt's: an elastic
 	// job's size is the one it was bound at.
 	return state.Ended{Session: id, QueueRevision: qr, Attempt: att, Bound: bound, Ended: ended,
-		Size: state.ElasticSize(prev), Rev: ev.Kv.ModRevision}, true
+		Size: state.ElasticSize(prev), Rev: ev.Kv.ModRevision, Finished: finished(cur)}, true
+}
+
+// finished reports whether st, the status that ended an attempt, ends its
+// session after running its course (state.Ended.Finished): terminal, but
+// not Lost, whose attempt its node's loss cut short. A deleted status
+// (nil) and one waiting to run again (a back-off, a preemption, a lost
+// node's re-queue) end an attempt cut short.
+func finished(st *state.Status) bool {
+	return st != nil && st.Phase.Terminal() && st.Phase != state.PhaseLost
 }
 
 // accrueAll records ended attempts (at most state.MaxAccrueAll) in one
 // transaction (state.AccrueAll); those whose spec is gone, or all of them
 // when that transaction is refused three times, one by one (accrue),
 // which tells apart what refused it (and records attempts that together
-// span more days than one transaction can).
+// span more days than one transaction can). Then it learns the run times
+// of those that finished (learn).
 func (a *Accountant) accrueAll(ctx context.Context, ended []state.Ended) error {
+	if err := a.accrueBatch(ctx, ended); err != nil {
+		return err
+	}
+	a.learn(ctx, ended)
+	return nil
+}
+
+// learn adds the finished attempts among ended (their accruals recorded)
+// to their owners' run-time records in one transaction
+// (state.LearnRuntimes). Advisory: a failure is logged, not returned, so
+// the accountant and its cursor go on. Attempts recorded before (a
+// replay) are learned again harmlessly: a record keeps an attempt once,
+// and the accrual it reads is the one first written.
+func (a *Accountant) learn(ctx context.Context, ended []state.Ended) {
+	var finished []state.AttemptKey
+	for _, e := range ended {
+		if e.Finished {
+			finished = append(finished, state.AttemptKey{Session: e.Session, QueueRevision: e.QueueRevision})
+		}
+	}
+	if len(finished) == 0 {
+		return
+	}
+	n, err := state.LearnRuntimes(ctx, a.cli, a.cfg.Keys, finished, a.cfg.Now())
+	switch {
+	case err != nil && ctx.Err() == nil && time.Since(a.learnWarned) >= time.Minute:
+		// At most once a minute: a role without runtimes/ (a deployment
+		// whose roles predate it) refuses every batch.
+		a.learnWarned = time.Now()
+		a.log.Warn("learn run times of finished attempts; their samples are left out of the estimates", "attempts", len(finished), "err", err)
+	case err != nil:
+		a.log.Debug("learn run times of finished attempts", "attempts", len(finished), "err", err)
+	default:
+		a.learned.Add(int64(n))
+		a.log.Debug("run times learned", "attempts", len(finished), "samples", n)
+	}
+}
+
+// accrueBatch is accrueAll's recording.
+func (a *Accountant) accrueBatch(ctx context.Context, ended []state.Ended) error {
 	last := ended[len(ended)-1].Rev
 	var done []bool
 	var missing []int
@@ -561,8 +631,9 @@ func (a *Accountant) deleteMarks(ctx context.Context, ids []string) (bool, error
 }
 
 // Collectors returns the accountant's Prometheus collectors: the attempts
-// it counted and those it could not (their sessions retired first), and
-// the revision up to which it has handled every status change.
+// it counted and those it could not (their sessions retired first), the
+// run times it learned, and the revision up to which it has handled every
+// status change.
 func (a *Accountant) Collectors() []prometheus.Collector {
 	m := promfunc.Set{Subsystem: "usage"}
 	return []prometheus.Collector{
@@ -571,6 +642,8 @@ func (a *Accountant) Collectors() []prometheus.Collector {
 			"Ended attempts the usage accountant could not count: their sessions were retired (or their specs compacted away) before it saw them end.", a.Late),
 		m.Counter("catch_ups_total",
 			"Times this process's usage accountant counted from the statuses as listed (no cursor, or a cursor behind etcd's compaction) rather than change by change.", a.CatchUps),
+		m.Counter("runtimes_learned_total",
+			"Finished attempts whose run times this process's usage accountant added to their owners' records (runtimes/), from which placers estimate when sessions end.", a.Learned),
 		m.Gauge("applied_revision", "The etcd revision up to which this process's usage accountant handled every status change (0 while it does not lead).",
 			func() float64 { return float64(a.Applied()) }),
 	}

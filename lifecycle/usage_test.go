@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -205,8 +206,8 @@ func TestAccountantCountsEachAttemptOnce(t *testing.T) {
 			t.Errorf("voyager_usage_applied_revision %v, want the revision handled", mf.GetMetric()[0].GetGauge().GetValue())
 		}
 	}
-	if len(mfs) != 4 {
-		t.Errorf("%d usage metrics, want 4", len(mfs))
+	if len(mfs) != 5 {
+		t.Errorf("%d usage metrics, want 5", len(mfs))
 	}
 	if a := d.accruals()[keys.Accrual("s-cyd", 30)]; a.GPUs != 4 || a.Team != "vision" || !a.Ended.Equal(day.Add(h(13))) || a.GPUMilliseconds != 4*3600000 {
 		t.Errorf("cyd's first attempt: %+v", a)
@@ -423,4 +424,146 @@ func TestAccountantCatchesUpInBatchesPastCompaction(t *testing.T) {
 	if n := acc.Late(); n != 0 {
 		t.Errorf("%d attempts late, want none", n)
 	}
+}
+
+// TestAccountantLearnsFinishedRunTimes: attempts that end their sessions
+// (Succeeded, Failed, Stopped) add their GPUs and seconds to their
+// owners' records (runtimes/<owner>), as the changes are watched and as a
+// catch-up lists them; attempts cut short (a back-off, a lost node's
+// re-queue, a lost node) add none, nor does their session's next attempt
+// until it finishes.
+func TestAccountantLearnsFinishedRunTimes(t *testing.T) {
+	cli := etcdtest.New(t)
+	d := usageDriver{t: t, cli: cli}
+	acc, stop := runAccountant(t, cli)
+	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
+	day := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+	h := func(x float64) time.Time { return day.Add(time.Duration(x * float64(time.Hour))) }
+	end := func(st state.Status, phase state.Phase, at time.Time) {
+		t.Helper()
+		st.Phase, st.Finished, st.Updated = phase, &at, at
+		d.status(st)
+	}
+	record := func(owner string) (state.RuntimeRecord, bool) {
+		t.Helper()
+		r, _, err := state.Get[state.RuntimeRecord](context.Background(), cli, keys.Runtimes(owner))
+		if errors.Is(err, state.ErrNotFound) {
+			return r, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, true
+	}
+
+	// ada: 2 GPUs for 90 minutes, succeeded; 4 GPUs for an hour, failed.
+	d.create("s-a1", "ada", "vision", 2, h(9))
+	d.finish(d.run("s-a1", 0, 10, h(9)), h(10.5))
+	d.create("s-a2", "ada", "vision", 4, h(11))
+	end(d.run("s-a2", 0, 20, h(11)), state.PhaseFailed, h(12))
+	// bob: an hour, backs off (cut short), then 2 h more, stopped.
+	d.create("s-b1", "bob", "", 1, h(12))
+	st := d.run("s-b1", 0, 30, h(12))
+	retry := h(13.5)
+	st.Phase, st.Reason, st.RetryAt, st.Updated = state.PhasePending, state.ReasonBackOff, &retry, h(13)
+	d.status(st)
+	d.status(state.Status{Session: "s-b1", Phase: state.PhasePending, Reason: "Queued", Attempt: 1, Updated: retry})
+	end(d.run("s-b1", 1, 40, h(14)), state.PhaseStopped, h(16))
+	// cyd: re-queued after a lost node; dan: lost. Both cut short.
+	d.create("s-c1", "cyd", "", 2, h(12))
+	d.run("s-c1", 0, 50, h(12))
+	d.status(state.Status{Session: "s-c1", Phase: state.PhasePending, Reason: "NodeLost", Attempt: 1, Updated: h(13)})
+	d.create("s-d1", "dan", "", 2, h(12))
+	st = d.run("s-d1", 0, 60, h(12))
+	st.Phase, st.Finished, st.Updated = state.PhaseLost, ptr(h(14)), h(14)
+	last, err := state.Put(context.Background(), cli, keys.Status("s-d1"), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past the last change, every batch is recorded and learned.
+	waitUntil(t, "the accountant past the ends", func() bool { return acc.Applied() >= last })
+	if n := len(d.accruals()); n != 6 {
+		t.Errorf("%d accruals, want 6", n)
+	}
+	if n := acc.Learned(); n != 3 {
+		t.Errorf("%d samples learned, want 3 (ada's two, bob's last)", n)
+	}
+
+	sameSamples := func(who string, got []state.RuntimeSample, want []state.RuntimeSample) {
+		t.Helper()
+		ok := len(got) == len(want)
+		for i := 0; ok && i < len(got); i++ {
+			g, w := got[i], want[i]
+			ok = g.Session == w.Session && g.QueueRevision == w.QueueRevision && g.GPUs == w.GPUs && g.Seconds == w.Seconds && g.Ended.Equal(w.Ended)
+		}
+		if !ok {
+			t.Errorf("%s's samples %+v, want %+v", who, got, want)
+		}
+	}
+	ada, _ := record("ada")
+	sameSamples("ada", ada.Samples, []state.RuntimeSample{
+		{Session: "s-a1", QueueRevision: 10, GPUs: 2, Seconds: 5400, Ended: h(10.5)},
+		{Session: "s-a2", QueueRevision: 20, GPUs: 4, Seconds: 3600, Ended: h(12)},
+	})
+	bob, _ := record("bob")
+	sameSamples("bob", bob.Samples, []state.RuntimeSample{{Session: "s-b1", QueueRevision: 40, GPUs: 1, Seconds: 7200, Ended: h(16)}})
+	for _, owner := range []string{"cyd", "dan"} {
+		if r, ok := record(owner); ok {
+			t.Errorf("%s's attempt was cut short, yet %s has a record: %+v", owner, owner, r)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(acc.Collectors()...)
+	if got := counterValue(t, reg, "voyager_usage_runtimes_learned_total"); got != 3 {
+		t.Errorf("voyager_usage_runtimes_learned_total %v, want 3", got)
+	}
+
+	// While no accountant runs, eve finishes and fay backs off; with no
+	// cursor the next accountant catches up from the statuses as listed.
+	stop()
+	d.create("s-e1", "eve", "", 8, h(18))
+	d.finish(d.run("s-e1", 0, 70, h(18)), h(18.25))
+	d.create("s-f1", "fay", "", 1, h(18))
+	st = d.run("s-f1", 0, 80, h(18))
+	retry = h(19.5)
+	st.Phase, st.Reason, st.RetryAt, st.Updated = state.PhasePending, state.ReasonBackOff, &retry, h(19)
+	d.status(st)
+	if _, err := cli.Delete(context.Background(), keys.UsageCursor()); err != nil {
+		t.Fatal(err)
+	}
+	a2, _ := runAccountant(t, cli)
+	waitUntil(t, "the catch-up", func() bool { return a2.Applied() > 0 })
+	if n := len(d.accruals()); n != 8 {
+		t.Errorf("%d accruals after the catch-up, want 8", n)
+	}
+	if n := a2.Learned(); n != 1 {
+		t.Errorf("the catch-up learned %d samples, want eve's", n)
+	}
+	if a2.CatchUps() != 1 {
+		t.Errorf("the second accountant caught up %d times, want once", a2.CatchUps())
+	}
+	eve, _ := record("eve")
+	sameSamples("eve", eve.Samples, []state.RuntimeSample{{Session: "s-e1", QueueRevision: 70, GPUs: 8, Seconds: 900, Ended: h(18.25)}})
+	if r, ok := record("fay"); ok {
+		t.Errorf("fay's attempt backed off, yet she has a record: %+v", r)
+	}
+	if again, _ := record("ada"); len(again.Samples) != 2 {
+		t.Errorf("ada's samples after the catch-up: %+v, want her two kept once", again.Samples)
+	}
+}
+
+// counterValue is the value of the counter named name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

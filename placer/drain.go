@@ -49,10 +49,11 @@ func (p *planner) readyBy(n *nodeState, want int) (at time.Time, known bool) {
 	ends := make([]end, 0, n.sessions())
 	add := func(allocs map[string]state.Allocation) {
 		for _, a := range allocs {
-			if a.Share != nil || a.Ends.IsZero() {
+			at := planEnd(&a, p.snap.Now)
+			if a.Share != nil || at.IsZero() {
 				continue
 			}
-			ends = append(ends, end{a.Ends, len(a.GPUs)})
+			ends = append(ends, end{at, len(a.GPUs)})
 		}
 	}
 	add(n.view.Ledger.Allocations)

@@ -83,7 +83,7 @@ func (p *planner) drainOf(n *nodeState) time.Time {
 	if m, ok := p.drains[n]; ok && m.released == n.released && m.proposed == len(n.proposed) {
 		return m.at
 	}
-	at := drainBy(n)
+	at := drainBy(n, p.snap.Now)
 	if p.drains == nil {
 		p.drains = make(map[*nodeState]drainMemo)
 	}

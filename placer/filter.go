@@ -27,12 +27,18 @@ type part struct {
 	ports int
 	id    string // session id, for reservations
 	owner string // the session's owner: a shared GPU holds one owner's fractions
-	// ends is when the part's session ends at the latest (the plan's
-	// clock plus its max runtime); zero: no max runtime. A part that ends
-	// by the time a held node drains may run there (backfill) if backfill
-	// is set: its owner is below its fair share.
+	// ends is when the part's session is planned to end: the plan's
+	// clock plus its owner's recent run time of its size where that is
+	// shorter than its max runtime (expects), else plus its max runtime
+	// (bound); zero: no max runtime. A part that ends by the time a held
+	// node drains may run there (backfill) if backfill is set: its owner
+	// is below its fair share.
 	ends     time.Time
+	bound    time.Time
 	backfill bool
+	// now is the plan's clock (zero on parts placed outside NewPlan's
+	// queue): a ledger's expected ends are read against it (planEnd).
+	now time.Time
 	// below is set when the part's owner may take a node of the standing
 	// reserve (reserve.go: below its fair share and an equal split).
 	below bool

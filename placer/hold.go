@@ -306,7 +306,7 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 			continue
 		}
 		best.reservedFor, best.reservedWhat = e.Session, describe(pt.req)
-		best.drainBy = drainBy(best)
+		best.drainBy = drainBy(best, p.snap.Now)
 		p.holds[e.Session] = true
 		if p.holding == nil {
 			p.holding = map[string][]*nodeState{}
@@ -379,7 +379,7 @@ func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held 
 		if n.reservedFor != e.Session {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s (%d of %d GPUs free, the rest draining as its sessions end)", n.name, n.freeGPUs, n.totalGPU))
+		parts = append(parts, fmt.Sprintf("%s (%d of %d GPUs free, the rest draining as its sessions end%s)", n.name, n.freeGPUs, n.totalGPU, p.expectedRoom(n, reqs[0].GPUs)))
 	}
 	if len(parts) == 0 {
 		return fmt.Sprintf("waiting for %s", describe(&reqs[0]))
@@ -394,27 +394,105 @@ func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held 
 		describe(&reqs[0]), what, strings.Join(parts, ", "), since, after.Round(time.Second))
 }
 
-// endsOf is when e ends at the latest if it starts now: the plan's clock
-// plus its max runtime; zero if it has none.
-func (p *planner) endsOf(e *state.QueueEntry) time.Time {
-	if e.MaxRuntime <= 0 {
-		return time.Time{}
+// expectedRoom says when held node n is expected to have want GPUs free
+// (readyBy), and from what: ", room expected by 15:10 UTC by its
+// sessions' max runtimes" (or "… and their owners' recent run times" where
+// an estimate counted); empty where some session needed has no max
+// runtime.
+func (p *planner) expectedRoom(n *nodeState, want int) string {
+	at, known := p.readyBy(n, want)
+	if !known || !at.After(p.snap.Now) {
+		return ""
 	}
-	return p.snap.Now.Add(time.Duration(e.MaxRuntime))
+	how := "its sessions' max runtimes"
+	for _, allocs := range []map[string]state.Allocation{n.view.Ledger.Allocations, n.proposed} {
+		for _, a := range allocs {
+			if a.Expects != nil && a.Expects.After(p.snap.Now) {
+				how = "its sessions' max runtimes and their owners' recent run times"
+			}
+		}
+	}
+	return fmt.Sprintf(", room expected by %s UTC by %s", at.UTC().Format("15:04"), how)
+}
+
+// endsOf is when e ends if it starts now, as planned and at the latest:
+// the plan's clock plus its owner's recent run time of its size
+// (expected, estimate) where that is shorter than its max runtime, and
+// the plan's clock plus its max runtime (bound); both zero if it has no
+// max runtime: a session that may run for ever is never counted on to
+// end, however short its owner's last ones were.
+func (p *planner) endsOf(e *state.QueueEntry) (expected, bound time.Time) {
+	if e.MaxRuntime <= 0 {
+		return time.Time{}, time.Time{}
+	}
+	bound = p.snap.Now.Add(time.Duration(e.MaxRuntime))
+	if est := p.estimate(e); est > 0 && est < time.Duration(e.MaxRuntime) {
+		return p.snap.Now.Add(est), bound
+	}
+	return bound, bound
+}
+
+// plannedEnd is endsOf's expected end alone.
+func (p *planner) plannedEnd(e *state.QueueEntry) time.Time {
+	at, _ := p.endsOf(e)
+	return at
+}
+
+// estimate is how long e is expected to hold its GPUs by its owner's
+// recent finished sessions of its size (state.RuntimeRecord.Estimate);
+// zero where the snapshot has none.
+func (p *planner) estimate(e *state.QueueEntry) time.Duration {
+	rec := p.snap.Runtimes[e.Owner]
+	if rec == nil {
+		return 0
+	}
+	// Every part's GPUs together, as state.SessionGPUs counts the
+	// attempts the record learned from.
+	return rec.Estimate(e.Request.GPUs + e.Workers*e.WorkerResources().GPUs)
+}
+
+// expectsOf is the Allocation.Expects of a part: its planned end where
+// that is before its bound, else zero.
+func expectsOf(pt *part) time.Time {
+	if pt.ends.Before(pt.bound) {
+		return pt.ends
+	}
+	return time.Time{}
+}
+
+// planEnd is when the planner counts on a to end, seen at now: its
+// expected end while that is still ahead (a session past it is taken to
+// run to its bound, as one that runs long usually runs longer), else its
+// max runtime's; zero if it has no max runtime. A zero now reads the
+// bound alone.
+func planEnd(a *state.Allocation, now time.Time) time.Time {
+	if a.Expects != nil && !now.IsZero() && a.Expects.After(now) {
+		return *a.Expects
+	}
+	return a.Ends
+}
+
+// timeOrNil is t, nil where it is zero.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // drainBy is when every session on n (in its ledger, or proposed in this
-// pass) has ended by its max runtime: the latest of their ends; zero if
-// some session has none, or n runs nothing.
-func drainBy(n *nodeState) time.Time {
+// pass) has ended as planned at now (planEnd): the latest of their ends;
+// zero if some session has no max runtime, or n runs nothing.
+func drainBy(n *nodeState, now time.Time) time.Time {
 	var latest time.Time
 	for _, allocs := range []map[string]state.Allocation{n.view.Ledger.Allocations, n.proposed} {
 		for _, a := range allocs {
-			if a.Ends.IsZero() {
+			end := planEnd(&a, now)
+			if end.IsZero() {
 				return time.Time{}
 			}
-			if a.Ends.After(latest) {
-				latest = a.Ends
+			if end.After(latest) {
+				latest = end
 			}
 		}
 	}

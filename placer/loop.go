@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -20,13 +21,18 @@ import (
 func (p *Placer) loop(ctx context.Context) error {
 	// The team tree and teams' decayed usage order the queue too: a first
 	// pass without them would place by an order no later pass (nor the
-	// API's queue view) agrees with.
+	// API's queue view) agrees with. The owners' run times shape holds
+	// and drains: a first pass without them would plan nodes to empty
+	// later than the next pass does.
 	caches := []interface{ WaitSynced(context.Context) error }{p.pending, p.nodes, p.ledgers, p.cordons, p.quotas, p.placers, p.warnings}
 	if p.teams != nil {
 		caches = append(caches, p.teams)
 	}
 	if p.usage != nil {
 		caches = append(caches, p.usage)
+	}
+	if p.runtimes != nil {
+		caches = append(caches, p.runtimes)
 	}
 	for _, c := range caches {
 		if err := c.WaitSynced(ctx); err != nil {
@@ -298,6 +304,9 @@ func (p *Placer) snapshot() *Snapshot {
 	if p.usage != nil {
 		s.TeamUsage = p.decay.of(p.usage.Snapshot(), s.Now, p.cfg.UsageHalfLife) // teams.go
 	}
+	if p.runtimes != nil {
+		s.Runtimes = p.runtimeRecords()
+	}
 	p.own.overlay(s, c.Ledgers.Revision(), c.Pending.Revision())
 	dropBound(s)
 	// Read after the caches: a release they do not show yet only ends
@@ -306,6 +315,28 @@ func (p *Placer) snapshot() *Snapshot {
 	PinEpoch(s, p.doneEpoch.Load(), max(c.Pending.Revision(), c.Ledgers.Revision(), c.Nodes.Revision(), p.lastBind.Load()))
 	s.Cache = p.planCache
 	return s
+}
+
+// runtimeRecords is Snapshot.Runtimes: each owner's record in the runtimes
+// cache, by owner. The map is built again only when the cache's revision
+// moved since the last pass (a record written, or etcd's progress), so a
+// pass at 10,000 owners whose records did not change builds nothing. The
+// map and the records are shared between passes and with the cache
+// (watcher.Snapshot.RangeShared): read them, never change them. Only the
+// loop calls it.
+func (p *Placer) runtimeRecords() map[string]*state.RuntimeRecord {
+	snap := p.runtimes.Snapshot()
+	if p.runtimesMap != nil && snap.Revision() == p.runtimesRev {
+		return p.runtimesMap
+	}
+	dir := p.cfg.Keys.RuntimesDir()
+	m := make(map[string]*state.RuntimeRecord, snap.Len())
+	snap.RangeShared(func(it *watcher.Item[state.RuntimeRecord]) bool {
+		m[strings.TrimPrefix(it.Key, dir)] = &it.Value
+		return true
+	})
+	p.runtimesRev, p.runtimesMap = snap.Revision(), m
+	return m
 }
 
 // takesOff reports whether ev took an allocation off a ledger: the ledger

@@ -23,7 +23,7 @@ func scorePack(p *part, n *nodeState, devs []int) float64 {
 	if n.sessions() == 0 {
 		return 0
 	}
-	return 0.5*scoreBinpack(p, n, devs) + 0.5*alignment(p.ends, drainBy(n))
+	return 0.5*scoreBinpack(p, n, devs) + 0.5*alignment(p.ends, drainBy(n, p.now))
 }
 
 // alignment is 1 when a part ending at ends adds nothing to the time a

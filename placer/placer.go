@@ -76,6 +76,13 @@ type Config struct {
 	// half-life to its share in the order (Snapshot.TeamUsage). Zero:
 	// the order knows only what teams hold now.
 	UsageHalfLife time.Duration
+	// RuntimeEstimates makes the placer read the owners' recent run times
+	// (runtimes/, which the usage accountant learns) into
+	// Snapshot.Runtimes, from which it estimates when sessions end
+	// (state.Allocation.Expects). Off, the zero value: no estimates, and
+	// nodes drain by their sessions' max runtimes alone. The process
+	// turns it on by default (VOYAGER_PLACER_RUNTIME_ESTIMATES).
+	RuntimeEstimates bool
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -166,6 +173,13 @@ type Placer struct {
 	// (nil without); decay caches what it gives (teams.go).
 	usage *watcher.Cache[state.UsageDay]
 	decay decayCache
+	// runtimes is the owners' run times, read with
+	// Config.RuntimeEstimates only (nil without); runtimesMap is the
+	// Snapshot.Runtimes the loop built from it at runtimesRev, kept
+	// while the cache's revision stays (loop.go, runtimeRecords).
+	runtimes    *watcher.Cache[state.RuntimeRecord]
+	runtimesRev int64
+	runtimesMap map[string]*state.RuntimeRecord
 	// warnings tells which nodes are held for preempting sessions.
 	warnings *watcher.Cache[state.Warning]
 	// shared is set when the caches above but placers are the process's
@@ -273,6 +287,9 @@ func New(cli *clientv3.Client, cfg Config) *Placer {
 	if cfg.UsageHalfLife > 0 {
 		p.usage = watcher.New(cli, k.GPUHoursDir(), watcher.JSON[state.UsageDay], wopt("gpuhours"))
 	}
+	if cfg.RuntimeEstimates {
+		p.runtimes = watcher.New(cli, k.RuntimesDir(), watcher.JSON[state.RuntimeRecord], wopt("runtimes"))
+	}
 	sc.sent.Store(p.own)
 	p.delivered.revs, p.delivered.taken = map[int64]bool{}, map[int64][]string{}
 	signal := func(ch chan struct{}) {
@@ -375,6 +392,9 @@ func (p *Placer) Run(ctx context.Context) error {
 	runCache(p.placers.Run)
 	if p.usage != nil {
 		runCache(p.usage.Run)
+	}
+	if p.runtimes != nil {
+		runCache(p.runtimes.Run)
 	}
 	wg.Add(1)
 	go func() {

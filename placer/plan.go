@@ -84,6 +84,9 @@ type PartPlan struct {
 	// Ends is when the part ends at the latest by its session's max
 	// runtime, from the plan's clock (state.Allocation.Ends); zero: none.
 	Ends time.Time
+	// Expects is when it is expected to end by its owner's recent run
+	// times, before Ends (state.Allocation.Expects); zero: no estimate.
+	Expects time.Time
 }
 
 // Decision binds one session: every part on its own node.
@@ -410,7 +413,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			}
 			quotaChecked = true
 		}
-		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.endsOf(e), backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner]})]; ok && !p.mayHold(e) {
+		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.plannedEnd(e), backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner]})]; ok && !p.mayHold(e) {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(e, f.reason, f.message)})
 			return Decision{}, false
 		}
@@ -467,7 +470,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		for _, di := range devs {
 			uuids = append(uuids, n.devices[di].uuid)
 		}
-		alloc := allocation(e, PartPlan{Role: role, Devices: uuids, CPUMilli: pt.req.CPUMilli, MemoryMiB: pt.req.MemoryMiB, Ports: n.freePorts(pt.ports), Ends: pt.ends})
+		alloc := allocation(e, PartPlan{Role: role, Devices: uuids, CPUMilli: pt.req.CPUMilli, MemoryMiB: pt.req.MemoryMiB, Ports: n.freePorts(pt.ports), Ends: pt.bound, Expects: expectsOf(pt)})
 		n.reserve(e.Session, alloc, devs)
 		p.reindex(n)
 		chosen = append(chosen, n)
@@ -482,7 +485,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			worker = i
 		}
 		d.Parts = append(d.Parts, PartPlan{Node: n.name, Role: role, Worker: worker, Devices: alloc.GPUs,
-			CPUMilli: alloc.CPUMilli, MemoryMiB: alloc.MemoryMiB, Ports: alloc.Ports, Scores: scores, Ends: alloc.Ends})
+			CPUMilli: alloc.CPUMilli, MemoryMiB: alloc.MemoryMiB, Ports: alloc.Ports, Scores: scores, Ends: alloc.Ends, Expects: expectsOf(pt)})
 	}
 	for _, c := range chosen {
 		if c.reservedFor == e.Session {
@@ -519,7 +522,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 func allocation(e *state.QueueEntry, pp PartPlan) state.Allocation {
 	return state.Allocation{
 		Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Team: e.Team, Priority: e.Priority, Preemptible: e.Preemptible,
-		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends,
+		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends, Expects: timeOrNil(pp.Expects),
 		GPUModel: partModel(e, pp.Role), // teammodels.go
 	}
 }
@@ -700,7 +703,8 @@ func (p *planner) partOf(e *state.QueueEntry, reqs []state.Resources, i int) *pa
 			role = state.RoleWorker
 		}
 	}
-	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: p.endsOf(e), backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner]}
+	ends, bound := p.endsOf(e)
+	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: ends, bound: bound, backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner], now: p.snap.Now}
 }
 
 // describe writes a request the way a person would ask for it: "8×A100-80GB".

@@ -85,7 +85,7 @@ func (p *planner) standingReserve(plan *Plan) {
 		// Backfill only what ends before the node drains and before the
 		// whole-machine request it is kept for is expected: the k-th
 		// node of the reserve serves the (k+1)-th arrival.
-		n.drainBy = drainBy(n)
+		n.drainBy = drainBy(n, p.snap.Now)
 		if need := p.snap.Now.Add(time.Duration(float64(k+1) / rate)); need.Before(n.drainBy) {
 			n.drainBy = need
 		}

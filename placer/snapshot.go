@@ -87,6 +87,13 @@ type Snapshot struct {
 	// its own sessions, not its sub-teams'), added to its share in the
 	// order; nil: no decay (VOYAGER_PLACER_USAGE_HALF_LIFE=0).
 	TeamUsage map[string]float64
+	// Runtimes is each owner's recent finished run times
+	// (runtimes/<owner>), from which a bind's Allocation.Expects is
+	// estimated; nil: no estimates, every node drains by its max
+	// runtimes alone. Like TeamUsage it is advisory: a bind does not
+	// compare it, and placers that read it at different revisions may
+	// plan a node's drain differently, never a GPU twice.
+	Runtimes map[string]*state.RuntimeRecord
 	// Cache, when set, keeps what planning derives from each node's
 	// inventory and ledger between passes (see PlanCache). Set it only on
 	// snapshots read from etcd, whose revisions name their contents.

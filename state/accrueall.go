@@ -31,6 +31,12 @@ type Ended struct {
 	Bound, Ended  time.Time
 	Size          int
 	Rev           int64
+	// Finished is true when the attempt ran to its session's end (a
+	// terminal status but Lost), false when something cut it short (a
+	// back-off, a preemption or a lost node's re-queue, a lost node, a
+	// status deleted): only a finished attempt's run time says how long
+	// its owner's work runs (LearnRuntimes). AccrueAll does not read it.
+	Finished bool
 }
 
 // AccrueAll records the attempts in ended (at most MaxAccrueAll) as Accrue

@@ -92,6 +92,7 @@ var docTypes = map[string]any{
 	"Array":             state.Array{},
 	"Emptied":           state.Emptied{},
 	"SubnetClaim":       state.SubnetClaim{},
+	"RuntimeRecord":     state.RuntimeRecord{},
 }
 
 // strictDecode decodes s into a new value of typ's type, refusing unknown fields.
@@ -210,6 +211,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		k.Array("s01jq2k9a0c3m5t7vb2"):           values["Array"],
 		k.Emptied("gpu-07"):                      values["Emptied"],
 		k.Subnet("gpu-07"):                       values["SubnetClaim"],
+		k.Runtimes("ada"):                        values["RuntimeRecord"],
 	}
 	for key, v := range puts {
 		if _, err := state.Put(ctx, cli, key, v); err != nil {
@@ -221,7 +223,7 @@ func TestEtcdctlReadsDocumentedKeys(t *testing.T) {
 		"sessions": "Session", "pending": "QueueEntry", "status": "Status",
 		"nodes": "Node", "ledger": "Ledger", "bindings": "Binding",
 		"cordons": "Cordon", "quotas": "Quota", "profiles": "Profile", "placers": "Placer",
-		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array", "teams": "Team", "accruals": "Accrual", "gpuhours": "UsageDay", "emptied": "Emptied", "subnets": "SubnetClaim",
+		"idempotency": "IdempotencyRecord", "warnings": "Warning", "parts": "PartStatus", "volumes": "Volume", "arrays": "Array", "teams": "Team", "accruals": "Accrual", "gpuhours": "UsageDay", "emptied": "Emptied", "subnets": "SubnetClaim", "runtimes": "RuntimeRecord",
 	}
 	env := append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_ENDPOINTS="+c.Server.Endpoint())
 	for _, command := range commands {

@@ -626,6 +626,14 @@ type Allocation struct {
 	// latest, and work ending before then may run on it while it is held
 	// (placer/hold.go).
 	Ends time.Time `json:"ends,omitzero"`
+	// Expects is when the session is expected to end, earlier than Ends:
+	// the plan's clock plus what its owner's last finished sessions of
+	// its size held their GPUs for (RuntimeRecord.Estimate); zero: no
+	// estimate below the max runtime. The placer's holds and drain fit
+	// read it before Ends while it is still ahead, and Ends once a
+	// session runs past it. A pointer, so that a ledger of sessions
+	// without one carries no field (the codec writes zero times).
+	Expects *time.Time `json:"expects,omitempty"`
 	// Team is the team the session is charged to (QueueEntry.Team): fair
 	// share, team maxima and reclaim count the allocation against it and
 	// its ancestors (placer/teams.go). Empty where no team exists.

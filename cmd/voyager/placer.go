@@ -43,7 +43,7 @@ func newPlacerCmd() *cobra.Command {
 		config.EnvEtcdEndpoints, config.EnvEtcdPrefix, config.EnvEtcdDialTimeout, config.EnvHTTPAddr,
 		config.EnvLogLevel, config.EnvLogFormat,
 		config.EnvPlacerStrategy, config.EnvPlacerReserveAfter, config.EnvPlacerShortFirst, config.EnvPlacerMaxTxnOps, config.EnvPlacerLeaseTTL,
-		config.EnvPlacerUsageHalfLife, config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
+		config.EnvPlacerUsageHalfLife, config.EnvPlacerRuntimeEstimates, config.EnvMaxSessionsPerNode, config.EnvDataDir, config.EnvRetention, config.EnvHistoryFile,
 		config.EnvIdleTimeout, config.EnvStopWarning, config.EnvMaxRuntime, config.EnvDrainDeadline,
 		config.EnvPreemptGrace, config.EnvPreemptNotebooks, config.EnvElasticInterval, config.EnvElasticNotice, config.EnvPlacerGoodput,
 	}, secureEnvs...)...)
@@ -113,7 +113,8 @@ func newPlacer(cli *clientv3.Client, cfg config.Config, log *slog.Logger, shared
 		LeaseTTL:  cfg.PlacerLeaseTTL,
 		Logger:    log,
 
-		UsageHalfLife: cfg.PlacerUsageHalfLife,
+		UsageHalfLife:    cfg.PlacerUsageHalfLife,
+		RuntimeEstimates: cfg.PlacerRuntimeEstimates,
 	})
 }
 

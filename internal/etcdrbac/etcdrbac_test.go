@@ -158,6 +158,8 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			deny(list(func(k state.Keys) string { return k.BoundSecretsDir() })),
 			deny(get(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
 			deny(get(func(k state.Keys) string { return k.RayToken("s1") })),
+			allow(list(func(k state.Keys) string { return k.RuntimesDir() })),
+			deny(put(func(k state.Keys) string { return k.Runtimes("ada") })),
 		}},
 		{etcdrbac.API, []probe{
 			allow(put(func(k state.Keys) string { return k.Session("s1") })),
@@ -173,6 +175,8 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			allow(put(func(k state.Keys) string { return k.SpecSecrets("s1") })),
 			allow(list(func(k state.Keys) string { return k.SpecSecretsDir() })),
 			deny(get(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
+			// Run times are the usage accountant's to write.
+			deny(put(func(k state.Keys) string { return k.Runtimes("ada") })),
 		}},
 		{etcdrbac.Placer, []probe{
 			allow(put(func(k state.Keys) string { return k.Ledger("gpu-a") })),
@@ -189,6 +193,10 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			allow(get(func(k state.Keys) string { return k.SpecSecrets("s1") })),
 			allow(put(func(k state.Keys) string { return k.BoundSecrets("gpu-b", "s1") })),
 			allow(del(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
+			// The usage accountant learns owners' run times; the placer
+			// reads them.
+			allow(put(func(k state.Keys) string { return k.Runtimes("ada") })),
+			allow(list(func(k state.Keys) string { return k.RuntimesDir() })),
 		}},
 	}
 	for _, c := range cases {

@@ -126,8 +126,10 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// The array controller: elements created, results folded in;
 			// retention deletes a finished array.
 			prefix(rw, k.Arrays()),
-			// The usage accountant: accruals, daily GPU-hours, its cursor.
+			// The usage accountant: accruals, daily GPU-hours, its cursor;
+			// owners' run times, which it learns and the placer reads.
 			prefix(rw, k.Accruals()), prefix(rw, k.GPUHoursDir()), prefix(rw, k.Cursors()), prefix(r, k.Teams()),
+			prefix(rw, k.RuntimesDir()),
 			prefix(r, k.Nodes()), prefix(r, k.Cordons()), prefix(r, k.Quotas()), prefix(r, k.Profiles()),
 			// Its HTTPS endpoint's record, which agents deny sessions.
 			prefix(rw, k.ControlPlaneKind(state.EndpointPlacer)),
@@ -178,7 +180,7 @@ func operatorPerms(k state.Keys, probe Perm) []Perm {
 		k.Sessions(), k.PendingDir(), k.StatusDir(), k.Warnings(), k.Nodes(), k.Ledgers(),
 		k.AllBindings(), k.Cordons(), k.Quotas(), k.Profiles(), k.Placers(), k.Elections(),
 		k.IdempotencyDir(), k.UIDs(), k.UsageDir(), k.Parts(), k.Volumes(), k.Arrays(), k.ControlPlaneDir(),
-		k.Teams(), k.Accruals(), k.GPUHoursDir(), k.Cursors(), k.EmptiedDir(), k.SubnetsDir(),
+		k.Teams(), k.Accruals(), k.GPUHoursDir(), k.Cursors(), k.EmptiedDir(), k.SubnetsDir(), k.RuntimesDir(),
 	} {
 		out = append(out, prefix(clientv3.PermRead, d))
 	}

@@ -125,4 +125,9 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	if !slices.ContainsFunc(placer.Perms, func(p etcdrbac.Perm) bool { return p.Key == k.Parts() && p.Type.String() == "READWRITE" }) {
 		t.Error("the placer's role cannot run the status merger: no readwrite on parts/")
 	}
+	// The usage accountant (in the placer process) learns run times,
+	// which the placer reads.
+	if !slices.ContainsFunc(placer.Perms, func(p etcdrbac.Perm) bool { return p.Key == k.RuntimesDir() && p.Type.String() == "READWRITE" }) {
+		t.Error("the placer's role cannot learn run times: no readwrite on runtimes/")
+	}
 }

@@ -156,6 +156,12 @@ type Config struct {
 	// its end): a workload whose max runtimes tell the planner nothing,
 	// as where everyone asks for the most allowed (simsuite -declare).
 	DeclaredLimit time.Duration
+	// NoEstimates gives the planner no run times learned from history
+	// (placer.Snapshot.Runtimes nil): every node drains by its max
+	// runtimes alone. Otherwise each session that ends is added to its
+	// user's state.RuntimeRecord, as the usage accountant adds a finished
+	// attempt (state.LearnRuntimes), and every pass sees the records.
+	NoEstimates bool
 }
 
 // Pass is one planning pass as Config.Trace sees it.
@@ -471,7 +477,11 @@ func Run(cfg Config) Result {
 		idle     float64
 		lastBusy = make([]time.Duration, cfg.Nodes) // when each node last held something; set below
 		started  = map[string]startedAt{}
+		runtimes map[string]*state.RuntimeRecord // by user; nil: NoEstimates
 	)
+	if !cfg.NoEstimates {
+		runtimes = map[string]*state.RuntimeRecord{}
+	}
 	for i := range lastBusy {
 		lastBusy[i] = -cfg.PowerDownAfter // empty since before the run: may power down at once
 	}
@@ -487,6 +497,9 @@ func Run(cfg Config) Result {
 				views[index[n]].LedgerRevision++
 			}
 			held[s.user] -= s.size.milli()
+			if runtimes != nil {
+				learn(runtimes, s, r.end)
+			}
 		}
 		first := next
 		for next < len(arr) && arr[next].arrive <= now {
@@ -523,7 +536,7 @@ func Run(cfg Config) Result {
 		}
 		pending = tm.stopVictims(now, views, index, pending, held, waitGPUs, bySession)
 		snap := &placer.Snapshot{Nodes: views, Pending: pending, UserQuotas: users, GroupQuotas: groups, Now: epoch.Add(now), Cache: cache,
-			Teams: tm.tree(), Held: tm.heldNodes(pending, now), Preempting: tm.preempting()}
+			Teams: tm.tree(), Held: tm.heldNodes(pending, now), Preempting: tm.preempting(), Runtimes: runtimes}
 		start := time.Now()
 		plan := placer.NewPlan(snap, cfg.Plan)
 		planDur = append(planDur, time.Since(start))
@@ -537,7 +550,7 @@ func Run(cfg Config) Result {
 			for _, pp := range d.Parts {
 				v := &views[index[pp.Node]]
 				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Role: pp.Role,
-					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends,
+					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends, Expects: timeOrNil(pp.Expects),
 					Queued: d.Pending.Entry.Created, Team: s.team, Preemptible: s.preemptible, Priority: s.prio,
 					Share: d.Pending.Entry.Request.Share(sharedGPUMiB)}
 				v.LedgerRevision++
@@ -784,4 +797,29 @@ func limitFor(run time.Duration) time.Duration {
 	}
 	step := limitLadder[len(limitLadder)-1]
 	return (run + step - 1) / step * step
+}
+
+// learn adds session s, ended at end, to its user's run times, as the
+// usage accountant adds a finished attempt: the GPUs of every part
+// together, from its bind to its end.
+func learn(runtimes map[string]*state.RuntimeRecord, s *session, end time.Duration) {
+	rec := runtimes[s.user]
+	if rec == nil {
+		rec = &state.RuntimeRecord{Owner: s.user}
+		runtimes[s.user] = rec
+	}
+	gpus := s.size.GPUs * (1 + s.size.Workers)
+	if s.size.ShareMiB > 0 {
+		gpus = 1
+	}
+	rec.Add(state.RuntimeSample{Session: s.id, QueueRevision: int64(s.gen) + 1, GPUs: gpus,
+		Seconds: int64((end - s.started) / time.Second), Declared: int64(s.limit / time.Second), Ended: epoch.Add(end)})
+}
+
+// timeOrNil is t, nil where it is zero (state.Allocation.Expects).
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

@@ -134,6 +134,17 @@ func Suite(nodes int, hours float64) []Shape {
 			small := Stream{User: "small", Rate: rate(nodes, 1.0, 1.5, time.Hour), Sizes: []Size{{GPUs: 1, Share: 1}, {GPUs: 2, Share: 1}}, Runtime: Runtime{Mean: time.Hour}}
 			return cfg(o, s, d, d/8, 0, only("seven", nodes, 0.5, Size{GPUs: 7}, Runtime{Mean: time.Hour}), small)
 		}},
+		{Name: "adv-declared-max", About: "adversarial: every session declares a max runtime of 72 h whatever it runs for, so max runtimes tell nothing: sweeps of 1/2/4-GPU runs of about 20 min (30%) and of about 6 h (35%), each user's alike (log-normal, σ 0.3), against 8-GPU sessions of about 2 h (25%)", Build: func(o placer.PlanOptions, s uint64) Config {
+			d := dur(24)
+			sweep := []Size{{GPUs: 1, Share: 0.4}, {GPUs: 2, Share: 0.4}, {GPUs: 4, Share: 0.2}}
+			short := Stream{User: "short", Sizes: sweep, Runtime: Runtime{Kind: LogNormal, Mean: 20 * time.Minute, Sigma: 0.3}}
+			short.Rate = rate(nodes, 0.3, meanGPUs(sweep), short.Runtime.Mean)
+			long := Stream{User: "long", Sizes: sweep, Runtime: Runtime{Kind: LogNormal, Mean: 6 * time.Hour, Sigma: 0.3}}
+			long.Rate = rate(nodes, 0.35, meanGPUs(sweep), long.Runtime.Mean)
+			c := cfg(o, s, d, d/4, 0, short, long, only("big", nodes, 0.25, Size{GPUs: 8}, Runtime{Kind: LogNormal, Mean: 2 * time.Hour, Sigma: 0.3}))
+			c.DeclaredLimit = 72 * time.Hour
+			return c
+		}},
 	}
 	for i := range shapes {
 		shapes[i].Nodes = nodes

@@ -31,6 +31,7 @@ func run(args []string) error {
 	trace8 := fs.Int("trace-8", 0, "print every pass that leaves at least this many 8-GPU requests waiting (requests waiting by size, each user's 8-GPU requests), to stderr; 0: none")
 	teams := fs.Bool("teams", false, "run issue 36's team shapes (sim.TeamSuite, binpack) at the first size instead")
 	shortFirst := fs.Bool("short-first", false, "order each owner's requests shortest declared max runtime first, aged (PlanOptions.ShortFirst)")
+	noEstimates := fs.Bool("no-estimates", false, "give the planner no run times learned from finished sessions (sim.Config.NoEstimates): nodes drain by max runtimes alone")
 	declare := fs.Duration("declare", 0, "every session that declares a max runtime declares this one, whatever it runs for (sim.Config.DeclaredLimit: max runtimes that tell the planner nothing, such as 72h); 0: the first rung of the ladder at least its run time")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,9 +72,9 @@ func run(args []string) error {
 				shapes[i] = traced(shapes[i], *trace, *trace8)
 			}
 		}
-		if *declare > 0 {
+		if *declare > 0 || *noEstimates {
 			for i := range shapes {
-				shapes[i] = declaring(shapes[i], *declare)
+				shapes[i] = declaring(shapes[i], *declare, *noEstimates)
 			}
 		}
 		t := time.Now()
@@ -107,12 +108,16 @@ func run(args []string) error {
 }
 
 // declaring is sh with every session that declares a max runtime
-// declaring limit (sim.Config.DeclaredLimit).
-func declaring(sh sim.Shape, limit time.Duration) sim.Shape {
+// declaring limit where it is set (sim.Config.DeclaredLimit), and with
+// no run times learned where noEstimates (sim.Config.NoEstimates).
+func declaring(sh sim.Shape, limit time.Duration, noEstimates bool) sim.Shape {
 	build := sh.Build
 	sh.Build = func(o placer.PlanOptions, seed uint64) sim.Config {
 		c := build(o, seed)
-		c.DeclaredLimit = limit
+		if limit > 0 {
+			c.DeclaredLimit = limit
+		}
+		c.NoEstimates = c.NoEstimates || noEstimates
 		return c
 	}
 	return sh
