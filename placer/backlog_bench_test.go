@@ -31,7 +31,7 @@ func backlogSnapshot(nodes, queued int) *Snapshot {
 		p.Entry = &e
 		return p
 	}
-	s := &Snapshot{Now: t0.Add(-2 * time.Hour)}
+	s := &Snapshot{Now: t0.Add(-2 * time.Hour), Runtimes: backlogRuntimes()}
 	for i := 0; i < nodes; i++ {
 		s.Nodes = append(s.Nodes, view(gpuNode(fmt.Sprintf("node%05d", i), 8, "NVIDIA A100-SXM4-80GB")))
 	}
@@ -57,6 +57,34 @@ func backlogSnapshot(nodes, queued int) *Snapshot {
 		full.Pending = append(full.Pending, p)
 	}
 	return full
+}
+
+// backlogRuntimes is the run-time history of the backlog's users: user0
+// to user3 ran their last four sessions of every size for 10 to 25
+// minutes, each declaring an hour, so their sessions are planned with
+// estimates (state.RuntimeRecord.Estimate) and every pass reads them;
+// user4 to user6 declared about what they ran, so theirs are not.
+func backlogRuntimes() map[string]*state.RuntimeRecord {
+	out := map[string]*state.RuntimeRecord{}
+	for u := 0; u < 7; u++ {
+		owner := fmt.Sprintf("user%d", u)
+		rec := &state.RuntimeRecord{Owner: owner}
+		n := 0
+		for _, g := range []int{1, 2, 4, 8} {
+			for k := 0; k < state.EstimateOver; k++ {
+				n++
+				run := time.Duration(10+5*k) * time.Minute
+				declared := time.Hour
+				if u >= 4 {
+					declared = run
+				}
+				rec.Add(state.RuntimeSample{Session: fmt.Sprintf("%s-past-%d", owner, n), QueueRevision: 1, GPUs: g,
+					Seconds: int64(run / time.Second), Declared: int64(declared / time.Second), Ended: t0.Add(-3*time.Hour + time.Duration(n)*time.Minute)})
+			}
+		}
+		out[owner] = rec
+	}
+	return out
 }
 
 // contendedBacklog is s with the sessions of user6 on the first tenth of

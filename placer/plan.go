@@ -413,7 +413,11 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			}
 			quotaChecked = true
 		}
-		if f, ok := p.failed[shapeOf(&part{req: &e.Request, ports: e.Ports(state.RoleSingle), ends: p.plannedEnd(e), backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner]})]; ok && !p.mayHold(e) {
+		probe := part{req: &e.Request, ports: e.Ports(state.RoleSingle), backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner]}
+		if probe.backfill { // the shape reads its end only then
+			probe.ends = p.plannedEnd(e)
+		}
+		if f, ok := p.failed[shapeOf(&probe)]; ok && !p.mayHold(e) {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(e, f.reason, f.message)})
 			return Decision{}, false
 		}
