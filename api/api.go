@@ -40,6 +40,11 @@ type Config struct {
 	// zero, queue views plan with the teams' decayed GPU-hours as the
 	// placers do (queuedecay.go). 0: without, as placers then plan.
 	UsageHalfLife time.Duration
+	// RuntimeEstimates is the placers' VOYAGER_PLACER_RUNTIME_ESTIMATES:
+	// on, queue views plan with the owners' recent run times (runtimes/)
+	// as the placers do (queueruntimes.go). Off: without, as placers then
+	// plan.
+	RuntimeEstimates bool
 	// HTTPClient fetches logs from node agents. Default: a client with no
 	// overall timeout (logs may be followed for hours).
 	HTTPClient *http.Client
@@ -122,6 +127,11 @@ type API struct {
 	days   *watcher.Cache[state.UsageDay]
 	decay  placer.DecayedUsage
 	status *watcher.Cache[state.Status]
+	// ownerRuns holds runtimes/ when RuntimeEstimates is set (nil
+	// otherwise): the owners' run times the queue view plans with, and
+	// runsMemo the Snapshot.Runtimes built from it (queueruntimes.go).
+	ownerRuns *watcher.Cache[state.RuntimeRecord]
+	runsMemo  runtimesMemo
 	// warns holds warnings/: the metrics count them by reason.
 	warns *watcher.Cache[state.Warning]
 	// secrets holds secrets/: the URLs with tokens, joined into owners'
@@ -235,6 +245,9 @@ func New(cli *clientv3.Client, k state.Keys, cfg Config) (*API, error) {
 	if cfg.UsageHalfLife > 0 {
 		a.days = watcher.New(cli, k.GPUHoursDir(), watcher.JSON[state.UsageDay], wopt("gpuhours"))
 	}
+	if cfg.RuntimeEstimates {
+		a.ownerRuns = watcher.New(cli, k.RuntimesDir(), watcher.JSON[state.RuntimeRecord], wopt("runtimes"))
+	}
 	a.queued = newQueuedIndex()
 	a.pending.AddHandler(func(ev watcher.Event[state.QueueEntry]) { a.queued.apply(k, ev) })
 	a.streams, a.endStreams = context.WithCancel(context.Background())
@@ -290,6 +303,9 @@ func (a *API) Run(ctx context.Context) error {
 	if a.days != nil {
 		g.Go(func() error { return a.days.Run(ctx) })
 	}
+	if a.ownerRuns != nil {
+		g.Go(func() error { return a.ownerRuns.Run(ctx) })
+	}
 	g.Go(func() error {
 		// Plan the queue once the caches are in, so that the first
 		// requests at a large site find a plan instead of waiting for one.
@@ -312,6 +328,9 @@ func (a *API) WaitSynced(ctx context.Context) error {
 	caches := []interface{ WaitSynced(context.Context) error }{a.nodes, a.ledgers, a.emptied, a.cordons, a.pending, a.quotas, a.teams, a.status, a.warns, a.secrets, a.envs, a.runtimes}
 	if a.days != nil {
 		caches = append(caches, a.days)
+	}
+	if a.ownerRuns != nil {
+		caches = append(caches, a.ownerRuns)
 	}
 	for _, w := range caches {
 		if err := w.WaitSynced(ctx); err != nil {

@@ -354,9 +354,9 @@ type queuePlan struct {
 	// index map is 3.5 MB a plan, a map of copies was 9.4 MB.
 	waiting map[string]int32
 	// revs are the revisions of the caches it was planned from (pending,
-	// nodes, ledgers, cordons, quotas, teams, gpuhours); at is when, took
-	// how long it took.
-	revs     [7]int64
+	// nodes, ledgers, cordons, quotas, teams, gpuhours, runtimes); at is
+	// when, took how long it took.
+	revs     [8]int64
 	at       time.Time
 	took     time.Duration
 	finished time.Time
@@ -392,7 +392,7 @@ const syncPlanBudget = 20 * time.Millisecond
 // core): queue positions at a large site are a few passes old at most, and
 // no request pays for a plan.
 func (a *API) queuePlan() *queuePlan {
-	revs := [7]int64{a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision(), a.teams.Revision(), a.daysRevision()}
+	revs := [8]int64{a.pending.Revision(), a.nodes.Revision(), a.ledgers.Revision(), a.cordons.Revision(), a.quotas.Revision(), a.teams.Revision(), a.daysRevision(), a.runtimesRevision()}
 	pc := &a.plans
 	pc.mu.Lock()
 	now := a.cfg.Now()
@@ -430,7 +430,7 @@ func (a *API) queuePlan() *queuePlan {
 }
 
 // planQueue plans the queue over the caches, which were at revs or later.
-func (a *API) planQueue(revs [7]int64) *queuePlan {
+func (a *API) planQueue(revs [8]int64) *queuePlan {
 	now := a.cfg.Now()
 	start := time.Now()
 	snap := a.snapshot(now)
@@ -448,13 +448,15 @@ func (a *API) planQueue(revs [7]int64) *queuePlan {
 
 // snapshot builds a planning snapshot from the caches, exactly as the
 // placer does: with the teams' decayed usage when a half-life is set
-// (queuedecay.go).
+// (queuedecay.go), and the owners' recent run times when run-time
+// estimates are on (queueruntimes.go).
 func (a *API) snapshot(now time.Time) *placer.Snapshot {
 	s := placer.SnapshotOf(a.keys, placer.Caches{
 		Nodes: a.nodes.Snapshot(), Ledgers: a.ledgers.Snapshot(), Cordons: a.cordons.Snapshot(),
 		Quotas: a.quotas.Snapshot(), Pending: a.pending.Snapshot(), Teams: a.teams.Snapshot(),
 	}, now)
 	s.TeamUsage = a.teamUsage(now)
+	s.Runtimes = a.runtimeRecords()
 	return s
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/voyager-gpu/voyager/api/apitest"
 	"github.com/voyager-gpu/voyager/internal/audit"
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -69,6 +70,10 @@ type harnessOpts struct {
 	now            func() time.Time
 	// usageHalfLife is api.Config's UsageHalfLife.
 	usageHalfLife time.Duration
+	// runtimeEstimates and plan are api.Config's RuntimeEstimates and
+	// Plan.
+	runtimeEstimates bool
+	plan             placer.PlanOptions
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -133,6 +138,8 @@ func startHarness(t testing.TB, cli *clientv3.Client, o harnessOpts) *harness {
 		PowerDownAfter:    o.powerDownAfter,
 		Now:               o.now,
 		UsageHalfLife:     o.usageHalfLife,
+		RuntimeEstimates:  o.runtimeEstimates,
+		Plan:              o.plan,
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

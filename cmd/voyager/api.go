@@ -33,7 +33,7 @@ var apiEnvs = []string{
 	config.EnvAPIRegistries, config.EnvAPIMaxQueued, config.EnvAPIExecAuditLog,
 	config.EnvAPIAuditLog, config.EnvAPIAuditMaxMiB, config.EnvAPIAuditKeep,
 	config.EnvDefaultShmMiB, config.EnvUlimitNofile, config.EnvUlimitMemlock, config.EnvNodePowerDownAfter,
-	config.EnvPlacerUsageHalfLife,
+	config.EnvPlacerUsageHalfLife, config.EnvPlacerRuntimeEstimates,
 }
 
 const apiLong = `Runs the HTTP API until SIGINT or SIGTERM: /api/v1/… (sessions, nodes,
@@ -147,6 +147,9 @@ func buildAPI(cli *clientv3.Client, cfg config.Config, secret []byte, auditLog *
 		// The placers' half-life: the queue view plans with the decayed
 		// usage they order by.
 		UsageHalfLife: cfg.PlacerUsageHalfLife,
+		// The placers' run-time estimates: the queue view plans with the
+		// owners' run times they plan with (holds, backfills, reasons).
+		RuntimeEstimates: cfg.PlacerRuntimeEstimates,
 		// The lifecycle controller (voyager placer) reads the same two
 		// settings: they must agree, or extensions and runsUntil would
 		// count from another limit than the one enforced.

@@ -175,8 +175,11 @@ func TestRolesOnRealEtcd(t *testing.T) {
 			allow(put(func(k state.Keys) string { return k.SpecSecrets("s1") })),
 			allow(list(func(k state.Keys) string { return k.SpecSecretsDir() })),
 			deny(get(func(k state.Keys) string { return k.BoundSecrets("gpu-a", "s1") })),
-			// Run times are the usage accountant's to write.
+			// Run times are the usage accountant's to write; the queue
+			// view reads them.
 			deny(put(func(k state.Keys) string { return k.Runtimes("ada") })),
+			allow(list(func(k state.Keys) string { return k.RuntimesDir() })),
+			allow(get(func(k state.Keys) string { return k.Runtimes("ada") })),
 		}},
 		{etcdrbac.Placer, []probe{
 			allow(put(func(k state.Keys) string { return k.Ledger("gpu-a") })),

@@ -99,6 +99,9 @@ func Roles(k state.Keys, nodes []string) []Role {
 			// Teams: admins write them; creates read a session's team;
 			// usage reports and budgets read the GPU-hours.
 			prefix(rw, k.Teams()), prefix(r, k.GPUHoursDir()),
+			// The owners' run times, which the queue view plans with as
+			// the placers do.
+			prefix(r, k.RuntimesDir()),
 			// Its HTTPS endpoint's record, which agents deny sessions.
 			prefix(rw, k.ControlPlaneKind(state.EndpointAPI)),
 			// Views, the queue plan, events; the owner's URLs.

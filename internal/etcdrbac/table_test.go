@@ -130,4 +130,15 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	if !slices.ContainsFunc(placer.Perms, func(p etcdrbac.Perm) bool { return p.Key == k.RuntimesDir() && p.Type.String() == "READWRITE" }) {
 		t.Error("the placer's role cannot learn run times: no readwrite on runtimes/")
 	}
+	// The API's queue view plans with them as the placer does
+	// (TestRolesOnRealEtcd: it writes none).
+	api, err := etcdrbac.Find(roles, etcdrbac.API)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(api.Perms, func(p etcdrbac.Perm) bool {
+		return p.Key == k.RuntimesDir() && p.End == clientv3.GetPrefixRangeEnd(p.Key) && p.Type.String() == "READ"
+	}) {
+		t.Error("the API's role cannot plan the queue view as the placer does: no read on runtimes/")
+	}
 }
