@@ -60,7 +60,7 @@ func backlogSnapshot(nodes, queued int) *Snapshot {
 }
 
 // backlogRuntimes is the run-time history of the backlog's users: user0
-// to user3 ran their last four sessions of every size for 10 to 25
+// to user3 ran their last eight sessions of every size for 10 to 24
 // minutes, each declaring an hour, so their sessions are planned with
 // estimates (state.RuntimeRecord.Estimate) and every pass reads them;
 // user4 to user6 declared about what they ran, so theirs are not.
@@ -73,7 +73,7 @@ func backlogRuntimes() map[string]*state.RuntimeRecord {
 		for _, g := range []int{1, 2, 4, 8} {
 			for k := 0; k < state.EstimateOver; k++ {
 				n++
-				run := time.Duration(10+5*k) * time.Minute
+				run := time.Duration(10+2*k) * time.Minute
 				declared := time.Hour
 				if u >= 4 {
 					declared = run

@@ -21,20 +21,31 @@ func record(owner string, gpus int, declared time.Duration, runs ...time.Duratio
 	return r
 }
 
+// minutes is each count as a duration of that many minutes.
+func minutes(ms ...int) []time.Duration {
+	out := make([]time.Duration, len(ms))
+	for i, m := range ms {
+		out[i] = time.Duration(m) * time.Minute
+	}
+	return out
+}
+
 // TestBindExpectsTheOwnersRecentRunTime: a session that declares a max
 // runtime is bound with Ends at that bound and Expects at the plan's
-// clock plus the longest of its owner's last four finished runs of its
-// size, when those declared max runtimes far beyond what they ran; none
-// where the owner has fewer runs of that size, where its runs declared
-// about what they ran (the bound says more), where the estimate is not
+// clock plus the longest of its owner's last eight finished runs of its
+// size, when those declared max runtimes far beyond what they ran and
+// took about as long as each other; none where the owner has fewer runs
+// of that size, where they varied 8×, where its runs declared about what
+// they ran (the bound says more), where the estimate is not
 // below the bound, or where the session declares no max runtime (it may
 // run for ever, however short its owner's runs were).
 func TestBindExpectsTheOwnersRecentRunTime(t *testing.T) {
 	runtimes := map[string]*state.RuntimeRecord{
-		"ada": record("ada", 1, 72*time.Hour, 3*time.Hour, 20*time.Minute, 40*time.Minute, 30*time.Minute, 25*time.Minute), // last four: at most 40 min
-		"bob": record("bob", 4, 72*time.Hour, 30*time.Minute, 30*time.Minute, 30*time.Minute),
-		"cy":  record("cy", 1, 72*time.Hour, 5*time.Hour, 5*time.Hour, 5*time.Hour, 5*time.Hour),
-		"dan": record("dan", 1, time.Hour, 50*time.Minute, 40*time.Minute, 50*time.Minute, 45*time.Minute),
+		"ada": record("ada", 1, 72*time.Hour, minutes(180, 20, 40, 30, 25, 35, 22, 28, 33)...), // last eight: at most 40 min
+		"bob": record("bob", 4, 72*time.Hour, minutes(30, 30, 30, 30, 30, 30, 30)...),
+		"cy":  record("cy", 1, 72*time.Hour, minutes(300, 300, 300, 300, 300, 300, 300, 300)...),
+		"dan": record("dan", 1, time.Hour, minutes(50, 40, 50, 45, 50, 40, 50, 45)...),
+		"eve": record("eve", 1, 72*time.Hour, minutes(5, 40, 10, 20, 30, 15, 25, 35)...), // 8× apart
 	}
 	limited := func(id, owner string, g int, limit time.Duration) Pending {
 		p := req(id, owner, g, 0)
@@ -47,11 +58,12 @@ func TestBindExpectsTheOwnersRecentRunTime(t *testing.T) {
 		limited("bob-4", "bob", 4, 72*time.Hour),
 		limited("cy-1", "cy", 1, 4*time.Hour), // 5 h expected, 4 h bound
 		limited("dan-1", "dan", 1, 72*time.Hour),
+		limited("eve-1", "eve", 1, 72*time.Hour),
 		req("ada-nolimit", "ada", 1, 0),
 	)
 	s.Runtimes = runtimes
 	plan := NewPlan(s, PlanOptions{})
-	want := map[string]time.Duration{"ada-1": 40 * time.Minute, "ada-2": 0, "bob-4": 0, "cy-1": 0, "dan-1": 0, "ada-nolimit": 0}
+	want := map[string]time.Duration{"ada-1": 40 * time.Minute, "ada-2": 0, "bob-4": 0, "cy-1": 0, "dan-1": 0, "eve-1": 0, "ada-nolimit": 0}
 	if len(plan.Bound) != len(want) {
 		t.Fatalf("bound %d sessions, want %d", len(plan.Bound), len(want))
 	}

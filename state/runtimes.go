@@ -19,8 +19,8 @@ import (
 // a nightly training): the usage accountant adds each finished attempt's
 // GPU time and declared max runtime to its owner's RuntimeRecord, and
 // where the owner's recent runs of a size all declared several times what
-// they ran, the placer expects the next to hold its GPUs no longer than
-// the longest of them, never longer than its max runtime
+// they ran and took about as long as each other, the placer expects the
+// next to hold its GPUs no longer than the longest of them, never longer than its max runtime
 // (Allocation.Expects). Where they declared about what they ran, the
 // bound is the better guide (it is a promise, the history a guess), and
 // the placer plans with the bound alone.
@@ -95,16 +95,18 @@ func (r *RuntimeRecord) Add(s RuntimeSample) bool {
 // (Tsafrir, Etsion and Feitelson, 2007), but only where the owner's
 // declared max runtimes say less: the longest of its last EstimateOver
 // finished attempts of that size, when each of them declared a max
-// runtime at least OverstatedBy times what it ran. 0 (no estimate: plan
-// with the bound) where fewer of that size finished, or one of them
-// declared none, or about what it ran: people who pick a max runtime from
-// a ladder of round durations (15 min, 30 min, 1 h, 2 h, …) declare within
-// 2–3× of their runs, and then the bound is the better guide.
+// runtime at least OverstatedBy times what it ran, and the longest is at
+// most ConsistentWithin times the shortest. 0 (no estimate: plan with the
+// bound) where fewer of that size finished, where they varied more, or
+// where one of them declared none, or about what it ran: people who pick
+// a max runtime from a ladder of round durations (15 min, 30 min, 1 h,
+// 2 h, …) declare within 2–3× of their runs, and then the bound is the
+// better guide.
 func (r *RuntimeRecord) Estimate(gpus int) time.Duration {
 	if r == nil {
 		return 0
 	}
-	var most, n int64
+	var most, least, n int64
 	for i := len(r.Samples) - 1; i >= 0 && n < EstimateOver; i-- {
 		s := &r.Samples[i]
 		if s.GPUs != gpus {
@@ -114,21 +116,35 @@ func (r *RuntimeRecord) Estimate(gpus int) time.Duration {
 			return 0
 		}
 		most = max(most, s.Seconds)
+		if n == 0 || s.Seconds < least {
+			least = s.Seconds
+		}
 		n++
 	}
 	if n < EstimateOver {
 		return 0 // too few to tell a habit from chance
+	}
+	if most > ConsistentWithin*max(least, 1) {
+		return 0 // runs that vary this much predict nothing
 	}
 	return max(time.Duration(most)*time.Second, time.Second)
 }
 
 // EstimateOver is how many of an owner's latest runs of a size Estimate
 // reads.
-const EstimateOver = 4
+const EstimateOver = 8
 
 // OverstatedBy is how many times what they ran an owner's recent runs
 // must have declared for Estimate to give an estimate.
 const OverstatedBy = 4
+
+// ConsistentWithin is how many times its shortest the longest of an
+// owner's recent runs may be for Estimate to give an estimate: the same
+// job run again (a sweep, a nightly training) takes about as long each
+// time, where runs that vary more say little of the next one: eight runs
+// of a log-normal run time of σ 0.3 fall within 4× of each other 98% of
+// the time, eight draws of an exponential one 1% of the time.
+const ConsistentWithin = 4
 
 // LearnRuntimes adds the finished attempts named by their accruals
 // (accruals/<session>/<queueRevision>, written by Accrue) to their owners'

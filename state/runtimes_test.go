@@ -105,13 +105,32 @@ func TestRuntimeRecordEstimate(t *testing.T) {
 		}
 		return r
 	}
-	habit := of([]int64{600, 1800, 1200, 900}, []int64{day, day, day, day})
+	// Eight runs of 2 GPUs, 10 to 30 minutes (within 3×), each declaring a
+	// day: the habit.
+	runs := []int64{600, 1800, 1200, 900, 1500, 700, 1100, 1300}
+	days := func(n int) []int64 {
+		d := make([]int64, n)
+		for i := range d {
+			d[i] = day
+		}
+		return d
+	}
+	with := func(xs []int64, i int, v int64) []int64 { // xs with xs[i] = v
+		out := append([]int64(nil), xs...)
+		out[i] = v
+		return out
+	}
+	habit := of(runs, days(len(runs)))
 	// Interleaved with other sizes, which do not count.
-	mixed := of([]int64{600, 1800, 1200, 900}, []int64{day, day, day, day})
+	mixed := of(runs, days(len(runs)))
 	for i, g := range []int{4, 1} {
 		s := sample(fmt.Sprintf("x%d", i), int64(100+i), g, 7*3600, 15+10*i)
 		s.Declared = day
 		mixed.Add(s)
+	}
+	overs := make([]int64, len(runs))
+	for i, r := range runs {
+		overs[i] = over(r)
 	}
 	for _, c := range []struct {
 		name string
@@ -122,13 +141,15 @@ func TestRuntimeRecordEstimate(t *testing.T) {
 		{"the longest of the last runs", habit, 2, 1800 * time.Second},
 		{"other sizes skipped", mixed, 2, 1800 * time.Second},
 		{"none of the size", habit, 8, 0},
-		{"too few of the size", of([]int64{600, 1800, 1200}, []int64{day, day, day}), 2, 0},
-		{"declared just enough", of([]int64{600, 1800, 1200, 900}, []int64{over(600), over(1800), over(1200), over(900)}), 2, 1800 * time.Second},
-		{"one declared about what it ran", of([]int64{600, 1800, 1200, 900}, []int64{day, over(1800) - 1, day, day}), 2, 0},
-		{"one declared none", of([]int64{600, 1800, 1200, 900}, []int64{day, day, 0, day}), 2, 0},
+		{"too few of the size", of(runs[:state.EstimateOver-1], days(state.EstimateOver-1)), 2, 0},
+		{"declared just enough", of(runs, overs), 2, 1800 * time.Second},
+		{"one declared about what it ran", of(runs, with(overs, 1, over(1800)-1)), 2, 0},
+		{"one declared none", of(runs, with(days(len(runs)), 2, 0)), 2, 0},
+		{"runs just consistent enough", of(with(runs, 0, 2400), days(len(runs))), 2, 2400 * time.Second},
+		{"runs that vary more than 4×", of(with(runs, 0, 2801), days(len(runs))), 2, 0},
 		// Only the last EstimateOver count: an older run, longer and
 		// declared about what it ran, changes nothing.
-		{"older runs ignored", of([]int64{7200, 600, 1800, 1200, 900}, []int64{7200, day, day, day, day}), 2, 1800 * time.Second},
+		{"older runs ignored", of(append([]int64{7200}, runs...), append([]int64{7200}, days(len(runs))...)), 2, 1800 * time.Second},
 		{"empty record", &state.RuntimeRecord{}, 2, 0},
 		{"no record", nil, 2, 0},
 	} {

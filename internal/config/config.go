@@ -218,7 +218,7 @@ type Config struct {
 	// from their owners' recent run times (placer.Config.RuntimeEstimates),
 	// and the API's queue view plan with them as the placer does
 	// (api.Config.RuntimeEstimates).
-	PlacerRuntimeEstimates bool `env:"VOYAGER_PLACER_RUNTIME_ESTIMATES" envDefault:"true" doc:"where an owner's last finished sessions of a size all declared a max runtime several times what they ran, expect the next of that size to end by the longest of them (runtimes/, learned by the usage accountant), never later than its max runtime, when planning which nodes empty soon (holds, drains); false: by max runtimes alone; the API reads it too, so that its queue view plans with the same run times"`
+	PlacerRuntimeEstimates bool `env:"VOYAGER_PLACER_RUNTIME_ESTIMATES" envDefault:"true" doc:"where an owner's last finished sessions of a size all declared a max runtime several times what they ran and took about as long as each other, expect the next of that size to end by the longest of them (runtimes/, learned by the usage accountant), never later than its max runtime, when planning which nodes empty soon (holds, drains); false: by max runtimes alone; the API reads it too, so that its queue view plans with the same run times"`
 	// MinCPUMilli is the least CPU a session (and each Ray worker) may ask
 	// for; with MaxSessionsPerNode it bounds a node's ledger.
 	MinCPUMilli int64 `env:"VOYAGER_MIN_CPU_MILLI" envDefault:"100" doc:"least cpuMilli a session or Ray worker may ask for; smaller requests are refused at admission"`
