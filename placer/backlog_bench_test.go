@@ -49,6 +49,7 @@ func backlogSnapshot(nodes, queued int) *Snapshot {
 		}
 	}
 	full.Now = t0
+	full.Runtimes = s.Runtimes
 	full.Pending = nil
 	for i, g := range benchSizes(rng, queued) {
 		age := time.Duration(rng.Intn(3600)) * time.Second
@@ -61,7 +62,7 @@ func backlogSnapshot(nodes, queued int) *Snapshot {
 
 // backlogRuntimes is the run-time history of the backlog's users: user0
 // to user3 ran their last eight sessions of every size for 10 to 24
-// minutes, each declaring an hour, so their sessions are planned with
+// minutes, each declaring two hours, so their sessions are planned with
 // estimates (state.RuntimeRecord.Estimate) and every pass reads them;
 // user4 to user6 declared about what they ran, so theirs are not.
 func backlogRuntimes() map[string]*state.RuntimeRecord {
@@ -74,7 +75,7 @@ func backlogRuntimes() map[string]*state.RuntimeRecord {
 			for k := 0; k < state.EstimateOver; k++ {
 				n++
 				run := time.Duration(10+2*k) * time.Minute
-				declared := time.Hour
+				declared := 2 * time.Hour
 				if u >= 4 {
 					declared = run
 				}
