@@ -312,3 +312,26 @@ func gather(t *testing.T, a *api.API) string {
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	return rec.Body.String()
 }
+
+// runPlacer runs a placer over cli with cfg (a tick of 200 ms and no logs
+// unless set) until the test ends, and fails the test if it returns an
+// error.
+func runPlacer(t *testing.T, cli *clientv3.Client, cfg placer.Config) {
+	t.Helper()
+	if cfg.Tick == 0 {
+		cfg.Tick = 200 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pl := placer.New(cli, cfg)
+	done := make(chan error, 1)
+	go func() { done <- pl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("placer: %v", err)
+		}
+	})
+}

@@ -2,8 +2,6 @@ package api_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -83,16 +81,7 @@ func TestQueueViewPlansWithDecayedUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pcli.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	pl := placer.New(pcli, placer.Config{Keys: h.keys, UsageHalfLife: halfLife, Tick: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	done := make(chan error, 1)
-	go func() { done <- pl.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("placer: %v", err)
-		}
-	})
+	runPlacer(t, pcli, placer.Config{Keys: h.keys, UsageHalfLife: halfLife})
 	h.waitFor("the placer's bind", func() bool {
 		st, _, err := state.Get[state.Status](context.Background(), h.cli, h.keys.Status(ada.ID))
 		if err == nil && st.Phase == state.PhaseBound {

@@ -1,11 +1,10 @@
 package api
 
 import (
-	"strings"
 	"sync"
 
+	"github.com/voyager-gpu/voyager/placer"
 	"github.com/voyager-gpu/voyager/state"
-	"github.com/voyager-gpu/voyager/watcher"
 )
 
 // The queue view plans as the placers plan (cluster.go's queuePlan): with
@@ -37,7 +36,7 @@ type runtimesMemo struct {
 // the cache's revision moved since the last build, so a plan at 10,000
 // owners whose records did not change builds nothing. The map and the
 // records are shared between plans and with the cache
-// (watcher.Snapshot.RangeShared): read them, never change them.
+// (placer.RuntimesOf): read them, never change them.
 func (a *API) runtimeRecords() map[string]*state.RuntimeRecord {
 	if a.ownerRuns == nil {
 		return nil
@@ -49,14 +48,8 @@ func (a *API) runtimeRecords() map[string]*state.RuntimeRecord {
 	if memo.m != nil && snap.Revision() == memo.rev {
 		return memo.m
 	}
-	dir := a.keys.RuntimesDir()
-	m := make(map[string]*state.RuntimeRecord, snap.Len())
-	snap.RangeShared(func(it *watcher.Item[state.RuntimeRecord]) bool {
-		m[strings.TrimPrefix(it.Key, dir)] = &it.Value
-		return true
-	})
-	memo.rev, memo.m = snap.Revision(), m
-	return m
+	memo.rev, memo.m = snap.Revision(), placer.RuntimesOf(a.keys, snap)
+	return memo.m
 }
 
 // runtimesRevision is the revision of the run times the queue plan read;

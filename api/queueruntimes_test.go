@@ -3,8 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -112,17 +110,7 @@ func TestQueueViewPlansWithOwnersRunTimes(t *testing.T) {
 	}
 
 	// A real placer with estimates does what the view said.
-	ctx, cancel := context.WithCancel(context.Background())
-	pl := placer.New(h.cli, placer.Config{Keys: h.keys, Plan: plan, RuntimeEstimates: true, Tick: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	done := make(chan error, 1)
-	go func() { done <- pl.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("placer: %v", err)
-		}
-	})
+	runPlacer(t, h.cli, placer.Config{Keys: h.keys, Plan: plan, RuntimeEstimates: true})
 	h.waitFor("the placer to bind bob's session and give ada's reason", func() bool {
 		l, _, err := state.Get[state.Ledger](context.Background(), h.cli, h.keys.Ledger("gpu-2"))
 		if err != nil {

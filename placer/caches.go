@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +111,20 @@ type Caches struct {
 	Warnings *watcher.Snapshot[state.Warning]
 	// Teams, when set, is the team tree (Snapshot.Teams).
 	Teams *watcher.Snapshot[state.Team]
+}
+
+// RuntimesOf is Snapshot.Runtimes from a cache of runtimes/: each owner's
+// record by owner. The records are the cache's own (RangeShared), so the
+// map must only be read; the placer and the API's queue view build it
+// only when the cache's revision moved.
+func RuntimesOf(k state.Keys, runs *watcher.Snapshot[state.RuntimeRecord]) map[string]*state.RuntimeRecord {
+	dir := k.RuntimesDir()
+	m := make(map[string]*state.RuntimeRecord, runs.Len())
+	runs.RangeShared(func(it *watcher.Item[state.RuntimeRecord]) bool {
+		m[strings.TrimPrefix(it.Key, dir)] = &it.Value
+		return true
+	})
+	return m
 }
 
 // SnapshotOf builds the planning snapshot of c at now: every placer plans on

@@ -47,12 +47,7 @@ func TestHoldDrainsTheNodeFreeSoonest(t *testing.T) {
 			if len(plan.Bound) != 0 {
 				t.Fatalf("bound %d sessions, want none (no node has 8 free)", len(plan.Bound))
 			}
-			var held []string
-			for n, id := range plan.Reserved {
-				if id == "big" {
-					held = append(held, n)
-				}
-			}
+			held := heldFor(plan, "big")
 			if len(held) != 1 || held[0] != tc.want {
 				t.Fatalf("nodes held for the 8-GPU request: %v, want [%s]", held, tc.want)
 			}

@@ -123,12 +123,7 @@ func TestHoldDrainsTheNodeItsOwnersRunShort(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := NewPlan(snap([]NodeView{tc.old, tc.young}, req("big", "ada", 8, time.Hour)), PlanOptions{ReserveAfter: 10 * time.Minute})
-			var held []string
-			for n, id := range plan.Reserved {
-				if id == "big" {
-					held = append(held, n)
-				}
-			}
+			held := heldFor(plan, "big")
 			if len(held) != 1 || held[0] != tc.want {
 				t.Fatalf("nodes held for the 8-GPU request: %v, want [%s]", held, tc.want)
 			}

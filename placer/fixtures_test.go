@@ -2,6 +2,7 @@ package placer
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -53,4 +54,16 @@ func req(id, owner string, g int, age time.Duration) Pending {
 
 func snap(nodes []NodeView, pending ...Pending) *Snapshot {
 	return &Snapshot{Nodes: nodes, Pending: pending, Now: t0}
+}
+
+// heldFor is the nodes plan holds for session id, by name.
+func heldFor(plan *Plan, id string) []string {
+	var held []string
+	for n, holder := range plan.Reserved {
+		if holder == id {
+			held = append(held, n)
+		}
+	}
+	slices.Sort(held)
+	return held
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/voyager-gpu/voyager/internal/ctxwait"
@@ -322,21 +321,15 @@ func (p *Placer) snapshot() *Snapshot {
 // moved since the last pass (a record written, or etcd's progress), so a
 // pass at 10,000 owners whose records did not change builds nothing. The
 // map and the records are shared between passes and with the cache
-// (watcher.Snapshot.RangeShared): read them, never change them. Only the
+// (RuntimesOf): read them, never change them. Only the
 // loop calls it.
 func (p *Placer) runtimeRecords() map[string]*state.RuntimeRecord {
 	snap := p.runtimes.Snapshot()
 	if p.runtimesMap != nil && snap.Revision() == p.runtimesRev {
 		return p.runtimesMap
 	}
-	dir := p.cfg.Keys.RuntimesDir()
-	m := make(map[string]*state.RuntimeRecord, snap.Len())
-	snap.RangeShared(func(it *watcher.Item[state.RuntimeRecord]) bool {
-		m[strings.TrimPrefix(it.Key, dir)] = &it.Value
-		return true
-	})
-	p.runtimesRev, p.runtimesMap = snap.Revision(), m
-	return m
+	p.runtimesRev, p.runtimesMap = snap.Revision(), RuntimesOf(p.cfg.Keys, snap)
+	return p.runtimesMap
 }
 
 // takesOff reports whether ev took an allocation off a ledger: the ledger
