@@ -93,17 +93,26 @@ func (p *Placer) writeWaiting(ctx context.Context, a advice) {
 			return
 		}
 		wctx, cancel := context.WithTimeout(ctx, p.cfg.AdvisoryTimeout)
-		_, err := p.advisoryKV.Txn(wctx).Then(ops...).Commit()
+		resp, err := p.advisoryKV.Txn(wctx).Then(ops...).Commit()
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Warn("write pending statuses", "err", err, "statuses", len(batch))
 			}
 		} else {
-			for _, w := range batch {
-				p.written[w.id] = w.ws
+			// Only the statuses whose nested compare held were written: a
+			// queue entry changed since the plan (a preemption's hold
+			// written into it, a resubmission) refused its write, and
+			// remembering it as written would keep the same reason from
+			// being written on any later pass.
+			n := 0
+			for i, w := range batch {
+				if i < len(resp.Responses) && resp.Responses[i].GetResponseTxn().GetSucceeded() {
+					p.written[w.id] = w.ws
+					n++
+				}
 			}
-			p.statuses.Add(int64(len(batch)))
+			p.statuses.Add(int64(n))
 		}
 		ops, batch, size = ops[:0], batch[:0], state.TxnSize{}
 	}
