@@ -71,7 +71,7 @@ func TestBindExpectsTheOwnersRecentRunTime(t *testing.T) {
 		id := d.Pending.Entry.Session
 		pp := d.Parts[0]
 		var got time.Duration
-		if !pp.Expects.IsZero() {
+		if pp.Expects != nil {
 			got = pp.Expects.Sub(t0)
 		}
 		if got != want[id] {
@@ -81,7 +81,7 @@ func TestBindExpectsTheOwnersRecentRunTime(t *testing.T) {
 			t.Errorf("%s ends at %v, want its bound %v", id, pp.Ends, t0.Add(limit))
 		}
 		a := allocation(d.Pending.Entry, pp)
-		if (a.Expects == nil) != pp.Expects.IsZero() || (a.Expects != nil && !a.Expects.Equal(pp.Expects)) {
+		if (a.Expects == nil) != (pp.Expects == nil) || (a.Expects != nil && !a.Expects.Equal(*pp.Expects)) {
 			t.Errorf("%s's allocation expects %v, its part %v", id, a.Expects, pp.Expects)
 		}
 	}

@@ -452,12 +452,13 @@ func (p *planner) estimate(e *state.QueueEntry) time.Duration {
 }
 
 // expectsOf is the Allocation.Expects of a part: its planned end where
-// that is before its bound, else zero.
-func expectsOf(pt *part) time.Time {
+// that is before its bound, else nil.
+func expectsOf(pt *part) *time.Time {
 	if pt.ends.Before(pt.bound) {
-		return pt.ends
+		at := pt.ends
+		return &at
 	}
-	return time.Time{}
+	return nil
 }
 
 // planEnd is when the planner counts on a to end, seen at now: its
@@ -470,14 +471,6 @@ func planEnd(a *state.Allocation, now time.Time) time.Time {
 		return *a.Expects
 	}
 	return a.Ends
-}
-
-// timeOrNil is t, nil where it is zero.
-func timeOrNil(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 // drainBy is when every session on n (in its ledger, or proposed in this

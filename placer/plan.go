@@ -85,8 +85,8 @@ type PartPlan struct {
 	// runtime, from the plan's clock (state.Allocation.Ends); zero: none.
 	Ends time.Time
 	// Expects is when it is expected to end by its owner's recent run
-	// times, before Ends (state.Allocation.Expects); zero: no estimate.
-	Expects time.Time
+	// times, before Ends (state.Allocation.Expects); nil: no estimate.
+	Expects *time.Time
 }
 
 // Decision binds one session: every part on its own node.
@@ -489,7 +489,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			worker = i
 		}
 		d.Parts = append(d.Parts, PartPlan{Node: n.name, Role: role, Worker: worker, Devices: alloc.GPUs,
-			CPUMilli: alloc.CPUMilli, MemoryMiB: alloc.MemoryMiB, Ports: alloc.Ports, Scores: scores, Ends: alloc.Ends, Expects: expectsOf(pt)})
+			CPUMilli: alloc.CPUMilli, MemoryMiB: alloc.MemoryMiB, Ports: alloc.Ports, Scores: scores, Ends: alloc.Ends, Expects: alloc.Expects})
 	}
 	for _, c := range chosen {
 		if c.reservedFor == e.Session {
@@ -526,7 +526,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 func allocation(e *state.QueueEntry, pp PartPlan) state.Allocation {
 	return state.Allocation{
 		Kind: e.Kind, Owner: e.Owner, Groups: e.Groups, Team: e.Team, Priority: e.Priority, Preemptible: e.Preemptible,
-		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends, Expects: timeOrNil(pp.Expects),
+		Role: pp.Role, GPUs: pp.Devices, Share: partShare(e, pp.Role), CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends, Expects: pp.Expects,
 		GPUModel: partModel(e, pp.Role), // teammodels.go
 	}
 }

@@ -550,7 +550,7 @@ func Run(cfg Config) Result {
 			for _, pp := range d.Parts {
 				v := &views[index[pp.Node]]
 				v.Ledger.Allocations[s.id] = state.Allocation{Kind: d.Pending.Entry.Kind, Owner: s.user, Groups: s.groups, Role: pp.Role,
-					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends, Expects: timeOrNil(pp.Expects),
+					GPUs: pp.Devices, CPUMilli: pp.CPUMilli, MemoryMiB: pp.MemoryMiB, Ports: pp.Ports, Ends: pp.Ends, Expects: pp.Expects,
 					Queued: d.Pending.Entry.Created, Team: s.team, Preemptible: s.preemptible, Priority: s.prio,
 					Share: d.Pending.Entry.Request.Share(sharedGPUMiB)}
 				v.LedgerRevision++
@@ -814,12 +814,4 @@ func learn(runtimes map[string]*state.RuntimeRecord, s *session, end time.Durati
 	}
 	rec.Add(state.RuntimeSample{Session: s.id, QueueRevision: int64(s.gen) + 1, GPUs: gpus,
 		Seconds: int64((end - s.started) / time.Second), Declared: int64(s.limit / time.Second), Ended: epoch.Add(end)})
-}
-
-// timeOrNil is t, nil where it is zero (state.Allocation.Expects).
-func timeOrNil(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
