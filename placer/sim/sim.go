@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -182,6 +183,12 @@ type Pass struct {
 	Free, Slots8, Reserved, HeldFree int
 	// Plan is the pass's plan (read only).
 	Plan *placer.Plan
+	// Drains is, for every node, how long until the last session now
+	// on it ends by its true run time (0 for an empty node), ascending:
+	// the k-th is the soonest k whole nodes could be free to a policy
+	// that knew every run time and stopped nothing (a bound on how soon
+	// waiting whole-machine requests can start).
+	Drains []time.Duration
 }
 
 // Stats summarises the queueing times of one request shape, in minutes.
@@ -661,6 +668,16 @@ func Run(cfg Config) Result {
 			for u, g := range held {
 				pass.Held[u] = g
 			}
+			last := make(map[string]time.Duration, len(views))
+			for _, r := range ends {
+				for _, n := range r.nodes {
+					last[n] = max(last[n], r.end-now)
+				}
+			}
+			for i := range views {
+				pass.Drains = append(pass.Drains, last[views[i].Node.Name])
+			}
+			slices.Sort(pass.Drains)
 			cfg.Trace(pass)
 		}
 	}

@@ -62,7 +62,9 @@ func only(user string, nodes int, load float64, size Size, run Runtime) Stream {
 // suite; less keeps a 2,000-node run affordable). Shapes marked
 // adversarial are built to defeat holds and draining: an owner trying to
 // hold the whole cluster with large requests, small jobs that never let a
-// node drain, and requests that fit only a nearly empty node.
+// node drain, requests that fit only a nearly empty node, max runtimes
+// that tell nothing, and a script submitting a sweep of whole-machine
+// runs at once into a full cluster.
 func Suite(nodes int, hours float64) []Shape {
 	dur := func(h float64) time.Duration { return time.Duration(h * hours * float64(time.Hour)).Round(SuiteTick) }
 	cfg := func(opt placer.PlanOptions, seed uint64, d, from, to time.Duration, streams ...Stream) Config {
@@ -144,6 +146,11 @@ func Suite(nodes int, hours float64) []Shape {
 			c := cfg(o, s, d, d/4, 0, short, long, only("big", nodes, 0.25, Size{GPUs: 8}, Runtime{Kind: LogNormal, Mean: 2 * time.Hour, Sigma: 0.3}))
 			c.DeclaredLimit = 72 * time.Hour
 			return c
+		}},
+		{Name: "adv-burst-8", About: "adversarial: a script submitting sweeps of 8-GPU runs at once (a tenth of the nodes, every 2 h on average, 1 h each: 5%) against two users at 45% each", Build: func(o placer.PlanOptions, s uint64) Config {
+			d := dur(24)
+			return cfg(o, s, d, d/8, 0, Bursts("sweep", 2*time.Hour, max(1, nodes/10), Size{GPUs: 8}, Runtime{Mean: time.Hour}),
+				steady("u0", nodes, 0.45), steady("u1", nodes, 0.45))
 		}},
 	}
 	for i := range shapes {

@@ -4,9 +4,13 @@
 // with the goals each run misses. `make sim` runs it; it exits 1 if any
 // run misses a goal. With -trace it also writes to stderr every pass whose
 // Jain's index is below the goal: each waiting user's GPUs held, fair share
-// and GPUs waiting, the GPUs free and the nodes held. With -trace-8 N it
-// writes the same for every pass that leaves at least N 8-GPU requests
-// waiting, with the requests waiting by size and each user's 8-GPU ones.
+// and GPUs waiting, the GPUs free, the nodes held and the nodes of the
+// standing reserve with GPUs free. With -trace-8 N it writes the same
+// for every pass that leaves at least N 8-GPU requests waiting, with the
+// requests waiting by size, each user's 8-GPU ones, and how soon as many
+// nodes as there are 8-GPU requests waiting would be whole if every run
+// time were known and nothing more were placed (sim.Pass.Drains): what
+// no policy that stops no session can beat.
 // With -teams it runs issue 36's team shapes
 // (sim.TeamSuite) at the first -nodes size instead and prints their table
 // (`go run ./placer/sim/simsuite -teams -nodes 16`).

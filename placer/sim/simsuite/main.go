@@ -160,8 +160,8 @@ func traced(sh sim.Shape, jain bool, eights int) sim.Shape {
 			if b.Len() > 0 {
 				b.WriteString(";")
 			}
-			fmt.Fprintf(os.Stderr, "trace %d %s %s seed %d at %v: Jain %.3f;%s free %d, 8-GPU slots %d, %d nodes held (%d GPUs free on them)",
-				sh.Nodes, sh.Name, o.Strategy, seed, p.Now, p.Jain, b.String(), p.Free, p.Slots8, p.Reserved, p.HeldFree)
+			fmt.Fprintf(os.Stderr, "trace %d %s %s seed %d at %v: Jain %.3f;%s free %d, 8-GPU slots %d, %d nodes held (%d GPUs free on them), %d of the standing reserve with GPUs free",
+				sh.Nodes, sh.Name, o.Strategy, seed, p.Now, p.Jain, b.String(), p.Free, p.Slots8, p.Reserved, p.HeldFree, len(p.Plan.Standing))
 			if many {
 				sizes := make([]int, 0, len(bySize))
 				for g := range bySize {
@@ -173,6 +173,9 @@ func traced(sh sim.Shape, jain bool, eights int) sim.Shape {
 					fmt.Fprintf(&b, " %d×%d", bySize[g], g)
 				}
 				fmt.Fprintf(os.Stderr, "; waiting (requests × GPUs):%s", b.String())
+				if k := bySize[8]; k > 0 && k <= len(p.Drains) {
+					fmt.Fprintf(os.Stderr, "; %d nodes whole by true run times in %v", k, p.Drains[k-1].Round(time.Minute))
+				}
 			}
 			fmt.Fprintln(os.Stderr)
 		}
