@@ -64,7 +64,8 @@ func only(user string, nodes int, load float64, size Size, run Runtime) Stream {
 // hold the whole cluster with large requests, small jobs that never let a
 // node drain, requests that fit only a nearly empty node, max runtimes
 // that tell nothing, and a script submitting a sweep of whole-machine
-// runs at once into a full cluster.
+// runs at once into a full cluster. many-users is a lab's day: twenty
+// users' mixed work beside one user training on whole machines.
 func Suite(nodes int, hours float64) []Shape {
 	dur := func(h float64) time.Duration { return time.Duration(h * hours * float64(time.Hour)).Round(SuiteTick) }
 	cfg := func(opt placer.PlanOptions, seed uint64, d, from, to time.Duration, streams ...Stream) Config {
@@ -151,6 +152,15 @@ func Suite(nodes int, hours float64) []Shape {
 			d := dur(24)
 			return cfg(o, s, d, d/8, 0, Bursts("sweep", 2*time.Hour, max(1, nodes/10), Size{GPUs: 8}, Runtime{Mean: time.Hour}),
 				steady("u0", nodes, 0.45), steady("u1", nodes, 0.45))
+		}},
+		{Name: "many-users", About: "twenty users (a tenth of the nodes, at least two) offering 80% together (DefaultMix, 1 h mean), against one asking only for 8-GPU sessions (10%)", Build: func(o placer.PlanOptions, s uint64) Config {
+			d := dur(24)
+			n := min(20, max(2, nodes/10))
+			var st []Stream
+			for i := range n {
+				st = append(st, steady(fmt.Sprintf("m%02d", i), nodes, 0.8/float64(n)))
+			}
+			return cfg(o, s, d, d/6, 0, append(st, only("big", nodes, 0.1, Size{GPUs: 8}, Runtime{Mean: time.Hour}))...)
 		}},
 	}
 	for i := range shapes {

@@ -1,0 +1,43 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/voyager-gpu/voyager/placer"
+)
+
+// TestManyUsersAt200Nodes runs many-users at 200 nodes, binpack and
+// spread, seeds 1-3 (binpack seed 1 under the race detector): twenty
+// users offering 4% each beside one offering 10% in 8-GPU sessions. The
+// p99 8/1 goal is not reached there (7.1-16.9; placer/README.md, "Goals
+// not reached"), so the test holds the runs to the figures measured when
+// the shape was added, with a margin: p99 8/1 at most 18, Jain's index
+// at least 0.92 at every pass (0.932-0.968) and at least 0.95 on
+// average, and with binpack busy while waiting at least 95% (98.9-99.3%).
+func TestManyUsersAt200Nodes(t *testing.T) {
+	shape := suiteByName(200)["many-users"]
+	strategies, seeds := []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1, 2, 3}
+	if raceEnabled {
+		strategies, seeds = strategies[:1], seeds[:1]
+	}
+	for _, st := range strategies {
+		for _, seed := range seeds {
+			t.Run(string(st)+"/"+string(rune('0'+seed)), func(t *testing.T) {
+				t.Parallel()
+				o := defaultOptions(t)
+				o.Strategy = st
+				r := Run(shape.Build(o, seed))
+				t.Logf("p99 8/1 %.2f; Jain least %.3f, mean %.3f; busy %.1f%%", r.Ratio(SuiteTick), r.JainMin, r.Jain, 100*r.Busy)
+				if x := r.Ratio(SuiteTick); x > 18 {
+					t.Errorf("p99 wait of 8-GPU over 1-GPU requests %.2f, above 18", x)
+				}
+				if r.JainMin < 0.92 || r.Jain < IssueGoals.JainMin {
+					t.Errorf("Jain's index at its least %.3f (floor 0.92), on average %.3f (goal %.2f)", r.JainMin, r.Jain, IssueGoals.JainMin)
+				}
+				if st == placer.Binpack && r.Busy < IssueGoals.Busy {
+					t.Errorf("busy while waiting %.1f%%, goal %.0f%%", 100*r.Busy, 100*IssueGoals.Busy)
+				}
+			})
+		}
+	}
+}
