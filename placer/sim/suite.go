@@ -65,7 +65,9 @@ func only(user string, nodes int, load float64, size Size, run Runtime) Stream {
 // node drain, requests that fit only a nearly empty node, max runtimes
 // that tell nothing, and a script submitting a sweep of whole-machine
 // runs at once into a full cluster. many-users is a lab's day: twenty
-// users' mixed work beside one user training on whole machines.
+// users' mixed work beside one user training on whole machines;
+// ray-gangs-8 has Ray gangs of eight whole nodes (half of a 16-node
+// cluster).
 func Suite(nodes int, hours float64) []Shape {
 	dur := func(h float64) time.Duration { return time.Duration(h * hours * float64(time.Hour)).Round(SuiteTick) }
 	cfg := func(opt placer.PlanOptions, seed uint64, d, from, to time.Duration, streams ...Stream) Config {
@@ -161,6 +163,11 @@ func Suite(nodes int, hours float64) []Shape {
 				st = append(st, steady(fmt.Sprintf("m%02d", i), nodes, 0.8/float64(n)))
 			}
 			return cfg(o, s, d, d/6, 0, append(st, only("big", nodes, 0.1, Size{GPUs: 8}, Runtime{Mean: time.Hour}))...)
+		}},
+		{Name: "ray-gangs-8", About: "two users at 35%; Ray gangs of a head and 7 workers of 8 GPUs each, 8 whole nodes at once (30%)", Build: func(o placer.PlanOptions, s uint64) Config {
+			d := dur(24)
+			return cfg(o, s, d, d/8, 0, steady("u0", nodes, 0.35), steady("u1", nodes, 0.35),
+				only("ray", nodes, 0.3, Size{GPUs: 8, Workers: 7}, Runtime{Mean: time.Hour}))
 		}},
 	}
 	for i := range shapes {
