@@ -67,7 +67,8 @@ func only(user string, nodes int, load float64, size Size, run Runtime) Stream {
 // runs at once into a full cluster. many-users is a lab's day: twenty
 // users' mixed work beside one user training on whole machines;
 // ray-gangs-8 has Ray gangs of eight whole nodes (half of a 16-node
-// cluster).
+// cluster); adv-burst-1 a sweep of a quarter of the GPUs in 1-GPU runs
+// at once, whose ends leave free GPUs scattered over the nodes.
 func Suite(nodes int, hours float64) []Shape {
 	dur := func(h float64) time.Duration { return time.Duration(h * hours * float64(time.Hour)).Round(SuiteTick) }
 	cfg := func(opt placer.PlanOptions, seed uint64, d, from, to time.Duration, streams ...Stream) Config {
@@ -168,6 +169,11 @@ func Suite(nodes int, hours float64) []Shape {
 			d := dur(24)
 			return cfg(o, s, d, d/8, 0, steady("u0", nodes, 0.35), steady("u1", nodes, 0.35),
 				only("ray", nodes, 0.3, Size{GPUs: 8, Workers: 7}, Runtime{Mean: time.Hour}))
+		}},
+		{Name: "adv-burst-1", About: "adversarial: a script submitting a sweep of 1-GPU runs at once (a quarter of the GPUs in one burst, every 2 h on average, 1 h each: 12.5%) beside one user asking only for 8-GPU sessions (50%) and one at 30%", Build: func(o placer.PlanOptions, s uint64) Config {
+			d := dur(24)
+			return cfg(o, s, d, d/6, 0, Bursts("sweep", 2*time.Hour, nodes*2, Size{GPUs: 1}, Runtime{Mean: time.Hour}),
+				only("big", nodes, 0.5, Size{GPUs: 8}, Runtime{Mean: time.Hour}), steady("u0", nodes, 0.3))
 		}},
 	}
 	for i := range shapes {
