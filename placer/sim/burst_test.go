@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -85,4 +86,44 @@ func TestBurstRecovers(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestPassDrainsAreTrueRunTimesLeft: bursts of three 8-GPU runs of
+// exactly 30 minutes on two nodes. While one waits, both nodes run runs
+// that started together, so each pass's Drains are equal, in (0, 30m],
+// and a pass (one minute) shorter than the pass before's while the same
+// runs go on.
+func TestPassDrainsAreTrueRunTimesLeft(t *testing.T) {
+	fixed := Runtime{Kind: Fixed, Mean: 30 * time.Minute}
+	cfg := Config{Nodes: 2, Plan: defaultOptions(t), Streams: []Stream{Bursts("b", 4*time.Hour, 3, Size{GPUs: 8}, fixed)},
+		Duration: 12 * time.Hour, Tick: time.Minute, Seed: 3}
+	var (
+		passes int
+		prev   Pass
+		bad    []string
+	)
+	cfg.Trace = func(p Pass) {
+		if len(p.Drains) != 2 {
+			bad = append(bad, fmt.Sprintf("%v: %d drains, want 2", p.Now, len(p.Drains)))
+			return
+		}
+		if p.Drains[0] != p.Drains[1] || p.Drains[0] <= 0 || p.Drains[0] > fixed.Mean {
+			bad = append(bad, fmt.Sprintf("%v: drains %v, want two equal, in (0, 30m]", p.Now, p.Drains))
+		}
+		// A pass after another, both runs going on: a pass less. (When
+		// the pair ended at this pass, the next ones started in it.)
+		if passes > 0 && p.Now-prev.Now == cfg.Tick && prev.Drains[0] > cfg.Tick && prev.Drains[0]-p.Drains[0] != cfg.Tick {
+			bad = append(bad, fmt.Sprintf("%v: drains %v a pass after %v", p.Now, p.Drains, prev.Drains))
+		}
+		passes++
+		prev = p
+	}
+	Run(cfg)
+	if passes == 0 {
+		t.Fatal("no pass left the third run waiting")
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+	t.Logf("%d passes with a run waiting", passes)
 }
