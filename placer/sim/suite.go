@@ -75,6 +75,15 @@ func Suite(nodes int, hours float64) []Shape {
 		return Config{Nodes: nodes, Plan: opt, Streams: streams, Duration: d, Tick: SuiteTick, Seed: seed, From: from, To: to}
 	}
 	hour := time.Duration(float64(time.Hour) * min(1, hours*4)) // a run time's turnover, shorter in short runs
+	// gangs is two users at 35% each beside Ray gangs of a head and
+	// workers workers, 8 GPUs each part, offering load.
+	gangs := func(workers int, load float64) func(placer.PlanOptions, uint64) Config {
+		return func(o placer.PlanOptions, s uint64) Config {
+			d := dur(24)
+			return cfg(o, s, d, d/8, 0, steady("u0", nodes, 0.35), steady("u1", nodes, 0.35),
+				only("ray", nodes, load, Size{GPUs: 8, Workers: workers}, Runtime{Mean: time.Hour}))
+		}
+	}
 	shapes := []Shape{
 		{Name: "steady-90", About: "two users offering 90% together, DefaultMix, 1 h mean", Build: func(o placer.PlanOptions, s uint64) Config {
 			d := dur(24)
@@ -119,11 +128,7 @@ func Suite(nodes int, hours float64) []Shape {
 			c.UserWeights = map[string]float64{"heavy": 3}
 			return c
 		}},
-		{Name: "ray-gangs", About: "two users at 70%; Ray gangs of a head and 2 workers of 8 GPUs each (40%)", Build: func(o placer.PlanOptions, s uint64) Config {
-			d := dur(24)
-			return cfg(o, s, d, d/8, 0, steady("u0", nodes, 0.35), steady("u1", nodes, 0.35),
-				only("ray", nodes, 0.4, Size{GPUs: 8, Workers: 2}, Runtime{Mean: time.Hour}))
-		}},
+		{Name: "ray-gangs", About: "two users at 70%; Ray gangs of a head and 2 workers of 8 GPUs each (40%)", Build: gangs(2, 0.4)},
 		{Name: "adv-hold-hog", About: "adversarial: one owner offering 150% in 8-GPU sessions, to hold every node, against two users at 30% each", Build: func(o placer.PlanOptions, s uint64) Config {
 			d := dur(24)
 			return cfg(o, s, d, d/8, 0, only("hog", nodes, 1.5, Size{GPUs: 8}, Runtime{Mean: time.Hour}),
@@ -165,11 +170,7 @@ func Suite(nodes int, hours float64) []Shape {
 			}
 			return cfg(o, s, d, d/6, 0, append(st, only("big", nodes, 0.1, Size{GPUs: 8}, Runtime{Mean: time.Hour}))...)
 		}},
-		{Name: "ray-gangs-8", About: "two users at 35%; Ray gangs of a head and 7 workers of 8 GPUs each, 8 whole nodes at once (30%)", Build: func(o placer.PlanOptions, s uint64) Config {
-			d := dur(24)
-			return cfg(o, s, d, d/8, 0, steady("u0", nodes, 0.35), steady("u1", nodes, 0.35),
-				only("ray", nodes, 0.3, Size{GPUs: 8, Workers: 7}, Runtime{Mean: time.Hour}))
-		}},
+		{Name: "ray-gangs-8", About: "two users at 35%; Ray gangs of a head and 7 workers of 8 GPUs each, 8 whole nodes at once (30%)", Build: gangs(7, 0.3)},
 		{Name: "adv-burst-1", About: "adversarial: a script submitting a sweep of 1-GPU runs at once (a quarter of the GPUs in one burst, every 2 h on average, 1 h each: 12.5%) beside one user asking only for 8-GPU sessions (50%) and one at 30%", Build: func(o placer.PlanOptions, s uint64) Config {
 			d := dur(24)
 			return cfg(o, s, d, d/6, 0, Bursts("sweep", 2*time.Hour, nodes*2, Size{GPUs: 1}, Runtime{Mean: time.Hour}),
