@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/voyager-gpu/voyager/placer"
@@ -9,11 +10,15 @@ import (
 // TestManyUsersAt200Nodes runs many-users at 200 nodes, binpack and
 // spread, seeds 1-3 (binpack seed 1 under the race detector): twenty
 // users offering 4% each beside one offering 10% in 8-GPU sessions. The
-// p99 8/1 goal is not reached there (7.1-16.9; placer/README.md, "Goals
-// not reached"), so the test holds the runs to the figures measured when
-// the shape was added, with a margin: p99 8/1 at most 18, Jain's index
-// at least 0.92 at every pass (0.932-0.968) and at least 0.95 on
-// average, and with binpack busy while waiting at least 95% (98.9-99.3%).
+// p99 8/1 goal is not reached there (7.4-16.8; placer/README.md, "Goals
+// not reached"), so the test holds the runs to the figures measured,
+// with a margin: p99 8/1 at most 18, Jain's index at least 0.92 at
+// every pass (0.942-0.982) and at least 0.95 on average, and with
+// binpack busy while waiting at least 95% (99.0-99.3%).
+// It also asserts where the miss is (Result.UserWait): the 8-GPU p99 of
+// the user asking only for whole machines, above its share whenever the
+// twenty's queues grow together, is at least twice the median of
+// the twenty users' 8-GPU p99s (measured 19-40 min against 3.3-7.1).
 func TestManyUsersAt200Nodes(t *testing.T) {
 	shape := suiteByName(200)["many-users"]
 	strategies, seeds := []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1, 2, 3}
@@ -33,6 +38,18 @@ func TestManyUsersAt200Nodes(t *testing.T) {
 				}
 				if r.JainMin < 0.92 || r.Jain < IssueGoals.JainMin {
 					t.Errorf("Jain's index at its least %.3f (floor 0.92), on average %.3f (goal %.2f)", r.JainMin, r.Jain, IssueGoals.JainMin)
+				}
+				var twenty []float64
+				for u, w := range r.UserWait {
+					if s, ok := w["8"]; ok && u != "big" {
+						twenty = append(twenty, s.P99)
+					}
+				}
+				slices.Sort(twenty)
+				big, median := r.UserWait["big"]["8"].P99, twenty[len(twenty)/2]
+				t.Logf("8-GPU p99: the whole-machine user's %.0f min, the median of the twenty's %.1f min (of %d)", big, median, len(twenty))
+				if len(twenty) < 15 || big < 2*median {
+					t.Errorf("8-GPU p99 of the whole-machine user %.0f min, under twice the median of the %d others' (%.1f min)", big, len(twenty), median)
 				}
 				if st == placer.Binpack && r.Busy < IssueGoals.Busy {
 					t.Errorf("busy while waiting %.1f%%, goal %.0f%%", 100*r.Busy, 100*IssueGoals.Busy)

@@ -214,8 +214,10 @@ type Result struct {
 	// Share is each user's mean fraction of the cluster's GPUs held over
 	// the window.
 	Share map[string]float64
-	// Wait is the queueing time by shape (Size.Label).
-	Wait map[string]Stats
+	// Wait is the queueing time by shape (Size.Label), and UserWait each
+	// user's by shape: who waited, where Wait says only how long.
+	Wait     map[string]Stats
+	UserWait map[string]map[string]Stats
 	// Util is the mean fraction of GPUs allocated over passes in the
 	// window that left work waiting; IdleHeld and IdleFragmented split the
 	// rest: free GPUs on nodes held for a waiting request, and elsewhere.
@@ -238,6 +240,9 @@ type Result struct {
 	// Slots8 is the mean number of nodes with 8 GPUs free, and Floor8 the
 	// mean of floor(free GPUs / 8), over passes that left work waiting.
 	Slots8, Floor8 float64
+	// Tick is the run's time between passes (Config.Tick): the resolution
+	// of every wait.
+	Tick time.Duration
 	// Sessions arrived; Passes planned; PlanP50 and PlanP99 the wall time
 	// of one NewPlan call.
 	Sessions, Passes int
@@ -280,6 +285,41 @@ type Placed struct {
 	// FairWait is the wait, in minutes, its user's fair share implied at
 	// its arrival (Result.MaxExcess).
 	FairWait float64
+}
+
+// userShape keys the waits of one user's requests of one shape.
+type userShape struct{ user, label string }
+
+// waitStats summarises waits (minutes) by shape and by user and shape,
+// still counting those still waiting at the end.
+func waitStats(waits map[userShape][]float64, still map[userShape]int) (map[string]Stats, map[string]map[string]Stats) {
+	byShape, stillByShape := map[string][]float64{}, map[string]int{}
+	byUser := map[string]map[string]Stats{}
+	for k, w := range waits {
+		byShape[k.label] = append(byShape[k.label], w...)
+		stillByShape[k.label] += still[k]
+		if byUser[k.user] == nil {
+			byUser[k.user] = map[string]Stats{}
+		}
+		byUser[k.user][k.label] = statsOf(w, still[k])
+	}
+	out := make(map[string]Stats, len(byShape))
+	for label, w := range byShape {
+		out[label] = statsOf(w, stillByShape[label])
+	}
+	return out, byUser
+}
+
+// statsOf is the Stats of waits w (minutes, at least one; sorted in
+// place), still of which still waited at the end.
+func statsOf(w []float64, still int) Stats {
+	sort.Float64s(w)
+	sum := 0.0
+	for _, x := range w {
+		sum += x
+	}
+	return Stats{N: len(w), Mean: sum / float64(len(w)), P50: quantile(w, 0.5), P99: quantile(w, 0.99),
+		Max: w[len(w)-1], StillWaits: still}
 }
 
 type session struct {
@@ -464,12 +504,12 @@ func Run(cfg Config) Result {
 
 	tm := newTeamSim(&cfg)
 	var (
-		res      = Result{Share: map[string]float64{}, Wait: map[string]Stats{}, Sessions: len(arr)}
+		res      = Result{Share: map[string]float64{}, Wait: map[string]Stats{}, Sessions: len(arr), Tick: cfg.Tick}
 		pending  []placer.Pending
 		ends     endHeap
-		held     = map[string]int{}       // thousandths of GPUs held, by user
-		waits    = map[string][]float64{} // minutes, by label
-		still    = map[string]int{}
+		held     = map[string]int{}          // thousandths of GPUs held, by user
+		waits    = map[userShape][]float64{} // minutes
+		still    = map[userShape]int{}
 		planDur  []time.Duration
 		next     int
 		jainN    int
@@ -574,7 +614,8 @@ func Run(cfg Config) Result {
 			held[s.user] += s.size.milli()
 			waitGPUs[s.user] -= s.size.milli()
 			backlog[s.user] -= float64(s.size.milli()) * s.runtime.Minutes()
-			waits[s.size.Label()] = append(waits[s.size.Label()], (now - s.arrive).Minutes())
+			k := userShape{s.user, s.size.Label()}
+			waits[k] = append(waits[k], (now - s.arrive).Minutes())
 			tm.bound(s, now)
 			res.MaxExcess = max(res.MaxExcess, (now-s.arrive).Minutes()-s.fairWait)
 		}
@@ -683,19 +724,12 @@ func Run(cfg Config) Result {
 	}
 	for _, p := range pending {
 		s := bySession[p.Entry.Session]
-		waits[s.size.Label()] = append(waits[s.size.Label()], (cfg.Duration - s.arrive).Minutes())
+		k := userShape{s.user, s.size.Label()}
+		waits[k] = append(waits[k], (cfg.Duration - s.arrive).Minutes())
 		res.MaxExcess = max(res.MaxExcess, (cfg.Duration-s.arrive).Minutes()-s.fairWait)
-		still[s.size.Label()]++
+		still[k]++
 	}
-	for label, w := range waits {
-		sort.Float64s(w)
-		sum := 0.0
-		for _, x := range w {
-			sum += x
-		}
-		res.Wait[label] = Stats{N: len(w), Mean: sum / float64(len(w)), P50: quantile(w, 0.5), P99: quantile(w, 0.99),
-			Max: w[len(w)-1], StillWaits: still[label]}
-	}
+	res.Wait, res.UserWait = waitStats(waits, still)
 	for i := range arr {
 		res.LongestRuntime = max(res.LongestRuntime, arr[i].runtime)
 	}

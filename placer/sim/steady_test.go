@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/voyager-gpu/voyager/placer"
 )
@@ -41,6 +42,38 @@ func TestSteadyAt200Nodes(t *testing.T) {
 	}
 }
 
+// TestSteadyAtAPassAMinute runs steady-90 at 200 nodes, seeds 1-3, both
+// strategies, planned every minute rather than every two (the suite's
+// pass): the 1-GPU p99 is then one or two minutes, and the 8/1 goal asks
+// the 8-GPU requests to start within two to four. It asserts p99 8/1 at
+// most 2.5 (measured 0.55-2.23, two runs just over the goal's 2). Before
+// an owner a little above an equal split could take the standing
+// reserve (placer's reserveSlack), all six were over 2 and three over
+// 2.5 (4.40, 2.58, 5.56): the user just above the split waited beside
+// the reserve's idle nodes. Under the race detector, binpack seed 2 only.
+func TestSteadyAtAPassAMinute(t *testing.T) {
+	shape := suiteByName(200)["steady-90"]
+	for _, st := range []placer.Strategy{placer.Binpack, placer.Spread} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			if raceEnabled && (st != placer.Binpack || seed != 2) {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%d", st, seed), func(t *testing.T) {
+				t.Parallel()
+				o := defaultOptions(t)
+				o.Strategy = st
+				c := shape.Build(o, seed)
+				c.Tick = time.Minute
+				r := Run(c)
+				t.Logf("p99 8/1 %.2f (8-GPU p99 %.1f min, 1-GPU %.1f)", r.Ratio(r.Tick), r.Wait["8"].P99, r.Wait["1"].P99)
+				if x := r.Ratio(r.Tick); x > 2.5 {
+					t.Errorf("p99 8/1 %.2f at a pass a minute, above 2.5 (8-GPU p99 %.1f min, 1-GPU %.1f)", x, r.Wait["8"].P99, r.Wait["1"].P99)
+				}
+			})
+		}
+	}
+}
+
 // assertIssueGoals runs shape with strategy at the default settings and
 // fails t with every goal of issue 34 the run misses.
 func assertIssueGoals(t *testing.T, shape Shape, strategy placer.Strategy, seed uint64) {
@@ -50,6 +83,6 @@ func assertIssueGoals(t *testing.T, shape Shape, strategy placer.Strategy, seed 
 	row := SuiteRow{Shape: shape, Strategy: strategy, Seed: seed, Result: Run(shape.Build(o, seed))}
 	if m := row.Misses(IssueGoals); len(m) > 0 {
 		t.Errorf("goals missed: %s (Jain least %.3f, mean %.3f; p99 8/1 %.2f)",
-			strings.Join(m, "; "), row.Result.JainMin, row.Result.Jain, row.Result.Ratio(SuiteTick))
+			strings.Join(m, "; "), row.Result.JainMin, row.Result.Jain, row.Result.Ratio(row.Result.Tick))
 	}
 }

@@ -254,7 +254,7 @@ func (row SuiteRow) Misses(g Goals) []string {
 	if r.JainMin < g.JainMin {
 		out = append(out, fmt.Sprintf("Jain min %.3f < %.2f", r.JainMin, g.JainMin))
 	}
-	if x := r.Ratio(SuiteTick); !math.IsNaN(x) && x > g.Ratio {
+	if x := r.Ratio(r.Tick); !math.IsNaN(x) && x > g.Ratio {
 		out = append(out, fmt.Sprintf("p99 8/1 %.2f > %.0f", x, g.Ratio))
 	}
 	if bound := g.Excess * r.LongestRuntime.Minutes(); r.MaxExcess > bound {
@@ -298,7 +298,7 @@ func SuiteTable(rows []SuiteRow, g Goals) string {
 			waits = append(waits, fmt.Sprintf("%s: %.0f / %.0f", l, w.P50, w.P99))
 		}
 		ratio := "–"
-		if x := r.Ratio(SuiteTick); !math.IsNaN(x) {
+		if x := r.Ratio(r.Tick); !math.IsNaN(x) {
 			ratio = fmt.Sprintf("%.2f", x)
 		}
 		missed := strings.Join(row.Misses(g), "; ")

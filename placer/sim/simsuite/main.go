@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +34,8 @@ func run(args []string) error {
 	teams := fs.Bool("teams", false, "run issue 36's team shapes (sim.TeamSuite, binpack) at the first size instead")
 	shortFirst := fs.Bool("short-first", false, "order each owner's requests shortest declared max runtime first, aged (PlanOptions.ShortFirst)")
 	noEstimates := fs.Bool("no-estimates", false, "give the planner no run times learned from finished sessions (sim.Config.NoEstimates): nodes drain by max runtimes alone")
+	tick := fs.Duration("tick", 0, "plan every this much simulated time instead of the suite's pass (sim.SuiteTick); the p99 8/1 floor is one pass of it")
+	noLimits := fs.Bool("no-limits", false, "no session declares a max runtime (every stream's sim.Stream.NoLimit), as from a client that never sets one; with -no-estimates the planner knows nothing of when a session ends")
 	declare := fs.Duration("declare", 0, "every session that declares a max runtime declares this one, whatever it runs for (sim.Config.DeclaredLimit: max runtimes that tell the planner nothing, such as 72h); 0: the first rung of the ladder at least its run time")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -72,16 +76,16 @@ func run(args []string) error {
 				shapes[i] = traced(shapes[i], *trace, *trace8)
 			}
 		}
-		if *declare > 0 || *noEstimates {
+		if *declare > 0 || *noEstimates || *noLimits || *tick > 0 {
 			for i := range shapes {
-				shapes[i] = declaring(shapes[i], *declare, *noEstimates)
+				shapes[i] = declaring(shapes[i], *declare, *noEstimates, *noLimits, *tick)
 			}
 		}
 		t := time.Now()
 		rows = append(rows, sim.RunSuite(shapes, opt, []placer.Strategy{placer.Binpack, placer.Spread}, ss)...)
 		fmt.Fprintf(os.Stderr, "simsuite: %d nodes (hours ×%g) in %v\n", n, f, time.Since(t).Round(time.Second))
 	}
-	fmt.Printf("Default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; %s in all.\n\n", opt.ReserveAfter, sim.SuiteTick, *seeds, time.Since(start).Round(time.Second))
+	fmt.Printf("Default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; %s in all.\n\n", opt.ReserveAfter, cmp.Or(*tick, sim.SuiteTick), *seeds, time.Since(start).Round(time.Second))
 	fmt.Print(sim.SuiteTable(rows, sim.IssueGoals))
 	// Issue 34's goals are asked of its shapes; the sharing shapes of
 	// issue 35 have a table of their own.
@@ -109,8 +113,10 @@ func run(args []string) error {
 
 // declaring is sh with every session that declares a max runtime
 // declaring limit where it is set (sim.Config.DeclaredLimit), and with
-// no run times learned where noEstimates (sim.Config.NoEstimates).
-func declaring(sh sim.Shape, limit time.Duration, noEstimates bool) sim.Shape {
+// no run times learned where noEstimates (sim.Config.NoEstimates), and
+// with no session declaring one where noLimits (sim.Stream.NoLimit), and
+// with a pass every tick where it is set.
+func declaring(sh sim.Shape, limit time.Duration, noEstimates, noLimits bool, tick time.Duration) sim.Shape {
 	build := sh.Build
 	sh.Build = func(o placer.PlanOptions, seed uint64) sim.Config {
 		c := build(o, seed)
@@ -118,6 +124,15 @@ func declaring(sh sim.Shape, limit time.Duration, noEstimates bool) sim.Shape {
 			c.DeclaredLimit = limit
 		}
 		c.NoEstimates = c.NoEstimates || noEstimates
+		if tick > 0 {
+			c.Tick = tick
+		}
+		if noLimits {
+			c.Streams = slices.Clone(c.Streams)
+			for i := range c.Streams {
+				c.Streams[i].NoLimit = true
+			}
+		}
 		return c
 	}
 	return sh
