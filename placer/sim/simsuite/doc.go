@@ -10,7 +10,12 @@
 // requests waiting by size, each user's 8-GPU ones, and how soon as many
 // nodes as there are 8-GPU requests waiting would be whole if every run
 // time were known and nothing more were placed (sim.Pass.Drains): what
-// no policy that stops no session can beat.
+// no policy that stops no session can beat. -tick D plans every D
+// instead of the suite's pass (the p99 8/1 floor is then one pass of D);
+// -declare D has every session that declares a max runtime declare D;
+// -no-limits has no session declare one, and -no-estimates gives the
+// planner no run times learned from finished sessions: with both, the
+// planner knows nothing of when a session ends.
 // With -teams it runs issue 36's team shapes
 // (sim.TeamSuite) at the first -nodes size instead and prints their table
 // (`go run ./placer/sim/simsuite -teams -nodes 16`).
