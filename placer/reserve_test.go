@@ -26,6 +26,19 @@ func reserveCluster(owners []string) []NodeView {
 	return nodes
 }
 
+// adaFirst is reserveCluster's owners: ada on the first k of 39 full
+// nodes, bob on the rest.
+func adaFirst(k int) []string {
+	owners := make([]string, 39)
+	for i := range owners {
+		owners[i] = "bob"
+		if i < k {
+			owners[i] = "ada"
+		}
+	}
+	return owners
+}
+
 // TestStandingReserveKeepsAWholeMachineForArrivals: with whole-machine
 // requests arriving (39 8-GPU sessions queued in the last hour) and no
 // owner at or above its share, the one empty node is kept for them: a
@@ -70,13 +83,7 @@ func TestStandingReserveKeepsAWholeMachineForArrivals(t *testing.T) {
 // made: the whole machines the holds drain follow fair share, and bob's
 // 1-GPU request, below his share, takes the empty node.
 func TestNoStandingReserveUnderContention(t *testing.T) {
-	owners := make([]string, 39)
-	for i := range owners {
-		owners[i] = "bob"
-		if i < 25 {
-			owners[i] = "ada"
-		}
-	}
+	owners := adaFirst(25)
 	pending := []Pending{req("small", "bob", 1, time.Minute), req("more", "ada", 2, time.Minute)}
 	for i := range 20 {
 		pending = append(pending, req(fmt.Sprintf("bob-%d", i), "bob", 8, 0))
@@ -96,13 +103,7 @@ func TestNoStandingReserveUnderContention(t *testing.T) {
 // reserve's node: it would take every node drained, ahead of the others'
 // requests to come.
 func TestStandingReserveOnlyForOwnersBelowAnEqualSplit(t *testing.T) {
-	owners := make([]string, 39)
-	for i := range owners {
-		owners[i] = "bob"
-		if i < 25 {
-			owners[i] = "ada"
-		}
-	}
+	owners := adaFirst(25)
 	// ada's demand-capped share covers what she asks for (bob asks for
 	// little), so no one waits above a fair share and the reserve stands,
 	// sized by bob's arrivals; ada, above an equal split, may not take it.
@@ -124,13 +125,7 @@ func TestStandingReserveOnlyForOwnersBelowAnEqualSplit(t *testing.T) {
 // the idle node for the other user's arrivals (steady-90 at 200 nodes
 // with a pass a minute: 8-GPU p99 8 minutes, 8/1 5.56).
 func TestStandingReserveForAnOwnerNearAnEqualSplit(t *testing.T) {
-	owners := make([]string, 39)
-	for i := range owners {
-		owners[i] = "bob"
-		if i < 21 {
-			owners[i] = "ada"
-		}
-	}
+	owners := adaFirst(21)
 	big := req("big", "ada", 8, 0)
 	plan := NewPlan(snap(reserveCluster(owners), big), PlanOptions{ReserveAfter: 10 * time.Minute})
 	if len(plan.Bound) != 1 || plan.Bound[0].Parts[0].Node != "n39" {
