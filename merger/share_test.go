@@ -54,13 +54,30 @@ func TestMergersShareTheSessions(t *testing.T) {
 	for i := range n {
 		bs = append(bs, bound(t, cli, state.Session{ID: fmt.Sprintf("sh%02d", i), Owner: "ada", Kind: state.KindBatch}, "n1")["n1"])
 	}
+	merges := func() int64 { return ms["pa"].Merges() + ms["pb"].Merges() + ms["pc"].Merges() }
+	probes := 0
 	waitFor(t, "three placers in every merger's share", func() (bool, string) {
 		// A part written now is merged by exactly one merger once
-		// the shares are settled; probe with the first session until so.
-		before := ms["pa"].Merges() + ms["pb"].Merges() + ms["pc"].Merges()
-		report(t, cli, bs[0], func(p *state.PartStatus) { p.Phase, p.Reason = state.PhaseStarting, fmt.Sprint("probe", before) })
-		time.Sleep(100 * time.Millisecond)
-		after := ms["pa"].Merges() + ms["pb"].Merges() + ms["pc"].Merges()
+		// the shares are settled; probe with the first session until
+		// so. Each probe is counted once its own merge is in the
+		// status: a probe's merge that landed after the count (it was
+		// counted as the main phase's, 30 merges of 29 changes, about
+		// one run in a hundred under the race detector) is what a
+		// fixed wait here let through.
+		probes++
+		reason := fmt.Sprint("probe", probes)
+		before := merges()
+		report(t, cli, bs[0], func(p *state.PartStatus) { p.Phase, p.Reason = state.PhaseStarting, reason })
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, _, err := state.Get[state.Status](ctx, cli, keys.Status(bs[0].Session))
+			if err == nil && st.Reason == reason {
+				break
+			}
+			if time.Now().After(deadline) { // no merger took it yet: probe again
+				return false, "probe " + reason + " not merged within 2 s"
+			}
+		}
+		after := merges()
 		return after-before == 1, fmt.Sprintf("%d merges of one change", after-before)
 	})
 	before := map[string]int64{}
