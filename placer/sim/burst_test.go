@@ -70,7 +70,7 @@ func TestBurstRecovers(t *testing.T) {
 					last, longest = p.Now, max(longest, run)
 				}
 				r := Run(cfg)
-				t.Logf("seed %d: Jain least %.3f, mean %.3f; longest run of passes below %.2f: %v; p99 8/1 %.2f, 8-GPU p99 %.0f min, longest drain by true run times %v", seed, r.JainMin, r.Jain, IssueGoals.JainMin, longest, r.Ratio(SuiteTick), r.Wait["8"].P99, drain.Round(time.Second))
+				t.Logf("seed %d: Jain least %.3f, mean %.3f; longest run of passes below %.2f: %v; p99 8/1 %.2f, 8-GPU p99 %.0f min, longest drain by true run times %v", seed, r.JainMin, r.Jain, IssueGoals.JainMin, longest, r.Ratio(), r.Wait["8"].P99, drain.Round(time.Second))
 				if bad != "" {
 					t.Error(bad)
 				}

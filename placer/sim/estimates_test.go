@@ -34,11 +34,11 @@ func TestEstimatesDrainDeclaredMax(t *testing.T) {
 			cfg.NoEstimates = true
 			without := Run(cfg)
 			w8, wo8 := with.Wait["8"].P99, without.Wait["8"].P99
-			t.Logf("8-GPU p99 %.0f min with estimates, %.0f without; p99 8/1 %.2f and %.2f", w8, wo8, with.Ratio(SuiteTick), without.Ratio(SuiteTick))
+			t.Logf("8-GPU p99 %.0f min with estimates, %.0f without; p99 8/1 %.2f and %.2f", w8, wo8, with.Ratio(), without.Ratio())
 			if w8 > wo8/2 {
 				t.Errorf("8-GPU p99 wait %.0f min with estimates, more than half the %.0f without", w8, wo8)
 			}
-			if x := with.Ratio(SuiteTick); x > 3.5 {
+			if x := with.Ratio(); x > 3.5 {
 				t.Errorf("p99 wait of 8-GPU over 1-GPU requests %.2f with estimates, above 3.5", x)
 			}
 			if with.JainMin < IssueGoals.JainMin {

@@ -237,13 +237,14 @@ type Goals struct {
 var IssueGoals = Goals{JainMin: 0.95, Ratio: 2, Excess: 2, Busy: 0.95}
 
 // Ratio is the p99 wait of 8-GPU requests over that of 1-GPU requests,
-// each at least tick; NaN where either size is absent.
-func (r Result) Ratio(tick time.Duration) float64 {
+// each at least one pass of the run (Tick, the resolution of a wait);
+// NaN where either size is absent.
+func (r Result) Ratio() float64 {
 	one, eight := r.Wait["1"], r.Wait["8"]
 	if one.N == 0 || eight.N == 0 {
 		return math.NaN()
 	}
-	floor := tick.Minutes()
+	floor := r.Tick.Minutes()
 	return max(eight.P99, floor) / max(one.P99, floor)
 }
 
@@ -254,7 +255,7 @@ func (row SuiteRow) Misses(g Goals) []string {
 	if r.JainMin < g.JainMin {
 		out = append(out, fmt.Sprintf("Jain min %.3f < %.2f", r.JainMin, g.JainMin))
 	}
-	if x := r.Ratio(r.Tick); !math.IsNaN(x) && x > g.Ratio {
+	if x := r.Ratio(); !math.IsNaN(x) && x > g.Ratio {
 		out = append(out, fmt.Sprintf("p99 8/1 %.2f > %.0f", x, g.Ratio))
 	}
 	if bound := g.Excess * r.LongestRuntime.Minutes(); r.MaxExcess > bound {
@@ -298,7 +299,7 @@ func SuiteTable(rows []SuiteRow, g Goals) string {
 			waits = append(waits, fmt.Sprintf("%s: %.0f / %.0f", l, w.P50, w.P99))
 		}
 		ratio := "–"
-		if x := r.Ratio(r.Tick); !math.IsNaN(x) {
+		if x := r.Ratio(); !math.IsNaN(x) {
 			ratio = fmt.Sprintf("%.2f", x)
 		}
 		missed := strings.Join(row.Misses(g), "; ")

@@ -94,7 +94,7 @@ func TestSuiteGoals(t *testing.T) {
 		}
 		check("jain-min", r.JainMin, IssueGoals.JainMin, true, "Jain's index at its least")
 		check("jain-mean", r.Jain, IssueGoals.JainMin, true, "Jain's index on average")
-		if x := r.Ratio(SuiteTick); !math.IsNaN(x) {
+		if x := r.Ratio(); !math.IsNaN(x) {
 			check("ratio", x, IssueGoals.Ratio, false, "p99 wait of 8-GPU over 1-GPU requests")
 		}
 		if limit := IssueGoals.Excess * r.LongestRuntime.Minutes(); r.MaxExcess > limit {

@@ -76,9 +76,9 @@ func run(args []string) error {
 				shapes[i] = traced(shapes[i], *trace, *trace8)
 			}
 		}
-		if *declare > 0 || *noEstimates || *noLimits || *tick > 0 {
+		if ov := (overrides{declare: *declare, tick: *tick, noEstimates: *noEstimates, noLimits: *noLimits}); ov != (overrides{}) {
 			for i := range shapes {
-				shapes[i] = declaring(shapes[i], *declare, *noEstimates, *noLimits, *tick)
+				shapes[i] = ov.apply(shapes[i])
 			}
 		}
 		t := time.Now()
@@ -111,23 +111,32 @@ func run(args []string) error {
 	return nil
 }
 
-// declaring is sh with every session that declares a max runtime
-// declaring limit where it is set (sim.Config.DeclaredLimit), and with
-// no run times learned where noEstimates (sim.Config.NoEstimates), and
-// with no session declaring one where noLimits (sim.Stream.NoLimit), and
-// with a pass every tick where it is set.
-func declaring(sh sim.Shape, limit time.Duration, noEstimates, noLimits bool, tick time.Duration) sim.Shape {
+// overrides are the flags that change what every shape's runs tell the
+// planner or how often it plans.
+type overrides struct {
+	// declare is the max runtime every session that declares one
+	// declares (sim.Config.DeclaredLimit); tick the time between passes
+	// (sim.Config.Tick); zero leaves either as the shape has it.
+	declare, tick time.Duration
+	// noEstimates gives the planner no run times learned
+	// (sim.Config.NoEstimates); noLimits has no session declare a max
+	// runtime (sim.Stream.NoLimit).
+	noEstimates, noLimits bool
+}
+
+// apply is sh with o applied to every run it builds.
+func (o overrides) apply(sh sim.Shape) sim.Shape {
 	build := sh.Build
-	sh.Build = func(o placer.PlanOptions, seed uint64) sim.Config {
-		c := build(o, seed)
-		if limit > 0 {
-			c.DeclaredLimit = limit
+	sh.Build = func(opt placer.PlanOptions, seed uint64) sim.Config {
+		c := build(opt, seed)
+		if o.declare > 0 {
+			c.DeclaredLimit = o.declare
 		}
-		c.NoEstimates = c.NoEstimates || noEstimates
-		if tick > 0 {
-			c.Tick = tick
+		if o.tick > 0 {
+			c.Tick = o.tick
 		}
-		if noLimits {
+		c.NoEstimates = c.NoEstimates || o.noEstimates
+		if o.noLimits {
 			c.Streams = slices.Clone(c.Streams)
 			for i := range c.Streams {
 				c.Streams[i].NoLimit = true
