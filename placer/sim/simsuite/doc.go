@@ -15,7 +15,9 @@
 // -declare D has every session that declares a max runtime declare D;
 // -no-limits has no session declare one, and -no-estimates gives the
 // planner no run times learned from finished sessions: with both, the
-// planner knows nothing of when a session ends.
+// planner knows nothing of when a session ends. -extra runs the shapes
+// outside the suite instead (sim.ExtraShapes: workloads the policy was
+// not tuned on; `go run ./placer/sim/simsuite -extra -nodes 200`).
 // With -teams it runs issue 36's team shapes
 // (sim.TeamSuite) at the first -nodes size instead and prints their table
 // (`go run ./placer/sim/simsuite -teams -nodes 16`).

@@ -31,6 +31,7 @@ func run(args []string) error {
 	only := fs.String("shape", "", "run only the shapes whose name contains this")
 	trace := fs.Bool("trace", false, "print every pass whose Jain's index is below the goal (users' GPUs held, waiting and fair share; nodes held), to stderr")
 	trace8 := fs.Int("trace-8", 0, "print every pass that leaves at least this many 8-GPU requests waiting (requests waiting by size, each user's 8-GPU requests), to stderr; 0: none")
+	extra := fs.Bool("extra", false, "run the shapes outside the suite (sim.ExtraShapes: workloads the policy was not tuned on) instead of the suite")
 	teams := fs.Bool("teams", false, "run issue 36's team shapes (sim.TeamSuite, binpack) at the first size instead")
 	shortFirst := fs.Bool("short-first", false, "order each owner's requests shortest declared max runtime first, aged (PlanOptions.ShortFirst)")
 	noEstimates := fs.Bool("no-estimates", false, "give the planner no run times learned from finished sessions (sim.Config.NoEstimates): nodes drain by max runtimes alone")
@@ -70,7 +71,11 @@ func run(args []string) error {
 		if !ok {
 			f = 1
 		}
-		shapes := sim.Matching(append(sim.Suite(n, f), sim.ShareSuite(n, f)...), *only)
+		all := append(sim.Suite(n, f), sim.ShareSuite(n, f)...)
+		if *extra {
+			all = sim.ExtraShapes(n, f)
+		}
+		shapes := sim.Matching(all, *only)
 		if *trace || *trace8 > 0 {
 			for i := range shapes {
 				shapes[i] = traced(shapes[i], *trace, *trace8)

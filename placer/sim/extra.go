@@ -1,0 +1,73 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/voyager-gpu/voyager/placer"
+)
+
+// ExtraShapes are workload shapes outside the suite (Suite), built after
+// the placer's policy was set, to judge it on workloads it was not tuned
+// on, as issue 34 says its suite will be judged: run times with a long
+// tail; half-machine requests against a 1-GPU flood; sizes that do not
+// tile a node (3, 5 and 6 GPUs); a day's load on top of a night's; an
+// 8-GPU flood and a 1-GPU flood overlapping; pairs of whole machines;
+// short 8-GPU runs against 1-GPU runs of hours; one user weighted four
+// to one. Each runs 24 simulated hours × hours, judged from the fourth
+// hour, at a cluster of nodes 8-GPU nodes, planned every SuiteTick.
+func ExtraShapes(nodes int, hours float64) []Shape {
+	h := time.Duration(hours * float64(time.Hour))
+	d := (24 * h).Round(SuiteTick)
+	cfg := func(o placer.PlanOptions, seed uint64, streams ...Stream) Config {
+		return Config{Nodes: nodes, Plan: o, Streams: streams, Duration: d, Tick: SuiteTick, Seed: seed, From: d / 6}
+	}
+	odd := []Size{{GPUs: 1, Share: 0.35}, {GPUs: 3, Share: 0.2}, {GPUs: 5, Share: 0.2}, {GPUs: 6, Share: 0.15}, {GPUs: 8, Share: 0.1}}
+	half := []Size{{GPUs: 4, Share: 0.6}, {GPUs: 8, Share: 0.4}}
+	shapes := []Shape{
+		{Name: "heavy-tail", About: "two users offering 45% each, DefaultMix, log-normal run times of mean 1 h and σ 1.5 (most runs minutes, a few days)", Build: func(o placer.PlanOptions, s uint64) Config {
+			rt := Runtime{Kind: LogNormal, Mean: time.Hour, Sigma: 1.5}
+			u0, u1 := steady("u0", nodes, 0.45), steady("u1", nodes, 0.45)
+			u0.Runtime, u1.Runtime = rt, rt
+			return cfg(o, s, u0, u1)
+		}},
+		{Name: "half-vs-1-flood", About: "one user of 4- and 8-GPU sessions (60:40) offering 50% against one flooding 1-GPU sessions at 100%", Build: func(o placer.PlanOptions, s uint64) Config {
+			a := Stream{User: "half", Sizes: half, Runtime: Runtime{Mean: time.Hour}, Rate: rate(nodes, 0.5, meanGPUs(half), time.Hour)}
+			return cfg(o, s, a, only("small", nodes, 1.0, Size{GPUs: 1}, Runtime{Mean: time.Hour}))
+		}},
+		{Name: "odd-sizes", About: "two users offering 50% each in sessions of 1, 3, 5, 6 and 8 GPUs (35/20/20/15/10%), sizes that do not tile a node", Build: func(o placer.PlanOptions, s uint64) Config {
+			a := Stream{User: "odd", Sizes: odd, Runtime: Runtime{Mean: time.Hour}, Rate: rate(nodes, 0.5, meanGPUs(odd), time.Hour)}
+			b := a
+			b.User = "odd2"
+			return cfg(o, s, a, b)
+		}},
+		{Name: "diurnal", About: "two users at 30% all day and two more at 40% each over working hours (6–18 h and 8–20 h): 140% at midday", Build: func(o placer.PlanOptions, s uint64) Config {
+			day0, day1 := steady("day0", nodes, 0.4), steady("day1", nodes, 0.4)
+			day0.Start, day0.End, day1.Start, day1.End = d/4, 3*d/4, d/3, 5*d/6
+			return cfg(o, s, steady("u0", nodes, 0.3), steady("u1", nodes, 0.3), day0, day1)
+		}},
+		{Name: "8-flood-and-1-flood", About: "an 8-GPU flood at 100% over hours 4–10 and a 1-GPU flood at 100% over hours 6–14, overlapping, beside a user at 30%", Build: func(o placer.PlanOptions, s uint64) Config {
+			f8 := only("f8", nodes, 1.0, Size{GPUs: 8}, Runtime{Mean: time.Hour})
+			f8.Start, f8.End = d/6, 5*d/12
+			f1 := only("f1", nodes, 1.0, Size{GPUs: 1}, Runtime{Mean: time.Hour})
+			f1.Start, f1.End = d/4, 7*d/12
+			return cfg(o, s, steady("u0", nodes, 0.3), f8, f1)
+		}},
+		{Name: "2-node-gangs", About: "pairs of whole machines (an 8-GPU head and one 8-GPU worker, 2 h) at 30% beside two users at 40% each", Build: func(o placer.PlanOptions, s uint64) Config {
+			return cfg(o, s, steady("u0", nodes, 0.4), steady("u1", nodes, 0.4),
+				only("pair", nodes, 0.3, Size{GPUs: 8, Workers: 1}, Runtime{Mean: 2 * time.Hour}))
+		}},
+		{Name: "short-8-long-1", About: "8-GPU sessions of 10 min (40%) against 1-GPU sessions of 8 h (70%): long-8-short-1 turned round", Build: func(o placer.PlanOptions, s uint64) Config {
+			return cfg(o, s, only("short8", nodes, 0.4, Size{GPUs: 8}, Runtime{Mean: 10 * time.Minute}),
+				only("long1", nodes, 0.7, Size{GPUs: 1}, Runtime{Mean: 8 * time.Hour}))
+		}},
+		{Name: "weights-1:1:4", About: "three users offering 50% each, one weighted 4 (UserWeights)", Build: func(o placer.PlanOptions, s uint64) Config {
+			c := cfg(o, s, steady("a", nodes, 0.5), steady("b", nodes, 0.5), steady("vip", nodes, 0.5))
+			c.UserWeights = map[string]float64{"vip": 4}
+			return c
+		}},
+	}
+	for i := range shapes {
+		shapes[i].Nodes = nodes
+	}
+	return shapes
+}
