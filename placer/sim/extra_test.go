@@ -1,0 +1,103 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/voyager-gpu/voyager/placer"
+)
+
+// extraShortfalls are the goals not reached on the shapes outside the
+// suite (ExtraShapes) at 200 nodes, each with the floor asserted instead:
+// the worst figure of seeds 1–3 and both strategies when it was
+// written, with a margin. placer/README.md ("Shapes outside the suite")
+// says why for each.
+var extraShortfalls = []shortfall{
+	{"odd-sizes", "ratio", 20},                // 6.92–16.87: 5- and 6-GPU requests fit no node a 1-GPU one leaves
+	{"8-flood-and-1-flood", "jain-min", 0.92}, // 0.932–0.969: the 1-GPU flood's arrival at a full cluster
+	{"short-8-long-1", "jain-min", 0.90},      // 0.918–0.984: 8-h sessions keep what a dip of the other's demand let them take
+}
+
+// extraBound is the bound asserted for goal on shape: the issue's, or
+// extraShortfalls' floor.
+func extraBound(shape, goal string, issue float64) (float64, bool) {
+	for _, s := range extraShortfalls {
+		if s.shape == shape && s.goal == goal {
+			return s.floor, true
+		}
+	}
+	return issue, false
+}
+
+// TestExtraShapesAt200Nodes runs the shapes outside the suite
+// (ExtraShapes: workloads the policy was not tuned on) at 200 nodes,
+// binpack and spread, seeds 1–3 (seed 1 with -short; under the race
+// detector heavy-tail with binpack, seed 1, alone), and asserts issue
+// 34's goals on every run, or extraShortfalls' floors where a goal is
+// not reached. On 8-flood-and-1-flood it also asserts what the floor is
+// for: every pass below the Jain goal comes within half an hour of the
+// 1-GPU flood's arrival (a newcomer gets only the GPUs that free; 6h20
+// to 6h28 at seeds 1–3, the flood arriving at 6h).
+func TestExtraShapesAt200Nodes(t *testing.T) {
+	seeds := []uint64{1, 2, 3}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	for _, sh := range ExtraShapes(200, 1) {
+		for _, st := range []placer.Strategy{placer.Binpack, placer.Spread} {
+			for _, seed := range seeds {
+				if raceEnabled && (sh.Name != "heavy-tail" || st != placer.Binpack || seed != 1) {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/%d", sh.Name, st, seed), func(t *testing.T) {
+					t.Parallel()
+					o := defaultOptions(t)
+					o.Strategy = st
+					c := sh.Build(o, seed)
+					var below []time.Duration
+					c.Trace = func(p Pass) {
+						if p.Jain < IssueGoals.JainMin {
+							below = append(below, p.Now)
+						}
+					}
+					r := Run(c)
+					check := func(goal string, got, issue float64, atLeast bool, what string) {
+						b, short := extraBound(sh.Name, goal, issue)
+						bad := got < b
+						if !atLeast {
+							bad = got > b
+						}
+						if bad {
+							kind := "goal"
+							if short {
+								kind = "floor of a goal not reached (extraShortfalls)"
+							}
+							t.Errorf("%s %.3f, %s %.3f", what, got, kind, b)
+						}
+					}
+					check("jain-min", r.JainMin, IssueGoals.JainMin, true, "Jain's index at its least")
+					check("jain-mean", r.Jain, IssueGoals.JainMin, true, "Jain's index on average")
+					if x := r.Ratio(); !math.IsNaN(x) {
+						check("ratio", x, IssueGoals.Ratio, false, "p99 wait of 8-GPU over 1-GPU requests")
+					}
+					if limit := IssueGoals.Excess * r.LongestRuntime.Minutes(); r.MaxExcess > limit {
+						t.Errorf("a request waited %.0f min beyond its fair-share wait, above twice the longest run time (%.0f min)", r.MaxExcess, limit)
+					}
+					if st == placer.Binpack {
+						check("busy", r.Busy, IssueGoals.Busy, true, "busy while waiting")
+					}
+					if sh.Name == "8-flood-and-1-flood" {
+						arrive := c.Duration / 4 // the 1-GPU flood's start (ExtraShapes)
+						for _, at := range below {
+							if at < arrive || at > arrive+30*time.Minute {
+								t.Errorf("Jain's index below %.2f at %v, not within half an hour of the 1-GPU flood's arrival at %v", IssueGoals.JainMin, at, arrive)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
