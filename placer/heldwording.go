@@ -9,7 +9,7 @@ import "fmt"
 // even a request without GPUs, until the request it is held for starts
 // (issue 37).
 func reservedMessage(p *part, n *nodeState) string {
-	msg := "node " + n.name + " is held for a request that has waited longer"
+	msg := "node " + n.name + " is held for another waiting request"
 	if n.reservedFor == reserveMark {
 		msg = "node " + n.name + " is kept for whole-machine " + n.reservedWhat
 	} else if n.reservedWhat != "" {

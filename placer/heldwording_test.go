@@ -22,7 +22,7 @@ func TestHeldNodeReasonForNoGPURequest(t *testing.T) {
 	cpuJob.Entry.Request.CPUMilli, cpuJob.Entry.Request.MemoryMiB = 500, 1024
 	oneGPU := req("one-gpu", "dan", 1, 0)
 
-	wantHeld := "node gpu-1 is held for a request that has waited longer (4×A100)"
+	wantHeld := "node gpu-1 is held for another waiting request (4×A100)"
 	wantPlain := "; until it starts nothing else is placed on gpu-1, not even a request for no GPUs like this one"
 	check := func(how string, p *Plan) {
 		t.Helper()

@@ -203,7 +203,7 @@ func TestPlanBackfillAndReservation(t *testing.T) {
 	if p.Reserved["a"] != "big" {
 		t.Errorf("reserved = %v", p.Reserved)
 	}
-	if w := p.Waiting[1]; w.Pending.Entry.Session != "small" || !strings.Contains(w.Message, "held for a request that has waited longer") {
+	if w := p.Waiting[1]; w.Pending.Entry.Session != "small" || !strings.Contains(w.Message, "held for another waiting request") {
 		t.Errorf("small waits with %+v", w)
 	}
 }
