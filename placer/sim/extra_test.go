@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -18,17 +17,6 @@ var extraShortfalls = []shortfall{
 	{"odd-sizes", "ratio", 20},                // 6.92–16.87: 5- and 6-GPU requests fit no node a 1-GPU one leaves
 	{"8-flood-and-1-flood", "jain-min", 0.92}, // 0.932–0.969: the 1-GPU flood's arrival at a full cluster
 	{"short-8-long-1", "jain-min", 0.90},      // 0.918–0.984: 8-h sessions keep what a dip of the other's demand let them take
-}
-
-// extraBound is the bound asserted for goal on shape: the issue's, or
-// extraShortfalls' floor.
-func extraBound(shape, goal string, issue float64) (float64, bool) {
-	for _, s := range extraShortfalls {
-		if s.shape == shape && s.goal == goal {
-			return s.floor, true
-		}
-	}
-	return issue, false
 }
 
 // TestExtraShapesAt200Nodes runs the shapes outside the suite
@@ -63,31 +51,7 @@ func TestExtraShapesAt200Nodes(t *testing.T) {
 						}
 					}
 					r := Run(c)
-					check := func(goal string, got, issue float64, atLeast bool, what string) {
-						b, short := extraBound(sh.Name, goal, issue)
-						bad := got < b
-						if !atLeast {
-							bad = got > b
-						}
-						if bad {
-							kind := "goal"
-							if short {
-								kind = "floor of a goal not reached (extraShortfalls)"
-							}
-							t.Errorf("%s %.3f, %s %.3f", what, got, kind, b)
-						}
-					}
-					check("jain-min", r.JainMin, IssueGoals.JainMin, true, "Jain's index at its least")
-					check("jain-mean", r.Jain, IssueGoals.JainMin, true, "Jain's index on average")
-					if x := r.Ratio(); !math.IsNaN(x) {
-						check("ratio", x, IssueGoals.Ratio, false, "p99 wait of 8-GPU over 1-GPU requests")
-					}
-					if limit := IssueGoals.Excess * r.LongestRuntime.Minutes(); r.MaxExcess > limit {
-						t.Errorf("a request waited %.0f min beyond its fair-share wait, above twice the longest run time (%.0f min)", r.MaxExcess, limit)
-					}
-					if st == placer.Binpack {
-						check("busy", r.Busy, IssueGoals.Busy, true, "busy while waiting")
-					}
+					checkGoals(t, "", sh.Name, st, r, extraShortfalls, "extraShortfalls")
 					if sh.Name == "8-flood-and-1-flood" {
 						arrive := c.Duration / 4 // the 1-GPU flood's start (ExtraShapes)
 						for _, at := range below {
