@@ -13,8 +13,10 @@ import (
 // tile a node (3, 5 and 6 GPUs); a day's load on top of a night's; an
 // 8-GPU flood and a 1-GPU flood overlapping; pairs of whole machines;
 // short 8-GPU runs against 1-GPU runs of hours; one user weighted four
-// to one. Each runs 24 simulated hours × hours, judged from the fourth
-// hour, at a cluster of nodes 8-GPU nodes, planned every SuiteTick.
+// to one. Each runs 24 simulated hours × hours, judged from a sixth of
+// the way in, at a cluster of nodes 8-GPU nodes, planned every
+// SuiteTick; the hours in the shapes' About are those of a full-length
+// run, and shorter runs scale them.
 func ExtraShapes(nodes int, hours float64) []Shape {
 	h := time.Duration(hours * float64(time.Hour))
 	d := (24 * h).Round(SuiteTick)
