@@ -71,9 +71,11 @@ func run(args []string) error {
 		if !ok {
 			f = 1
 		}
-		all := append(sim.Suite(n, f), sim.ShareSuite(n, f)...)
+		var all []sim.Shape
 		if *extra {
 			all = sim.ExtraShapes(n, f)
+		} else {
+			all = append(sim.Suite(n, f), sim.ShareSuite(n, f)...)
 		}
 		shapes := sim.Matching(all, *only)
 		if *trace || *trace8 > 0 {
