@@ -125,7 +125,7 @@ func contendedBacklog(s *Snapshot) *Snapshot {
 // (ReserveAfter 0: no holds, no backfill; order, quotas, filters, scores
 // and reasons as before): the ratio is what issue 34's part of the pass
 // costs. Every owner of the snapshot is below its fair share, so the
-// standing reserve is in effect (it keeps the most it may, a twentieth of
+// standing reserve is in effect (it keeps the most it may, a tenth of
 // the nodes, every one of them full and draining); a third pass,
 // interleaved too, plans the same backlog with one owner above its share
 // (contendedBacklog), where the reserve is off and the holds are as

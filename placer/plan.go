@@ -191,6 +191,8 @@ type planner struct {
 	// reserveOwners is the owners whose whole-machine requests may take
 	// a node of the standing reserve (reserve.go).
 	reserveOwners map[string]bool
+	// reserveWhat is the standing reserve's reservedWhat in this pass.
+	reserveWhat string
 	// claims is the GPUs that aged requests of owners below their fair
 	// share, fitting now, claimed in holdLarge (claim.go).
 	claims claimState
@@ -502,11 +504,27 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		p.teams.charge(e.Team, -c)
 	}
 	// Placed elsewhere than some node it held (binpack's choice among
-	// equally empty nodes): the rest of the pass may use that node.
+	// equally empty nodes): the rest of the pass may use that node,
+	// unless the part took a node of the standing reserve instead. Then
+	// the held node takes its place in the reserve: else the reserve
+	// was a node short for the rest of the pass, and small sessions of
+	// another owner took the held node (short-8-long-1: a whole machine
+	// a pass, where they run for hours).
+	var took []*nodeState
+	for _, c := range chosen {
+		if c.reservedFor == reserveMark {
+			took = append(took, c)
+		}
+	}
 	for _, c := range p.holding[e.Session] {
-		if c.reservedFor == e.Session {
-			c.reservedFor = ""
-			delete(plan.Reserved, c.name)
+		if c.reservedFor != e.Session {
+			continue
+		}
+		c.reservedFor = ""
+		delete(plan.Reserved, c.name)
+		if len(took) > 0 && c.totalGPU >= took[0].totalGPU {
+			c.reservedFor, c.reservedWhat, c.drainBy = reserveMark, p.reserveWhat, took[0].drainBy
+			took = took[1:]
 		}
 	}
 	p.usage.add(e, reqs)

@@ -25,9 +25,17 @@ import (
 // The rate is read from the snapshot alone, so placers agree on it: the
 // whole-machine parts queued within the window among the ledgers'
 // allocations (state.Allocation.Queued) and the queue. Sessions that
-// arrived and ended within the window are not counted: with run times
-// shorter than the window the rate is underestimated, and the reserve is
-// smaller than it would be.
+// arrived and ended within the window are not in the snapshot, so each
+// one still running stands for as many as the window holds of its
+// owner's whole-machine run times (stillRunning): an owner whose 8-GPU
+// runs take 10 minutes has six times as many arrive in an hour as run
+// at once. Without that, an owner of short whole-machine runs had a
+// reserve of a sixth of its arrivals: whenever fewer arrived in a pass
+// than ended, the nodes its runs freed beyond the reserve went to
+// another owner's small sessions, and where those run for hours the
+// nodes did not come back (short-8-long-1 in placer/README.md: the
+// owner of 10-minute 8-GPU runs held 70 nodes against its 80 for the
+// rest of the run).
 //
 // What it costs: the reserve's free GPUs stand idle while smaller
 // requests wait, as a held node's do (placer/README.md gives the busy
@@ -57,6 +65,17 @@ const reserveMark = "\x00reserve"
 // the rule without it.
 var reserveSlack = 0.1
 
+// reserveShare bounds the reserve where whole-machine requests arrive
+// fast: at most one node in reserveShare, and no more than arrive within
+// ReserveAfter. A twentieth (10 nodes at 200), the cap at any rate,
+// held an owner of 10-minute 8-GPU runs at about 480 arrivals an hour
+// to 10 nodes when its arrivals dipped, and the rest of the nodes its
+// runs freed went to 8-hour sessions (short-8-long-1 in
+// placer/README.md). Where a few arrive an hour, the reserve is a
+// twentieth at most, as before: a tenth of 20 nodes kept for one
+// arrival an hour idles a tenth of the GPUs.
+const reserveShare = 10
+
 // reserveWindow is how far back the planner counts whole-machine arrivals
 // to size the standing reserve.
 const reserveWindow = time.Hour
@@ -83,13 +102,14 @@ func (p *planner) standingReserve(plan *Plan) {
 	ok := func(n *nodeState) bool {
 		return n.reservedFor == "" && n.view.Cordon == nil && n.totalGPU >= whole
 	}
-	want := p.reserveSize(whole, arrived, ok)
+	rate := arrived / float64(reserveWindow) // per nanosecond
+	want := p.reserveSize(whole, rate, ok)
 	if want <= 0 {
 		return
 	}
-	what := fmt.Sprintf("%d-GPU requests: %d arrived in the last hour, so up to %d nodes are kept free or draining, as many as their max runtimes free before the next ones are expected",
+	what := fmt.Sprintf("%d-GPU requests: about %.0f arrived in the last hour, so up to %d nodes are kept free or draining, as many as their max runtimes free before the next ones are expected",
 		whole, arrived, want)
-	rate := float64(arrived) / float64(reserveWindow) // per nanosecond
+	p.reserveWhat = what
 	for k := range want {
 		n := p.soonest(whole, "", ok)
 		if n == nil {
@@ -106,11 +126,12 @@ func (p *planner) standingReserve(plan *Plan) {
 	}
 }
 
-// wholeArrivals counts the parts asking for whole GPUs of at least whole
-// queued within reserveWindow before the snapshot's clock: allocations in
-// the ledgers (by Allocation.Queued) and requests in the queue (by QueueEntry.Created; pinned
-// ones are in the ledgers), of the owners that may take a node of the
-// reserve (reserveOwners). contended reports that the reserve is not for
+// wholeArrivals estimates the parts asking for whole GPUs of at least
+// whole queued within reserveWindow before the snapshot's clock:
+// requests in the queue (by QueueEntry.Created; pinned ones are in the
+// ledgers) and allocations in the ledgers (by Allocation.Queued), each of
+// those as many as stillRunning says, of the owners that may take a node
+// of the reserve (reserveOwners). contended reports that the reserve is not for
 // this pass: some owner waits at or above its fair share (a backlog
 // beyond the cluster, which the holds divide by fair share; a whole
 // machine kept for whoever asks next would go to whoever asks for whole
@@ -118,7 +139,7 @@ func (p *planner) standingReserve(plan *Plan) {
 // a whole machine holds nodes (it has waited ReserveAfter over its GPUs
 // and found no room: a node kept from it would only make more such
 // requests wait and hold, a node each).
-func (p *planner) wholeArrivals(whole int) (arrived int, contended bool) {
+func (p *planner) wholeArrivals(whole int) (arrived float64, contended bool) {
 	since := p.snap.Now.Add(-reserveWindow)
 	for i := range p.snap.Pending { // first: a contended pass reads no ledger
 		it := &p.snap.Pending[i]
@@ -130,17 +151,51 @@ func (p *planner) wholeArrivals(whole int) (arrived int, contended bool) {
 			return 0, true
 		}
 		if !it.Entry.Created.Before(since) && p.reserveOwners[it.Entry.Owner] {
-			arrived += w
+			arrived += float64(w)
 		}
 	}
+	stands := map[string]float64{}
 	for i := range p.snap.Nodes {
 		for _, a := range p.snap.Nodes[i].Ledger.Allocations {
 			if a.Share == nil && len(a.GPUs) >= whole && !a.Queued.IsZero() && !a.Queued.Before(since) && p.reserveOwners[a.Owner] {
-				arrived++
+				k, seen := stands[a.Owner]
+				if !seen {
+					k = stillRunning(p.snap.Runtimes[a.Owner], whole)
+					stands[a.Owner] = k
+				}
+				arrived += k
 			}
 		}
 	}
 	return arrived, false
+}
+
+// stillRunning is how many whole-machine arrivals within reserveWindow
+// one of them still running stands for, by its owner's record of
+// finished runs: the window over the mean of its runs of at least whole
+// GPUs, at least 1 (runs as long as the window or longer are mostly
+// still running). 1 where the record holds fewer than
+// state.EstimateOver such runs, too few to tell a habit from chance:
+// where an owner's whole-machine runs are a tenth of its sessions, the
+// three or so among its last 32 say little, and weighting by them kept
+// nodes idle for arrivals that did not come (odd-sizes at 200 nodes:
+// busy while waiting 94.8–95.2%, two runs below 95%, against 95.0–95.5%
+// with the floor).
+func stillRunning(rec *state.RuntimeRecord, whole int) float64 {
+	if rec == nil {
+		return 1
+	}
+	var n, secs int64
+	for _, s := range rec.Samples {
+		if s.GPUs >= whole {
+			n++
+			secs += s.Seconds
+		}
+	}
+	if n < state.EstimateOver || secs <= 0 {
+		return 1
+	}
+	return max(1, float64(n)*reserveWindow.Seconds()/float64(secs))
 }
 
 // wholeParts is how many of e's parts ask for at least whole whole GPUs.
@@ -169,16 +224,18 @@ func takesReserve(pt *part, n *nodeState) bool {
 // reserveSize is how many nodes the standing reserve keeps: walking the
 // nodes ok accepts in the order they have whole GPUs free by their
 // sessions' max runtimes (readyBy), the k-th (from 0) is kept while the
-// requests expected by the time it is ready, at arrived an hour, number
-// at least k: a node that frees later than the arrivals it would serve
-// must start draining now. Beyond those, as many as arrive within
+// requests expected by the time it is ready, at rate (per nanosecond),
+// number at least k: a node that frees later than the arrivals it would
+// serve must start draining now. Beyond those, as many as arrive within
 // ReserveAfter, so that one is free when the next comes. At most a
-// twentieth of the nodes (none below 20 nodes, where one node is over 5%
-// of the GPUs and idles them below busy ≥ 95%); a node whose
-// time is unknown (a session without a max runtime) ends the walk.
-func (p *planner) reserveSize(whole, arrived int, ok func(*nodeState) bool) int {
-	limit := len(p.nodes) / 20
-	rate := float64(arrived) / float64(reserveWindow) // per nanosecond
+// twentieth of the nodes, or as many as arrive within ReserveAfter where
+// that is more, up to a tenth (reserveShare); none below 20 nodes (where
+// one node is over 5% of the GPUs and idles them below busy ≥ 95%). A
+// node whose time is unknown (a session without a max runtime) ends the
+// walk.
+func (p *planner) reserveSize(whole int, rate float64, ok func(*nodeState) bool) int {
+	soon := int(rate * float64(p.opt.ReserveAfter))
+	limit := max(len(p.nodes)/20, min(soon, len(p.nodes)/reserveShare))
 	k := 0
 	for _, r := range p.rankReady(whole) {
 		if k >= limit {
@@ -192,7 +249,7 @@ func (p *planner) reserveSize(whole, arrived int, ok func(*nodeState) bool) int 
 		}
 		k++
 	}
-	return min(k+1+int(rate*float64(p.opt.ReserveAfter)), limit)
+	return min(k+1+soon, limit)
 }
 
 // standing lists, once the pass is planned, the nodes of the standing
