@@ -191,8 +191,6 @@ type planner struct {
 	// reserveOwners is the owners whose whole-machine requests may take
 	// a node of the standing reserve (reserve.go).
 	reserveOwners map[string]bool
-	// reserveWhat is the standing reserve's reservedWhat in this pass.
-	reserveWhat string
 	// claims is the GPUs that aged requests of owners below their fair
 	// share, fitting now, claimed in holdLarge (claim.go).
 	claims claimState
@@ -511,9 +509,11 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	// another owner took the held node (short-8-long-1: a whole machine
 	// a pass, where they run for hours).
 	var took []*nodeState
-	for _, c := range chosen {
-		if c.reservedFor == reserveMark {
-			took = append(took, c)
+	if len(p.holding[e.Session]) > 0 {
+		for _, c := range chosen {
+			if c.reservedFor == reserveMark {
+				took = append(took, c)
+			}
 		}
 	}
 	for _, c := range p.holding[e.Session] {
@@ -523,7 +523,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		c.reservedFor = ""
 		delete(plan.Reserved, c.name)
 		if len(took) > 0 && c.totalGPU >= took[0].totalGPU {
-			c.reservedFor, c.reservedWhat, c.drainBy = reserveMark, p.reserveWhat, took[0].drainBy
+			c.reservedFor, c.reservedWhat, c.drainBy = reserveMark, took[0].reservedWhat, took[0].drainBy
 			took = took[1:]
 		}
 	}

@@ -109,7 +109,6 @@ func (p *planner) standingReserve(plan *Plan) {
 	}
 	what := fmt.Sprintf("%d-GPU requests: about %.0f arrived in the last hour, so up to %d nodes are kept free or draining, as many as their max runtimes free before the next ones are expected",
 		whole, arrived, want)
-	p.reserveWhat = what
 	for k := range want {
 		n := p.soonest(whole, "", ok)
 		if n == nil {
