@@ -45,12 +45,13 @@ func TestSteadyAt200Nodes(t *testing.T) {
 // TestSteadyAtAPassAMinute runs steady-90 at 200 nodes, seeds 1-3, both
 // strategies, planned every minute rather than every two (the suite's
 // pass): the 1-GPU p99 is then one or two minutes, and the 8/1 goal asks
-// the 8-GPU requests to start within two to four. It asserts p99 8/1 at
-// most 2.5 (measured 0.55-2.23, two runs just over the goal's 2). Before
-// an owner a little above an equal split could take the standing
-// reserve (placer's reserveSlack), all six were over 2 and three over
-// 2.5 (4.40, 2.58, 5.56): the user just above the split waited beside
-// the reserve's idle nodes. Under the race detector, binpack seed 2 only.
+// the 8-GPU requests to start within two to four. It asserts the goal,
+// p99 8/1 at most 2 (measured 0.40-0.99). Before an owner a little above
+// an equal split could take the standing reserve (placer's
+// reserveSlack), all six were over 2 (2.04-5.56): the user just above
+// the split waited beside the reserve's idle nodes; before the reserve
+// counted short runs that ended (stillRunning), binpack seeds 1 and 2
+// were at 2.22 and 2.23. Under the race detector, binpack seed 2 only.
 func TestSteadyAtAPassAMinute(t *testing.T) {
 	shape := suiteByName(200)["steady-90"]
 	for _, st := range []placer.Strategy{placer.Binpack, placer.Spread} {
@@ -66,8 +67,8 @@ func TestSteadyAtAPassAMinute(t *testing.T) {
 				c.Tick = time.Minute
 				r := Run(c)
 				t.Logf("p99 8/1 %.2f (8-GPU p99 %.1f min, 1-GPU %.1f)", r.Ratio(), r.Wait["8"].P99, r.Wait["1"].P99)
-				if x := r.Ratio(); x > 2.5 {
-					t.Errorf("p99 8/1 %.2f at a pass a minute, above 2.5 (8-GPU p99 %.1f min, 1-GPU %.1f)", x, r.Wait["8"].P99, r.Wait["1"].P99)
+				if x := r.Ratio(); x > 2 {
+					t.Errorf("p99 8/1 %.2f at a pass a minute, above 2 (8-GPU p99 %.1f min, 1-GPU %.1f)", x, r.Wait["8"].P99, r.Wait["1"].P99)
 				}
 			})
 		}
