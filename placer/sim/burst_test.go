@@ -21,12 +21,12 @@ import (
 // beyond the longest drain by true run times that any pass saw for the
 // 8-GPU requests it left waiting (Pass.Drains: the k-th soonest node to
 // empty for k requests, if nothing else were placed and every run time
-// were known). adv-burst-8: 26, 48 and 27 min against drains of 26, 50
-// and 23; with the holds and the standing reserve off (ReserveAfter 0)
-// 81, 124 and 51 against 53, 99 and 40, and the test fails. adv-burst-1:
-// 102, 95 and 96 min against 162, 156 and 141. It also asserts that
-// every run of passes below the Jain goal ends within 30 minutes
-// (adv-burst-8 12-24 measured, adv-burst-1 6-20), that the index is at
+// were known). adv-burst-8, seeds 1-3: 49, 28 and 32 min against drains
+// of 52, 25 and 28; with the holds and the standing reserve off
+// (ReserveAfter 0) 124, 51 and 81 against 99, 40 and 53, and the test
+// fails. adv-burst-1: 101, 104 and 89 min against 149, 212 and 132. It
+// also asserts that every run of passes below the Jain goal ends within
+// 30 minutes (adv-burst-8 10-14 measured, adv-burst-1 6-8), that the index is at
 // least 0.95 on average, and that each pass's Drains are ascending, one
 // a node, and zero for every node with 8 GPUs free.
 func TestBurstRecovers(t *testing.T) {
