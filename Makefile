@@ -34,11 +34,14 @@ image: build
 	bin/voyager image load $(IMAGE_CACHE)/voyager.local-jupyterlab.tar
 
 ## test: install what the tests need if missing (deploy/test-setup.sh), then the whole suite:
-## Go with the race detector, then the JupyterHub spawner's tests (what CI runs).
+## Go with the race detector; the placement simulator's tests again without it (under it each 200-node policy
+## test runs a few of its seeds and strategies, without it every one: about 2 minutes); then the JupyterHub
+## spawner's tests (what CI runs).
 ## VOYAGER_TEST_REQUIRE=all (internal/testreq): a test whose real component is missing fails, never skips.
 test:
 	deploy/test-setup.sh
 	VOYAGER_TEST_REQUIRE=all go test -race -count=1 -timeout 60m -ldflags=$(LAZY) ./...
+	go test -count=1 -timeout 30m -ldflags=$(LAZY) ./placer/sim/
 	/usr/bin/python3 -m unittest discover -s deploy/jupyterhub/tests
 
 ## soak: the randomized soak (history/soak_test.go) for SOAK_BINDS binds (default 1,000,000), without
