@@ -50,3 +50,33 @@ func TestSuiteAt200Nodes(t *testing.T) {
 		checkGoals(t, name, row.Shape.Name, row.Strategy, row.Result, suite200Shortfalls, "suite200Shortfalls")
 	}
 }
+
+// suite2000Shortfalls are the goals not reached at 2,000 nodes on seed 1
+// (TestSuiteAt2000Nodes), each with the floor asserted instead: the
+// worst figure of both strategies at commit 1785bca's policy, with a
+// margin. placer/README.md ("Goals not reached", "At 2,000 nodes") says
+// why.
+var suite2000Shortfalls = []shortfall{
+	{"two-floods", "jain-min", 0.93}, // 0.941: binpack, the second flood's first passes
+	{"adv-hold-hog", "ratio", 60},    // 44.68–44.70: not reachable by a policy that stops no session
+}
+
+// TestSuiteAt2000Nodes runs every shape of the suite at 2,000 nodes over
+// a quarter of its hours, as make sim does there, binpack and spread,
+// seed 1, and asserts issue 34's goals on every run, or
+// suite2000Shortfalls' floors where a goal is not reached. With the
+// standing reserve off 4 checks fail: 8-only-vs-1-flood's Jain's least
+// (0.929 and 0.933) and adv-hold-hog's p99 8/1 (118). About 2
+// CPU-minutes; not under -short or the race detector (make test runs
+// this package again without it).
+func TestSuiteAt2000Nodes(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("2,000 nodes: about 2 CPU-minutes; make test runs it without the race detector")
+	}
+	rows := RunSuite(Suite(2000, 0.25), defaultOptions(t), []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1})
+	t.Logf("\n%s", SuiteTable(rows, IssueGoals))
+	for _, row := range rows {
+		name := fmt.Sprintf("%s %s seed %d: ", row.Shape.Name, row.Strategy, row.Seed)
+		checkGoals(t, name, row.Shape.Name, row.Strategy, row.Result, suite2000Shortfalls, "suite2000Shortfalls")
+	}
+}
