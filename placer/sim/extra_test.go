@@ -69,3 +69,22 @@ func TestExtraShapesAt200Nodes(t *testing.T) {
 		}
 	}
 }
+
+// TestExtraShapesAt2000Nodes runs the shapes outside the suite at 2,000
+// nodes over a quarter of their hours (as the suite runs there), binpack
+// and spread, seed 1, and asserts every goal of issue 34 on every run:
+// all are met there (placer/README.md, "Shapes outside the suite"). With
+// the standing reserve off it fails: odd-sizes with spread misses the
+// p99 8/1 (2.71). Not under -short or the race detector (make test runs
+// this package again without it); about a CPU-minute.
+func TestExtraShapesAt2000Nodes(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("2,000 nodes: about a CPU-minute; make test runs it without the race detector")
+	}
+	rows := RunSuite(ExtraShapes(2000, 0.25), defaultOptions(t), []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1})
+	t.Logf("\n%s", SuiteTable(rows, IssueGoals))
+	for _, row := range rows {
+		name := fmt.Sprintf("%s %s seed %d: ", row.Shape.Name, row.Strategy, row.Seed)
+		checkGoals(t, name, row.Shape.Name, row.Strategy, row.Result, nil, "")
+	}
+}
