@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/voyager-gpu/voyager/placer"
@@ -43,12 +42,7 @@ func TestSuiteAt200Nodes(t *testing.T) {
 	if raceEnabled {
 		shapes, strategies, seeds = []Shape{suiteByName(200)["steady-90"]}, strategies[:1], seeds[:1]
 	}
-	rows := RunSuite(shapes, defaultOptions(t), strategies, seeds)
-	t.Logf("\n%s", SuiteTable(rows, IssueGoals))
-	for _, row := range rows {
-		name := fmt.Sprintf("%s %s seed %d: ", row.Shape.Name, row.Strategy, row.Seed)
-		checkGoals(t, name, row.Shape.Name, row.Strategy, row.Result, suite200Shortfalls, "suite200Shortfalls")
-	}
+	assertSuite(t, shapes, strategies, seeds, suite200Shortfalls, "suite200Shortfalls")
 }
 
 // suite2000Shortfalls are the goals not reached at 2,000 nodes on seed 1
@@ -73,10 +67,5 @@ func TestSuiteAt2000Nodes(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("2,000 nodes: about 2 CPU-minutes; make test runs it without the race detector")
 	}
-	rows := RunSuite(Suite(2000, 0.25), defaultOptions(t), []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1})
-	t.Logf("\n%s", SuiteTable(rows, IssueGoals))
-	for _, row := range rows {
-		name := fmt.Sprintf("%s %s seed %d: ", row.Shape.Name, row.Strategy, row.Seed)
-		checkGoals(t, name, row.Shape.Name, row.Strategy, row.Result, suite2000Shortfalls, "suite2000Shortfalls")
-	}
+	assertSuite(t, Suite(2000, 0.25), []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1}, suite2000Shortfalls, "suite2000Shortfalls")
 }
