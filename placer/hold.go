@@ -258,7 +258,8 @@ func (p *planner) holdLarge(plan *Plan) {
 			heap.Fix(q, 0)
 		}
 		reqs := e.Parts()
-		if len(p.nodes) >= 20 && largeReq(e, maxPartial) && smallReq(e, p.whole) && p.fitsMemo(e, reqs, fitting) {
+		large := largeReq(e, maxPartial)
+		if large && len(p.nodes) >= 20 && smallReq(e, p.whole) && p.fitsMemo(e, reqs, fitting) {
 			// Half a machine or less that fits only an empty node now: it
 			// holds none. A hold there would only place it ahead of its
 			// turn in the fair order, each a whole machine, while it
@@ -274,7 +275,7 @@ func (p *planner) holdLarge(plan *Plan) {
 			// against 89, weights-3:1's Jain's least 0.69–0.77).
 			continue
 		}
-		if !largeReq(e, maxPartial) {
+		if !large {
 			if p.claimable(e) && p.claimFit(e) { // claim.go
 				continue
 			}
