@@ -48,8 +48,8 @@ func TestSuiteAt200Nodes(t *testing.T) {
 // suite2000Shortfalls are the goals not reached at 2,000 nodes on seed 1
 // (TestSuiteAt2000Nodes), each with the floor asserted instead: the
 // worst figure of both strategies at commit 1785bca's policy, with a
-// margin. placer/README.md ("Goals not reached", "At 2,000 nodes") says
-// why.
+// margin. placer/README.md ("2,000 nodes, seeds 1–3" and "Goals not
+// reached") says why.
 var suite2000Shortfalls = []shortfall{
 	{"two-floods", "jain-min", 0.93}, // 0.941: binpack, the second flood's first passes
 	{"adv-hold-hog", "ratio", 60},    // 44.68–44.70: not reachable by a policy that stops no session
