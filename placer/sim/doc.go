@@ -22,7 +22,7 @@
 // it at 16, 200 and 2,000 nodes. Config.Trace sees every pass of a run's
 // window (each user's GPUs held, waiting and fair share, the nodes held,
 // the plan): the figures' causes; `simsuite -trace` prints the passes
-// below the Jain goal. ExtraShapes are eight more shapes outside the
+// below the Jain goal. ExtraShapes are sixteen more shapes outside the
 // suite, built after the policy was set, to judge it on workloads it
 // was not tuned on (`simsuite -extra`).
 //

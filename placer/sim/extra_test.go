@@ -16,17 +16,33 @@ import (
 var extraShortfalls = []shortfall{
 	{"odd-sizes", "ratio", 20},                // 5.16–13.63: 5- and 6-GPU requests fit no node a 1-GPU one leaves
 	{"8-flood-and-1-flood", "jain-min", 0.92}, // 0.925–0.969: the 1-GPU flood's arrival at a full cluster
+	{"2-gpu-flood", "jain-min", 0.88},         // 0.894–0.965: the 2-GPU flood's arrival at a full cluster
+	{"half-no-limit", "ratio", 4.5},           // 0.34–3.88: bursts of 8-GPU arrivals wait out drains a 1-GPU request does not
 }
+
+// extra2000Shortfalls are the goals not reached on the shapes outside the
+// suite at 2,000 nodes over a quarter of their hours, each with its
+// floor, as extraShortfalls.
+var extra2000Shortfalls = []shortfall{
+	{"weights-8-heavy", "jain-min", 0.89}, // 0.900–0.931: the start; the 1-GPU user filled the empty cluster before the window opened
+}
+
+// extraArrivals names, for the shapes outside the suite whose Jain goal
+// is missed at a flood's arrival, the flooding user: every pass below
+// the goal must come within half an hour of its stream's start.
+var extraArrivals = map[string]string{"8-flood-and-1-flood": "f1", "2-gpu-flood": "f2"}
 
 // TestExtraShapesAt200Nodes runs the shapes outside the suite
 // (ExtraShapes: workloads the policy was not tuned on) at 200 nodes,
 // binpack and spread, seeds 1–3 (seed 1 with -short; under the race
 // detector heavy-tail with binpack, seed 1, alone), and asserts issue
 // 34's goals on every run, or extraShortfalls' floors where a goal is
-// not reached. On 8-flood-and-1-flood it also asserts what the floor is
-// for: every pass below the Jain goal comes within half an hour of the
-// 1-GPU flood's arrival (a newcomer gets only the GPUs that free; 6h20
-// to 6h28 at seeds 1–3, the flood arriving at 6h).
+// not reached. On the shapes of extraArrivals it also asserts what the
+// floor is for: every pass below the Jain goal comes within half an hour
+// of the flood's arrival (a newcomer gets only the GPUs that free:
+// 8-flood-and-1-flood's 1-GPU flood arrives at 6h, the passes below are
+// at 6h20 to 6h28 on seeds 1–3; 2-gpu-flood's arrives at 4h, at 4h06 to
+// 4h12).
 func TestExtraShapesAt200Nodes(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
 	if testing.Short() {
@@ -51,16 +67,16 @@ func TestExtraShapesAt200Nodes(t *testing.T) {
 					}
 					r := Run(c)
 					checkGoals(t, "", sh.Name, st, r, extraShortfalls, "extraShortfalls")
-					if sh.Name == "8-flood-and-1-flood" {
-						var arrive time.Duration // the 1-GPU flood's start
+					if flooder, ok := extraArrivals[sh.Name]; ok {
+						var arrive time.Duration // the flood's start
 						for _, s := range c.Streams {
-							if s.User == "f1" {
+							if s.User == flooder {
 								arrive = s.Start
 							}
 						}
 						for _, at := range below {
 							if at < arrive || at > arrive+30*time.Minute {
-								t.Errorf("Jain's index below %.2f at %v, not within half an hour of the 1-GPU flood's arrival at %v", IssueGoals.JainMin, at, arrive)
+								t.Errorf("Jain's index below %.2f at %v, not within half an hour of %s's arrival at %v", IssueGoals.JainMin, at, flooder, arrive)
 							}
 						}
 					}
@@ -72,14 +88,14 @@ func TestExtraShapesAt200Nodes(t *testing.T) {
 
 // TestExtraShapesAt2000Nodes runs the shapes outside the suite at 2,000
 // nodes over a quarter of their hours (as the suite runs there), binpack
-// and spread, seed 1, and asserts every goal of issue 34 on every run:
-// all are met there (placer/README.md, "Shapes outside the suite"). With
-// the standing reserve off it fails: odd-sizes with spread misses the
-// p99 8/1 (2.71). Not under -short or the race detector (make test runs
-// this package again without it); about a CPU-minute.
+// and spread, seed 1, and asserts every goal of issue 34 on every run,
+// or extra2000Shortfalls' floors (placer/README.md, "Shapes outside the
+// suite"). With the standing reserve off it fails: odd-sizes with spread
+// misses the p99 8/1 (2.71). Not under -short or the race detector (make
+// test runs this package again without it); about two CPU-minutes.
 func TestExtraShapesAt2000Nodes(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("2,000 nodes: about a CPU-minute; make test runs it without the race detector")
 	}
-	assertSuite(t, ExtraShapes(2000, 0.25), []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1}, nil, "")
+	assertSuite(t, ExtraShapes(2000, 0.25), []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1}, extra2000Shortfalls, "extra2000Shortfalls")
 }
