@@ -38,8 +38,9 @@ import (
 //
 // What claims cost: the owner above its share starts fewer large
 // requests while the others are well below theirs, since the nodes that
-// drain are theirs first (flood-drain with spread at 200 nodes: the
-// flooder's 8-GPU p99 from 148–226 to 629–691 minutes).
+// drain are theirs first (flood-drain with spread at 200 nodes, when
+// claims came: the flooder's 8-GPU p99 rose from 226–234 to 542–655
+// minutes, before spread packed a backlog).
 
 // claimState is the claims of one pass.
 type claimState struct {
