@@ -95,7 +95,7 @@ func TestExtraShapesAt200Nodes(t *testing.T) {
 // test runs this package again without it); about two CPU-minutes.
 func TestExtraShapesAt2000Nodes(t *testing.T) {
 	if testing.Short() || raceEnabled {
-		t.Skip("2,000 nodes: about a CPU-minute; make test runs it without the race detector")
+		t.Skip("2,000 nodes: about two CPU-minutes; make test runs it without the race detector")
 	}
 	assertSuite(t, ExtraShapes(2000, 0.25), []placer.Strategy{placer.Binpack, placer.Spread}, []uint64{1}, extra2000Shortfalls, "extra2000Shortfalls")
 }

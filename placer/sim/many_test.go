@@ -11,11 +11,11 @@ import (
 // spread, seeds 1-3 (binpack seed 1 under the race detector): twenty
 // users offering 4% each beside one offering 10% in 8-GPU sessions. The
 // p99 8/1 goal is not reached there (6.9-18.0; placer/README.md, "Goals
-// not reached"), so the test holds the runs to the figures measured:
-// p99 8/1 at most 20 (a tenth above the worst measured, 17.95), Jain's
-// index at least 0.92 at every pass (0.927-0.981) and at least 0.95 on
-// average, and with binpack busy while waiting at least 95%
-// (98.9-99.2%).
+// not reached"), so the test holds the runs to suite200Shortfalls'
+// floors, as TestSuiteAt200Nodes does: p99 8/1 at most 20 (a tenth above
+// the worst measured, 17.95), Jain's index at least 0.92 at every pass
+// (0.927-0.981), and every other goal (Jain's mean, busy while waiting
+// with binpack 98.9-99.2%).
 // It also asserts where the miss is (Result.UserWait): the 8-GPU p99 of
 // the user asking only for whole machines, above its share whenever the
 // twenty's queues grow together, is at least twice the median of
@@ -34,12 +34,8 @@ func TestManyUsersAt200Nodes(t *testing.T) {
 				o.Strategy = st
 				r := Run(shape.Build(o, seed))
 				t.Logf("p99 8/1 %.2f; Jain least %.3f, mean %.3f; busy %.1f%%", r.Ratio(), r.JainMin, r.Jain, 100*r.Busy)
-				if x := r.Ratio(); x > 20 {
-					t.Errorf("p99 wait of 8-GPU over 1-GPU requests %.2f, above 20", x)
-				}
-				if r.JainMin < 0.92 || r.Jain < IssueGoals.JainMin {
-					t.Errorf("Jain's index at its least %.3f (floor 0.92), on average %.3f (goal %.2f)", r.JainMin, r.Jain, IssueGoals.JainMin)
-				}
+				// The floors TestSuiteAt200Nodes holds many-users to.
+				checkGoals(t, "", shape.Name, st, r, suite200Shortfalls, "suite200Shortfalls")
 				var twenty []float64
 				for u, w := range r.UserWait {
 					if s, ok := w["8"]; ok && u != "big" {
@@ -54,9 +50,6 @@ func TestManyUsersAt200Nodes(t *testing.T) {
 				t.Logf("8-GPU p99: the whole-machine user's %.0f min, the median of the twenty's %.1f min (of %d)", big, median, len(twenty))
 				if big < 2*median {
 					t.Errorf("8-GPU p99 of the whole-machine user %.0f min, under twice the median of the %d others' (%.1f min)", big, len(twenty), median)
-				}
-				if st == placer.Binpack && r.Busy < IssueGoals.Busy {
-					t.Errorf("busy while waiting %.1f%%, goal %.0f%%", 100*r.Busy, 100*IssueGoals.Busy)
 				}
 			})
 		}
