@@ -24,7 +24,9 @@
 // the plan): the figures' causes; `simsuite -trace` prints the passes
 // below the Jain goal. ExtraShapes are sixteen more shapes outside the
 // suite, built after the policy was set, to judge it on workloads it
-// was not tuned on (`simsuite -extra`).
+// was not tuned on (`simsuite -extra`); MixedShapes put 8-GPU machines
+// beside 4- or 2-GPU ones (Config.NodeGPUs), with a control of 8-GPU
+// machines alone at the same loads (`simsuite -mixed`, `-mixed -uniform`).
 //
 // ShareSuite is issue 35's sharing workload: notebooks asking for
 // fractions of shared GPUs (Config.SharedNodes, Size.ShareMiB) beside

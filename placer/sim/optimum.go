@@ -110,6 +110,9 @@ func NewInstance(cfg Config, res Result) (*Instance, Schedule, error) {
 	if len(res.Schedule) == 0 && res.Sessions > 0 {
 		return nil, Schedule{}, fmt.Errorf("make instance: the run has no schedule (set Config.Record)")
 	}
+	if cfg.NodeGPUs != nil {
+		return nil, Schedule{}, fmt.Errorf("make instance: nodes of several sizes (Config.NodeGPUs) are not modelled by the optimiser")
+	}
 	tick := cfg.Tick
 	if tick <= 0 {
 		tick = time.Minute

@@ -118,6 +118,9 @@ type Config struct {
 	Nodes       int
 	GPUsPerNode int
 	SharedNodes int
+	// NodeGPUs, when set, is each node's GPUs by index (len Nodes), for a
+	// cluster of machines of several sizes; GPUsPerNode is then ignored.
+	NodeGPUs []int
 	// Plan is given to placer.NewPlan on every pass.
 	Plan placer.PlanOptions
 	// Streams generate the sessions.
@@ -183,11 +186,11 @@ type Pass struct {
 	Free, Slots8, Reserved, HeldFree int
 	// Plan is the pass's plan (read only).
 	Plan *placer.Plan
-	// Drains is, for every node, how long until the last session now
-	// on it ends by its true run time (0 for an empty node), ascending:
-	// the k-th is the soonest k whole nodes could be free to a policy
-	// that knew every run time and stopped nothing (a bound on how soon
-	// waiting whole-machine requests can start).
+	// Drains is, for every node of at least 8 GPUs, how long until the
+	// last session now on it ends by its true run time (0 for an empty
+	// node), ascending: the k-th is the soonest k such nodes could be
+	// empty to a policy that knew every run time and stopped nothing (a
+	// bound on how soon waiting 8-GPU requests can start).
 	Drains []time.Duration
 }
 
@@ -454,10 +457,33 @@ func gpuNode(i, gpus int, shared bool) state.Node {
 	return n
 }
 
+// nodeGPUs is how many GPUs node i has.
+func (cfg *Config) nodeGPUs(i int) int {
+	if cfg.NodeGPUs != nil {
+		return cfg.NodeGPUs[i]
+	}
+	if cfg.GPUsPerNode <= 0 {
+		return 8
+	}
+	return cfg.GPUsPerNode
+}
+
+// totalGPUs is how many GPUs the cluster has.
+func (cfg *Config) totalGPUs() int {
+	t := 0
+	for i := range cfg.Nodes {
+		t += cfg.nodeGPUs(i)
+	}
+	return t
+}
+
 // Run simulates cfg and reports what it measured.
 func Run(cfg Config) Result {
 	if cfg.GPUsPerNode <= 0 {
 		cfg.GPUsPerNode = 8
+	}
+	if cfg.NodeGPUs != nil && len(cfg.NodeGPUs) != cfg.Nodes {
+		panic(fmt.Sprintf("sim: Config.NodeGPUs has %d nodes, Config.Nodes %d", len(cfg.NodeGPUs), cfg.Nodes))
 	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = time.Minute
@@ -478,13 +504,13 @@ func Run(cfg Config) Result {
 	views := make([]placer.NodeView, cfg.Nodes)
 	index := map[string]int{}
 	for i := range views {
-		n := gpuNode(i, cfg.GPUsPerNode, i < cfg.SharedNodes)
+		n := gpuNode(i, cfg.nodeGPUs(i), i < cfg.SharedNodes)
 		views[i] = placer.NodeView{Node: n, NodeRevision: 1, Ledger: state.Ledger{Node: n.Name, Allocations: map[string]state.Allocation{}}}
 		index[n.Name] = i
 	}
 	// Held, waiting and capacity count thousandths of a GPU, as the
 	// placer's fair share does: a fraction counts its share of a GPU.
-	capacity := cfg.Nodes * cfg.GPUsPerNode * 1000
+	capacity := cfg.totalGPUs() * 1000
 	// The placer's own case: node state kept between passes, rebuilt where
 	// a ledger's revision moved (it changes no plan).
 	cache := placer.NewPlanCache()
@@ -672,7 +698,7 @@ func Run(cfg Config) Result {
 		}
 		slots, free, heldFree := 0, 0, 0
 		for _, v := range views {
-			f := cfg.GPUsPerNode - gpusInUse(&v.Ledger)
+			f := len(v.Node.GPUs) - gpusInUse(&v.Ledger)
 			free += f
 			if f >= 8 {
 				slots++
@@ -716,7 +742,9 @@ func Run(cfg Config) Result {
 				}
 			}
 			for i := range views {
-				pass.Drains = append(pass.Drains, last[views[i].Node.Name])
+				if len(views[i].Node.GPUs) >= 8 {
+					pass.Drains = append(pass.Drains, last[views[i].Node.Name])
+				}
 			}
 			slices.Sort(pass.Drains)
 			cfg.Trace(pass)

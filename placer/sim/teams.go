@@ -430,10 +430,7 @@ func (r Result) TeamShare(cfg Config, team string) float64 {
 	if tr == nil {
 		return 0
 	}
-	gpus := cfg.Nodes * 8
-	if cfg.GPUsPerNode > 0 {
-		gpus = cfg.Nodes * cfg.GPUsPerNode
-	}
+	gpus := cfg.totalGPUs()
 	return meanFrom(tr.Held, int(cfg.From/cfg.Tick)) / float64(gpus)
 }
 
@@ -444,10 +441,7 @@ func (r Result) TeamFair(cfg Config, team string) float64 {
 	if tr == nil {
 		return 0
 	}
-	gpus := cfg.Nodes * 8
-	if cfg.GPUsPerNode > 0 {
-		gpus = cfg.Nodes * cfg.GPUsPerNode
-	}
+	gpus := cfg.totalGPUs()
 	from := int(cfg.From / cfg.Tick)
 	if from >= len(tr.Fair) {
 		return 0

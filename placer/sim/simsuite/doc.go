@@ -17,7 +17,10 @@
 // planner no run times learned from finished sessions: with both, the
 // planner knows nothing of when a session ends. -extra runs the shapes
 // outside the suite instead (sim.ExtraShapes: workloads the policy was
-// not tuned on; `go run ./placer/sim/simsuite -extra -nodes 200`).
+// not tuned on; `go run ./placer/sim/simsuite -extra -nodes 200`), and
+// -mixed the shapes on machines of two sizes (sim.MixedShapes: 8-GPU
+// machines beside 4- or 2-GPU ones); -mixed -uniform runs their control,
+// the same loads on 8-GPU machines alone.
 // With -teams it runs issue 36's team shapes
 // (sim.TeamSuite) at the first -nodes size instead and prints their table
 // (`go run ./placer/sim/simsuite -teams -nodes 16`).

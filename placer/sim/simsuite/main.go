@@ -32,6 +32,8 @@ func run(args []string) error {
 	trace := fs.Bool("trace", false, "print every pass whose Jain's index is below the goal (users' GPUs held, waiting and fair share; nodes held), to stderr")
 	trace8 := fs.Int("trace-8", 0, "print every pass that leaves at least this many 8-GPU requests waiting (requests waiting by size, each user's 8-GPU requests), to stderr; 0: none")
 	extra := fs.Bool("extra", false, "run the shapes outside the suite (sim.ExtraShapes: workloads the policy was not tuned on) instead of the suite")
+	mixed := fs.Bool("mixed", false, "run the shapes on machines of two sizes (sim.MixedShapes: 8-GPU machines beside 4- or 2-GPU ones) instead of the suite")
+	uniform := fs.Bool("uniform", false, "with -mixed, every machine 8-GPU at the same loads: the control")
 	teams := fs.Bool("teams", false, "run issue 36's team shapes (sim.TeamSuite, binpack) at the first size instead")
 	shortFirst := fs.Bool("short-first", false, "order each owner's requests shortest declared max runtime first, aged (PlanOptions.ShortFirst)")
 	noEstimates := fs.Bool("no-estimates", false, "give the planner no run times learned from finished sessions (sim.Config.NoEstimates): nodes drain by max runtimes alone")
@@ -72,9 +74,12 @@ func run(args []string) error {
 			f = 1
 		}
 		var all []sim.Shape
-		if *extra {
+		switch {
+		case *extra:
 			all = sim.ExtraShapes(n, f)
-		} else {
+		case *mixed:
+			all = sim.MixedShapes(n, f, *uniform)
+		default:
 			all = append(sim.Suite(n, f), sim.ShareSuite(n, f)...)
 		}
 		shapes := sim.Matching(all, *only)
