@@ -21,7 +21,8 @@ type PlanOptions struct {
 	// GPUs in all may hold after ReserveAfter/g (hold.go). How many
 	// requests of an owner hold nodes is bounded by what its fair share
 	// exceeds its holding by. Holding does not move a request ahead of the
-	// fair-share order. Zero disables holds.
+	// fair-share order. Zero disables holds, the standing reserve
+	// (reserve.go) and lending only short work (lend.go).
 	ReserveAfter time.Duration
 	// Candidates bounds how many feasible nodes are scored for one part;
 	// zero means 16. Like the Kubernetes scheduler's percentageOfNodesToScore
@@ -146,6 +147,9 @@ type planner struct {
 	byName  map[string]*nodeState
 	buckets [][]*nodeState // by free whole GPUs
 	scorers []scorer
+	// lenders are the requests of owners below their fair share left
+	// waiting for room so far this pass (lend.go).
+	lenders []lender
 	// failed memoises the shortfall message of part shapes that found no
 	// node in this pass: capacity only shrinks within a pass, so the same
 	// shape fails again. Past the head of the queue that fits, every
@@ -357,6 +361,8 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 			if emit != nil {
 				emit(d, p.full)
 			}
+		} else if w := len(plan.Waiting); w > 0 && plan.Waiting[w-1].Pending.Entry.Session == it.Entry.Session {
+			p.noteWaiting(it.Entry, plan.Waiting[w-1].Reason) // lend.go
 		}
 	}
 	p.standing(plan)
@@ -443,6 +449,10 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: reason, Message: msg})
 			return Decision{}, false
 		}
+	}
+	if msg := p.shortOnly(e); msg != "" { // lend.go
+		plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: "Capacity", Message: p.teamNote(e, "Capacity", msg)})
+		return Decision{}, false
 	}
 	var (
 		d       Decision

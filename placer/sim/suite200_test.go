@@ -8,16 +8,17 @@ import (
 
 // suite200Shortfalls are the goals not reached at 200 nodes, each with
 // the floor asserted instead: the worst figure of seeds 1–3 and both
-// strategies at commit 1785bca's policy, with a margin. placer/README.md
-// ("Goals not reached") says why for each.
+// strategies at the policy of 1 December 2026 (lending only short work,
+// placer/lend.go), with a margin. placer/README.md ("Goals not reached")
+// says why for each. two-floods, whose least was 0.944 before lending,
+// meets Jain's goal on every run (0.960–0.988), so its floor is gone.
 var suite200Shortfalls = []shortfall{
-	{"two-floods", "jain-min", 0.94},                                 // 0.944: binpack seed 2, the pass the second flooder arrives to no GPU free
-	{"adv-hold-hog", "ratio", 300},                                   // 187–258: not reachable by a policy that stops no session
-	{"adv-declared-max", "ratio", 5.5},                               // 2.03–4.66: bursts of 8-GPU arrivals beyond the standing reserve
-	{"adv-burst-8", "jain-min", 0.62}, {"adv-burst-8", "ratio", 3.5}, // 0.647–0.750, 2.01–3.21: the sweep's arrival at a full cluster
-	{"many-users", "jain-min", 0.92}, {"many-users", "ratio", 20}, // 0.927–0.944, 6.91–17.95: the whole-machine user above its share
-	{"ray-gangs-8", "jain-min", 0.93},                                                            // 0.942–0.947: a gang's eight nodes draining
-	{"adv-burst-1", "jain-min", 0.75}, {"adv-burst-1", "ratio", 3}, {"adv-burst-1", "busy", 0.9}, // 0.782–0.867, 2.15–2.60, 91.0–92.9%: the sweep's ends scattered
+	{"adv-hold-hog", "ratio", 300},                                   // 165–246: not reachable by a policy that stops no session
+	{"adv-declared-max", "ratio", 3.3},                               // 3.00, spread seed 2: bursts of 8-GPU arrivals beyond the standing reserve
+	{"adv-burst-8", "jain-min", 0.62}, {"adv-burst-8", "ratio", 3.5}, // 0.696–0.751, 2.40–2.55: the sweep's arrival at a full cluster
+	{"many-users", "jain-min", 0.92}, {"many-users", "ratio", 20}, // 0.927–0.944, 6.91–16.58: the whole-machine user above its share
+	{"ray-gangs-8", "jain-min", 0.93},                                                            // 0.943–0.947: a gang's eight nodes draining
+	{"adv-burst-1", "jain-min", 0.72}, {"adv-burst-1", "ratio", 3}, {"adv-burst-1", "busy", 0.9}, // 0.752–0.871, 2.11–2.58, 91.2–93.0%: the sweep's ends scattered
 }
 
 // TestSuiteAt200Nodes runs every shape of the suite at 200 nodes, binpack
