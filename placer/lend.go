@@ -22,16 +22,19 @@ import (
 // the waiting owner's holds and drains, or to short work.
 //
 // What it costs: GPUs that no waiting request could use stay idle while
-// the below-share request waits; busy while waiting fell by at most 0.6
-// points at 200 nodes and 1.9 at 40 (placer/README.md, item 9). What it
-// buys: whole machines drain sooner for the owners owed them, most on
-// the 8/1 at 40–200 nodes (steady-90 at 40 nodes with binpack: 8/1
-// 3.0–3.6 against 5.3–8.7).
+// the below-share request waits; busy while waiting with binpack fell by
+// at most 0.2 points at 200 nodes, 0.6 at 100 and 0.9 at 40
+// (placer/README.md, item 9). What it buys: whole machines drain sooner
+// for the owners owed them: at 200 nodes 27 of the suite's 96 runs miss
+// a goal against 31, at 100 nodes 38 against 43, and at 40 nodes
+// steady-90's 8/1 with binpack is 2.96–3.90 against 5.33–8.67.
 //
 // The rule reads only what the pass has decided: an above-share request
 // is held back only by a below-share request of at least its priority
-// left waiting earlier in the fair order (owners below their share come
-// first), for capacity rather than a quota or a model no node has, that
+// left waiting earlier in the fair order (owners go by weighted share,
+// so those below their fair share are mostly read first; one read later
+// keeps back only what follows it), for capacity rather than a quota or
+// a model no node has, that
 // could use the same GPUs (either asks for any model, or both for the
 // same). A request for no GPUs is not held back (fair share counts GPUs
 // only), nor is a request holding nodes: its holds were
