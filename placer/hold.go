@@ -37,6 +37,22 @@ import (
 // Sessions without a max runtime (most notebooks) leave nothing to
 // backfill: their node's drain time is unknown.
 
+// keepsAheadNodes is the fewest nodes at which the planner keeps GPUs
+// for requests it has not placed yet, beyond the holds of aged ones: the
+// standing reserve (reserve.go), spread's bands (spreadwhole.go), claims
+// (claim.go), no hold on an empty node for a small request (holdLarge)
+// and lending only short work (lend.go). On a smaller cluster one node is
+// over 5% of the GPUs, and keeping one for requests not yet made costs
+// more than busy ≥ 95% allows (placer/README.md, "Fair share under a
+// backlog").
+const keepsAheadNodes = 20
+
+// keepsAhead reports whether this pass applies those rules: holds are on
+// (ReserveAfter above zero) and the cluster has keepsAheadNodes nodes.
+func (p *planner) keepsAhead() bool {
+	return p.opt.ReserveAfter > 0 && len(p.nodes) >= keepsAheadNodes
+}
+
 // entitle computes each owner's hold budget: its weighted max-min share of
 // the cluster's GPUs, given every owner's demand, less what it holds. For
 // an owner at or above its share (no budget), the charge budget: the part
@@ -259,7 +275,7 @@ func (p *planner) holdLarge(plan *Plan) {
 		}
 		reqs := e.Parts()
 		large := largeReq(e, maxPartial)
-		if large && len(p.nodes) >= 20 && smallReq(e, p.whole) && p.fitsMemo(e, reqs, fitting) {
+		if large && p.keepsAhead() && smallReq(e, p.whole) && p.fitsMemo(e, reqs, fitting) {
 			// Half a machine or less that fits only an empty node now: it
 			// holds none. A hold there would only place it ahead of its
 			// turn in the fair order, each a whole machine, while it

@@ -66,7 +66,7 @@ type lender struct {
 // work of owners at or above their share back, if its owner is below its
 // fair share and it waits for room (reason Capacity).
 func (p *planner) noteWaiting(e *state.QueueEntry, reason string) {
-	if p.opt.ReserveAfter <= 0 || len(p.nodes) < 20 || reason != "Capacity" || p.holdBudget[e.Owner] <= 0 {
+	if !p.keepsAhead() || reason != "Capacity" || p.holdBudget[e.Owner] <= 0 {
 		return
 	}
 	for _, l := range p.lenders {
@@ -85,7 +85,7 @@ func (p *planner) shortOnly(e *state.QueueEntry) string {
 	if len(p.lenders) == 0 || p.holdBudget[e.Owner] > 0 || len(p.holding[e.Session]) > 0 || p.holds[e.Session] {
 		return ""
 	}
-	if e.Request.GPUs == 0 && (e.Workers == 0 || e.WorkerResources().GPUs == 0) {
+	if requestGPUs(e, p.usage.shareRef) == 0 {
 		return "" // takes no GPU: fair share, counted in GPUs, says nothing of it
 	}
 	var by string

@@ -84,7 +84,7 @@ const reserveWindow = time.Hour
 // whole-machine requests: as many as reserveSize says the last hour's
 // arrivals of them need.
 func (p *planner) standingReserve(plan *Plan) {
-	if p.opt.ReserveAfter <= 0 || len(p.nodes)/20 == 0 {
+	if !p.keepsAhead() {
 		return
 	}
 	whole := 0

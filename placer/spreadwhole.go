@@ -86,7 +86,7 @@ func (p *planner) blockLevels() []int {
 		return p.levels
 	}
 	p.levelsKnown = true
-	if p.opt.ReserveAfter <= 0 || len(p.nodes)/20 == 0 {
+	if !p.keepsAhead() {
 		return nil
 	}
 	whole, half := p.whole, p.whole/2

@@ -40,11 +40,8 @@ func MixedShapes(nodes int, hours float64, uniform bool) []Shape {
 	// eff is the cluster's GPUs in 8-GPU nodes, what the streams' rates
 	// are computed from.
 	eff := func(gpus []int) int {
-		t := 0
-		for _, g := range gpus {
-			t += g
-		}
-		return max(1, t/8)
+		c := Config{Nodes: nodes, NodeGPUs: gpus}
+		return max(1, c.totalGPUs()/8)
 	}
 	cfg := func(o placer.PlanOptions, seed uint64, gpus []int, streams ...Stream) Config {
 		return Config{Nodes: nodes, NodeGPUs: gpus, Plan: o, Streams: streams, Duration: d, Tick: SuiteTick, Seed: seed, From: d / 6}
