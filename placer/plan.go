@@ -43,6 +43,11 @@ type PlanOptions struct {
 	// shortest declared first, aged (issue 40, order.go). The order of
 	// owners by fair share is unchanged.
 	ShortFirst bool
+	// NoLend turns off lending only short work (lend.go), leaving the
+	// rest of the policy as it is: for measuring what the rule buys
+	// (simsuite -no-lend). The placer's settings never set it; with
+	// ReserveAfter at zero the rule is off anyway.
+	NoLend bool
 }
 
 func (o PlanOptions) txnOps() int {

@@ -39,6 +39,8 @@ func run(args []string) error {
 	noEstimates := fs.Bool("no-estimates", false, "give the planner no run times learned from finished sessions (sim.Config.NoEstimates): nodes drain by max runtimes alone")
 	tick := fs.Duration("tick", 0, "plan every this much simulated time instead of the suite's pass (sim.SuiteTick); the p99 8/1 floor is one pass of it")
 	noLimits := fs.Bool("no-limits", false, "no session declares a max runtime (every stream's sim.Stream.NoLimit), as from a client that never sets one; with -no-estimates the planner knows nothing of when a session ends")
+	noLend := fs.Bool("no-lend", false, "turn lending only short work off (PlanOptions.NoLend), the rest of the policy as it is: what the rule buys")
+	reserveAfter := fs.Duration("reserve-after", -1, "plan with this PlanOptions.ReserveAfter instead of the default setting (VOYAGER_PLACER_RESERVE_AFTER); 0: holds, the standing reserve, claims, spread's bands, the drain fit and lending off, the policy without issue 34's rules for large requests; negative: the default")
 	declare := fs.Duration("declare", 0, "every session that declares a max runtime declares this one, whatever it runs for (sim.Config.DeclaredLimit: max runtimes that tell the planner nothing, such as 72h); 0: the first rung of the ladder at least its run time")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,7 +49,10 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("load default settings: %w", err)
 	}
-	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter, ShortFirst: *shortFirst}
+	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter, ShortFirst: *shortFirst, NoLend: *noLend}
+	if *reserveAfter >= 0 {
+		opt.ReserveAfter = *reserveAfter
+	}
 	factor := map[int]float64{}
 	for _, kv := range strings.Split(*hours, ",") {
 		k, v, ok := strings.Cut(kv, "=")
@@ -60,7 +65,7 @@ func run(args []string) error {
 	}
 	ss := sim.SeedList(*seeds)
 	if *teams {
-		return runTeams(opt, *sizes, *only, ss)
+		return runTeams(opt, *reserveAfter, *sizes, *only, ss)
 	}
 	var rows []sim.SuiteRow
 	start := time.Now()
@@ -97,7 +102,7 @@ func run(args []string) error {
 		rows = append(rows, sim.RunSuite(shapes, opt, []placer.Strategy{placer.Binpack, placer.Spread}, ss)...)
 		fmt.Fprintf(os.Stderr, "simsuite: %d nodes (hours ×%g) in %v\n", n, f, time.Since(t).Round(time.Second))
 	}
-	fmt.Printf("Default settings (ReserveAfter %v), a pass every %v, seeds 1–%d; %s in all.\n\n", opt.ReserveAfter, cmp.Or(*tick, sim.SuiteTick), *seeds, time.Since(start).Round(time.Second))
+	fmt.Printf("%s (ReserveAfter %v), a pass every %v, seeds 1–%d; %s in all.\n\n", settings(opt, *reserveAfter), opt.ReserveAfter, cmp.Or(*tick, sim.SuiteTick), *seeds, time.Since(start).Round(time.Second))
 	fmt.Print(sim.SuiteTable(rows, sim.IssueGoals))
 	// Issue 34's goals are asked of its shapes; the sharing shapes of
 	// issue 35 have a table of their own.
@@ -220,8 +225,21 @@ func traced(sh sim.Shape, jain bool, eights int) sim.Shape {
 	return sh
 }
 
+// settings names the planner's settings in a table's heading: the
+// defaults, or what -reserve-after and -no-lend changed of them.
+func settings(opt placer.PlanOptions, reserveAfter time.Duration) string {
+	s := "Default settings"
+	if reserveAfter >= 0 {
+		s += " but -reserve-after"
+	}
+	if opt.NoLend {
+		s += ", lending off (-no-lend)"
+	}
+	return s
+}
+
 // runTeams runs sim.TeamSuite at the first of sizes and prints its table.
-func runTeams(opt placer.PlanOptions, sizes, only string, seeds []uint64) error {
+func runTeams(opt placer.PlanOptions, reserveAfter time.Duration, sizes, only string, seeds []uint64) error {
 	ns, err := sim.ParseSizes(sizes)
 	if err != nil {
 		return err
@@ -230,7 +248,7 @@ func runTeams(opt placer.PlanOptions, sizes, only string, seeds []uint64) error 
 	shapes := sim.Matching(sim.TeamSuite(n), only)
 	start := time.Now()
 	rows := sim.RunTeams(shapes, opt, seeds)
-	fmt.Printf("%d nodes, default settings (ReserveAfter %v), preemption grace 2m, a pass every %v, seeds 1–%d; %s in all.\n\n", n, opt.ReserveAfter, sim.SuiteTick, len(seeds), time.Since(start).Round(time.Second))
+	fmt.Printf("%d nodes, %s (ReserveAfter %v), preemption grace 2m, a pass every %v, seeds 1–%d; %s in all.\n\n", n, strings.ToLower(settings(opt, reserveAfter)), opt.ReserveAfter, sim.SuiteTick, len(seeds), time.Since(start).Round(time.Second))
 	fmt.Print(sim.TeamTable(rows))
 	return nil
 }
