@@ -85,7 +85,7 @@ func (p *planner) claimable(e *state.QueueEntry) bool {
 // less than claimBelow of its fair share (it has a hold budget), on a
 // cluster of at least 20 nodes.
 func (p *planner) claimOwner(owner string) bool {
-	if !p.keepsAhead() {
+	if !p.keepsAhead() || !p.on(RuleClaims) {
 		return false
 	}
 	b := p.holdBudget[owner]

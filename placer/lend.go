@@ -66,7 +66,7 @@ type lender struct {
 // work of owners at or above their share back, if its owner is below its
 // fair share and it waits for room (reason Capacity).
 func (p *planner) noteWaiting(e *state.QueueEntry, reason string) {
-	if p.opt.NoLend || !p.keepsAhead() || reason != "Capacity" || p.holdBudget[e.Owner] <= 0 {
+	if !p.on(RuleLend) || !p.keepsAhead() || reason != "Capacity" || p.holdBudget[e.Owner] <= 0 {
 		return
 	}
 	for _, l := range p.lenders {

@@ -46,7 +46,7 @@ func boundIDs(plan *Plan) map[string]bool {
 // his 8-hour one and his notebook with no max runtime wait, told why. His
 // long work starts where nothing keeps it back: without ada's request,
 // with holds off (the policy before issue 34), with lending off alone
-// (NoLend), on four nodes (lending
+// (PlanOptions.Without), on four nodes (lending
 // acts from 20, as the standing reserve), at a higher priority than
 // hers, where she waits for a GPU model his request does not ask for, and
 // where she waits on her quota rather than for room.
@@ -88,7 +88,7 @@ func TestLendOnlyShortWork(t *testing.T) {
 	}{
 		{"ada waits for nothing", snap(lendCluster(), long), opt, "long", "no owner below its share waits"},
 		{"holds off", snap(lendCluster(), long, big), PlanOptions{}, "long", "ReserveAfter zero is the policy before issue 34"},
-		{"lending off", snap(lendCluster(), long, big), PlanOptions{ReserveAfter: opt.ReserveAfter, NoLend: true}, "long", "PlanOptions.NoLend turns the rule off alone"},
+		{"lending off", snap(lendCluster(), long, big), PlanOptions{ReserveAfter: opt.ReserveAfter, Without: RuleLend}, "long", "PlanOptions.Without turns the rule off alone"},
 		{"four nodes", func() *Snapshot { c := lendCluster(); return snap([]NodeView{c[0], c[1], c[2], c[19]}, long, big) }(), opt, "long", "lending acts from 20 nodes"},
 		{"higher priority", snap(lendCluster(), func() Pending { p := lendMax(req("urgent", "bob", 1, 0), 8*time.Hour); p.Entry.Priority = 10; return p }(), big), opt, "urgent", "a waiting request keeps back only requests of at most its priority"},
 		{"another model", snap(append(lendCluster(), holding(view(gpuNode("h0", 8, "H100")), "a1", "ada", 8)),

@@ -43,11 +43,70 @@ type PlanOptions struct {
 	// shortest declared first, aged (issue 40, order.go). The order of
 	// owners by fair share is unchanged.
 	ShortFirst bool
-	// NoLend turns off lending only short work (lend.go), leaving the
-	// rest of the policy as it is: for measuring what the rule buys
-	// (simsuite -no-lend). The placer's settings never set it; with
-	// ReserveAfter at zero the rule is off anyway.
-	NoLend bool
+	// Without turns off some of issue 34's rules for large requests,
+	// each alone, the rest of the policy as it is: for measuring what a
+	// rule buys (simsuite -without). The placer's settings never set it;
+	// with ReserveAfter at zero every one of them is off anyway.
+	Without Rules
+}
+
+// Rules is a set of the planner's rules for large requests (issue 34)
+// that PlanOptions.Without can turn off.
+type Rules uint8
+
+// The rules PlanOptions.Without can turn off (placer/README.md, "Fair
+// share under a backlog", items 5–7 and 9, and spread's bands).
+const (
+	// RuleReserve is the standing reserve of whole machines (reserve.go).
+	RuleReserve Rules = 1 << iota
+	// RuleClaims is claims (claim.go).
+	RuleClaims
+	// RuleDrainFit is the drain fit (drainfit.go).
+	RuleDrainFit
+	// RuleBands is spread's bands and its packing of a backlog
+	// (spreadwhole.go).
+	RuleBands
+	// RuleLend is lending only short work (lend.go).
+	RuleLend
+)
+
+// ruleNames names each rule as ParseRules reads it, in String's order.
+var ruleNames = []string{"reserve", "claims", "drainfit", "bands", "lend"}
+
+// ParseRules reads a comma-separated list of rule names (reserve,
+// claims, drainfit, bands, lend) into a set; empty is none.
+func ParseRules(s string) (Rules, error) {
+	var out Rules
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		i := slices.Index(ruleNames, f)
+		if i < 0 {
+			return 0, fmt.Errorf("parse rules: unknown rule %q, want some of %s", f, strings.Join(ruleNames, ", "))
+		}
+		out |= 1 << i
+	}
+	return out, nil
+}
+
+// String is the set's names, comma-separated, as ParseRules reads them.
+func (r Rules) String() string {
+	var names []string
+	for i, n := range ruleNames {
+		if r&(1<<i) != 0 {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// on reports whether rule r applies in this pass: PlanOptions.Without
+// does not name it. Each rule's own gate (keepsAhead and the like)
+// still applies.
+func (p *planner) on(r Rules) bool {
+	return p.opt.Without&r == 0
 }
 
 func (o PlanOptions) txnOps() int {
@@ -323,7 +382,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	if opt.Strategy == Spread && p.packsBacklog() { // spreadwhole.go
 		p.opt.Strategy, p.scorers = Binpack, scorers(Binpack)
 	}
-	p.fitsDrains = p.opt.Strategy != Pack && len(p.blockLevels()) > 0 && !p.deepBacklog() // drainfit.go
+	p.fitsDrains = p.opt.Strategy != Pack && p.on(RuleDrainFit) && len(p.blockLevels()) > 0 && !p.deepBacklog() // drainfit.go
 	p.usage = newUsage(p.nodes, p.pinned)
 	p.quota = &p.usage
 	p.teams = newTeamPlan(s, p.nodes, p.usage.total, p.pinned)

@@ -84,7 +84,7 @@ const reserveWindow = time.Hour
 // whole-machine requests: as many as reserveSize says the last hour's
 // arrivals of them need.
 func (p *planner) standingReserve(plan *Plan) {
-	if !p.keepsAhead() {
+	if !p.keepsAhead() || !p.on(RuleReserve) {
 		return
 	}
 	whole := 0

@@ -44,7 +44,11 @@ func (p *planner) spreadBucket(pt *part, i int) int {
 	g := pt.req.GPUs
 	order := p.spreadOrders[g]
 	if order == nil {
-		order = spreadOrder(g, len(p.buckets)-1, p.blockLevels())
+		var levels []int
+		if p.on(RuleBands) {
+			levels = p.blockLevels()
+		}
+		order = spreadOrder(g, len(p.buckets)-1, levels)
 		if p.spreadOrders == nil {
 			p.spreadOrders = map[int][]int{}
 		}
@@ -137,7 +141,7 @@ func (p *planner) blockLevels() []int {
 // start for another reason, a quota's cap or a GPU model no node has,
 // count too: the test is the snapshot's, made once before the order.
 func (p *planner) packsBacklog() bool {
-	if len(p.blockLevels()) == 0 {
+	if !p.on(RuleBands) || len(p.blockLevels()) == 0 {
 		return false
 	}
 	free := 0

@@ -22,9 +22,9 @@
 // machines beside 4- or 2-GPU ones); -mixed -uniform runs their control,
 // the same loads on 8-GPU machines alone. -reserve-after D plans with
 // that PlanOptions.ReserveAfter (0: holds and every rule that keeps GPUs
-// ahead off, the policy before issue 34), and -no-lend turns lending only
-// short work off alone (PlanOptions.NoLend): what a rule buys is the same
-// runs without it.
+// ahead off, the policy before issue 34), and -without turns some of
+// those rules off, each alone (PlanOptions.Without: reserve, claims,
+// drainfit, bands, lend): what a rule buys is the same runs without it.
 // With -teams it runs issue 36's team shapes
 // (sim.TeamSuite) at the first -nodes size instead and prints their table
 // (`go run ./placer/sim/simsuite -teams -nodes 16`).

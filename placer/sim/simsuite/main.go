@@ -39,7 +39,7 @@ func run(args []string) error {
 	noEstimates := fs.Bool("no-estimates", false, "give the planner no run times learned from finished sessions (sim.Config.NoEstimates): nodes drain by max runtimes alone")
 	tick := fs.Duration("tick", 0, "plan every this much simulated time instead of the suite's pass (sim.SuiteTick); the p99 8/1 floor is one pass of it")
 	noLimits := fs.Bool("no-limits", false, "no session declares a max runtime (every stream's sim.Stream.NoLimit), as from a client that never sets one; with -no-estimates the planner knows nothing of when a session ends")
-	noLend := fs.Bool("no-lend", false, "turn lending only short work off (PlanOptions.NoLend), the rest of the policy as it is: what the rule buys")
+	without := fs.String("without", "", "turn these of issue 34's rules off, comma-separated, the rest of the policy as it is (PlanOptions.Without): reserve (the standing reserve), claims, drainfit, bands (spread's bands and packing), lend (lending only short work); what a rule buys is the same runs without it")
 	reserveAfter := fs.Duration("reserve-after", -1, "plan with this PlanOptions.ReserveAfter instead of the default setting (VOYAGER_PLACER_RESERVE_AFTER); 0: holds, the standing reserve, claims, spread's bands, the drain fit and lending off, the policy without issue 34's rules for large requests; negative: the default")
 	declare := fs.Duration("declare", 0, "every session that declares a max runtime declares this one, whatever it runs for (sim.Config.DeclaredLimit: max runtimes that tell the planner nothing, such as 72h); 0: the first rung of the ladder at least its run time")
 	if err := fs.Parse(args); err != nil {
@@ -49,7 +49,11 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("load default settings: %w", err)
 	}
-	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter, ShortFirst: *shortFirst, NoLend: *noLend}
+	rules, err := placer.ParseRules(*without)
+	if err != nil {
+		return fmt.Errorf("parse -without: %w", err)
+	}
+	opt := placer.PlanOptions{ReserveAfter: cfg.PlacerReserveAfter, ShortFirst: *shortFirst, Without: rules}
 	if *reserveAfter >= 0 {
 		opt.ReserveAfter = *reserveAfter
 	}
@@ -226,14 +230,14 @@ func traced(sh sim.Shape, jain bool, eights int) sim.Shape {
 }
 
 // settings names the planner's settings in a table's heading: the
-// defaults, or what -reserve-after and -no-lend changed of them.
+// defaults, or what -reserve-after and -without changed of them.
 func settings(opt placer.PlanOptions, reserveAfter time.Duration) string {
 	s := "Default settings"
 	if reserveAfter >= 0 {
 		s += " but -reserve-after"
 	}
-	if opt.NoLend {
-		s += ", lending off (-no-lend)"
+	if opt.Without != 0 {
+		s += " without " + opt.Without.String()
 	}
 	return s
 }
