@@ -111,7 +111,7 @@ func (p *planner) entitle(maxPartial int) {
 	}
 	for o := range ent {
 		if w := waiting[o]; w > 0 {
-			if large[o] < w || !starved {
+			if large[o] < w || !starved || !p.on(RuleOneHold) {
 				p.chargeBudget[o] = held[o] * large[o] / w
 			}
 		}
@@ -441,8 +441,15 @@ func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held 
 	}
 	after := p.holdAfter(e)
 	since := e.Created.Add(after).UTC().Format("15:04")
-	return fmt.Sprintf("waiting for %s: %s %s held for it, nothing else placed there (it may hold nodes since %s UTC, %s after it was queued, while its owner holds less than its fair share of the cluster)",
-		describe(&reqs[0]), what, strings.Join(parts, ", "), since, after.Round(time.Second))
+	// An owner at or above its share holds on its charge budget, or for
+	// one request at a time (entitle): its held GPUs idle count as its
+	// own (holdFor), and the message says so rather than that it is owed.
+	why := "while its owner holds less than its fair share of the cluster"
+	if p.holdBudget[e.Owner] <= 0 {
+		why = "though its owner holds its fair share of the cluster or more: the GPUs kept idle here count as its owner's in the fair order until it starts"
+	}
+	return fmt.Sprintf("waiting for %s: %s %s held for it, nothing else placed there (it may hold nodes since %s UTC, %s after it was queued, %s)",
+		describe(&reqs[0]), what, strings.Join(parts, ", "), since, after.Round(time.Second), why)
 }
 
 // expectedRoom says when held node n is expected to have want GPUs free
