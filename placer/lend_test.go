@@ -14,15 +14,22 @@ import (
 // carol the next four (32, all she asks for), ada 4 GPUs of the last, so
 // 4 are free and no node is whole. Lending acts from 20 nodes.
 func lendCluster() []NodeView {
+	nodes := wholeNodes(15, "bob", 4, "carol")
+	return append(nodes, holding(view(gpuNode("n19", 8, "A100")), "a0", "ada", 4))
+}
+
+// wholeNodes is 8-GPU A100 nodes n00, n01, … each held whole by one
+// session: the first n1 by owner1, the next n2 by owner2.
+func wholeNodes(n1 int, owner1 string, n2 int, owner2 string) []NodeView {
 	var nodes []NodeView
-	for i := range 19 {
-		owner := "bob"
-		if i >= 15 {
-			owner = "carol"
+	for i := range n1 + n2 {
+		owner := owner1
+		if i >= n1 {
+			owner = owner2
 		}
 		nodes = append(nodes, holding(view(gpuNode(fmt.Sprintf("n%02d", i), 8, "A100")), fmt.Sprintf("s%02d", i), owner, 8))
 	}
-	return append(nodes, holding(view(gpuNode("n19", 8, "A100")), "a0", "ada", 4))
+	return nodes
 }
 
 // lendMax is p with a max runtime of d.

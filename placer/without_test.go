@@ -1,7 +1,6 @@
 package placer
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -102,15 +101,7 @@ func TestWithoutTurnsOffEachRuleAlone(t *testing.T) {
 // requests, so it holds for one of them at a time (RuleOneHold); on its
 // charge budget, its holdings' worth, it would hold for all three.
 func hogCluster() *Snapshot {
-	var nodes []NodeView
-	for i := range 19 {
-		owner := "hog"
-		if i >= 12 {
-			owner = "ada"
-		}
-		nodes = append(nodes, holding(view(gpuNode(fmt.Sprintf("n%02d", i), 8, "A100")), fmt.Sprintf("s%02d", i), owner, 8))
-	}
-	nodes = append(nodes, holding(view(gpuNode("n19", 8, "A100")), "a19", "ada", 4))
+	nodes := append(wholeNodes(12, "hog", 7, "ada"), holding(view(gpuNode("n19", 8, "A100")), "a19", "ada", 4))
 	return snap(nodes, req("hog-0", "hog", 8, time.Hour), req("hog-1", "hog", 8, time.Hour), req("hog-2", "hog", 8, time.Hour),
 		req("small", "ada", 1, 20*time.Minute), req("ada-0", "ada", 8, 0), req("ada-1", "ada", 8, 0), req("ada-2", "ada", 8, 0))
 }
