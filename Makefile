@@ -73,7 +73,7 @@ bench: build
 
 ## sim: placer/sim's whole suite of workload shapes (placer/README.md, "The simulator"): every shape at 16, 200 and
 ## 2,000 nodes (2,000 over a quarter of the simulated hours), binpack and spread, seeds 1-3, default settings; one table
-## with the goals each run misses (exit 1 if any). SIMFLAGS passes flags (-nodes, -seeds, -hours, -shape)
+## with the goals each run misses (exit 1 if any). SIMFLAGS passes flags (-nodes, -seeds, -hours, -shape, -without)
 sim:
 	go run ./placer/sim/simsuite $(SIMFLAGS)
 
