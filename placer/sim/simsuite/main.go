@@ -57,6 +57,7 @@ func run(args []string) error {
 	if *reserveAfter >= 0 {
 		opt.ReserveAfter = *reserveAfter
 	}
+	heading := settings(opt, *reserveAfter)
 	factor := map[int]float64{}
 	for _, kv := range strings.Split(*hours, ",") {
 		k, v, ok := strings.Cut(kv, "=")
@@ -69,7 +70,7 @@ func run(args []string) error {
 	}
 	ss := sim.SeedList(*seeds)
 	if *teams {
-		return runTeams(opt, *reserveAfter, *sizes, *only, ss)
+		return runTeams(opt, heading, *sizes, *only, ss)
 	}
 	var rows []sim.SuiteRow
 	start := time.Now()
@@ -106,7 +107,7 @@ func run(args []string) error {
 		rows = append(rows, sim.RunSuite(shapes, opt, []placer.Strategy{placer.Binpack, placer.Spread}, ss)...)
 		fmt.Fprintf(os.Stderr, "simsuite: %d nodes (hours ×%g) in %v\n", n, f, time.Since(t).Round(time.Second))
 	}
-	fmt.Printf("%s (ReserveAfter %v), a pass every %v, seeds 1–%d; %s in all.\n\n", settings(opt, *reserveAfter), opt.ReserveAfter, cmp.Or(*tick, sim.SuiteTick), *seeds, time.Since(start).Round(time.Second))
+	fmt.Printf("%s (ReserveAfter %v), a pass every %v, seeds 1–%d; %s in all.\n\n", heading, opt.ReserveAfter, cmp.Or(*tick, sim.SuiteTick), *seeds, time.Since(start).Round(time.Second))
 	fmt.Print(sim.SuiteTable(rows, sim.IssueGoals))
 	// Issue 34's goals are asked of its shapes; the sharing shapes of
 	// issue 35 have a table of their own.
@@ -242,8 +243,9 @@ func settings(opt placer.PlanOptions, reserveAfter time.Duration) string {
 	return s
 }
 
-// runTeams runs sim.TeamSuite at the first of sizes and prints its table.
-func runTeams(opt placer.PlanOptions, reserveAfter time.Duration, sizes, only string, seeds []uint64) error {
+// runTeams runs sim.TeamSuite at the first of sizes and prints its table
+// under heading (settings).
+func runTeams(opt placer.PlanOptions, heading, sizes, only string, seeds []uint64) error {
 	ns, err := sim.ParseSizes(sizes)
 	if err != nil {
 		return err
@@ -252,7 +254,7 @@ func runTeams(opt placer.PlanOptions, reserveAfter time.Duration, sizes, only st
 	shapes := sim.Matching(sim.TeamSuite(n), only)
 	start := time.Now()
 	rows := sim.RunTeams(shapes, opt, seeds)
-	fmt.Printf("%d nodes, %s (ReserveAfter %v), preemption grace 2m, a pass every %v, seeds 1–%d; %s in all.\n\n", n, strings.ToLower(settings(opt, reserveAfter)), opt.ReserveAfter, sim.SuiteTick, len(seeds), time.Since(start).Round(time.Second))
+	fmt.Printf("%d nodes, %s (ReserveAfter %v), preemption grace 2m, a pass every %v, seeds 1–%d; %s in all.\n\n", n, strings.ToLower(heading), opt.ReserveAfter, sim.SuiteTick, len(seeds), time.Since(start).Round(time.Second))
 	fmt.Print(sim.TeamTable(rows))
 	return nil
 }
