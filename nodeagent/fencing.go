@@ -209,18 +209,53 @@ func (w *worker) fencedEnd(ctx context.Context, why string) {
 // create goes on, Run waits for it, and the next agent adopts the
 // container as it adopts every container a stopped agent left. Anything
 // else that ends ctx (a fence, a lost lease, the binding's removal) still
-// ends the create, and so does the fence deadline of the last renewal:
-// from then on the node's fence keeper stops what the node runs.
+// ends the create, and so does the fence deadline of the latest renewal
+// (FenceAfter after it): from then on the node's fence keeper stops what
+// the node runs. That deadline moves on with every renewal, for a create
+// may rightly take longer than FenceAfter: a part of a multi-node job
+// waits in it for its peers' addresses (MeshWait).
 func (a *Agent) createContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	deadline := time.Unix(0, a.renewed.Load()).Add(a.cfg.FenceAfter)
-	c, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	c, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() {
 		if !a.stopping() {
-			cancel()
+			cancel(context.Cause(ctx))
 		}
 	})
-	return c, func() { stop(); cancel() }
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		done  bool
+	)
+	var arm func()
+	arm = func() {
+		deadline := time.Unix(0, a.renewed.Load()).Add(a.cfg.FenceAfter)
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			cancel(errFenceDeadline)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			timer = time.AfterFunc(wait, arm)
+		}
+	}
+	arm()
+	return c, func() {
+		stop()
+		mu.Lock()
+		done = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(context.Canceled)
+	}
 }
+
+// errFenceDeadline ends a create (createContext) that is still under way
+// at the fence deadline of the agent's latest renewal.
+var errFenceDeadline = errors.New("fence deadline of the latest renewal passed")
 
 // stopping reports whether Run's context has ended: the agent is stopping
 // gracefully.
