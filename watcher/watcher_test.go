@@ -326,10 +326,17 @@ func (r *recorder) events() []watcher.Event[val] {
 	return slices.Clone(r.evs)
 }
 
-// checkExactlyOnce fails unless got holds each wanted change once, in
-// revision order, and nothing else.
-func checkExactlyOnce(t *testing.T, want []change, got []watcher.Event[val]) {
+// checkExactlyOnce fails unless rec's handler has seen each wanted change
+// once, in revision order, and nothing else. The cache publishes a
+// watch response's snapshot before it delivers the response's events, so
+// a cache at the current revision (caughtUp) may still be delivering the
+// last batch: it first waits until the handler has seen as many events
+// as there are changes (one delivered twice makes more, and fails the
+// check all the same).
+func checkExactlyOnce(t *testing.T, want []change, rec *recorder) {
 	t.Helper()
+	eventually(t, fmt.Sprintf("the handler to see %d changes (it saw %d)", len(want), rec.len()), func() bool { return rec.len() >= len(want) })
+	got := rec.events()
 	seen := map[change]bool{}
 	var gotChanges []change
 	var last int64
@@ -432,7 +439,7 @@ func TestStreamBreaksLoseAndRepeatNothing(t *testing.T) {
 				t.Fatalf("only %d stream breaks happened; the test proves nothing", breaks)
 			}
 			caughtUp(t, cli, c)
-			checkExactlyOnce(t, res.changes, rec.events())
+			checkExactlyOnce(t, res.changes, rec)
 			checkEqualsEtcd(t, cli, "/x/", c.Snapshot())
 			if c.Relists() != 0 {
 				t.Errorf("Relists() = %d, want 0: a broken stream resumes, it does not relist", c.Relists())
@@ -491,7 +498,7 @@ func TestServerRestartLosesAndRepeatsNothing(t *testing.T) {
 		}
 	}
 	caughtUp(t, cli, c)
-	checkExactlyOnce(t, all, rec.events())
+	checkExactlyOnce(t, all, rec)
 	checkEqualsEtcd(t, cli, "/r/", c.Snapshot())
 	stop() // before the server: its Close waits for open watches
 }
@@ -739,7 +746,7 @@ func TestConcurrentWritersAndSnapshotReaders(t *testing.T) {
 	readers.Wait()
 
 	checkEqualsEtcd(t, cli, "/w/", c.Snapshot())
-	checkExactlyOnce(t, changes, rec.events())
+	checkExactlyOnce(t, changes, rec)
 	// Snapshots kept while the cache moved on have not changed.
 	for _, k := range keptAll {
 		if !reflect.DeepEqual(k.snap.List(), k.list) {
