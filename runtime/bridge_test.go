@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/voyager-gpu/voyager/runtime"
@@ -80,5 +82,62 @@ func TestNetworkLeavesABusyBridgeAlone(t *testing.T) {
 	st, err := runtime.ReadBridge(opts)
 	if err != nil || st.Subnet != former || st.Ports != 1 {
 		t.Errorf("ReadBridge after the network started: %+v, %v; want %s with its one port", st, err, former)
+	}
+}
+
+// masqRules are the nat POSTROUTING rules marked as network name's
+// masquerade.
+func masqRules(t *testing.T, name string) []string {
+	t.Helper()
+	out, err := exec.Command("iptables", "-t", "nat", "-S", "POSTROUTING").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables -t nat -S POSTROUTING: %v: %s", err, out)
+	}
+	var rules []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if slices.Contains(strings.Fields(line), "voyager-"+name) {
+			rules = append(rules, line)
+		}
+	}
+	return rules
+}
+
+// TestNetworkMasqueradeFollowsItsSubnet: a network set up again on another
+// subnet keeps one masquerade, the new subnet's, and a network removed as
+// a sweep removes it (by the owner record's name and state directory,
+// which do not hold the subnet an agent was configured with) leaves none:
+// before, a test agent's VOYAGER_AGENT_NETWORK_SUBNET masquerade outlived
+// every passing run.
+func TestNetworkMasqueradeFollowsItsSubnet(t *testing.T) {
+	name := fmt.Sprintf("masq-%d", os.Getpid())
+	dir := t.TempDir()
+	subnet := func(octet int) string { return fmt.Sprintf("10.%d.%d.0/24", octet, os.Getpid()%256) }
+	first := runtime.NetworkOptions{Mode: runtime.NetworkIsolated, Name: name, Subnet: subnet(248), StateDir: dir}
+	a, err := runtime.NewContainerd(context.Background(), runtime.ContainerdOptions{Address: runtimetest.Address(t), Namespace: name, Network: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	t.Cleanup(func() { _ = runtime.RemoveNetwork(context.Background(), first, nil) })
+	if got := masqRules(t, name); len(got) != 1 || !strings.Contains(got[0], subnet(248)) {
+		t.Fatalf("masquerades after the first setup: %q, want one for %s", got, subnet(248))
+	}
+
+	second := first
+	second.Subnet = subnet(247)
+	b, err := runtime.NewContainerd(context.Background(), runtime.ContainerdOptions{Address: runtimetest.Address(t), Namespace: name, Network: second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got := masqRules(t, name); len(got) != 1 || !strings.Contains(got[0], subnet(247)) {
+		t.Fatalf("masquerades after the setup on another subnet: %q, want one, for %s", got, subnet(247))
+	}
+
+	if err := runtime.RemoveNetwork(context.Background(), runtime.NetworkOptions{Mode: runtime.NetworkIsolated, Name: name, StateDir: dir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := masqRules(t, name); len(got) != 0 {
+		t.Errorf("masquerades left by a removal that did not name the subnet: %q", got)
 	}
 }

@@ -328,7 +328,12 @@ func (n *cniNetwork) installChains() error {
 		return err
 	}
 	masq := n.masqRule()
-	ok, err = n.ipt.Exists("nat", "POSTROUTING", masq...)
+	// A masquerade of an earlier subnet of this network (its agent
+	// claimed another since) goes first.
+	err = n.deleteMasq(masq)
+	if err == nil {
+		ok, err = n.ipt.Exists("nat", "POSTROUTING", masq...)
+	}
 	if err == nil && !ok {
 		err = n.ipt.Append("nat", "POSTROUTING", masq...)
 	}
@@ -340,7 +345,44 @@ func (n *cniNetwork) installChains() error {
 
 // masqRule masquerades what sessions send out of their subnet.
 func (n *cniNetwork) masqRule() rule {
-	return r("-s " + n.opts.Subnet + " ! -d " + n.opts.Subnet + " -m comment --comment voyager-" + n.opts.Name + " -j MASQUERADE")
+	return r("-s " + n.opts.Subnet + " ! -d " + n.opts.Subnet + " -m comment --comment " + n.masqComment() + " -j MASQUERADE")
+}
+
+// masqComment marks the network's masquerade rule as its own.
+func (n *cniNetwork) masqComment() string { return "voyager-" + n.opts.Name }
+
+// deleteMasq deletes every POSTROUTING rule marked as the network's
+// masquerade (masqComment) but keep, whatever subnet it names: a network
+// removed, or set up again, with a subnet other than the one its rule was
+// made with (an agent's VOYAGER_AGENT_NETWORK_SUBNET is not in the
+// owner record a sweep removes the network by) leaves none behind.
+func (n *cniNetwork) deleteMasq(keep rule) error {
+	rules, err := n.ipt.List("nat", "POSTROUTING")
+	if err != nil {
+		return fmt.Errorf("list nat POSTROUTING: %w", err)
+	}
+	var errs []error
+	for _, line := range rules {
+		spec := strings.Fields(line)
+		if len(spec) < 3 || spec[0] != "-A" {
+			continue
+		}
+		spec = spec[2:]
+		i := slices.Index(spec, "--comment")
+		if i < 0 || i+1 >= len(spec) || strings.Trim(spec[i+1], `"`) != n.masqComment() {
+			continue
+		}
+		for j := range spec {
+			spec[j] = strings.Trim(spec[j], `"`)
+		}
+		if slices.Equal(spec, keep) {
+			continue
+		}
+		if err := n.ipt.Delete("nat", "POSTROUTING", spec...); err != nil {
+			errs = append(errs, fmt.Errorf("delete masquerade %q: %w", line, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // syncChain creates chain in the filter table if absent and, when exact,
@@ -757,7 +799,7 @@ func (n *cniNetwork) removeHere() error {
 			}
 		}
 	}
-	add(n.ipt.DeleteIfExists("nat", "POSTROUTING", n.masqRule()...))
+	add(n.deleteMasq(nil))
 	if ok, _ := n.ipt.ChainExists("nat", n.nat); ok {
 		add(n.ipt.DeleteIfExists("nat", "POSTROUTING", "-j", n.nat))
 	}
