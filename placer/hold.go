@@ -61,16 +61,14 @@ func (p *planner) keepsAhead() bool {
 // of its waiting GPUs that large requests (a part above maxPartial GPUs)
 // ask for. Such an owner thus spends its share on its requests of every
 // size, in proportion to what it waits for, instead of its small requests
-// taking all of it while its large ones wait. The charge is paid by the
-// owner's own small requests (they go later in the order): an owner whose
-// queue is all large requests has none to pay with, and its holds drain
-// nodes at the others' cost. So while an owner below its share has a
-// small request waiting past its hold delay (starved), such an owner has
-// no charge budget and holds for one request at a time. (At 200 nodes an
-// owner asking only for 8-GPU sessions, adv-hold-hog seed 2, held 100
-// nodes on its holdings' worth, took 54% of the GPUs against a 40%
-// share, and the others' 1-4 GPU requests, starved, held 80 more: Jain
-// 0.68; with this rule 0.994.)
+// taking all of it while its large ones wait. The charge is paid in the
+// fair order: what the hold keeps idle counts as the owner's until its
+// request starts (holdFor), so its own later requests wait behind other
+// owners'. This holds for an owner whose queue is all large requests as
+// well. Such an owner used to hold for one request at a time while an
+// owner below its share was starved. That rule was dropped once claims
+// and lending made it buy nothing (placer/README.md, "What each rule
+// buys").
 func (p *planner) entitle(maxPartial int) {
 	held := map[string]int64{}
 	for o, a := range p.quota.users { // ledgers, pinned sessions included
@@ -81,7 +79,6 @@ func (p *planner) entitle(maxPartial int) {
 		demand[o] = g
 	}
 	waiting, large := map[string]int64{}, map[string]int64{}
-	agedSmall := map[string]bool{} // owners with a small request past its hold delay
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
 		if it.Pinned {
@@ -92,8 +89,6 @@ func (p *planner) entitle(maxPartial int) {
 		waiting[it.Entry.Owner] += g
 		if largeReq(it.Entry, maxPartial) {
 			large[it.Entry.Owner] += g
-		} else if !agedSmall[it.Entry.Owner] && p.aged(it.Entry) {
-			agedSmall[it.Entry.Owner] = true
 		}
 	}
 	var ent map[string]int64
@@ -104,16 +99,10 @@ func (p *planner) entitle(maxPartial int) {
 	}
 	p.holdBudget = make(map[string]int64, len(ent))
 	p.chargeBudget = make(map[string]int64, len(ent))
-	starved := false
 	for o, e := range ent {
 		p.holdBudget[o] = e - held[o]
-		starved = starved || p.holdBudget[o] > 0 && agedSmall[o]
-	}
-	for o := range ent {
 		if w := waiting[o]; w > 0 {
-			if large[o] < w || !starved || !p.on(RuleOneHold) {
-				p.chargeBudget[o] = held[o] * large[o] / w
-			}
+			p.chargeBudget[o] = held[o] * large[o] / w
 		}
 	}
 	p.holdGPUs = map[string]int64{}

@@ -68,18 +68,13 @@ const (
 	RuleBands
 	// RuleLend is lending only short work (lend.go).
 	RuleLend
-	// RuleOneHold is an owner whose whole queue is large requests, at or
-	// above its share, holding for one request at a time while an owner
-	// below its share is starved, instead of on its charge budget
-	// (hold.go, entitle).
-	RuleOneHold
 )
 
 // ruleNames names each rule as ParseRules reads it, in String's order.
-var ruleNames = []string{"reserve", "claims", "drainfit", "bands", "lend", "onehold"}
+var ruleNames = []string{"reserve", "claims", "drainfit", "bands", "lend"}
 
 // ParseRules reads a comma-separated list of rule names (reserve,
-// claims, drainfit, bands, lend, onehold) into a set; empty is none.
+// claims, drainfit, bands, lend) into a set; empty is none.
 func ParseRules(s string) (Rules, error) {
 	var out Rules
 	for _, f := range strings.Split(s, ",") {

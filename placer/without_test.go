@@ -20,8 +20,14 @@ func TestParseRules(t *testing.T) {
 		t.Fatalf("ParseRules(\"\") = %v, %v; want none", r, err)
 	}
 	_, err = ParseRules("reserve,holds")
-	if err == nil || !strings.Contains(err.Error(), `unknown rule "holds"`) || !strings.Contains(err.Error(), "reserve, claims, drainfit, bands, lend, onehold") {
+	if err == nil || !strings.Contains(err.Error(), `unknown rule "holds"`) || !strings.Contains(err.Error(), "reserve, claims, drainfit, bands, lend") {
 		t.Fatalf("ParseRules(reserve,holds) error %v, want the unknown name and the known ones", err)
+	}
+	// Every name reads as its own constant: ruleNames is in bit order.
+	for name, want := range map[string]Rules{"reserve": RuleReserve, "claims": RuleClaims, "drainfit": RuleDrainFit, "bands": RuleBands, "lend": RuleLend} {
+		if r, err := ParseRules(name); err != nil || r != want || r.String() != name {
+			t.Errorf("ParseRules(%s) = %b (%s), %v; want %b", name, r, r, err, want)
+		}
 	}
 }
 
@@ -32,7 +38,7 @@ func TestParseRules(t *testing.T) {
 func TestWithoutTurnsOffEachRuleAlone(t *testing.T) {
 	opt := PlanOptions{ReserveAfter: 10 * time.Minute}
 	spread := PlanOptions{ReserveAfter: 10 * time.Minute, Strategy: Spread}
-	all := RuleReserve | RuleClaims | RuleDrainFit | RuleBands | RuleLend | RuleOneHold
+	all := RuleReserve | RuleClaims | RuleDrainFit | RuleBands | RuleLend
 	reserveOwners := make([]string, 39)
 	for i := range reserveOwners {
 		reserveOwners[i] = []string{"bob", "ada"}[i%2]
@@ -65,16 +71,6 @@ func TestWithoutTurnsOffEachRuleAlone(t *testing.T) {
 			return snap(lendCluster(), lendMax(req("long", "bob", 1, 2*time.Minute), 8*time.Hour), req("big", "ada", 8, 0))
 		}, opt,
 			func(p *Plan) bool { return !boundIDs(p)["long"] }},
-		{RuleOneHold, hogCluster, opt,
-			func(p *Plan) bool {
-				held := 0
-				for _, id := range p.Reserved {
-					if strings.HasPrefix(id, "hog-") {
-						held++
-					}
-				}
-				return held == 1
-			}},
 	} {
 		t.Run(c.rule.String(), func(t *testing.T) {
 			if !c.acts(NewPlan(c.s(), c.opt)) {
@@ -97,41 +93,42 @@ func TestWithoutTurnsOffEachRuleAlone(t *testing.T) {
 // hogCluster is twenty 8-GPU nodes: hog holds twelve whole (96 GPUs,
 // above its fair share of 80) and asks for three more whole machines;
 // ada holds the other eight but for 4 GPUs (60, below her 80) with a
-// 1-GPU request waiting past its hold delay. hog's queue is all large
-// requests, so it holds for one of them at a time (RuleOneHold); on its
-// charge budget, its holdings' worth, it would hold for all three.
+// 1-GPU request waiting past its hold delay.
 func hogCluster() *Snapshot {
 	nodes := append(wholeNodes(12, "hog", 7, "ada"), holding(view(gpuNode("n19", 8, "A100")), "a19", "ada", 4))
 	return snap(nodes, req("hog-0", "hog", 8, time.Hour), req("hog-1", "hog", 8, time.Hour), req("hog-2", "hog", 8, time.Hour),
 		req("small", "ada", 1, 20*time.Minute), req("ada-0", "ada", 8, 0), req("ada-1", "ada", 8, 0), req("ada-2", "ada", 8, 0))
 }
 
-// TestHoldsOneAtATimeWhileAnotherIsStarved: the rule itself, and what
-// the queue says of it: hog's oldest request holds one node, told that
-// hog holds its share or more and pays for the drain, not that it is
-// owed the node; the other two hold none, and ada's 1-GPU request starts
-// on the last node's free GPUs.
-func TestHoldsOneAtATimeWhileAnotherIsStarved(t *testing.T) {
+// TestOwnerAboveShareHoldsOnItsCharge: hog, above its share with a queue
+// of large requests only, holds on its charge budget (its holdings'
+// worth, 96 GPUs), here for each of its three requests, while ada, below
+// hers and starved, starts her 1-GPU request on the last node's free
+// GPUs; and the queue tells hog that it holds its share or more and pays
+// for the drain in the fair order, not that it is owed the node.
+func TestOwnerAboveShareHoldsOnItsCharge(t *testing.T) {
 	plan := NewPlan(hogCluster(), PlanOptions{ReserveAfter: 10 * time.Minute})
-	if got := heldFor(plan, "hog-0"); len(got) != 1 {
-		t.Errorf("hog-0 holds %v, want one node", got)
-	}
-	for _, id := range []string{"hog-1", "hog-2"} {
-		if got := heldFor(plan, id); len(got) != 0 {
-			t.Errorf("%s holds %v, want none while ada is starved", id, got)
+	for _, id := range []string{"hog-0", "hog-1", "hog-2"} {
+		if got := heldFor(plan, id); len(got) != 1 {
+			t.Errorf("%s holds %v, want one node", id, got)
 		}
 	}
 	if len(plan.Bound) != 1 || plan.Bound[0].Pending.Entry.Session != "small" || plan.Bound[0].Parts[0].Node != "n19" {
 		t.Errorf("bound %v, want ada's 1-GPU request on n19", plan.Bound)
 	}
+	seen := false
 	for _, w := range plan.Waiting {
 		if w.Pending.Entry.Session != "hog-0" {
 			continue
 		}
+		seen = true
 		want := "though its owner holds its fair share of the cluster or more: the GPUs kept idle here count as its owner's in the fair order until it starts)"
 		if !strings.HasSuffix(w.Message, want) || strings.Contains(w.Message, "less than its fair share") {
 			t.Errorf("hog-0's reason %q, want it to end %q", w.Message, want)
 		}
 		t.Logf("hog-0: %s", w.Message)
+	}
+	if !seen {
+		t.Error("hog-0 is not in the plan's waiting list")
 	}
 }

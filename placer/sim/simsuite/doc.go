@@ -24,8 +24,8 @@
 // that PlanOptions.ReserveAfter (0: holds and every rule that keeps GPUs
 // ahead off, the policy before issue 34), and -without turns some of
 // those rules off, each alone (PlanOptions.Without: reserve, claims,
-// drainfit, bands, lend, onehold): what a rule buys is the same runs
-// without it.
+// drainfit, bands, lend): what a rule buys is the same runs without
+// it.
 // With -teams it runs issue 36's team shapes
 // (sim.TeamSuite) at the first -nodes size instead and prints their table
 // (`go run ./placer/sim/simsuite -teams -nodes 16`).
