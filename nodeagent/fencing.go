@@ -221,36 +221,22 @@ func (a *Agent) createContext(ctx context.Context) (context.Context, context.Can
 			cancel(context.Cause(ctx))
 		}
 	})
-	var (
-		mu    sync.Mutex
-		timer *time.Timer
-		done  bool
-	)
+	// Each firing re-arms at the latest renewal's deadline; once c has
+	// ended, the chain stops at its next firing.
 	var arm func()
 	arm = func() {
-		deadline := time.Unix(0, a.renewed.Load()).Add(a.cfg.FenceAfter)
-		wait := time.Until(deadline)
+		if c.Err() != nil {
+			return
+		}
+		wait := time.Until(time.Unix(0, a.renewed.Load()).Add(a.cfg.FenceAfter))
 		if wait <= 0 {
 			cancel(errFenceDeadline)
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !done {
-			timer = time.AfterFunc(wait, arm)
-		}
+		time.AfterFunc(wait, arm)
 	}
 	arm()
-	return c, func() {
-		stop()
-		mu.Lock()
-		done = true
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel(context.Canceled)
-	}
+	return c, func() { stop(); cancel(context.Canceled) }
 }
 
 // errFenceDeadline ends a create (createContext) that is still under way
