@@ -261,20 +261,25 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 		flushT, flushC = nil, nil
 		return nil
 	}
+	// An orderly stop records what it gathered (within a few seconds) and
+	// writes the cursor, whether the context's end or the watch's closing
+	// (which that end causes too, and which may come first) is seen
+	// first. What it cannot record is not lost: the cursor stays before
+	// it, and the next accountant sees it again.
+	stop := func() {
+		if len(gathered) > 0 {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := flush(fctx); err != nil {
+				a.log.Debug("record the ends gathered before stopping", "err", err)
+			}
+			cancel()
+		}
+		a.writeCursor(a.Applied())
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			// An orderly stop records what it gathered (within a few
-			// seconds); what it cannot is not lost: the cursor stays
-			// before it, and the next accountant sees it again.
-			if len(gathered) > 0 {
-				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				if err := flush(fctx); err != nil {
-					a.log.Debug("record the ends gathered before stopping", "err", err)
-				}
-				cancel()
-			}
-			a.writeCursor(a.Applied())
+			stop()
 			return nil
 		case <-tick.C:
 			if rev := a.Applied(); rev > written {
@@ -288,6 +293,7 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 		case resp, ok := <-wch:
 			if !ok {
 				if ctx.Err() != nil {
+					stop()
 					return nil
 				}
 				return errors.New("usage watch closed")
@@ -296,6 +302,10 @@ func (a *Accountant) watch(ctx context.Context, from int64) error {
 			// behind the statuses catches up in batches).
 			for {
 				if err := resp.Err(); err != nil {
+					if ctx.Err() != nil {
+						stop()
+						return nil
+					}
 					return fmt.Errorf("watch statuses: %w", err)
 				}
 				for _, ev := range resp.Events {

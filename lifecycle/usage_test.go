@@ -340,6 +340,80 @@ func TestAccountantRecordsWhatItGatheredWhenStopped(t *testing.T) {
 	}
 }
 
+// TestAccountantStopsInOrderEveryTime: an orderly stop records what was
+// gathered and writes the cursor whichever the accountant notices first,
+// its context's end or its watch's closing (which that end also causes).
+// It once returned without either when it saw the closed watch first, as
+// it could when stopped just after it caught up (its watch opened on an
+// ended context): the next accountant, finding no cursor, counted from
+// the statuses as listed and never saw the ends of sessions retired
+// meanwhile (CI failed TestRetentionWaitsForTheAccountant that way).
+// Thirty stops just after catching up from no cursor, then thirty with an
+// end gathered and not yet recorded.
+func TestAccountantStopsInOrderEveryTime(t *testing.T) {
+	cli := etcdtest.New(t)
+	d := usageDriver{t: t, cli: cli}
+	ctx := context.Background()
+	quietCfg := AccountantConfig{Keys: keys, CursorEvery: time.Hour, Gather: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cursor := func(round int) int64 {
+		t.Helper()
+		cur, _, err := state.Get[state.UsageCursor](ctx, cli, keys.UsageCursor())
+		if err != nil {
+			t.Fatalf("round %d: read the cursor after an orderly stop: %v", round, err)
+		}
+		return cur.Revision
+	}
+	const rounds = 30
+	// A watch opened on an ended context: its channel may close before
+	// the accountant looks at the context.
+	for r := range 100 {
+		resp, err := cli.Delete(ctx, keys.UsageCursor())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := NewAccountant(cli, quietCfg)
+		a.setApplied(resp.Header.Revision)
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := a.watch(ended, resp.Header.Revision+1); err != nil {
+			t.Fatalf("round %d: a watch on an ended context: %v, want an orderly stop", r, err)
+		}
+		if got := cursor(r); got < resp.Header.Revision {
+			t.Fatalf("round %d: cursor at %d after a watch on an ended context, want %d", r, got, resp.Header.Revision)
+		}
+	}
+	for r := range rounds {
+		if _, err := cli.Delete(ctx, keys.UsageCursor()); err != nil {
+			t.Fatal(err)
+		}
+		acc, stop := runAccountantWith(t, cli, quietCfg)
+		waitUntil(t, "the accountant to catch up", func() bool { return acc.Applied() > 0 })
+		stop()
+		if got, want := cursor(r), acc.Applied(); got < want {
+			t.Fatalf("round %d: cursor at %d after stopping just after catching up, want %d", r, got, want)
+		}
+	}
+	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	for r := range rounds {
+		acc, stop := runAccountantWith(t, cli, quietCfg)
+		id := fmt.Sprintf("s-round-%02d", r)
+		d.create(id, "ada", "", 1, day)
+		d.finish(d.run(id, 0, int64(10+r), day), day.Add(time.Hour))
+		waitUntil(t, "the end gathered", func() bool { return acc.gathered.Load() == 1 })
+		last, err := cli.Get(ctx, keys.Status(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if n := len(d.accruals()); n != r+1 {
+			t.Fatalf("round %d: %d accruals after an orderly stop, want %d", r, n, r+1)
+		}
+		if got, ended := cursor(r), last.Kvs[0].ModRevision; got < ended {
+			t.Fatalf("round %d: cursor at %d after an orderly stop, want at least %d (the end it recorded)", r, got, ended)
+		}
+	}
+}
+
 // TestAccountantSweepsRetiredMarksWhenElected: an accountant deletes the
 // accruals of retired sessions (status gone) when it is elected, not only
 // SweepEvery later (an hour by default, which an accountant restarted
