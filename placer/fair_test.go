@@ -162,11 +162,12 @@ func TestFairShare(t *testing.T) {
 	bobAt := fast() // every request of bob's was created before, and the fast clock runs ahead of the real
 	// Every one of bob's requests aged, as the test's premise is, before
 	// any session ends: while bob's are younger than ReserveAfter they
-	// may not hold, and ada's aged requests, above her share, hold every
-	// node of the full cluster on her charge budget, so each GPU freed
-	// then is hers (on a loaded machine the 240 ends below came before
-	// bob's requests aged: ada 67, bob 12; placer/README.md, "Goals not
-	// reached").
+	// may not hold, and below 20 nodes nor claim, and ada's aged 2-GPU
+	// requests, above her share, hold on her charge budget the nodes
+	// where a GPU frees, so each GPU freed then is hers (on a loaded
+	// machine the 240 ends below came before bob's requests aged: ada 67,
+	// bob 12; placer/README.md, "Goals not reached";
+	// TestNewcomerClaimsOnAFullCluster).
 	eventually(t, 30*time.Second, "bob's requests to age on the placers' clock", func() bool {
 		return fast().Sub(bobAt) > opt.ReserveAfter
 	})

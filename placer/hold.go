@@ -334,8 +334,8 @@ func (p *planner) fits(e *state.QueueEntry) bool {
 // its owner's hold budget.
 func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Plan) {
 	used := map[string]bool{}
-	// Beyond its budget (an owner at or above its fair share holds for
-	// one request at a time), what the hold keeps idle counts as the
+	// Beyond its budget (an owner at or above its fair share, which holds
+	// on its charge budget), what the hold keeps idle counts as the
 	// owner's in the order until the request is placed: its own younger
 	// requests, not other owners', pay for the drain.
 	charged := p.holdBudget[e.Owner] <= 0
