@@ -105,12 +105,12 @@ func (p *planner) claimOwner(owner string) bool {
 // first passes after its arrival, would otherwise find the GPUs free on
 // nodes taken by the holds of owners above their share). Once its
 // owner's claims are spent the owner leaves the merge.
-func (p *planner) claimYoung(q *holdGroups, g *holdGroup, e *state.QueueEntry, maxPartial int) {
+func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, maxPartial int) {
 	if !p.claimOwner(e.Owner) || p.claimsSpent(e) {
 		heap.Pop(q)
 		return
 	}
-	if g.items.Len() == 0 {
+	if !more {
 		heap.Pop(q)
 	} else {
 		heap.Fix(q, 0)

@@ -210,10 +210,17 @@ func (p *planner) mayHold(e *state.QueueEntry) bool {
 	if !p.aged(e) || len(p.holding[e.Session]) > 0 || p.holdBudget == nil {
 		return false
 	}
-	if b := p.holdBudget[e.Owner]; b > 0 {
-		return p.holdGPUs[e.Owner] < b
+	return p.ownerMayHold(e.Owner)
+}
+
+// ownerMayHold reports whether owner's requests holding nodes ask for
+// less than its hold budget (for an owner with none, its charge budget),
+// or it holds for none yet.
+func (p *planner) ownerMayHold(owner string) bool {
+	if b := p.holdBudget[owner]; b > 0 {
+		return p.holdGPUs[owner] < b
 	}
-	return p.holdGPUs[e.Owner] < p.chargeBudget[e.Owner] || p.holders[e.Owner] == 0
+	return p.holdGPUs[owner] < p.chargeBudget[owner] || p.holders[owner] == 0
 }
 
 // holdLarge, before the queue order runs, lets aged requests that fit no
@@ -236,19 +243,18 @@ func (p *planner) holdLarge(plan *Plan) {
 	}
 	p.entitle(maxPartial)
 	// Candidates in the order priority, team (teams.go), owner's weighted
-	// share, age, id
-	// (a total order): each owner's aged requests of a priority in a
-	// heap by age, and the owners' heaps merged by their heads
+	// share, age, id (a total order): each owner's requests of a
+	// priority by age, as byAge sorted them once for the holds and the
+	// order both, and the owners' groups merged by their heads
 	// (holdQueue). An owner whose budget is spent leaves the merge with
-	// the rest of its requests unread: at 20,000 aged requests, sorting
-	// them all cost more than every hold of the pass.
+	// the rest of its requests unread.
 	q := p.holdQueue()
 	fitting := map[shape]bool{} // single-part shapes seen to fit a node (fitsMemo)
 	for q.Len() > 0 {
 		g := q.groups[0]
-		e := heap.Pop(&g.items).(ageKey).it.Entry
+		e, more := g.pop()
 		if !p.aged(e) { // a young request, read only to claim (claim.go)
-			p.claimYoung(q, g, e, maxPartial)
+			p.claimYoung(q, more, e, maxPartial)
 			continue
 		}
 		if !p.mayHold(e) || p.claimsSpent(e) {
@@ -257,7 +263,7 @@ func (p *planner) holdLarge(plan *Plan) {
 			heap.Pop(q)
 			continue
 		}
-		if g.items.Len() == 0 {
+		if !more {
 			heap.Pop(q)
 		} else {
 			heap.Fix(q, 0)
@@ -469,11 +475,16 @@ func (p *planner) expectedRoom(n *nodeState, want int) string {
 // max runtime: a session that may run for ever is never counted on to
 // end, however short its owner's last ones were.
 func (p *planner) endsOf(e *state.QueueEntry) (expected, bound time.Time) {
+	return p.endsBy(e, p.snap.Runtimes[e.Owner])
+}
+
+// endsBy is endsOf with rec as e's owner's run-time record.
+func (p *planner) endsBy(e *state.QueueEntry, rec *state.RuntimeRecord) (expected, bound time.Time) {
 	if e.MaxRuntime <= 0 {
 		return time.Time{}, time.Time{}
 	}
 	bound = p.snap.Now.Add(time.Duration(e.MaxRuntime))
-	if est := p.estimate(e); est > 0 && est < time.Duration(e.MaxRuntime) {
+	if est := estimateOf(e, rec); est > 0 && est < time.Duration(e.MaxRuntime) {
 		return p.snap.Now.Add(est), bound
 	}
 	return bound, bound
@@ -489,7 +500,11 @@ func (p *planner) plannedEnd(e *state.QueueEntry) time.Time {
 // recent finished sessions of its size (state.RuntimeRecord.Estimate);
 // zero where the snapshot has none.
 func (p *planner) estimate(e *state.QueueEntry) time.Duration {
-	rec := p.snap.Runtimes[e.Owner]
+	return estimateOf(e, p.snap.Runtimes[e.Owner])
+}
+
+// estimateOf is estimate with rec as e's owner's record.
+func estimateOf(e *state.QueueEntry, rec *state.RuntimeRecord) time.Duration {
 	if rec == nil {
 		return 0
 	}
@@ -556,37 +571,29 @@ func backfills(pt *part, n *nodeState) bool {
 }
 
 // holdQueue is the aged requests that are not pinned, grouped by
-// priority, team and owner, for holdLarge to read in order.
+// priority, team and owner, for holdLarge to read in order: the age
+// groups of byAge, each read from its oldest request on, passing over
+// what holds nothing (pinned sessions, and young requests of an owner
+// that does not claim).
 func (p *planner) holdQueue() *holdGroups {
-	byKey := map[holdKey]*holdGroup{}
 	tkeys := map[string]teamKey{}
 	q := &holdGroups{}
-	for i := range p.snap.Pending {
-		it := &p.snap.Pending[i]
-		if it.Pinned || !p.aged(it.Entry) && !p.claimOwner(it.Entry.Owner) {
+	for _, ag := range p.byAge() {
+		k := ag.key
+		g := &holdGroup{prio: k.prio, keys: ag.keys, claims: p.claimOwner(k.owner), p: p}
+		if !g.skip() {
 			continue
 		}
-		k := holdKey{it.Entry.Priority, it.Entry.Team, it.Entry.Owner, p.modelKeyOf(it.Entry)}
-		g, ok := byKey[k]
-		if !ok {
-			sh, _ := p.weightedShare(it.Entry.Owner)
-			g = &holdGroup{prio: k.prio, share: sh}
-			if p.teams != nil {
-				tk, ok := tkeys[k.team+"\x00"+k.model]
-				if !ok {
-					tk = p.teams.keyOfModel(k.team, k.model, teamKey{}) // teammodels.go
-					tkeys[k.team+"\x00"+k.model] = tk
-				}
-				g.tkey = tk
+		g.share, _ = p.weightedShare(k.owner)
+		if p.teams != nil {
+			tk, ok := tkeys[k.team+"\x00"+k.model]
+			if !ok {
+				tk = p.teams.keyOfModel(k.team, k.model, teamKey{}) // teammodels.go
+				tkeys[k.team+"\x00"+k.model] = tk
 			}
-			byKey[k] = g
-			q.groups = append(q.groups, g)
+			g.tkey = tk
 		}
-		c := it.Entry.Created
-		g.items = append(g.items, ageKey{sec: c.Unix(), nsec: int32(c.Nanosecond()), it: it})
-	}
-	for _, g := range q.groups {
-		heap.Init(&g.items)
+		q.groups = append(q.groups, g)
 	}
 	heap.Init(q)
 	return q
@@ -599,26 +606,39 @@ type holdKey struct {
 	model string // the request's guaranteed model key (teammodels.go)
 }
 
-// holdGroup is one owner's aged requests of one priority, oldest first.
+// holdGroup is one owner's aged requests of one priority, oldest first:
+// its age group (byAge) from keys[0] on, less what skip passes over.
 type holdGroup struct {
 	prio  int
 	tkey  teamKey // the team's keys (teams.go); empty without teams
 	share float64
-	items ageHeap
+	keys  []ageKey
+	// claims is whether the owner's young requests are read too, to
+	// claim (claimOwner, as at the start of holdLarge).
+	claims bool
+	p      *planner
 }
 
-// ageHeap is requests by age (olderFirstKey).
-type ageHeap []ageKey
+// skip passes over the requests at the group's head that hold nothing:
+// pinned ones, and young ones unless the owner claims. It reports
+// whether a request is left.
+func (g *holdGroup) skip() bool {
+	for len(g.keys) > 0 {
+		it := g.keys[0].it
+		if !it.Pinned && (g.claims || g.p.aged(it.Entry)) {
+			return true
+		}
+		g.keys = g.keys[1:]
+	}
+	return false
+}
 
-func (h ageHeap) Len() int           { return len(h) }
-func (h ageHeap) Less(i, j int) bool { return olderFirstKey(h[i], h[j]) < 0 }
-func (h ageHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *ageHeap) Push(x any)        { *h = append(*h, x.(ageKey)) }
-func (h *ageHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+// pop takes the group's oldest request; more reports whether another
+// is left.
+func (g *holdGroup) pop() (e *state.QueueEntry, more bool) {
+	e = g.keys[0].it.Entry
+	g.keys = g.keys[1:]
+	return e, g.skip()
 }
 
 // holdGroups merges groups by their oldest requests: higher priority
@@ -638,7 +658,7 @@ func (q *holdGroups) Less(i, j int) bool {
 	if a.share != b.share {
 		return a.share < b.share
 	}
-	return olderFirstKey(a.items[0], b.items[0]) < 0
+	return olderFirstKey(a.keys[0], b.keys[0]) < 0
 }
 func (q *holdGroups) Swap(i, j int) { q.groups[i], q.groups[j] = q.groups[j], q.groups[i] }
 func (q *holdGroups) Push(x any)    { q.groups = append(q.groups, x.(*holdGroup)) }

@@ -66,15 +66,21 @@ type lender struct {
 // work of owners at or above their share back, if its owner is below its
 // fair share and it waits for room (reason Capacity).
 func (p *planner) noteWaiting(e *state.QueueEntry, reason string) {
-	if !p.on(RuleLend) || !p.keepsAhead() || reason != "Capacity" || p.holdBudget[e.Owner] <= 0 {
+	p.noteWaitingAs(e.Owner, e.Priority, e.Request.GPUModel, e, reason)
+}
+
+// noteWaitingAs is noteWaiting with e's owner, priority and GPU model
+// given (the tail's facts, tail.go): it reads e itself only to note it.
+func (p *planner) noteWaitingAs(owner string, priority int, model string, e *state.QueueEntry, reason string) {
+	if !p.on(RuleLend) || !p.keepsAhead() || reason != "Capacity" || p.holdBudget[owner] <= 0 {
 		return
 	}
 	for _, l := range p.lenders {
-		if l.priority == e.Priority && l.model == e.Request.GPUModel {
+		if l.priority == priority && l.model == model {
 			return // the first of its kind speaks for it
 		}
 	}
-	p.lenders = append(p.lenders, lender{e.Priority, e.Request.GPUModel, fmt.Sprintf("%s's request for %s", e.Owner, describe(&e.Request))})
+	p.lenders = append(p.lenders, lender{priority, model, fmt.Sprintf("%s's request for %s", owner, describe(&e.Request))})
 }
 
 // shortOnly reports why e may not start this pass under lending, or ""

@@ -62,50 +62,41 @@ type ownerQueue struct {
 	// (teammodels.go): an owner's requests of a model its team is owed
 	// queue apart from its others. Empty without model guarantees.
 	model string
-	items []*Pending
-	// aging holds the items with their ages while order builds the
-	// queue: sorted, they become items.
-	aging []ageKey
-	share float64 // weighted share: orders owners
-	own   float64 // the owner's own share: breaks ties
-	index int
+	// keys are the queue's requests in order, each with its creation
+	// time (Unix seconds and nanoseconds), which ownerHeap compares at
+	// the head: copied out, not read through the entries (20,000 entries
+	// spread over the heap cost a cache miss each), and with its index
+	// in the snapshot's queue (the pass's tail facts, tail.go).
+	keys []ageKey
+	// groups are the age groups of the queue while order builds it:
+	// sorted together, they become items.
+	groups []*ageGroup
+	share  float64 // weighted share: orders owners
+	own    float64 // the owner's own share: breaks ties
+	index  int
 }
 
+// order is the pass's queue order (queueOrder), over the age groups of
+// byAge, with each owner's share as it stands after the holds.
 func (p *planner) order() *queueOrder {
 	byPrio := map[int]*level{}
 	var prios []int
-	// groupsOf's map is built here, in the one walk of the queue the
-	// order needs anyway, unless something asked for it before
-	// (holdLarge does, when requests age into reservations).
-	groups := p.ownerGroups == nil
-	if groups {
-		p.ownerGroups = map[string][]string{}
-	}
-	for i := range p.snap.Pending {
-		it := &p.snap.Pending[i]
-		lv, ok := byPrio[it.Entry.Priority]
+	for _, ag := range p.byAge() {
+		lv, ok := byPrio[ag.key.prio]
 		if !ok {
 			lv = &level{tiers: [1]*tier{{byName: map[string]*ownerQueue{}}}}
-			byPrio[it.Entry.Priority] = lv
-			prios = append(prios, it.Entry.Priority)
+			byPrio[ag.key.prio] = lv
+			prios = append(prios, ag.key.prio)
 		}
 		tr := lv.tiers[0]
-		model := p.modelKeyOf(it.Entry)
-		oq, ok := tr.byName[queueName(it.Entry, model)]
+		first := ag.keys[0].it.Entry
+		name := queueName(first, ag.key.model)
+		oq, ok := tr.byName[name]
 		if !ok {
-			oq = &ownerQueue{owner: it.Entry.Owner, team: it.Entry.Team, model: model}
-			tr.byName[queueName(it.Entry, model)] = oq
-			if groups {
-				if _, seen := p.ownerGroups[it.Entry.Owner]; !seen {
-					p.ownerGroups[it.Entry.Owner] = it.Entry.Groups
-				}
-			}
+			oq = &ownerQueue{owner: ag.key.owner, team: ag.key.team, model: ag.key.model}
+			tr.byName[name] = oq
 		}
-		k := ageKey{sec: it.Entry.Created.Unix(), nsec: int32(it.Entry.Created.Nanosecond()), it: it}
-		if p.opt.ShortFirst {
-			k.sec += int64(shortFirstLimit(it.Entry) / time.Second)
-		}
-		oq.aging = append(oq.aging, k)
+		oq.groups = append(oq.groups, ag)
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(prios)))
 	q := &queueOrder{}
@@ -113,15 +104,8 @@ func (p *planner) order() *queueOrder {
 		lv := byPrio[pr]
 		for _, tr := range lv.tiers {
 			for _, oq := range tr.byName {
-				// Sorted by the ages copied out, not through each
-				// item's entry: 20,000 entries spread over the heap
-				// cost a cache miss each, every comparison.
-				slices.SortFunc(oq.aging, olderFirstKey)
-				oq.items = make([]*Pending, len(oq.aging))
-				for i := range oq.aging {
-					oq.items[i] = oq.aging[i].it
-				}
-				oq.aging = nil
+				oq.keys = oq.sorted(p.opt.ShortFirst)
+				oq.groups = nil
 				oq.share, oq.own = p.weightedShare(oq.owner)
 				if p.teams != nil {
 					oq.tkey = p.teams.keyOfModel(oq.team, oq.model, oq.tkey)
@@ -136,13 +120,91 @@ func (p *planner) order() *queueOrder {
 	return q
 }
 
+// sorted is the queue's requests in the order its owner's requests go:
+// oldest first, or with shortFirst by arrival plus declared max runtime;
+// each key holds the request's own creation time either way. Its age
+// groups are sorted by age already: one group (an owner's requests of
+// one team and model key, as a rule) is used as it is.
+func (oq *ownerQueue) sorted(shortFirst bool) []ageKey {
+	if len(oq.groups) == 1 && !shortFirst {
+		return oq.groups[0].keys
+	}
+	// Sorted by the ages copied out, not through each item's entry:
+	// 20,000 entries spread over the heap cost a cache miss each, every
+	// comparison.
+	var aging []ageKey
+	for _, ag := range oq.groups {
+		aging = append(aging, ag.keys...)
+	}
+	if !shortFirst {
+		slices.SortFunc(aging, olderFirstKey)
+		return aging
+	}
+	for i := range aging {
+		aging[i].sec += int64(shortFirstLimit(aging[i].it.Entry) / time.Second)
+	}
+	slices.SortFunc(aging, olderFirstKey)
+	for i := range aging {
+		aging[i].sec -= int64(shortFirstLimit(aging[i].it.Entry) / time.Second)
+	}
+	return aging
+}
+
+// ageGroup is the requests of one priority, team, owner and model key
+// (holdKey), oldest first (olderFirstKey): both the hold queue (hold.go)
+// and the queue order read them.
+type ageGroup struct {
+	key  holdKey
+	keys []ageKey
+}
+
+// byAge is the snapshot's queue in age groups, pinned sessions included,
+// made at the first call of the pass: the one walk of the queue that
+// holds and the order both need, and the one sort by age.
+func (p *planner) byAge() []*ageGroup {
+	if p.ages != nil {
+		return p.ages
+	}
+	// groupsOf's map is built here too, unless something asked for it
+	// before.
+	groups := p.ownerGroups == nil
+	if groups {
+		p.ownerGroups = map[string][]string{}
+	}
+	byKey := map[holdKey]*ageGroup{}
+	p.ages = []*ageGroup{}
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		e := it.Entry
+		k := holdKey{e.Priority, e.Team, e.Owner, p.modelKeyOf(e)}
+		ag, ok := byKey[k]
+		if !ok {
+			ag = &ageGroup{key: k}
+			byKey[k] = ag
+			p.ages = append(p.ages, ag)
+			if groups {
+				if _, seen := p.ownerGroups[e.Owner]; !seen {
+					p.ownerGroups[e.Owner] = e.Groups
+				}
+			}
+		}
+		ag.keys = append(ag.keys, ageKey{sec: e.Created.Unix(), nsec: int32(e.Created.Nanosecond()), id: e.Session, it: it, idx: i})
+	}
+	for _, ag := range p.ages {
+		slices.SortFunc(ag.keys, olderFirstKey)
+	}
+	return p.ages
+}
+
 // ageKey is a queue item with its request's creation time, as olderFirst
 // compares it (Unix seconds, then nanoseconds: time.Time.Compare's order
 // for times without a monotonic reading, as decoded ones are).
 type ageKey struct {
 	sec  int64
 	nsec int32
+	id   string // the session's id, which breaks ties
 	it   *Pending
+	idx  int // it's index in the snapshot's queue
 }
 
 // olderFirstKey orders as olderFirst does: a total order (session ids are
@@ -154,7 +216,7 @@ func olderFirstKey(a, b ageKey) int {
 	if c := cmp.Compare(a.nsec, b.nsec); c != 0 {
 		return c
 	}
-	return strings.Compare(a.it.Entry.Session, b.it.Entry.Session)
+	return strings.Compare(a.id, b.id)
 }
 
 func olderFirst(a, b *Pending) bool {
@@ -164,26 +226,27 @@ func olderFirst(a, b *Pending) bool {
 	return a.Entry.Session < b.Entry.Session
 }
 
-// next returns the next session to try, or nil when the queue is done.
-func (q *queueOrder) next() *Pending {
+// next returns the next session to try, with its index in the
+// snapshot's queue, or nil when the queue is done.
+func (q *queueOrder) next() (*Pending, int) {
 	for q.cur < len(q.levels) {
 		for _, tr := range q.levels[q.cur].tiers {
 			if len(tr.owners) == 0 {
 				continue
 			}
 			oq := tr.owners[0]
-			it := oq.items[0]
-			oq.items = oq.items[1:]
-			if len(oq.items) == 0 {
+			k := oq.keys[0]
+			oq.keys = oq.keys[1:]
+			if len(oq.keys) == 0 {
 				heap.Pop(&tr.owners)
 			} else {
 				heap.Fix(&tr.owners, 0) // its first request changed
 			}
-			return it
+			return k.it, k.idx
 		}
 		q.cur++
 	}
-	return nil
+	return nil, -1
 }
 
 // placed tells the order that the share of e's owner (and team) grew.
@@ -285,8 +348,8 @@ func (h ownerHeap) Less(i, j int) bool {
 	if h[i].own != h[j].own {
 		return h[i].own < h[j].own
 	}
-	if !h[i].items[0].Entry.Created.Equal(h[j].items[0].Entry.Created) {
-		return h[i].items[0].Entry.Created.Before(h[j].items[0].Entry.Created)
+	if a, b := h[i].keys[0], h[j].keys[0]; a.sec != b.sec || a.nsec != b.nsec { // the older first request first
+		return a.sec < b.sec || a.sec == b.sec && a.nsec < b.nsec
 	}
 	// A total order: an owner has a queue per team and model (queueName),
 	// and the queues come from a map (TestModelScanMatchesReference,

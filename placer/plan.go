@@ -200,6 +200,9 @@ type Plan struct {
 	// pass, full ones draining included, which Standing leaves out
 	// (benchmarks read it to know the reserve was in effect).
 	reserveKept int
+	// tailed is how many requests the tail's path answered (tail.go;
+	// tests read it to know the path was taken).
+	tailed int
 }
 
 // planner is the state of one pass.
@@ -230,6 +233,14 @@ type planner struct {
 	usage    usage
 	// ownerGroups caches groupsOf.
 	ownerGroups map[string][]string
+	// ages is the queue in age groups (byAge), made once a pass.
+	ages []*ageGroup
+	// tails are the tail facts of the snapshot's queue, by index, and
+	// tailShapes the shapes they name, with each one's failure once read
+	// from failed (tail.go).
+	tails      []tailFacts
+	tailShapes []shape
+	tailFailed []*failure
 	// holding marks the sessions that hold nodes in this pass, with the
 	// nodes they hold; holdGPUs is the GPUs the requests holding nodes
 	// ask for, by owner, and holdBudget the GPUs by which each owner's
@@ -411,12 +422,16 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	p.holdLarge(plan)
 	p.standingReserve(plan)
 	order := p.order()
+	p.gatherTail() // tail.go
 	position := 0
-	for it := order.next(); it != nil; it = order.next() {
+	for it, i := order.next(); it != nil; it, i = order.next() {
 		position++
 		if it.Pinned {
 			p.placePinned(it, plan)
 			order.placed(it.Entry, p)
+			continue
+		}
+		if p.tailWaits(it, i, plan) {
 			continue
 		}
 		if d, ok := p.placeElastic(it, position, plan); ok {

@@ -1,0 +1,121 @@
+package placer
+
+import "github.com/voyager-gpu/voyager/state"
+
+// The tail of the queue. Past the requests that fit, a backlog's
+// thousands of requests each wait on the reason their shape already found
+// in the pass (Planner.failed), and reading each entry in the order's
+// sequence (by share, then age: all over the heap) cost a cache miss or
+// more per request, most of a pass at 20,000 queued
+// (BenchmarkNewPlanBacklog). So the facts the tail reads of a request are
+// gathered once, in one walk of the snapshot's queue in its own order,
+// after the holds and before the order runs: the loop then answers a
+// request whose shape has failed from them alone, exactly as place
+// would (tailWaits). Everything else goes to place as before.
+
+// tailReference, set only by TestTailMatchesReference, turns the tail's
+// path off: every request goes to place, which reads its entry, as before
+// tail.go. The test plans random snapshots both ways and compares.
+var tailReference bool
+
+// tailFacts is what the tail reads of one request.
+type tailFacts struct {
+	// shape is the index of the request's tail shape in planner.tailShapes
+	// (the shape place probes the failure memo with); -1 where the
+	// request does not take the tail's path: it is elastic, has
+	// workers, holds nodes, or the pass checks quotas.
+	shape int32
+	// aged is aged(e). A request on the tail's path holds no nodes.
+	aged bool
+	// owner is e.Owner as the first of the owner's requests spells it
+	// (its bytes shared by all of them); priority and model are e's
+	// priority and GPU model, which lending reads (noteWaiting).
+	owner    string
+	priority int
+	model    string
+}
+
+// gatherTail fills p.tails and p.tailShapes from the snapshot's queue. It
+// runs once the holds and the standing reserve are settled: what it reads
+// of the planner (holds, hold budgets, the reserve's owners) does not
+// change while the order runs, but for the request being placed.
+func (p *planner) gatherTail() {
+	if tailReference {
+		return
+	}
+	p.tails = make([]tailFacts, len(p.snap.Pending))
+	ids := map[shape]int32{}
+	// What the tail reads of an owner, read once per owner: its name as
+	// its first request spells it, whether its requests may backfill
+	// (mayBackfill, but for the max runtime), whether it may take the
+	// standing reserve, and its run-time record (estimate).
+	type ownerFacts struct {
+		name      string
+		backfill  bool
+		below     bool
+		estimates *state.RuntimeRecord
+	}
+	owners := map[string]*ownerFacts{}
+	single := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}.Fits(gangSize(1, 0))
+	for i := range p.snap.Pending {
+		it := &p.snap.Pending[i]
+		t := &p.tails[i]
+		t.shape = -1
+		e := it.Entry
+		// A request holding nodes is in holds: it takes place's path.
+		if p.quotas || !single || it.Pinned || e.Elastic != nil || e.Workers != 0 || p.holds[e.Session] {
+			continue
+		}
+		o := owners[e.Owner]
+		if o == nil {
+			o = &ownerFacts{name: e.Owner, backfill: p.holdBudget[e.Owner] > 0, below: p.reserveOwners[e.Owner], estimates: p.snap.Runtimes[e.Owner]}
+			owners[e.Owner] = o
+		}
+		t.owner, t.priority, t.model = o.name, e.Priority, e.Request.GPUModel
+		t.aged = p.aged(e)
+		probe := part{req: &e.Request, ports: e.Ports(state.RoleSingle), backfill: e.MaxRuntime > 0 && o.backfill, below: o.below}
+		if probe.backfill {
+			probe.ends, _ = p.endsBy(e, o.estimates)
+		}
+		k := shapeOf(&probe)
+		id, ok := ids[k]
+		if !ok {
+			id = int32(len(p.tailShapes))
+			ids[k] = id
+			p.tailShapes = append(p.tailShapes, k)
+			p.tailFailed = append(p.tailFailed, nil)
+		}
+		t.shape = id
+	}
+}
+
+// tailWaits answers the request at index i of the snapshot's queue from
+// its tail facts if place would: its shape has failed in this pass and
+// it may not hold nodes. It then records it waiting on that shape's
+// reason, notes it for lending, and reports true; otherwise it does
+// nothing and reports false (place decides).
+func (p *planner) tailWaits(it *Pending, i int, plan *Plan) bool {
+	if i < 0 || i >= len(p.tails) {
+		return false
+	}
+	t := &p.tails[i]
+	if t.shape < 0 {
+		return false
+	}
+	f := p.tailFailed[t.shape]
+	if f == nil {
+		got, ok := p.failed[p.tailShapes[t.shape]]
+		if !ok {
+			return false
+		}
+		f = &got // a failure is memoised once and kept for the pass
+		p.tailFailed[t.shape] = f
+	}
+	if t.aged && p.holdBudget != nil && p.ownerMayHold(t.owner) {
+		return false
+	}
+	plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(it.Entry, f.reason, f.message)})
+	p.noteWaitingAs(t.owner, t.priority, t.model, it.Entry, f.reason)
+	plan.tailed++
+	return true
+}
