@@ -69,7 +69,7 @@ type ownerQueue struct {
 	// in the snapshot's queue (the pass's tail facts, tail.go).
 	keys []ageKey
 	// groups are the age groups of the queue while order builds it:
-	// sorted together, they become items.
+	// sorted together, they become keys.
 	groups []*ageGroup
 	share  float64 // weighted share: orders owners
 	own    float64 // the owner's own share: breaks ties
