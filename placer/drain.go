@@ -1,7 +1,9 @@
 package placer
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -20,12 +22,19 @@ import (
 // Holding the node with the earliest bound shortens the wait of the
 // request and the time its free GPUs stand idle alike.
 
-// readyMemo is a node's readyBy for a request size, valid while the node's
-// sessions and free GPUs are unchanged in the pass.
+// readyMemo is what readyBy reads of a node, valid while the node's
+// sessions and free GPUs are unchanged in the pass: the ends of its
+// sessions that have one, soonest first, for every request size alike (a
+// pass ranks the nodes for each size it holds for).
 type readyMemo struct {
-	gpus, sessions, free int
-	at                   time.Time
-	known                bool
+	sessions, free int
+	ends           []drainEnd
+}
+
+// drainEnd is a session's planned end (planEnd) and the GPUs it frees.
+type drainEnd struct {
+	at   time.Time
+	gpus int
 }
 
 // readyBy is when n has at least want whole GPUs free by the max runtimes
@@ -39,38 +48,36 @@ func (p *planner) readyBy(n *nodeState, want int) (at time.Time, known bool) {
 	if free >= want {
 		return p.snap.Now, true
 	}
-	if m, ok := p.ready[n]; ok && m.gpus == want && m.sessions == n.sessions() && m.free == free {
-		return m.at, m.known
-	}
-	type end struct {
-		at   time.Time
-		gpus int
-	}
-	ends := make([]end, 0, n.sessions())
-	add := func(allocs map[string]state.Allocation) {
-		for _, a := range allocs {
-			at := planEnd(&a, p.snap.Now)
-			if a.Share != nil || at.IsZero() {
-				continue
+	m, ok := p.ready[n]
+	if !ok || m.sessions != n.sessions() || m.free != free {
+		ends := make([]drainEnd, 0, n.sessions())
+		add := func(allocs map[string]state.Allocation) {
+			for _, a := range allocs {
+				at := planEnd(&a, p.snap.Now)
+				if a.Share != nil || at.IsZero() {
+					continue
+				}
+				ends = append(ends, drainEnd{at, len(a.GPUs)})
 			}
-			ends = append(ends, end{at, len(a.GPUs)})
 		}
+		add(n.view.Ledger.Allocations)
+		add(n.proposed)
+		// Ends at one time free their GPUs together: their order among
+		// themselves changes no answer.
+		slices.SortFunc(ends, func(a, b drainEnd) int { return a.at.Compare(b.at) })
+		if p.ready == nil {
+			p.ready = map[*nodeState]*readyMemo{}
+		}
+		m = &readyMemo{sessions: n.sessions(), free: free, ends: ends}
+		p.ready[n] = m
 	}
-	add(n.view.Ledger.Allocations)
-	add(n.proposed)
-	slices.SortFunc(ends, func(a, b end) int { return a.at.Compare(b.at) })
-	for _, e := range ends {
+	for _, e := range m.ends {
 		free += e.gpus
 		if free >= want {
-			at, known = e.at, true
-			break
+			return e.at, true
 		}
 	}
-	if p.ready == nil {
-		p.ready = map[*nodeState]readyMemo{}
-	}
-	p.ready[n] = readyMemo{gpus: want, sessions: n.sessions(), free: n.freeGPUs, at: at, known: known}
-	return at, known
+	return time.Time{}, false
 }
 
 // soonest is, of the nodes ok accepts, the one that has want whole GPUs
@@ -171,16 +178,25 @@ func (p *planner) rankReady(want int) []readyRank {
 	return r
 }
 
-// sortRanks sorts r best first (readyRank.before).
+// sortRanks sorts r best first (readyRank.before, a total order: node
+// names are unique).
 func sortRanks(r []readyRank) {
 	slices.SortFunc(r, func(a, b readyRank) int {
-		if a.before(b) {
-			return -1
-		}
-		if b.before(a) {
+		if a.known != b.known {
+			if a.known {
+				return -1
+			}
 			return 1
 		}
-		return 0
+		if a.known {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+		}
+		if a.free != b.free {
+			return cmp.Compare(b.free, a.free)
+		}
+		return strings.Compare(a.n.name, b.n.name)
 	})
 }
 

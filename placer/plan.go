@@ -261,7 +261,7 @@ type planner struct {
 	charge  map[string]int64
 	// ready memoises readyBy per node, and ranked ranks the nodes by it
 	// for each size held for (drain.go).
-	ready  map[*nodeState]readyMemo
+	ready  map[*nodeState]*readyMemo
 	ranked map[int][]readyRank
 	// rankedOwn ranks them as an owner's holds see them, for the pairs
 	// whose searches walked far (walks) (ownrank.go).
