@@ -178,8 +178,9 @@ func (p *planner) byAge() []*ageGroup {
 	byKey := map[holdKey]int32{}
 	p.ages = []*ageGroup{}
 	var counts []int
-	gids := make([]int32, len(p.snap.Pending))
-	flat := make([]ageKey, len(p.snap.Pending))
+	n := len(p.snap.Pending)
+	p.buf.gids, p.buf.flat, p.buf.laid = sized(p.buf.gids, n), sized(p.buf.flat, n), sized(p.buf.laid, n)
+	gids, flat, laid := p.buf.gids, p.buf.flat, p.buf.laid
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
 		e := it.Entry
@@ -200,7 +201,6 @@ func (p *planner) byAge() []*ageGroup {
 		counts[g]++
 		flat[i] = ageKey{sec: e.Created.Unix(), nsec: int32(e.Created.Nanosecond()), id: e.Session, it: it, idx: i}
 	}
-	laid := make([]ageKey, len(flat))
 	off := 0
 	for g, ag := range p.ages {
 		ag.keys = laid[off : off : off+counts[g]]

@@ -241,6 +241,9 @@ type planner struct {
 	tails      []tailFacts
 	tailShapes []shape
 	tailFailed []*failure
+	// buf holds the pass's arrays of one entry per queued request, from
+	// bufferPool and back to it when the pass ends (tail.go).
+	buf *passBuffers
 	// holding marks the sessions that hold nodes in this pass, with the
 	// nodes they hold; holdGPUs is the GPUs the requests holding nodes
 	// ask for, by owner, and holdBudget the GPUs by which each owner's
@@ -361,6 +364,11 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	}
 	p := &planner{opt: opt, snap: s, byName: make(map[string]*nodeState, len(s.Nodes)), failed: map[shape]failure{},
 		scorers: scorers(opt.Strategy), quotas: len(s.UserQuotas)+len(s.GroupQuotas) > 0, holds: map[string]bool{}}
+	p.buf = bufferPool.Get().(*passBuffers) // tail.go
+	defer func() {
+		p.buf.release()
+		bufferPool.Put(p.buf)
+	}()
 	maxFree := 0
 	var states []nodeState
 	if s.Cache != nil {

@@ -1,6 +1,10 @@
 package placer
 
-import "github.com/voyager-gpu/voyager/state"
+import (
+	"sync"
+
+	"github.com/voyager-gpu/voyager/state"
+)
 
 // The tail of the queue. Past the requests that fit, a backlog's
 // thousands of requests each wait on the reason their shape already found
@@ -43,7 +47,8 @@ func (p *planner) gatherTail() {
 	if tailReference {
 		return
 	}
-	p.tails = make([]tailFacts, len(p.snap.Pending))
+	p.buf.tails = sized(p.buf.tails, len(p.snap.Pending))
+	p.tails = p.buf.tails
 	ids := map[shape]int32{}
 	// What the tail reads of an owner, read once per owner: its name as
 	// its first request spells it, whether its requests may backfill
@@ -118,4 +123,37 @@ func (p *planner) tailWaits(it *Pending, i int, plan *Plan) bool {
 	p.noteWaitingAs(t.owner, t.priority, t.model, it.Entry, f.reason)
 	plan.tailed++
 	return true
+}
+
+// passBuffers are the arrays of one entry per queued request that a pass
+// fills (byAge's keys, the tail's facts), kept in bufferPool between
+// passes: at 20,000 queued they are 3 MB a pass, which the collector
+// otherwise reclaims every few passes.
+type passBuffers struct {
+	gids       []int32
+	flat, laid []ageKey
+	tails      []tailFacts
+}
+
+// bufferPool holds passBuffers between passes, for any planner.
+var bufferPool = sync.Pool{New: func() any { return new(passBuffers) }}
+
+// release clears every buffer to its capacity, so that a buffer in the
+// pool holds no entry of a snapshot planned before.
+func (b *passBuffers) release() {
+	clear(b.gids[:cap(b.gids)])
+	clear(b.flat[:cap(b.flat)])
+	clear(b.laid[:cap(b.laid)])
+	clear(b.tails[:cap(b.tails)])
+}
+
+// sized is s with length n, its elements zero: s itself where its
+// capacity holds n, else a new slice.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
