@@ -50,10 +50,26 @@ func (p *planner) gatherTail() {
 	p.buf.tails = sized(p.buf.tails, len(p.snap.Pending))
 	p.tails = p.buf.tails
 	ids := map[shape]int32{}
+	// Most requests name no model, profile or selector and ask for whole
+	// GPUs: their shape has no string in it, and is interned by a key of
+	// numbers alone, which hashes in a fraction of the time.
+	plain := map[plainShape]int32{}
+	intern := func(k shape) int32 {
+		id, ok := ids[k]
+		if !ok {
+			id = int32(len(p.tailShapes))
+			ids[k] = id
+			p.tailShapes = append(p.tailShapes, k)
+			p.tailFailed = append(p.tailFailed, nil)
+		}
+		return id
+	}
 	// What the tail reads of an owner, read once per owner: its name as
 	// its first request spells it, whether its requests may backfill
 	// (mayBackfill, but for the max runtime), whether it may take the
-	// standing reserve, and its run-time record (estimate).
+	// standing reserve, and its run-time record (estimate). A request
+	// finds its owner's through its age group (byAge), without hashing
+	// the owner's name.
 	type ownerFacts struct {
 		name      string
 		backfill  bool
@@ -61,6 +77,8 @@ func (p *planner) gatherTail() {
 		estimates *state.RuntimeRecord
 	}
 	owners := map[string]*ownerFacts{}
+	byGroup := make([]*ownerFacts, len(p.ages))
+	gids := p.buf.gids
 	single := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}.Fits(gangSize(1, 0))
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
@@ -71,27 +89,46 @@ func (p *planner) gatherTail() {
 		if p.quotas || !single || it.Pinned || e.Elastic != nil || e.Workers != 0 || p.holds[e.Session] {
 			continue
 		}
-		o := owners[e.Owner]
+		o := byGroup[gids[i]]
 		if o == nil {
-			o = &ownerFacts{name: e.Owner, backfill: p.holdBudget[e.Owner] > 0, below: p.reserveOwners[e.Owner], estimates: p.snap.Runtimes[e.Owner]}
-			owners[e.Owner] = o
+			owner := p.ages[gids[i]].key.owner
+			if o = owners[owner]; o == nil {
+				o = &ownerFacts{name: owner, backfill: p.holdBudget[owner] > 0, below: p.reserveOwners[owner], estimates: p.snap.Runtimes[owner]}
+				owners[owner] = o
+			}
+			byGroup[gids[i]] = o
 		}
 		t.owner, t.priority, t.model = o.name, e.Priority, e.Request.GPUModel
 		t.aged = p.aged(e)
-		probe := part{req: &e.Request, ports: e.Ports(state.RoleSingle), backfill: e.MaxRuntime > 0 && o.backfill, below: o.below}
+		r := &e.Request
+		probe := part{req: r, ports: e.Ports(state.RoleSingle), backfill: e.MaxRuntime > 0 && o.backfill, below: o.below}
 		if probe.backfill {
 			probe.ends, _ = p.endsBy(e, o.estimates)
 		}
-		k := shapeOf(&probe)
-		id, ok := ids[k]
+		if r.GPUModel != "" || r.MIGProfile != "" || len(r.NodeSelector) > 0 || r.Fraction() {
+			t.shape = intern(shapeOf(&probe))
+			continue
+		}
+		pk := plainShape{gpus: r.GPUs, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: probe.ports, below: probe.below}
+		if probe.backfill && !probe.ends.IsZero() { // as shapeOf keys it
+			pk.ends = probe.ends.UnixNano()
+		}
+		id, ok := plain[pk]
 		if !ok {
-			id = int32(len(p.tailShapes))
-			ids[k] = id
-			p.tailShapes = append(p.tailShapes, k)
-			p.tailFailed = append(p.tailFailed, nil)
+			id = intern(shapeOf(&probe))
+			plain[pk] = id
 		}
 		t.shape = id
 	}
+}
+
+// plainShape is a shape with no string in it (no model, profile,
+// selector or fraction): its numbers alone.
+type plainShape struct {
+	gpus, ports      int
+	gpuMem, cpu, mem int64
+	ends             int64
+	below            bool
 }
 
 // tailWaits answers the request at index i of the snapshot's queue from
