@@ -8,7 +8,7 @@ import (
 
 // The tail of the queue. Past the requests that fit, a backlog's
 // thousands of requests each wait on the reason their shape already found
-// in the pass (Planner.failed), and reading each entry in the order's
+// in the pass (planner.failed), and reading each entry in the order's
 // sequence (by share, then age: all over the heap) cost a cache miss or
 // more per request, most of a pass at 20,000 queued
 // (BenchmarkNewPlanBacklog). So the facts the tail reads of a request are
@@ -17,9 +17,9 @@ import (
 // request whose shape has failed from them alone, exactly as place
 // would (tailWaits). Everything else goes to place as before.
 
-// tailReference, set only by TestTailMatchesReference, turns the tail's
+// tailReference, set only by the tests of tail_test.go, turns the tail's
 // path off: every request goes to place, which reads its entry, as before
-// tail.go. The test plans random snapshots both ways and compares.
+// tail.go. The tests plan snapshots both ways and compare.
 var tailReference bool
 
 // tailFacts is what the tail reads of one request.
@@ -31,8 +31,8 @@ type tailFacts struct {
 	shape int32
 	// aged is aged(e). A request on the tail's path holds no nodes.
 	aged bool
-	// owner is e.Owner as the first of the owner's requests spells it
-	// (its bytes shared by all of them); priority and model are e's
+	// owner is e.Owner as the owner's first age group (byAge) spells it
+	// (its bytes shared by all its requests); priority and model are e's
 	// priority and GPU model, which lending reads (noteWaiting).
 	owner    string
 	priority int
