@@ -506,10 +506,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			}
 			quotaChecked = true
 		}
-		probe := part{req: &e.Request, ports: e.Ports(state.RoleSingle), backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner]}
-		if probe.backfill { // the shape reads its end only then
-			probe.ends = p.plannedEnd(e)
-		}
+		probe := p.tailProbe(e, p.holdBudget[e.Owner] > 0, p.reserveOwners[e.Owner], p.snap.Runtimes[e.Owner]) // tail.go
 		if f, ok := p.failed[shapeOf(&probe)]; ok && !p.mayHold(e) {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(e, f.reason, f.message)})
 			return Decision{}, false
@@ -852,13 +849,20 @@ func describe(r *state.Resources) string {
 // comparable value, so that looking one up allocates nothing (the selector
 // is written out only for requests that have one).
 type shape struct {
-	gpus       int
+	numbers
 	model, mig string
-	gpuMem     int64
-	cpu, mem   int64
-	ports      int
 	selector   string
 	share      shareShape
+}
+
+// numbers is the part of a shape that holds no string: all of it for a
+// request of whole GPUs of any model with no selector (plainReq), which
+// the tail interns by it alone (tail.go).
+type numbers struct {
+	gpus     int
+	gpuMem   int64
+	cpu, mem int64
+	ports    int
 	// ends: parts that end at different times may backfill different
 	// held nodes.
 	ends int64
@@ -867,14 +871,26 @@ type shape struct {
 	below bool
 }
 
-// shapeOf is pt's shape.
-func shapeOf(pt *part) shape {
+// numbersOf is the numbers of pt's shape.
+func numbersOf(pt *part) numbers {
 	r := pt.req
-	k := shape{gpus: r.GPUs, model: r.GPUModel, mig: r.MIGProfile, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: pt.ports, share: shareShapeOf(pt)}
+	k := numbers{gpus: r.GPUs, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: pt.ports, below: pt.below}
 	if pt.backfill && !pt.ends.IsZero() {
 		k.ends = pt.ends.UnixNano()
 	}
-	k.below = pt.below
+	return k
+}
+
+// plainReq reports whether r's shape is its numbers alone: it names no
+// model, profile or selector and asks for no fraction.
+func plainReq(r *state.Resources) bool {
+	return r.GPUModel == "" && r.MIGProfile == "" && len(r.NodeSelector) == 0 && !r.Fraction()
+}
+
+// shapeOf is pt's shape.
+func shapeOf(pt *part) shape {
+	r := pt.req
+	k := shape{numbers: numbersOf(pt), model: r.GPUModel, mig: r.MIGProfile, share: shareShapeOf(pt)}
 	if len(r.NodeSelector) > 0 {
 		keys := make([]string, 0, len(r.NodeSelector))
 		for key := range r.NodeSelector {

@@ -53,7 +53,7 @@ func (p *planner) gatherTail() {
 	// Most requests name no model, profile or selector and ask for whole
 	// GPUs: their shape has no string in it, and is interned by a key of
 	// numbers alone, which hashes in a fraction of the time.
-	plain := map[plainShape]int32{}
+	plain := map[numbers]int32{}
 	intern := func(k shape) int32 {
 		id, ok := ids[k]
 		if !ok {
@@ -100,35 +100,31 @@ func (p *planner) gatherTail() {
 		}
 		t.owner, t.priority, t.model = o.name, e.Priority, e.Request.GPUModel
 		t.aged = p.aged(e)
-		r := &e.Request
-		probe := part{req: r, ports: e.Ports(state.RoleSingle), backfill: e.MaxRuntime > 0 && o.backfill, below: o.below}
-		if probe.backfill {
-			probe.ends, _ = p.endsBy(e, o.estimates)
-		}
-		if r.GPUModel != "" || r.MIGProfile != "" || len(r.NodeSelector) > 0 || r.Fraction() {
+		probe := p.tailProbe(e, o.backfill, o.below, o.estimates)
+		if !plainReq(&e.Request) {
 			t.shape = intern(shapeOf(&probe))
 			continue
 		}
-		pk := plainShape{gpus: r.GPUs, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: probe.ports, below: probe.below}
-		if probe.backfill && !probe.ends.IsZero() { // as shapeOf keys it
-			pk.ends = probe.ends.UnixNano()
-		}
-		id, ok := plain[pk]
+		id, ok := plain[numbersOf(&probe)]
 		if !ok {
 			id = intern(shapeOf(&probe))
-			plain[pk] = id
+			plain[numbersOf(&probe)] = id
 		}
 		t.shape = id
 	}
 }
 
-// plainShape is a shape with no string in it (no model, profile,
-// selector or fraction): its numbers alone.
-type plainShape struct {
-	gpus, ports      int
-	gpuMem, cpu, mem int64
-	ends             int64
-	below            bool
+// tailProbe is the part a single-part request e is looked up by in the
+// failure memo at the tail of the queue, its owner's facts given: whether
+// the owner may backfill (has a hold budget), may take the standing
+// reserve, and its run-time record. place and gatherTail both make it
+// here, so that the shapes they read agree.
+func (p *planner) tailProbe(e *state.QueueEntry, backfill, below bool, rec *state.RuntimeRecord) part {
+	probe := part{req: &e.Request, ports: e.Ports(state.RoleSingle), backfill: e.MaxRuntime > 0 && backfill, below: below}
+	if probe.backfill { // the shape reads its end only then
+		probe.ends, _ = p.endsBy(e, rec)
+	}
+	return probe
 }
 
 // tailWaits answers the request at index i of the snapshot's queue from
