@@ -3,7 +3,6 @@ package placer
 import (
 	"cmp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -25,10 +24,32 @@ import (
 // readyMemo is what readyBy reads of a node, valid while the node's
 // sessions and free GPUs are unchanged in the pass: the ends of its
 // sessions that have one, soonest first, for every request size alike (a
-// pass ranks the nodes for each size it holds for).
+// pass ranks the nodes for each size it holds for). set says it was made
+// in this pass; ends may be a PlanCache template's (ledgerEnds): read
+// only.
 type readyMemo struct {
 	sessions, free int
+	set            bool
 	ends           []drainEnd
+}
+
+// ledgerEnds is the ends of a node's ledger alone, soonest first, as
+// planEnd reads them at any clock from at up to until (zero: at any clock
+// from at on). A PlanCache template keeps the last one a pass made, so
+// that the next pass at a clock in that range, on the same ledger, reads
+// it instead of walking the ledger and sorting again: at 2,000 nodes that
+// was a tenth of a pass that holds nodes (BenchmarkNewPlanBacklog).
+// planEnd moves only when the clock passes a session's expected end, so
+// until is the first expected end after at. Shared between passes: never
+// written once made.
+type ledgerEnds struct {
+	at, until time.Time
+	ends      []drainEnd
+}
+
+// covers reports whether e reads as planEnd would at now.
+func (e *ledgerEnds) covers(now time.Time) bool {
+	return !now.Before(e.at) && (e.until.IsZero() || now.Before(e.until))
 }
 
 // drainEnd is a session's planned end (planEnd) and the GPUs it frees.
@@ -48,28 +69,9 @@ func (p *planner) readyBy(n *nodeState, want int) (at time.Time, known bool) {
 	if free >= want {
 		return p.snap.Now, true
 	}
-	m, ok := p.ready[n]
-	if !ok || m.sessions != n.sessions() || m.free != free {
-		ends := make([]drainEnd, 0, n.sessions())
-		add := func(allocs map[string]state.Allocation) {
-			for _, a := range allocs {
-				at := planEnd(&a, p.snap.Now)
-				if a.Share != nil || at.IsZero() {
-					continue
-				}
-				ends = append(ends, drainEnd{at, len(a.GPUs)})
-			}
-		}
-		add(n.view.Ledger.Allocations)
-		add(n.proposed)
-		// Ends at one time free their GPUs together: their order among
-		// themselves changes no answer.
-		slices.SortFunc(ends, func(a, b drainEnd) int { return a.at.Compare(b.at) })
-		if p.ready == nil {
-			p.ready = map[*nodeState]*readyMemo{}
-		}
-		m = &readyMemo{sessions: n.sessions(), free: free, ends: ends}
-		p.ready[n] = m
+	m := &n.ready
+	if !m.set || m.sessions != n.sessions() || m.free != free {
+		*m = readyMemo{sessions: n.sessions(), free: free, set: true, ends: p.nodeEnds(n)}
 	}
 	for _, e := range m.ends {
 		free += e.gpus
@@ -78,6 +80,44 @@ func (p *planner) readyBy(n *nodeState, want int) (at time.Time, known bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// nodeEnds is the planned ends (planEnd) of what runs on n, its ledger and
+// this pass's proposals, soonest first, for readyBy. A node with nothing
+// proposed or released in the pass reads its ledger's from its PlanCache
+// template where they cover the pass's clock (ledgerEnds), and leaves
+// them there for the next pass where not.
+func (p *planner) nodeEnds(n *nodeState) []drainEnd {
+	now := p.snap.Now
+	pristine := n.tmpl != nil && len(n.proposed) == 0 && n.released == 0 && !now.IsZero()
+	if pristine {
+		if c := n.tmpl.ends.Load(); c != nil && c.covers(now) {
+			return c.ends
+		}
+	}
+	ends := make([]drainEnd, 0, n.sessions())
+	var until time.Time
+	add := func(allocs map[string]state.Allocation) {
+		for _, a := range allocs {
+			if a.Expects != nil && a.Expects.After(now) && (until.IsZero() || a.Expects.Before(until)) {
+				until = *a.Expects
+			}
+			at := planEnd(&a, now)
+			if a.Share != nil || at.IsZero() {
+				continue
+			}
+			ends = append(ends, drainEnd{at, len(a.GPUs)})
+		}
+	}
+	add(n.view.Ledger.Allocations)
+	add(n.proposed)
+	// Ends at one time free their GPUs together: their order among
+	// themselves changes no answer.
+	slices.SortFunc(ends, func(a, b drainEnd) int { return a.at.Compare(b.at) })
+	if pristine {
+		n.tmpl.ends.Store(&ledgerEnds{at: now, until: until, ends: ends})
+	}
+	return ends
 }
 
 // soonest is, of the nodes ok accepts, the one that has want whole GPUs
@@ -170,7 +210,7 @@ func (p *planner) rankReady(want int) []readyRank {
 	for i, n := range p.nodes {
 		r[i] = p.rankOf(n, want, "")
 	}
-	sortRanks(r)
+	p.sortRanks(r)
 	if p.ranked == nil {
 		p.ranked = map[int][]readyRank{}
 	}
@@ -179,25 +219,58 @@ func (p *planner) rankReady(want int) []readyRank {
 }
 
 // sortRanks sorts r best first (readyRank.before, a total order: node
-// names are unique).
-func sortRanks(r []readyRank) {
-	slices.SortFunc(r, func(a, b readyRank) int {
-		if a.known != b.known {
-			if a.known {
+// names are unique). It sorts keys of the numbers compared, copied out
+// of r (a ranking of 2,000 nodes compared through time.Time and names,
+// and moved whole, was a twentieth of a pass that holds nodes): a name
+// compares as its node's place among the pass's nodes, which are sorted
+// by name, and a time compares
+// as time.Compare does: by wall clock, as all of a ranking's times are
+// read alike (the pass's clock, the ends of its ledgers, or its clock
+// plus a max runtime, whose monotonic readings agree with their wall
+// clocks).
+func (p *planner) sortRanks(r []readyRank) {
+	keys := sized(p.rankKeys, len(r))
+	for i := range r {
+		k := rankKey{free: -int32(r[i].free), unknown: !r[i].known, name: r[i].n.byName, i: int32(i)}
+		if r[i].known {
+			k.sec, k.nsec = r[i].at.Unix(), int32(r[i].at.Nanosecond())
+		}
+		keys[i] = k
+	}
+	slices.SortFunc(keys, func(a, b rankKey) int {
+		if a.unknown != b.unknown {
+			if b.unknown {
 				return -1
 			}
 			return 1
 		}
-		if a.known {
-			if c := a.at.Compare(b.at); c != 0 {
-				return c
-			}
+		if c := cmp.Compare(a.sec, b.sec); c != 0 {
+			return c
 		}
-		if a.free != b.free {
-			return cmp.Compare(b.free, a.free)
+		if c := cmp.Compare(a.nsec, b.nsec); c != 0 {
+			return c
 		}
-		return strings.Compare(a.n.name, b.n.name)
+		if c := cmp.Compare(a.free, b.free); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name)
 	})
+	sorted := sized(p.rankSorted, len(r))
+	for i, k := range keys {
+		sorted[i] = r[k.i]
+	}
+	copy(r, sorted)
+	p.rankKeys, p.rankSorted = keys, sorted
+}
+
+// rankKey is what sortRanks compares of r[i].
+type rankKey struct {
+	sec     int64
+	nsec    int32
+	free    int32 // negated: more free first
+	unknown bool
+	name    int32 // the node's place by name (nodeState.byName)
+	i       int32
 }
 
 // ownGPUs is the GPUs that owner's sessions hold on n (ledger and

@@ -78,17 +78,31 @@ func (p *planner) entitle(maxPartial int) {
 	for o, g := range held {
 		demand[o] = g
 	}
+	// The queue by age group (byAge), each group summed before its
+	// owner's sums are found: a map lookup by owner a group, not three a
+	// request.
 	waiting, large := map[string]int64{}, map[string]int64{}
-	for i := range p.snap.Pending {
-		it := &p.snap.Pending[i]
-		if it.Pinned {
+	for _, ag := range p.byAge() {
+		var w, l int64
+		for i := range ag.keys {
+			it := ag.keys[i].it
+			if it.Pinned {
+				continue
+			}
+			g := requestGPUs(it.Entry, p.usage.shareRef)
+			w += g
+			if largeReq(it.Entry, maxPartial) {
+				l += g
+			}
+		}
+		if w == 0 {
 			continue
 		}
-		g := requestGPUs(it.Entry, p.usage.shareRef)
-		demand[it.Entry.Owner] += g
-		waiting[it.Entry.Owner] += g
-		if largeReq(it.Entry, maxPartial) {
-			large[it.Entry.Owner] += g
+		o := ag.key.owner
+		demand[o] += w
+		waiting[o] += w
+		if l > 0 {
+			large[o] += l
 		}
 	}
 	var ent map[string]int64
@@ -362,6 +376,9 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 		}
 		if len(p.holding[e.Session]) == 0 {
 			p.holders[e.Owner]++
+			if wholeParts(e, p.whole) == 0 {
+				p.smallHolds++
+			}
 			if p.holdGPUs != nil {
 				p.holdGPUs[e.Owner] += requestGPUs(e, p.usage.shareRef)
 			}

@@ -211,9 +211,45 @@ func (p *planner) byAge() []*ageGroup {
 		ag.keys = append(ag.keys, flat[i])
 	}
 	for _, ag := range p.ages {
-		slices.SortFunc(ag.keys, olderFirstKey)
+		p.sortAges(ag.keys)
 	}
 	return p.ages
+}
+
+// sortAges sorts keys oldest first (olderFirstKey) through compact copies
+// of the times compared, each with its key's index: 20,000 keys sorted
+// whole, each comparison through a function value, were a tenth of a
+// pass at 20,000 queued (BenchmarkNewPlanBacklog).
+func (p *planner) sortAges(keys []ageKey) {
+	if slices.IsSortedFunc(keys, olderFirstKey) {
+		return
+	}
+	ages := sized(p.buf.ages, len(keys))
+	for i := range keys {
+		ages[i] = ageSortKey{keys[i].sec, keys[i].nsec, int32(i)}
+	}
+	slices.SortFunc(ages, func(a, b ageSortKey) int {
+		if a.sec != b.sec {
+			return cmp.Compare(a.sec, b.sec)
+		}
+		if a.nsec != b.nsec {
+			return cmp.Compare(a.nsec, b.nsec)
+		}
+		return strings.Compare(keys[a.i].id, keys[b.i].id)
+	})
+	sorted := sized(p.buf.sorted, len(keys))
+	for i, a := range ages {
+		sorted[i] = keys[a.i]
+	}
+	copy(keys, sorted)
+	p.buf.ages, p.buf.sorted = ages, sorted
+}
+
+// ageSortKey is what sortAges compares of keys[i].
+type ageSortKey struct {
+	sec  int64
+	nsec int32
+	i    int32
 }
 
 // ageKey is a queue item with its request's creation time, as olderFirst

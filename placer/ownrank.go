@@ -64,7 +64,7 @@ func (p *planner) rankFor(want int, owner string) []readyRank {
 	for i, b := range base {
 		r[i] = p.rankOf(b.n, want, owner)
 	}
-	sortRanks(r)
+	p.sortRanks(r)
 	if p.rankedOwn == nil {
 		p.rankedOwn = map[ownRankKey][]readyRank{}
 	}

@@ -262,10 +262,15 @@ type planner struct {
 	holders map[string]int
 	charged map[string]int64
 	charge  map[string]int64
-	// ready memoises readyBy per node, and ranked ranks the nodes by it
-	// for each size held for (drain.go).
-	ready  map[*nodeState]*readyMemo
-	ranked map[int][]readyRank
+	// smallHolds counts the requests holding nodes that ask for no whole
+	// machine (wholeParts at whole): the standing reserve is then off
+	// (wholeArrivals).
+	smallHolds int
+	// ranked ranks the nodes by readyBy for each size held for
+	// (drain.go); rankKeys and rankSorted are sortRanks' scratch.
+	ranked     map[int][]readyRank
+	rankKeys   []rankKey
+	rankSorted []readyRank
 	// rankedOwn ranks them as an owner's holds see them, for the pairs
 	// whose searches walked far (walks) (ownrank.go).
 	rankedOwn map[ownRankKey][]readyRank
@@ -395,7 +400,8 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 		slices.SortFunc(p.nodes, byNodeName)
 	}
 	p.buckets = make([][]*nodeState, maxFree+1)
-	for _, n := range p.nodes {
+	for i, n := range p.nodes {
+		n.byName = int32(i)
 		p.index(n)
 	}
 	if opt.Strategy == Spread && p.packsBacklog() { // spreadwhole.go
@@ -751,8 +757,16 @@ func (p *planner) explain(pt *part, exclude map[string]bool) failure {
 		m                 = &modelMatcher{pattern: pt.req.GPUModel} // modelmatch.go
 		whole             = pt.req.MIGProfile == "" && !pt.req.Fraction() && !modelScanReference
 	)
+	// Once a capable node that is not cordoned is known, the counts can
+	// only say "Capacity": a node then matters only if it may beat the
+	// best, and one whose free whole GPUs cannot is passed over before
+	// its devices are read (at 2,000 nodes most of a failed search).
+	open := false
 	for _, n := range p.nodes {
 		if exclude[n.name] {
+			continue
+		}
+		if open && whole && n.freeGPUs <= bestFree {
 			continue
 		}
 		if filterLabels(pt, n) != nil {
@@ -769,6 +783,7 @@ func (p *planner) explain(pt *part, exclude map[string]bool) failure {
 			cordoned++
 			continue
 		}
+		open = true
 		if whole && n.freeGPUs <= bestFree {
 			continue // its free GPUs of pt's kind cannot beat the best
 		}

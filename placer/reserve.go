@@ -87,15 +87,12 @@ func (p *planner) standingReserve(plan *Plan) {
 	if !p.keepsAhead() || !p.on(RuleReserve) {
 		return
 	}
-	whole := 0
-	for _, n := range p.nodes {
-		whole = max(whole, n.totalGPU)
-	}
+	whole := p.whole // the GPUs of the largest node
 	if whole == 0 {
 		return
 	}
 	p.reserveOwners = p.belowEqualShare()
-	arrived, contended := p.wholeArrivals(whole)
+	arrived, contended := p.wholeArrivals()
 	if arrived == 0 || contended {
 		return
 	}
@@ -126,31 +123,39 @@ func (p *planner) standingReserve(plan *Plan) {
 }
 
 // wholeArrivals estimates the parts asking for whole GPUs of at least
-// whole queued within reserveWindow before the snapshot's clock:
-// requests in the queue (by QueueEntry.Created; pinned ones are in the
-// ledgers) and allocations in the ledgers (by Allocation.Queued), each of
-// those as many as stillRunning says, of the owners that may take a node
-// of the reserve (reserveOwners). contended reports that the reserve is not for
-// this pass: some owner waits at or above its fair share (a backlog
-// beyond the cluster, which the holds divide by fair share; a whole
-// machine kept for whoever asks next would go to whoever asks for whole
-// machines most, a hog's own 8-GPU backlog), or a request for less than
-// a whole machine holds nodes (it has waited ReserveAfter over its GPUs
-// and found no room: a node kept from it would only make more such
-// requests wait and hold, a node each).
-func (p *planner) wholeArrivals(whole int) (arrived float64, contended bool) {
+// whole (p.whole, the largest node's) queued within reserveWindow before
+// the snapshot's clock: requests in the queue (by QueueEntry.Created;
+// pinned ones are in the ledgers) and allocations in the ledgers (by
+// Allocation.Queued), each of those as many as stillRunning says, of the
+// owners that may take a node of the reserve (reserveOwners). contended
+// reports that the reserve is not for this pass: some owner waits at or
+// above its fair share (a backlog beyond the cluster, which the holds
+// divide by fair share; a whole machine kept for whoever asks next would
+// go to whoever asks for whole machines most, a hog's own 8-GPU backlog),
+// or a request for less than a whole machine holds nodes (it has waited
+// ReserveAfter over its GPUs and found no room: a node kept from it would
+// only make more such requests wait and hold, a node each;
+// planner.smallHolds). The queue is read by age group (byAge), so that
+// an owner's facts are looked up once a group.
+func (p *planner) wholeArrivals() (arrived float64, contended bool) {
+	if p.smallHolds > 0 {
+		return 0, true
+	}
+	whole := p.whole
 	since := p.snap.Now.Add(-reserveWindow)
-	for i := range p.snap.Pending { // first: a contended pass reads no ledger
-		it := &p.snap.Pending[i]
-		if it.Pinned {
-			continue
-		}
-		w := wholeParts(it.Entry, whole)
-		if p.holdBudget[it.Entry.Owner] <= 0 || w == 0 && len(p.holding[it.Entry.Session]) > 0 {
-			return 0, true
-		}
-		if !it.Entry.Created.Before(since) && p.reserveOwners[it.Entry.Owner] {
-			arrived += float64(w)
+	for _, ag := range p.byAge() { // first: a contended pass reads no ledger
+		spent, below := p.holdBudget[ag.key.owner] <= 0, p.reserveOwners[ag.key.owner]
+		for i := range ag.keys {
+			it := ag.keys[i].it
+			if it.Pinned {
+				continue
+			}
+			if spent {
+				return 0, true
+			}
+			if below && !it.Entry.Created.Before(since) {
+				arrived += float64(wholeParts(it.Entry, whole))
+			}
 		}
 	}
 	stands := map[string]float64{}

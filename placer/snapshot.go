@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -118,6 +119,9 @@ type PlanCache struct {
 type nodeTemplate struct {
 	nodeRev, ledgerRev int64
 	n                  nodeState
+	// ends is the ledger's session ends as the last pass that read them
+	// made them (drain.go); nil until one did.
+	ends atomic.Pointer[ledgerEnds]
 }
 
 // NewPlanCache returns an empty cache.
@@ -141,6 +145,7 @@ func (c *PlanCache) nodeStates(s *Snapshot) []nodeState {
 		n := &out[i]
 		*n = t.n
 		n.view = v
+		n.tmpl = t
 		n.taken = slices.Clone(t.n.taken)
 		n.cloneShares()
 		n.portsShared = n.ports != nil
@@ -215,8 +220,9 @@ type nodeState struct {
 	// drainBy is when a held node's sessions have all ended by their max
 	// runtimes (zero: some session has none); set with reservedFor.
 	drainBy     time.Time
-	bucket      int // freeGPUs when last indexed
-	pos         int // position in its bucket
+	bucket      int   // freeGPUs when last indexed
+	pos         int   // position in its bucket
+	byName      int32 // position among the pass's nodes, by name
 	proposed    map[string]state.Allocation
 	proposedIDs []string // in proposal order, for deterministic output
 	// maxSessions caps allocations on the node (0: no cap), so that its
@@ -225,6 +231,10 @@ type nodeState struct {
 	// released counts the ledger's allocations of pinned sessions that
 	// the pass has freed and not yet held again.
 	released int
+	// ready is readyBy's memo (drain.go); tmpl is the PlanCache template
+	// the state was copied from, nil without a cache.
+	ready readyMemo
+	tmpl  *nodeTemplate
 }
 
 // sessions counts the allocations on the node, held and proposed.

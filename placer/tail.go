@@ -163,9 +163,10 @@ func (p *planner) tailWaits(it *Pending, i int, plan *Plan) bool {
 // passes: at 20,000 queued they are 3 MB a pass, which the collector
 // otherwise reclaims every few passes.
 type passBuffers struct {
-	gids       []int32
-	flat, laid []ageKey
-	tails      []tailFacts
+	gids               []int32
+	flat, laid, sorted []ageKey
+	ages               []ageSortKey
+	tails              []tailFacts
 }
 
 // bufferPool holds passBuffers between passes, for any planner.
@@ -177,6 +178,7 @@ func (b *passBuffers) release() {
 	clear(b.gids[:cap(b.gids)])
 	clear(b.flat[:cap(b.flat)])
 	clear(b.laid[:cap(b.laid)])
+	clear(b.sorted[:cap(b.sorted)])
 	clear(b.tails[:cap(b.tails)])
 }
 
