@@ -280,11 +280,23 @@ type rankKey struct {
 // the owner's again at its turn.
 func ownGPUs(n *nodeState, owner string) int {
 	c := 0
-	for _, allocs := range []map[string]state.Allocation{n.view.Ledger.Allocations, n.proposed} {
-		for _, a := range allocs {
+	if h := n.ledgerSums(); h != nil {
+		for i := range h.owners {
+			if h.owners[i].owner == owner {
+				c = h.owners[i].devices
+				break
+			}
+		}
+	} else {
+		for _, a := range n.view.Ledger.Allocations {
 			if a.Owner == owner {
 				c += len(a.GPUs)
 			}
+		}
+	}
+	for _, a := range n.proposed {
+		if a.Owner == owner {
+			c += len(a.GPUs)
 		}
 	}
 	return c

@@ -35,6 +35,15 @@ func newUsage(nodes []*nodeState, pinned map[string][]pinnedPart) usage {
 		u.total.gpus += 1000 * int64(n.totalGPU)
 		u.total.cpu += n.view.Node.CPUMilli
 		u.total.mem += n.view.Node.MemoryMiB
+		if h := n.ledgerSums(); h != nil && len(pinned) == 0 {
+			for i := range h.owners {
+				u.get(u.users, h.owners[i].owner).plus(h.owners[i].held)
+			}
+			for i := range h.groups {
+				u.get(u.groups, h.groups[i].group).plus(h.groups[i].held)
+			}
+			continue
+		}
 		for id, a := range n.view.Ledger.Allocations {
 			if pinned[id] == nil {
 				u.addAllocation(&a)
