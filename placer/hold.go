@@ -85,14 +85,13 @@ func (p *planner) entitle(maxPartial int) {
 	for _, ag := range p.byAge() {
 		var w, l int64
 		for i := range ag.keys {
-			it := ag.keys[i].it
-			if it.Pinned {
+			f := &p.facts[ag.keys[i].idx]
+			if f.pinned {
 				continue
 			}
-			g := requestGPUs(it.Entry, p.usage.shareRef)
-			w += g
-			if largeReq(it.Entry, maxPartial) {
-				l += g
+			w += f.gpus
+			if f.largest > maxPartial { // largeReq
+				l += f.gpus
 			}
 		}
 		if w == 0 {
@@ -641,8 +640,8 @@ type holdGroup struct {
 // whether a request is left.
 func (g *holdGroup) skip() bool {
 	for len(g.keys) > 0 {
-		it := g.keys[0].it
-		if !it.Pinned && (g.claims || g.p.aged(it.Entry)) {
+		k := &g.keys[0]
+		if !g.p.facts[k.idx].pinned && (g.claims || g.p.agedKey(k)) {
 			return true
 		}
 		g.keys = g.keys[1:]

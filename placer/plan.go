@@ -233,8 +233,11 @@ type planner struct {
 	usage    usage
 	// ownerGroups caches groupsOf.
 	ownerGroups map[string][]string
-	// ages is the queue in age groups (byAge), made once a pass.
-	ages []*ageGroup
+	// ages is the queue in age groups (byAge), made once a pass, and
+	// facts what the holds read of each request, by its index in the
+	// snapshot's queue (reqFacts), made with them.
+	ages  []*ageGroup
+	facts []reqFacts
 	// tails are the tail facts of the snapshot's queue, by index, and
 	// tailShapes the shapes they name, with each one's failure once read
 	// from failed (tail.go).

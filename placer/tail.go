@@ -166,6 +166,9 @@ type passBuffers struct {
 	gids               []int32
 	flat, laid, sorted []ageKey
 	ages               []ageSortKey
+	radix, radixTmp    []ageRadix
+	order              []int32
+	facts              []reqFacts
 	tails              []tailFacts
 }
 
@@ -179,6 +182,7 @@ func (b *passBuffers) release() {
 	clear(b.flat[:cap(b.flat)])
 	clear(b.laid[:cap(b.laid)])
 	clear(b.sorted[:cap(b.sorted)])
+	clear(b.facts[:cap(b.facts)])
 	clear(b.tails[:cap(b.tails)])
 }
 
