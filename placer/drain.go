@@ -206,7 +206,7 @@ func (p *planner) rankReady(want int) []readyRank {
 	if r, ok := p.ranked[want]; ok {
 		return r
 	}
-	r := make([]readyRank, len(p.nodes))
+	r := p.buf.ranking(len(p.nodes))
 	for i, n := range p.nodes {
 		r[i] = p.rankOf(n, want, "")
 	}

@@ -60,7 +60,7 @@ func (p *planner) rankFor(want int, owner string) []readyRank {
 	if p.walks[k] <= ownRankWalk*len(p.nodes) {
 		return base
 	}
-	r := make([]readyRank, len(base))
+	r := p.buf.ranking(len(base))
 	for i, b := range base {
 		r[i] = p.rankOf(b.n, want, owner)
 	}

@@ -380,13 +380,14 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	maxFree := 0
 	var states []nodeState
 	if s.Cache != nil {
-		states = s.Cache.nodeStates(s)
+		states = s.Cache.nodeStates(s, p.buf.states)
 	} else {
-		states = make([]nodeState, len(s.Nodes))
+		states = sized(p.buf.states, len(s.Nodes))
 		for i := range s.Nodes {
 			initNodeState(&states[i], &s.Nodes[i])
 		}
 	}
+	p.buf.states = states
 	p.nodes = make([]*nodeState, 0, len(s.Nodes))
 	for i := range states {
 		n := &states[i]

@@ -197,9 +197,10 @@ func (n *nodeState) ledgerSums() *ledgerHeld {
 func NewPlanCache() *PlanCache { return &PlanCache{nodes: map[string]*nodeTemplate{}} }
 
 // nodeStates returns the planning state of every node of s, from c's
-// templates where the revisions match and built (and kept) where not.
-func (c *PlanCache) nodeStates(s *Snapshot) []nodeState {
-	out := make([]nodeState, len(s.Nodes))
+// templates where the revisions match and built (and kept) where not, in
+// into (resized; its contents overwritten).
+func (c *PlanCache) nodeStates(s *Snapshot, into []nodeState) []nodeState {
+	out := sized(into, len(s.Nodes))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range s.Nodes {

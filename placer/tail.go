@@ -159,9 +159,10 @@ func (p *planner) tailWaits(it *Pending, i int, plan *Plan) bool {
 }
 
 // passBuffers are the arrays of one entry per queued request that a pass
-// fills (byAge's keys, the tail's facts), kept in bufferPool between
-// passes: at 20,000 queued they are 3 MB a pass, which the collector
-// otherwise reclaims every few passes.
+// fills (byAge's keys, the tail's facts), and its nodes' states and
+// rankings, kept in bufferPool between passes: at 20,000 queued and
+// 2,000 nodes they are about 4 MB a pass, which the collector otherwise
+// reclaims every few passes.
 type passBuffers struct {
 	gids               []int32
 	flat, laid, sorted []ageKey
@@ -170,6 +171,24 @@ type passBuffers struct {
 	order              []int32
 	facts              []reqFacts
 	tails              []tailFacts
+	// states are the nodes' states of the pass (nodeStates): nothing
+	// the pass returns points into them.
+	states []nodeState
+	// ranks are the pass's node rankings (rankReady, rankFor), each of
+	// one entry per node, and spare those of passes before.
+	ranks, spare [][]readyRank
+}
+
+// ranking is an array of n rankings, zeroed, from a pass before where one
+// is spare.
+func (b *passBuffers) ranking(n int) []readyRank {
+	var r []readyRank
+	if k := len(b.spare); k > 0 {
+		r, b.spare = b.spare[k-1], b.spare[:k-1]
+	}
+	r = sized(r, n)
+	b.ranks = append(b.ranks, r)
+	return r
 }
 
 // bufferPool holds passBuffers between passes, for any planner.
@@ -183,6 +202,13 @@ func (b *passBuffers) release() {
 	clear(b.laid[:cap(b.laid)])
 	clear(b.sorted[:cap(b.sorted)])
 	clear(b.facts[:cap(b.facts)])
+	clear(b.states[:cap(b.states)])
+	for _, r := range b.ranks {
+		clear(r[:cap(r)])
+		b.spare = append(b.spare, r)
+	}
+	clear(b.ranks)
+	b.ranks = b.ranks[:0]
 	clear(b.tails[:cap(b.tails)])
 }
 
