@@ -205,10 +205,16 @@ func waterFill(capacity int64, demand map[string]int64, weight func(string) floa
 // minutes), a 1-GPU one after ReserveAfter, and the hold budget, not the
 // delay, bounds how much of the cluster drains.
 func (p *planner) aged(e *state.QueueEntry) bool {
+	return p.agedAt(e.Created, requestGPUs(e, p.usage.shareRef))
+}
+
+// agedAt is aged for a request created at created asking for gpus in all
+// (requestGPUs).
+func (p *planner) agedAt(created time.Time, gpus int64) bool {
 	if p.opt.ReserveAfter <= 0 {
 		return false
 	}
-	return p.snap.Now.Sub(e.Created) >= p.holdAfter(e)
+	return p.snap.Now.Sub(created) >= p.opt.ReserveAfter/time.Duration(max(gpus/1000, 1)) // holdAfter
 }
 
 // holdAfter is how long e waits before it may hold nodes.
@@ -374,6 +380,7 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 			p.holders, p.charged, p.charge = map[string]int{}, map[string]int64{}, map[string]int64{}
 		}
 		if len(p.holding[e.Session]) == 0 {
+			p.holdGen++
 			p.holders[e.Owner]++
 			if wholeParts(e, p.whole) == 0 {
 				p.smallHolds++

@@ -66,13 +66,14 @@ type lender struct {
 // work of owners at or above their share back, if its owner is below its
 // fair share and it waits for room (reason Capacity).
 func (p *planner) noteWaiting(e *state.QueueEntry, reason string) {
-	p.noteWaitingAs(e.Owner, e.Priority, e.Request.GPUModel, e, reason)
+	p.noteWaitingAs(e.Owner, p.holdBudget[e.Owner] > 0, e.Priority, e.Request.GPUModel, e, reason)
 }
 
-// noteWaitingAs is noteWaiting with e's owner, priority and GPU model
-// given (the tail's facts, tail.go): it reads e itself only to note it.
-func (p *planner) noteWaitingAs(owner string, priority int, model string, e *state.QueueEntry, reason string) {
-	if !p.on(RuleLend) || !p.keepsAhead() || reason != "Capacity" || p.holdBudget[owner] <= 0 {
+// noteWaitingAs is noteWaiting with e's owner, whether it has a hold
+// budget (is below its fair share), priority and GPU model given (the
+// tail's facts, tail.go): it reads e itself only to note it.
+func (p *planner) noteWaitingAs(owner string, budget bool, priority int, model string, e *state.QueueEntry, reason string) {
+	if !p.on(RuleLend) || !p.keepsAhead() || reason != "Capacity" || !budget {
 		return
 	}
 	for _, l := range p.lenders {

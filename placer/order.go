@@ -355,11 +355,7 @@ type reqFacts struct {
 
 // agedKey is aged for the request of k, from its key and facts alone.
 func (p *planner) agedKey(k *ageKey) bool {
-	if p.opt.ReserveAfter <= 0 {
-		return false
-	}
-	after := p.opt.ReserveAfter / time.Duration(max(p.facts[k.idx].gpus/1000, 1)) // holdAfter
-	return p.snap.Now.Sub(time.Unix(k.sec, int64(k.nsec))) >= after
+	return p.agedAt(time.Unix(k.sec, int64(k.nsec)), p.facts[k.idx].gpus)
 }
 
 // ageKey is a queue item with its request's creation time, as olderFirst

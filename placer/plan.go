@@ -265,6 +265,9 @@ type planner struct {
 	holders map[string]int
 	charged map[string]int64
 	charge  map[string]int64
+	// holdGen counts the requests that came to hold nodes in the pass:
+	// what ownerMayHold reads changes only then (tailOwner.mayHold).
+	holdGen int
 	// smallHolds counts the requests holding nodes that ask for no whole
 	// machine (wholeParts at whole): the standing reserve is then off
 	// (wholeArrivals).

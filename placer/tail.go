@@ -31,12 +31,38 @@ type tailFacts struct {
 	shape int32
 	// aged is aged(e). A request on the tail's path holds no nodes.
 	aged bool
-	// owner is e.Owner as the owner's first age group (byAge) spells it
-	// (its bytes shared by all its requests); priority and model are e's
-	// priority and GPU model, which lending reads (noteWaiting).
-	owner    string
+	// owner is what the tail reads of e's owner; priority and model are
+	// e's priority and GPU model, which lending reads (noteWaiting).
+	owner    *tailOwner
 	priority int
 	model    string
+}
+
+// tailOwner is what the tail reads of an owner, read once per owner: its
+// name as its first request spells it, whether its requests may backfill
+// (it has a hold budget: mayBackfill, but for the max runtime; and lending
+// notes its requests), whether it may take the standing reserve, and its
+// run-time record (estimate); and ownerMayHold's answer for it, kept
+// while no hold is made (planner.holdGen). A request finds its owner's
+// through its age group (byAge), without hashing the owner's name.
+type tailOwner struct {
+	name      string
+	backfill  bool
+	below     bool
+	estimates *state.RuntimeRecord
+	may, seen bool
+	gen       int
+}
+
+// mayHold is ownerMayHold for o, read again only after a hold was made
+// (holdFor changes what it reads). It only turns false as holds are made,
+// and a request it wrongly let by would go to place, which answers it
+// the same: the memo saves time, it cannot change a plan.
+func (o *tailOwner) mayHold(p *planner) bool {
+	if !o.seen || o.gen != p.holdGen {
+		o.may, o.gen, o.seen = p.ownerMayHold(o.name), p.holdGen, true
+	}
+	return o.may
 }
 
 // gatherTail fills p.tails and p.tailShapes from the snapshot's queue. It
@@ -64,20 +90,8 @@ func (p *planner) gatherTail() {
 		}
 		return id
 	}
-	// What the tail reads of an owner, read once per owner: its name as
-	// its first request spells it, whether its requests may backfill
-	// (mayBackfill, but for the max runtime), whether it may take the
-	// standing reserve, and its run-time record (estimate). A request
-	// finds its owner's through its age group (byAge), without hashing
-	// the owner's name.
-	type ownerFacts struct {
-		name      string
-		backfill  bool
-		below     bool
-		estimates *state.RuntimeRecord
-	}
-	owners := map[string]*ownerFacts{}
-	byGroup := make([]*ownerFacts, len(p.ages))
+	owners := map[string]*tailOwner{}
+	byGroup := make([]*tailOwner, len(p.ages))
 	gids := p.buf.gids
 	single := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}.Fits(gangSize(1, 0))
 	for i := range p.snap.Pending {
@@ -93,13 +107,13 @@ func (p *planner) gatherTail() {
 		if o == nil {
 			owner := p.ages[gids[i]].key.owner
 			if o = owners[owner]; o == nil {
-				o = &ownerFacts{name: owner, backfill: p.holdBudget[owner] > 0, below: p.reserveOwners[owner], estimates: p.snap.Runtimes[owner]}
+				o = &tailOwner{name: owner, backfill: p.holdBudget[owner] > 0, below: p.reserveOwners[owner], estimates: p.snap.Runtimes[owner]}
 				owners[owner] = o
 			}
 			byGroup[gids[i]] = o
 		}
-		t.owner, t.priority, t.model = o.name, e.Priority, e.Request.GPUModel
-		t.aged = p.aged(e)
+		t.owner, t.priority, t.model = o, e.Priority, e.Request.GPUModel
+		t.aged = p.agedAt(e.Created, p.facts[i].gpus)
 		probe := p.tailProbe(e, o.backfill, o.below, o.estimates)
 		if !plainReq(&e.Request) {
 			t.shape = intern(shapeOf(&probe))
@@ -149,11 +163,11 @@ func (p *planner) tailWaits(it *Pending, i int, plan *Plan) bool {
 		f = &got // a failure is memoised once and kept for the pass
 		p.tailFailed[t.shape] = f
 	}
-	if t.aged && p.holdBudget != nil && p.ownerMayHold(t.owner) {
+	if t.aged && p.holdBudget != nil && t.owner.mayHold(p) {
 		return false
 	}
 	plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(it.Entry, f.reason, f.message)})
-	p.noteWaitingAs(t.owner, t.priority, t.model, it.Entry, f.reason)
+	p.noteWaitingAs(t.owner.name, t.owner.backfill, t.priority, t.model, it.Entry, f.reason)
 	plan.tailed++
 	return true
 }
