@@ -1,7 +1,7 @@
 package placer
 
 import (
-	"cmp"
+	"math"
 	"slices"
 	"time"
 
@@ -219,58 +219,95 @@ func (p *planner) rankReady(want int) []readyRank {
 }
 
 // sortRanks sorts r best first (readyRank.before, a total order: node
-// names are unique). It sorts keys of the numbers compared, copied out
-// of r (a ranking of 2,000 nodes compared through time.Time and names,
-// and moved whole, was a twentieth of a pass that holds nodes): a name
-// compares as its node's place among the pass's nodes, which are sorted
-// by name, and a time compares
-// as time.Compare does: by wall clock, as all of a ranking's times are
-// read alike (the pass's clock, the ends of its ledgers, or its clock
-// plus a max runtime, whose monotonic readings agree with their wall
-// clocks).
+// names are unique). A ranking is of every node of the pass, so it is
+// laid out by name first (nodeState.byName, the node's place among the
+// pass's nodes, which are sorted by name), then sorted stably by free
+// GPUs, most first (a count of each number), and its known times stably
+// by a radix sort of their nanoseconds since the soonest (radixSort):
+// each a few walks of the ranking. A comparison sort of 2,000 nodes
+// through time.Time and names was a twentieth of a pass that holds nodes.
+// A time compares as time.Compare does, by wall clock: all of a
+// ranking's times are read alike (the pass's clock, the ends of its
+// ledgers, or its clock plus a max runtime, whose monotonic readings
+// agree with their wall clocks). A ranking that is not of every node, or
+// whose times span too long, is sorted by before.
 func (p *planner) sortRanks(r []readyRank) {
-	keys := sized(p.rankKeys, len(r))
-	for i := range r {
-		k := rankKey{free: -int32(r[i].free), unknown: !r[i].known, name: r[i].n.byName, i: int32(i)}
-		if r[i].known {
-			k.sec, k.nsec = r[i].at.Unix(), int32(r[i].at.Nanosecond())
-		}
-		keys[i] = k
-	}
-	slices.SortFunc(keys, func(a, b rankKey) int {
-		if a.unknown != b.unknown {
-			if b.unknown {
+	byBefore := func() {
+		slices.SortFunc(r, func(a, b readyRank) int {
+			if a.before(b) {
 				return -1
 			}
 			return 1
-		}
-		if c := cmp.Compare(a.sec, b.sec); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.nsec, b.nsec); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.free, b.free); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.name, b.name)
-	})
-	sorted := sized(p.rankSorted, len(r))
-	for i, k := range keys {
-		sorted[i] = r[k.i]
+		})
 	}
-	copy(r, sorted)
-	p.rankKeys, p.rankSorted = keys, sorted
-}
-
-// rankKey is what sortRanks compares of r[i].
-type rankKey struct {
-	sec     int64
-	nsec    int32
-	free    int32 // negated: more free first
-	unknown bool
-	name    int32 // the node's place by name (nodeState.byName)
-	i       int32
+	n := len(r)
+	if n != len(p.nodes) {
+		byBefore()
+		return
+	}
+	named := sized(p.rankSorted, n)
+	p.rankSorted = named
+	most := 0
+	var lo time.Time
+	known := 0
+	for i := range r {
+		j := int(r[i].n.byName)
+		if j >= n || p.nodes[j] != r[i].n || named[j].n != nil {
+			byBefore()
+			return
+		}
+		named[j] = r[i]
+		most = max(most, r[i].free)
+		if r[i].known {
+			if known == 0 || r[i].at.Before(lo) {
+				lo = r[i].at
+			}
+			known++
+		}
+	}
+	// By free GPUs, most first, stably: a count of each number.
+	count := make([]int, most+2)
+	for i := range named {
+		count[most-named[i].free+1]++
+	}
+	for d := 1; d < len(count); d++ {
+		count[d] += count[d-1]
+	}
+	byFree := sized(p.rankKeys, n)
+	p.rankKeys = byFree
+	for i := range named {
+		d := most - named[i].free
+		byFree[count[d]] = radixKey{i: int32(i)}
+		count[d]++
+	}
+	// The known by time, stably, first; then the unknown as they are
+	// (kept at the front of byFree, which the walk has passed).
+	times, scratch := sized(p.rankTimes, known), sized(p.rankScratch, known)
+	p.rankTimes, p.rankScratch = times, scratch
+	var top uint64
+	k, u := 0, 0
+	for _, x := range byFree {
+		rk := &named[x.i]
+		if !rk.known {
+			byFree[u] = x
+			u++
+			continue
+		}
+		span := rk.at.Sub(lo)
+		if span == math.MaxInt64 { // too long for nanoseconds
+			byBefore()
+			return
+		}
+		times[k] = radixKey{t: uint64(span), i: x.i}
+		top = max(top, times[k].t)
+		k++
+	}
+	for i, x := range radixSort(times, scratch, top) {
+		r[i] = named[x.i]
+	}
+	for i, x := range byFree[:u] {
+		r[k+i] = named[x.i]
+	}
 }
 
 // ownGPUs is the GPUs that owner's sessions hold on n (ledger and

@@ -1,7 +1,10 @@
 package placer
 
 import (
+	"fmt"
 	"maps"
+	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +56,68 @@ func TestHoldDrainsTheNodeFreeSoonest(t *testing.T) {
 			}
 			if msg := plan.Waiting[0].Message; !strings.Contains(msg, "node "+tc.want+" (") {
 				t.Errorf("reason %q does not name the held node %s", msg, tc.want)
+			}
+		})
+	}
+}
+
+// TestSortRanksMatchesBefore: sortRanks orders a ranking as
+// readyRank.before does (known times first, soonest first; then most GPUs
+// free; then by name), whether it sorts by its counts and radix sort or
+// falls back to a comparison sort: on rankings with many equal times and
+// equal free counts, times a nanosecond apart or years apart, times
+// before the pass's clock, nodes of every free count, rankings of only
+// some of the pass's nodes, and times too far apart for nanoseconds.
+func TestSortRanksMatchesBefore(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	type shape struct {
+		name  string
+		nodes int
+		at    func() time.Time
+		some  bool // a ranking of only some of the nodes
+	}
+	shapes := []shape{
+		{"one time", 500, func() time.Time { return t0 }, false},
+		{"few times", 2000, func() time.Time { return t0.Add(time.Duration(rng.Intn(4)) * time.Hour) }, false},
+		{"nanoseconds", 1000, func() time.Time { return t0.Add(time.Duration(rng.Intn(100) - 50)) }, false},
+		{"years", 1000, func() time.Time { return t0.Add(time.Duration(rng.Int63n(int64(200 * 365 * 24 * time.Hour)))) }, false},
+		{"too far apart", 300, func() time.Time { return t0.AddDate(rng.Intn(600), 0, 0) }, false},
+		{"some nodes", 400, func() time.Time { return t0.Add(time.Duration(rng.Intn(600)) * time.Second) }, true},
+		{"one node", 1, func() time.Time { return t0 }, false},
+	}
+	for _, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			p := &planner{buf: new(passBuffers)}
+			for i := 0; i < sh.nodes; i++ {
+				p.nodes = append(p.nodes, &nodeState{name: fmt.Sprintf("n%05d", i), byName: int32(i)})
+			}
+			for round := 0; round < 3; round++ {
+				var r []readyRank
+				for _, n := range p.nodes {
+					if sh.some && rng.Intn(2) == 0 {
+						continue
+					}
+					rk := readyRank{n: n, free: rng.Intn(9)}
+					if rng.Intn(4) > 0 {
+						rk.known, rk.at = true, sh.at()
+					}
+					r = append(r, rk)
+				}
+				rng.Shuffle(len(r), func(i, j int) { r[i], r[j] = r[j], r[i] })
+				want := slices.Clone(r)
+				slices.SortFunc(want, func(a, b readyRank) int {
+					if a.before(b) {
+						return -1
+					}
+					return 1
+				})
+				p.sortRanks(r)
+				for i := range r {
+					if !r[i].same(want[i]) {
+						t.Fatalf("round %d, place %d: %s (known %v, %v, %d free), want %s (known %v, %v, %d free)", round, i,
+							r[i].n.name, r[i].known, r[i].at, r[i].free, want[i].n.name, want[i].known, want[i].at, want[i].free)
+					}
+				}
 			}
 		})
 	}

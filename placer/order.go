@@ -273,25 +273,10 @@ func (p *planner) ageOrder(keys []ageKey) []int32 {
 	var most uint64
 	for i := range keys {
 		t := uint64(keys[i].sec-lo)*1e9 + uint64(keys[i].nsec)
-		cur[i] = ageRadix{t: t, i: int32(i)}
+		cur[i] = radixKey{t: t, i: int32(i)}
 		most = max(most, t)
 	}
-	const bits = 11
-	for shift := 0; shift < 64 && most>>shift != 0; shift += bits {
-		var count [1<<bits + 1]int32
-		for i := range cur {
-			count[(cur[i].t>>shift)&(1<<bits-1)+1]++
-		}
-		for d := 1; d < len(count); d++ {
-			count[d] += count[d-1]
-		}
-		for i := range cur { // stable: equal digits keep their order
-			d := (cur[i].t >> shift) & (1<<bits - 1)
-			tmp[count[d]] = cur[i]
-			count[d]++
-		}
-		cur, tmp = tmp, cur
-	}
+	cur = radixSort(cur, tmp, most)
 	p.buf.order = sized(p.buf.order, len(keys))
 	for i := range cur {
 		p.buf.order[i] = cur[i].i
@@ -299,10 +284,35 @@ func (p *planner) ageOrder(keys []ageKey) []int32 {
 	return p.buf.order
 }
 
-// ageRadix is a key's age as ageOrder sorts it, with the key's index.
-type ageRadix struct {
+// radixKey is a number to sort by (radixSort) with the index of what it
+// is of.
+type radixKey struct {
 	t uint64
 	i int32
+}
+
+// radixSort sorts keys by t, stably (equal numbers keep their order), in
+// passes of 11 bits up to the highest bit of most (at least every t), and
+// returns them sorted: in keys or in tmp (as long as keys), which it uses
+// as scratch.
+func radixSort(keys, tmp []radixKey, most uint64) []radixKey {
+	const bits = 11
+	for shift := 0; shift < 64 && most>>shift != 0; shift += bits {
+		var count [1<<bits + 1]int32
+		for i := range keys {
+			count[(keys[i].t>>shift)&(1<<bits-1)+1]++
+		}
+		for d := 1; d < len(count); d++ {
+			count[d] += count[d-1]
+		}
+		for i := range keys {
+			d := (keys[i].t >> shift) & (1<<bits - 1)
+			tmp[count[d]] = keys[i]
+			count[d]++
+		}
+		keys, tmp = tmp, keys
+	}
+	return keys
 }
 
 // sortAges sorts keys oldest first (olderFirstKey) through compact copies

@@ -273,10 +273,10 @@ type planner struct {
 	// (wholeArrivals).
 	smallHolds int
 	// ranked ranks the nodes by readyBy for each size held for
-	// (drain.go); rankKeys and rankSorted are sortRanks' scratch.
-	ranked     map[int][]readyRank
-	rankKeys   []rankKey
-	rankSorted []readyRank
+	// (drain.go); the rank arrays are sortRanks' scratch.
+	ranked                           map[int][]readyRank
+	rankKeys, rankTimes, rankScratch []radixKey
+	rankSorted                       []readyRank
 	// rankedOwn ranks them as an owner's holds see them, for the pairs
 	// whose searches walked far (walks) (ownrank.go).
 	rankedOwn map[ownRankKey][]readyRank

@@ -181,7 +181,7 @@ type passBuffers struct {
 	gids               []int32
 	flat, laid, sorted []ageKey
 	ages               []ageSortKey
-	radix, radixTmp    []ageRadix
+	radix, radixTmp    []radixKey
 	order              []int32
 	facts              []reqFacts
 	tails              []tailFacts
