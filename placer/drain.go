@@ -38,7 +38,7 @@ type readyMemo struct {
 // from at on). A PlanCache template keeps the last one a pass made, so
 // that the next pass at a clock in that range, on the same ledger, reads
 // it instead of walking the ledger and sorting again: at 2,000 nodes that
-// was a tenth of a pass that holds nodes (BenchmarkNewPlanBacklog).
+// was about 7% of a pass that holds nodes (BenchmarkNewPlanBacklog).
 // planEnd moves only when the clock passes a session's expected end, so
 // until is the first expected end after at. Shared between passes: never
 // written once made.
