@@ -245,8 +245,8 @@ func (p *planner) sortRanks(r []readyRank) {
 		byBefore()
 		return
 	}
-	named := sized(p.rankSorted, n)
-	p.rankSorted = named
+	named := sized(p.rankNamed, n)
+	p.rankNamed = named
 	most := 0
 	var lo time.Time
 	known := 0

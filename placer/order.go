@@ -213,25 +213,25 @@ func (p *planner) byAge() []*ageGroup {
 		ag.keys = laid[off : off : off+counts[g]]
 		off += counts[g]
 	}
+	// Laid out oldest first (ageOrder), each group's keys come out sorted
+	// by age, ties in the queue's order: a run of one age is then sorted
+	// by id, as olderFirstKey orders. Where ageOrder cannot sort the ages
+	// (too far apart), they are laid out in the queue's order and each
+	// group is sorted by olderFirstKey.
 	order := p.ageOrder(flat)
-	if order == nil { // times too far apart for ageOrder: each group sorted
-		for i := range flat {
-			ag := p.ages[gids[i]]
-			ag.keys = append(ag.keys, flat[i])
+	for k := range flat {
+		j := k
+		if order != nil {
+			j = int(order[k])
 		}
-		for _, ag := range p.ages {
-			p.sortAges(ag.keys)
-		}
-		return p.ages
-	}
-	// Laid out oldest first, each group's keys come out sorted by age,
-	// ties in the queue's order: a run of one age is then sorted by id,
-	// as olderFirstKey orders.
-	for _, j := range order {
 		ag := p.ages[gids[j]]
 		ag.keys = append(ag.keys, flat[j])
 	}
 	for _, ag := range p.ages {
+		if order == nil {
+			slices.SortFunc(ag.keys, olderFirstKey)
+			continue
+		}
 		for i := 0; i < len(ag.keys); {
 			k := i + 1
 			for k < len(ag.keys) && ag.keys[k].sec == ag.keys[i].sec && ag.keys[k].nsec == ag.keys[i].nsec {
@@ -313,42 +313,6 @@ func radixSort(keys, tmp []radixKey, most uint64) []radixKey {
 		keys, tmp = tmp, keys
 	}
 	return keys
-}
-
-// sortAges sorts keys oldest first (olderFirstKey) through compact copies
-// of the times compared, each with its key's index: 20,000 keys sorted
-// whole, each comparison through a function value, were a tenth of a
-// pass at 20,000 queued (BenchmarkNewPlanBacklog).
-func (p *planner) sortAges(keys []ageKey) {
-	if slices.IsSortedFunc(keys, olderFirstKey) {
-		return
-	}
-	ages := sized(p.buf.ages, len(keys))
-	for i := range keys {
-		ages[i] = ageSortKey{keys[i].sec, keys[i].nsec, int32(i)}
-	}
-	slices.SortFunc(ages, func(a, b ageSortKey) int {
-		if a.sec != b.sec {
-			return cmp.Compare(a.sec, b.sec)
-		}
-		if a.nsec != b.nsec {
-			return cmp.Compare(a.nsec, b.nsec)
-		}
-		return strings.Compare(keys[a.i].id, keys[b.i].id)
-	})
-	sorted := sized(p.buf.sorted, len(keys))
-	for i, a := range ages {
-		sorted[i] = keys[a.i]
-	}
-	copy(keys, sorted)
-	p.buf.ages, p.buf.sorted = ages, sorted
-}
-
-// ageSortKey is what sortAges compares of keys[i].
-type ageSortKey struct {
-	sec  int64
-	nsec int32
-	i    int32
 }
 
 // reqFacts is what the holds read of every queued request, read in

@@ -276,7 +276,7 @@ type planner struct {
 	// (drain.go); the rank arrays are sortRanks' scratch.
 	ranked                           map[int][]readyRank
 	rankKeys, rankTimes, rankScratch []radixKey
-	rankSorted                       []readyRank
+	rankNamed                        []readyRank
 	// rankedOwn ranks them as an owner's holds see them, for the pairs
 	// whose searches walked far (walks) (ownrank.go).
 	rankedOwn map[ownRankKey][]readyRank
@@ -774,7 +774,7 @@ func (p *planner) explain(pt *part, exclude map[string]bool) failure {
 			continue
 		}
 		if open && whole && n.freeGPUs <= bestFree {
-			continue
+			continue // its free GPUs of pt's kind cannot beat the best
 		}
 		if filterLabels(pt, n) != nil {
 			continue
@@ -790,10 +790,7 @@ func (p *planner) explain(pt *part, exclude map[string]bool) failure {
 			cordoned++
 			continue
 		}
-		open = true
-		if whole && n.freeGPUs <= bestFree {
-			continue // its free GPUs of pt's kind cannot beat the best
-		}
+		open = true // bestFree is -1 until now: the first open node is read
 		free := n.freeDevicesWith(pt.req, m)
 		if free > bestFree {
 			bestFree = free

@@ -146,10 +146,10 @@ func (p *planner) wholeArrivals() (arrived float64, contended bool) {
 	for _, ag := range p.byAge() { // first: a contended pass reads no ledger
 		spent, below := p.holdBudget[ag.key.owner] <= 0, p.reserveOwners[ag.key.owner]
 		for i := range ag.keys {
-			it := ag.keys[i].it
-			if it.Pinned {
+			if p.facts[ag.keys[i].idx].pinned {
 				continue
 			}
+			it := ag.keys[i].it
 			if spent {
 				return 0, true
 			}

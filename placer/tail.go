@@ -178,13 +178,12 @@ func (p *planner) tailWaits(it *Pending, i int, plan *Plan) bool {
 // 2,000 nodes they are about 4 MB a pass, which the collector otherwise
 // reclaims every few passes.
 type passBuffers struct {
-	gids               []int32
-	flat, laid, sorted []ageKey
-	ages               []ageSortKey
-	radix, radixTmp    []radixKey
-	order              []int32
-	facts              []reqFacts
-	tails              []tailFacts
+	gids            []int32
+	flat, laid      []ageKey
+	radix, radixTmp []radixKey
+	order           []int32
+	facts           []reqFacts
+	tails           []tailFacts
 	// states are the nodes' states of the pass (nodeStates): nothing
 	// the pass returns points into them.
 	states []nodeState
@@ -214,7 +213,6 @@ func (b *passBuffers) release() {
 	clear(b.gids[:cap(b.gids)])
 	clear(b.flat[:cap(b.flat)])
 	clear(b.laid[:cap(b.laid)])
-	clear(b.sorted[:cap(b.sorted)])
 	clear(b.facts[:cap(b.facts)])
 	clear(b.states[:cap(b.states)])
 	for _, r := range b.ranks {
