@@ -125,17 +125,27 @@ func filterMemory(p *part, n *nodeState) *Shortfall {
 	return nil
 }
 
+// gpusFit reports whether n has free the devices p asks for: filterGPUs
+// without the reason, for searches that throw the reason away.
+func gpusFit(p *part, n *nodeState) bool {
+	switch {
+	case p.req.GPUs == 0:
+		return true
+	case p.req.Fraction():
+		fits, _, _ := shareScan(p, n)
+		return fits
+	}
+	return n.freeDevices(p.req) >= p.req.GPUs
+}
+
 func filterGPUs(p *part, n *nodeState) *Shortfall {
-	if p.req.GPUs == 0 {
+	if gpusFit(p, n) {
 		return nil
 	}
 	if p.req.Fraction() {
 		return filterShare(p, n)
 	}
 	free := n.freeDevices(p.req)
-	if free >= p.req.GPUs {
-		return nil
-	}
 	return &Shortfall{Filter: "gpus", Requested: int64(p.req.GPUs), Free: int64(free), Capacity: int64(n.capacityDevices(p.req)),
 		Message: fmt.Sprintf("node %s has %d free, needs %d", n.name, free, p.req.GPUs)}
 }

@@ -422,7 +422,7 @@ func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
 	var best *nodeState
 	bestFree := -1
 	whole := r.MIGProfile == "" && !r.Fraction() && !modelScanReference
-	for _, n := range p.nodes {
+	for _, n := range p.nodesOf(pt.req) {
 		if whole && n.freeGPUs <= bestFree {
 			// Whole GPUs free of r's kind are at most the node's free
 			// whole GPUs: it cannot beat the best (modelmatch.go).

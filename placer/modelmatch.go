@@ -19,7 +19,9 @@ import (
 // while a plan is being made), turns off what this file makes fast: the
 // memo, the matcher's last model, and the scans' skipping of nodes with no
 // more free GPUs than the best so far (hold.go closest, plan.go explain),
-// and the memo of team notes (teamnotes.go).
+// the memo of team notes (teamnotes.go), and the searches for fractions
+// and MIG devices passing over the nodes that have none (plan.go nodesOf,
+// snapshot.go lacksKind, best's gpusFit).
 // The test plans randomized snapshots both ways and requires equal plans.
 var modelScanReference bool
 

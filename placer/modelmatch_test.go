@@ -13,12 +13,14 @@ import (
 // TestModelScanMatchesReference: what modelmatch.go makes fast (the memo
 // of model pattern matches, the matcher's last model, and the node scans
 // of closest and explain skipping nodes with no more free GPUs than the
-// best so far), and the memo of team notes (teamnotes.go), change no
-// decision and no reason. Random snapshots (nodes of two models
-// and of both, unhealthy GPUs, shared GPUs, cordons, running sessions of
-// four teams with max runtimes or none; requests of whole GPUs or
-// fractions, of any model or a pattern, a malformed one among them, with
-// a memory floor or none, aged so that they hold nodes), planned with
+// best so far), the memo of team notes (teamnotes.go), and the searches
+// for fractions and MIG devices reading only the nodes that have them
+// (nodesOf, lacksKind, gpusFit), change no decision and no reason. Random
+// snapshots (nodes of two models and of both, unhealthy GPUs, shared GPUs,
+// GPUs split into MIG devices, cordons, running sessions of four teams
+// with max runtimes or none; requests of whole GPUs, fractions or MIG
+// devices, of any model or a pattern, a malformed one among them, with a
+// memory floor or none, aged so that they hold nodes), planned with
 // teams by count, by model, and with none, each with the fast path and
 // with modelScanReference on: the plans (bindings, holds, every reason)
 // are equal. It also caught the queue order depending on a map's order
@@ -35,7 +37,7 @@ func TestModelScanMatchesReference(t *testing.T) {
 		var nodes []NodeView
 		for i := 0; i < 24; i++ {
 			n := gpuNode(fmt.Sprintf("n%02d", i), 8, models[rng.IntN(2)])
-			shared := rng.IntN(8) == 0
+			shared, mig := rng.IntN(8) == 0, rng.IntN(8) == 0
 			for j := range n.GPUs {
 				if rng.IntN(6) == 0 {
 					n.GPUs[j].Model = models[rng.IntN(2)] // nodes of both models
@@ -43,11 +45,18 @@ func TestModelScanMatchesReference(t *testing.T) {
 				n.GPUs[j].Healthy = rng.IntN(15) != 0
 				n.GPUs[j].Shared = shared
 			}
+			if mig && !shared {
+				for j := range n.GPUs {
+					if rng.IntN(3) != 0 {
+						n = split(n, j) // two 1g.10gb devices
+					}
+				}
+			}
 			v := view(n)
 			if rng.IntN(12) == 0 {
 				v.Cordon = &state.Cordon{Node: n.Name}
 			}
-			if !shared {
+			if !shared && !mig {
 				for g := 0; g < 8; {
 					k := 1 + rng.IntN(4)
 					if g+k > 8 || rng.IntN(4) == 0 {
@@ -76,6 +85,8 @@ func TestModelScanMatchesReference(t *testing.T) {
 				r.GPUs, r.GPUShareMiB = 1, 20480 // a fraction
 			case 1:
 				r.GPUMemoryMiB = 81920
+			case 2:
+				r.GPUs, r.MIGProfile = 1+rng.IntN(3), "1g.10gb"
 			}
 			if rng.IntN(2) == 0 {
 				p.Entry.MaxRuntime = state.Duration(time.Duration(1+rng.IntN(120)) * time.Minute)

@@ -152,21 +152,9 @@ func shareFull(p *part, n *nodeState, devs []int) float64 {
 // filterShare is filterGPUs for a fraction: a shared GPU with room for it
 // among this owner's or no one's fractions.
 func filterShare(p *part, n *nodeState) *Shortfall {
-	var most int64 = -1
-	others := false
-	for i := range n.devices {
-		d := &n.devices[i]
-		if n.taken[i] || !deviceMatches(d, p.req) {
-			continue
-		}
-		if n.roomFor(i, p.req, p.owner) {
-			return nil
-		}
-		if n.roomFor(i, p.req, "") {
-			others = true
-			continue
-		}
-		most = max(most, d.memoryMiB-n.shares[i].usedMiB)
+	fits, others, most := shareScan(p, n)
+	if fits {
+		return nil
 	}
 	msg := fmt.Sprintf("node %s has no shared GPU that fits %d MiB", n.name, p.req.GPUShareMiB)
 	switch {
@@ -176,6 +164,32 @@ func filterShare(p *part, n *nodeState) *Shortfall {
 		msg = fmt.Sprintf("node %s's shared GPUs have at most %d MiB free, needs %d MiB", n.name, most, p.req.GPUShareMiB)
 	}
 	return &Shortfall{Filter: "share", Requested: p.req.GPUShareMiB, Free: max(most, 0), Message: msg}
+}
+
+// shareScan reads n's devices for fraction p: whether a shared GPU has
+// room for it among its owner's or no one's fractions (fits); if none
+// has, whether one would but for another owner's fractions (others), and
+// the most memory free on a matching one (most, -1 if none matches).
+func shareScan(p *part, n *nodeState) (fits, others bool, most int64) {
+	most = -1
+	if n.lacksKind(p.req) {
+		return false, false, most
+	}
+	for i := range n.devices {
+		d := &n.devices[i]
+		if n.taken[i] || !deviceMatches(d, p.req) {
+			continue
+		}
+		if n.roomFor(i, p.req, p.owner) {
+			return true, false, most
+		}
+		if n.roomFor(i, p.req, "") {
+			others = true
+			continue
+		}
+		most = max(most, d.memoryMiB-n.shares[i].usedMiB)
+	}
+	return false, others, most
 }
 
 // refitShare is refit's check of fraction a of session id on n's ledger l

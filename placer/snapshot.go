@@ -267,6 +267,8 @@ type nodeState struct {
 	// shares is what fractions hold of each shared device (parallel to
 	// devices; nil on a node without shared GPUs): share.go.
 	shares []shareUse
+	// migs counts the MIG devices among devices.
+	migs int
 	// nvlink[a*gpus+b] says GPU a reaches GPU b over NVLink (positions
 	// as device.gpu): indexes, not UUID-keyed maps, since every pass
 	// builds every node's state.
@@ -410,6 +412,7 @@ func initNodeState(n *nodeState, v *NodeView) {
 		if g.MIGEnabled {
 			for _, m := range g.MIGDevices {
 				n.devices = append(n.devices, device{uuid: m.UUID, model: g.Model, memoryMiB: m.MemoryMiB, mig: m.Profile, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy, parent: g.UUID})
+				n.migs++
 			}
 			continue
 		}
@@ -514,6 +517,9 @@ func (n *nodeState) freeDevices(r *state.Resources) int {
 // freeDevicesWith is freeDevices with r's model matched by m
 // (deviceMatchesWith).
 func (n *nodeState) freeDevicesWith(r *state.Resources, m *modelMatcher) int {
+	if n.lacksKind(r) {
+		return 0
+	}
 	c := 0
 	for i := range n.devices {
 		if !n.taken[i] && deviceMatchesWith(&n.devices[i], r, m) && n.roomFor(i, r, "") {
@@ -521,6 +527,21 @@ func (n *nodeState) freeDevicesWith(r *state.Resources, m *modelMatcher) int {
 		}
 	}
 	return c
+}
+
+// lacksKind reports, without reading its devices, that n has none of the
+// kind r asks for: no shared GPU for a fraction, no MIG device for a MIG
+// profile (deviceMatches would refuse every device). Searches for
+// fractions and MIG devices read every node; at 2,000 nodes most have
+// neither.
+func (n *nodeState) lacksKind(r *state.Resources) bool {
+	if modelScanReference {
+		return false
+	}
+	if r.Fraction() {
+		return n.shares == nil
+	}
+	return r.MIGProfile != "" && n.migs == 0
 }
 
 // capacityDevices counts all devices of the node that match r, free or not.
@@ -531,6 +552,9 @@ func (n *nodeState) capacityDevices(r *state.Resources) int {
 // capacityDevicesWith is capacityDevices with r's model matched by m
 // (deviceMatchesWith).
 func (n *nodeState) capacityDevicesWith(r *state.Resources, m *modelMatcher) int {
+	if n.lacksKind(r) {
+		return 0
+	}
 	c := 0
 	for i := range n.devices {
 		if deviceMatchesWith(&n.devices[i], r, m) {
