@@ -267,8 +267,9 @@ type nodeState struct {
 	// shares is what fractions hold of each shared device (parallel to
 	// devices; nil on a node without shared GPUs): share.go.
 	shares []shareUse
-	// migs counts the MIG devices among devices.
-	migs int
+	// migs and wholes count the MIG devices and the whole GPUs among
+	// devices.
+	migs, wholes int
 	// nvlink[a*gpus+b] says GPU a reaches GPU b over NVLink (positions
 	// as device.gpu): indexes, not UUID-keyed maps, since every pass
 	// builds every node's state.
@@ -418,6 +419,9 @@ func initNodeState(n *nodeState, v *NodeView) {
 		}
 		n.devices = append(n.devices, device{uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB, numa: g.NUMANode, index: g.Index, gpu: a, healthy: g.Healthy, parent: g.UUID, shared: g.Shared})
 		shared = shared || g.Shared
+		if !g.Shared {
+			n.wholes++
+		}
 	}
 	n.taken = make([]bool, len(n.devices))
 	if shared {
@@ -531,9 +535,10 @@ func (n *nodeState) freeDevicesWith(r *state.Resources, m *modelMatcher) int {
 
 // lacksKind reports, without reading its devices, that n has none of the
 // kind r asks for: no shared GPU for a fraction, no MIG device for a MIG
-// profile (deviceMatches would refuse every device). Searches for
-// fractions and MIG devices read every node; at 2,000 nodes most have
-// neither.
+// profile, no whole GPU for whole GPUs (deviceMatches would refuse every
+// device). Searches for fractions and MIG devices read every node, and
+// the holds' scans for whole GPUs every node until one is closest to
+// fitting; at 2,000 nodes many have none of the kind.
 func (n *nodeState) lacksKind(r *state.Resources) bool {
 	if modelScanReference {
 		return false
@@ -541,7 +546,10 @@ func (n *nodeState) lacksKind(r *state.Resources) bool {
 	if r.Fraction() {
 		return n.shares == nil
 	}
-	return r.MIGProfile != "" && n.migs == 0
+	if r.MIGProfile != "" {
+		return n.migs == 0
+	}
+	return n.wholes == 0
 }
 
 // capacityDevices counts all devices of the node that match r, free or not.
