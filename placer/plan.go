@@ -728,7 +728,8 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		// whole GPUs. At 2,000 nodes most nodes are (a fraction fits only
 		// a shared GPU, a MIG request only its profile's devices), and
 		// each filter's refusal writes its reason, which a search throws
-		// away: with 2,500 fractions waiting, three quarters of the pass.
+		// away: with 2,500 fractions waiting, most of the pass
+		// (BenchmarkNewPlanDeviceKinds).
 		for _, n := range p.nodesOf(pt.req) {
 			if (modelScanReference || gpusFit(pt, n)) && consider(n) {
 				break
