@@ -93,6 +93,9 @@ func filterReserved(p *part, n *nodeState) *Shortfall {
 }
 
 func filterLabels(p *part, n *nodeState) *Shortfall {
+	if len(p.req.NodeSelector) == 0 {
+		return nil // most requests: no walk of a nil map (the holds' scans call this for every node)
+	}
 	for k, v := range p.req.NodeSelector {
 		if got, ok := n.view.Node.Labels[k]; !ok || got != v {
 			return &Shortfall{Filter: "labels", Message: fmt.Sprintf("node %s lacks label %s=%s", n.name, k, v)}

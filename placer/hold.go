@@ -408,7 +408,12 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
 	m := &modelMatcher{pattern: pt.req.GPUModel} // one pattern over every node (modelmatch.go)
 	ok := func(n *nodeState) bool {
-		if used[n.name] || n.reservedFor != "" || n.view.Cordon != nil || p.claimed(n) || filterLabels(pt, n) != nil {
+		// The checks that read no map first: a scan passes over most
+		// nodes, held ones and those with none of the kind asked for.
+		if n.reservedFor != "" || n.view.Cordon != nil || pt.req.GPUs > 0 && n.lacksKind(pt.req) {
+			return false
+		}
+		if used[n.name] || p.claimed(n) || filterLabels(pt, n) != nil {
 			return false
 		}
 		return pt.req.GPUs == 0 || n.capacityDevicesWith(pt.req, m) >= pt.req.GPUs
