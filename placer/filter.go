@@ -142,11 +142,11 @@ func gpusFit(p *part, n *nodeState) bool {
 }
 
 func filterGPUs(p *part, n *nodeState) *Shortfall {
+	if p.req.GPUs > 0 && p.req.Fraction() {
+		return filterShare(p, n) // one scan of the shared GPUs, fit or not
+	}
 	if gpusFit(p, n) {
 		return nil
-	}
-	if p.req.Fraction() {
-		return filterShare(p, n)
 	}
 	free := n.freeDevices(p.req)
 	return &Shortfall{Filter: "gpus", Requested: int64(p.req.GPUs), Free: int64(free), Capacity: int64(n.capacityDevices(p.req)),
