@@ -511,11 +511,18 @@ func (p *planner) endsBy(e *state.QueueEntry, rec *state.RuntimeRecord) (expecte
 	if e.MaxRuntime <= 0 {
 		return time.Time{}, time.Time{}
 	}
-	bound = p.snap.Now.Add(time.Duration(e.MaxRuntime))
-	if est := estimateOf(e, rec); est > 0 && est < time.Duration(e.MaxRuntime) {
-		return p.snap.Now.Add(est), bound
+	return p.snap.Now.Add(endAfter(e.MaxRuntime, estimateOf(e, rec))), p.snap.Now.Add(time.Duration(e.MaxRuntime))
+}
+
+// endAfter is how long after the plan's clock a session of max runtime
+// limit (above zero) is expected to end, its owner's estimate for its
+// size est given (0: none): est where that is shorter, else limit. endsBy
+// and the tail (gatherTail) both read it.
+func endAfter(limit state.Duration, est time.Duration) time.Duration {
+	if est > 0 && est < time.Duration(limit) {
+		return est
 	}
-	return bound, bound
+	return time.Duration(limit)
 }
 
 // plannedEnd is endsOf's expected end alone.

@@ -187,13 +187,14 @@ func (p *planner) byAge() []*ageGroup {
 	var counts []int
 	n := len(p.snap.Pending)
 	p.buf.gids, p.buf.flat, p.buf.laid = sized(p.buf.gids, n), sized(p.buf.flat, n), sized(p.buf.laid, n)
-	p.buf.facts = sized(p.buf.facts, n)
+	p.buf.facts, p.buf.tailIns = sized(p.buf.facts, n), sized(p.buf.tailIns, n)
 	gids, flat, laid, facts := p.buf.gids, p.buf.flat, p.buf.laid, p.buf.facts
 	p.facts = facts
 	for i := range p.snap.Pending {
 		it := &p.snap.Pending[i]
 		e := it.Entry
 		facts[i] = reqFacts{gpus: requestGPUs(e, p.usage.shareRef), largest: e.Request.GPUs, pinned: it.Pinned}
+		p.buf.tailIns[i] = tailInOf(it) // tail.go
 		if e.Workers > 0 && e.WorkerRequest != nil {
 			facts[i].largest = max(facts[i].largest, e.WorkerRequest.GPUs)
 		}

@@ -143,18 +143,24 @@ func (p *planner) wholeArrivals() (arrived float64, contended bool) {
 	}
 	whole := p.whole
 	since := p.snap.Now.Add(-reserveWindow)
+	sinceSec, sinceNsec := since.Unix(), int32(since.Nanosecond())
 	for _, ag := range p.byAge() { // first: a contended pass reads no ledger
 		spent, below := p.holdBudget[ag.key.owner] <= 0, p.reserveOwners[ag.key.owner]
 		for i := range ag.keys {
-			if p.facts[ag.keys[i].idx].pinned {
+			k := &ag.keys[i]
+			f := &p.facts[k.idx]
+			if f.pinned {
 				continue
 			}
-			it := ag.keys[i].it
 			if spent {
 				return 0, true
 			}
-			if below && !it.Entry.Created.Before(since) {
-				arrived += float64(wholeParts(it.Entry, whole))
+			// The key's age and the request's facts first: its entry is
+			// read only for a request of a whole machine queued within the
+			// window (each entry read is a cache miss, and most requests
+			// are neither).
+			if below && f.largest >= whole && (k.sec > sinceSec || k.sec == sinceSec && k.nsec >= sinceNsec) {
+				arrived += float64(wholeParts(k.it.Entry, whole))
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package placer
 
 import (
 	"sync"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -38,6 +39,36 @@ type tailFacts struct {
 	model    string
 }
 
+// tailIn is what gatherTail reads of a request's entry, read in byAge's
+// walk of the queue, which reads every entry in the snapshot's order
+// anyway: gatherTail then walks this array instead of the entries. At
+// 20,000 queued each entry read again was a cache miss or more, about a
+// tenth of BenchmarkNewPlanBacklog's pass.
+type tailIn struct {
+	// nums is the numbers of the request's tail probe (numbersOf) but
+	// below and ends, which depend on its owner (gatherTail adds them).
+	nums numbers
+	// maxRuntime is the entry's max runtime; model its GPU model.
+	maxRuntime state.Duration
+	model      string
+	// path: the request may take the tail's path by its entry alone
+	// (not pinned, not elastic, no workers); plain: plainReq.
+	path, plain bool
+}
+
+// tailInOf is it's tailIn.
+func tailInOf(it *Pending) tailIn {
+	e := it.Entry
+	r := &e.Request
+	return tailIn{
+		nums:       numbers{gpus: r.GPUs, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: e.Ports(state.RoleSingle)},
+		maxRuntime: e.MaxRuntime,
+		model:      r.GPUModel,
+		path:       !it.Pinned && e.Elastic == nil && e.Workers == 0,
+		plain:      plainReq(r),
+	}
+}
+
 // tailOwner is what the tail reads of an owner, read once per owner: its
 // name as its first request spells it, whether its requests may backfill
 // (it has a hold budget: mayBackfill, but for the max runtime; and lending
@@ -52,6 +83,24 @@ type tailOwner struct {
 	estimates *state.RuntimeRecord
 	may, seen bool
 	gen       int
+	// ests memoises estimates.Estimate by GPUs, up to memoGPUs: the
+	// same few sizes are asked for thousands of times a pass.
+	ests  [memoGPUs + 1]time.Duration
+	known [memoGPUs + 1]bool
+}
+
+// memoGPUs is the most GPUs whose estimate a tailOwner memoises.
+const memoGPUs = 16
+
+// estimate is o.estimates.Estimate(gpus) (0 without a record).
+func (o *tailOwner) estimate(gpus int) time.Duration {
+	if gpus < 0 || gpus > memoGPUs {
+		return o.estimates.Estimate(gpus)
+	}
+	if !o.known[gpus] {
+		o.ests[gpus], o.known[gpus] = o.estimates.Estimate(gpus), true
+	}
+	return o.ests[gpus]
 }
 
 // mayHold is ownerMayHold for o, read again only after a hold was made
@@ -94,35 +143,45 @@ func (p *planner) gatherTail() {
 	byGroup := make([]*tailOwner, len(p.ages))
 	gids := p.buf.gids
 	single := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}.Fits(gangSize(1, 0))
+	ins, flat := p.buf.tailIns, p.buf.flat
 	for i := range p.snap.Pending {
-		it := &p.snap.Pending[i]
 		t := &p.tails[i]
 		t.shape = -1
-		e := it.Entry
+		in := &ins[i]
 		// A request holding nodes is in holds: it takes place's path.
-		if p.quotas || !single || it.Pinned || e.Elastic != nil || e.Workers != 0 || p.holds[e.Session] {
+		if p.quotas || !single || !in.path || len(p.holds) > 0 && p.holds[flat[i].id] {
 			continue
 		}
+		ag := p.ages[gids[i]]
 		o := byGroup[gids[i]]
 		if o == nil {
-			owner := p.ages[gids[i]].key.owner
+			owner := ag.key.owner
 			if o = owners[owner]; o == nil {
 				o = &tailOwner{name: owner, backfill: p.holdBudget[owner] > 0, below: p.reserveOwners[owner], estimates: p.snap.Runtimes[owner]}
 				owners[owner] = o
 			}
 			byGroup[gids[i]] = o
 		}
-		t.owner, t.priority, t.model = o, e.Priority, e.Request.GPUModel
-		t.aged = p.agedAt(e.Created, p.facts[i].gpus)
-		probe := p.tailProbe(e, o.backfill, o.below, o.estimates)
-		if !plainReq(&e.Request) {
+		t.owner, t.priority, t.model = o, ag.key.prio, in.model
+		t.aged = p.agedKey(&flat[i])
+		if !in.plain {
+			e := p.snap.Pending[i].Entry
+			probe := p.tailProbe(e, o.backfill, o.below, o.estimates)
 			t.shape = intern(shapeOf(&probe))
 			continue
 		}
-		id, ok := plain[numbersOf(&probe)]
+		// tailProbe's numbers, from the request's tailIn and its owner's
+		// facts alone: its entry is read only for a shape not seen before.
+		k := in.nums
+		k.below = o.below
+		if in.maxRuntime > 0 && o.backfill { // the probe backfills: its ends count
+			k.ends = p.snap.Now.Add(endAfter(in.maxRuntime, o.estimate(k.gpus))).UnixNano()
+		}
+		id, ok := plain[k]
 		if !ok {
+			probe := p.tailProbe(p.snap.Pending[i].Entry, o.backfill, o.below, o.estimates)
 			id = intern(shapeOf(&probe))
-			plain[numbersOf(&probe)] = id
+			plain[k] = id
 		}
 		t.shape = id
 	}
@@ -183,6 +242,7 @@ type passBuffers struct {
 	radix, radixTmp []radixKey
 	order           []int32
 	facts           []reqFacts
+	tailIns         []tailIn
 	tails           []tailFacts
 	// states are the nodes' states of the pass (nodeStates): nothing
 	// the pass returns points into them.
