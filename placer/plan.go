@@ -217,6 +217,10 @@ type planner struct {
 	sharedNodes, migNodes []*nodeState
 	buckets               [][]*nodeState // by free whole GPUs
 	scorers               []scorer
+	// devBufs are best's two buffers for its candidates' devices: each
+	// candidate's are chosen into the one the best so far does not use,
+	// and only the winner's are copied out.
+	devBufs [2][stackDevices]int
 	// lenders are the requests of owners below their fair share left
 	// waiting for room so far this pass (lend.go).
 	lenders []lender
@@ -699,14 +703,15 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		bestVals [2]float64 // per scorer, for the winner only
 		bestC    candidate
 		found    int
+		spare    int // the buffer of p.devBufs the best so far does not use
 	)
 	// Spread ranks a band's nodes by drain fit first (drainfit.go).
 	band := p.fitsDrains && p.opt.Strategy == Spread
 	consider := func(n *nodeState) bool {
-		if exclude[n.name] || feasible(pt, n) != nil {
+		if exclude[n.name] || !fits(pt, n) {
 			return false
 		}
-		devs := choosePart(n, pt)
+		devs := choosePartInto(n, pt, p.devBufs[spare][:0])
 		var vals [2]float64
 		c := candidate{tie: tieBreak(pt.id, n.name)}
 		for i, s := range p.scorers {
@@ -718,6 +723,7 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		}
 		if bestN == nil || c.beats(bestC, band) {
 			bestN, bestDevs, bestVals, bestC = n, devs, vals, c
+			spare ^= 1
 		}
 		found++
 		return found >= p.opt.Candidates
@@ -769,7 +775,7 @@ func (p *planner) best(pt *part, exclude map[string]bool) (*nodeState, []int, ma
 		if p.fitsDrains {
 			scores["drain"] = bestC.fit
 		}
-		return bestN, bestDevs, scores, failure{}
+		return bestN, slices.Clone(bestDevs), scores, failure{}
 	}
 	if len(p.holding[pt.id]) > 0 {
 		// A request holding nodes waits on them: its reason names them

@@ -2,7 +2,6 @@ package placer
 
 import (
 	"hash/fnv"
-	"slices"
 	"sort"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -98,6 +97,13 @@ func scoreLocality(_ *part, n *nodeState, devs []int) float64 {
 // stays within one NUMA node (the fullest such node, to keep others whole)
 // and, inside it, GPUs joined by NVLink to the first pick.
 func chooseDevices(n *nodeState, r *state.Resources) []int {
+	return chooseDevicesInto(n, r, nil)
+}
+
+// chooseDevicesInto is chooseDevices writing its answer into dst's array
+// where it has room (dst is resliced from 0): a search that scores a
+// dozen candidates keeps only the best one's devices.
+func chooseDevicesInto(n *nodeState, r *state.Resources, dst []int) []int {
 	if r.GPUs == 0 {
 		return nil
 	}
@@ -150,7 +156,7 @@ func chooseDevices(n *nodeState, r *state.Resources) []int {
 			order = append(order, i)
 		}
 	}
-	chosen := slices.Clone(order[:r.GPUs])
+	chosen := append(dst[:0], order[:r.GPUs]...)
 	sort.Ints(chosen)
 	return chosen
 }

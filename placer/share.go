@@ -109,16 +109,25 @@ func (n *nodeState) shareRoom(a *state.Allocation) bool {
 // choosePart picks the devices of part p on n: chooseDevices, or for a
 // fraction chooseShare.
 func choosePart(n *nodeState, p *part) []int {
+	return choosePartInto(n, p, nil)
+}
+
+// choosePartInto is choosePart writing its answer into dst's array where
+// it has room (chooseDevicesInto).
+func choosePartInto(n *nodeState, p *part, dst []int) []int {
 	if p.req.Fraction() {
-		return chooseShare(n, p)
+		if i := chooseShare(n, p); i >= 0 {
+			return append(dst[:0], i)
+		}
+		return nil
 	}
-	return chooseDevices(n, p.req)
+	return chooseDevicesInto(n, p.req, dst)
 }
 
 // chooseShare picks the shared GPU of n that p's fraction fits with the
-// least room left (best fit: fractions pack, empty GPUs stay empty);
-// nil if none fits.
-func chooseShare(n *nodeState, p *part) []int {
+// least room left (best fit: fractions pack, empty GPUs stay empty): its
+// device's index, or -1 if none fits.
+func chooseShare(n *nodeState, p *part) int {
 	best, left := -1, int64(0)
 	for i := range n.devices {
 		d := &n.devices[i]
@@ -130,10 +139,7 @@ func chooseShare(n *nodeState, p *part) []int {
 			best, left = i, l
 		}
 	}
-	if best < 0 {
-		return nil
-	}
-	return []int{best}
+	return best
 }
 
 // shareFull is how full the shared GPU devs[0] of n ends with p's

@@ -572,6 +572,24 @@ func (n *nodeState) capacityDevicesWith(r *state.Resources, m *modelMatcher) int
 	return c
 }
 
+// hasFreePorts reports whether n has count ports free (freePorts would
+// find them), without listing them.
+func (n *nodeState) hasFreePorts(count int) bool {
+	if count <= 0 {
+		return true
+	}
+	r := n.view.Node.Ports
+	found := 0
+	for p := r.First; p <= r.Last; p++ {
+		if !n.ports[p] {
+			if found++; found == count {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // freePorts returns the lowest count free ports of the node's range, or
 // nil if there are not enough.
 func (n *nodeState) freePorts(count int) []int {
