@@ -186,8 +186,9 @@ func (p *planner) byAge() []*ageGroup {
 	p.ages = []*ageGroup{}
 	var counts []int
 	n := len(p.snap.Pending)
-	p.buf.gids, p.buf.flat, p.buf.laid = sized(p.buf.gids, n), sized(p.buf.flat, n), sized(p.buf.laid, n)
-	p.buf.facts, p.buf.tailIns = sized(p.buf.facts, n), sized(p.buf.tailIns, n)
+	// Every element of these is written below: they need no clearing.
+	p.buf.gids, p.buf.flat, p.buf.laid = resized(p.buf.gids, n), resized(p.buf.flat, n), resized(p.buf.laid, n)
+	p.buf.facts, p.buf.tailIns = resized(p.buf.facts, n), resized(p.buf.tailIns, n)
 	gids, flat, laid, facts := p.buf.gids, p.buf.flat, p.buf.laid, p.buf.facts
 	p.facts = facts
 	for i := range p.snap.Pending {
@@ -286,7 +287,7 @@ func (p *planner) ageOrder(keys []ageKey) []int32 {
 	if uint64(hi)-uint64(lo) > maxSpan {
 		return nil
 	}
-	p.buf.radix, p.buf.radixTmp = sized(p.buf.radix, len(keys)), sized(p.buf.radixTmp, len(keys))
+	p.buf.radix, p.buf.radixTmp = resized(p.buf.radix, len(keys)), resized(p.buf.radixTmp, len(keys)) // each written in full
 	cur, tmp := p.buf.radix, p.buf.radixTmp
 	var most uint64
 	for i := range keys {
@@ -295,7 +296,7 @@ func (p *planner) ageOrder(keys []ageKey) []int32 {
 		most = max(most, t)
 	}
 	cur = radixSort(cur, tmp, most)
-	p.buf.order = sized(p.buf.order, len(keys))
+	p.buf.order = resized(p.buf.order, len(keys))
 	for i := range cur {
 		p.buf.order[i] = cur[i].i
 	}

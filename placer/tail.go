@@ -267,13 +267,14 @@ func (b *passBuffers) ranking(n int) []readyRank {
 // bufferPool holds passBuffers between passes, for any planner.
 var bufferPool = sync.Pool{New: func() any { return new(passBuffers) }}
 
-// release clears every buffer to its capacity, so that a buffer in the
-// pool holds no entry of a snapshot planned before.
+// release clears every buffer that can point into a snapshot to its
+// capacity, so that a buffer in the pool holds no entry of a snapshot
+// planned before (those of numbers alone are overwritten by the pass
+// that takes them: resized).
 func (b *passBuffers) release() {
-	clear(b.gids[:cap(b.gids)])
 	clear(b.flat[:cap(b.flat)])
 	clear(b.laid[:cap(b.laid)])
-	clear(b.facts[:cap(b.facts)])
+	clear(b.tailIns[:cap(b.tailIns)])
 	clear(b.states[:cap(b.states)])
 	for _, r := range b.ranks {
 		clear(r[:cap(r)])
@@ -282,6 +283,16 @@ func (b *passBuffers) release() {
 	clear(b.ranks)
 	b.ranks = b.ranks[:0]
 	clear(b.tails[:cap(b.tails)])
+}
+
+// resized is s with length n, s itself where its capacity holds n (its
+// elements as they are), else a new slice: for a buffer whose every
+// element the caller writes.
+func resized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // sized is s with length n, its elements zero: s itself where its
