@@ -3,6 +3,7 @@ package placer
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -145,5 +146,64 @@ func TestChooseDevicesPrefersOneNUMADomain(t *testing.T) {
 	}
 	if devs := chooseDevices(n, &state.Resources{GPUs: 8}); devs != nil {
 		t.Errorf("8 GPUs with 7 free: %v", devs)
+	}
+}
+
+// TestFitsAgreesWithFeasible checks fits, the filters' tests without
+// their reasons (what best asks of each candidate), against feasible on
+// every pair of a set of nodes (free, partly used, cordoned, labelled,
+// held or kept for another, short of ports, CPU or memory, with MIG
+// devices or shared GPUs) and of requests of every kind and size.
+func TestFitsAgreesWithFeasible(t *testing.T) {
+	base := gpuNode("n1", 8, "NVIDIA A100-SXM4-80GB")
+	var views []NodeView
+	for k := 0; k <= 8; k += 2 {
+		views = append(views, holding(view(base), "x", "bob", k))
+	}
+	cordoned := view(base)
+	cordoned.Cordon = &state.Cordon{Node: "n1"}
+	labelled := view(base)
+	labelled.Node.Labels = map[string]string{"zone": "a"}
+	fewPorts := holding(view(base), "x", "bob", 3)
+	fewPorts.Node.Ports = state.PortRange{First: 40000, Last: 40001}
+	small := view(base)
+	small.Node.CPUMilli, small.Node.MemoryMiB = 2000, 4096
+	mig := base
+	for g := range 4 {
+		mig = split(mig, g)
+	}
+	views = append(views, cordoned, labelled, fewPorts, small, view(mig), view(shareNode(base, 0, 1, 2, 3)))
+	var reqs []state.Resources
+	for _, g := range []int{0, 1, 2, 4, 5, 8} {
+		reqs = append(reqs, state.Resources{GPUs: g, CPUMilli: 1000, MemoryMiB: 1024},
+			state.Resources{GPUs: g, CPUMilli: 3000, MemoryMiB: 1024},
+			state.Resources{GPUs: g, CPUMilli: 1000, MemoryMiB: 8192, NodeSelector: map[string]string{"zone": "a"}})
+	}
+	reqs = append(reqs, state.Resources{GPUs: 2, MIGProfile: "1g.10gb"}, state.Resources{GPUs: 9, MIGProfile: "1g.10gb"},
+		state.Resources{GPUs: 1, GPUShareMiB: 20480}, state.Resources{GPUs: 1, GPUShareMiB: 200000}, state.Resources{GPUs: 1, GPUModel: "*H100*"})
+	checked, refused := 0, 0
+	for vi := range views {
+		for _, held := range []string{"", "other", reserveMark} {
+			n := newNodeState(&views[vi])
+			n.reservedFor = held
+			for ri := range reqs {
+				for _, ports := range []int{0, 1, 3} {
+					for _, backfill := range []bool{false, true} {
+						pt := &part{req: &reqs[ri], ports: ports, id: "s", owner: "ann", backfill: backfill, ends: t0.Add(time.Hour), now: t0, below: backfill}
+						s := feasible(pt, n)
+						if got := fits(pt, n); got != (s == nil) {
+							t.Fatalf("node %d held for %q, %+v with %d ports: fits %v, feasible says %+v", vi, held, reqs[ri], ports, got, s)
+						}
+						checked++
+						if s != nil {
+							refused++
+						}
+					}
+				}
+			}
+		}
+	}
+	if refused == 0 || refused == checked {
+		t.Fatalf("%d of %d pairs refused: the cases do not tell fits from its negation", refused, checked)
 	}
 }
