@@ -66,13 +66,14 @@ type lender struct {
 // work of owners at or above their share back, if its owner is below its
 // fair share and it waits for room (reason Capacity).
 func (p *planner) noteWaiting(e *state.QueueEntry, reason string) {
-	p.noteWaitingAs(e.Owner, p.holdBudget[e.Owner] > 0, e.Priority, e.Request.GPUModel, e, reason)
+	p.noteWaitingAs(e.Owner, p.holdBudget[e.Owner] > 0, e.Priority, e.Request.GPUModel, func() *state.QueueEntry { return e }, reason)
 }
 
 // noteWaitingAs is noteWaiting with e's owner, whether it has a hold
 // budget (is below its fair share), priority and GPU model given (the
-// tail's facts, tail.go): it reads e itself only to note it.
-func (p *planner) noteWaitingAs(owner string, budget bool, priority int, model string, e *state.QueueEntry, reason string) {
+// tail's facts, tail.go): it asks entry for e only to note it (the tail
+// reads no entry of the thousands of requests it answers).
+func (p *planner) noteWaitingAs(owner string, budget bool, priority int, model string, entry func() *state.QueueEntry, reason string) {
 	if !p.on(RuleLend) || !p.keepsAhead() || reason != "Capacity" || !budget {
 		return
 	}
@@ -81,7 +82,7 @@ func (p *planner) noteWaitingAs(owner string, budget bool, priority int, model s
 			return // the first of its kind speaks for it
 		}
 	}
-	p.lenders = append(p.lenders, lender{priority, model, fmt.Sprintf("%s's request for %s", owner, describe(&e.Request))})
+	p.lenders = append(p.lenders, lender{priority, model, fmt.Sprintf("%s's request for %s", owner, describe(&entry().Request))})
 }
 
 // shortOnly reports why e may not start this pass under lending, or ""

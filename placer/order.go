@@ -225,7 +225,7 @@ func (p *planner) byAge() []*ageGroup {
 		}
 		gids[i] = g
 		counts[g]++
-		flat[i] = ageKey{sec: e.Created.Unix(), nsec: int32(e.Created.Nanosecond()), id: e.Session, it: it, idx: i}
+		flat[i] = ageKey{sec: e.Created.Unix(), nsec: int32(e.Created.Nanosecond()), pinned: it.Pinned, id: e.Session, it: it, idx: i}
 	}
 	off := 0
 	for g, ag := range p.ages {
@@ -261,6 +261,13 @@ func (p *planner) byAge() []*ageGroup {
 			}
 			i = k
 		}
+	}
+	// Every group's keys lie in laid, one group after another: each
+	// key's place there, and each request's place by its index.
+	p.buf.posOf = resized(p.buf.posOf, n)
+	for j := range laid {
+		laid[j].pos = int32(j)
+		p.buf.posOf[laid[j].idx] = int32(j)
 	}
 	return p.ages
 }
@@ -357,9 +364,17 @@ func (p *planner) agedKey(k *ageKey) bool {
 type ageKey struct {
 	sec  int64
 	nsec int32
-	id   string // the session's id, which breaks ties
-	it   *Pending
-	idx  int // it's index in the snapshot's queue
+	// pos is the key's place in the pass's array of every group's keys
+	// laid out together (byAge), where the tail keeps its facts of the
+	// request (tail.go): the order reads a group's keys, and so those
+	// facts, in that array's order.
+	pos int32
+	// pinned is it.Pinned, kept here so that the order's loop need not
+	// read it (a cache miss a request at 20,000 queued).
+	pinned bool
+	id     string // the session's id, which breaks ties
+	it     *Pending
+	idx    int // it's index in the snapshot's queue
 }
 
 // olderFirstKey orders as olderFirst does: a total order (session ids are
@@ -381,9 +396,10 @@ func olderFirst(a, b *Pending) bool {
 	return a.Entry.Session < b.Entry.Session
 }
 
-// next returns the next session to try, with its index in the
-// snapshot's queue, or nil when the queue is done.
-func (q *queueOrder) next() (*Pending, int) {
+// next returns the next session to try, with its key's place among the
+// pass's keys (ageKey.pos, where the tail keeps its facts) and whether it
+// is pinned (Pending.Pinned), or nil when the queue is done.
+func (q *queueOrder) next() (*Pending, int, bool) {
 	for q.cur < len(q.levels) {
 		for _, tr := range q.levels[q.cur].tiers {
 			if len(tr.owners) == 0 {
@@ -397,11 +413,11 @@ func (q *queueOrder) next() (*Pending, int) {
 			} else {
 				heap.Fix(&tr.owners, 0) // its first request changed
 			}
-			return k.it, k.idx
+			return k.it, int(k.pos), k.pinned
 		}
 		q.cur++
 	}
-	return nil, -1
+	return nil, -1, false
 }
 
 // placed tells the order that the share of e's owner (and team) grew.

@@ -245,7 +245,7 @@ type planner struct {
 	// snapshot's queue (reqFacts), made with them.
 	ages  []*ageGroup
 	facts []reqFacts
-	// tails are the tail facts of the snapshot's queue, by index, and
+	// tails are the tail facts of the snapshot's queue, by ageKey.pos, and
 	// tailShapes the shapes they name, with each one's failure once read
 	// from failed (tail.go).
 	tails      []tailFacts
@@ -458,14 +458,14 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	order := p.order()
 	p.gatherTail() // tail.go
 	position := 0
-	for it, i := order.next(); it != nil; it, i = order.next() {
+	for it, pos, pinned := order.next(); it != nil; it, pos, pinned = order.next() {
 		position++
-		if it.Pinned {
+		if pinned {
 			p.placePinned(it, plan)
 			order.placed(it.Entry, p)
 			continue
 		}
-		if p.tailWaits(it, i, plan) {
+		if p.tailWaits(it, pos, plan) {
 			continue
 		}
 		if d, ok := p.placeElastic(it, position, plan); ok {

@@ -145,7 +145,7 @@ func (p *planner) gatherTail() {
 	single := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}.Fits(gangSize(1, 0))
 	ins, flat := p.buf.tailIns, p.buf.flat
 	for i := range p.snap.Pending {
-		t := &p.tails[i]
+		t := &p.tails[p.buf.posOf[i]] // in the order's reading order (ageKey.pos)
 		t.shape = -1
 		in := &ins[i]
 		// A request holding nodes is in holds: it takes place's path.
@@ -200,16 +200,16 @@ func (p *planner) tailProbe(e *state.QueueEntry, backfill, below bool, rec *stat
 	return probe
 }
 
-// tailWaits answers the request at index i of the snapshot's queue from
-// its tail facts if place would: its shape has failed in this pass and
+// tailWaits answers the request whose key is at pos among the pass's
+// keys (ageKey.pos) from its tail facts if place would: its shape has failed in this pass and
 // it may not hold nodes. It then records it waiting on that shape's
 // reason, notes it for lending, and reports true; otherwise it does
 // nothing and reports false (place decides).
-func (p *planner) tailWaits(it *Pending, i int, plan *Plan) bool {
-	if i < 0 || i >= len(p.tails) {
+func (p *planner) tailWaits(it *Pending, pos int, plan *Plan) bool {
+	if pos < 0 || pos >= len(p.tails) {
 		return false
 	}
-	t := &p.tails[i]
+	t := &p.tails[pos]
 	if t.shape < 0 {
 		return false
 	}
@@ -225,8 +225,14 @@ func (p *planner) tailWaits(it *Pending, i int, plan *Plan) bool {
 	if t.aged && p.holdBudget != nil && t.owner.mayHold(p) {
 		return false
 	}
-	plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(it.Entry, f.reason, f.message)})
-	p.noteWaitingAs(t.owner.name, t.owner.backfill, t.priority, t.model, it.Entry, f.reason)
+	// The entry is read only where teams add to the message or lending
+	// notes the request: it is a cache miss a request at 20,000 queued.
+	msg := f.message
+	if p.teams != nil {
+		msg = p.teamNote(it.Entry, f.reason, msg)
+	}
+	plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: msg})
+	p.noteWaitingAs(t.owner.name, t.owner.backfill, t.priority, t.model, func() *state.QueueEntry { return it.Entry }, f.reason)
 	plan.tailed++
 	return true
 }
@@ -243,7 +249,8 @@ type passBuffers struct {
 	order           []int32
 	facts           []reqFacts
 	tailIns         []tailIn
-	tails           []tailFacts
+	posOf           []int32 // each request's ageKey.pos, by its index
+	tails           []tailFacts // by ageKey.pos
 	// states are the nodes' states of the pass (nodeStates): nothing
 	// the pass returns points into them.
 	states []nodeState
