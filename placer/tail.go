@@ -249,7 +249,7 @@ type passBuffers struct {
 	order           []int32
 	facts           []reqFacts
 	tailIns         []tailIn
-	posOf           []int32 // each request's ageKey.pos, by its index
+	posOf           []int32     // each request's ageKey.pos, by its index
 	tails           []tailFacts // by ageKey.pos
 	// states are the nodes' states of the pass (nodeStates): nothing
 	// the pass returns points into them.
