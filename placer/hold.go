@@ -324,7 +324,8 @@ func (p *planner) fitsMemo(e *state.QueueEntry, reqs []state.Resources, fitting 
 	if len(reqs) != 1 {
 		return p.fits(e)
 	}
-	k := shapeOf(p.partOf(e, reqs, 0))
+	pt := p.partAt(e, reqs, 0)
+	k := shapeOf(&pt)
 	if fitting[k] {
 		return true
 	}

@@ -869,6 +869,13 @@ func (p *planner) largest(r *state.Resources) string {
 // partOf is part i of e, whose parts are reqs: the single part, or the
 // Ray head (0) and its workers; it ends by e's max runtime.
 func (p *planner) partOf(e *state.QueueEntry, reqs []state.Resources, i int) *part {
+	pt := p.partAt(e, reqs, i)
+	return &pt
+}
+
+// partAt is partOf's part as a value, for a caller that only reads it
+// (no allocation: the holds ask thousands of requests' shapes a pass).
+func (p *planner) partAt(e *state.QueueEntry, reqs []state.Resources, i int) part {
 	role := state.RoleSingle
 	if e.Workers > 0 || e.Nodes > 1 { // a multi-node job on one machine (elastic_nodes.go) is still its rank 0
 		role = state.RoleHead
@@ -877,7 +884,7 @@ func (p *planner) partOf(e *state.QueueEntry, reqs []state.Resources, i int) *pa
 		}
 	}
 	ends, bound := p.endsOf(e)
-	return &part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: ends, bound: bound, backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner], now: p.snap.Now}
+	return part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: ends, bound: bound, backfill: p.mayBackfill(e), below: p.reserveOwners[e.Owner], now: p.snap.Now}
 }
 
 // describe writes a request the way a person would ask for it: "8×A100-80GB".
