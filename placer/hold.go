@@ -518,7 +518,7 @@ func (p *planner) endsBy(e *state.QueueEntry, rec *state.RuntimeRecord) (expecte
 // endAfter is how long after the plan's clock a session of max runtime
 // limit (above zero) is expected to end, its owner's estimate for its
 // size est given (0: none): est where that is shorter, else limit. endsBy
-// and the tail (gatherTail) both read it.
+// and the tail's probes (probeEnds) both read it.
 func endAfter(limit state.Duration, est time.Duration) time.Duration {
 	if est > 0 && est < time.Duration(limit) {
 		return est

@@ -937,12 +937,18 @@ type numbers struct {
 
 // numbersOf is the numbers of pt's shape.
 func numbersOf(pt *part) numbers {
-	r := pt.req
-	k := numbers{gpus: r.GPUs, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: pt.ports, below: pt.below}
+	k := reqNumbers(pt.req, pt.ports)
+	k.below = pt.below
 	if pt.backfill && !pt.ends.IsZero() {
 		k.ends = pt.ends.UnixNano()
 	}
 	return k
+}
+
+// reqNumbers is the numbers a request's resources r and its count of
+// ports give a shape, before what its owner adds (below, ends).
+func reqNumbers(r *state.Resources, ports int) numbers {
+	return numbers{gpus: r.GPUs, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: ports}
 }
 
 // plainReq reports whether r's shape is its numbers alone: it names no

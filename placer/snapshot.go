@@ -575,38 +575,43 @@ func (n *nodeState) capacityDevicesWith(r *state.Resources, m *modelMatcher) int
 // hasFreePorts reports whether n has count ports free (freePorts would
 // find them), without listing them.
 func (n *nodeState) hasFreePorts(count int) bool {
+	return n.scanFreePorts(count, nil)
+}
+
+// freePorts returns the lowest count free ports of the node's range, or
+// nil if there are not enough.
+func (n *nodeState) freePorts(count int) []int {
+	if count <= 0 {
+		return nil
+	}
+	out := make([]int, 0, count)
+	if !n.scanFreePorts(count, &out) {
+		return nil
+	}
+	return out
+}
+
+// scanFreePorts reports whether the node's range has count ports free,
+// walking it from its lowest port, and appends the ports it finds to
+// *out where out is not nil.
+func (n *nodeState) scanFreePorts(count int, out *[]int) bool {
 	if count <= 0 {
 		return true
 	}
 	r := n.view.Node.Ports
 	found := 0
 	for p := r.First; p <= r.Last; p++ {
-		if !n.ports[p] {
-			if found++; found == count {
-				return true
-			}
+		if n.ports[p] {
+			continue
+		}
+		if out != nil {
+			*out = append(*out, p)
+		}
+		if found++; found == count {
+			return true
 		}
 	}
 	return false
-}
-
-// freePorts returns the lowest count free ports of the node's range, or
-// nil if there are not enough.
-func (n *nodeState) freePorts(count int) []int {
-	if count == 0 {
-		return nil
-	}
-	r := n.view.Node.Ports
-	out := make([]int, 0, count)
-	for p := r.First; p <= r.Last && len(out) < count; p++ {
-		if !n.ports[p] {
-			out = append(out, p)
-		}
-	}
-	if len(out) < count {
-		return nil
-	}
-	return out
 }
 
 // reserve records a proposed allocation on the node. The caller has checked

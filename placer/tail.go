@@ -61,7 +61,7 @@ func tailInOf(it *Pending) tailIn {
 	e := it.Entry
 	r := &e.Request
 	return tailIn{
-		nums:       numbers{gpus: r.GPUs, gpuMem: r.GPUMemoryMiB, cpu: r.CPUMilli, mem: r.MemoryMiB, ports: e.Ports(state.RoleSingle)},
+		nums:       reqNumbers(r, e.Ports(state.RoleSingle)),
 		maxRuntime: e.MaxRuntime,
 		model:      r.GPUModel,
 		path:       !it.Pinned && e.Elastic == nil && e.Workers == 0,
@@ -92,8 +92,8 @@ type tailOwner struct {
 // memoGPUs is the most GPUs whose estimate a tailOwner memoises.
 const memoGPUs = 16
 
-// estimate is o.estimates.Estimate(gpus) (0 without a record).
-func (o *tailOwner) estimate(gpus int) time.Duration {
+// Estimate is o.estimates.Estimate(gpus) (0 without a record), memoised.
+func (o *tailOwner) Estimate(gpus int) time.Duration {
 	if gpus < 0 || gpus > memoGPUs {
 		return o.estimates.Estimate(gpus)
 	}
@@ -174,8 +174,8 @@ func (p *planner) gatherTail() {
 		// facts alone: its entry is read only for a shape not seen before.
 		k := in.nums
 		k.below = o.below
-		if in.maxRuntime > 0 && o.backfill { // the probe backfills: its ends count
-			k.ends = p.snap.Now.Add(endAfter(in.maxRuntime, o.estimate(k.gpus))).UnixNano()
+		if backfill, ends := p.probeEnds(in.maxRuntime, o.backfill, k.gpus, o); backfill {
+			k.ends = ends.UnixNano()
 		}
 		id, ok := plain[k]
 		if !ok {
@@ -193,11 +193,29 @@ func (p *planner) gatherTail() {
 // reserve, and its run-time record. place and gatherTail both make it
 // here, so that the shapes they read agree.
 func (p *planner) tailProbe(e *state.QueueEntry, backfill, below bool, rec *state.RuntimeRecord) part {
-	probe := part{req: &e.Request, ports: e.Ports(state.RoleSingle), backfill: e.MaxRuntime > 0 && backfill, below: below}
-	if probe.backfill { // the shape reads its end only then
-		probe.ends, _ = p.endsBy(e, rec)
-	}
+	probe := part{req: &e.Request, ports: e.Ports(state.RoleSingle), below: below}
+	probe.backfill, probe.ends = p.probeEnds(e.MaxRuntime, backfill, e.Request.GPUs, rec)
 	return probe
+}
+
+// estimator is an owner's run-time estimate by a request's GPUs: its
+// record (state.RuntimeRecord, nil for none), or the tail's memo of it
+// (tailOwner).
+type estimator interface {
+	Estimate(gpus int) time.Duration
+}
+
+// probeEnds is whether a tail probe backfills and the end it then counts,
+// for a single-part request of gpus GPUs and max runtime limit whose
+// owner may backfill (has a hold budget) or not, est its owner's
+// estimates: it backfills only with a max runtime and such an owner, and
+// counts its expected end (endAfter; est read only then). tailProbe and
+// gatherTail both read it, so that the shapes they make agree.
+func (p *planner) probeEnds(limit state.Duration, backfill bool, gpus int, est estimator) (bool, time.Time) {
+	if limit <= 0 || !backfill {
+		return false, time.Time{}
+	}
+	return true, p.snap.Now.Add(endAfter(limit, est.Estimate(gpus)))
 }
 
 // tailWaits answers the request whose key is at pos among the pass's
