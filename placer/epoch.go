@@ -134,8 +134,7 @@ func (p *planner) placePinned(it *Pending, plan *Plan) {
 		}
 		p.reindex(pp.node)
 		if pp.node.reservedFor == id {
-			pp.node.reservedFor = ""
-			delete(plan.Reserved, pp.node.name)
+			p.unhold(pp.node, plan)
 		}
 		p.usage.addAllocation(pp.alloc)
 		p.teams.placedPinned(pp.alloc) // teams.go

@@ -226,7 +226,12 @@ func (p *planner) holdAfter(e *state.QueueEntry) time.Duration {
 // ReserveAfter, holds none yet, and its owner's requests holding nodes ask
 // for less than the owner's hold budget.
 func (p *planner) mayHold(e *state.QueueEntry) bool {
-	if !p.aged(e) || len(p.holding[e.Session]) > 0 || p.holdBudget == nil {
+	return p.aged(e) && p.mayHoldAged(e)
+}
+
+// mayHoldAged is mayHold for e known to be aged.
+func (p *planner) mayHoldAged(e *state.QueueEntry) bool {
+	if len(p.holding[e.Session]) > 0 || p.holdBudget == nil {
 		return false
 	}
 	return p.ownerMayHold(e.Owner)
@@ -271,12 +276,12 @@ func (p *planner) holdLarge(plan *Plan) {
 	fitting := map[shape]bool{} // single-part shapes seen to fit a node (fitsMemo)
 	for q.Len() > 0 {
 		g := q.groups[0]
-		e, more := g.pop()
-		if !p.aged(e) { // a young request, read only to claim (claim.go)
+		e, aged, more := g.pop()
+		if !aged { // a young request, read only to claim (claim.go)
 			p.claimYoung(q, more, e, maxPartial)
 			continue
 		}
-		if !p.mayHold(e) || p.claimsSpent(e) {
+		if !p.mayHoldAged(e) || p.claimsSpent(e) {
 			// Its owner's budget is spent (every candidate is aged and
 			// holds nothing yet): so it is for the rest of the pass.
 			heap.Pop(q)
@@ -401,6 +406,16 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 	}
 }
 
+// unhold lets go of n's hold (a holder placed, a pinned session bound, or
+// a node a holder placed elsewhere left to the reserve), and takes n off
+// the plan's reserved nodes; the rankings' searches read their held heads
+// again (ranking.held).
+func (p *planner) unhold(n *nodeState, plan *Plan) {
+	n.reservedFor = ""
+	delete(plan.Reserved, n.name)
+	p.letGo++
+}
+
 // closest is the node not yet reserved, not cordoned and not in used that
 // could hold pt when empty and will have room for it soonest: for whole
 // GPUs of any model, by its sessions' max runtimes (soonest); otherwise,
@@ -423,7 +438,7 @@ func (p *planner) closest(pt *part, used map[string]bool) *nodeState {
 	if r.GPUs > 0 && r.MIGProfile == "" && r.GPUModel == "" && r.GPUMemoryMiB == 0 && !r.Fraction() {
 		// Whole GPUs of any model: the node that has them free soonest
 		// by its sessions' max runtimes (drain.go).
-		return p.soonest(r.GPUs, pt.owner, ok)
+		return p.soonest(r.GPUs, pt.owner, true, ok)
 	}
 	var best *nodeState
 	bestFree := -1
@@ -669,12 +684,14 @@ func (g *holdGroup) skip() bool {
 	return false
 }
 
-// pop takes the group's oldest request; more reports whether another
-// is left.
-func (g *holdGroup) pop() (e *state.QueueEntry, more bool) {
-	e = g.keys[0].it.Entry
+// pop takes the group's oldest request, with whether it is past its
+// hold delay (agedKey: its entry is not read for it); more reports
+// whether another is left.
+func (g *holdGroup) pop() (e *state.QueueEntry, aged, more bool) {
+	k := &g.keys[0]
+	e, aged = k.it.Entry, g.p.agedKey(k)
 	g.keys = g.keys[1:]
-	return e, g.skip()
+	return e, aged, g.skip()
 }
 
 // holdGroups merges groups by their oldest requests: higher priority

@@ -281,13 +281,16 @@ type planner struct {
 	smallHolds int
 	// ranked ranks the nodes by readyBy for each size held for
 	// (drain.go); the rank arrays are sortRanks' scratch.
-	ranked                           map[int][]readyRank
+	ranked                           map[int]*ranking
 	rankKeys, rankTimes, rankScratch []radixKey
 	rankNamed                        []readyRank
 	// rankedOwn ranks them as an owner's holds see them, for the pairs
 	// whose searches walked far (walks) (ownrank.go).
-	rankedOwn map[ownRankKey][]readyRank
+	rankedOwn map[ownRankKey]*ranking
 	walks     map[ownRankKey]int
+	// letGo counts the holds let go in the pass (unhold): a ranking's
+	// held head is read again after one (ranking.held).
+	letGo int
 	// reserveOwners is the owners whose whole-machine requests may take
 	// a node of the standing reserve (reserve.go).
 	reserveOwners map[string]bool
@@ -613,8 +616,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	}
 	for _, c := range chosen {
 		if c.reservedFor == e.Session {
-			c.reservedFor = ""
-			delete(plan.Reserved, c.name)
+			p.unhold(c, plan)
 		}
 	}
 	if c := p.charge[e.Session]; c > 0 {
@@ -640,8 +642,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		if c.reservedFor != e.Session {
 			continue
 		}
-		c.reservedFor = ""
-		delete(plan.Reserved, c.name)
+		p.unhold(c, plan)
 		if len(took) > 0 && c.totalGPU >= took[0].totalGPU {
 			c.reservedFor, c.reservedWhat, c.drainBy = reserveMark, took[0].reservedWhat, took[0].drainBy
 			took = took[1:]

@@ -107,7 +107,7 @@ func (p *planner) standingReserve(plan *Plan) {
 	what := fmt.Sprintf("%d-GPU requests: about %.0f arrived in the last hour, so up to %d nodes are kept free or draining, as many as their max runtimes free before the next ones are expected",
 		whole, arrived, want)
 	for k := range want {
-		n := p.soonest(whole, "", ok)
+		n := p.soonest(whole, "", false, ok)
 		if n == nil {
 			break
 		}
@@ -247,7 +247,7 @@ func (p *planner) reserveSize(whole int, rate float64, ok func(*nodeState) bool)
 	soon := int(rate * float64(p.opt.ReserveAfter))
 	limit := max(len(p.nodes)/20, min(soon, len(p.nodes)/reserveShare))
 	k := 0
-	for _, r := range p.rankReady(whole) {
+	for _, r := range p.rankReady(whole).ranks {
 		if k >= limit {
 			break
 		}
