@@ -166,28 +166,10 @@ func BenchmarkNewPlanBacklog(b *testing.B) {
 	if p := NewPlan(&floorSnap, floorOpt); len(p.Reserved) != 0 {
 		b.Fatalf("the floor's pass held %d nodes with holds off", len(p.Reserved))
 	}
-	pass := func(s *Snapshot, opt PlanOptions) (wall, cpu time.Duration) {
-		c0, start := benchsum.ProcessCPU(b), time.Now()
-		p := NewPlan(s, opt)
-		wall, cpu = time.Since(start), benchsum.ProcessCPU(b)-c0
-		if len(p.Bound)+len(p.Waiting) != len(s.Pending) {
-			b.Fatalf("%d bound and %d waiting of %d queued", len(p.Bound), len(p.Waiting), len(s.Pending))
-		}
-		return wall, cpu
-	}
-	var lat, cpu, floorLat, floorCPU, contLat, contCPU []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N || len(lat) < 30; i++ {
-		w, c := pass(s, opt)
-		lat, cpu = append(lat, w), append(cpu, c)
-		b.StopTimer()
-		w, c = pass(&floorSnap, floorOpt)
-		floorLat, floorCPU = append(floorLat, w), append(floorCPU, c)
-		w, c = pass(cont, contOpt)
-		contLat, contCPU = append(contLat, w), append(contCPU, c)
-		b.StartTimer()
-	}
-	b.StopTimer()
+	times := interleavePasses(b, benchPass{s, opt}, benchPass{&floorSnap, floorOpt}, benchPass{cont, contOpt})
+	lat, cpu := times[0].wall, times[0].cpu
+	floorLat, floorCPU := times[1].wall, times[1].cpu
+	contLat, contCPU := times[2].wall, times[2].cpu
 	q := benchsum.QuantileMS
 	b.ReportMetric(q(lat, 0.50), "p50-ms")
 	b.ReportMetric(q(lat, 0.99), "p99-ms")
@@ -234,26 +216,9 @@ func BenchmarkNewPlanManyOwners(b *testing.B) {
 	}
 	floorSnap := *s
 	floorSnap.Cache = NewPlanCache()
-	var lat, cpu, floorLat, floorCPU []time.Duration
-	pass := func(s *Snapshot, opt PlanOptions) (wall, cpu time.Duration) {
-		c0, start := benchsum.ProcessCPU(b), time.Now()
-		p := NewPlan(s, opt)
-		wall, cpu = time.Since(start), benchsum.ProcessCPU(b)-c0
-		if len(p.Bound)+len(p.Waiting) != len(s.Pending) {
-			b.Fatalf("%d bound and %d waiting of %d queued", len(p.Bound), len(p.Waiting), len(s.Pending))
-		}
-		return wall, cpu
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N || len(lat) < 30; i++ {
-		w, c := pass(s, opt)
-		lat, cpu = append(lat, w), append(cpu, c)
-		b.StopTimer()
-		w, c = pass(&floorSnap, PlanOptions{})
-		floorLat, floorCPU = append(floorLat, w), append(floorCPU, c)
-		b.StartTimer()
-	}
-	b.StopTimer()
+	times := interleavePasses(b, benchPass{s, opt}, benchPass{&floorSnap, PlanOptions{}})
+	lat, cpu := times[0].wall, times[0].cpu
+	floorLat, floorCPU := times[1].wall, times[1].cpu
 	q := benchsum.QuantileMS
 	b.ReportMetric(q(lat, 0.50), "p50-ms")
 	b.ReportMetric(q(lat, 0.99), "p99-ms")
@@ -265,4 +230,41 @@ func BenchmarkNewPlanManyOwners(b *testing.B) {
 	const floor = "same snapshot, holds off (ReserveAfter 0)"
 	benchsum.Add(b, benchsum.Row{Figure: what + ": wall p50", Value: q(lat, 0.50), Unit: "ms", Ceiling: q(floorLat, 0.50), CeilingName: floor})
 	benchsum.Add(b, benchsum.Row{Figure: what + ": wall p99", Value: q(lat, 0.99), Unit: "ms", Ceiling: q(floorLat, 0.99), CeilingName: floor})
+}
+
+// benchPass is a snapshot and the options a benchmark plans it with.
+type benchPass struct {
+	s   *Snapshot
+	opt PlanOptions
+}
+
+// passTimes is the wall and CPU times of a benchmark's passes of one
+// kind.
+type passTimes struct{ wall, cpu []time.Duration }
+
+// interleavePasses plans each of passes in turn, b.N times or at least 30,
+// and returns each kind's times: the passes interleaved see the same load
+// of the machine. b's timer runs over the first kind alone.
+func interleavePasses(b *testing.B, passes ...benchPass) []passTimes {
+	out := make([]passTimes, len(passes))
+	b.ResetTimer()
+	for i := 0; i < b.N || len(out[0].wall) < 30; i++ {
+		for j, ps := range passes {
+			if j == 1 {
+				b.StopTimer()
+			}
+			c0, start := benchsum.ProcessCPU(b), time.Now()
+			p := NewPlan(ps.s, ps.opt)
+			wall, cpu := time.Since(start), benchsum.ProcessCPU(b)-c0
+			if len(p.Bound)+len(p.Waiting) != len(ps.s.Pending) {
+				b.Fatalf("%d bound and %d waiting of %d queued", len(p.Bound), len(p.Waiting), len(ps.s.Pending))
+			}
+			out[j].wall, out[j].cpu = append(out[j].wall, wall), append(out[j].cpu, cpu)
+		}
+		if len(passes) > 1 {
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	return out
 }
