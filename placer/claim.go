@@ -31,10 +31,10 @@ import (
 // go where the strategy puts them. Claims count against the owner's hold
 // budget in holdLarge (what fits now is GPUs the owner gets this pass),
 // which bounds the searches they cost as holds are bounded. On fewer than
-// 20 nodes only a newcomer claims (claimNewcomer): at 16 nodes, where a
-// node is 6% of the cluster, the drains that claims by every owner below
-// 0.9 of its share took from the owners above theirs put 19 of the
-// suite's 66 runs below TestSuiteGoals' floors (placer/README.md).
+// 20 nodes nothing is claimed: at 16 nodes, where a node is 6% of the
+// cluster, the drains that claims took from the owners above their share
+// put 19 of the suite's 66 runs below TestSuiteGoals' floors
+// (placer/README.md).
 //
 // What claims cost: the owner above its share starts fewer large
 // requests while the others are well below theirs, since the nodes that
@@ -68,11 +68,11 @@ const claimBelow = 0.9
 
 // claimable reports whether e is a request whose fit holdLarge claims: a
 // single part of whole GPUs of any model, of an owner holding less than
-// claimBelow of its fair share (on fewer than 20 nodes claimNewcomer of
-// it: there, as for the standing reserve, one node is over 5% of the
-// GPUs, and a drain lost by the holds after a claim cost more than the
-// claim won: placer/README.md), while the owner's claims and holds are
-// below its hold budget (what it is owed; this also bounds the searches).
+// claimBelow of its fair share, on a cluster of at least 20 nodes (below
+// that, as for the standing reserve, one node is over 5% of the GPUs,
+// and a drain lost by the holds after a claim cost more than the claim
+// won: placer/README.md), while the owner's claims and holds are below
+// its hold budget (what it is owed; this also bounds the searches).
 func (p *planner) claimable(e *state.QueueEntry) bool {
 	if !p.claimOwner(e.Owner) || p.claimsSpent(e) {
 		return false
@@ -82,10 +82,10 @@ func (p *planner) claimable(e *state.QueueEntry) bool {
 }
 
 // claimOwner reports whether owner's fitting requests claim: it holds
-// less than claimBelow of its fair share (it has a hold budget), or on a
-// cluster of fewer than 20 nodes less than claimNewcomer of it.
+// less than claimBelow of its fair share (it has a hold budget), on a
+// cluster of at least 20 nodes.
 func (p *planner) claimOwner(owner string) bool {
-	if p.opt.ReserveAfter <= 0 || !p.on(RuleClaims) {
+	if !p.keepsAhead() || !p.on(RuleClaims) {
 		return false
 	}
 	b := p.holdBudget[owner]
@@ -96,25 +96,8 @@ func (p *planner) claimOwner(owner string) bool {
 	if a := p.quota.users[owner]; a != nil {
 		held = a.gpus
 	}
-	below := claimBelow
-	if !p.keepsAhead() {
-		below = claimNewcomer
-	}
-	return float64(held) < below*float64(held+b)
+	return float64(held) < claimBelow*float64(held+b)
 }
-
-// claimNewcomer is claimBelow on fewer than 20 nodes: there only an
-// owner holding less than a tenth of its fair share claims, a newcomer
-// or one whose sessions had all ended. Without it, on a full small
-// cluster every GPU that freed went to the holds of owners above their
-// share until the newcomer's requests had aged (TestFairShare at 10
-// nodes: ada 67 GPUs, bob 12), and with the usual claimBelow the drains
-// claims took from owners above their share put 19 of the 16-node
-// suite's 66 runs below TestSuiteGoals' floors. At a tenth every floor
-// holds and the runs that move are the newcomers' (two-floods' second
-// flooder, adv-burst-1's sweep); at a quarter adv-burst-1 with spread
-// seed 2 broke its 8/1 floor (placer/README.md, item 6).
-const claimNewcomer = 0.1
 
 // claimYoung reads e, a request of group g not yet past its hold delay,
 // in holdLarge's merge q: it holds nothing, but if its owner is far below

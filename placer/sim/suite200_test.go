@@ -23,10 +23,9 @@ var suite200Shortfalls = []shortfall{
 // TestSuiteAt200Nodes runs every shape of the suite at 200 nodes, binpack
 // and spread, seeds 1–3, at the default settings, and asserts issue 34's
 // goals on every run, or suite200Shortfalls' floors where a goal is not
-// reached. From 20 nodes the planner keeps the standing reserve, claims
-// (at 16 nodes only a newcomer's), spread's bands and the drain fit,
-// which are off at 16 nodes (TestSuiteGoals), so this is where they are
-// held to the suite: with
+// reached. From 20 nodes the planner keeps the standing reserve, claims,
+// spread's bands and the drain fit, which are off at 16 nodes
+// (TestSuiteGoals), so this is where they are held to the suite: with
 // the standing reserve off (standingReserve returning at once) 20 checks
 // fail, steady-90's p99 8/1 on all six runs (2.33–5.75) and
 // adv-hold-hog's past its floor (323–476) among them. About 5
