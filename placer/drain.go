@@ -224,6 +224,9 @@ type ranking struct {
 // from is where a search of r starts: after the held nodes at its head,
 // and the claimed ones among them where claimed is set.
 func (r *ranking) from(p *planner, claimed bool) []readyRank {
+	if heldHeadReference {
+		return r.ranks
+	}
 	if r.let != p.letGo {
 		r.held, r.taken, r.let = 0, 0, p.letGo
 	}
@@ -238,6 +241,12 @@ func (r *ranking) from(p *planner, claimed bool) []readyRank {
 	}
 	return r.ranks[r.held:]
 }
+
+// heldHeadReference, set only by TestHeldHeadMatchesReference (never
+// concurrently with other plans), makes every search walk its ranking
+// from the first node, as before ranking.held: the reference its plans
+// are compared with.
+var heldHeadReference bool
 
 // rankReady is every node ranked for want GPUs (before) as the pass
 // stands the first time it is asked for, kept for the rest of the pass.
