@@ -668,6 +668,11 @@ type holdGroup struct {
 	// claim (claimOwner, as at the start of holdLarge).
 	claims bool
 	p      *planner
+	// headSec and headNsec are keys[0]'s time, which skip copies beside
+	// the share: the merge compares groups without reading their keys
+	// but where the times tie (as ownerQueue's head).
+	headSec  int64
+	headNsec int32
 }
 
 // skip passes over the requests at the group's head that hold nothing:
@@ -677,6 +682,7 @@ func (g *holdGroup) skip() bool {
 	for len(g.keys) > 0 {
 		k := &g.keys[0]
 		if !g.p.facts[k.idx].pinned && (g.claims || g.p.agedKey(k)) {
+			g.headSec, g.headNsec = k.sec, k.nsec
 			return true
 		}
 		g.keys = g.keys[1:]
@@ -710,6 +716,9 @@ func (q *holdGroups) Less(i, j int) bool {
 	}
 	if a.share != b.share {
 		return a.share < b.share
+	}
+	if a.headSec != b.headSec || a.headNsec != b.headNsec {
+		return a.headSec < b.headSec || a.headSec == b.headSec && a.headNsec < b.headNsec
 	}
 	return olderFirstKey(a.keys[0], b.keys[0]) < 0
 }
