@@ -201,10 +201,11 @@ func BenchmarkNewPlanBacklog(b *testing.B) {
 // share, so their requests claim what fits (claim.go) and hold nodes
 // (about 1,700 of the 2,000 a pass): each hold's search walked past
 // every node held or claimed before it until rankings kept their held
-// head (ranking.from), and a pass took 240-250 ms on this machine against
-// 55-59 after. Passes are interleaved with the same snapshot planned with
-// holds off (the floor, as in BenchmarkNewPlanBacklog); it reports p50
-// and p99 over at least 30 passes of each.
+// head (ranking.from), and a pass took 240-270 ms on this machine
+// against 47-59 after (p50). Passes are interleaved with the same
+// snapshot planned with holds off (the floor, as in
+// BenchmarkNewPlanBacklog); it reports p50 and p99 over at least 30
+// passes of each.
 func BenchmarkNewPlanManyOwners(b *testing.B) {
 	s := backlogOf(2000, 20000, 2000)
 	s.Cache = NewPlanCache()
