@@ -128,7 +128,7 @@ func (p *planner) claimFit(e *state.QueueEntry) bool {
 	if c.gpus == nil {
 		*c = claimState{gpus: map[*nodeState]int{}, short: map[int]map[string]bool{}, owners: map[string]int64{}, miss: map[shape]bool{}}
 	}
-	pt := p.partOf(e, e.Parts(), 0)
+	pt := p.partOf(e, partsOf(e), 0)
 	k := shapeOf(pt)
 	if c.miss[k] {
 		return false

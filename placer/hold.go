@@ -292,7 +292,7 @@ func (p *planner) holdLarge(plan *Plan) {
 		} else {
 			heap.Fix(q, 0)
 		}
-		reqs := e.Parts()
+		reqs := partsOf(e)
 		large := largeReq(e, maxPartial)
 		if large && p.keepsAhead() && smallReq(e, p.whole) && p.fitsMemo(e, reqs, fitting) {
 			// Half a machine or less that fits only an empty node now: it
@@ -343,7 +343,7 @@ func (p *planner) fitsMemo(e *state.QueueEntry, reqs []state.Resources, fitting 
 
 // fits reports whether every part of e finds a node now, each on its own.
 func (p *planner) fits(e *state.QueueEntry) bool {
-	reqs := e.Parts()
+	reqs := partsOf(e)
 	var exclude map[string]bool
 	for i := range reqs {
 		pt := p.partOf(e, reqs, i)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/voyager-gpu/voyager/state"
 )
@@ -450,7 +451,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 		}
 		for name, id := range s.Held {
 			if n := p.byName[name]; n != nil && pending[id] != nil {
-				n.reservedFor, n.reservedWhat = id, describe(&pending[id].Parts()[0])
+				n.reservedFor, n.reservedWhat = id, describe(&pending[id].Request)
 				p.holds[id] = true
 				plan.Reserved[name] = id
 			}
@@ -541,7 +542,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			return Decision{}, false
 		}
 	}
-	reqs := e.Parts()
+	reqs := partsOf(e)
 	if size := gangSize(len(reqs), scopes); !budget.Fits(size) {
 		what, most := fmt.Sprintf("a Ray head and %d workers", len(reqs)-1), MaxRayWorkers(p.opt.MaxTxnOps, scopes)
 		ask := fmt.Sprintf("at most %d workers", most)
@@ -865,6 +866,17 @@ func (p *planner) largest(r *state.Resources) string {
 		maxMem = max(maxMem, n.view.Node.MemoryMiB)
 	}
 	return fmt.Sprintf("the largest node has %d matching GPUs, %s CPU and %d MiB memory", maxDev, milli(maxCPU), maxMem)
+}
+
+// partsOf is e.Parts() without its copies for the single part most
+// requests are: e's own Request, shared with the snapshot as every part's
+// req is (read only), where Parts copies the entry and allocates a slice
+// for the copy (at 2,000 owners a fifth of a pass's allocations).
+func partsOf(e *state.QueueEntry) []state.Resources {
+	if e.Workers == 0 {
+		return unsafe.Slice(&e.Request, 1)
+	}
+	return e.Parts()
 }
 
 // partOf is part i of e, whose parts are reqs: the single part, or the
