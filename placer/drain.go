@@ -137,12 +137,18 @@ func (p *planner) nodeEnds(n *nodeState) []drainEnd {
 // either (a hold's search, claim.go): a search starts after such nodes at
 // the ranking's head (ranking.from).
 func (p *planner) soonest(want int, owner string, claimed bool, ok func(*nodeState) bool) *nodeState {
+	n, read := p.walk(want, owner, claimed, ok)
+	p.walked(want, owner, read) // toward the pair's own ranking (ownrank.go)
+	return n
+}
+
+// walk is soonest's search of the ranking for owner's holds, with how
+// many nodes it read that ok accepted.
+func (p *planner) walk(want int, owner string, claimed bool, ok func(*nodeState) bool) (n *nodeState, read int) {
 	var (
 		changed readyRank
 		found   bool
-		read    int // nodes ok accepted, toward the pair's own ranking (ownrank.go)
 	)
-	defer func() { p.walked(want, owner, read) }()
 	for _, r := range p.rankFor(want, owner).from(p, claimed) { // owner's view (ownrank.go)
 		if !ok(r.n) {
 			continue
@@ -151,18 +157,18 @@ func (p *planner) soonest(want int, owner string, claimed bool, ok func(*nodeSta
 		cur := p.rankOf(r.n, want, owner)
 		if cur.same(r) {
 			if found && changed.before(cur) {
-				return changed.n
+				return changed.n, read
 			}
-			return cur.n
+			return cur.n, read
 		}
 		if !found || cur.before(changed) {
 			changed, found = cur, true
 		}
 	}
 	if found {
-		return changed.n
+		return changed.n, read
 	}
-	return nil
+	return nil, read
 }
 
 // readyRank is a node's place in soonest's ranking for one size.
