@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/voyager-gpu/voyager/internal/etcdtest"
+	"github.com/voyager-gpu/voyager/internal/testlog"
 	"github.com/voyager-gpu/voyager/state"
 )
 
@@ -349,12 +350,29 @@ func TestAccountantRecordsWhatItGatheredWhenStopped(t *testing.T) {
 // the statuses as listed and never saw the ends of sessions retired
 // meanwhile (CI failed TestRetentionWaitsForTheAccountant that way).
 // Thirty stops just after catching up from no cursor, then thirty with an
-// end gathered and not yet recorded.
+// end gathered and not yet recorded (most of them: a round whose
+// accountant lost its leadership has recorded the end before the stop).
 func TestAccountantStopsInOrderEveryTime(t *testing.T) {
 	cli := etcdtest.New(t)
 	d := usageDriver{t: t, cli: cli}
 	ctx := context.Background()
-	quietCfg := AccountantConfig{Keys: keys, CursorEvery: time.Hour, Gather: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	// The accountants' log (debug), shown when the test fails.
+	var logs testlog.Buffer
+	var current *Accountant // the round's, for the failure's account
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		s := logs.String()
+		t.Logf("the accountants' log, its last 8 KB:\n%s", s[max(0, len(s)-8192):])
+		if a := current; a != nil {
+			cur, _, err := state.Get[state.UsageCursor](ctx, cli, keys.UsageCursor())
+			t.Logf("the last accountant: applied to %d, %d gathered, %d accrued, %d catch-ups; cursor %d (%v)",
+				a.Applied(), a.gathered.Load(), a.Accrued(), a.CatchUps(), cur.Revision, err)
+		}
+	})
+	quietCfg := AccountantConfig{Keys: keys, CursorEvery: time.Hour, Gather: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	cursor := func(round int) int64 {
 		t.Helper()
 		cur, _, err := state.Get[state.UsageCursor](ctx, cli, keys.UsageCursor())
@@ -394,12 +412,33 @@ func TestAccountantStopsInOrderEveryTime(t *testing.T) {
 		}
 	}
 	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	stoppedGathering := 0
 	for r := range rounds {
+		fmt.Fprintf(&logs, "-- round %d, an end gathered\n", r)
 		acc, stop := runAccountantWith(t, cli, quietCfg)
+		current = acc
 		id := fmt.Sprintf("s-round-%02d", r)
 		d.create(id, "ada", "", 1, day)
 		d.finish(d.run(id, 0, int64(10+r), day), day.Add(time.Hour))
-		waitUntil(t, "the end gathered", func() bool { return acc.gathered.Load() == 1 })
+		// Gathered, or already recorded by some other path (a catch-up,
+		// say), which this round then does not test; most rounds must
+		// stop with the end gathered. CI once waited 30 s here for an
+		// end neither gathered nor recorded, and what the accountant did
+		// then is not known: the log is shown on a failure now.
+		gathered := false
+		waitUntil(t, fmt.Sprintf("round %d's end gathered or recorded", r), func() bool {
+			if acc.gathered.Load() == 1 {
+				gathered = true
+				return true
+			}
+			_, recorded := d.accruals()[keys.Accrual(id, int64(10+r))]
+			return recorded
+		})
+		if gathered {
+			stoppedGathering++
+		} else {
+			t.Logf("round %d: the end was recorded before the stop; this round does not stop with it gathered", r)
+		}
 		last, err := cli.Get(ctx, keys.Status(id))
 		if err != nil {
 			t.Fatal(err)
@@ -411,6 +450,9 @@ func TestAccountantStopsInOrderEveryTime(t *testing.T) {
 		if got, ended := cursor(r), last.Kvs[0].ModRevision; got < ended {
 			t.Fatalf("round %d: cursor at %d after an orderly stop, want at least %d (the end it recorded)", r, got, ended)
 		}
+	}
+	if stoppedGathering < rounds/2 {
+		t.Errorf("%d of %d rounds stopped with an end gathered, want most: the others recorded it before the stop", stoppedGathering, rounds)
 	}
 }
 
