@@ -49,8 +49,6 @@ type claimState struct {
 	// short is, for a request of g whole GPUs, the nodes whose unclaimed
 	// free GPUs are fewer than g (best's exclude).
 	short map[int]map[string]bool
-	// owners is the GPUs each owner's fitting requests claimed.
-	owners map[string]int64
 	// miss memoises shapes that fit no node beside the claims: claims and
 	// holds only take capacity within a pass.
 	miss map[shape]bool
@@ -73,28 +71,25 @@ const claimBelow = 0.9
 // and a drain lost by the holds after a claim cost more than the claim
 // won: placer/README.md), while the owner's claims and holds are below
 // its hold budget (what it is owed; this also bounds the searches).
-func (p *planner) claimable(e *state.QueueEntry) bool {
-	if !p.claimOwner(e.Owner) || p.claimsSpent(e) {
+func (p *planner) claimable(e *state.QueueEntry, oh *ownerHolds) bool {
+	if !oh.claims || oh.claimsSpent() {
 		return false
 	}
 	r := &e.Request
 	return e.Workers == 0 && e.Nodes <= 1 && r.GPUs > 0 && r.MIGProfile == "" && r.GPUModel == "" && r.GPUMemoryMiB == 0 && !r.Fraction()
 }
 
-// claimOwner reports whether owner's fitting requests claim: it holds
-// less than claimBelow of its fair share (it has a hold budget), on a
-// cluster of at least 20 nodes.
-func (p *planner) claimOwner(owner string) bool {
+// claimOwner reports whether the fitting requests of the owner whose
+// budgets are oh, holding held GPUs, claim: it holds less than
+// claimBelow of its fair share (it has a hold budget), on a cluster of at
+// least 20 nodes. entitle asks, once a pass (ownerHolds.claims).
+func (p *planner) claimOwner(oh *ownerHolds, held int64) bool {
 	if !p.keepsAhead() || !p.on(RuleClaims) {
 		return false
 	}
-	b := p.holdBudget[owner]
+	b := oh.budget
 	if b <= 0 {
 		return false
-	}
-	var held int64
-	if a := p.quota.users[owner]; a != nil {
-		held = a.gpus
 	}
 	return float64(held) < claimBelow*float64(held+b)
 }
@@ -105,8 +100,8 @@ func (p *planner) claimOwner(owner string) bool {
 // first passes after its arrival, would otherwise find the GPUs free on
 // nodes taken by the holds of owners above their share). Once its
 // owner's claims are spent the owner leaves the merge.
-func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, maxPartial int) {
-	if !p.claimOwner(e.Owner) || p.claimsSpent(e) {
+func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, oh *ownerHolds, maxPartial int) {
+	if !oh.claims || oh.claimsSpent() {
 		heap.Pop(q)
 		return
 	}
@@ -115,18 +110,18 @@ func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, maxP
 	} else {
 		heap.Fix(q, 0)
 	}
-	if !largeReq(e, maxPartial) && p.claimable(e) {
-		p.claimFit(e)
+	if !largeReq(e, maxPartial) && p.claimable(e, oh) {
+		p.claimFit(e, oh)
 	}
 }
 
 // claimFit reports whether e (claimable) fits a node beside the GPUs
 // earlier requests claimed; if it does, it claims the GPUs it would take
 // on the node its strategy picks.
-func (p *planner) claimFit(e *state.QueueEntry) bool {
+func (p *planner) claimFit(e *state.QueueEntry, oh *ownerHolds) bool {
 	c := &p.claims
 	if c.gpus == nil {
-		*c = claimState{gpus: map[*nodeState]int{}, short: map[int]map[string]bool{}, owners: map[string]int64{}, miss: map[shape]bool{}}
+		*c = claimState{gpus: map[*nodeState]int{}, short: map[int]map[string]bool{}, miss: map[shape]bool{}}
 	}
 	pt := p.partOf(e, partsOf(e), 0)
 	k := shapeOf(pt)
@@ -150,15 +145,14 @@ func (p *planner) claimFit(e *state.QueueEntry) bool {
 		}
 		c.short[s][n.name] = true
 	}
-	c.owners[e.Owner] += requestGPUs(e, p.usage.shareRef)
+	oh.claimed += requestGPUs(e, p.usage.shareRef)
 	return true
 }
 
-// claimsSpent reports whether e's owner, below its fair share, has
+// claimsSpent reports whether the owner, below its fair share, has
 // claimed and held in holdLarge all its hold budget allows.
-func (p *planner) claimsSpent(e *state.QueueEntry) bool {
-	b := p.holdBudget[e.Owner]
-	return b > 0 && p.claims.owners[e.Owner] > 0 && p.holdGPUs[e.Owner]+p.claims.owners[e.Owner] >= b
+func (oh *ownerHolds) claimsSpent() bool {
+	return oh.budget > 0 && oh.claimed > 0 && oh.gpus+oh.claimed >= oh.budget
 }
 
 // claimed reports whether some request claimed GPUs on n in this pass:

@@ -110,15 +110,67 @@ func (p *planner) entitle(maxPartial int) {
 	} else {
 		ent = waterFill(p.usage.total.gpus, demand, p.ownerWeight)
 	}
-	p.holdBudget = make(map[string]int64, len(ent))
-	p.chargeBudget = make(map[string]int64, len(ent))
+	p.holdOwners = make(map[string]*ownerHolds, len(ent))
+	all := make([]ownerHolds, len(ent)) // one allocation, not one an owner
 	for o, e := range ent {
-		p.holdBudget[o] = e - held[o]
+		oh := &all[len(p.holdOwners)]
+		*oh = ownerHolds{entitled: true, budget: e - held[o]}
 		if w := waiting[o]; w > 0 {
-			p.chargeBudget[o] = held[o] * large[o] / w
+			oh.chargeBudget = held[o] * large[o] / w
 		}
+		oh.claims = p.claimOwner(oh, held[o])
+		p.holdOwners[o] = oh
 	}
-	p.holdGPUs = map[string]int64{}
+}
+
+// ownerHolds is what a pass keeps of one owner's holds and claims: its
+// budgets, set by entitle, and what its requests holding nodes or
+// claiming took since. The holds read these for each request they
+// consider, and one lookup by the owner's name finds them all (at 2,000
+// owners the five maps by name they were cost about 9% of the pass).
+type ownerHolds struct {
+	// entitled marks an owner entitle gave a share (every owner with
+	// demand), apart from one found later.
+	entitled bool
+	// budget is the GPUs by which the owner's fair entitlement exceeds
+	// what it holds (entitle).
+	budget int64
+	// chargeBudget is the GPUs its requests may hold beyond its budget,
+	// charged to its share (entitle).
+	chargeBudget int64
+	// gpus is the GPUs its requests holding nodes ask for; holders is
+	// how many of them there are (holdFor).
+	gpus    int64
+	holders int
+	// claimed is the GPUs its fitting requests claimed (claim.go), and
+	// claims whether its requests claim at all (claimOwner, fixed for the
+	// pass at entitle).
+	claimed int64
+	claims  bool
+}
+
+// noHolds is the ownerHolds of an owner the pass has none for: read
+// only.
+var noHolds ownerHolds
+
+// ownerHoldsOf returns owner's holds and budgets, the zero ones (read
+// only) where the pass has none.
+func (p *planner) ownerHoldsOf(owner string) *ownerHolds {
+	if oh := p.holdOwners[owner]; oh != nil {
+		return oh
+	}
+	return &noHolds
+}
+
+// ownerHoldsFor returns owner's holds and budgets to write, adding them
+// where the pass has none.
+func (p *planner) ownerHoldsFor(owner string) *ownerHolds {
+	oh := p.holdOwners[owner]
+	if oh == nil {
+		oh = &ownerHolds{}
+		p.holdOwners[owner] = oh
+	}
+	return oh
 }
 
 // largeReq reports whether some part of e asks for more GPUs than
@@ -231,20 +283,25 @@ func (p *planner) mayHold(e *state.QueueEntry) bool {
 
 // mayHoldAged is mayHold for e known to be aged.
 func (p *planner) mayHoldAged(e *state.QueueEntry) bool {
-	if len(p.holding[e.Session]) > 0 || p.holdBudget == nil {
+	if p.holdOwners == nil {
 		return false
 	}
-	return p.ownerMayHold(e.Owner)
+	return p.mayHoldOwn(e, p.ownerHoldsOf(e.Owner))
 }
 
-// ownerMayHold reports whether owner's requests holding nodes ask for
+// mayHoldOwn is mayHoldAged for e whose owner's holds are oh.
+func (p *planner) mayHoldOwn(e *state.QueueEntry, oh *ownerHolds) bool {
+	return len(p.holding[e.Session]) == 0 && oh.mayHold()
+}
+
+// mayHold reports whether the owner's requests holding nodes ask for
 // less than its hold budget (for an owner with none, its charge budget),
 // or it holds for none yet.
-func (p *planner) ownerMayHold(owner string) bool {
-	if b := p.holdBudget[owner]; b > 0 {
-		return p.holdGPUs[owner] < b
+func (oh *ownerHolds) mayHold() bool {
+	if oh.budget > 0 {
+		return oh.gpus < oh.budget
 	}
-	return p.holdGPUs[owner] < p.chargeBudget[owner] || p.holders[owner] == 0
+	return oh.gpus < oh.chargeBudget || oh.holders == 0
 }
 
 // holdLarge, before the queue order runs, lets aged requests that fit no
@@ -277,11 +334,13 @@ func (p *planner) holdLarge(plan *Plan) {
 	for q.Len() > 0 {
 		g := q.groups[0]
 		e, aged, more := g.pop()
+		// The holds and budgets of e's owner.
+		oh := g.own
 		if !aged { // a young request, read only to claim (claim.go)
-			p.claimYoung(q, more, e, maxPartial)
+			p.claimYoung(q, more, e, oh, maxPartial)
 			continue
 		}
-		if !p.mayHoldAged(e) || p.claimsSpent(e) {
+		if !p.mayHoldOwn(e, oh) || oh.claimsSpent() {
 			// Its owner's budget is spent (every candidate is aged and
 			// holds nothing yet): so it is for the rest of the pass.
 			heap.Pop(q)
@@ -311,7 +370,7 @@ func (p *planner) holdLarge(plan *Plan) {
 			continue
 		}
 		if !large {
-			if p.claimable(e) && p.claimFit(e) { // claim.go
+			if p.claimable(e, oh) && p.claimFit(e, oh) { // claim.go
 				continue
 			}
 			if p.fitsMemo(e, reqs, fitting) {
@@ -369,7 +428,8 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 	// on its charge budget), what the hold keeps idle counts as the
 	// owner's in the order until the request is placed: its own younger
 	// requests, not other owners', pay for the drain.
-	charged := p.holdBudget[e.Owner] <= 0
+	oh := p.ownerHoldsFor(e.Owner)
+	charged := oh.budget <= 0
 	for i := range reqs {
 		pt := &part{req: &reqs[i], id: e.Session, owner: e.Owner}
 		best := p.closest(pt, used)
@@ -382,18 +442,16 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 		if p.holding == nil {
 			p.holding = map[string][]*nodeState{}
 		}
-		if p.holders == nil {
-			p.holders, p.charged, p.charge = map[string]int{}, map[string]int64{}, map[string]int64{}
+		if p.charged == nil {
+			p.charged, p.charge = map[string]int64{}, map[string]int64{}
 		}
 		if len(p.holding[e.Session]) == 0 {
 			p.holdGen++
-			p.holders[e.Owner]++
+			oh.holders++
 			if wholeParts(e, p.whole) == 0 {
 				p.smallHolds++
 			}
-			if p.holdGPUs != nil {
-				p.holdGPUs[e.Owner] += requestGPUs(e, p.usage.shareRef)
-			}
+			oh.gpus += requestGPUs(e, p.usage.shareRef)
 		}
 		if charged {
 			p.charge[e.Session] += 1000 * int64(best.freeGPUs) // thousandths, as usage amounts
@@ -484,7 +542,7 @@ func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held 
 	// one request at a time (entitle): its held GPUs idle count as its
 	// own (holdFor), and the message says so rather than that it is owed.
 	why := "while its owner holds less than its fair share of the cluster"
-	if p.holdBudget[e.Owner] <= 0 {
+	if p.ownerHoldsOf(e.Owner).budget <= 0 {
 		why = "though its owner holds its fair share of the cluster or more: the GPUs kept idle here count as its owner's in the fair order until it starts"
 	}
 	return fmt.Sprintf("waiting for %s: %s %s held for it, nothing else placed there (it may hold nodes since %s UTC, %s after it was queued, %s)",
@@ -611,7 +669,7 @@ func drainBy(n *nodeState, now time.Time) time.Time {
 // would have, and only an owner below its share may take that from the
 // holder.
 func (p *planner) mayBackfill(e *state.QueueEntry) bool {
-	return e.MaxRuntime > 0 && p.holdBudget[e.Owner] > 0
+	return e.MaxRuntime > 0 && p.ownerHoldsOf(e.Owner).budget > 0
 }
 
 // backfills reports whether part pt may run on n although n is held for
@@ -631,7 +689,8 @@ func (p *planner) holdQueue() *holdGroups {
 	q := &holdGroups{}
 	for _, ag := range p.byAge() {
 		k := ag.key
-		g := &holdGroup{prio: k.prio, keys: ag.keys, claims: p.claimOwner(k.owner), p: p}
+		own := p.ownerHoldsFor(k.owner) // the one holdFor adds to
+		g := &holdGroup{prio: k.prio, keys: ag.keys, own: own, claims: own.claims, p: p}
 		if !g.skip() {
 			continue
 		}
@@ -664,8 +723,10 @@ type holdGroup struct {
 	tkey  teamKey // the team's keys (teams.go); empty without teams
 	share float64
 	keys  []ageKey
-	// claims is whether the owner's young requests are read too, to
-	// claim (claimOwner, as at the start of holdLarge).
+	// own is the owner's holds and budgets (every request of a group is
+	// one owner's); claims is whether its young requests are read too,
+	// to claim (ownerHolds.claims).
+	own    *ownerHolds
 	claims bool
 	p      *planner
 	// headSec and headNsec are keys[0]'s time, which skip copies beside

@@ -66,7 +66,7 @@ type lender struct {
 // work of owners at or above their share back, if its owner is below its
 // fair share and it waits for room (reason Capacity).
 func (p *planner) noteWaiting(e *state.QueueEntry, reason string) {
-	p.noteWaitingAs(e.Owner, p.holdBudget[e.Owner] > 0, e.Priority, e.Request.GPUModel, func() *state.QueueEntry { return e }, reason)
+	p.noteWaitingAs(e.Owner, p.ownerHoldsOf(e.Owner).budget > 0, e.Priority, e.Request.GPUModel, func() *state.QueueEntry { return e }, reason)
 }
 
 // noteWaitingAs is noteWaiting with e's owner, whether it has a hold
@@ -90,7 +90,7 @@ func (p *planner) noteWaitingAs(owner string, budget bool, priority int, model s
 // by noteWaiting keeps it back, it asks for GPUs, it holds no nodes, and
 // it is not expected to end within lendFor.
 func (p *planner) shortOnly(e *state.QueueEntry) string {
-	if len(p.lenders) == 0 || p.holdBudget[e.Owner] > 0 || len(p.holding[e.Session]) > 0 || p.holds[e.Session] {
+	if len(p.lenders) == 0 || p.ownerHoldsOf(e.Owner).budget > 0 || len(p.holding[e.Session]) > 0 || p.holds[e.Session] {
 		return ""
 	}
 	if requestGPUs(e, p.usage.shareRef) == 0 {

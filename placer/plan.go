@@ -256,25 +256,20 @@ type planner struct {
 	// bufferPool and back to it when the pass ends (tail.go).
 	buf *passBuffers
 	// holding marks the sessions that hold nodes in this pass, with the
-	// nodes they hold; holdGPUs is the GPUs the requests holding nodes
-	// ask for, by owner, and holdBudget the GPUs by which each owner's
-	// fair entitlement exceeds what it holds (hold.go). All GPU amounts of
-	// the planner are thousandths of a GPU (a fraction is its share).
-	holding    map[string][]*nodeState
-	holdGPUs   map[string]int64
-	holdBudget map[string]int64
-	// chargeBudget is the GPUs each owner's requests may hold beyond its
-	// hold budget, charged to its share (hold.go).
-	chargeBudget map[string]int64
-	// holders counts each owner's requests holding nodes; charged is the
-	// idle GPUs held beyond an owner's budget, counted in its share for
-	// the order (by owner), and charge what each such session was
-	// charged.
-	holders map[string]int
+	// nodes they hold. All GPU amounts of the planner are thousandths of
+	// a GPU (a fraction is its share).
+	holding map[string][]*nodeState
+	// holdOwners is each owner's hold budgets and what its holds and
+	// claims took (ownerHolds), from entitle on; nil while holds are off
+	// or before entitle.
+	holdOwners map[string]*ownerHolds
+	// charged is the idle GPUs held beyond an owner's budget, counted in
+	// its share for the order (by owner), and charge what each such
+	// session was charged.
 	charged map[string]int64
 	charge  map[string]int64
 	// holdGen counts the requests that came to hold nodes in the pass:
-	// what ownerMayHold reads changes only then (tailOwner.mayHold).
+	// what ownerHolds.mayHold reads changes only then (tailOwner.mayHold).
 	holdGen int
 	// smallHolds counts the requests holding nodes that ask for no whole
 	// machine (wholeParts at whole): the standing reserve is then off
@@ -536,7 +531,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			}
 			quotaChecked = true
 		}
-		probe := p.tailProbe(e, p.holdBudget[e.Owner] > 0, p.reserveOwners[e.Owner], p.snap.Runtimes[e.Owner]) // tail.go
+		probe := p.tailProbe(e, p.ownerHoldsOf(e.Owner).budget > 0, p.reserveOwners[e.Owner], p.snap.Runtimes[e.Owner]) // tail.go
 		if f, ok := p.failed[shapeOf(&probe)]; ok && !p.mayHold(e) {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: p.teamNote(e, f.reason, f.message)})
 			return Decision{}, false

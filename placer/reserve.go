@@ -145,7 +145,7 @@ func (p *planner) wholeArrivals() (arrived float64, contended bool) {
 	since := p.snap.Now.Add(-reserveWindow)
 	sinceSec, sinceNsec := since.Unix(), int32(since.Nanosecond())
 	for _, ag := range p.byAge() { // first: a contended pass reads no ledger
-		spent, below := p.holdBudget[ag.key.owner] <= 0, p.reserveOwners[ag.key.owner]
+		spent, below := p.ownerHoldsOf(ag.key.owner).budget <= 0, p.reserveOwners[ag.key.owner]
 		for i := range ag.keys {
 			k := &ag.keys[i]
 			f := &p.facts[k.idx]
@@ -289,12 +289,14 @@ func (p *planner) standing(plan *Plan) {
 // drained, ahead of the others' requests to come.
 func (p *planner) belowEqualShare() map[string]bool {
 	wsum := 0.0
-	for o := range p.holdBudget {
-		wsum += p.ownerWeight(o)
+	for o, oh := range p.holdOwners {
+		if oh.entitled {
+			wsum += p.ownerWeight(o)
+		}
 	}
 	out := map[string]bool{}
-	for o, b := range p.holdBudget {
-		if b < 0 {
+	for o, oh := range p.holdOwners {
+		if !oh.entitled || oh.budget < 0 {
 			continue
 		}
 		var held int64

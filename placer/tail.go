@@ -73,11 +73,15 @@ func tailInOf(it *Pending) tailIn {
 // name as its first request spells it, whether its requests may backfill
 // (it has a hold budget: mayBackfill, but for the max runtime; and lending
 // notes its requests), whether it may take the standing reserve, and its
-// run-time record (estimate); and ownerMayHold's answer for it, kept
-// while no hold is made (planner.holdGen). A request finds its owner's
-// through its age group (byAge), without hashing the owner's name.
+// run-time record (estimate); and its holds' answer to mayHold
+// (ownerHolds.mayHold), kept while no hold is made (planner.holdGen). A
+// request finds its owner's through its age group (byAge), without
+// hashing the owner's name.
 type tailOwner struct {
-	name      string
+	name string
+	// holds is the owner's holds and budgets (nil while holds are off),
+	// which mayHold reads.
+	holds     *ownerHolds
 	backfill  bool
 	below     bool
 	estimates *state.RuntimeRecord
@@ -103,13 +107,13 @@ func (o *tailOwner) Estimate(gpus int) time.Duration {
 	return o.ests[gpus]
 }
 
-// mayHold is ownerMayHold for o, read again only after a hold was made
-// (holdFor changes what it reads). It only turns false as holds are made,
+// mayHold is ownerHolds.mayHold for o's owner, read again only after a
+// hold was made (holdFor changes what it reads). It only turns false as holds are made,
 // and a request it wrongly let by would go to place, which answers it
 // the same: the memo saves time, it cannot change a plan.
 func (o *tailOwner) mayHold(p *planner) bool {
 	if !o.seen || o.gen != p.holdGen {
-		o.may, o.gen, o.seen = p.ownerMayHold(o.name), p.holdGen, true
+		o.may, o.gen, o.seen = o.holds.mayHold(), p.holdGen, true
 	}
 	return o.may
 }
@@ -157,7 +161,11 @@ func (p *planner) gatherTail() {
 		if o == nil {
 			owner := ag.key.owner
 			if o = owners[owner]; o == nil {
-				o = &tailOwner{name: owner, backfill: p.holdBudget[owner] > 0, below: p.reserveOwners[owner], estimates: p.snap.Runtimes[owner]}
+				o = &tailOwner{name: owner, below: p.reserveOwners[owner], estimates: p.snap.Runtimes[owner]}
+				if p.holdOwners != nil {
+					o.holds = p.ownerHoldsFor(owner) // the one holdFor adds to
+					o.backfill = o.holds.budget > 0
+				}
 				owners[owner] = o
 			}
 			byGroup[gids[i]] = o
@@ -240,7 +248,7 @@ func (p *planner) tailWaits(it *Pending, pos int, plan *Plan) bool {
 		f = &got // a failure is memoised once and kept for the pass
 		p.tailFailed[t.shape] = f
 	}
-	if t.aged && p.holdBudget != nil && t.owner.mayHold(p) {
+	if t.aged && p.holdOwners != nil && t.owner.mayHold(p) {
 		return false
 	}
 	// The entry is read only where teams add to the message or lending
