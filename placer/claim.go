@@ -123,7 +123,8 @@ func (p *planner) claimFit(e *state.QueueEntry, oh *ownerHolds) bool {
 	if c.gpus == nil {
 		*c = claimState{gpus: map[*nodeState]int{}, short: map[int]map[string]bool{}, miss: map[shape]bool{}}
 	}
-	pt := p.partOf(e, partsOf(e), 0)
+	pt := &p.claimPart
+	*pt = p.partAt(e, partsOf(e), 0)
 	k := shapeOf(pt)
 	if c.miss[k] {
 		return false

@@ -111,10 +111,27 @@ func (p *planner) shortOnly(e *state.QueueEntry) string {
 	if !end.IsZero() && !end.After(limit) {
 		return ""
 	}
-	runs := "this request declares no max runtime"
-	if !end.IsZero() {
-		runs = fmt.Sprintf("this request is expected to run until %s", end.UTC().Format("15:04 MST"))
+	// Written piece by piece, not by fmt: at 2,000 owners thousands of
+	// requests a pass get it (fmt's were 3% of the pass).
+	b := make([]byte, 0, 320)
+	b = append(b, "waiting for "...)
+	b = append(b, describe(&e.Request)...)
+	b = append(b, ": "...)
+	b = append(b, e.Owner...)
+	b = append(b, " holds its fair share of the cluster or more while an owner below theirs waits for room ("...)
+	b = append(b, by...)
+	b = append(b, "); until it starts, only work expected to end within "...)
+	b = append(b, lendForWords...)
+	b = append(b, " starts for "...)
+	b = append(b, e.Owner...)
+	if end.IsZero() {
+		b = append(b, ", and this request declares no max runtime"...)
+	} else {
+		b = append(b, ", and this request is expected to run until "...)
+		b = end.UTC().AppendFormat(b, "15:04 MST")
 	}
-	return fmt.Sprintf("waiting for %s: %s holds its fair share of the cluster or more while an owner below theirs waits for room (%s); until it starts, only work expected to end within %v starts for %s, and %s",
-		describe(&e.Request), e.Owner, by, lendFor, e.Owner, runs)
+	return string(b)
 }
+
+// lendForWords is lendFor as shortOnly's message says it.
+var lendForWords = lendFor.String()
