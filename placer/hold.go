@@ -285,12 +285,7 @@ func (p *planner) mayHoldAged(e *state.QueueEntry) bool {
 	if p.holdOwners == nil {
 		return false
 	}
-	return p.mayHoldOwn(e, p.ownerHoldsOf(e.Owner))
-}
-
-// mayHoldOwn is mayHoldAged for e whose owner's holds are oh.
-func (p *planner) mayHoldOwn(e *state.QueueEntry, oh *ownerHolds) bool {
-	return len(p.holding[e.Session]) == 0 && oh.mayHold()
+	return len(p.holding[e.Session]) == 0 && p.ownerHoldsOf(e.Owner).mayHold()
 }
 
 // mayHold reports whether the owner's requests holding nodes ask for
@@ -339,7 +334,10 @@ func (p *planner) holdLarge(plan *Plan) {
 			p.claimYoung(q, more, e, oh, maxPartial)
 			continue
 		}
-		if !p.mayHoldOwn(e, oh) || oh.claimsSpent() {
+		// e holds nothing yet (the merge reads each request once, and
+		// only holdFor below makes holds here): mayHoldAged's look-up of
+		// what it holds, by its id, is left out.
+		if !oh.mayHold() || oh.claimsSpent() {
 			// Its owner's budget is spent (every candidate is aged and
 			// holds nothing yet): so it is for the rest of the pass.
 			heap.Pop(q)

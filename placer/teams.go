@@ -1,7 +1,6 @@
 package placer
 
 import (
-	"container/heap"
 	"fmt"
 	"sort"
 	"strconv"
@@ -562,7 +561,7 @@ func (tp *teamPlan) rekey(tr *tier, team string) {
 		changed = true
 	}
 	if changed {
-		heap.Init(&tr.owners)
+		tr.owners.init()
 	}
 }
 
