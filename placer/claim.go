@@ -94,13 +94,14 @@ func (p *planner) claimOwner(oh *ownerHolds, held int64) bool {
 	return float64(held) < claimBelow*float64(held+b)
 }
 
-// claimYoung reads e, a request of group g not yet past its hold delay,
-// in holdLarge's merge q: it holds nothing, but if its owner is far below
+// claimYoung reads e, a request not yet past its hold delay, in
+// holdLarge's merge q (its owner's holds oh and run-time record rec): it
+// holds nothing, but if its owner is far below
 // its share and it fits now, it claims (a newcomer's requests, in the
 // first passes after its arrival, would otherwise find the GPUs free on
 // nodes taken by the holds of owners above their share). Once its
 // owner's claims are spent the owner leaves the merge.
-func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, oh *ownerHolds, maxPartial int) {
+func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, oh *ownerHolds, rec *state.RuntimeRecord, maxPartial int) {
 	if !oh.claims || oh.claimsSpent() {
 		heap.Pop(q)
 		return
@@ -111,20 +112,21 @@ func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, oh *
 		heap.Fix(q, 0)
 	}
 	if !largeReq(e, maxPartial) && p.claimable(e, oh) {
-		p.claimFit(e, oh)
+		p.claimFit(e, oh, rec)
 	}
 }
 
-// claimFit reports whether e (claimable) fits a node beside the GPUs
-// earlier requests claimed; if it does, it claims the GPUs it would take
+// claimFit reports whether e (claimable; its owner's holds oh and
+// run-time record rec) fits a node beside the GPUs earlier requests
+// claimed; if it does, it claims the GPUs it would take
 // on the node its strategy picks.
-func (p *planner) claimFit(e *state.QueueEntry, oh *ownerHolds) bool {
+func (p *planner) claimFit(e *state.QueueEntry, oh *ownerHolds, rec *state.RuntimeRecord) bool {
 	c := &p.claims
 	if c.gpus == nil {
 		*c = claimState{gpus: map[*nodeState]int{}, short: map[int]map[string]bool{}, miss: map[shape]bool{}}
 	}
 	pt := &p.claimPart
-	*pt = p.partAt(e, partsOf(e), 0)
+	*pt = p.partWith(e, partsOf(e), 0, oh, rec)
 	k := shapeOf(pt)
 	if c.miss[k] {
 		return false

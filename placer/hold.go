@@ -331,7 +331,7 @@ func (p *planner) holdLarge(plan *Plan) {
 		// The holds and budgets of e's owner.
 		oh := g.own
 		if !aged { // a young request, read only to claim (claim.go)
-			p.claimYoung(q, more, e, oh, maxPartial)
+			p.claimYoung(q, more, e, oh, g.rec, maxPartial)
 			continue
 		}
 		// e holds nothing yet (the merge reads each request once, and
@@ -350,7 +350,7 @@ func (p *planner) holdLarge(plan *Plan) {
 		}
 		reqs := partsOf(e)
 		large := largeReq(e, maxPartial)
-		if large && p.keepsAhead() && smallReq(e, p.whole) && p.fitsMemo(e, reqs, fitting) {
+		if large && p.keepsAhead() && smallReq(e, p.whole) && p.fitsMemo(e, reqs, oh, g.rec, fitting) {
 			// Half a machine or less that fits only an empty node now: it
 			// holds none. A hold there would only place it ahead of its
 			// turn in the fair order, each a whole machine, while it
@@ -367,10 +367,10 @@ func (p *planner) holdLarge(plan *Plan) {
 			continue
 		}
 		if !large {
-			if p.claimable(e, oh) && p.claimFit(e, oh) { // claim.go
+			if p.claimable(e, oh) && p.claimFit(e, oh, g.rec) { // claim.go
 				continue
 			}
-			if p.fitsMemo(e, reqs, fitting) {
+			if p.fitsMemo(e, reqs, oh, g.rec, fitting) {
 				continue
 			}
 		}
@@ -380,12 +380,13 @@ func (p *planner) holdLarge(plan *Plan) {
 
 // fitsMemo is fits, remembered in fitting for single-part shapes seen to
 // fit: past the first, a backlog's thousands of requests of one shape
-// cost no search.
-func (p *planner) fitsMemo(e *state.QueueEntry, reqs []state.Resources, fitting map[shape]bool) bool {
+// cost no search. oh and rec are e's owner's holds and run-time record,
+// which its shape reads (partWith).
+func (p *planner) fitsMemo(e *state.QueueEntry, reqs []state.Resources, oh *ownerHolds, rec *state.RuntimeRecord, fitting map[shape]bool) bool {
 	if len(reqs) != 1 {
 		return p.fits(e)
 	}
-	pt := p.partAt(e, reqs, 0)
+	pt := p.partWith(e, reqs, 0, oh, rec)
 	k := shapeOf(&pt)
 	if fitting[k] {
 		return true
@@ -694,13 +695,14 @@ func drainBy(n *nodeState, now time.Time) time.Time {
 	return latest
 }
 
-// mayBackfill reports whether e's owner is below its fair share (has a
-// hold budget): a max runtime is an upper bound, most sessions end well
-// before it, so a node filled to its drain time drains later than it
-// would have, and only an owner below its share may take that from the
-// holder.
-func (p *planner) mayBackfill(e *state.QueueEntry) bool {
-	return e.MaxRuntime > 0 && p.ownerHoldsOf(e.Owner).budget > 0
+// mayBackfill reports whether e, of the owner whose holds are oh, may
+// backfill: it has a max runtime and its owner is below its fair share
+// (has a hold budget). A max runtime is an upper bound, most sessions end
+// well before it, so a node filled to its drain time drains later than
+// it would have, and only an owner below its share may take that from
+// the holder.
+func (oh *ownerHolds) mayBackfill(e *state.QueueEntry) bool {
+	return e.MaxRuntime > 0 && oh.budget > 0
 }
 
 // backfills reports whether part pt may run on n although n is held for
@@ -721,7 +723,7 @@ func (p *planner) holdQueue() *holdGroups {
 	for _, ag := range p.byAge() {
 		k := ag.key
 		own := p.ownerHoldsFor(k.owner) // the one holdFor adds to
-		g := &holdGroup{prio: k.prio, keys: ag.keys, own: own, claims: own.claims, p: p}
+		g := &holdGroup{prio: k.prio, keys: ag.keys, own: own, claims: own.claims, rec: p.snap.Runtimes[k.owner], p: p}
 		if !g.skip() {
 			continue
 		}
@@ -759,7 +761,10 @@ type holdGroup struct {
 	// to claim (ownerHolds.claims).
 	own    *ownerHolds
 	claims bool
-	p      *planner
+	// rec is the owner's run-time record (Snapshot.Runtimes), for its
+	// requests' parts (partWith).
+	rec *state.RuntimeRecord
+	p   *planner
 	// headSec and headNsec are keys[0]'s time, which skip copies beside
 	// the share: the merge compares groups without reading their keys
 	// but where the times tie (as ownerQueue's head).
