@@ -719,11 +719,14 @@ func backfills(pt *part, n *nodeState) bool {
 // that does not claim).
 func (p *planner) holdQueue() *holdGroups {
 	tkeys := map[string]teamKey{}
-	q := &holdGroups{}
-	for _, ag := range p.byAge() {
+	ages := p.byAge()
+	q := &holdGroups{groups: make([]*holdGroup, 0, len(ages))}
+	all := make([]holdGroup, len(ages)) // one allocation, not one a group
+	for i, ag := range ages {
 		k := ag.key
 		own := p.ownerHoldsFor(k.owner) // the one holdFor adds to
-		g := &holdGroup{prio: k.prio, keys: ag.keys, own: own, claims: own.claims, rec: p.snap.Runtimes[k.owner], p: p}
+		g := &all[i]
+		*g = holdGroup{prio: k.prio, keys: ag.keys, own: own, claims: own.claims, rec: p.snap.Runtimes[k.owner], p: p}
 		if !g.skip() {
 			continue
 		}

@@ -94,7 +94,9 @@ func (oq *ownerQueue) setHead() {
 func (p *planner) order() *queueOrder {
 	byPrio := map[int]*level{}
 	var prios []int
-	for _, ag := range p.byAge() {
+	ages := p.byAge()
+	queues := make([]ownerQueue, 0, len(ages)) // at most one a group, in one allocation
+	for _, ag := range ages {
 		lv, ok := byPrio[ag.key.prio]
 		if !ok {
 			lv = &level{tiers: [1]*tier{{byName: map[string]*ownerQueue{}}}}
@@ -106,7 +108,8 @@ func (p *planner) order() *queueOrder {
 		name := queueName(first, ag.key.model)
 		oq, ok := tr.byName[name]
 		if !ok {
-			oq = &ownerQueue{owner: ag.key.owner, team: ag.key.team, model: ag.key.model}
+			queues = append(queues, ownerQueue{owner: ag.key.owner, team: ag.key.team, model: ag.key.model})
+			oq = &queues[len(queues)-1]
 			tr.byName[name] = oq
 		}
 		oq.groups = append(oq.groups, ag)
@@ -197,6 +200,7 @@ func (p *planner) byAge() []*ageGroup {
 	byOwner := map[string]int32{} // owner → its latest group
 	var next []int32              // group → its owner's group before it, -1 at the first
 	p.ages = []*ageGroup{}
+	var slab []ageGroup // the groups, allocated a block at a time
 	var counts []int
 	n := len(p.snap.Pending)
 	// Every element of these is written below: they need no clearing.
@@ -228,7 +232,11 @@ func (p *planner) byAge() []*ageGroup {
 			}
 			next = append(next, latest)
 			byOwner[e.Owner] = g
-			p.ages = append(p.ages, &ageGroup{key: k})
+			if len(slab) == cap(slab) {
+				slab = make([]ageGroup, 0, max(16, 2*cap(slab)))
+			}
+			slab = append(slab, ageGroup{key: k})
+			p.ages = append(p.ages, &slab[len(slab)-1])
 			counts = append(counts, 0)
 			if groups {
 				if _, seen := p.ownerGroups[e.Owner]; !seen {
