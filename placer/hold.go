@@ -327,7 +327,7 @@ func (p *planner) holdLarge(plan *Plan) {
 	fitting := map[shape]bool{} // single-part shapes seen to fit a node (fitsMemo)
 	for q.Len() > 0 {
 		g := q.groups[0]
-		e, aged, more := g.pop()
+		e, idx, aged, more := g.pop()
 		// The holds and budgets of e's owner.
 		oh := g.own
 		if !aged { // a young request, read only to claim (claim.go)
@@ -347,6 +347,20 @@ func (p *planner) holdLarge(plan *Plan) {
 			heap.Pop(q)
 		} else {
 			heap.Fix(q, 0)
+		}
+		if fitKey, ok := p.plainFitKey(idx, oh, g, maxPartial); ok {
+			if plainFitKeyCheck != nil {
+				pt := p.partWith(e, partsOf(e), 0, oh, g.rec)
+				plainFitKeyCheck(fitKey, shapeOf(&pt))
+			}
+			if fitting[fitKey] {
+				// Most of a deep backlog's requests: small ones that
+				// fit now, of shapes seen to fit, which the path below
+				// lets go on too (fitsMemo), here without reading the
+				// entry (10,200 of the 13,300 requests the merge reads
+				// at 2,000 owners).
+				continue
+			}
 		}
 		reqs := partsOf(e)
 		large := largeReq(e, maxPartial)
@@ -377,6 +391,33 @@ func (p *planner) holdLarge(plan *Plan) {
 		p.holdFor(e, reqs, plan)
 	}
 }
+
+// plainFitKey is, for the request at idx in the snapshot's queue, of the
+// owner whose holds are oh and whose group in the holds' merge is g, the
+// key fitsMemo would look up, made from the facts byAge copied out
+// (tailIn) rather than from its entry; ok is false where those facts do
+// not settle the key or fitsMemo would not be asked: a request pinned,
+// elastic, with workers or on several machines, of a shape beyond its
+// numbers (a model, profile, selector or fraction), needing an empty
+// node, or whose owner claims. TestPlainFitKeyMatchesShape holds it to
+// shapeOf(partWith(…)).
+func (p *planner) plainFitKey(idx int, oh *ownerHolds, g *holdGroup, maxPartial int) (shape, bool) {
+	in := &p.buf.tailIns[idx]
+	if !in.path || !in.plain || !in.oneNode || oh.claims || p.facts[idx].largest > maxPartial {
+		return shape{}, false
+	}
+	n := in.nums
+	n.below = g.below
+	if backfill, ends := p.probeEnds(in.maxRuntime, oh.budget > 0, n.gpus, g.rec); backfill {
+		n.ends = ends.UnixNano()
+	}
+	return shape{numbers: n}, true
+}
+
+// plainFitKeyCheck, set only by TestPlainFitKeyMatchesShape (never
+// while plans are made for real), is called with each key plainFitKey
+// makes and the one fitsMemo would make of the same request.
+var plainFitKeyCheck func(fast, slow shape)
 
 // fitsMemo is fits, remembered in fitting for single-part shapes seen to
 // fit: past the first, a backlog's thousands of requests of one shape
@@ -726,7 +767,7 @@ func (p *planner) holdQueue() *holdGroups {
 		k := ag.key
 		own := p.ownerHoldsFor(k.owner) // the one holdFor adds to
 		g := &all[i]
-		*g = holdGroup{prio: k.prio, keys: ag.keys, own: own, claims: own.claims, rec: p.snap.Runtimes[k.owner], p: p}
+		*g = holdGroup{prio: k.prio, keys: ag.keys, own: own, claims: own.claims, rec: p.snap.Runtimes[k.owner], below: p.reserveOwners[k.owner], p: p}
 		if !g.skip() {
 			continue
 		}
@@ -765,9 +806,11 @@ type holdGroup struct {
 	own    *ownerHolds
 	claims bool
 	// rec is the owner's run-time record (Snapshot.Runtimes), for its
-	// requests' parts (partWith).
-	rec *state.RuntimeRecord
-	p   *planner
+	// requests' parts (partWith); below whether it may take the
+	// standing reserve (part.below, as the pass stands at holdQueue).
+	rec   *state.RuntimeRecord
+	below bool
+	p     *planner
 	// headSec and headNsec are keys[0]'s time, which skip copies beside
 	// the share: the merge compares groups without reading their keys
 	// but where the times tie (as ownerQueue's head).
@@ -790,14 +833,14 @@ func (g *holdGroup) skip() bool {
 	return false
 }
 
-// pop takes the group's oldest request, with whether it is past its
-// hold delay (agedKey: its entry is not read for it); more reports
-// whether another is left.
-func (g *holdGroup) pop() (e *state.QueueEntry, aged, more bool) {
+// pop takes the group's oldest request, with its index in the
+// snapshot's queue and whether it is past its hold delay (agedKey: its
+// entry is not read for it); more reports whether another is left.
+func (g *holdGroup) pop() (e *state.QueueEntry, idx int, aged, more bool) {
 	k := &g.keys[0]
-	e, aged = k.it.Entry, g.p.agedKey(k)
+	e, idx, aged = k.it.Entry, k.idx, g.p.agedKey(k)
 	g.keys = g.keys[1:]
-	return e, aged, g.skip()
+	return e, idx, aged, g.skip()
 }
 
 // holdGroups merges groups by their oldest requests: higher priority

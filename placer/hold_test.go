@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // TestEveryAgedRequestOfAShapeMayHold: once a request shape has found no
@@ -42,4 +44,49 @@ func TestEveryAgedRequestOfAShapeMayHold(t *testing.T) {
 			t.Errorf("%s's reason %q, want it to name its held node once: %s", id, w.Message, said)
 		}
 	}
+}
+
+// TestPlainFitKeyMatchesShape: the key the holds' merge makes of a small
+// request from the facts byAge copied out (plainFitKey), so as to find
+// it among the shapes seen to fit without reading its entry, is the one
+// fitsMemo makes from the entry (shapeOf(partWith(…))), for every
+// request it makes one for: on backlogs of 7, 300 and 2,000 owners with
+// run-time records, max runtimes, some notebooks and requests without a
+// max runtime, and an owner above its share, on 40 and 200 nodes. A key
+// that differed could take a request for one that fits that does not.
+func TestPlainFitKeyMatchesShape(t *testing.T) {
+	t.Cleanup(func() { plainFitKeyCheck = nil })
+	made, mismatched := 0, 0
+	plainFitKeyCheck = func(fast, slow shape) {
+		made++
+		if fast != slow && mismatched < 5 {
+			mismatched++
+			t.Errorf("plainFitKey %+v, fitsMemo's shape %+v", fast, slow)
+		}
+	}
+	for _, nodes := range []int{40, 200} {
+		for _, owners := range []int{7, 300, 2000} {
+			s := backlogOf(nodes, nodes*10, owners)
+			for i := range s.Pending {
+				e := *s.Pending[i].Entry
+				switch i % 7 {
+				case 3:
+					e.Kind = state.KindNotebook // a port more
+				case 5:
+					e.MaxRuntime = 0 // backfills nothing
+				}
+				s.Pending[i].Entry = &e
+			}
+			for _, snap := range []*Snapshot{s, contendedBacklog(s)} {
+				before := made
+				for _, st := range []Strategy{Binpack, Spread} {
+					NewPlan(snap, PlanOptions{ReserveAfter: 10 * time.Minute, Strategy: st})
+				}
+				if made == before {
+					t.Errorf("%d nodes, %d owners: no key made; the test reads nothing", nodes, owners)
+				}
+			}
+		}
+	}
+	t.Logf("%d keys compared", made)
 }

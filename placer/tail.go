@@ -52,8 +52,10 @@ type tailIn struct {
 	maxRuntime state.Duration
 	model      string
 	// path: the request may take the tail's path by its entry alone
-	// (not pinned, not elastic, no workers); plain: plainReq.
-	path, plain bool
+	// (not pinned, not elastic, no workers); plain: plainReq; oneNode:
+	// it runs on one machine (Nodes at most 1: its part's role is
+	// single, whose ports nums counts).
+	path, plain, oneNode bool
 }
 
 // tailInOf is it's tailIn.
@@ -66,6 +68,7 @@ func tailInOf(it *Pending) tailIn {
 		model:      r.GPUModel,
 		path:       !it.Pinned && e.Elastic == nil && e.Workers == 0,
 		plain:      plainReq(r),
+		oneNode:    e.Nodes <= 1,
 	}
 }
 
