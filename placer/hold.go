@@ -1,9 +1,11 @@
 package placer
 
 import (
+	"cmp"
 	"container/heap"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/voyager-gpu/voyager/state"
@@ -219,31 +221,38 @@ func (p *planner) ownerWeight(owner string) float64 {
 // order of demand over weight each take the lesser of their demand and
 // their weight's part of what is left. Deterministic: ties by name.
 func waterFill(capacity int64, demand map[string]int64, weight func(string) float64) map[string]int64 {
-	owners := make([]string, 0, len(demand))
+	// Each owner's demand, weight and demand per weight read once, not
+	// at each comparison of the sort (at 2,000 owners the lookups by
+	// name in the comparisons were 2% of the pass).
+	type owed struct {
+		name  string
+		d     int64
+		w, by float64
+	}
+	owners := make([]owed, 0, len(demand))
 	for o, d := range demand {
 		if d > 0 {
-			owners = append(owners, o)
+			w := weight(o)
+			owners = append(owners, owed{name: o, d: d, w: w, by: float64(d) / w})
 		}
 	}
-	sort.Slice(owners, func(i, j int) bool {
-		a, b := float64(demand[owners[i]])/weight(owners[i]), float64(demand[owners[j]])/weight(owners[j])
-		if a != b {
-			return a < b
+	slices.SortFunc(owners, func(a, b owed) int {
+		if a.by != b.by {
+			return cmp.Compare(a.by, b.by)
 		}
-		return owners[i] < owners[j]
+		return strings.Compare(a.name, b.name)
 	})
 	wsum := 0.0
 	for _, o := range owners { // in order: a float sum depends on it, and placers must agree
-		wsum += weight(o)
+		wsum += o.w
 	}
 	left := float64(capacity)
 	out := make(map[string]int64, len(owners))
 	for _, o := range owners {
-		w := weight(o)
-		give := min(float64(demand[o]), left*w/wsum)
+		give := min(float64(o.d), left*o.w/wsum)
 		left -= give
-		wsum -= w
-		out[o] = int64(give + 0.5)
+		wsum -= o.w
+		out[o.name] = int64(give + 0.5)
 	}
 	return out
 }
