@@ -863,8 +863,10 @@ func (q *holdGroups) Less(i, j int) bool {
 	if a.prio != b.prio {
 		return a.prio > b.prio
 	}
-	if c := compareKeys(a.tkey, b.tkey); c != 0 {
-		return c < 0
+	if len(a.tkey.keys) > 0 || len(b.tkey.keys) > 0 { // without teams both are empty: equal
+		if c := compareKeys(a.tkey, b.tkey); c != 0 {
+			return c < 0
+		}
 	}
 	if a.share != b.share {
 		return a.share < b.share

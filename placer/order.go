@@ -532,28 +532,31 @@ type ownerHeap []*ownerQueue
 
 func (h ownerHeap) Len() int { return len(h) }
 func (h ownerHeap) Less(i, j int) bool {
-	if c := compareKeys(h[i].tkey, h[j].tkey); c != 0 {
-		return c < 0
+	a, b := h[i], h[j]
+	if len(a.tkey.keys) > 0 || len(b.tkey.keys) > 0 { // without teams both are empty: equal
+		if c := compareKeys(a.tkey, b.tkey); c != 0 {
+			return c < 0
+		}
 	}
-	if h[i].share != h[j].share {
-		return h[i].share < h[j].share
+	if a.share != b.share {
+		return a.share < b.share
 	}
-	if h[i].own != h[j].own {
-		return h[i].own < h[j].own
+	if a.own != b.own {
+		return a.own < b.own
 	}
-	if a, b := h[i], h[j]; a.headSec != b.headSec || a.headNsec != b.headNsec { // the older first request first
+	if a.headSec != b.headSec || a.headNsec != b.headNsec { // the older first request first
 		return a.headSec < b.headSec || a.headSec == b.headSec && a.headNsec < b.headNsec
 	}
 	// A total order: an owner has a queue per team and model (queueName),
 	// and the queues come from a map (TestModelScanMatchesReference,
 	// round 50, planned one snapshot two ways while they tied here).
-	if h[i].owner != h[j].owner {
-		return h[i].owner < h[j].owner
+	if a.owner != b.owner {
+		return a.owner < b.owner
 	}
-	if h[i].team != h[j].team {
-		return h[i].team < h[j].team
+	if a.team != b.team {
+		return a.team < b.team
 	}
-	return h[i].model < h[j].model
+	return a.model < b.model
 }
 func (h ownerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
