@@ -530,7 +530,6 @@ func (p *planner) groupsOf(owner string) []string {
 // oldest request, then by name, team and model.
 type ownerHeap []*ownerQueue
 
-func (h ownerHeap) Len() int { return len(h) }
 func (h ownerHeap) Less(i, j int) bool {
 	a, b := h[i], h[j]
 	if len(a.tkey.keys) > 0 || len(b.tkey.keys) > 0 { // without teams both are empty: equal
@@ -563,18 +562,6 @@ func (h ownerHeap) Swap(i, j int) {
 	h[i].index = i
 	h[j].index = j
 }
-func (h *ownerHeap) Push(x any) {
-	oq := x.(*ownerQueue)
-	oq.index = len(*h)
-	*h = append(*h, oq)
-}
-func (h *ownerHeap) Pop() any {
-	old := *h
-	oq := old[len(old)-1]
-	oq.index = -1
-	*h = old[:len(old)-1]
-	return oq
-}
 
 // The order's loop takes an owner's head request and fixes the heap
 // twenty thousand times a pass; these are container/heap's Init, Fix and
@@ -601,7 +588,8 @@ func (h *ownerHeap) pop() {
 	n := len(*h) - 1
 	h.Swap(0, n)
 	h.down(0, n)
-	h.Pop()
+	(*h)[n].index = -1
+	*h = (*h)[:n]
 }
 
 func (h ownerHeap) up(j int) {
