@@ -71,19 +71,20 @@ func (p *planner) keepsAhead() bool {
 // and lending made it buy nothing (placer/README.md, "What each rule
 // buys").
 func (p *planner) entitle(maxPartial int) {
-	held := map[string]int64{}
+	ages := p.byAge() // p.owners
+	held := make(map[string]int64, len(p.quota.users))
 	for o, a := range p.quota.users { // ledgers, pinned sessions included
 		held[o] = a.gpus
 	}
-	demand := make(map[string]int64, len(held))
+	demand := make(map[string]int64, len(held)+p.owners)
 	for o, g := range held {
 		demand[o] = g
 	}
 	// The queue by age group (byAge), each group summed before its
 	// owner's sums are found: a map lookup by owner a group, not three a
 	// request.
-	waiting, large := map[string]int64{}, map[string]int64{}
-	for _, ag := range p.byAge() {
+	waiting, large := make(map[string]int64, p.owners), make(map[string]int64, p.owners)
+	for _, ag := range ages {
 		var w, l int64
 		for i := range ag.keys {
 			f := &p.facts[ag.keys[i].idx]
@@ -488,10 +489,10 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 		best.drainBy = drainBy(best, p.snap.Now)
 		p.holds[e.Session] = true
 		if p.holding == nil {
-			p.holding = map[string][]*nodeState{}
+			p.holding = make(map[string][]*nodeState, p.owners)
 		}
 		if p.charged == nil {
-			p.charged, p.charge = map[string]int64{}, map[string]int64{}
+			p.charged, p.charge = make(map[string]int64, p.owners), make(map[string]int64, p.owners)
 		}
 		if len(p.holding[e.Session]) == 0 {
 			p.holdGen++
@@ -584,7 +585,11 @@ func (p *planner) heldMessage(e *state.QueueEntry, reqs []state.Resources, held 
 	if count == 0 {
 		return "waiting for " + what
 	}
-	b := make([]byte, 0, 400+160*count)
+	// A constant capacity, enough for a request holding two nodes, keeps
+	// the buffer on the stack (one sized by count was allocated, then
+	// copied into the string: 11% of the bytes a pass allocated at 2,000
+	// owners); a longer message grows it as append does.
+	b := make([]byte, 0, 768)
 	b = append(b, "waiting for "...)
 	b = append(b, what...)
 	b = append(b, ": node"...)

@@ -99,7 +99,11 @@ func (p *planner) order() *queueOrder {
 	for _, ag := range ages {
 		lv, ok := byPrio[ag.key.prio]
 		if !ok {
-			lv = &level{tiers: [1]*tier{{byName: map[string]*ownerQueue{}}}}
+			hint := 0
+			if len(byPrio) == 0 {
+				hint = p.owners // most queues have one priority
+			}
+			lv = &level{tiers: [1]*tier{{byName: make(map[string]*ownerQueue, hint)}}}
 			byPrio[ag.key.prio] = lv
 			prios = append(prios, ag.key.prio)
 		}
@@ -184,9 +188,10 @@ func (p *planner) byAge() []*ageGroup {
 	}
 	// groupsOf's map is built here too, unless something asked for it
 	// before.
+	hint := min(p.buf.owners, len(p.snap.Pending))
 	groups := p.ownerGroups == nil
 	if groups {
-		p.ownerGroups = map[string][]string{}
+		p.ownerGroups = make(map[string][]string, hint)
 	}
 	// Each request's key in the queue's order first, then each group's
 	// keys laid out together in one array of the size they take: no
@@ -197,8 +202,8 @@ func (p *planner) byAge() []*ageGroup {
 	// team and model among that owner's few groups (next chains them):
 	// one string hashed per request, where a map keyed by holdKey hashed
 	// three (about 5% of BenchmarkNewPlanBacklog's pass).
-	byOwner := map[string]int32{} // owner → its latest group
-	var next []int32              // group → its owner's group before it, -1 at the first
+	byOwner := make(map[string]int32, hint) // owner → its latest group
+	var next []int32                        // group → its owner's group before it, -1 at the first
 	p.ages = []*ageGroup{}
 	var slab []ageGroup // the groups, allocated a block at a time
 	var counts []int
@@ -248,6 +253,7 @@ func (p *planner) byAge() []*ageGroup {
 		counts[g]++
 		flat[i] = ageKey{sec: e.Created.Unix(), nsec: int32(e.Created.Nanosecond()), pinned: it.Pinned, id: e.Session, it: it, idx: i}
 	}
+	p.owners, p.buf.owners = len(byOwner), len(byOwner)
 	off := 0
 	for g, ag := range p.ages {
 		ag.keys = laid[off : off : off+counts[g]]

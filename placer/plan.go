@@ -246,6 +246,10 @@ type planner struct {
 	// snapshot's queue (reqFacts), made with them.
 	ages  []*ageGroup
 	facts []reqFacts
+	// owners is how many owners the queue has (byAge), for sizing the
+	// pass's maps by owner: grown from empty, at 2,000 owners they
+	// were a fifth of the bytes a pass allocated.
+	owners int
 	// tails are the tail facts of the snapshot's queue, by ageKey.pos, and
 	// tailShapes the shapes they name, with each one's failure once read
 	// from failed (tail.go).

@@ -146,7 +146,8 @@ func (p *planner) gatherTail() {
 		}
 		return id
 	}
-	owners := map[string]*tailOwner{}
+	owners := make(map[string]*tailOwner, p.owners)
+	slab := make([]tailOwner, 0, p.owners) // one allocation, not one an owner
 	byGroup := make([]*tailOwner, len(p.ages))
 	gids := p.buf.gids
 	single := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}.Fits(gangSize(1, 0))
@@ -164,7 +165,11 @@ func (p *planner) gatherTail() {
 		if o == nil {
 			owner := ag.key.owner
 			if o = owners[owner]; o == nil {
-				o = &tailOwner{name: owner, below: p.reserveOwners[owner], estimates: p.snap.Runtimes[owner]}
+				if len(slab) == cap(slab) {
+					slab = make([]tailOwner, 0, 16)
+				}
+				slab = append(slab, tailOwner{name: owner, below: p.reserveOwners[owner], estimates: p.snap.Runtimes[owner]})
+				o = &slab[len(slab)-1]
 				if p.holdOwners != nil {
 					o.holds = p.ownerHoldsFor(owner) // the one holdFor adds to
 					o.backfill = o.holds.budget > 0
@@ -286,6 +291,9 @@ type passBuffers struct {
 	// ranks are the pass's node rankings (rankReady, rankFor), each of
 	// one entry per node, and spare those of passes before.
 	ranks, spare [][]readyRank
+	// owners is how many owners the queue of the pass before had: byAge
+	// sizes its maps by owner from it, before it knows this pass's.
+	owners int
 }
 
 // ranking is an array of n rankings, zeroed, from a pass before where one
