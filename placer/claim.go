@@ -106,11 +106,7 @@ func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, oh *
 		heap.Pop(q)
 		return
 	}
-	if !more {
-		heap.Pop(q)
-	} else {
-		heap.Fix(q, 0)
-	}
+	fixHead(q, more) // hold.go
 	if !largeReq(e, maxPartial) && p.claimable(e, oh) {
 		p.claimFit(e, oh, rec)
 	}

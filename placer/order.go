@@ -95,7 +95,9 @@ func (p *planner) order() *queueOrder {
 	byPrio := map[int]*level{}
 	var prios []int
 	ages := p.byAge()
-	queues := make([]ownerQueue, 0, len(ages)) // at most one a group, in one allocation
+	// At most one a group, in one array kept between passes.
+	p.buf.ownerQueues = resized(p.buf.ownerQueues, len(ages))
+	queues := p.buf.ownerQueues[:0]
 	for _, ag := range ages {
 		lv, ok := byPrio[ag.key.prio]
 		if !ok {
@@ -203,10 +205,16 @@ func (p *planner) byAge() []*ageGroup {
 	// one string hashed per request, where a map keyed by holdKey hashed
 	// three (about 5% of BenchmarkNewPlanBacklog's pass).
 	byOwner := make(map[string]int32, hint) // owner → its latest group
-	var next []int32                        // group → its owner's group before it, -1 at the first
-	p.ages = []*ageGroup{}
-	var slab []ageGroup // the groups, allocated a block at a time
-	var counts []int
+	next := p.buf.next[:0]                  // group → its owner's group before it, -1 at the first
+	p.ages = p.buf.ages[:0]
+	if p.ages == nil {
+		p.ages = []*ageGroup{} // made: byAge runs once a pass, an empty queue too
+	}
+	// The groups, in the array of the passes before (released cleared),
+	// and where that is full in blocks allocated as needed: the largest
+	// is kept for the next pass.
+	slab := p.buf.ageGroups[:0]
+	counts := p.buf.counts[:0]
 	n := len(p.snap.Pending)
 	// Every element of these is written below: they need no clearing.
 	p.buf.gids, p.buf.flat, p.buf.laid = resized(p.buf.gids, n), resized(p.buf.flat, n), resized(p.buf.laid, n)
@@ -254,6 +262,10 @@ func (p *planner) byAge() []*ageGroup {
 		flat[i] = ageKey{sec: e.Created.Unix(), nsec: int32(e.Created.Nanosecond()), pinned: it.Pinned, id: e.Session, it: it, idx: i}
 	}
 	p.owners, p.buf.owners = len(byOwner), len(byOwner)
+	p.buf.ages, p.buf.next, p.buf.counts = p.ages, next, counts
+	if cap(slab) > cap(p.buf.ageGroups) {
+		p.buf.ageGroups = slab
+	}
 	off := 0
 	for g, ag := range p.ages {
 		ag.keys = laid[off : off : off+counts[g]]

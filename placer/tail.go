@@ -147,7 +147,8 @@ func (p *planner) gatherTail() {
 		return id
 	}
 	owners := make(map[string]*tailOwner, p.owners)
-	slab := make([]tailOwner, 0, p.owners) // one allocation, not one an owner
+	p.buf.tailOwners = resized(p.buf.tailOwners, p.owners) // one array, kept between passes
+	slab := p.buf.tailOwners[:0]
 	byGroup := make([]*tailOwner, len(p.ages))
 	gids := p.buf.gids
 	single := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}.Fits(gangSize(1, 0))
@@ -294,6 +295,19 @@ type passBuffers struct {
 	// owners is how many owners the queue of the pass before had: byAge
 	// sizes its maps by owner from it, before it knows this pass's.
 	owners int
+	// The pass's records of one an owner or age group, each kept in one
+	// array (at 2,000 owners together about 1.4 MB a pass, which the
+	// collector otherwise reclaims every few passes), and byAge's arrays
+	// of one entry a group. release clears those that point into a
+	// snapshot; a pass writes each element it uses whole (resized).
+	ageGroups   []ageGroup
+	ages        []*ageGroup
+	next        []int32
+	counts      []int
+	holdGroups  []holdGroup
+	ownerQueues []ownerQueue
+	tailOwners  []tailOwner
+	ownerHolds  []ownerHolds
 }
 
 // ranking is an array of n rankings, zeroed, from a pass before where one
@@ -327,6 +341,12 @@ func (b *passBuffers) release() {
 	clear(b.ranks)
 	b.ranks = b.ranks[:0]
 	clear(b.tails[:cap(b.tails)])
+	clear(b.ageGroups[:cap(b.ageGroups)])
+	clear(b.ages[:cap(b.ages)])
+	clear(b.holdGroups[:cap(b.holdGroups)])
+	clear(b.ownerQueues[:cap(b.ownerQueues)])
+	clear(b.tailOwners[:cap(b.tailOwners)])
+	clear(b.ownerHolds[:cap(b.ownerHolds)])
 }
 
 // resized is s with length n, s itself where its capacity holds n (its
