@@ -72,18 +72,19 @@ func (p *planner) keepsAhead() bool {
 // buys").
 func (p *planner) entitle(maxPartial int) {
 	ages := p.byAge() // p.owners
-	held := make(map[string]int64, len(p.quota.users))
+	m := &p.buf.maps
+	held := pooledMap(&m.held, len(p.quota.users))
 	for o, a := range p.quota.users { // ledgers, pinned sessions included
 		held[o] = a.gpus
 	}
-	demand := make(map[string]int64, len(held)+p.owners)
+	demand := pooledMap(&m.demand, len(held)+p.owners)
 	for o, g := range held {
 		demand[o] = g
 	}
 	// The queue by age group (byAge), each group summed before its
 	// owner's sums are found: a map lookup by owner a group, not three a
 	// request.
-	waiting, large := make(map[string]int64, p.owners), make(map[string]int64, p.owners)
+	waiting, large := pooledMap(&m.waiting, p.owners), pooledMap(&m.large, p.owners)
 	for _, ag := range ages {
 		var w, l int64
 		for i := range ag.keys {
@@ -112,7 +113,7 @@ func (p *planner) entitle(maxPartial int) {
 	} else {
 		ent = waterFill(p.usage.total.gpus, demand, p.ownerWeight)
 	}
-	p.holdOwners = make(map[string]*ownerHolds, len(ent))
+	p.holdOwners = pooledMap(&m.holdOwners, len(ent))
 	p.buf.ownerHolds = resized(p.buf.ownerHolds, len(ent)) // one array, kept between passes
 	all := p.buf.ownerHolds
 	for o, e := range ent {
@@ -518,10 +519,10 @@ func (p *planner) holdFor(e *state.QueueEntry, reqs []state.Resources, plan *Pla
 		best.drainBy = drainBy(best, p.snap.Now)
 		p.holds[e.Session] = true
 		if p.holding == nil {
-			p.holding = make(map[string][]*nodeState, p.owners)
+			p.holding = pooledMap(&p.buf.maps.holding, p.owners)
 		}
 		if p.charged == nil {
-			p.charged, p.charge = make(map[string]int64, p.owners), make(map[string]int64, p.owners)
+			p.charged, p.charge = pooledMap(&p.buf.maps.charged, p.owners), pooledMap(&p.buf.maps.charge, p.owners)
 		}
 		if len(p.holding[e.Session]) == 0 {
 			p.holdGen++
@@ -673,17 +674,24 @@ func (p *planner) appendExpectedRoom(b []byte, n *nodeState, want int) []byte {
 		return b
 	}
 	how := "its sessions' max runtimes"
-	for _, allocs := range []map[string]state.Allocation{n.view.Ledger.Allocations, n.proposed} {
-		for _, a := range allocs {
-			if a.Expects != nil && a.Expects.After(p.snap.Now) {
-				how = "its sessions' max runtimes and their owners' recent run times"
-			}
-		}
+	if expectsAfter(n.view.Ledger.Allocations, p.snap.Now) || expectsAfter(n.proposed, p.snap.Now) {
+		how = "its sessions' max runtimes and their owners' recent run times"
 	}
 	b = append(b, ", room expected by "...)
 	b = at.UTC().AppendFormat(b, "15:04")
 	b = append(b, " UTC by "...)
 	return append(b, how...)
+}
+
+// expectsAfter reports whether any of allocs is expected, by its owner's
+// recent run times, to end after now (Allocation.Expects).
+func expectsAfter(allocs map[string]state.Allocation, now time.Time) bool {
+	for _, a := range allocs {
+		if a.Expects != nil && a.Expects.After(now) {
+			return true
+		}
+	}
+	return false
 }
 
 // endsOf is when e ends if it starts now, as planned and at the latest:

@@ -101,11 +101,13 @@ func (p *planner) order() *queueOrder {
 	for _, ag := range ages {
 		lv, ok := byPrio[ag.key.prio]
 		if !ok {
-			hint := 0
-			if len(byPrio) == 0 {
-				hint = p.owners // most queues have one priority
+			var byName map[string]*ownerQueue
+			if len(byPrio) == 0 { // most queues have one priority
+				byName = pooledMap(&p.buf.maps.queues, p.owners)
+			} else {
+				byName = map[string]*ownerQueue{}
 			}
-			lv = &level{tiers: [1]*tier{{byName: make(map[string]*ownerQueue, hint)}}}
+			lv = &level{tiers: [1]*tier{{byName: byName}}}
 			byPrio[ag.key.prio] = lv
 			prios = append(prios, ag.key.prio)
 		}
@@ -193,7 +195,7 @@ func (p *planner) byAge() []*ageGroup {
 	hint := min(p.buf.owners, len(p.snap.Pending))
 	groups := p.ownerGroups == nil
 	if groups {
-		p.ownerGroups = make(map[string][]string, hint)
+		p.ownerGroups = pooledMap(&p.buf.maps.ownerGroups, hint)
 	}
 	// Each request's key in the queue's order first, then each group's
 	// keys laid out together in one array of the size they take: no
@@ -204,8 +206,8 @@ func (p *planner) byAge() []*ageGroup {
 	// team and model among that owner's few groups (next chains them):
 	// one string hashed per request, where a map keyed by holdKey hashed
 	// three (about 5% of BenchmarkNewPlanBacklog's pass).
-	byOwner := make(map[string]int32, hint) // owner → its latest group
-	next := p.buf.next[:0]                  // group → its owner's group before it, -1 at the first
+	byOwner := pooledMap(&p.buf.maps.ageOwners, hint) // owner → its latest group
+	next := p.buf.next[:0]                            // group → its owner's group before it, -1 at the first
 	p.ages = p.buf.ages[:0]
 	if p.ages == nil {
 		p.ages = []*ageGroup{} // made: byAge runs once a pass, an empty queue too

@@ -388,9 +388,10 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	if opt.Strategy == "" {
 		opt.Strategy = Binpack
 	}
-	p := &planner{opt: opt, snap: s, byName: make(map[string]*nodeState, len(s.Nodes)), failed: map[shape]failure{},
-		scorers: scorers(opt.Strategy), quotas: len(s.UserQuotas)+len(s.GroupQuotas) > 0, holds: map[string]bool{}}
+	p := &planner{opt: opt, snap: s, failed: map[shape]failure{},
+		scorers: scorers(opt.Strategy), quotas: len(s.UserQuotas)+len(s.GroupQuotas) > 0}
 	p.buf = bufferPool.Get().(*passBuffers) // tail.go
+	p.byName, p.holds = pooledMap(&p.buf.maps.nodes, len(s.Nodes)), pooledMap(&p.buf.maps.holds, 0)
 	defer func() {
 		p.buf.release()
 		bufferPool.Put(p.buf)
