@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -319,6 +320,12 @@ func ptr[T any](v T) *T { return &v }
 // TestAccountantRecordsWhatItGatheredWhenStopped: an accountant stopped
 // while it gathers ends (an orderly stop: its context ends) records them
 // before it returns, rather than leaving them to the next accountant.
+// An accountant that loses its leadership while it gathers records what
+// it gathered, and one that leads again without a cursor records the
+// ends from the statuses (catchUp) without gathering them: either leaves
+// nothing gathered to stop with, so such a round is tried again, with
+// new sessions, up to three times (TestAccountantStopsInOrderEveryTime
+// failed in CI once on a round that never gathered its end).
 func TestAccountantRecordsWhatItGatheredWhenStopped(t *testing.T) {
 	cli := etcdtest.New(t)
 	d := usageDriver{t: t, cli: cli}
@@ -326,17 +333,34 @@ func TestAccountantRecordsWhatItGatheredWhenStopped(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	waitUntil(t, "the accountant to lead", func() bool { return acc.Applied() > 0 })
 	day := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
-	for i := range 3 {
-		id := fmt.Sprintf("s-stop-%d", i)
-		d.create(id, "ada", "", 1, day)
-		d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
+	// recorded counts the accruals of the round's sessions.
+	recorded := func(round int) int {
+		n := 0
+		for k := range d.accruals() {
+			if strings.Contains(k, fmt.Sprintf("/s-stop-%d-", round)) {
+				n++
+			}
+		}
+		return n
 	}
-	waitUntil(t, "three ends gathered", func() bool { return acc.gathered.Load() == 3 })
-	if n := len(d.accruals()); n != 0 {
-		t.Fatalf("%d accruals within the gathering window, want none yet", n)
+	const tries = 3
+	round := 0
+	for ; ; round++ {
+		for i := range 3 {
+			id := fmt.Sprintf("s-stop-%d-%d", round, i)
+			d.create(id, "ada", "", 1, day)
+			d.finish(d.run(id, 0, int64(10+i), day), day.Add(time.Hour))
+		}
+		waitUntil(t, "three ends gathered, or recorded", func() bool { return acc.gathered.Load() == 3 || recorded(round) > 0 })
+		if n := recorded(round); n == 0 {
+			break
+		} else if round == tries-1 {
+			t.Fatalf("%d rounds each recorded its ends before the stop (%d in the last), none stopped with three gathered", tries, n)
+		}
+		t.Logf("round %d: %d of its ends recorded before the stop (the accountant's leadership lost?); trying again", round, recorded(round))
 	}
 	stop()
-	if n := len(d.accruals()); n != 3 {
+	if n := recorded(round); n != 3 {
 		t.Errorf("%d accruals after an orderly stop, want the 3 gathered", n)
 	}
 }
