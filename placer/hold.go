@@ -71,7 +71,7 @@ func (p *planner) keepsAhead() bool {
 // and lending made it buy nothing (placer/README.md, "What each rule
 // buys").
 func (p *planner) entitle(maxPartial int) {
-	ages := p.byAge() // p.owners
+	ages := p.byAge() // first: it counts the owners (p.owners) that size the maps below
 	m := &p.buf.maps
 	held := pooledMap(&m.held, len(p.quota.users))
 	for o, a := range p.quota.users { // ledgers, pinned sessions included
