@@ -300,6 +300,13 @@ func (p *planner) mayHoldAged(e *state.QueueEntry) bool {
 	return len(p.holding[e.Session]) == 0 && p.ownerHoldsOf(e.Owner).mayHold()
 }
 
+// mayHoldOpen is mayHold for a request on the tail's path whose tail
+// facts are t (planner.open): it holds no nodes, and its age and owner's
+// holds are in t (not the tail's memo of mayHold, which may be stale).
+func (p *planner) mayHoldOpen(t *tailFacts) bool {
+	return t.aged && p.holdOwners != nil && t.owner.holds.mayHold()
+}
+
 // mayHold reports whether the owner's requests holding nodes ask for
 // less than its hold budget (for an owner with none, its charge budget),
 // or it holds for none yet.

@@ -88,9 +88,18 @@ func (p *planner) noteWaitingAs(owner string, budget bool, priority int, model s
 // shortOnly reports why e may not start this pass under lending, or ""
 // where it may: its owner is at or above its fair share, a request noted
 // by noteWaiting keeps it back, it asks for GPUs, it holds no nodes, and
-// it is not expected to end within lendFor.
-func (p *planner) shortOnly(e *state.QueueEntry) string {
-	if len(p.lenders) == 0 || p.ownerHoldsOf(e.Owner).budget > 0 || len(p.holding[e.Session]) > 0 || p.holds[e.Session] {
+// it is not expected to end within lendFor. open is e's tail facts where
+// it is on the tail's path (place), or nil: such a request holds no
+// nodes, and its owner's budget is read from them.
+func (p *planner) shortOnly(e *state.QueueEntry, open *tailFacts) string {
+	if len(p.lenders) == 0 {
+		return ""
+	}
+	if open != nil {
+		if open.owner.backfill {
+			return ""
+		}
+	} else if p.ownerHoldsOf(e.Owner).budget > 0 || len(p.holding[e.Session]) > 0 || p.holds[e.Session] {
 		return ""
 	}
 	if requestGPUs(e, p.usage.shareRef) == 0 {

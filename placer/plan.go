@@ -234,6 +234,12 @@ type planner struct {
 	quotas bool
 	// holds marks every session some node is reserved for.
 	holds map[string]bool
+	// open is the tail facts of the request the order hands place next,
+	// where tailWaits left it on the tail's path (else nil), and
+	// openFailed its shape's failure in the pass, if any; place takes
+	// them.
+	open       *tailFacts
+	openFailed *failure
 	// collided is set when a pinned session, at its turn, finds any of
 	// what it holds (devices, ports, CPU, memory) taken by a session
 	// placed before it.
@@ -474,9 +480,11 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 			order.placed(it.Entry, p)
 			continue
 		}
-		if p.tailWaits(it, pos, plan) {
+		waits, open, failed := p.tailWaits(it, pos, plan)
+		if waits {
 			continue
 		}
+		p.open, p.openFailed = open, failed // for place, which takes them
 		if d, ok := p.placeElastic(it, position, plan); ok {
 			plan.Bound = append(plan.Bound, d)
 			order.placed(it.Entry, p)
@@ -527,7 +535,21 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		scopes = len(quotaScopes(e, p.snap))
 	}
 	quotaChecked := false
-	if e.Workers == 0 && !p.holds[e.Session] && budget.Fits(gangSize(1, scopes)) {
+	// open is e's tail facts where it is on the tail's path (tailWaits),
+	// and failed its shape's failure in this pass, if any: the same
+	// shape the block below probes the memo with (the pass's quotas,
+	// holds, budgets and reserve owners as gatherTail read them), so
+	// they answer as it would, and e's owner's facts are read from them
+	// rather than by its name. A request placed any other way (pinned,
+	// elastic, in tests) finds them nil.
+	open, failed := p.open, p.openFailed
+	p.open, p.openFailed = nil, nil
+	if open != nil {
+		if failed != nil && !p.mayHoldOpen(open) {
+			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: failed.reason, Message: p.teamNote(e, failed.reason, failed.message)})
+			return Decision{}, false
+		}
+	} else if e.Workers == 0 && !p.holds[e.Session] && budget.Fits(gangSize(1, scopes)) {
 		// The tail of the queue: a single part of a shape that found no
 		// node earlier in this pass waits at once, on that shape's reason,
 		// without building parts or searching nodes, unless it may hold
@@ -569,7 +591,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 			return Decision{}, false
 		}
 	}
-	if msg := p.shortOnly(e); msg != "" { // lend.go
+	if msg := p.shortOnly(e, open); msg != "" { // lend.go
 		plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: "Capacity", Message: p.teamNote(e, "Capacity", msg)})
 		return Decision{}, false
 	}
@@ -580,7 +602,11 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 	)
 	for i := range reqs {
 		pt := &p.placePart
-		*pt = p.partAt(e, reqs, i)
+		if open != nil {
+			*pt = p.partOwned(e, reqs, i, open.owner)
+		} else {
+			*pt = p.partAt(e, reqs, i)
+		}
 		role := pt.role
 		n, devs, scores, fail := p.best(pt, exclude)
 		if n == nil {
@@ -588,7 +614,7 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 				c.unreserve(e.Session)
 				p.reindex(c)
 			}
-			if p.mayHold(e) {
+			if open != nil && p.mayHoldOpen(open) || open == nil && p.mayHold(e) {
 				p.holdFor(e, reqs, plan)
 			}
 			if held := p.holding[e.Session]; len(held) > 0 {
@@ -898,10 +924,27 @@ func (p *planner) partAt(e *state.QueueEntry, reqs []state.Resources, i int) par
 	return p.partWith(e, reqs, i, p.ownerHoldsOf(e.Owner), p.snap.Runtimes[e.Owner])
 }
 
+// partOwned is partAt for a request on the tail's path, whose owner's
+// facts o holds (tailWaits): the same part, found without hashing the
+// owner's name.
+func (p *planner) partOwned(e *state.QueueEntry, reqs []state.Resources, i int, o *tailOwner) part {
+	oh := o.holds
+	if oh == nil { // holds off: ownerHoldsOf's
+		oh = &noHolds
+	}
+	return p.partBelow(e, reqs, i, oh, o.estimates, o.below)
+}
+
 // partWith is partAt for e whose owner's holds are oh and run-time record
 // rec, which the holds' merge finds once an owner (at 2,000 owners
 // finding them by name for each request was 2% of the pass).
 func (p *planner) partWith(e *state.QueueEntry, reqs []state.Resources, i int, oh *ownerHolds, rec *state.RuntimeRecord) part {
+	return p.partBelow(e, reqs, i, oh, rec, p.reserveOwners[e.Owner])
+}
+
+// partBelow is partWith where whether e's owner may take the standing
+// reserve is known (below).
+func (p *planner) partBelow(e *state.QueueEntry, reqs []state.Resources, i int, oh *ownerHolds, rec *state.RuntimeRecord, below bool) part {
 	role := state.RoleSingle
 	if e.Workers > 0 || e.Nodes > 1 { // a multi-node job on one machine (elastic_nodes.go) is still its rank 0
 		role = state.RoleHead
@@ -911,7 +954,7 @@ func (p *planner) partWith(e *state.QueueEntry, reqs []state.Resources, i int, o
 	}
 	ends, bound := p.endsBy(e, rec)
 	return part{req: &reqs[i], role: role, ports: e.Ports(role), id: e.Session, owner: e.Owner, ends: ends, bound: bound,
-		backfill: oh.mayBackfill(e), below: p.reserveOwners[e.Owner], now: p.snap.Now}
+		backfill: oh.mayBackfill(e), below: below, now: p.snap.Now}
 }
 
 // describe writes a request the way a person would ask for it: "8×A100-80GB".

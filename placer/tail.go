@@ -239,26 +239,30 @@ func (p *planner) probeEnds(limit state.Duration, backfill bool, gpus int, est e
 // keys (ageKey.pos) from its tail facts if place would: its shape has failed in this pass and
 // it may not hold nodes. It then records it waiting on that shape's
 // reason, notes it for lending, and reports true; otherwise it does
-// nothing and reports false (place decides).
-func (p *planner) tailWaits(it *Pending, pos int, plan *Plan) bool {
+// nothing and reports false (place decides). Where it reports false for
+// a request on the tail's path, open is the request's tail facts and
+// failed its shape's failure in this pass (nil: none yet): place, handed
+// them (planner.open), reads them instead of probing the failure memo
+// again and finding the owner's facts by its name.
+func (p *planner) tailWaits(it *Pending, pos int, plan *Plan) (waits bool, open *tailFacts, failed *failure) {
 	if pos < 0 || pos >= len(p.tails) {
-		return false
+		return false, nil, nil
 	}
 	t := &p.tails[pos]
 	if t.shape < 0 {
-		return false
+		return false, nil, nil
 	}
 	f := p.tailFailed[t.shape]
 	if f == nil {
 		got, ok := p.failed[p.tailShapes[t.shape]]
 		if !ok {
-			return false
+			return false, t, nil
 		}
 		f = &got // a failure is memoised once and kept for the pass
 		p.tailFailed[t.shape] = f
 	}
 	if t.aged && p.holdOwners != nil && t.owner.mayHold(p) {
-		return false
+		return false, t, f
 	}
 	// The entry is read only where teams add to the message or lending
 	// notes the request: it is a cache miss a request at 20,000 queued.
@@ -269,7 +273,7 @@ func (p *planner) tailWaits(it *Pending, pos int, plan *Plan) bool {
 	plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: f.reason, Message: msg})
 	p.noteWaitingAs(t.owner.name, t.owner.backfill, t.priority, t.model, func() *state.QueueEntry { return it.Entry }, f.reason)
 	plan.tailed++
-	return true
+	return true, nil, nil
 }
 
 // passBuffers are the arrays of one entry per queued request that a pass
