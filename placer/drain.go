@@ -137,19 +137,20 @@ func (p *planner) nodeEnds(n *nodeState) []drainEnd {
 // either (a hold's search, claim.go): a search starts after such nodes at
 // the ranking's head (ranking.from).
 func (p *planner) soonest(want int, owner string, claimed bool, ok func(*nodeState) bool) *nodeState {
-	n, read := p.walk(want, owner, claimed, ok)
-	p.walked(want, owner, read) // toward the pair's own ranking (ownrank.go)
+	rk, own := p.rankFor(want, owner) // owner's view (ownrank.go)
+	n, read := p.walk(rk, want, owner, claimed, ok)
+	p.walked(own, want, owner, read) // toward the pair's own ranking
 	return n
 }
 
-// walk is soonest's search of the ranking for owner's holds, with how
+// walk is soonest's search of ranking rk for owner's holds, with how
 // many nodes it read that ok accepted.
-func (p *planner) walk(want int, owner string, claimed bool, ok func(*nodeState) bool) (n *nodeState, read int) {
+func (p *planner) walk(rk *ranking, want int, owner string, claimed bool, ok func(*nodeState) bool) (n *nodeState, read int) {
 	var (
 		changed readyRank
 		found   bool
 	)
-	for _, r := range p.rankFor(want, owner).from(p, claimed) { // owner's view (ownrank.go)
+	for _, r := range rk.from(p, claimed) {
 		if !ok(r.n) {
 			continue
 		}

@@ -512,7 +512,11 @@ func (p *planner) weightedShare(owner string) (float64, float64) {
 	}
 	own := p.usage.share(mine)
 	first, grouped := own, false
-	for _, g := range p.groupsOf(owner) {
+	var groups []string
+	if len(p.snap.GroupQuotas) > 0 { // else no group has a weight
+		groups = p.groupsOf(owner)
+	}
+	for _, g := range groups {
 		if q, ok := p.snap.GroupQuotas[g]; ok && q.Weight != nil && *q.Weight > 0 {
 			gs := p.usage.share(p.usage.groups[g]) / *q.Weight
 			if !grouped || gs > first {

@@ -43,55 +43,68 @@ var ownRankReference bool
 // TestOwnerRankingMatchesReference can make every pair's at once.
 var ownRankWalk = 2
 
+// ownRank is a (size, owner) pair's walk so far and, once that earned
+// it one, its own ranking: one record, found by one look-up a search
+// (soonest), where a map for each took four.
+type ownRank struct {
+	r     *ranking
+	walks int
+}
+
 // rankFor is the ranking soonest walks for a hold of owner's for want
 // GPUs: rankReady's for anyone (owner "", or a pair whose searches have
 // walked ownRankWalk times the nodes or fewer), else every node ranked
 // as owner sees it (rankOf), as the pass stands the first time it is
-// made, kept for the rest of the pass.
-func (p *planner) rankFor(want int, owner string) *ranking {
+// made, kept for the rest of the pass; with the pair's record (nil for
+// owner "", or a pair not yet walked), for walked.
+func (p *planner) rankFor(want int, owner string) (*ranking, *ownRank) {
 	if owner == "" || ownRankReference {
-		return p.rankReady(want)
+		return p.rankReady(want), nil
 	}
-	k := ownRankKey{want, owner}
-	if r, ok := p.rankedOwn[k]; ok {
-		return r
+	o := p.ownRanks[ownRankKey{want, owner}]
+	if o != nil && o.r != nil {
+		return o.r, o
 	}
 	base := p.rankReady(want)
-	if p.walks[k] <= ownRankWalk*len(p.nodes) {
-		return base
+	if o == nil || o.walks <= ownRankWalk*len(p.nodes) {
+		return base, o
 	}
 	r := p.buf.ranking(len(base.ranks))
 	for i, b := range base.ranks {
 		r[i] = p.rankOf(b.n, want, owner)
 	}
 	p.sortRanks(r)
-	if p.rankedOwn == nil {
-		p.rankedOwn = map[ownRankKey]*ranking{}
-	}
-	rk := &ranking{ranks: r, let: p.letGo}
-	p.rankedOwn[k] = rk
-	return rk
+	o.r = &ranking{ranks: r, let: p.letGo}
+	return o.r, o
 }
 
 // walked adds read, the nodes a search for a hold of owner's for want
 // GPUs read that could take the hold (its ok accepted them), to the walk
-// that earns the pair its own ranking (rankFor). The nodes no hold may
+// that earns the pair its own ranking (rankFor); o is the pair's record
+// as rankFor found it. The nodes no hold may
 // take (held, claimed, of another kind) are as many in the owner's own
 // ranking as in the ranking for anyone, so a walk past them earns none:
 // at 2,000 nodes with 2,000 owners each queueing ten requests, every
 // hold's search walked past the nodes held before it, hundreds of owners
 // earned rankings that did not shorten those walks, and counting each
 // node in a map was a third of the pass.
-func (p *planner) walked(want int, owner string, read int) {
+func (p *planner) walked(o *ownRank, want int, owner string, read int) {
 	if owner == "" || ownRankReference || read == 0 {
 		return
 	}
-	k := ownRankKey{want, owner}
-	if _, made := p.rankedOwn[k]; made {
+	if o == nil {
+		if p.ownRanks == nil {
+			p.ownRanks = map[ownRankKey]*ownRank{}
+		}
+		if len(p.ownRankSlab) == cap(p.ownRankSlab) {
+			p.ownRankSlab = make([]ownRank, 0, 64)
+		}
+		p.ownRankSlab = append(p.ownRankSlab, ownRank{})
+		o = &p.ownRankSlab[len(p.ownRankSlab)-1]
+		p.ownRanks[ownRankKey{want, owner}] = o
+	}
+	if o.r != nil {
 		return
 	}
-	if p.walks == nil {
-		p.walks = map[ownRankKey]int{}
-	}
-	p.walks[k] += read
+	o.walks += read
 }

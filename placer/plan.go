@@ -290,10 +290,11 @@ type planner struct {
 	ranked                           map[int]*ranking
 	rankKeys, rankTimes, rankScratch []radixKey
 	rankNamed                        []readyRank
-	// rankedOwn ranks them as an owner's holds see them, for the pairs
-	// whose searches walked far (walks) (ownrank.go).
-	rankedOwn map[ownRankKey]*ranking
-	walks     map[ownRankKey]int
+	// ownRanks is each (size, owner) pair's walk, and its ranking of
+	// the nodes as the owner's holds see them once its searches walked
+	// far (ownrank.go); ownRankSlab holds the records.
+	ownRanks    map[ownRankKey]*ownRank
+	ownRankSlab []ownRank
 	// letGo counts the holds let go in the pass (unhold): a ranking's
 	// held head is read again after one (ranking.held).
 	letGo int
