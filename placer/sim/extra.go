@@ -18,7 +18,13 @@ import (
 // machines; three users of one size each; a whole-machine user whose
 // load rises eightfold; a whole-machine user weighted three to one; one
 // user's sessions declaring no max runtime, as notebooks; whole-machine
-// run times with a long tail; a flood of short 2-GPU runs. Each runs 24
+// run times with a long tail; a flood of short 2-GPU runs. A third
+// eight, built on 3 December 2026: half machines against a 1-GPU flood;
+// three floods one after another; a flood of whole machines against
+// steady users; 2-GPU sessions against 8-GPU ones; four whole-machine
+// users against a 1-GPU flood; Ray gangs of four whole nodes against a
+// 1-GPU flood; a weighted user of long whole-machine runs; half and
+// whole machines against a flood of short 2-GPU runs. Each runs 24
 // simulated hours × hours, judged from a sixth of the way in, at a
 // cluster of nodes 8-GPU nodes, planned every SuiteTick; the hours in
 // the shapes' About are those of a full-length run, and shorter runs
@@ -113,6 +119,52 @@ func ExtraShapes(nodes int, hours float64) []Shape {
 			f := only("f2", nodes, 1.2, Size{GPUs: 2}, Runtime{Mean: 30 * time.Minute})
 			f.Start, f.End = d/6, d/2
 			return cfg(o, s, steady("u0", nodes, 0.45), steady("u1", nodes, 0.45), f)
+		}},
+		// A third eight, built on 3 December 2026 once the policy was
+		// set, and run without changing it.
+		{Name: "4-only-vs-1-flood", About: "one user asking only for 4-GPU sessions (60%) against one flooding 1-GPU sessions (120%)", Build: func(o placer.PlanOptions, s uint64) Config {
+			return cfg(o, s, only("four", nodes, 0.6, Size{GPUs: 4}, Runtime{Mean: time.Hour}),
+				only("flood", nodes, 1.2, Size{GPUs: 1}, Runtime{Mean: time.Hour}))
+		}},
+		{Name: "three-floods", About: "two users at 40%; three floods of 60% each, DefaultMix, over hours 3–9, 6–12 and 9–15", Build: func(o placer.PlanOptions, s uint64) Config {
+			st := []Stream{steady("u0", nodes, 0.4), steady("u1", nodes, 0.4)}
+			for i, u := range []string{"fa", "fb", "fc"} {
+				f := steady(u, nodes, 0.6)
+				f.Start, f.End = time.Duration(1+i)*d/8, time.Duration(3+i)*d/8
+				st = append(st, f)
+			}
+			return cfg(o, s, st...)
+		}},
+		{Name: "8-flood-vs-steady", About: "a flood of 8-GPU sessions at 120% over hours 4–12 against two users at 45% each, DefaultMix", Build: func(o placer.PlanOptions, s uint64) Config {
+			f := only("f8", nodes, 1.2, Size{GPUs: 8}, Runtime{Mean: time.Hour})
+			f.Start, f.End = d/6, d/2
+			return cfg(o, s, steady("u0", nodes, 0.45), steady("u1", nodes, 0.45), f)
+		}},
+		{Name: "2-vs-8", About: "one user asking only for 2-GPU sessions (70%) against one asking only for 8-GPU sessions (50%)", Build: func(o placer.PlanOptions, s uint64) Config {
+			return cfg(o, s, only("two", nodes, 0.7, Size{GPUs: 2}, Runtime{Mean: time.Hour}),
+				only("eight", nodes, 0.5, Size{GPUs: 8}, Runtime{Mean: time.Hour}))
+		}},
+		{Name: "four-8-users-and-flood", About: "four users asking only for 8-GPU sessions, 15% each, against one flooding 1-GPU sessions at 100%", Build: func(o placer.PlanOptions, s uint64) Config {
+			var st []Stream
+			for _, u := range []string{"e0", "e1", "e2", "e3"} {
+				st = append(st, only(u, nodes, 0.15, Size{GPUs: 8}, Runtime{Mean: time.Hour}))
+			}
+			return cfg(o, s, append(st, only("flood", nodes, 1.0, Size{GPUs: 1}, Runtime{Mean: time.Hour}))...)
+		}},
+		{Name: "gangs-4-vs-1-flood", About: "Ray gangs of a head and 3 workers of 8 GPUs each, four whole nodes at once (30%), against a 1-GPU flood at 100%", Build: func(o placer.PlanOptions, s uint64) Config {
+			return cfg(o, s, only("ray", nodes, 0.3, Size{GPUs: 8, Workers: 3}, Runtime{Mean: time.Hour}),
+				only("flood", nodes, 1.0, Size{GPUs: 1}, Runtime{Mean: time.Hour}))
+		}},
+		{Name: "weights-2-8-long", About: "a user of 8-GPU sessions of 2 h (50%) weighted 2 against two users at 50% each, DefaultMix (UserWeights)", Build: func(o placer.PlanOptions, s uint64) Config {
+			c := cfg(o, s, only("big", nodes, 0.5, Size{GPUs: 8}, Runtime{Mean: 2 * time.Hour}), steady("u0", nodes, 0.5), steady("u1", nodes, 0.5))
+			c.UserWeights = map[string]float64{"big": 2}
+			return c
+		}},
+		{Name: "4-and-8-vs-2-flood", About: "users of 4-GPU and of 8-GPU sessions of 2 h (30% each) against a flood of 20-minute 2-GPU sessions at 100% over hours 3–15", Build: func(o placer.PlanOptions, s uint64) Config {
+			f := only("f2", nodes, 1.0, Size{GPUs: 2}, Runtime{Mean: 20 * time.Minute})
+			f.Start, f.End = d/8, 5*d/8
+			return cfg(o, s, only("four", nodes, 0.3, Size{GPUs: 4}, Runtime{Mean: 2 * time.Hour}),
+				only("eight", nodes, 0.3, Size{GPUs: 8}, Runtime{Mean: 2 * time.Hour}), f)
 		}},
 	}
 	for i := range shapes {

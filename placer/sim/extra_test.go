@@ -18,19 +18,27 @@ var extraShortfalls = []shortfall{
 	{"8-flood-and-1-flood", "jain-min", 0.92}, // 0.925–0.969: the 1-GPU flood's arrival at a full cluster
 	{"2-gpu-flood", "jain-min", 0.88},         // 0.894–0.965: the 2-GPU flood's arrival at a full cluster
 	{"half-no-limit", "ratio", 4.5},           // 0.34–3.88: bursts of 8-GPU arrivals wait out drains a 1-GPU request does not
+	// The third eight (3 December 2026), run at the policy as it was set:
+	{"8-flood-vs-steady", "jain-min", 0.85},       // 0.866–0.947: the 8-GPU flood's arrival at a full cluster, whole nodes only as they drain
+	{"four-8-users-and-flood", "jain-min", 0.76},  // 0.776–0.877: holds drain the other whole-machine users' nodes, not the flood's
+	{"four-8-users-and-flood", "jain-mean", 0.93}, // 0.941–0.966
+	{"gangs-4-vs-1-flood", "jain-min", 0.66},      // 0.680–0.838: a gang's four held nodes drain one by one, each held for its own gang
+	{"gangs-4-vs-1-flood", "jain-mean", 0.92},     // 0.937–0.973
 }
 
 // extra2000Shortfalls are the goals not reached on the shapes outside the
 // suite at 2,000 nodes over a quarter of their hours, each with its
 // floor, as extraShortfalls.
 var extra2000Shortfalls = []shortfall{
-	{"weights-8-heavy", "jain-min", 0.89}, // 0.911–0.946: the start; the 1-GPU user filled the empty cluster before the window opened
+	{"weights-8-heavy", "jain-min", 0.89},         // 0.911–0.946: the start; the 1-GPU user filled the empty cluster before the window opened
+	{"four-8-users-and-flood", "jain-min", 0.84},  // 0.856–0.877: as at 200 nodes
+	{"four-8-users-and-flood", "jain-mean", 0.94}, // 0.950–0.953
 }
 
 // extraArrivals names, for the shapes outside the suite whose Jain goal
 // is missed at a flood's arrival, the flooding user: every pass below
 // the goal must come within half an hour of its stream's start.
-var extraArrivals = map[string]string{"8-flood-and-1-flood": "f1", "2-gpu-flood": "f2"}
+var extraArrivals = map[string]string{"8-flood-and-1-flood": "f1", "2-gpu-flood": "f2", "8-flood-vs-steady": "f8"}
 
 // TestExtraShapesAt200Nodes runs the shapes outside the suite
 // (ExtraShapes: workloads the policy was not tuned on) at 200 nodes,
@@ -42,7 +50,7 @@ var extraArrivals = map[string]string{"8-flood-and-1-flood": "f1", "2-gpu-flood"
 // of the flood's arrival (a newcomer gets only the GPUs that free:
 // 8-flood-and-1-flood's 1-GPU flood arrives at 6h, the passes below are
 // at 6h20 to 6h28 on seeds 1–3; 2-gpu-flood's arrives at 4h, at 4h06 to
-// 4h12).
+// 4h12; 8-flood-vs-steady's 8-GPU flood at 4h, at 4h08 to 4h28).
 func TestExtraShapesAt200Nodes(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
 	if testing.Short() {
