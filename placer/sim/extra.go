@@ -35,6 +35,14 @@ func ExtraShapes(nodes int, hours float64) []Shape {
 	cfg := func(o placer.PlanOptions, seed uint64, streams ...Stream) Config {
 		return Config{Nodes: nodes, Plan: o, Streams: streams, Duration: d, Tick: SuiteTick, Seed: seed, From: d / 6}
 	}
+	// floodBeside is a flood of user's sessions of gpus GPUs, mean run
+	// time run, offering load over hours 4–12, beside two users at 45%
+	// each in DefaultMix.
+	floodBeside := func(o placer.PlanOptions, seed uint64, user string, gpus int, load float64, run time.Duration) Config {
+		f := only(user, nodes, load, Size{GPUs: gpus}, Runtime{Mean: run})
+		f.Start, f.End = d/6, d/2
+		return cfg(o, seed, steady("u0", nodes, 0.45), steady("u1", nodes, 0.45), f)
+	}
 	odd := []Size{{GPUs: 1, Share: 0.35}, {GPUs: 3, Share: 0.2}, {GPUs: 5, Share: 0.2}, {GPUs: 6, Share: 0.15}, {GPUs: 8, Share: 0.1}}
 	half := []Size{{GPUs: 4, Share: 0.6}, {GPUs: 8, Share: 0.4}}
 	shapes := []Shape{
@@ -116,9 +124,7 @@ func ExtraShapes(nodes int, hours float64) []Shape {
 				only("small", nodes, 0.6, Size{GPUs: 1}, Runtime{Mean: time.Hour}))
 		}},
 		{Name: "2-gpu-flood", About: "a flood of 2-GPU sessions of 30 min at 120% over hours 4–12 beside two users at 45% each", Build: func(o placer.PlanOptions, s uint64) Config {
-			f := only("f2", nodes, 1.2, Size{GPUs: 2}, Runtime{Mean: 30 * time.Minute})
-			f.Start, f.End = d/6, d/2
-			return cfg(o, s, steady("u0", nodes, 0.45), steady("u1", nodes, 0.45), f)
+			return floodBeside(o, s, "f2", 2, 1.2, 30*time.Minute)
 		}},
 		// A third eight, built on 3 December 2026 once the policy was
 		// set, and run without changing it.
@@ -136,9 +142,7 @@ func ExtraShapes(nodes int, hours float64) []Shape {
 			return cfg(o, s, st...)
 		}},
 		{Name: "8-flood-vs-steady", About: "a flood of 8-GPU sessions at 120% over hours 4–12 against two users at 45% each, DefaultMix", Build: func(o placer.PlanOptions, s uint64) Config {
-			f := only("f8", nodes, 1.2, Size{GPUs: 8}, Runtime{Mean: time.Hour})
-			f.Start, f.End = d/6, d/2
-			return cfg(o, s, steady("u0", nodes, 0.45), steady("u1", nodes, 0.45), f)
+			return floodBeside(o, s, "f8", 8, 1.2, time.Hour)
 		}},
 		{Name: "2-vs-8", About: "one user asking only for 2-GPU sessions (70%) against one asking only for 8-GPU sessions (50%)", Build: func(o placer.PlanOptions, s uint64) Config {
 			return cfg(o, s, only("two", nodes, 0.7, Size{GPUs: 2}, Runtime{Mean: time.Hour}),
