@@ -35,7 +35,7 @@ image: build
 
 ## test: install what the tests need if missing (deploy/test-setup.sh), then the whole suite:
 ## Go with the race detector; the placement simulator's tests again without it (under it each 200-node policy
-## test runs a few of its seeds and strategies, without it every one: about 7 minutes); then the JupyterHub
+## test runs a few of its seeds and strategies, without it every one: about 8½ minutes); then the JupyterHub
 ## spawner's tests (what CI runs).
 ## VOYAGER_TEST_REQUIRE=all (internal/testreq): a test whose real component is missing fails, never skips.
 test:
