@@ -301,7 +301,7 @@ func (p *planner) mayHoldAged(e *state.QueueEntry) bool {
 }
 
 // mayHoldOpen is mayHold for a request on the tail's path whose tail
-// facts are t (planner.open): it holds no nodes, and its age and owner's
+// facts are t (placeOpen): it holds no nodes, and its age and owner's
 // holds are in t (not the tail's memo of mayHold, which may be stale).
 func (p *planner) mayHoldOpen(t *tailFacts) bool {
 	return t.aged && p.holdOwners != nil && t.owner.holds.mayHold()

@@ -234,12 +234,6 @@ type planner struct {
 	quotas bool
 	// holds marks every session some node is reserved for.
 	holds map[string]bool
-	// open is the tail facts of the request the order hands place next,
-	// where tailWaits left it on the tail's path (else nil), and
-	// openFailed its shape's failure in the pass, if any; place takes
-	// them.
-	open       *tailFacts
-	openFailed *failure
 	// collided is set when a pinned session, at its turn, finds any of
 	// what it holds (devices, ports, CPU, memory) taken by a session
 	// placed before it.
@@ -485,8 +479,16 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 		if waits {
 			continue
 		}
-		p.open, p.openFailed = open, failed // for place, which takes them
-		if d, ok := p.placeElastic(it, position, plan); ok {
+		var (
+			d  Decision
+			ok bool
+		)
+		if open != nil { // on the tail's path: neither elastic nor pinned
+			d, ok = p.placeOpen(it, position, plan, open, failed)
+		} else {
+			d, ok = p.placeElastic(it, position, plan)
+		}
+		if ok {
 			plan.Bound = append(plan.Bound, d)
 			order.placed(it.Entry, p)
 			if emit != nil {
@@ -529,6 +531,13 @@ func (p *planner) reindex(n *nodeState) {
 
 // place tries to bind it; on failure it records a Waiting entry.
 func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) {
+	return p.placeOpen(it, position, plan, nil, nil)
+}
+
+// placeOpen is place for a request whose tail facts are open where it is
+// on the tail's path (tailWaits left it to place), with failed its
+// shape's failure in this pass, if any; nil for any other request.
+func (p *planner) placeOpen(it *Pending, position int, plan *Plan, open *tailFacts, failed *failure) (Decision, bool) {
 	e := it.Entry
 	budget := state.TxnBudget{MaxOps: p.opt.MaxTxnOps}
 	scopes := 0
@@ -536,15 +545,10 @@ func (p *planner) place(it *Pending, position int, plan *Plan) (Decision, bool) 
 		scopes = len(quotaScopes(e, p.snap))
 	}
 	quotaChecked := false
-	// open is e's tail facts where it is on the tail's path (tailWaits),
-	// and failed its shape's failure in this pass, if any: the same
-	// shape the block below probes the memo with (the pass's quotas,
-	// holds, budgets and reserve owners as gatherTail read them), so
-	// they answer as it would, and e's owner's facts are read from them
-	// rather than by its name. A request placed any other way (pinned,
-	// elastic, in tests) finds them nil.
-	open, failed := p.open, p.openFailed
-	p.open, p.openFailed = nil, nil
+	// With open, the tail probed the same shape the block below probes
+	// the memo with (the pass's quotas, holds, budgets and reserve
+	// owners as gatherTail read them), so failed answers as it would,
+	// and e's owner's facts are read from open rather than by its name.
 	if open != nil {
 		if failed != nil && !p.mayHoldOpen(open) {
 			plan.Waiting = append(plan.Waiting, Waiting{Pending: it, Reason: failed.reason, Message: p.teamNote(e, failed.reason, failed.message)})

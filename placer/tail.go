@@ -241,9 +241,9 @@ func (p *planner) probeEnds(limit state.Duration, backfill bool, gpus int, est e
 // reason, notes it for lending, and reports true; otherwise it does
 // nothing and reports false (place decides). Where it reports false for
 // a request on the tail's path, open is the request's tail facts and
-// failed its shape's failure in this pass (nil: none yet): place, handed
-// them (planner.open), reads them instead of probing the failure memo
-// again and finding the owner's facts by its name.
+// failed its shape's failure in this pass (nil: none yet): placeOpen
+// reads them instead of probing the failure memo again and finding the
+// owner's facts by its name.
 func (p *planner) tailWaits(it *Pending, pos int, plan *Plan) (waits bool, open *tailFacts, failed *failure) {
 	if pos < 0 || pos >= len(p.tails) {
 		return false, nil, nil
