@@ -69,13 +69,16 @@ const (
 	RuleBands
 	// RuleLend is lending only short work (lend.go).
 	RuleLend
+	// RuleTransfer is draining nodes of owners above their fair share
+	// for whole-machine requests of owners below it (transfer.go).
+	RuleTransfer
 )
 
 // ruleNames names each rule as ParseRules reads it, in String's order.
-var ruleNames = []string{"reserve", "claims", "drainfit", "bands", "lend"}
+var ruleNames = []string{"reserve", "claims", "drainfit", "bands", "lend", "transfer"}
 
 // ParseRules reads a comma-separated list of rule names (reserve,
-// claims, drainfit, bands, lend) into a set; empty is none.
+// claims, drainfit, bands, lend, transfer) into a set; empty is none.
 func ParseRules(s string) (Rules, error) {
 	var out Rules
 	for _, f := range strings.Split(s, ",") {
@@ -465,6 +468,7 @@ func newPlan(s *Snapshot, opt PlanOptions, emit emitFunc) (plan *Plan, collided 
 	}
 	p.holdLarge(plan)
 	p.standingReserve(plan)
+	p.transferReserve(plan)
 	order := p.order()
 	p.gatherTail() // tail.go
 	position := 0

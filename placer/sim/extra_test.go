@@ -15,24 +15,22 @@ import (
 // says why for each.
 var extraShortfalls = []shortfall{
 	{"odd-sizes", "ratio", 20},                // 5.16–13.63: 5- and 6-GPU requests fit no node a 1-GPU one leaves
-	{"8-flood-and-1-flood", "jain-min", 0.92}, // 0.925–0.969: the 1-GPU flood's arrival at a full cluster
-	{"2-gpu-flood", "jain-min", 0.88},         // 0.894–0.965: the 2-GPU flood's arrival at a full cluster
+	{"8-flood-and-1-flood", "jain-min", 0.92}, // 0.925–0.976: the 1-GPU flood's arrival at a full cluster
+	{"2-gpu-flood", "jain-min", 0.88},         // 0.896–0.966: the 2-GPU flood's arrival at a full cluster
 	{"half-no-limit", "ratio", 4.5},           // 0.34–3.88: bursts of 8-GPU arrivals wait out drains a 1-GPU request does not
 	// The third eight (3 December 2026), run at the policy as it was set:
-	{"8-flood-vs-steady", "jain-min", 0.85},       // 0.866–0.947: the 8-GPU flood's arrival at a full cluster, whole nodes only as they drain
-	{"four-8-users-and-flood", "jain-min", 0.76},  // 0.776–0.877: holds drain the other whole-machine users' nodes, not the flood's
-	{"four-8-users-and-flood", "jain-mean", 0.93}, // 0.941–0.966
-	{"gangs-4-vs-1-flood", "jain-min", 0.66},      // 0.680–0.838: the drain bound, four whole nodes at once from a flood of 1-hour exponential runs
-	{"gangs-4-vs-1-flood", "jain-mean", 0.92},     // 0.937–0.973
+	{"8-flood-vs-steady", "jain-min", 0.85},      // 0.869–0.947: the 8-GPU flood's arrival at a full cluster, whole nodes only as they drain
+	{"four-8-users-and-flood", "jain-min", 0.78}, // 0.806–0.904: the flood's excess, taken while the others asked for little, back only as its nodes drain (0.776–0.877 without transfer, its mean 0.941–0.966)
+	{"gangs-4-vs-1-flood", "jain-min", 0.66},     // 0.680–0.838: the drain bound, four whole nodes at once from a flood of 1-hour exponential runs
+	{"gangs-4-vs-1-flood", "jain-mean", 0.92},    // 0.937–0.973
 }
 
 // extra2000Shortfalls are the goals not reached on the shapes outside the
 // suite at 2,000 nodes over a quarter of their hours, each with its
 // floor, as extraShortfalls.
 var extra2000Shortfalls = []shortfall{
-	{"weights-8-heavy", "jain-min", 0.89},         // 0.911–0.946: the start; the 1-GPU user filled the empty cluster before the window opened
-	{"four-8-users-and-flood", "jain-min", 0.84},  // 0.856–0.877: as at 200 nodes
-	{"four-8-users-and-flood", "jain-mean", 0.94}, // 0.950–0.953
+	{"weights-8-heavy", "jain-min", 0.89},        // 0.911–0.946: the start; the 1-GPU user filled the empty cluster before the window opened
+	{"four-8-users-and-flood", "jain-min", 0.92}, // 0.940–0.942: as at 200 nodes (0.856–0.877 without transfer, its mean 0.950–0.953)
 }
 
 // extraArrivals names, for the shapes outside the suite whose Jain goal
