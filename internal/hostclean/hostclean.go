@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/coreos/go-iptables/iptables"
 
@@ -54,6 +56,10 @@ var (
 	NetStateRoot = "/run/voyager/net"
 	// CDIRoot holds the agents' simulated CDI specs.
 	CDIRoot = "/run/voyager/cdi"
+	// ShimSocketRoot holds the containerd shims' sockets: containerd's
+	// shims put theirs there whatever the daemon's state directory, a
+	// test's private daemon's too.
+	ShimSocketRoot = "/run/containerd/s"
 )
 
 // Name patterns of Voyager's objects that carry no owner record: those
@@ -118,6 +124,9 @@ func Sweep(ctx context.Context, opts Options) (Report, error) {
 			continue
 		}
 		s.owned(ctx, o)
+	}
+	if opts.Match == nil {
+		s.staleShimSockets()
 	}
 	if opts.All {
 		s.allNetworks(ctx)
@@ -503,4 +512,37 @@ func processAlive(pid int) bool {
 func dirExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
+}
+
+// staleShimSockets removes the shim sockets in ShimSocketRoot that
+// nothing listens on any more and that are over a minute old: a shim
+// killed before it could remove its own leaves one (three a make test
+// run, found accumulating on a test machine). A live shim accepts a
+// connection, so a socket that refuses one is no process's; the minute
+// spares one whose shim has bound it and not yet begun to listen.
+func (s *sweeper) staleShimSockets() {
+	entries, _ := os.ReadDir(ShimSocketRoot)
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket == 0 {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < time.Minute {
+			continue
+		}
+		p := filepath.Join(ShimSocketRoot, e.Name())
+		c, err := net.DialTimeout("unix", p, time.Second)
+		if err == nil {
+			_ = c.Close()
+			continue
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			continue
+		}
+		if err := os.Remove(p); err != nil {
+			s.fail(fmt.Errorf("remove stale shim socket %s: %w", p, err))
+			continue
+		}
+		s.removed("shim socket", p)
+	}
 }

@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -236,5 +239,51 @@ func TestSweepOwnAfterAChildEnded(t *testing.T) {
 	}
 	if after := leftovers(t, tag, pid); len(after) > 0 {
 		t.Fatalf("after the Own sweep these remain: %v (it removed %v)", after, rep.Removed)
+	}
+}
+
+// TestSweepRemovesStaleShimSockets: a shim killed before it removed its
+// socket leaves the file behind (three a make test run accumulated on a
+// test machine). Sweep removes a socket nothing listens on once it is a
+// minute old, and leaves a live one, and a stale one younger than that,
+// alone.
+func TestSweepRemovesStaleShimSockets(t *testing.T) {
+	dir := t.TempDir()
+	defer func(old string) { hostclean.ShimSocketRoot = old }(hostclean.ShimSocketRoot)
+	hostclean.ShimSocketRoot = dir
+	listen := func(name string) *net.UnixListener {
+		l, err := net.Listen("unix", filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.(*net.UnixListener)
+	}
+	live := listen("live")
+	defer live.Close()
+	for _, name := range []string{"stale", "young"} {
+		l := listen(name)
+		l.SetUnlinkOnClose(false) // as a killed shim leaves it
+		_ = l.Close()
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	for _, name := range []string{"live", "stale"} {
+		if err := os.Chtimes(filepath.Join(dir, name), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := hostclean.Sweep(context.Background(), hostclean.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Logf("sweep: %v", err) // other leftovers' failures are not this test's
+	}
+	if _, err := os.Stat(filepath.Join(dir, "stale")); !os.IsNotExist(err) {
+		t.Errorf("the stale socket is still there (%v), want it removed", err)
+	}
+	if !slices.Contains(rep.Removed, "shim socket "+filepath.Join(dir, "stale")) {
+		t.Errorf("report %v, want the stale socket named", rep.Removed)
+	}
+	for _, name := range []string{"live", "young"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s socket: %v, want it left alone", name, err)
+		}
 	}
 }
