@@ -12,5 +12,8 @@
 // binary's agents and voyager dev processes inherit), and containerd
 // namespaces voyager-test-<pid>-<n> whose pid has ended. The test harnesses
 // run that at the start of every test binary, so a run killed midway is
-// cleaned by the next one.
+// cleaned by the next one. Every sweep but one limited by Options.Match
+// also removes the containerd shims' sockets that nothing listens on any
+// more (ShimSocketRoot): a shim killed before it removed its own leaves
+// one, whoever ran it, and no process can use it.
 package hostclean
