@@ -3,7 +3,6 @@ package placer
 import (
 	"fmt"
 	"slices"
-	"time"
 )
 
 // Transfer (issue 34). A hold drains the node that has a whole machine
@@ -67,14 +66,10 @@ func (p *planner) transferReserve(plan *Plan) {
 	if want <= 0 {
 		return
 	}
-	// Nodes of owners above their share only; those already kept count
+	// Nodes of owners above their share only, ranked as a hold's search
+	// ranks them (soonest by max runtimes); those already kept count
 	// against want.
-	type cand struct {
-		n     *nodeState
-		known bool
-		at    time.Time
-	}
-	var cands []cand
+	var cands []readyRank
 	for _, n := range p.nodes {
 		if n.totalGPU < whole || n.view.Cordon != nil || n.usedGPU == 0 || !p.onlyOf(n, above) {
 			continue
@@ -83,26 +78,19 @@ func (p *planner) transferReserve(plan *Plan) {
 			want--
 			continue
 		}
-		at, known := p.readyBy(n, whole)
-		cands = append(cands, cand{n, known, at})
+		cands = append(cands, p.rankOf(n, whole, ""))
 	}
 	if want <= 0 || len(cands) == 0 {
 		return
 	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		if a.known != b.known {
-			if a.known {
-				return -1
-			}
+	slices.SortFunc(cands, func(a, b readyRank) int {
+		if a.before(b) {
+			return -1
+		}
+		if b.before(a) {
 			return 1
 		}
-		if c := a.at.Compare(b.at); a.known && c != 0 {
-			return c
-		}
-		if a.n.freeGPUs != b.n.freeGPUs {
-			return b.n.freeGPUs - a.n.freeGPUs
-		}
-		return int(a.n.byName - b.n.byName)
+		return 0
 	})
 	what := fmt.Sprintf("%d-GPU requests of owners below their fair share: others hold %d GPUs beyond theirs, so nodes running only their sessions drain for those owed them",
 		whole, excess/1000)
