@@ -36,9 +36,10 @@ func (h *harness) fillNode(node, id, owner string, gpus int, ends time.Time) {
 // held node, and the held request's reason says gpu-2's room is expected
 // "by its sessions' max runtimes and their owners' recent run times":
 // the queue view of an API given the same setting says the same. An API
-// without it (today's view before the change, or the setting off) keeps
-// bob waiting, gpu-2 one GPU free, and expects its room by max runtimes
-// alone. A real placer with estimates then binds bob's session on gpu-2
+// without it (today's view before the change, or the setting off) knows
+// only bob's 72 hours, which would not backfill gpu-2: bob, a newcomer,
+// claims its free GPU and starts at once (placer/claim.go), and ada's
+// request holds gpu-1 instead, its room expected by max runtimes alone. A real placer with estimates then binds bob's session on gpu-2
 // and writes ada's reason word for word as the view said it (the
 // status adds her position).
 func TestQueueViewPlansWithOwnersRunTimes(t *testing.T) {
@@ -73,11 +74,11 @@ func TestQueueViewPlansWithOwnersRunTimes(t *testing.T) {
 	time.Sleep(plan.ReserveAfter) // both past their hold delays
 
 	root := h.token("root", "admin")
-	held := func(free int, how string) string {
-		return fmt.Sprintf("node gpu-2 (%d of 8 GPUs free, the rest draining as its sessions end, room expected by %s UTC by %s)", free, drains.Format("15:04"), how)
+	held := func(node string, at time.Time, how string) string {
+		return fmt.Sprintf("node %s (0 of 8 GPUs free, the rest draining as its sessions end, room expected by %s UTC by %s)", node, at.Format("15:04"), how)
 	}
-	withEstimates := held(0, "its sessions' max runtimes and their owners' recent run times")
-	byBounds := held(1, "its sessions' max runtimes")
+	withEstimates := held("gpu-2", drains, "its sessions' max runtimes and their owners' recent run times")
+	byBounds := held("gpu-1", now.Add(2*time.Hour).Truncate(time.Minute), "its sessions' max runtimes")
 	// view waits for the view's entries of bob and ada, once ada's reason
 	// says what to: the API's caches of the queue and of runtimes/ catch
 	// up on their own watches. A view that never plans with bob's run
@@ -105,8 +106,8 @@ func TestQueueViewPlansWithOwnersRunTimes(t *testing.T) {
 	}
 	off := startHarness(t, h.cli, harnessOpts{plan: plan})
 	bobsOff, adasOff := view(off, byBounds)
-	if bobsOff.Reason == "Placing" || strings.Contains(adasOff.Message, "recent run times") {
-		t.Errorf("without estimates: bob's %q, ada's %q; want bob waiting and ada's room expected by max runtimes alone", bobsOff.Reason, adasOff.Message)
+	if bobsOff.Reason != "Placing" || strings.Contains(adasOff.Message, "recent run times") {
+		t.Errorf("without estimates: bob's %q, ada's %q; want bob placed on gpu-2 and ada's room on gpu-1 expected by max runtimes alone", bobsOff.Reason, adasOff.Message)
 	}
 
 	// A real placer with estimates does what the view said.

@@ -30,11 +30,17 @@ import (
 // claims. A claim reserves nothing for the order: at their turn requests
 // go where the strategy puts them. Claims count against the owner's hold
 // budget in holdLarge (what fits now is GPUs the owner gets this pass),
-// which bounds the searches they cost as holds are bounded. On fewer than
-// 20 nodes nothing is claimed: at 16 nodes, where a node is 6% of the
-// cluster, the drains that claims took from the owners above their share
-// put 19 of the suite's 66 runs below TestSuiteGoals' floors
-// (placer/README.md).
+// which bounds the searches they cost as holds are bounded.
+//
+// On fewer than 20 nodes only a newcomer claims (an owner holding less
+// than newcomerBelow of its share): at 16 nodes, where a node is 6% of
+// the cluster, the drains that claims by every owner below claimBelow
+// took from the owners above their share put 19 of the suite's 66 runs
+// below TestSuiteGoals' floors (placer/README.md). And there a claim
+// keeps holds off its node only where its request could not backfill
+// them (yields): where it ends before the node drains, the hold takes
+// the node it drains soonest and the claiming request runs there
+// beside it.
 //
 // What claims cost: the owner above its share starts fewer large
 // requests while the others are well below theirs, since the nodes that
@@ -52,6 +58,10 @@ type claimState struct {
 	// miss memoises shapes that fit no node beside the claims: claims and
 	// holds only take capacity within a pass.
 	miss map[shape]bool
+	// blocks marks the nodes where some claim keeps holds off: all of
+	// them with claimed GPUs, but where claims yield (yields), only those
+	// with a claim its request could not backfill.
+	blocks map[*nodeState]bool
 }
 
 // claimBelow is the part of its fair share under which an owner's
@@ -65,12 +75,9 @@ type claimState struct {
 const claimBelow = 0.9
 
 // claimable reports whether e is a request whose fit holdLarge claims: a
-// single part of whole GPUs of any model, of an owner holding less than
-// claimBelow of its fair share, on a cluster of at least 20 nodes (below
-// that, as for the standing reserve, one node is over 5% of the GPUs,
-// and a drain lost by the holds after a claim cost more than the claim
-// won: placer/README.md), while the owner's claims and holds are below
-// its hold budget (what it is owed; this also bounds the searches).
+// single part of whole GPUs of any model, of an owner whose requests
+// claim (claimOwner), while the owner's claims and holds are below its
+// hold budget (what it is owed; this also bounds the searches).
 func (p *planner) claimable(e *state.QueueEntry, oh *ownerHolds) bool {
 	if !oh.claims || oh.claimsSpent() {
 		return false
@@ -80,18 +87,51 @@ func (p *planner) claimable(e *state.QueueEntry, oh *ownerHolds) bool {
 }
 
 // claimOwner reports whether the fitting requests of the owner whose
-// budgets are oh, holding held GPUs, claim: it holds less than
-// claimBelow of its fair share (it has a hold budget), on a cluster of at
-// least 20 nodes. entitle asks, once a pass (ownerHolds.claims).
+// budgets are oh, holding held GPUs, claim: holds are on, and it holds
+// less than claimBelow of its fair share (it has a hold budget) on a
+// cluster of at least 20 nodes, less than newcomerBelow of it on a
+// smaller one (below 20, as for the standing reserve, one node is over
+// 5% of the GPUs, and a drain lost by the holds after a claim cost more
+// than the claim won: placer/README.md). entitle asks, once a pass
+// (ownerHolds.claims).
 func (p *planner) claimOwner(oh *ownerHolds, held int64) bool {
-	if !p.keepsAhead() || !p.on(RuleClaims) {
+	if p.opt.ReserveAfter <= 0 || !p.on(RuleClaims) {
 		return false
 	}
 	b := oh.budget
 	if b <= 0 {
 		return false
 	}
+	if !p.keepsAhead() {
+		return float64(held) < newcomerBelow*float64(held+b)
+	}
 	return float64(held) < claimBelow*float64(held+b)
+}
+
+// newcomerBelow is the part of its fair share under which an owner's
+// requests claim on a cluster of fewer than 20 nodes: a newcomer, or an
+// owner whose sessions have all but ended. There claims are a newcomer's
+// answer to the holds alone. On a full small cluster each GPU that frees
+// went to the hold of an owner above its share whose requests had aged
+// (on its charge budget, hold.go), while the newcomer's requests, younger
+// than their hold delay, neither held nor claimed: it waited its first
+// ReserveAfter with GPUs freeing beside it (TestNewcomerClaimsOnAFullCluster).
+// Claims by every owner below claimBelow took the drains of the owners
+// above their share all the time at 16 nodes (placer/README.md, "Tried
+// and not kept"); a newcomer's claims end with its first sessions.
+const newcomerBelow = 0.1
+
+// yields reports whether claims in this pass keep holds only off nodes
+// where some claim could not backfill the hold (claimState.blocks): below
+// 20 nodes, where claims are a newcomer's. A claim whose request ends, by
+// its max runtime, before the node drains (backfills) loses nothing to a
+// hold there, and keeping the hold off sent the holder to a node that
+// drains later (on two nodes, api's TestQueueViewPlansWithOwnersRunTimes:
+// an 8-GPU request of an owner below its share held the node draining in
+// two hours, not the one draining in one, for a 10-minute request's one
+// GPU).
+func (p *planner) yields() bool {
+	return !p.keepsAhead()
 }
 
 // claimYoung reads e, a request not yet past its hold delay, in
@@ -119,7 +159,7 @@ func (p *planner) claimYoung(q *holdGroups, more bool, e *state.QueueEntry, oh *
 func (p *planner) claimFit(e *state.QueueEntry, oh *ownerHolds, rec *state.RuntimeRecord) bool {
 	c := &p.claims
 	if c.gpus == nil {
-		*c = claimState{gpus: map[*nodeState]int{}, short: map[int]map[string]bool{}, miss: map[shape]bool{}}
+		*c = claimState{gpus: map[*nodeState]int{}, short: map[int]map[string]bool{}, miss: map[shape]bool{}, blocks: map[*nodeState]bool{}}
 	}
 	pt := &p.claimPart
 	*pt = p.partWith(e, partsOf(e), 0, oh, rec)
@@ -138,6 +178,12 @@ func (p *planner) claimFit(e *state.QueueEntry, oh *ownerHolds, rec *state.Runti
 	// them).
 	before := n.freeGPUs - c.gpus[n]
 	c.gpus[n] += g
+	if !p.yields() || !backfillsBy(pt, p.drainOf(n)) {
+		if c.blocks == nil {
+			c.blocks = map[*nodeState]bool{}
+		}
+		c.blocks[n] = true
+	}
 	for s := before - g + 1; s <= before; s++ {
 		if c.short[s] == nil {
 			c.short[s] = map[string]bool{}
@@ -154,8 +200,8 @@ func (oh *ownerHolds) claimsSpent() bool {
 	return oh.budget > 0 && oh.claimed > 0 && oh.gpus+oh.claimed >= oh.budget
 }
 
-// claimed reports whether some request claimed GPUs on n in this pass:
-// no hold takes it.
+// claimed reports whether some request claimed GPUs on n in this pass
+// that keep holds off it (claimState.blocks): no hold takes it.
 func (p *planner) claimed(n *nodeState) bool {
-	return p.claims.gpus[n] > 0
+	return p.claims.blocks[n]
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/voyager-gpu/voyager/state"
 )
 
 // claimCluster is 20 nodes of 8 GPUs (160): n00 has 4 GPUs free (bob
@@ -63,11 +65,13 @@ func TestBelowShareFitClaimsItsNode(t *testing.T) {
 	}
 }
 
-// TestNoClaimsBelowTwentyNodes: on a cluster of fewer than 20 nodes a
-// fitting request claims nothing (the 16-node suite lost more to the
-// over-share owners' lost drains than the claims won): the same cluster
-// less four of bob's full nodes leaves n00 to bob's hold as before.
-func TestNoClaimsBelowTwentyNodes(t *testing.T) {
+// TestOnlyNewcomersClaimBelowTwentyNodes: on a cluster of fewer than 20
+// nodes only a newcomer's fitting request claims (the 16-node suite lost
+// more to the over-share owners' lost drains than claims by every owner
+// below its share won): the same cluster less four of bob's full nodes,
+// where ada holds half her share, leaves n00 to bob's hold as before
+// claims. TestNewcomerClaimsOnAFullCluster has a newcomer claim there.
+func TestOnlyNewcomersClaimBelowTwentyNodes(t *testing.T) {
 	s := claimCluster()
 	s.Nodes = s.Nodes[:16]
 	plan := NewPlan(s, PlanOptions{ReserveAfter: 10 * time.Minute, Strategy: Spread})
@@ -123,11 +127,12 @@ func fullOf(n int, owner string, free int) []NodeView {
 // aged 2-GPU requests, which count as large (more than the one GPU free)
 // and hold on her charge the nodes closest to fitting them, the freed
 // GPU's first; bob's young request may not hold (not for ReserveAfter)
-// but claims the GPU it fits before her holds are read. With claims off,
-// as below 20 nodes, her hold takes n00 and bob waits: there every GPU
-// that frees goes to her holds until his requests have aged
-// (placer/README.md, "Goals not reached": TestFairShare on a loaded
-// machine, ada 67 GPUs, bob 12).
+// but claims the GPU it fits before her holds are read. So it is on 16
+// nodes, where only a newcomer claims (newcomerBelow). With claims off
+// her hold takes n00 and bob waits: every GPU that frees would go to her
+// holds until his requests had aged (placer/README.md: TestFairShare on
+// a loaded machine, ada 67 GPUs, bob 12, before newcomers claimed below
+// 20 nodes).
 func TestNewcomerClaimsOnAFullCluster(t *testing.T) {
 	newcomer := func(nodes int) *Snapshot {
 		s := snap(fullOf(nodes, "ada", 1))
@@ -139,21 +144,68 @@ func TestNewcomerClaimsOnAFullCluster(t *testing.T) {
 		return s
 	}
 	opt := PlanOptions{ReserveAfter: 10 * time.Minute}
-	plan := NewPlan(newcomer(20), opt)
-	if id := plan.Reserved["n00"]; id != "" {
-		t.Errorf("n00 is held for %s, want it left to bob's young request (held: %v)", id, plan.Reserved)
+	for _, nodes := range []int{20, 16, 4} {
+		plan := NewPlan(newcomer(nodes), opt)
+		if id := plan.Reserved["n00"]; id != "" {
+			t.Errorf("%d nodes: n00 is held for %s, want it left to bob's young request (held: %v)", nodes, id, plan.Reserved)
+		}
+		if len(plan.Bound) != 1 || plan.Bound[0].Pending.Entry.Session != "bob-0" || plan.Bound[0].Parts[0].Node != "n00" {
+			t.Errorf("%d nodes: bound %v, want bob's bob-0 on n00", nodes, plan.Bound)
+		}
 	}
-	if len(plan.Bound) != 1 || plan.Bound[0].Pending.Entry.Session != "bob-0" || plan.Bound[0].Parts[0].Node != "n00" {
-		t.Errorf("bound %v, want bob's bob-0 on n00", plan.Bound)
-	}
-	for name, s := range map[string]*Snapshot{"without claims": newcomer(20), "16 nodes": newcomer(16)} {
+	for _, nodes := range []int{20, 16} {
 		o := opt
-		if name == "without claims" {
-			o.Without = RuleClaims
-		}
-		plan := NewPlan(s, o)
+		o.Without = RuleClaims
+		plan := NewPlan(newcomer(nodes), o)
 		if id := plan.Reserved["n00"]; !strings.HasPrefix(id, "a2-") || len(plan.Bound) != 0 {
-			t.Errorf("%s: n00 held for %q, bound %v; want it held for one of ada's 2-GPU requests and nothing bound", name, id, plan.Bound)
+			t.Errorf("%d nodes without claims: n00 held for %q, bound %v; want it held for one of ada's 2-GPU requests and nothing bound", nodes, id, plan.Bound)
 		}
+	}
+}
+
+// TestClaimYieldsToAHoldItBackfills: below 20 nodes a newcomer's claim
+// keeps holds off its node only where its request could not backfill
+// them. On 16 nodes where every session ends by its max runtime, n00
+// (one GPU free) draining in an hour and the others in two, bob's
+// 10-minute request would end before n00 drains: ada's 2-GPU hold takes
+// n00, the node that drains soonest, and bob's request backfills it.
+// Without a max runtime on bob's request, his claim keeps ada's hold
+// off n00 and her hold drains a node an hour later.
+func TestClaimYieldsToAHoldItBackfills(t *testing.T) {
+	s := func(bobMax time.Duration) *Snapshot {
+		v := fullOf(16, "ada", 1)
+		for i := range v {
+			end := t0.Add(2 * time.Hour)
+			if i == 0 {
+				end = t0.Add(time.Hour)
+			}
+			for id, a := range v[i].Ledger.Allocations {
+				a.Ends = end
+				v[i].Ledger.Allocations[id] = a
+			}
+		}
+		s := snap(v)
+		for i := range 10 {
+			s.Pending = append(s.Pending, req(fmt.Sprintf("a2-%02d", i), "ada", 2, time.Hour-time.Duration(i)*time.Second))
+		}
+		b := req("bob-0", "bob", 1, time.Second)
+		b.Entry.MaxRuntime = state.Duration(bobMax)
+		s.Pending = append(s.Pending, b)
+		return s
+	}
+	opt := PlanOptions{ReserveAfter: 10 * time.Minute}
+	plan := NewPlan(s(10*time.Minute), opt)
+	if !strings.HasPrefix(plan.Reserved["n00"], "a2-") {
+		t.Errorf("bob's 10-minute request: n00 held for %q (held %v); want it held for ada's first 2-GPU request, his claim yielding", plan.Reserved["n00"], plan.Reserved)
+	}
+	if len(plan.Bound) != 1 || plan.Bound[0].Parts[0].Node != "n00" {
+		t.Errorf("bob's 10-minute request: bound %v; want bob-0 backfilling n00", plan.Bound)
+	}
+	plan = NewPlan(s(0), opt)
+	if id := plan.Reserved["n00"]; id != "" {
+		t.Errorf("bob's request without a max runtime: n00 held for %q; want his claim to keep it", id)
+	}
+	if len(plan.Bound) != 1 || plan.Bound[0].Parts[0].Node != "n00" {
+		t.Errorf("bob's request without a max runtime: bound %v; want bob-0 on n00", plan.Bound)
 	}
 }

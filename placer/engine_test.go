@@ -26,6 +26,13 @@ func (s *sim) settled(ctx context.Context, opt PlanOptions) (bool, world) {
 
 // settledAt is settled for placers whose clock reads now.
 func (s *sim) settledAt(ctx context.Context, opt PlanOptions, now time.Time) (bool, world) {
+	plan, w := s.planAt(ctx, opt, now)
+	return len(plan.Bound) == 0, w
+}
+
+// planAt is a fresh plan of what is in etcd for placers whose clock
+// reads now, and the world it was made from.
+func (s *sim) planAt(ctx context.Context, opt PlanOptions, now time.Time) (*Plan, world) {
 	w := s.read(ctx)
 	snap := &Snapshot{Now: now}
 	resp, err := s.cli.Get(ctx, s.k.Nodes(), clientv3.WithPrefix())
@@ -48,7 +55,7 @@ func (s *sim) settledAt(ctx context.Context, opt PlanOptions, now time.Time) (bo
 		e, _ := state.Decode[state.QueueEntry](kv.Value)
 		snap.Pending = append(snap.Pending, Pending{Entry: &e, Revision: kv.ModRevision})
 	}
-	return len(NewPlan(snap, opt).Bound) == 0, w
+	return NewPlan(snap, opt), w
 }
 
 func TestPlacerBindsAndExplainsWaiting(t *testing.T) {

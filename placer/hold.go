@@ -808,7 +808,14 @@ func (oh *ownerHolds) mayBackfill(e *state.QueueEntry) bool {
 // another request: pt may backfill, n drains by a known time, and pt ends
 // by then.
 func backfills(pt *part, n *nodeState) bool {
-	return pt.backfill && !n.drainBy.IsZero() && !pt.ends.IsZero() && !pt.ends.After(n.drainBy)
+	return backfillsBy(pt, n.drainBy)
+}
+
+// backfillsBy reports whether part pt may run on a node held for another
+// request that drains by drain (zero: not known): pt may backfill and
+// ends by then.
+func backfillsBy(pt *part, drain time.Time) bool {
+	return pt.backfill && !drain.IsZero() && !pt.ends.IsZero() && !pt.ends.After(drain)
 }
 
 // holdQueue is the aged requests that are not pinned, grouped by
